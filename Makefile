@@ -1,0 +1,54 @@
+# The two commands of the README: `make demo` and `make test`. Both install what is missing
+# (from Debian's packages) first.
+JOBS ?= $(shell nproc)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps build asan fuzz test test-unit test-asan test-fuzz demo bench clean format
+
+all: build
+
+deps:
+	@sh scripts/install-deps.sh
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+fuzz:
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFERRY_FUZZ=ON \
+	    -DBUILD_TESTING=OFF >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
+
+# The whole suite: the normal build, then the same suite under ASan+UBSan, then every fuzz
+# target for a bounded time.
+test: deps
+	$(MAKE) test-unit test-asan test-fuzz
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+
+test-asan: asan
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 2 --timeout 600
+
+test-fuzz: fuzz
+	sh scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+demo: deps build
+	sh scripts/demo.sh $(BUILD)
+
+bench: build
+	$(BUILD)/bin/ferry-bench local
+
+format:
+	clang-format -i include/*.h src/*/*.[ch] tools/*.c tests/*.[ch] fuzz/*.c
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,207 @@
+/*
+ * ferry.h - the one public header of libferry, the client library of ferry.
+ *
+ * A client connects to the ferryd of its node over a Unix socket, maps the daemon's
+ * shared-memory arena once, and from then on reads and writes object bytes in place:
+ * messages carry offsets, never object bytes.
+ *
+ * Errors: every function returns 0 (FERRY_OK) or a negative code from enum ferry_error;
+ * ferry_strerror() names a code and ferry_errmsg() gives the calling thread's detailed
+ * reason for its last failure (with figures where there are any, e.g. for FERRY_ENOSPACE).
+ *
+ * Threads: a ferry_client may be shared by threads. Calls on one handle are serialised
+ * by a mutex inside the handle, so a blocking ferry_get() holds up the handle's other
+ * callers until it returns; threads that must block independently use one handle each.
+ * Pointers returned by ferry_create() and ferry_get() stay valid until the reference is
+ * given back (ferry_seal+ferry_release / ferry_abort / ferry_release) or the handle is
+ * disconnected, and may be used from any thread.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_ID_SIZE 20
+#define FERRY_DEFAULT_SOCKET "/tmp/ferry.sock"
+
+/* An object id: 20 opaque bytes. */
+typedef struct ferry_id {
+    uint8_t bytes[FERRY_ID_SIZE];
+} ferry_id;
+
+/* The one error scheme: 0 or one of these. */
+enum ferry_error {
+    FERRY_OK = 0,
+    FERRY_EINVAL = -1,      /* an argument is invalid */
+    FERRY_ENOENT = -2,      /* no such object */
+    FERRY_EEXIST = -3,      /* an object with this id exists already */
+    FERRY_ETOOBIG = -4,     /* larger than the whole arena */
+    FERRY_ENOSPACE = -5,    /* no room even after eviction */
+    FERRY_EPERM = -6,       /* only the creator may seal or abort */
+    FERRY_ETIMEDOUT = -7,   /* the timeout ended first */
+    FERRY_ENOTSEALED = -8,  /* the object is still being created */
+    FERRY_ECONN = -9,       /* daemon unreachable, or the connection was lost */
+    FERRY_EPROTO = -10,     /* malformed or unexpected message */
+    FERRY_ENOMEM = -11,     /* out of memory in this process */
+    FERRY_ESYS = -12,       /* a system call failed (ferry_errmsg() tells which) */
+    FERRY_ENOSYS = -13,     /* operation not supported */
+    FERRY_EBUSY = -14,      /* resource in use */
+    FERRY_ERROR_MIN = -14
+};
+
+/* Name of an error code ("no such object"); never NULL. */
+const char *ferry_strerror(int err);
+
+/* Detail of the calling thread's last failed ferry_ call, "" if none. */
+const char *ferry_errmsg(void);
+
+typedef struct ferry_client ferry_client;
+
+/* Connects to the daemon at socket_path; NULL means $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET.
+ * FERRY_ECONN when no daemon answers there. */
+int ferry_connect(const char *socket_path, ferry_client **out);
+
+/* Closes the connection: the daemon drops every reference the handle held and aborts its
+ * unsealed objects. Pointers into the arena are invalid afterwards. NULL is a no-op. */
+void ferry_disconnect(ferry_client *c);
+
+/* Creates an unsealed object visible only to its creator and returns its writable data part
+ * (data_size bytes; *data is non-NULL even for 0 bytes). metadata (metadata_size bytes, may
+ * be NULL when 0) is copied into the object's metadata part. The creator holds a reference.
+ * FERRY_EEXIST, FERRY_ETOOBIG, FERRY_ENOSPACE. */
+int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const void *metadata,
+                 uint64_t metadata_size, uint8_t **data);
+
+/* Makes the object immutable and visible, waking every waiting get. Creator only. */
+int ferry_seal(ferry_client *c, const ferry_id *id);
+
+/* Drops an unsealed object. Creator only. */
+int ferry_abort(ferry_client *c, const ferry_id *id);
+
+/* A read-only view of a sealed object. */
+typedef struct ferry_buffer {
+    int status; /* FERRY_OK, or FERRY_ENOENT when the object was not there in time */
+    const uint8_t *data;
+    uint64_t data_size;
+    const uint8_t *metadata;
+    uint64_t metadata_size;
+} ferry_buffer;
+
+/* Waits until all n objects are sealed or timeout_ms ends (0 polls, -1 waits forever).
+ * out[i] is filled for each id; every entry with status FERRY_OK holds a reference until
+ * ferry_release(). Returns 0 when all were found, FERRY_ETIMEDOUT when some were not (the
+ * found ones are still held), another code when the call failed (nothing held). An id listed
+ * twice is returned, and held, twice. */
+int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+              ferry_buffer *out);
+
+/* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_ENOENT when this
+ * handle holds none for id. Does not wait for the daemon. */
+int ferry_release(ferry_client *c, const ferry_id *id);
+
+/* *present = 1 when a sealed object with this id is in the store. */
+int ferry_contains(ferry_client *c, const ferry_id *id, int *present);
+
+/* Deletes a sealed object; one still referenced goes when its last reference does (it is
+ * invisible at once). FERRY_ENOENT if absent, FERRY_ENOTSEALED for one's own unsealed object. */
+int ferry_delete(ferry_client *c, const ferry_id *id);
+
+/* Creates, fills and seals an object, and releases it. */
+int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
+              const void *metadata, uint64_t metadata_size);
+
+/* One object of a batched put. */
+typedef struct ferry_put_item {
+    ferry_id id;
+    const void *data;
+    uint64_t data_size;
+    const void *metadata;
+    uint64_t metadata_size;
+} ferry_put_item;
+
+/* ferry_put of n objects with one message exchange per batch of small objects (a few KiB):
+ * statuses[i] receives each object's result. Returns 0 when all succeeded, else the first
+ * failure's code (the others may still have succeeded: see statuses). */
+int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *statuses);
+
+enum ferry_object_state { FERRY_STATE_CREATED = 1, FERRY_STATE_SEALED = 2 };
+
+typedef struct ferry_object_info {
+    ferry_id id;
+    uint64_t data_size;
+    uint64_t metadata_size;
+    int state;         /* enum ferry_object_state */
+    uint32_t refcount; /* references held by all clients */
+    uint64_t age_ms;   /* since creation */
+} ferry_object_info;
+
+/* Every object in the store (sealed, and unsealed ones of any client). Free with free(). */
+int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n);
+
+/* Evicts sealed, unreferenced objects in LRU order until at least bytes are freed or none is
+ * left; *freed (may be NULL) receives the bytes freed. */
+int ferry_evict(ferry_client *c, uint64_t bytes, uint64_t *freed);
+
+/* Moves the objects to the young end of the LRU. FERRY_ENOENT if any was absent (the others
+ * are refreshed all the same). */
+int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n);
+
+/* The 64-bit XXH3 digest of data then metadata, computed once at seal. */
+int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
+
+typedef struct ferry_stats {
+    uint64_t capacity_bytes;  /* arena size */
+    uint64_t used_bytes;      /* allocated (objects and staging areas) */
+    uint64_t objects;         /* objects in the table, sealed or not */
+    uint64_t sealed_objects;
+    uint64_t clients;         /* connected clients */
+    uint64_t evicted_objects; /* since start */
+    uint64_t evicted_bytes;
+    uint64_t created_objects;
+    uint64_t sealed_total;
+    uint64_t aborted_objects;
+    uint64_t deleted_objects;
+    uint64_t gets;            /* get requests */
+    uint64_t get_timeouts;    /* get requests that ended with something missing */
+    uint64_t refused_creates; /* ENOSPACE / ETOOBIG answers */
+    uint64_t protocol_errors; /* connections closed for a bad message */
+    uint64_t connections_total;
+    uint64_t subscribers;
+    uint64_t notifications_dropped; /* subscribers cut off for falling behind */
+} ferry_stats;
+
+int ferry_stats_get(ferry_client *c, ferry_stats *out);
+
+enum ferry_event { FERRY_EVENT_SEALED = 1, FERRY_EVENT_DELETED = 2, FERRY_EVENT_EVICTED = 3 };
+
+typedef struct ferry_notification {
+    int event; /* enum ferry_event */
+    ferry_id id;
+    uint64_t data_size;
+    uint64_t metadata_size;
+} ferry_notification;
+
+/* Opens a subscription: *fd becomes readable when notifications are pending, one per seal
+ * and per delete or eviction, in the order they happened. The caller closes *fd. */
+int ferry_subscribe(ferry_client *c, int *fd);
+
+/* Reads the next notification from a subscription fd; blocks when none is pending unless
+ * the fd is non-blocking (then FERRY_ETIMEDOUT). FERRY_ECONN when the daemon closed it. */
+int ferry_notification_read(int fd, ferry_notification *out);
+
+/* Parses a printable id: exactly 40 hex digits are the raw id, any other string is hashed
+ * to 20 bytes with SHA-1. */
+int ferry_id_parse(const char *text, ferry_id *out);
+
+/* Writes the 40 hex digits of id and a NUL to out (41 bytes). */
+void ferry_id_format(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

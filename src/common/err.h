@@ -1,0 +1,18 @@
+/* err.h - the error scheme shared by every module: 0 or a negative enum ferry_error code,
+ * plus a per-thread detail message for the last failure (ferry_errmsg()). */
+#ifndef FERRY_ERR_H
+#define FERRY_ERR_H
+
+#include "ferry.h"
+
+/* Records a printf-style detail for the calling thread and returns err, so that a failure
+ * path reads `return err_set(FERRY_ENOSPACE, "need %zu bytes", n);`. */
+int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* err_set(FERRY_ESYS, "what: strerror(errno)"), errno preserved. */
+int err_sys(const char *what);
+
+/* Forgets the calling thread's detail. */
+void err_clear(void);
+
+#endif

@@ -1,0 +1,52 @@
+/* id.c - printable ids: 40 hex digits are raw, anything else is named through SHA-1. */
+#include "common/err.h"
+
+#include <openssl/evp.h>
+#include <string.h>
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int id_parse_hex(const char *text, ferry_id *out)
+{
+    for (int i = 0; i < FERRY_ID_SIZE; i++) {
+        int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out->bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+int ferry_id_parse(const char *text, ferry_id *out)
+{
+    if (!text || !out)
+        return err_set(FERRY_EINVAL, "id: NULL argument");
+    if (*text == '\0')
+        return err_set(FERRY_EINVAL, "id: empty string");
+    if (strlen(text) == 2 * FERRY_ID_SIZE && id_parse_hex(text, out) == 0)
+        return 0;
+    unsigned int len = 0;
+    if (!EVP_Digest(text, strlen(text), out->bytes, &len, EVP_sha1(), NULL) ||
+        len != FERRY_ID_SIZE)
+        return err_set(FERRY_ESYS, "id: SHA-1 failed");
+    return 0;
+}
+
+void ferry_id_format(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < FERRY_ID_SIZE; i++) {
+        out[2 * i] = digits[id->bytes[i] >> 4];
+        out[2 * i + 1] = digits[id->bytes[i] & 15];
+    }
+    out[2 * FERRY_ID_SIZE] = '\0';
+}

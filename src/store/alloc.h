@@ -1,0 +1,43 @@
+/*
+ * alloc.h - the arena allocator: hands out 64-byte-aligned ranges of [0, capacity).
+ *
+ * It manages offsets only; it never touches the arena's bytes, and all its bookkeeping lives
+ * in the daemon's private heap, because clients map the arena writable and must not be able
+ * to corrupt the daemon's allocator by writing past an object.
+ *
+ * Two-level segregated fits (TLSF): free blocks sit in size-class lists found through two
+ * bitmaps, so alloc and free are O(1); freed blocks coalesce with free neighbours at once,
+ * which with good-fit class search keeps fragmentation bounded under churn.
+ *
+ * Not thread-safe: the daemon's event loop is its only user.
+ */
+#ifndef FERRY_ALLOC_H
+#define FERRY_ALLOC_H
+
+#include <stdint.h>
+
+#define ALLOC_ALIGN 64u
+
+typedef struct alloc alloc;
+typedef struct alloc_block alloc_block; /* one allocated range; opaque */
+
+/* capacity is rounded down to ALLOC_ALIGN; FERRY_EINVAL below ALLOC_ALIGN. */
+int alloc_init(alloc **out, uint64_t capacity);
+void alloc_destroy(alloc *a);
+
+/* A block of at least size bytes (size > 0), rounded up to ALLOC_ALIGN.
+ * FERRY_ENOSPACE when no free block is large enough; FERRY_EINVAL for size 0 or > capacity. */
+int alloc_alloc(alloc *a, uint64_t size, alloc_block **out);
+
+/* Returns b to the free space, coalescing with free neighbours. */
+void alloc_free(alloc *a, alloc_block *b);
+
+uint64_t alloc_block_offset(const alloc_block *b);
+uint64_t alloc_block_size(const alloc_block *b); /* the rounded size */
+
+uint64_t alloc_capacity(const alloc *a);
+uint64_t alloc_used(const alloc *a);          /* sum of allocated block sizes */
+uint64_t alloc_largest_free(const alloc *a);  /* the largest block alloc_alloc could return */
+uint64_t alloc_free_blocks(const alloc *a);   /* number of free blocks (fragmentation) */
+
+#endif
