@@ -156,7 +156,8 @@ int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 
 typedef struct ferry_stats {
     uint64_t capacity_bytes;  /* arena size */
-    uint64_t used_bytes;      /* allocated (objects and staging areas) */
+    uint64_t used_bytes;      /* allocated: objects (sizes rounded to 64 B) and staging areas */
+    uint64_t staging_bytes;   /* of which staging areas of connected clients (small puts) */
     uint64_t objects;         /* objects in the table, sealed or not */
     uint64_t sealed_objects;
     uint64_t clients;         /* connected clients */

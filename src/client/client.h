@@ -1,0 +1,75 @@
+/*
+ * client.h - libferry's internals, shared by its files: the handle and the exchange.
+ *
+ * Locking: every public call on a handle holds c->lock (client_enter() .. client_leave()) from its first to
+ * its last access of the handle, so the socket, the buffers and the held-reference table are
+ * only ever touched by one thread at a time. Arena pointers handed out are not protected and
+ * need not be: the bytes of a sealed object never change, an unsealed one is its creator's.
+ */
+#ifndef FERRY_CLIENT_H
+#define FERRY_CLIENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/idmap.h"
+#include "common/proto.h"
+
+/* Objects up to this size (data + metadata) are put through the staging area: one message
+ * exchange for a whole batch, at the price of one copy inside the daemon. */
+#define SMALL_PUT_MAX (64u << 10)
+
+/* What this handle holds under one id: references, and whether it is our unsealed object. */
+struct cheld {
+    uint32_t refs;
+    uint32_t unsealed;
+};
+
+struct ferry_client {
+    pthread_mutex_t lock;
+    int fd;
+    int broken; /* the connection failed; every call now fails with FERRY_ECONN */
+    uint8_t *base;
+    uint64_t arena_size;
+    uint64_t tag;
+    struct pbuf out;   /* the request being sent */
+    struct pbuf in;    /* the last reply's payload */
+    struct preader rd; /* over `in`, after the status */
+    idmap held;
+    uint64_t staging_offset, staging_size;
+    int staging_state; /* 0 not asked yet, 1 have one, -1 the daemon had no room */
+};
+
+/* Locks c for a call (clearing the thread's error detail); fails if the connection is gone. */
+int client_enter(struct ferry_client *c);
+/* Unlocks c and returns rc. */
+int client_leave(struct ferry_client *c, int rc);
+
+/* Marks the connection lost (after an I/O or protocol failure) and returns err. */
+int client_broken(struct ferry_client *c, int err);
+/* ferry_create under the lock. */
+int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
+                  const void *metadata, uint64_t metadata_size, uint8_t **data);
+/* Seals our object (and releases the creator's reference with release), under the lock. */
+int client_seal(struct ferry_client *c, const ferry_id *id, int release);
+
+/* Starts a request of the given type in c->out. */
+void client_req_begin(struct ferry_client *c, uint16_t type);
+/* Sends the request in c->out, expecting no reply. */
+int client_req_send(struct ferry_client *c);
+/* Reads the reply of type to the request just sent: c->rd is then positioned after the status;
+ * a negative status is returned with the daemon's detail. A descriptor sent with it goes to
+ * *fd when fd is not NULL. */
+int client_reply_read(struct ferry_client *c, uint16_t type, int *fd);
+/* req_send then reply_read. */
+int client_call(struct ferry_client *c, uint16_t type);
+/* FERRY_EPROTO unless the reply was consumed exactly. */
+int client_reply_end(struct ferry_client *c);
+/* FERRY_EPROTO unless [offset, offset + a + b) lies inside the arena. */
+int client_check_range(struct ferry_client *c, uint64_t offset, uint64_t a, uint64_t b);
+
+/* References this handle holds, by id (for ferry_release's checks). */
+int client_held_add(struct ferry_client *c, const ferry_id *id, int unsealed);
+void client_held_drop(struct ferry_client *c, const ferry_id *id);
+
+#endif

@@ -1,0 +1,352 @@
+/* ops.c - libferry's object operations (put and put_many are in put.c). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client/client.h"
+#include "common/err.h"
+
+/* A request whose whole payload is one id, answered by a bare status. */
+static int id_request(struct ferry_client *c, uint16_t type, const ferry_id *id)
+{
+    int rc;
+
+    client_req_begin(c, type);
+    pbuf_id(&c->out, id);
+    if ((rc = client_call(c, type)) < 0)
+        return rc;
+    return client_reply_end(c);
+}
+
+int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
+                  const void *metadata, uint64_t metadata_size, uint8_t **data)
+{
+    uint64_t offset;
+    int rc;
+
+    client_req_begin(c, PROTO_CREATE);
+    pbuf_id(&c->out, id);
+    pbuf_u64(&c->out, data_size);
+    pbuf_u64(&c->out, metadata_size);
+    if ((rc = client_call(c, PROTO_CREATE)) < 0)
+        return rc;
+    offset = prd_u64(&c->rd);
+    if ((rc = client_reply_end(c)) < 0 ||
+        (rc = client_check_range(c, offset, data_size, metadata_size)) < 0 ||
+        (rc = client_held_add(c, id, 1)) < 0)
+        return rc;
+    if (metadata_size)
+        memcpy(c->base + offset + data_size, metadata, metadata_size);
+    *data = c->base + offset;
+    return 0;
+}
+
+int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const void *metadata,
+                 uint64_t metadata_size, uint8_t **data)
+{
+    int rc;
+
+    if (!id || !data || (metadata_size && !metadata))
+        return err_set(FERRY_EINVAL, "create: NULL id, data or metadata");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, data));
+}
+
+/* Seals our unsealed object, and gives back the creator's reference with release. */
+int client_seal(struct ferry_client *c, const ferry_id *id, int release)
+{
+    struct cheld *h;
+    int rc;
+
+    client_req_begin(c, PROTO_SEAL);
+    pbuf_id(&c->out, id);
+    pbuf_u8(&c->out, (uint8_t)release);
+    if ((rc = client_call(c, PROTO_SEAL)) < 0 || (rc = client_reply_end(c)) < 0)
+        return rc;
+    if ((h = idmap_get(&c->held, id)))
+        h->unsealed = 0;
+    if (release)
+        client_held_drop(c, id);
+    return 0;
+}
+
+int ferry_seal(ferry_client *c, const ferry_id *id)
+{
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "seal: NULL id");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, client_seal(c, id, 0));
+}
+
+int ferry_abort(ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h;
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "abort: NULL id");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    if ((rc = id_request(c, PROTO_ABORT, id)) == 0 && (h = idmap_get(&c->held, id)) &&
+        h->unsealed) {
+        /* The daemon dropped our creator's reference with the object. */
+        h->unsealed = 0;
+        client_held_drop(c, id);
+    }
+    return client_leave(c, rc);
+}
+
+static int get_entry(struct ferry_client *c, const ferry_id *id, ferry_buffer *b)
+{
+    int32_t status = (int32_t)prd_u32(&c->rd);
+    uint64_t offset = prd_u64(&c->rd);
+    int rc;
+
+    memset(b, 0, sizeof(*b));
+    b->data_size = prd_u64(&c->rd);
+    b->metadata_size = prd_u64(&c->rd);
+    if (c->rd.bad || (status != 0 && status != FERRY_ENOENT))
+        return client_broken(c, err_set(FERRY_EPROTO, "get: malformed entry"));
+    b->status = status;
+    if (status != 0)
+        return 0;
+    if ((rc = client_check_range(c, offset, b->data_size, b->metadata_size)) < 0)
+        return rc;
+    b->data = c->base + offset;
+    b->metadata = b->data + b->data_size;
+    return client_held_add(c, id, 0);
+}
+
+int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+              ferry_buffer *out)
+{
+    size_t missing = 0;
+    int rc;
+
+    if ((n && (!ids || !out)) || n > PROTO_MAX_IDS || timeout_ms < -1)
+        return err_set(FERRY_EINVAL, "get: %zu ids (at most %u), timeout %lld ms", n,
+                       PROTO_MAX_IDS, (long long)timeout_ms);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_GET);
+    pbuf_u64(&c->out, (uint64_t)timeout_ms);
+    pbuf_u32(&c->out, (uint32_t)n);
+    pbuf_put(&c->out, ids, n * sizeof(ferry_id));
+    if ((rc = client_call(c, PROTO_GET)) < 0)
+        return client_leave(c, rc);
+    if (prd_u32(&c->rd) != n)
+        return client_leave(c, client_broken(c, err_set(FERRY_EPROTO, "get: reply count")));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = get_entry(c, &ids[i], &out[i]);
+        missing += out[i].status != 0;
+    }
+    if (rc == 0)
+        rc = client_reply_end(c);
+    if (rc == 0 && missing)
+        rc = err_set(FERRY_ETIMEDOUT, "%zu of %zu objects not sealed in time", missing, n);
+    return client_leave(c, rc);
+}
+
+int ferry_release(ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h;
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "release: NULL id");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    h = idmap_get(&c->held, id);
+    if (!h)
+        return client_leave(c, err_set(FERRY_ENOENT, "release: this client holds no reference"));
+    if (h->unsealed && h->refs == 1)
+        return client_leave(c, err_set(FERRY_ENOTSEALED, "release: seal or abort it first"));
+    client_req_begin(c, PROTO_RELEASE);
+    pbuf_id(&c->out, id);
+    if ((rc = client_req_send(c)) == 0)
+        client_held_drop(c, id);
+    return client_leave(c, rc);
+}
+
+int ferry_contains(ferry_client *c, const ferry_id *id, int *present)
+{
+    int rc;
+
+    if (!id || !present)
+        return err_set(FERRY_EINVAL, "contains: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_CONTAINS);
+    pbuf_id(&c->out, id);
+    if ((rc = client_call(c, PROTO_CONTAINS)) == 0) {
+        *present = prd_u8(&c->rd) != 0;
+        rc = client_reply_end(c);
+    }
+    return client_leave(c, rc);
+}
+
+int ferry_delete(ferry_client *c, const ferry_id *id)
+{
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "delete: NULL id");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, id_request(c, PROTO_DELETE, id));
+}
+
+int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)
+{
+    int rc;
+
+    if (!id || !digest)
+        return err_set(FERRY_EINVAL, "hash: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_HASH);
+    pbuf_id(&c->out, id);
+    if ((rc = client_call(c, PROTO_HASH)) == 0) {
+        *digest = prd_u64(&c->rd);
+        rc = client_reply_end(c);
+    }
+    return client_leave(c, rc);
+}
+
+int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n)
+{
+    int rc;
+
+    if ((n && !ids) || n > PROTO_MAX_IDS)
+        return err_set(FERRY_EINVAL, "refresh: %zu ids (at most %u)", n, PROTO_MAX_IDS);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_REFRESH);
+    pbuf_u32(&c->out, (uint32_t)n);
+    pbuf_put(&c->out, ids, n * sizeof(ferry_id));
+    if ((rc = client_call(c, PROTO_REFRESH)) == 0)
+        rc = client_reply_end(c);
+    return client_leave(c, rc);
+}
+
+int ferry_evict(ferry_client *c, uint64_t bytes, uint64_t *freed)
+{
+    uint64_t v;
+    int rc;
+
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_EVICT);
+    pbuf_u64(&c->out, bytes);
+    if ((rc = client_call(c, PROTO_EVICT)) == 0) {
+        v = prd_u64(&c->rd);
+        if ((rc = client_reply_end(c)) == 0 && freed)
+            *freed = v;
+    }
+    return client_leave(c, rc);
+}
+
+static int list_entries(struct ferry_client *c, ferry_object_info **out, size_t *n)
+{
+    uint32_t count = prd_u32(&c->rd);
+    ferry_object_info *v;
+
+    if (c->rd.left != (size_t)count * PROTO_LIST_ENTRY_SIZE)
+        return client_broken(c, err_set(FERRY_EPROTO, "list: reply of the wrong size"));
+    if (!(v = calloc(count ? count : 1, sizeof(*v))))
+        return err_set(FERRY_ENOMEM, "list of %u objects", count);
+    for (uint32_t i = 0; i < count; i++) {
+        prd_id(&c->rd, &v[i].id);
+        v[i].data_size = prd_u64(&c->rd);
+        v[i].metadata_size = prd_u64(&c->rd);
+        v[i].state = prd_u8(&c->rd);
+        v[i].refcount = prd_u32(&c->rd);
+        v[i].age_ms = prd_u64(&c->rd);
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n)
+{
+    int rc;
+
+    if (!out || !n)
+        return err_set(FERRY_EINVAL, "list: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_LIST);
+    if ((rc = client_call(c, PROTO_LIST)) == 0)
+        rc = list_entries(c, out, n);
+    return client_leave(c, rc);
+}
+
+int ferry_stats_get(ferry_client *c, ferry_stats *out)
+{
+    uint64_t *fields = (uint64_t *)out;
+    size_t nfields = sizeof(*out) / sizeof(uint64_t);
+    uint32_t n;
+    int rc;
+
+    if (!out)
+        return err_set(FERRY_EINVAL, "stats: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_STATS);
+    if ((rc = client_call(c, PROTO_STATS)) < 0)
+        return client_leave(c, rc);
+    /* A newer daemon may send more fields, an older one fewer: take what both know. */
+    n = prd_u32(&c->rd);
+    memset(out, 0, sizeof(*out));
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t v = prd_u64(&c->rd);
+        if (i < nfields)
+            fields[i] = v;
+    }
+    return client_leave(c, client_reply_end(c));
+}
+
+int ferry_subscribe(ferry_client *c, int *fd)
+{
+    int rc, got = -1;
+
+    if (!fd)
+        return err_set(FERRY_EINVAL, "subscribe: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_SUBSCRIBE);
+    if ((rc = client_req_send(c)) == 0 && (rc = client_reply_read(c, PROTO_SUBSCRIBE, &got)) == 0)
+        rc = client_reply_end(c);
+    if (rc == 0 && got < 0)
+        rc = err_set(FERRY_EPROTO, "subscribe: no descriptor in the reply");
+    if (rc == 0)
+        *fd = got;
+    else if (got >= 0)
+        close(got);
+    return client_leave(c, rc);
+}
+
+int ferry_notification_read(int fd, ferry_notification *out)
+{
+    uint8_t rec[PROTO_NOTIFY_SIZE + 1];
+    ssize_t n;
+
+    if (fd < 0 || !out)
+        return err_set(FERRY_EINVAL, "notification: bad argument");
+    while ((n = recv(fd, rec, sizeof(rec), 0)) < 0 && errno == EINTR)
+        ;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return err_set(FERRY_ETIMEDOUT, "no notification pending");
+    if (n < 0)
+        return err_sys("recv(subscription)");
+    if (n == 0)
+        return err_set(FERRY_ECONN, "ferryd closed the subscription");
+    return proto_decode_notification(rec, (size_t)n, out);
+}

@@ -1,0 +1,186 @@
+/*
+ * put.c - ferry_put and ferry_put_many. Small objects are copied into this client's staging
+ * area in the arena and put in batches, one message exchange per batch (the daemon copies
+ * each into its object and seals it); larger ones take create + copy + seal-and-release,
+ * two exchanges and no copy but the caller's.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client.h"
+#include "common/err.h"
+
+#define SMALL_PUT_MAX (64u << 10)
+
+/* Asks for the staging area once; a daemon without room now is asked again next time. */
+static int staging_ready(struct ferry_client *c)
+{
+    uint64_t offset, size;
+    int rc;
+
+    if (c->staging_size)
+        return 0;
+    client_req_begin(c, PROTO_STAGE);
+    if ((rc = client_call(c, PROTO_STAGE)) < 0)
+        return rc;
+    offset = prd_u64(&c->rd);
+    size = prd_u64(&c->rd);
+    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0)
+        return rc;
+    c->staging_offset = offset;
+    c->staging_size = size;
+    return 0;
+}
+
+static uint64_t item_bytes(const ferry_put_item *it)
+{
+    return it->data_size + it->metadata_size;
+}
+
+static int item_small(struct ferry_client *c, const ferry_put_item *it)
+{
+    uint64_t n = item_bytes(it);
+    return n >= it->data_size && n <= SMALL_PUT_MAX && staging_ready(c) == 0 &&
+           n <= c->staging_size;
+}
+
+static int item_check(const ferry_put_item *it)
+{
+    if ((it->data_size && !it->data) || (it->metadata_size && !it->metadata))
+        return err_set(FERRY_EINVAL, "put: NULL data or metadata with a non-zero size");
+    return 0;
+}
+
+static int put_large(struct ferry_client *c, const ferry_put_item *it)
+{
+    uint8_t *dst;
+    int rc = client_create(c, &it->id, it->data_size, it->metadata, it->metadata_size, &dst);
+
+    if (rc < 0)
+        return rc;
+    if (it->data_size)
+        memcpy(dst, it->data, it->data_size);
+    return client_seal(c, &it->id, 1);
+}
+
+/* A batch being packed into the staging area. */
+struct batch {
+    const ferry_put_item *items;
+    int *statuses;
+    size_t *idx; /* indexes of the items packed so far, in order */
+    size_t count, max;
+    uint64_t used;
+};
+
+/* Sends the packed batch and records each object's status. */
+static int batch_flush(struct ferry_client *c, struct batch *b)
+{
+    size_t count = b->count;
+    uint64_t off = 0;
+    int rc;
+
+    if (!count)
+        return 0;
+    client_req_begin(c, PROTO_PUT_BATCH);
+    pbuf_u32(&c->out, (uint32_t)b->count);
+    for (size_t k = 0; k < b->count; k++) {
+        const ferry_put_item *it = &b->items[b->idx[k]];
+        pbuf_id(&c->out, &it->id);
+        pbuf_u64(&c->out, off);
+        pbuf_u64(&c->out, it->data_size);
+        pbuf_u64(&c->out, it->metadata_size);
+        off += item_bytes(it);
+    }
+    b->count = 0;
+    b->used = 0;
+    if ((rc = client_call(c, PROTO_PUT_BATCH)) < 0)
+        return rc;
+    if (prd_u32(&c->rd) != count)
+        return client_broken(c, err_set(FERRY_EPROTO, "put batch: reply count"));
+    for (size_t k = 0; k < count; k++) {
+        int32_t status = (int32_t)prd_u32(&c->rd);
+        b->statuses[b->idx[k]] = status < FERRY_ERROR_MIN || status > 0 ? FERRY_EPROTO : status;
+    }
+    return client_reply_end(c);
+}
+
+/* Copies a small item into the staging area, flushing first when it would not fit. */
+static int batch_add(struct ferry_client *c, struct batch *b, size_t i)
+{
+    const ferry_put_item *it = &b->items[i];
+    uint8_t *dst;
+    int rc;
+
+    if (b->count == b->max || b->used + item_bytes(it) > c->staging_size) {
+        if ((rc = batch_flush(c, b)) < 0)
+            return rc;
+    }
+    dst = c->base + c->staging_offset + b->used;
+    if (it->data_size)
+        memcpy(dst, it->data, it->data_size);
+    if (it->metadata_size)
+        memcpy(dst + it->data_size, it->metadata, it->metadata_size);
+    b->used += item_bytes(it);
+    b->idx[b->count++] = i;
+    return 0;
+}
+
+static int put_many_locked(struct ferry_client *c, struct batch *b, size_t n)
+{
+    int rc = 0;
+
+    for (size_t i = 0; i < n && rc >= 0; i++) {
+        const ferry_put_item *it = &b->items[i];
+        if ((b->statuses[i] = item_check(it)) < 0)
+            continue;
+        if (item_small(c, it)) {
+            rc = batch_add(c, b, i);
+            continue;
+        }
+        /* Keep the callers' order: what was packed goes before this one. */
+        if ((rc = batch_flush(c, b)) == 0)
+            b->statuses[i] = put_large(c, it);
+    }
+    if (rc >= 0)
+        rc = batch_flush(c, b);
+    return rc;
+}
+
+int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *statuses)
+{
+    size_t one[1];
+    struct batch b = {.items = items, .statuses = statuses, .idx = one, .max = 1};
+    int rc;
+
+    if (n && (!items || !statuses))
+        return err_set(FERRY_EINVAL, "put_many: NULL items or statuses");
+    if (n > 1) {
+        b.max = n < PROTO_MAX_BATCH ? n : PROTO_MAX_BATCH;
+        if (!(b.idx = malloc(b.max * sizeof(*b.idx))))
+            return err_set(FERRY_ENOMEM, "put batch of %zu", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = FERRY_ECONN;
+    if ((rc = client_enter(c)) == 0)
+        rc = client_leave(c, put_many_locked(c, &b, n));
+    if (b.idx != one)
+        free(b.idx);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = statuses[i];
+    return rc;
+}
+
+int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
+              const void *metadata, uint64_t metadata_size)
+{
+    ferry_put_item it = {.data = data,
+                         .data_size = data_size,
+                         .metadata = metadata,
+                         .metadata_size = metadata_size};
+    int status;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "put: NULL id");
+    it.id = *id;
+    return ferry_put_many(c, &it, 1, &status);
+}

@@ -1,0 +1,276 @@
+#include "common/proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* ---- growable buffer ---- */
+
+void pbuf_free(struct pbuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+void pbuf_reserve(struct pbuf *b, size_t extra)
+{
+    size_t cap;
+    uint8_t *p;
+
+    if (b->oom || b->len + extra <= b->cap)
+        return;
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra)
+        cap *= 2;
+    p = realloc(b->data, cap);
+    if (!p) {
+        b->oom = 1;
+        return;
+    }
+    b->data = p;
+    b->cap = cap;
+}
+
+void pbuf_put(struct pbuf *b, const void *p, size_t n)
+{
+    pbuf_reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+void pbuf_u8(struct pbuf *b, uint8_t v)
+{
+    pbuf_put(b, &v, 1);
+}
+
+/* The wire is little-endian; so is every machine ferry targets, which the build asserts. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ferry's wire format assumes LE");
+
+void pbuf_u16(struct pbuf *b, uint16_t v)
+{
+    pbuf_put(b, &v, 2);
+}
+
+void pbuf_u32(struct pbuf *b, uint32_t v)
+{
+    pbuf_put(b, &v, 4);
+}
+
+void pbuf_u64(struct pbuf *b, uint64_t v)
+{
+    pbuf_put(b, &v, 8);
+}
+
+void pbuf_id(struct pbuf *b, const ferry_id *id)
+{
+    pbuf_put(b, id->bytes, FERRY_ID_SIZE);
+}
+
+void pbuf_consume(struct pbuf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+size_t proto_frame_begin(struct pbuf *b, uint16_t type, uint64_t tag)
+{
+    size_t start = b->len;
+    pbuf_u32(b, 0);
+    pbuf_u16(b, type);
+    pbuf_u16(b, 0);
+    pbuf_u64(b, tag);
+    return start;
+}
+
+void proto_frame_end(struct pbuf *b, size_t start)
+{
+    uint32_t length;
+
+    if (b->oom)
+        return;
+    length = (uint32_t)(b->len - start - PROTO_HEADER_SIZE);
+    memcpy(b->data + start, &length, 4);
+}
+
+/* ---- bounds-checked reader ---- */
+
+const uint8_t *prd_bytes(struct preader *r, size_t n)
+{
+    const uint8_t *p = r->p;
+
+    if (r->bad || r->left < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+#define PRD_SCALAR(name, type)                                                                     \
+    type name(struct preader *r)                                                                   \
+    {                                                                                              \
+        type v = 0;                                                                                \
+        const uint8_t *p = prd_bytes(r, sizeof(type));                                             \
+        if (p)                                                                                     \
+            memcpy(&v, p, sizeof(type));                                                           \
+        return v;                                                                                  \
+    }
+
+PRD_SCALAR(prd_u8, uint8_t)
+PRD_SCALAR(prd_u16, uint16_t)
+PRD_SCALAR(prd_u32, uint32_t)
+PRD_SCALAR(prd_u64, uint64_t)
+
+void prd_id(struct preader *r, ferry_id *out)
+{
+    const uint8_t *p = prd_bytes(r, FERRY_ID_SIZE);
+    if (p)
+        memcpy(out->bytes, p, FERRY_ID_SIZE);
+    else
+        memset(out->bytes, 0, FERRY_ID_SIZE);
+}
+
+/* ---- frames ---- */
+
+int proto_decode_header(const uint8_t *buf, uint32_t max_payload, struct proto_header *out)
+{
+    struct preader r = {buf, PROTO_HEADER_SIZE, 0};
+
+    out->length = prd_u32(&r);
+    out->type = prd_u16(&r);
+    out->flags = prd_u16(&r);
+    out->tag = prd_u64(&r);
+    if (out->flags != 0)
+        return err_set(FERRY_EPROTO, "frame flags 0x%x, expected 0", out->flags);
+    if (out->length > max_payload)
+        return err_set(FERRY_EPROTO, "frame of %u bytes exceeds the limit of %u", out->length,
+                       max_payload);
+    return 0;
+}
+
+/* Reads n ids after a u32 count; the count is checked against its limit and the payload. */
+static int decode_ids(struct preader *r, uint32_t max, uint32_t *n, const ferry_id **ids)
+{
+    *n = prd_u32(r);
+    if (*n > max)
+        return err_set(FERRY_EPROTO, "%u ids exceed the limit of %u", *n, max);
+    *ids = (const ferry_id *)prd_bytes(r, (size_t)*n * FERRY_ID_SIZE);
+    return 0;
+}
+
+static int decode_body(struct preader *r, struct proto_request *q)
+{
+    switch (q->type) {
+    case PROTO_HELLO:
+        q->u.hello.magic = prd_u32(r);
+        q->u.hello.version = prd_u32(r);
+        q->u.hello.pid = prd_u32(r);
+        return 0;
+    case PROTO_CREATE:
+        prd_id(r, &q->u.create.id);
+        q->u.create.data_size = prd_u64(r);
+        q->u.create.metadata_size = prd_u64(r);
+        return 0;
+    case PROTO_SEAL:
+        prd_id(r, &q->u.seal.id);
+        q->u.seal.release = prd_u8(r);
+        if (q->u.seal.release > 1)
+            return err_set(FERRY_EPROTO, "seal: release flag %u", q->u.seal.release);
+        return 0;
+    case PROTO_ABORT:
+    case PROTO_RELEASE:
+    case PROTO_CONTAINS:
+    case PROTO_DELETE:
+    case PROTO_HASH:
+        prd_id(r, &q->u.one.id);
+        return 0;
+    case PROTO_GET:
+        q->u.ids.timeout_ms = (int64_t)prd_u64(r);
+        if (q->u.ids.timeout_ms < -1)
+            return err_set(FERRY_EPROTO, "get: timeout %lld ms", (long long)q->u.ids.timeout_ms);
+        return decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids);
+    case PROTO_REFRESH:
+        return decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids);
+    case PROTO_EVICT:
+        q->u.evict.bytes = prd_u64(r);
+        return 0;
+    case PROTO_LIST:
+    case PROTO_STATS:
+    case PROTO_SUBSCRIBE:
+    case PROTO_STAGE:
+        return 0;
+    case PROTO_PUT_BATCH:
+        q->u.batch.n = prd_u32(r);
+        if (q->u.batch.n > PROTO_MAX_BATCH)
+            return err_set(FERRY_EPROTO, "put batch of %u exceeds the limit of %u", q->u.batch.n,
+                           PROTO_MAX_BATCH);
+        q->u.batch.entries = prd_bytes(r, (size_t)q->u.batch.n * PROTO_BATCH_ENTRY_SIZE);
+        return 0;
+    default:
+        return err_set(FERRY_EPROTO, "unknown message type %u", q->type);
+    }
+}
+
+int proto_decode_request(const struct proto_header *h, const uint8_t *payload,
+                         struct proto_request *out)
+{
+    struct preader r = {payload, h->length, 0};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->type = h->type;
+    out->tag = h->tag;
+    rc = decode_body(&r, out);
+    if (rc < 0)
+        return rc;
+    if (r.bad)
+        return err_set(FERRY_EPROTO, "message type %u truncated (%u bytes)", h->type, h->length);
+    if (r.left)
+        return err_set(FERRY_EPROTO, "message type %u has %zu trailing bytes", h->type, r.left);
+    return 0;
+}
+
+void proto_batch_entry(const struct proto_request *q, uint32_t i, struct proto_batch_entry *out)
+{
+    struct preader r = {q->u.batch.entries + (size_t)i * PROTO_BATCH_ENTRY_SIZE,
+                        PROTO_BATCH_ENTRY_SIZE, 0};
+
+    prd_id(&r, &out->id);
+    out->offset = prd_u64(&r);
+    out->data_size = prd_u64(&r);
+    out->metadata_size = prd_u64(&r);
+}
+
+/* ---- notifications ---- */
+
+void proto_encode_notification(uint8_t out[PROTO_NOTIFY_SIZE], const ferry_notification *n)
+{
+    out[0] = (uint8_t)n->event;
+    memcpy(out + 1, n->id.bytes, FERRY_ID_SIZE);
+    memcpy(out + 1 + FERRY_ID_SIZE, &n->data_size, 8);
+    memcpy(out + 1 + FERRY_ID_SIZE + 8, &n->metadata_size, 8);
+}
+
+int proto_decode_notification(const uint8_t *buf, size_t len, ferry_notification *out)
+{
+    struct preader r = {buf, len, 0};
+
+    if (len != PROTO_NOTIFY_SIZE)
+        return err_set(FERRY_EPROTO, "notification of %zu bytes, expected %u", len,
+                       PROTO_NOTIFY_SIZE);
+    out->event = prd_u8(&r);
+    prd_id(&r, &out->id);
+    out->data_size = prd_u64(&r);
+    out->metadata_size = prd_u64(&r);
+    if (out->event < FERRY_EVENT_SEALED || out->event > FERRY_EVENT_EVICTED)
+        return err_set(FERRY_EPROTO, "notification event %d", out->event);
+    return 0;
+}

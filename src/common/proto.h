@@ -1,0 +1,174 @@
+/*
+ * proto.h - the client protocol between libferry and ferryd, over a Unix stream socket.
+ *
+ * Every message is a frame: a 16-byte header then `length` payload bytes, little-endian:
+ *   u32 length   payload bytes (requests: at most PROTO_MAX_REQUEST)
+ *   u16 type     enum proto_type; a reply has the request's type | PROTO_REPLY_BIT
+ *   u16 flags    0 (reserved)
+ *   u64 tag      chosen by the client, echoed in the reply
+ * The first request on a connection must be HELLO; its reply carries the arena's memfd as
+ * SCM_RIGHTS ancillary data. Every reply payload starts with an i32 status; a negative status
+ * is followed by a detail string (u16 length + bytes) and nothing else.
+ *
+ * Messages carry offsets into the arena, never object bytes. Decoders check every length,
+ * count and size against the payload and fail with FERRY_EPROTO and a reason (err_set);
+ * checks against the arena (offsets, sizes) are the server's, which knows it.
+ */
+#ifndef FERRY_PROTO_H
+#define FERRY_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry.h"
+
+#define PROTO_MAGIC 0x31595246u /* "FRY1" */
+#define PROTO_VERSION 1u
+#define PROTO_HEADER_SIZE 16u
+#define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
+#define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
+#define PROTO_MAX_IDS 65536u         /* ids in one GET or REFRESH */
+#define PROTO_MAX_BATCH 4096u        /* objects in one PUT_BATCH */
+#define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
+#define PROTO_REPLY_BIT 0x8000u
+
+enum proto_type {
+    PROTO_HELLO = 1,      /* u32 magic, u32 version, u32 pid -> u64 arena_size, u64 client_id */
+    PROTO_CREATE = 2,     /* id, u64 data_size, u64 metadata_size -> u64 offset */
+    PROTO_SEAL = 3,       /* id, u8 release -> status */
+    PROTO_ABORT = 4,      /* id -> status */
+    PROTO_GET = 5,        /* i64 timeout_ms, u32 n, n ids -> u32 n, n get entries */
+    PROTO_RELEASE = 6,    /* id -> no reply */
+    PROTO_CONTAINS = 7,   /* id -> u8 present */
+    PROTO_DELETE = 8,     /* id -> status */
+    PROTO_LIST = 9,       /* - -> u32 n, n list entries */
+    PROTO_EVICT = 10,     /* u64 bytes -> u64 freed */
+    PROTO_REFRESH = 11,   /* u32 n, n ids -> status */
+    PROTO_HASH = 12,      /* id -> u64 digest */
+    PROTO_STATS = 13,     /* - -> u32 n, n u64 in the order of struct ferry_stats */
+    PROTO_SUBSCRIBE = 14, /* - -> status, with the subscription socket as SCM_RIGHTS */
+    PROTO_STAGE = 15,     /* - -> u64 offset, u64 size: this client's staging area */
+    PROTO_PUT_BATCH = 16, /* u32 n, n batch entries -> u32 n, n i32 statuses */
+    PROTO_TYPE_MAX = 16
+};
+
+/* GET: an object's place in the arena; metadata follows data at offset + data_size. */
+struct proto_get_entry {
+    int32_t status;
+    uint64_t offset;
+    uint64_t data_size;
+    uint64_t metadata_size;
+};
+
+/* PUT_BATCH: an object whose data then metadata the client wrote at `offset` within its
+ * staging area; the daemon copies them into a new object and seals it. */
+struct proto_batch_entry {
+    ferry_id id;
+    uint64_t offset;
+    uint64_t data_size;
+    uint64_t metadata_size;
+};
+
+/* A decoded request. Arrays point into the frame's payload (ids are byte arrays, so this
+ * needs no alignment); batch entries are decoded one at a time with proto_batch_entry(). */
+struct proto_request {
+    uint16_t type;
+    uint64_t tag;
+    union {
+        struct {
+            uint32_t magic, version, pid;
+        } hello;
+        struct {
+            ferry_id id;
+            uint64_t data_size, metadata_size;
+        } create;
+        struct {
+            ferry_id id;
+            uint8_t release;
+        } seal;
+        struct {
+            ferry_id id;
+        } one; /* ABORT, RELEASE, CONTAINS, DELETE, HASH */
+        struct {
+            int64_t timeout_ms;
+            uint32_t n;
+            const ferry_id *ids;
+        } ids; /* GET (with timeout), REFRESH */
+        struct {
+            uint64_t bytes;
+        } evict;
+        struct {
+            uint32_t n;
+            const uint8_t *entries;
+        } batch;
+    } u;
+};
+
+struct proto_header {
+    uint32_t length;
+    uint16_t type;
+    uint16_t flags;
+    uint64_t tag;
+};
+
+/* Decodes a header from PROTO_HEADER_SIZE bytes. FERRY_EPROTO when the flags are not 0 or
+ * the length exceeds max_payload. */
+int proto_decode_header(const uint8_t *buf, uint32_t max_payload, struct proto_header *out);
+
+/* Decodes a request payload of the given header. FERRY_EPROTO (with a reason) for an unknown
+ * type, a payload of the wrong size, or a count over its limit. */
+int proto_decode_request(const struct proto_header *h, const uint8_t *payload,
+                         struct proto_request *out);
+
+/* Entry i of a decoded PUT_BATCH (i < n). */
+void proto_batch_entry(const struct proto_request *r, uint32_t i, struct proto_batch_entry *out);
+
+/* A growable byte buffer for building frames. */
+struct pbuf {
+    uint8_t *data;
+    size_t len, cap;
+    int oom; /* set when a growth failed; the buffer's content is then unusable */
+};
+
+void pbuf_free(struct pbuf *b);
+void pbuf_reserve(struct pbuf *b, size_t extra);
+void pbuf_put(struct pbuf *b, const void *p, size_t n);
+void pbuf_u8(struct pbuf *b, uint8_t v);
+void pbuf_u16(struct pbuf *b, uint16_t v);
+void pbuf_u32(struct pbuf *b, uint32_t v);
+void pbuf_u64(struct pbuf *b, uint64_t v);
+void pbuf_id(struct pbuf *b, const ferry_id *id);
+/* Drops the first n bytes. */
+void pbuf_consume(struct pbuf *b, size_t n);
+
+/* Starts a frame at the end of b and returns its start; proto_frame_end fills in length. */
+size_t proto_frame_begin(struct pbuf *b, uint16_t type, uint64_t tag);
+void proto_frame_end(struct pbuf *b, size_t start);
+
+/* A bounds-checked reader over a payload: reads past the end set `bad` and yield zeroes. */
+struct preader {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+};
+
+uint8_t prd_u8(struct preader *r);
+uint16_t prd_u16(struct preader *r);
+uint32_t prd_u32(struct preader *r);
+uint64_t prd_u64(struct preader *r);
+void prd_id(struct preader *r, ferry_id *out);
+/* A pointer to the next n bytes, or NULL (and bad) when fewer are left. */
+const uint8_t *prd_bytes(struct preader *r, size_t n);
+
+/* Sizes on the wire. */
+#define PROTO_GET_ENTRY_SIZE (4u + 8u + 8u + 8u)
+#define PROTO_BATCH_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 8u)
+#define PROTO_LIST_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 1u + 4u + 8u)
+
+/* A notification on a subscription socket (SOCK_SEQPACKET, one record per datagram):
+ * u8 event, id, u64 data_size, u64 metadata_size. */
+#define PROTO_NOTIFY_SIZE (1u + FERRY_ID_SIZE + 8u + 8u)
+void proto_encode_notification(uint8_t out[PROTO_NOTIFY_SIZE], const ferry_notification *n);
+int proto_decode_notification(const uint8_t *buf, size_t len, ferry_notification *out);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * loop.h - the daemon's event loop: epoll for file descriptors (level-triggered) and a binary
+ * heap of timers, on one thread. Watches and timers are owned and embedded by their users;
+ * the loop only links them.
+ */
+#ifndef FERRY_LOOP_H
+#define FERRY_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct loop;
+struct loop_watch;
+struct loop_timer;
+
+typedef void loop_fd_fn(struct loop *l, struct loop_watch *w, uint32_t events);
+typedef void loop_timer_fn(struct loop *l, struct loop_timer *t);
+/* Runs once per turn after the events and timers of the turn: deferred frees go here, so that
+ * a callback may close what a later event of the same turn refers to. */
+typedef void loop_turn_fn(struct loop *l, void *arg);
+
+struct loop_watch {
+    int fd;
+    uint32_t events; /* EPOLLIN | EPOLLOUT as registered */
+    loop_fd_fn *fn;
+    void *arg;
+};
+
+struct loop_timer {
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC */
+    size_t heap_index;    /* position in the heap, SIZE_MAX when not armed */
+    loop_timer_fn *fn;
+    void *arg;
+};
+
+struct loop {
+    int epfd;
+    int stop;
+    int busy; /* work is pending: the next wait must not sleep */
+    struct loop_timer **heap;
+    size_t heap_len, heap_cap;
+    loop_turn_fn *after_turn;
+    void *after_turn_arg;
+};
+
+int loop_init(struct loop *l);
+void loop_destroy(struct loop *l);
+
+int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events, loop_fd_fn *fn,
+                   void *arg);
+int loop_watch_mod(struct loop *l, struct loop_watch *w, uint32_t events);
+void loop_watch_del(struct loop *l, struct loop_watch *w);
+
+uint64_t loop_now_ms(void);
+void loop_timer_init(struct loop_timer *t, loop_timer_fn *fn, void *arg);
+/* Arms (or re-arms) t for deadline_ms. FERRY_ENOMEM when the heap cannot grow. */
+int loop_timer_start(struct loop *l, struct loop_timer *t, uint64_t deadline_ms);
+void loop_timer_stop(struct loop *l, struct loop_timer *t);
+
+/* Runs until loop_stop(). Returns 0, or FERRY_ESYS if epoll_wait fails. */
+int loop_run(struct loop *l);
+void loop_stop(struct loop *l);
+
+#endif

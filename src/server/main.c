@@ -1,0 +1,88 @@
+/* ferryd - the ferry daemon of one node. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "server/server.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
+               "              [--verbose]\n"
+               "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
+               "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
+               "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
+               "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
+               "  --verbose           log debug records\n",
+            FERRY_DEFAULT_SOCKET);
+}
+
+static int parse_mode(const char *text, mode_t *out)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 8);
+
+    if (!*text || *end || v > 0777)
+        return err_set(FERRY_EINVAL, "socket mode '%s': expected octal permission bits", text);
+    *out = (mode_t)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct server_config *cfg)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'}, {"memory", required_argument, NULL, 'm'},
+        {"socket-mode", required_argument, NULL, 'M'}, {"hugepages", no_argument, NULL, 'H'},
+        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *env = getenv("FERRY_SOCKET");
+    int c, rc = 0;
+
+    cfg->socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
+    cfg->socket_mode = 0600;
+    cfg->memory = 1ull << 30;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rc == 0) {
+        switch (c) {
+        case 's': cfg->socket_path = optarg; break;
+        case 'm': rc = size_parse(optarg, &cfg->memory); break;
+        case 'M': rc = parse_mode(optarg, &cfg->socket_mode); break;
+        case 'H': cfg->hugepages = 1; break;
+        case 'v': log_set_level(LOG_DEBUG); break;
+        case 'h': usage(stdout); exit(0);
+        default: return err_set(FERRY_EINVAL, "unknown option (see --help)");
+        }
+    }
+    if (rc == 0 && optind < argc)
+        rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    if (rc == 0 && cfg->memory < (1u << 20))
+        rc = err_set(FERRY_EINVAL, "--memory must be at least 1M");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct server_config cfg = {0};
+    struct server srv;
+    int rc;
+
+    log_set_name("ferryd");
+    if (parse_args(argc, argv, &cfg) < 0) {
+        fprintf(stderr, "ferryd: %s\n", ferry_errmsg());
+        usage(stderr);
+        return 2;
+    }
+    if (server_init(&srv, &cfg) < 0) {
+        log_error("cannot start: %s", ferry_errmsg());
+        return 1;
+    }
+    rc = server_run(&srv);
+    if (rc < 0)
+        log_error("event loop failed: %s", ferry_errmsg());
+    server_destroy(&srv);
+    log_info("stopped");
+    return rc < 0 ? 1 : 0;
+}

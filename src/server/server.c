@@ -1,0 +1,340 @@
+#include "server/server.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/usock.h"
+#include "server/session.h"
+
+#define ACCEPTS_PER_TURN 64
+#define LISTEN_BACKLOG 512
+#define STAGING_MIN (64u << 10)
+#define STAGING_MAX (1u << 20)
+/* A subscriber that falls this far behind is cut off (and counted) rather than let the
+ * daemon's memory grow without bound. */
+#define SUBSCRIBER_QUEUE_MAX (16u << 20)
+
+struct subscriber {
+    int fd;
+    struct loop_watch watch;
+    struct pbuf queue; /* notifications the socket had no room for, in order */
+    struct subscriber *next, **pprev;
+};
+
+/* ---- subscribers ---- */
+
+static void subscriber_drop(struct server *s, struct subscriber *sub, const char *why)
+{
+    if (why) {
+        log_warn("subscriber cut off: %s", why);
+        s->counters.notifications_dropped++;
+    }
+    loop_watch_del(&s->loop, &sub->watch);
+    close(sub->fd);
+    sub->fd = -1;
+    s->subscriber_count--;
+    *sub->pprev = sub->next;
+    if (sub->next)
+        sub->next->pprev = sub->pprev;
+    sub->next = s->dead_subscribers;
+    s->dead_subscribers = sub;
+}
+
+/* Sends queued records until the socket is full; -1 when the peer is gone. */
+static int subscriber_drain(struct subscriber *sub)
+{
+    size_t done = 0;
+    int rc = 0;
+
+    while (done < sub->queue.len) {
+        ssize_t n = send(sub->fd, sub->queue.data + done, PROTO_NOTIFY_SIZE,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            rc = (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+            break;
+        }
+        done += PROTO_NOTIFY_SIZE;
+    }
+    pbuf_consume(&sub->queue, done);
+    return rc;
+}
+
+static void subscriber_update(struct server *s, struct subscriber *sub)
+{
+    if (subscriber_drain(sub) < 0) {
+        subscriber_drop(s, sub, NULL);
+        return;
+    }
+    loop_watch_mod(&s->loop, &sub->watch, EPOLLIN | (sub->queue.len ? EPOLLOUT : 0));
+}
+
+static void subscriber_event(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct server *s = server_of(l);
+    struct subscriber *sub = w->arg;
+    char byte;
+
+    if (sub->fd < 0)
+        return;
+    /* The client never writes; readable means it closed its end (or misbehaves). */
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (recv(sub->fd, &byte, 1, MSG_DONTWAIT) >= 0 || errno != EAGAIN) {
+            subscriber_drop(s, sub, NULL);
+            return;
+        }
+    }
+    subscriber_update(s, sub);
+}
+
+int server_subscribe(struct server *s, int *client_fd)
+{
+    struct subscriber *sub;
+    int pair[2], rc;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+        return err_sys("socketpair(subscription)");
+    if (!(sub = calloc(1, sizeof(*sub)))) {
+        rc = err_set(FERRY_ENOMEM, "subscriber");
+        goto close_pair;
+    }
+    sub->fd = pair[0];
+    if ((rc = loop_watch_add(&s->loop, &sub->watch, sub->fd, EPOLLIN, subscriber_event, sub)) < 0)
+        goto free_sub;
+    sub->next = s->subscribers;
+    if (sub->next)
+        sub->next->pprev = &sub->next;
+    sub->pprev = &s->subscribers;
+    s->subscribers = sub;
+    s->subscriber_count++;
+    *client_fd = pair[1];
+    return 0;
+
+free_sub:
+    free(sub);
+close_pair:
+    close(pair[0]);
+    close(pair[1]);
+    return rc;
+}
+
+void server_notify(struct server *s, int event, const struct object *o)
+{
+    ferry_notification n = {.event = event,
+                            .id = o->id,
+                            .data_size = o->data_size,
+                            .metadata_size = o->metadata_size};
+    uint8_t rec[PROTO_NOTIFY_SIZE];
+    struct subscriber *sub, *next;
+
+    proto_encode_notification(rec, &n);
+    for (sub = s->subscribers; sub; sub = next) {
+        next = sub->next;
+        if (sub->queue.len + PROTO_NOTIFY_SIZE > SUBSCRIBER_QUEUE_MAX) {
+            subscriber_drop(s, sub, "more than 16 MiB of notifications unread");
+            continue;
+        }
+        pbuf_put(&sub->queue, rec, sizeof(rec));
+        if (sub->queue.oom) {
+            subscriber_drop(s, sub, "out of memory queueing notifications");
+            continue;
+        }
+        subscriber_update(s, sub);
+    }
+}
+
+/* ---- store events ---- */
+
+static void on_sealed(void *ctx, const struct object *o)
+{
+    struct server *s = ctx;
+    server_notify(s, FERRY_EVENT_SEALED, o);
+    session_wake_waiters(s, (struct object *)o);
+}
+
+static void on_removed(void *ctx, const struct object *o, int event)
+{
+    server_notify(ctx, event, o);
+}
+
+/* ---- sessions ---- */
+
+void server_schedule(struct server *s, struct session *ss)
+{
+    if (ss->scheduled || ss->closed)
+        return;
+    ss->scheduled = 1;
+    ss->ready_next = s->ready;
+    s->ready = ss;
+}
+
+/* After each turn: input left waiting (a get that ended), then what was closed. */
+static void after_turn(struct loop *l, void *arg)
+{
+    struct server *s = arg;
+    struct session *ss, *ready = s->ready;
+    struct subscriber *sub;
+
+    s->ready = NULL;
+    while ((ss = ready)) {
+        ready = ss->ready_next;
+        ss->scheduled = 0;
+        if (!ss->closed)
+            session_resume(ss);
+    }
+    while ((ss = s->closed)) {
+        s->closed = ss->next;
+        session_free(ss);
+    }
+    while ((sub = s->dead_subscribers)) {
+        s->dead_subscribers = sub->next;
+        pbuf_free(&sub->queue);
+        free(sub);
+    }
+    l->busy = s->ready != NULL;
+}
+
+static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct server *s = server_of(l);
+
+    for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                log_warn("accept: %s", strerror(errno));
+            return;
+        }
+        if (session_open(s, fd) < 0) {
+            log_warn("refusing a client: %s", ferry_errmsg());
+            close(fd);
+        }
+    }
+}
+
+static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct signalfd_siginfo si;
+
+    if (read(w->fd, &si, sizeof(si)) == sizeof(si))
+        log_info("signal %u: shutting down", si.ssi_signo);
+    loop_stop(l);
+}
+
+/* ---- life cycle ---- */
+
+static int open_signals(struct server *s)
+{
+    sigset_t set;
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+        return err_sys("sigprocmask");
+    signal(SIGPIPE, SIG_IGN);
+    s->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (s->signal_fd < 0)
+        return err_sys("signalfd");
+    return loop_watch_add(&s->loop, &s->signal_watch, s->signal_fd, EPOLLIN, on_signal, s);
+}
+
+static int open_socket(struct server *s)
+{
+    struct stat st;
+    int rc;
+
+    rc = usock_listen(s->cfg.socket_path, s->cfg.socket_mode, LISTEN_BACKLOG, &s->listen_fd);
+    if (rc < 0)
+        return rc;
+    if (stat(s->cfg.socket_path, &st) == 0) {
+        s->socket_dev = st.st_dev;
+        s->socket_ino = st.st_ino;
+    }
+    return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, EPOLLIN, on_accept, s);
+}
+
+static uint64_t staging_size_for(uint64_t capacity)
+{
+    uint64_t size = capacity / 64;
+    size = size < STAGING_MIN ? STAGING_MIN : size > STAGING_MAX ? STAGING_MAX : size;
+    return size / 64 * 64;
+}
+
+int server_init(struct server *s, const struct server_config *cfg)
+{
+    struct store_events ev = {.sealed = on_sealed, .removed = on_removed, .ctx = s};
+    int rc;
+
+    memset(s, 0, sizeof(*s));
+    s->cfg = *cfg;
+    s->listen_fd = s->signal_fd = -1;
+    s->arena.fd = -1;
+    if ((rc = loop_init(&s->loop)) < 0)
+        return rc;
+    s->loop.after_turn = after_turn;
+    s->loop.after_turn_arg = s;
+    if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)
+        goto destroy;
+    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, &ev)) < 0)
+        goto destroy;
+    s->staging_size = staging_size_for(s->arena.size);
+    if ((rc = open_signals(s)) < 0 || (rc = open_socket(s)) < 0)
+        goto destroy;
+    log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
+             s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
+             (unsigned)cfg->socket_mode);
+    return 0;
+
+destroy:
+    server_destroy(s);
+    return rc;
+}
+
+int server_run(struct server *s)
+{
+    return loop_run(&s->loop);
+}
+
+/* Removes the socket file only if it is still the one we bound (a newer daemon may own the
+ * path by now). */
+static void remove_socket(struct server *s)
+{
+    struct stat st;
+
+    if (s->listen_fd < 0)
+        return;
+    close(s->listen_fd);
+    s->listen_fd = -1;
+    if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->socket_dev &&
+        st.st_ino == s->socket_ino)
+        unlink(s->cfg.socket_path);
+}
+
+void server_destroy(struct server *s)
+{
+    while (s->sessions)
+        session_close(s->sessions, NULL);
+    while (s->subscribers)
+        subscriber_drop(s, s->subscribers, NULL);
+    after_turn(&s->loop, s);
+    remove_socket(s);
+    if (s->signal_fd >= 0)
+        close(s->signal_fd);
+    s->signal_fd = -1;
+    idmap_free(&s->waiters);
+    if (s->store.alloc)
+        store_destroy(&s->store);
+    arena_close(&s->arena);
+    loop_destroy(&s->loop);
+}

@@ -1,0 +1,70 @@
+/*
+ * server.h - ferryd: the arena, the store, the listening socket, client sessions and
+ * subscribers, all driven by one event loop on one thread. Nothing here is shared with
+ * another thread, so nothing is locked.
+ */
+#ifndef FERRY_SERVER_H
+#define FERRY_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/idmap.h"
+#include "server/loop.h"
+#include "store/arena.h"
+#include "store/store.h"
+
+struct session;
+struct subscriber;
+
+struct server_config {
+    const char *socket_path;
+    mode_t socket_mode;
+    uint64_t memory;
+    int hugepages;
+};
+
+struct server_counters {
+    uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
+};
+
+struct server {
+    struct server_config cfg;
+    struct loop loop;
+    struct arena arena;
+    struct store store;
+    int listen_fd, signal_fd;
+    struct loop_watch listen_watch, signal_watch;
+    dev_t socket_dev; /* identity of the socket file we bound, to unlink only our own */
+    ino_t socket_ino;
+    struct session *sessions; /* connected */
+    struct session *ready;    /* with input left to process after this turn */
+    struct session *closed;   /* to free after this turn */
+    struct subscriber *subscribers, *dead_subscribers;
+    idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
+    uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;
+    struct server_counters counters;
+};
+
+/* The server whose loop l is (callbacks get the loop). */
+static inline struct server *server_of(struct loop *l)
+{
+    return (struct server *)((char *)l - offsetof(struct server, loop));
+}
+
+/* Opens the arena and the socket; refuses (with ferry_errmsg()) what it cannot honour. */
+int server_init(struct server *s, const struct server_config *cfg);
+/* Serves until SIGTERM or SIGINT. */
+int server_run(struct server *s);
+/* Closes every session, removes the socket file, frees everything. */
+void server_destroy(struct server *s);
+
+/* Queues a notification for every subscriber. */
+void server_notify(struct server *s, int event, const struct object *o);
+/* A new subscription: *client_fd is the end to hand to the client (the caller closes it). */
+int server_subscribe(struct server *s, int *client_fd);
+/* Makes the loop process ss's buffered input after this turn. */
+void server_schedule(struct server *s, struct session *ss);
+
+#endif

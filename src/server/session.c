@@ -1,0 +1,808 @@
+#include "server/session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/usock.h"
+
+#define READ_CHUNK (256u << 10)
+/* Input buffered beyond one largest frame is not read until processed (backpressure). */
+#define IN_MAX (PROTO_HEADER_SIZE + PROTO_MAX_REQUEST)
+/* Replies queued beyond this stop the processing of further requests until they drain. */
+#define OUT_HIGH (4u << 20)
+
+/* A handler returns 0, or FERRY_EPROTO (with err_set) to close the connection. A request
+ * that fails for a legitimate reason gets an error reply and returns 0. */
+typedef int handler_fn(struct session *ss, const struct proto_request *q);
+
+/* ---- replies ---- */
+
+static size_t reply_begin(struct session *ss, const struct proto_request *q, int32_t status)
+{
+    size_t start = proto_frame_begin(&ss->out, (uint16_t)(q->type | PROTO_REPLY_BIT), q->tag);
+    pbuf_u32(&ss->out, (uint32_t)status);
+    return start;
+}
+
+static int reply_status(struct session *ss, const struct proto_request *q, int status)
+{
+    size_t start = reply_begin(ss, q, status);
+
+    if (status < 0) {
+        const char *detail = ferry_errmsg();
+        size_t len = strnlen(detail, PROTO_MAX_DETAIL);
+        pbuf_u16(&ss->out, (uint16_t)len);
+        pbuf_put(&ss->out, detail, len);
+    }
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+static int reply_u64(struct session *ss, const struct proto_request *q, uint64_t v)
+{
+    size_t start = reply_begin(ss, q, 0);
+    pbuf_u64(&ss->out, v);
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+/* ---- references held by the session ---- */
+
+static int held_add(struct session *ss, struct object *o)
+{
+    struct held *h = idmap_get(&ss->held, &o->id), *tail = NULL;
+
+    for (; h; tail = h, h = h->next) {
+        if (h->o == o) {
+            h->count++;
+            store_ref(&ss->srv->store, o);
+            return 0;
+        }
+    }
+    if (!(h = calloc(1, sizeof(*h))))
+        return err_set(FERRY_ENOMEM, "reference record");
+    h->o = o;
+    h->count = 1;
+    if (tail)
+        tail->next = h;
+    else if (idmap_put(&ss->held, &o->id, h) < 0) {
+        free(h);
+        return FERRY_ENOMEM;
+    }
+    store_ref(&ss->srv->store, o);
+    return 0;
+}
+
+/* Unlinks entry h (whose predecessor under the same id is prev) from the session. */
+static void held_unlink(struct session *ss, struct held *h, struct held *prev)
+{
+    if (prev)
+        prev->next = h->next;
+    else if (h->next)
+        idmap_put(&ss->held, &h->o->id, h->next); /* replaces in place: cannot fail */
+    else
+        idmap_remove(&ss->held, &h->o->id);
+    free(h);
+}
+
+/* Drops one reference on id, the oldest object first. FERRY_ENOENT if none is held. */
+static int held_release(struct session *ss, const ferry_id *id)
+{
+    struct held *h = idmap_get(&ss->held, id);
+    struct object *o;
+
+    if (!h)
+        return FERRY_ENOENT;
+    o = h->o;
+    if (--h->count == 0)
+        held_unlink(ss, h, NULL);
+    store_unref(&ss->srv->store, o);
+    return 0;
+}
+
+/* Forgets every reference the session has on o (o is being aborted). */
+static void held_forget(struct session *ss, struct object *o)
+{
+    struct held *h, *prev = NULL;
+
+    for (h = idmap_get(&ss->held, &o->id); h; prev = h, h = h->next) {
+        if (h->o == o) {
+            held_unlink(ss, h, prev);
+            return;
+        }
+    }
+}
+
+/* ---- handlers ---- */
+
+static int handle_hello(struct session *ss, const struct proto_request *q)
+{
+    struct server *srv = ss->srv;
+    size_t start;
+    ssize_t n;
+
+    if (q->u.hello.magic != PROTO_MAGIC || q->u.hello.version != PROTO_VERSION)
+        return err_set(FERRY_EPROTO, "hello: magic 0x%x version %u, expected 0x%x version %u",
+                       q->u.hello.magic, q->u.hello.version, PROTO_MAGIC, PROTO_VERSION);
+    ss->pid = (pid_t)q->u.hello.pid;
+    ss->greeted = 1;
+    start = reply_begin(ss, q, 0);
+    pbuf_u64(&ss->out, srv->arena.size);
+    pbuf_u64(&ss->out, ss->client_id);
+    proto_frame_end(&ss->out, start);
+    if (ss->out.oom || start != 0)
+        return err_set(FERRY_EPROTO, "hello: cannot attach the arena to the reply");
+    /* The first reply on the connection carries the arena's descriptor. */
+    n = usock_send_fd(ss->fd, ss->out.data, ss->out.len, srv->arena.fd);
+    if (n < 0)
+        return err_set(FERRY_EPROTO, "hello: sending the arena: %s", strerror((int)-n));
+    pbuf_consume(&ss->out, (size_t)n);
+    return 0;
+}
+
+static int handle_create(struct session *ss, const struct proto_request *q)
+{
+    struct store *st = &ss->srv->store;
+    struct object *o;
+    int rc = store_create(st, &q->u.create.id, q->u.create.data_size,
+                          q->u.create.metadata_size, ss, &o);
+
+    if (rc < 0)
+        return reply_status(ss, q, rc);
+    /* store_create counted the creator's reference; the session records it. */
+    if ((rc = held_add(ss, o)) < 0) {
+        store_abort(st, o);
+        return reply_status(ss, q, rc);
+    }
+    store_unref(st, o);
+    return reply_u64(ss, q, o->offset);
+}
+
+/* The session's own unsealed object with this id, or an error status (detail set). */
+static int own_unsealed(struct session *ss, const ferry_id *id, struct object **out)
+{
+    struct object *o = store_find(&ss->srv->store, id);
+
+    if (!o)
+        return err_set(FERRY_ENOENT, "no such object");
+    if (o->state == FERRY_STATE_SEALED)
+        return err_set(FERRY_EPERM, "the object is sealed already");
+    if (o->creator != ss)
+        return err_set(FERRY_EPERM, "the object belongs to another client");
+    *out = o;
+    return 0;
+}
+
+static int handle_seal(struct session *ss, const struct proto_request *q)
+{
+    struct object *o;
+    int rc = own_unsealed(ss, &q->u.seal.id, &o);
+
+    if (rc < 0)
+        return reply_status(ss, q, rc);
+    store_seal(&ss->srv->store, o);
+    if (q->u.seal.release)
+        held_release(ss, &q->u.seal.id);
+    return reply_status(ss, q, 0);
+}
+
+static int handle_abort(struct session *ss, const struct proto_request *q)
+{
+    struct object *o;
+    int rc = own_unsealed(ss, &q->u.one.id, &o);
+
+    if (rc < 0)
+        return reply_status(ss, q, rc);
+    held_forget(ss, o);
+    store_abort(&ss->srv->store, o);
+    return reply_status(ss, q, 0);
+}
+
+static int handle_release(struct session *ss, const struct proto_request *q)
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+
+    if (held_release(ss, &q->u.one.id) == 0)
+        return 0;
+    ferry_id_format(&q->u.one.id, hex);
+    return err_set(FERRY_EPROTO, "release of %s, which this client does not hold", hex);
+}
+
+/* The sealed object with this id, or NULL. */
+static struct object *find_sealed(struct session *ss, const ferry_id *id)
+{
+    struct object *o = store_find(&ss->srv->store, id);
+    return o && o->state == FERRY_STATE_SEALED ? o : NULL;
+}
+
+static int handle_contains(struct session *ss, const struct proto_request *q)
+{
+    size_t start = reply_begin(ss, q, 0);
+    pbuf_u8(&ss->out, find_sealed(ss, &q->u.one.id) != NULL);
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+static int handle_delete(struct session *ss, const struct proto_request *q)
+{
+    struct object *o = store_find(&ss->srv->store, &q->u.one.id);
+
+    if (!o || (o->state != FERRY_STATE_SEALED && o->creator != ss))
+        return reply_status(ss, q, err_set(FERRY_ENOENT, "no such object"));
+    if (o->state != FERRY_STATE_SEALED)
+        return reply_status(ss, q, err_set(FERRY_ENOTSEALED, "unsealed: abort it instead"));
+    store_delete(&ss->srv->store, o);
+    return reply_status(ss, q, 0);
+}
+
+static int handle_hash(struct session *ss, const struct proto_request *q)
+{
+    struct object *o = find_sealed(ss, &q->u.one.id);
+
+    if (!o)
+        return reply_status(ss, q, err_set(FERRY_ENOENT, "no such sealed object"));
+    return reply_u64(ss, q, o->hash);
+}
+
+static int handle_evict(struct session *ss, const struct proto_request *q)
+{
+    return reply_u64(ss, q, store_evict(&ss->srv->store, q->u.evict.bytes));
+}
+
+static int handle_refresh(struct session *ss, const struct proto_request *q)
+{
+    uint32_t missing = 0;
+
+    for (uint32_t i = 0; i < q->u.ids.n; i++) {
+        struct object *o = find_sealed(ss, &q->u.ids.ids[i]);
+        if (o)
+            store_touch(&ss->srv->store, o);
+        else
+            missing++;
+    }
+    if (missing)
+        return reply_status(ss, q, err_set(FERRY_ENOENT, "%u of %u objects absent", missing,
+                                           q->u.ids.n));
+    return reply_status(ss, q, 0);
+}
+
+static int handle_list(struct session *ss, const struct proto_request *q)
+{
+    struct store *st = &ss->srv->store;
+    struct timespec ts;
+    uint64_t now;
+    size_t start = reply_begin(ss, q, 0), pos = 0;
+    const struct object *o;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    pbuf_reserve(&ss->out, 4 + st->table.count * PROTO_LIST_ENTRY_SIZE);
+    pbuf_u32(&ss->out, (uint32_t)st->table.count);
+    while ((o = idmap_next(&st->table, &pos, NULL))) {
+        pbuf_id(&ss->out, &o->id);
+        pbuf_u64(&ss->out, o->data_size);
+        pbuf_u64(&ss->out, o->metadata_size);
+        pbuf_u8(&ss->out, o->state);
+        pbuf_u32(&ss->out, o->refcount);
+        pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
+    }
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+static int handle_stats(struct session *ss, const struct proto_request *q)
+{
+    struct server *srv = ss->srv;
+    struct store *st = &srv->store;
+    const uint64_t v[] = {
+        store_capacity(st),
+        store_used(st),
+        srv->staging_bytes,
+        st->table.count,
+        st->sealed_objects,
+        srv->clients,
+        st->counters.evicted_objects,
+        st->counters.evicted_bytes,
+        st->counters.created,
+        st->counters.sealed,
+        st->counters.aborted,
+        st->counters.deleted,
+        srv->counters.gets,
+        srv->counters.get_timeouts,
+        st->counters.refused,
+        srv->counters.protocol_errors,
+        srv->counters.connections_total,
+        srv->subscriber_count,
+        srv->counters.notifications_dropped,
+    };
+    size_t start = reply_begin(ss, q, 0), n = sizeof(v) / sizeof(v[0]);
+    _Static_assert(sizeof(v) == sizeof(ferry_stats), "stats reply matches struct ferry_stats");
+
+    pbuf_u32(&ss->out, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        pbuf_u64(&ss->out, v[i]);
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+static int handle_subscribe(struct session *ss, const struct proto_request *q)
+{
+    int fd, rc = server_subscribe(ss->srv, &fd);
+    size_t start;
+    ssize_t n;
+
+    if (rc < 0)
+        return reply_status(ss, q, rc);
+    /* The descriptor rides on the reply's first byte, so the reply must go out now and first:
+     * session_process only dispatches this request with nothing else queued. */
+    start = reply_begin(ss, q, 0);
+    proto_frame_end(&ss->out, start);
+    n = ss->out.oom ? -ENOMEM : usock_send_fd(ss->fd, ss->out.data, ss->out.len, fd);
+    close(fd);
+    if (n < 0)
+        return err_set(FERRY_EPROTO, "subscribe: sending the descriptor: %s", strerror((int)-n));
+    pbuf_consume(&ss->out, (size_t)n);
+    return 0;
+}
+
+static int handle_stage(struct session *ss, const struct proto_request *q)
+{
+    struct server *srv = ss->srv;
+    size_t start;
+    int rc;
+
+    if (!ss->staging) {
+        if ((rc = store_reserve(&srv->store, srv->staging_size, &ss->staging)) < 0)
+            return reply_status(ss, q, rc);
+        srv->staging_bytes += alloc_block_size(ss->staging);
+    }
+    start = reply_begin(ss, q, 0);
+    pbuf_u64(&ss->out, alloc_block_offset(ss->staging));
+    pbuf_u64(&ss->out, alloc_block_size(ss->staging));
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+/* Checks that every entry lies inside the staging area and that together they copy no more
+ * than its size, so a batch costs at most one staging area of copying. */
+static int batch_check(struct session *ss, const struct proto_request *q)
+{
+    uint64_t size, total = 0;
+    struct proto_batch_entry e;
+
+    if (!ss->staging)
+        return err_set(FERRY_EPROTO, "put batch without a staging area");
+    size = alloc_block_size(ss->staging);
+    for (uint32_t i = 0; i < q->u.batch.n; i++) {
+        proto_batch_entry(q, i, &e);
+        if (e.data_size > size || e.metadata_size > size - e.data_size ||
+            e.offset > size - e.data_size - e.metadata_size)
+            return err_set(FERRY_EPROTO, "put batch entry %u lies outside the staging area", i);
+        total += e.data_size + e.metadata_size;
+        if (total > size)
+            return err_set(FERRY_EPROTO, "put batch copies more than the staging area");
+    }
+    return 0;
+}
+
+static int batch_put_one(struct session *ss, const struct proto_batch_entry *e)
+{
+    struct store *st = &ss->srv->store;
+    uint64_t from = alloc_block_offset(ss->staging) + e->offset;
+    struct object *o;
+    int rc = store_create(st, &e->id, e->data_size, e->metadata_size, ss, &o);
+
+    if (rc < 0)
+        return rc;
+    memcpy(st->base + o->offset, st->base + from, e->data_size + e->metadata_size);
+    store_seal(st, o);
+    store_unref(st, o);
+    return 0;
+}
+
+static int handle_put_batch(struct session *ss, const struct proto_request *q)
+{
+    struct proto_batch_entry e;
+    size_t start;
+    int rc = batch_check(ss, q);
+
+    if (rc < 0)
+        return rc;
+    start = reply_begin(ss, q, 0);
+    pbuf_u32(&ss->out, q->u.batch.n);
+    for (uint32_t i = 0; i < q->u.batch.n; i++) {
+        proto_batch_entry(q, i, &e);
+        pbuf_u32(&ss->out, (uint32_t)batch_put_one(ss, &e));
+    }
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
+/* ---- get ---- */
+
+static void get_unwait(struct server *srv, struct get_wait *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (w->next)
+        idmap_put(&srv->waiters, &w->id, w->next); /* replaces in place: cannot fail */
+    else
+        idmap_remove(&srv->waiters, &w->id);
+    if (w->next)
+        w->next->prev = w->prev;
+    w->ss = NULL;
+}
+
+static void get_reset(struct session *ss)
+{
+    struct pending_get *g = &ss->get;
+
+    for (uint32_t i = 0; g->waits && i < g->n; i++) {
+        if (g->waits[i].ss)
+            get_unwait(ss->srv, &g->waits[i]);
+    }
+    loop_timer_stop(&ss->srv->loop, &g->timer);
+    free(g->entries);
+    free(g->waits);
+    g->entries = NULL;
+    g->waits = NULL;
+    g->active = 0;
+}
+
+/* Sends the get's reply (found entries hold references) and ends it. */
+static void get_finish(struct session *ss)
+{
+    struct pending_get *g = &ss->get;
+    struct proto_request q = {.type = PROTO_GET, .tag = g->tag};
+    size_t start = reply_begin(ss, &q, 0);
+
+    pbuf_u32(&ss->out, g->n);
+    for (uint32_t i = 0; i < g->n; i++) {
+        pbuf_u32(&ss->out, (uint32_t)g->entries[i].status);
+        pbuf_u64(&ss->out, g->entries[i].offset);
+        pbuf_u64(&ss->out, g->entries[i].data_size);
+        pbuf_u64(&ss->out, g->entries[i].metadata_size);
+    }
+    proto_frame_end(&ss->out, start);
+    if (g->missing)
+        ss->srv->counters.get_timeouts++;
+    get_reset(ss);
+}
+
+/* Fills entry i from o and takes the reference it stands for. */
+static int get_fill(struct session *ss, uint32_t i, struct object *o)
+{
+    struct proto_get_entry *e = &ss->get.entries[i];
+    int rc = held_add(ss, o);
+
+    if (rc < 0)
+        return rc;
+    e->status = 0;
+    e->offset = o->offset;
+    e->data_size = o->data_size;
+    e->metadata_size = o->metadata_size;
+    ss->get.missing--;
+    return 0;
+}
+
+static int get_wait_for(struct session *ss, uint32_t i, const ferry_id *id)
+{
+    struct server *srv = ss->srv;
+    struct get_wait *w = &ss->get.waits[i], *head = idmap_get(&srv->waiters, id);
+
+    w->ss = ss;
+    w->index = i;
+    w->id = *id;
+    w->prev = NULL;
+    w->next = head;
+    if (idmap_put(&srv->waiters, id, w) < 0) {
+        w->ss = NULL;
+        return FERRY_ENOMEM;
+    }
+    if (head)
+        head->prev = w;
+    return 0;
+}
+
+static void get_timeout(struct loop *l, struct loop_timer *t)
+{
+    struct session *ss = t->arg;
+
+    get_finish(ss);
+    server_schedule(ss->srv, ss);
+}
+
+void session_wake_waiters(struct server *srv, struct object *o)
+{
+    struct get_wait *w = idmap_get(&srv->waiters, &o->id), *next;
+
+    for (; w; w = next) {
+        struct session *ss = w->ss;
+        next = w->next;
+        get_unwait(srv, w);
+        if (get_fill(ss, w->index, o) < 0) {
+            session_close(ss, "out of memory recording a reference");
+            continue;
+        }
+        if (ss->get.missing == 0) {
+            get_finish(ss);
+            server_schedule(srv, ss);
+        }
+    }
+}
+
+/* Takes what is there; waits for the rest unless the timeout is 0. */
+static int get_start(struct session *ss, const struct proto_request *q)
+{
+    struct pending_get *g = &ss->get;
+    uint32_t n = q->u.ids.n;
+    int rc = 0;
+
+    g->tag = q->tag;
+    g->n = g->missing = n;
+    g->entries = calloc(n ? n : 1, sizeof(*g->entries));
+    g->waits = calloc(n ? n : 1, sizeof(*g->waits));
+    if (!g->entries || !g->waits)
+        return err_set(FERRY_ENOMEM, "get of %u ids", n);
+    g->active = 1;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        struct object *o = find_sealed(ss, &q->u.ids.ids[i]);
+        g->entries[i].status = FERRY_ENOENT;
+        if (o)
+            rc = get_fill(ss, i, o);
+        else if (q->u.ids.timeout_ms != 0)
+            rc = get_wait_for(ss, i, &q->u.ids.ids[i]);
+    }
+    if (rc == 0 && g->missing && q->u.ids.timeout_ms > 0)
+        rc = loop_timer_start(&ss->srv->loop, &g->timer,
+                              loop_now_ms() + (uint64_t)q->u.ids.timeout_ms);
+    return rc;
+}
+
+static int handle_get(struct session *ss, const struct proto_request *q)
+{
+    int rc;
+
+    ss->srv->counters.gets++;
+    if ((rc = get_start(ss, q)) < 0) {
+        /* A failed get holds nothing: give back what it took. */
+        for (uint32_t i = 0; ss->get.entries && i < q->u.ids.n; i++) {
+            if (ss->get.entries[i].status == 0)
+                held_release(ss, &q->u.ids.ids[i]);
+        }
+        get_reset(ss);
+        return reply_status(ss, q, rc);
+    }
+    if (ss->get.missing == 0 || q->u.ids.timeout_ms == 0)
+        get_finish(ss);
+    return 0;
+}
+
+/* ---- dispatch and I/O ---- */
+
+static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
+    [PROTO_HELLO] = handle_hello,         [PROTO_CREATE] = handle_create,
+    [PROTO_SEAL] = handle_seal,           [PROTO_ABORT] = handle_abort,
+    [PROTO_GET] = handle_get,             [PROTO_RELEASE] = handle_release,
+    [PROTO_CONTAINS] = handle_contains,   [PROTO_DELETE] = handle_delete,
+    [PROTO_LIST] = handle_list,           [PROTO_EVICT] = handle_evict,
+    [PROTO_REFRESH] = handle_refresh,     [PROTO_HASH] = handle_hash,
+    [PROTO_STATS] = handle_stats,         [PROTO_SUBSCRIBE] = handle_subscribe,
+    [PROTO_STAGE] = handle_stage,         [PROTO_PUT_BATCH] = handle_put_batch,
+};
+
+static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)
+{
+    struct proto_request q;
+    int rc = proto_decode_request(h, payload, &q);
+
+    if (rc < 0)
+        return rc;
+    if (!ss->greeted && q.type != PROTO_HELLO)
+        return err_set(FERRY_EPROTO, "first message is type %u, not hello", q.type);
+    if (ss->greeted && q.type == PROTO_HELLO)
+        return err_set(FERRY_EPROTO, "second hello");
+    return handlers[q.type](ss, &q);
+}
+
+/* Writes queued replies; -1 when the client is gone. */
+static int flush_out(struct session *ss)
+{
+    while (ss->out.len) {
+        ssize_t n = send(ss->fd, ss->out.data, ss->out.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? 0 : -1;
+        }
+        pbuf_consume(&ss->out, (size_t)n);
+    }
+    return 0;
+}
+
+/* Requests that send a descriptor need an empty output queue; a blocked get stops
+ * processing (the protocol is request-reply); so does a queue of unread replies. */
+static int can_process(struct session *ss, uint16_t type)
+{
+    if (ss->closed || ss->get.active || ss->out.len > OUT_HIGH)
+        return 0;
+    return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
+}
+
+static void process_input(struct session *ss)
+{
+    size_t done = 0;
+    char reason[512];
+
+    while (ss->in.len - done >= PROTO_HEADER_SIZE) {
+        struct proto_header h;
+        int rc = proto_decode_header(ss->in.data + done, PROTO_MAX_REQUEST, &h);
+        if (rc == 0 && ss->in.len - done < PROTO_HEADER_SIZE + h.length)
+            break;
+        if (rc == 0 && !can_process(ss, h.type))
+            break;
+        if (rc == 0)
+            rc = dispatch(ss, &h, ss->in.data + done + PROTO_HEADER_SIZE);
+        if (rc < 0) {
+            snprintf(reason, sizeof(reason), "%s", ferry_errmsg());
+            session_close(ss, reason);
+            return;
+        }
+        done += PROTO_HEADER_SIZE + h.length;
+    }
+    pbuf_consume(&ss->in, done);
+}
+
+/* Reads what the socket has, up to one chunk; -1 at end of stream or error. */
+static int read_in(struct session *ss)
+{
+    ssize_t n;
+
+    if (ss->in.len >= IN_MAX)
+        return 0;
+    pbuf_reserve(&ss->in, READ_CHUNK);
+    if (ss->in.oom)
+        return -1;
+    n = recv(ss->fd, ss->in.data + ss->in.len, READ_CHUNK, MSG_DONTWAIT);
+    if (n > 0) {
+        ss->in.len += (size_t)n;
+        return 0;
+    }
+    return (n < 0 && (errno == EAGAIN || errno == EINTR)) ? 0 : -1;
+}
+
+/* Reading stops while the input buffer is full; writing is watched while replies wait. */
+static void update_interest(struct session *ss)
+{
+    uint32_t ev = (ss->in.len < IN_MAX ? EPOLLIN : 0) | (ss->out.len ? EPOLLOUT : 0);
+    if (loop_watch_mod(&ss->srv->loop, &ss->watch, ev) < 0)
+        session_close(ss, ferry_errmsg());
+}
+
+static void pump(struct session *ss)
+{
+    process_input(ss);
+    if (ss->closed)
+        return;
+    if (flush_out(ss) < 0) {
+        session_close(ss, NULL);
+        return;
+    }
+    /* Draining the output may have unblocked buffered requests. */
+    if (ss->out.len == 0 && ss->in.len >= PROTO_HEADER_SIZE)
+        server_schedule(ss->srv, ss);
+    update_interest(ss);
+}
+
+static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct session *ss = w->arg;
+
+    if (ss->closed)
+        return;
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && read_in(ss) < 0) {
+        session_close(ss, ss->in.oom ? "out of memory for input" : NULL);
+        return;
+    }
+    pump(ss);
+}
+
+void session_resume(struct session *ss)
+{
+    pump(ss);
+}
+
+int session_open(struct server *srv, int fd)
+{
+    struct session *ss = calloc(1, sizeof(*ss));
+    int rc;
+
+    if (!ss)
+        return err_set(FERRY_ENOMEM, "session");
+    ss->srv = srv;
+    ss->fd = fd;
+    ss->client_id = ++srv->next_client_id;
+    loop_timer_init(&ss->get.timer, get_timeout, ss);
+    if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, EPOLLIN, on_event, ss)) < 0) {
+        free(ss);
+        return rc;
+    }
+    ss->next = srv->sessions;
+    if (ss->next)
+        ss->next->pprev = &ss->next;
+    ss->pprev = &srv->sessions;
+    srv->sessions = ss;
+    srv->clients++;
+    srv->counters.connections_total++;
+    return 0;
+}
+
+/* Gives back everything the session holds: unsealed objects are aborted, references on the
+ * others dropped (a deleted object goes with its last one). */
+static void drop_holdings(struct session *ss)
+{
+    struct store *st = &ss->srv->store;
+    struct held *h, *next;
+    size_t pos = 0;
+
+    while ((h = idmap_next(&ss->held, &pos, NULL))) {
+        for (; h; h = next) {
+            next = h->next;
+            if (h->o->state == FERRY_STATE_CREATED && h->o->creator == ss) {
+                store_abort(st, h->o);
+            } else {
+                while (h->count--)
+                    store_unref(st, h->o);
+            }
+            free(h);
+        }
+    }
+    idmap_free(&ss->held);
+}
+
+void session_close(struct session *ss, const char *reason)
+{
+    struct server *srv = ss->srv;
+
+    if (ss->closed)
+        return;
+    if (reason) {
+        log_warn("client %" PRIu64 " (pid %d): closing the connection: %s", ss->client_id,
+                 (int)ss->pid, reason);
+        srv->counters.protocol_errors++;
+    }
+    ss->closed = 1;
+    get_reset(ss);
+    drop_holdings(ss);
+    if (ss->staging) {
+        srv->staging_bytes -= alloc_block_size(ss->staging);
+        store_unreserve(&srv->store, ss->staging);
+        ss->staging = NULL;
+    }
+    loop_watch_del(&srv->loop, &ss->watch);
+    close(ss->fd);
+    ss->fd = -1;
+    srv->clients--;
+    *ss->pprev = ss->next;
+    if (ss->next)
+        ss->next->pprev = ss->pprev;
+    ss->next = srv->closed;
+    ss->pprev = NULL;
+    srv->closed = ss;
+}
+
+void session_free(struct session *ss)
+{
+    pbuf_free(&ss->in);
+    pbuf_free(&ss->out);
+    free(ss);
+}

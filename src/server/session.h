@@ -1,0 +1,72 @@
+/*
+ * session.h - one connected client: its socket buffers, the references it holds (which
+ * include one on each of its unsealed objects), its staging area and its blocked get.
+ *
+ * Ownership: the server's `sessions` list owns a session from accept to close; a closed
+ * session moves to `closed` and is freed after the loop turn, because events of the same
+ * turn may still point at it. Everything runs on the loop's thread.
+ */
+#ifndef FERRY_SESSION_H
+#define FERRY_SESSION_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/proto.h"
+#include "server/server.h"
+
+/* References a session holds on objects under one id: usually one entry; more when an id was
+ * deleted while held and a new object took it (release then drops the oldest first). */
+struct held {
+    struct object *o;
+    uint32_t count;
+    struct held *next;
+};
+
+/* A session blocked in get, waiting for one of its ids (an entry in server.waiters). */
+struct get_wait {
+    struct session *ss;
+    uint32_t index;
+    ferry_id id;
+    struct get_wait *prev, *next;
+};
+
+struct pending_get {
+    int active;
+    uint64_t tag;
+    uint32_t n, missing;
+    struct proto_get_entry *entries;
+    struct get_wait *waits; /* n of them; those not waiting have ss == NULL */
+    struct loop_timer timer;
+};
+
+struct session {
+    struct server *srv;
+    int fd;
+    struct loop_watch watch;
+    uint64_t client_id;
+    pid_t pid;
+    int greeted; /* HELLO done */
+    int closed;
+    int scheduled;
+    struct pbuf in, out;
+    idmap held; /* id -> struct held chain */
+    alloc_block *staging;
+    struct pending_get get;
+    struct session *next, **pprev; /* in server.sessions or server.closed */
+    struct session *ready_next;    /* in server.ready when scheduled */
+};
+
+/* Accepts the connection on fd (non-blocking, close-on-exec) as a new session. */
+int session_open(struct server *srv, int fd);
+/* Processes input left in the buffer (after a blocked get ended). */
+void session_resume(struct session *ss);
+/* Closes the session: drops its references, aborts its unsealed objects, cancels its get,
+ * frees its staging area. reason NULL is an orderly disconnect; otherwise it is logged and
+ * counted as a protocol error. */
+void session_close(struct session *ss, const char *reason);
+void session_free(struct session *ss);
+/* o was just sealed: completes the gets that waited for it. */
+void session_wake_waiters(struct server *srv, struct object *o);
+
+#endif

@@ -1,0 +1,315 @@
+/*
+ * alloc.c - TLSF over offsets of [0, capacity), bookkeeping in the private heap.
+ *
+ * Sizes are counted in units of ALLOC_ALIGN bytes. A size u maps to a class (fl, sl): sizes
+ * below SL_COUNT units each get a class of their own in level 0; above, fl picks the power of
+ * two and sl one of SL_COUNT equal slices of it, so a class spans at most 1/SL_COUNT of its
+ * smallest member. Each class has a LIFO list of free blocks, and the two bitmaps say which
+ * lists are non-empty.
+ *
+ * Every block, free or allocated, has a descriptor on a list in address order, so that free
+ * finds its physical neighbours in O(1). Free physical neighbours never coexist: free merges
+ * them at once, so the free blocks are exactly the maximal free runs.
+ */
+#include "store/alloc.h"
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "common/err.h"
+
+#define UNIT_SHIFT 6 /* log2(ALLOC_ALIGN) */
+#define SL_BITS 5
+#define SL_COUNT (1u << SL_BITS)
+/* A capacity below 2^64 bytes has fewer than 2^58 units, hence floor(log2(units)) <= 57. */
+#define FL_COUNT (64 - UNIT_SHIFT - SL_BITS + 1)
+
+_Static_assert(ALLOC_ALIGN == 1u << UNIT_SHIFT, "UNIT_SHIFT must match ALLOC_ALIGN");
+
+struct alloc_block {
+    uint64_t offset; /* in units */
+    uint64_t units;
+    alloc_block *prev_phys; /* address-order neighbours, NULL at the ends */
+    alloc_block *next_phys;
+    alloc_block *prev_free; /* class list while free; next_free also links the spare pool */
+    alloc_block *next_free;
+    bool free;
+};
+
+struct alloc {
+    uint64_t capacity_units;
+    uint64_t used_units;
+    uint64_t free_blocks;
+    uint64_t fl_bitmap;         /* bit fl: sl_bitmap[fl] != 0 */
+    uint32_t sl_bitmap[FL_COUNT]; /* bit sl: heads[fl][sl] != NULL */
+    alloc_block *heads[FL_COUNT][SL_COUNT];
+    alloc_block *first_phys; /* the block at offset 0 */
+    alloc_block *spare;      /* recycled descriptors, linked through next_free */
+};
+
+struct size_class {
+    unsigned fl;
+    unsigned sl;
+};
+
+static unsigned log2_floor(uint64_t x)
+{
+    return 63u - (unsigned)__builtin_clzll(x);
+}
+
+/* The class whose range holds u (u > 0). */
+static struct size_class class_of(uint64_t u)
+{
+    if (u < SL_COUNT)
+        return (struct size_class){0, (unsigned)u};
+    unsigned f = log2_floor(u);
+    return (struct size_class){f - SL_BITS + 1, (unsigned)(u >> (f - SL_BITS)) ^ SL_COUNT};
+}
+
+/* u rounded up to the lowest size of a class, so that every block in that class holds u. */
+static uint64_t round_to_class(uint64_t u)
+{
+    if (u < SL_COUNT)
+        return u;
+    return u + (UINT64_C(1) << (log2_floor(u) - SL_BITS)) - 1;
+}
+
+static void list_insert(alloc *a, alloc_block *b)
+{
+    struct size_class c = class_of(b->units);
+    alloc_block *head = a->heads[c.fl][c.sl];
+
+    b->prev_free = NULL;
+    b->next_free = head;
+    if (head)
+        head->prev_free = b;
+    a->heads[c.fl][c.sl] = b;
+    a->sl_bitmap[c.fl] |= 1u << c.sl;
+    a->fl_bitmap |= UINT64_C(1) << c.fl;
+    b->free = true;
+    a->free_blocks++;
+}
+
+static void list_remove(alloc *a, alloc_block *b)
+{
+    struct size_class c = class_of(b->units);
+
+    if (b->prev_free)
+        b->prev_free->next_free = b->next_free;
+    else
+        a->heads[c.fl][c.sl] = b->next_free;
+    if (b->next_free)
+        b->next_free->prev_free = b->prev_free;
+    if (!a->heads[c.fl][c.sl]) {
+        a->sl_bitmap[c.fl] &= ~(1u << c.sl);
+        if (!a->sl_bitmap[c.fl])
+            a->fl_bitmap &= ~(UINT64_C(1) << c.fl);
+    }
+    b->free = false;
+    a->free_blocks--;
+}
+
+static alloc_block *descriptor_get(alloc *a)
+{
+    alloc_block *b = a->spare;
+
+    if (b) {
+        a->spare = b->next_free;
+        return b;
+    }
+    return malloc(sizeof(*b));
+}
+
+static void descriptor_put(alloc *a, alloc_block *b)
+{
+    b->next_free = a->spare;
+    a->spare = b;
+}
+
+/* Head of the first non-empty list of class c or above, NULL if none. */
+static alloc_block *find_from(const alloc *a, struct size_class c)
+{
+    if (c.fl >= FL_COUNT)
+        return NULL;
+    uint32_t sl_map = a->sl_bitmap[c.fl] & (~0u << c.sl);
+    if (!sl_map) {
+        uint64_t fl_map = a->fl_bitmap & (~UINT64_C(0) << (c.fl + 1));
+        if (!fl_map)
+            return NULL;
+        c.fl = (unsigned)__builtin_ctzll(fl_map);
+        sl_map = a->sl_bitmap[c.fl];
+    }
+    return a->heads[c.fl][(unsigned)__builtin_ctz(sl_map)];
+}
+
+/* A free block of at least u units. Good fit first: any head of a list from the rounded class
+ * up fits. When those are all empty, the blocks that could still fit share u's own class, and
+ * that list is searched, so that ENOSPACE means that no free block holds u. */
+static alloc_block *find_free(const alloc *a, uint64_t u)
+{
+    alloc_block *b = find_from(a, class_of(round_to_class(u)));
+
+    if (b)
+        return b;
+    struct size_class c = class_of(u);
+    for (b = a->heads[c.fl][c.sl]; b; b = b->next_free) {
+        if (b->units >= u)
+            return b;
+    }
+    return NULL;
+}
+
+int alloc_init(alloc **out, uint64_t capacity)
+{
+    uint64_t units = capacity >> UNIT_SHIFT;
+
+    if (units == 0)
+        return err_set(FERRY_EINVAL, "arena capacity %llu below %u bytes",
+                       (unsigned long long)capacity, ALLOC_ALIGN);
+    alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        return err_set(FERRY_ENOMEM, "no memory for the allocator");
+    alloc_block *b = calloc(1, sizeof(*b));
+    if (!b)
+        goto free_alloc;
+    b->units = units;
+    a->capacity_units = units;
+    a->first_phys = b;
+    list_insert(a, b);
+    *out = a;
+    return 0;
+
+free_alloc:
+    free(a);
+    return err_set(FERRY_ENOMEM, "no memory for the allocator");
+}
+
+/* Frees every descriptor, the allocated ones included: their handles die with a. */
+void alloc_destroy(alloc *a)
+{
+    if (!a)
+        return;
+    for (alloc_block *b = a->first_phys, *next; b; b = next) {
+        next = b->next_phys;
+        free(b);
+    }
+    for (alloc_block *b = a->spare, *next; b; b = next) {
+        next = b->next_free;
+        free(b);
+    }
+    free(a);
+}
+
+/* Cuts b down to u units and returns the rest to the free lists; rest is a spare descriptor. */
+static void split(alloc *a, alloc_block *b, uint64_t u, alloc_block *rest)
+{
+    rest->offset = b->offset + u;
+    rest->units = b->units - u;
+    rest->prev_phys = b;
+    rest->next_phys = b->next_phys;
+    if (b->next_phys)
+        b->next_phys->prev_phys = rest;
+    b->next_phys = rest;
+    b->units = u;
+    list_insert(a, rest);
+}
+
+int alloc_alloc(alloc *a, uint64_t size, alloc_block **out)
+{
+    if (size == 0 || size > a->capacity_units << UNIT_SHIFT)
+        return err_set(FERRY_EINVAL, "allocation of %llu bytes in an arena of %llu",
+                       (unsigned long long)size,
+                       (unsigned long long)(a->capacity_units << UNIT_SHIFT));
+    uint64_t u = (size + ALLOC_ALIGN - 1) >> UNIT_SHIFT;
+    alloc_block *b = find_free(a, u);
+    if (!b)
+        return err_set(FERRY_ENOSPACE,
+                       "no free range of %llu bytes: %llu of %llu bytes used, %llu free ranges",
+                       (unsigned long long)(u << UNIT_SHIFT),
+                       (unsigned long long)(a->used_units << UNIT_SHIFT),
+                       (unsigned long long)(a->capacity_units << UNIT_SHIFT),
+                       (unsigned long long)a->free_blocks);
+    /* Take the descriptor for the remainder before changing anything, so ENOMEM leaves the
+     * allocator as it was. */
+    alloc_block *rest = NULL;
+    if (b->units > u) {
+        rest = descriptor_get(a);
+        if (!rest)
+            return err_set(FERRY_ENOMEM, "no memory for a block descriptor");
+    }
+    list_remove(a, b);
+    if (rest)
+        split(a, b, u, rest);
+    a->used_units += u;
+    *out = b;
+    return 0;
+}
+
+/* Merges next, a physical successor of b, into b and recycles its descriptor. */
+static void absorb_next(alloc *a, alloc_block *b, alloc_block *next)
+{
+    b->units += next->units;
+    b->next_phys = next->next_phys;
+    if (next->next_phys)
+        next->next_phys->prev_phys = b;
+    descriptor_put(a, next);
+}
+
+void alloc_free(alloc *a, alloc_block *b)
+{
+    assert(!b->free);
+    a->used_units -= b->units;
+    alloc_block *prev = b->prev_phys;
+    if (prev && prev->free) {
+        list_remove(a, prev);
+        absorb_next(a, prev, b);
+        b = prev;
+    }
+    alloc_block *next = b->next_phys;
+    if (next && next->free) {
+        list_remove(a, next);
+        absorb_next(a, b, next);
+    }
+    list_insert(a, b);
+}
+
+uint64_t alloc_block_offset(const alloc_block *b)
+{
+    return b->offset << UNIT_SHIFT;
+}
+
+uint64_t alloc_block_size(const alloc_block *b)
+{
+    return b->units << UNIT_SHIFT;
+}
+
+uint64_t alloc_capacity(const alloc *a)
+{
+    return a->capacity_units << UNIT_SHIFT;
+}
+
+uint64_t alloc_used(const alloc *a)
+{
+    return a->used_units << UNIT_SHIFT;
+}
+
+/* Scans the list of the highest non-empty class: O(blocks in that one class). */
+uint64_t alloc_largest_free(const alloc *a)
+{
+    if (!a->fl_bitmap)
+        return 0;
+    unsigned fl = log2_floor(a->fl_bitmap);
+    unsigned sl = 31u - (unsigned)__builtin_clz(a->sl_bitmap[fl]);
+    uint64_t largest = 0;
+    for (const alloc_block *b = a->heads[fl][sl]; b; b = b->next_free) {
+        if (b->units > largest)
+            largest = b->units;
+    }
+    return largest << UNIT_SHIFT;
+}
+
+uint64_t alloc_free_blocks(const alloc *a)
+{
+    return a->free_blocks;
+}

@@ -1,0 +1,123 @@
+#include "store/arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/err.h"
+
+#define HUGE_PAGE_SIZE ((uint64_t)2 << 20)
+
+/* A "Key: N kB" figure from /proc/meminfo in bytes, 0 when absent. */
+static uint64_t meminfo_bytes(const char *key)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    size_t klen = strlen(key);
+    FILE *f = fopen("/proc/meminfo", "r");
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            sscanf(line + klen + 1, "%llu", &kb);
+            break;
+        }
+    }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static double mib(uint64_t bytes)
+{
+    return (double)bytes / (1 << 20);
+}
+
+/* Checks before reserving: fallocate on a memfd of more than the machine can back would
+ * drive the machine into the OOM killer rather than fail. */
+static int check_available(uint64_t size, int hugepages)
+{
+    uint64_t avail;
+
+    if (hugepages) {
+        avail = meminfo_bytes("HugePages_Free") * HUGE_PAGE_SIZE / 1024;
+        if (size > avail)
+            return err_set(FERRY_ENOSPACE,
+                           "arena of %.1f MiB needs %" PRIu64 " free 2 MiB huge pages, the "
+                           "machine has %" PRIu64 " (raise /proc/sys/vm/nr_hugepages)",
+                           mib(size), size / HUGE_PAGE_SIZE, avail / HUGE_PAGE_SIZE);
+        return 0;
+    }
+    avail = meminfo_bytes("MemAvailable");
+    if (avail && size > avail)
+        return err_set(FERRY_ENOSPACE,
+                       "arena of %.1f MiB exceeds the machine's available memory of %.1f MiB",
+                       mib(size), mib(avail));
+    return 0;
+}
+
+static int reserve(struct arena *a)
+{
+    int rc = fallocate(a->fd, 0, 0, (off_t)a->size);
+
+    if (rc == 0)
+        return 0;
+    if (errno == ENOSPC || errno == ENOMEM)
+        return err_set(FERRY_ENOSPACE, "cannot reserve an arena of %.1f MiB%s: %s", mib(a->size),
+                       a->hugepages ? " of huge pages" : "", strerror(errno));
+    return err_sys("fallocate(arena)");
+}
+
+int arena_open(struct arena *a, uint64_t size, int hugepages)
+{
+    uint64_t page = hugepages ? HUGE_PAGE_SIZE : (uint64_t)sysconf(_SC_PAGESIZE);
+    int rc;
+
+    memset(a, 0, sizeof(*a));
+    a->fd = -1;
+    if (size == 0 || size > (1ull << 46))
+        return err_set(FERRY_EINVAL, "arena size %" PRIu64 " out of range", size);
+    a->size = (size + page - 1) / page * page;
+    a->hugepages = hugepages;
+    if ((rc = check_available(a->size, hugepages)) < 0)
+        return rc;
+    a->fd = memfd_create("ferry-arena", MFD_CLOEXEC | (hugepages ? MFD_HUGETLB : 0));
+    if (a->fd < 0) {
+        rc = err_sys(hugepages ? "memfd_create(MFD_HUGETLB)" : "memfd_create");
+        goto fail;
+    }
+    if (ftruncate(a->fd, (off_t)a->size) < 0) {
+        rc = err_sys("ftruncate(arena)");
+        goto close_fd;
+    }
+    if ((rc = reserve(a)) < 0)
+        goto close_fd;
+    a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    if (a->base == MAP_FAILED) {
+        a->base = NULL;
+        rc = err_sys("mmap(arena)");
+        goto close_fd;
+    }
+    return 0;
+
+close_fd:
+    close(a->fd);
+    a->fd = -1;
+fail:
+    return rc;
+}
+
+void arena_close(struct arena *a)
+{
+    if (a->base)
+        munmap(a->base, a->size);
+    if (a->fd >= 0)
+        close(a->fd);
+    a->base = NULL;
+    a->fd = -1;
+}

@@ -1,0 +1,271 @@
+#include "store/store.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t block_size(const struct object *o)
+{
+    return o->block ? alloc_block_size(o->block) : 0;
+}
+
+static double mib(uint64_t bytes)
+{
+    return (double)bytes / (1 << 20);
+}
+
+/* ---- LRU ---- */
+
+static void lru_unlink(struct store *s, struct object *o)
+{
+    o->lru_prev->lru_next = o->lru_next;
+    o->lru_next->lru_prev = o->lru_prev;
+    o->lru_prev = o->lru_next = NULL;
+    s->evictable_bytes -= block_size(o);
+}
+
+static void lru_push_young(struct store *s, struct object *o)
+{
+    o->lru_prev = s->lru.lru_prev;
+    o->lru_next = &s->lru;
+    s->lru.lru_prev->lru_next = o;
+    s->lru.lru_prev = o;
+    s->evictable_bytes += block_size(o);
+}
+
+static int in_lru(const struct object *o)
+{
+    return o->lru_next != NULL;
+}
+
+/* ---- table ---- */
+
+int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev)
+{
+    int rc;
+
+    memset(s, 0, sizeof(*s));
+    s->base = base;
+    s->lru.lru_next = s->lru.lru_prev = &s->lru;
+    if (ev)
+        s->events = *ev;
+    if ((rc = alloc_init(&s->alloc, capacity)) < 0)
+        return rc;
+    return 0;
+}
+
+static void object_free(struct store *s, struct object *o)
+{
+    if (o->block)
+        alloc_free(s->alloc, o->block);
+    free(o);
+}
+
+void store_destroy(struct store *s)
+{
+    struct object *o;
+    size_t pos = 0;
+
+    while ((o = idmap_next(&s->table, &pos, NULL)))
+        object_free(s, o);
+    idmap_free(&s->table);
+    alloc_destroy(s->alloc);
+    s->alloc = NULL;
+}
+
+struct object *store_find(const struct store *s, const ferry_id *id)
+{
+    return idmap_get(&s->table, id);
+}
+
+/* Unlinks o from the table and the LRU; frees it unless it is still referenced. */
+static void remove_object(struct store *s, struct object *o, int event)
+{
+    idmap_remove(&s->table, &o->id);
+    if (in_lru(o))
+        lru_unlink(s, o);
+    if (o->state == FERRY_STATE_SEALED) {
+        s->sealed_objects--;
+        if (s->events.removed)
+            s->events.removed(s->events.ctx, o, event);
+    }
+    o->deleted = 1;
+    if (o->refcount == 0)
+        object_free(s, o);
+}
+
+static uint64_t evict_oldest(struct store *s)
+{
+    struct object *victim = s->lru.lru_next;
+    uint64_t freed = block_size(victim);
+
+    s->counters.evicted_objects++;
+    s->counters.evicted_bytes += freed;
+    remove_object(s, victim, FERRY_EVENT_EVICTED);
+    return freed;
+}
+
+uint64_t store_evict(struct store *s, uint64_t bytes)
+{
+    uint64_t freed = 0;
+
+    while (freed < bytes && s->lru.lru_next != &s->lru)
+        freed += evict_oldest(s);
+    return freed;
+}
+
+/* Allocates size bytes, evicting LRU objects while that can help. Nothing is evicted when even
+ * evicting every candidate could not make room: a create that must fail does no damage. */
+static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
+{
+    uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
+    uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    int rc;
+
+    if (size > cap) {
+        s->counters.refused++;
+        return err_set(FERRY_ETOOBIG, "%" PRIu64 " bytes exceed the arena's %" PRIu64, size, cap);
+    }
+    if (rounded > cap - used + s->evictable_bytes) {
+        s->counters.refused++;
+        return err_set(FERRY_ENOSPACE,
+                       "need %.2f MiB; arena %.2f MiB, used %.2f MiB of which %.2f MiB "
+                       "evictable (the rest is referenced or unsealed)",
+                       mib(rounded), mib(cap), mib(used), mib(s->evictable_bytes));
+    }
+    while ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE &&
+           s->lru.lru_next != &s->lru)
+        evict_oldest(s);
+    if (rc == FERRY_ENOSPACE) {
+        s->counters.refused++;
+        return err_set(FERRY_ENOSPACE,
+                       "need %.2f MiB; arena %.2f MiB, used %.2f MiB, largest free block "
+                       "%.2f MiB, nothing left to evict",
+                       mib(rounded), mib(cap), mib(alloc_used(s->alloc)),
+                       mib(alloc_largest_free(s->alloc)));
+    }
+    return rc;
+}
+
+int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
+                 void *creator, struct object **out)
+{
+    uint64_t total = data_size + metadata_size;
+    struct object *o;
+    int rc;
+
+    if (store_find(s, id))
+        return err_set(FERRY_EEXIST, "an object with this id exists");
+    if (total < data_size) {
+        s->counters.refused++;
+        return err_set(FERRY_ETOOBIG, "data and metadata sizes overflow");
+    }
+    if (!(o = calloc(1, sizeof(*o))))
+        return err_set(FERRY_ENOMEM, "object record");
+    if (total && (rc = alloc_evicting(s, total, &o->block)) < 0)
+        goto free_object;
+    o->id = *id;
+    o->offset = o->block ? alloc_block_offset(o->block) : 0;
+    o->data_size = data_size;
+    o->metadata_size = metadata_size;
+    o->created_ns = now_ns();
+    o->refcount = 1;
+    o->state = FERRY_STATE_CREATED;
+    o->creator = creator;
+    if ((rc = idmap_put(&s->table, id, o)) < 0)
+        goto free_block;
+    s->counters.created++;
+    *out = o;
+    return 0;
+
+free_block:
+    if (o->block)
+        alloc_free(s->alloc, o->block);
+free_object:
+    free(o);
+    return rc;
+}
+
+void store_seal(struct store *s, struct object *o)
+{
+    /* The sizes seed the digest so that moving the data/metadata boundary changes it. */
+    o->hash = XXH3_64bits_withSeed(s->base + o->offset, o->data_size + o->metadata_size,
+                                   o->data_size);
+    o->state = FERRY_STATE_SEALED;
+    o->creator = NULL;
+    s->sealed_objects++;
+    s->counters.sealed++;
+    if (s->events.sealed)
+        s->events.sealed(s->events.ctx, o);
+    if (o->refcount == 0)
+        lru_push_young(s, o);
+}
+
+void store_abort(struct store *s, struct object *o)
+{
+    s->counters.aborted++;
+    o->refcount = 0;
+    remove_object(s, o, 0);
+}
+
+void store_ref(struct store *s, struct object *o)
+{
+    if (in_lru(o))
+        lru_unlink(s, o);
+    o->refcount++;
+}
+
+void store_unref(struct store *s, struct object *o)
+{
+    if (--o->refcount > 0)
+        return;
+    if (o->deleted)
+        object_free(s, o);
+    else if (o->state == FERRY_STATE_SEALED)
+        lru_push_young(s, o);
+}
+
+void store_delete(struct store *s, struct object *o)
+{
+    s->counters.deleted++;
+    remove_object(s, o, FERRY_EVENT_DELETED);
+}
+
+void store_touch(struct store *s, struct object *o)
+{
+    if (!in_lru(o))
+        return;
+    lru_unlink(s, o);
+    lru_push_young(s, o);
+}
+
+int store_reserve(struct store *s, uint64_t size, alloc_block **out)
+{
+    return alloc_evicting(s, size, out);
+}
+
+void store_unreserve(struct store *s, alloc_block *b)
+{
+    alloc_free(s->alloc, b);
+}
+
+uint64_t store_capacity(const struct store *s)
+{
+    return alloc_capacity(s->alloc);
+}
+
+uint64_t store_used(const struct store *s)
+{
+    return alloc_used(s->alloc);
+}

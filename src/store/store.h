@@ -1,0 +1,101 @@
+/*
+ * store.h - the object table of one arena: ids to objects, their states and reference
+ * counts, the LRU of evictable objects, and eviction.
+ *
+ * Ownership and rules (the daemon's event loop is the only thread that calls in):
+ * - An object is created (unsealed) with one reference, its creator's. It is in the table
+ *   (by id) from create until abort, delete or eviction.
+ * - It is in the LRU exactly when it is sealed, unreferenced and not deleted; the LRU runs
+ *   from oldest (lru.next) to youngest (lru.prev). Only LRU members are ever evicted.
+ * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
+ *   goes with its last reference. So a new object may take the id while old readers remain.
+ * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
+ */
+#ifndef FERRY_STORE_H
+#define FERRY_STORE_H
+
+#include <stdint.h>
+
+#include "common/idmap.h"
+#include "store/alloc.h"
+
+struct object {
+    ferry_id id;
+    uint64_t offset; /* of the data part; the metadata follows it */
+    uint64_t data_size;
+    uint64_t metadata_size;
+    uint64_t hash; /* XXH3 of data and metadata, set at seal */
+    uint64_t created_ns;
+    alloc_block *block; /* NULL when data and metadata are both empty */
+    uint32_t refcount;
+    uint8_t state;   /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
+    uint8_t deleted; /* unlinked from the table, waiting for its last reference */
+    void *creator;   /* opaque owner while unsealed (the client session) */
+    struct object *lru_prev, *lru_next;
+};
+
+/* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
+ * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table. */
+struct store_events {
+    void (*sealed)(void *ctx, const struct object *o);
+    void (*removed)(void *ctx, const struct object *o, int event);
+    void *ctx;
+};
+
+struct store_counters {
+    uint64_t created, sealed, aborted, deleted, evicted_objects, evicted_bytes, refused;
+};
+
+struct store {
+    uint8_t *base;
+    alloc *alloc;
+    idmap table;
+    struct object lru; /* sentinel */
+    uint64_t evictable_bytes;
+    uint64_t sealed_objects;
+    struct store_events events;
+    struct store_counters counters;
+};
+
+int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev);
+/* Frees every object, whatever its references (the daemon is going away). */
+void store_destroy(struct store *s);
+
+/* The object with this id in the table (sealed or not), or NULL. */
+struct object *store_find(const struct store *s, const ferry_id *id);
+
+/* A new unsealed object holding one reference for creator. FERRY_EEXIST, FERRY_ETOOBIG,
+ * FERRY_ENOSPACE (evicting LRU objects first as needed; figures in ferry_errmsg()). */
+int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
+                 void *creator, struct object **out);
+
+/* Seals an unsealed object: computes its hash and makes it visible. */
+void store_seal(struct store *s, struct object *o);
+
+/* Drops an unsealed object whatever its references. */
+void store_abort(struct store *s, struct object *o);
+
+void store_ref(struct store *s, struct object *o);
+/* Drops a reference; at zero a deleted object is freed and a sealed one joins the young end
+ * of the LRU. */
+void store_unref(struct store *s, struct object *o);
+
+/* Deletes a sealed object (see the rules above). */
+void store_delete(struct store *s, struct object *o);
+
+/* Moves an evictable object to the young end of the LRU; others are left alone (they join
+ * it at the young end when released). */
+void store_touch(struct store *s, struct object *o);
+
+/* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns
+ * the bytes freed. */
+uint64_t store_evict(struct store *s, uint64_t bytes);
+
+/* Space that is not an object (a client's staging area), evicting as needed. */
+int store_reserve(struct store *s, uint64_t size, alloc_block **out);
+void store_unreserve(struct store *s, alloc_block *b);
+
+uint64_t store_capacity(const struct store *s);
+uint64_t store_used(const struct store *s);
+
+#endif
