@@ -1,0 +1,197 @@
+/* Unit tests of the client-protocol codec (common/proto.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/proto.h"
+
+static ferry_id make_id(uint8_t seed)
+{
+    ferry_id id;
+    for (int i = 0; i < FERRY_ID_SIZE; i++)
+        id.bytes[i] = (uint8_t)(seed + i);
+    return id;
+}
+
+/* Decodes the single frame in b. */
+static int decode(const struct pbuf *b, struct proto_request *q)
+{
+    struct proto_header h;
+    int rc = proto_decode_header(b->data, PROTO_MAX_REQUEST, &h);
+    if (rc < 0)
+        return rc;
+    assert_int_equal(h.length, b->len - PROTO_HEADER_SIZE);
+    return proto_decode_request(&h, b->data + PROTO_HEADER_SIZE, q);
+}
+
+static void test_get_round_trip(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    ferry_id ids[3] = {make_id(1), make_id(2), make_id(3)};
+    size_t start = proto_frame_begin(&b, PROTO_GET, 42);
+
+    pbuf_u64(&b, (uint64_t)(int64_t)-1);
+    pbuf_u32(&b, 3);
+    pbuf_put(&b, ids, sizeof(ids));
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.type, PROTO_GET);
+    assert_int_equal(q.tag, 42);
+    assert_int_equal(q.u.ids.timeout_ms, -1);
+    assert_int_equal(q.u.ids.n, 3);
+    assert_memory_equal(q.u.ids.ids, ids, sizeof(ids));
+    pbuf_free(&b);
+}
+
+static void test_batch_entries(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    struct proto_batch_entry e;
+    ferry_id id = make_id(9);
+    size_t start = proto_frame_begin(&b, PROTO_PUT_BATCH, 1);
+
+    pbuf_u32(&b, 2);
+    for (uint64_t i = 0; i < 2; i++) {
+        pbuf_id(&b, &id);
+        pbuf_u64(&b, 100 * i);
+        pbuf_u64(&b, 10 + i);
+        pbuf_u64(&b, 3);
+    }
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.u.batch.n, 2);
+    proto_batch_entry(&q, 1, &e);
+    assert_memory_equal(e.id.bytes, id.bytes, FERRY_ID_SIZE);
+    assert_int_equal(e.offset, 100);
+    assert_int_equal(e.data_size, 11);
+    assert_int_equal(e.metadata_size, 3);
+    pbuf_free(&b);
+}
+
+/* A count that promises more ids than the payload holds is truncation, not an overread. */
+static void test_count_beyond_payload_rejected(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    ferry_id id = make_id(0);
+    size_t start = proto_frame_begin(&b, PROTO_REFRESH, 1);
+
+    pbuf_u32(&b, 2);
+    pbuf_id(&b, &id);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "truncated"));
+    pbuf_free(&b);
+}
+
+static void test_limits_rejected(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    struct proto_header h;
+    size_t start = proto_frame_begin(&b, PROTO_GET, 1);
+
+    pbuf_u64(&b, 0);
+    pbuf_u32(&b, PROTO_MAX_IDS + 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "limit"));
+
+    /* An oversized length is refused from the header alone. */
+    uint32_t huge = PROTO_MAX_REQUEST + 1;
+    memcpy(b.data, &huge, 4);
+    assert_int_equal(proto_decode_header(b.data, PROTO_MAX_REQUEST, &h), FERRY_EPROTO);
+    /* So are non-zero flags. */
+    memset(b.data, 0, 4);
+    b.data[6] = 1;
+    assert_int_equal(proto_decode_header(b.data, PROTO_MAX_REQUEST, &h), FERRY_EPROTO);
+    pbuf_free(&b);
+}
+
+static void test_trailing_bytes_and_unknown_type_rejected(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    size_t start = proto_frame_begin(&b, PROTO_STATS, 1);
+
+    pbuf_u8(&b, 0);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "trailing"));
+
+    b.len = 0;
+    start = proto_frame_begin(&b, 999, 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "unknown"));
+    pbuf_free(&b);
+}
+
+static void test_bad_values_rejected(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    ferry_id id = make_id(0);
+    size_t start = proto_frame_begin(&b, PROTO_SEAL, 1);
+
+    pbuf_id(&b, &id);
+    pbuf_u8(&b, 2); /* release is a boolean */
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_GET, 1);
+    pbuf_u64(&b, (uint64_t)(int64_t)-5);
+    pbuf_u32(&b, 0);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    pbuf_free(&b);
+}
+
+static void test_notification_round_trip(void **state)
+{
+    ferry_notification in = {FERRY_EVENT_EVICTED, make_id(5), 1ull << 40, 7}, out;
+    uint8_t rec[PROTO_NOTIFY_SIZE];
+
+    proto_encode_notification(rec, &in);
+    assert_int_equal(proto_decode_notification(rec, sizeof(rec), &out), 0);
+    assert_int_equal(out.event, in.event);
+    assert_int_equal(out.data_size, in.data_size);
+    assert_int_equal(out.metadata_size, in.metadata_size);
+    assert_memory_equal(out.id.bytes, in.id.bytes, FERRY_ID_SIZE);
+    assert_int_equal(proto_decode_notification(rec, sizeof(rec) - 1, &out), FERRY_EPROTO);
+    rec[0] = 9;
+    assert_int_equal(proto_decode_notification(rec, sizeof(rec), &out), FERRY_EPROTO);
+}
+
+static void test_reader_never_overreads(void **state)
+{
+    uint8_t buf[3] = {1, 2, 3};
+    struct preader r = {buf, sizeof(buf), 0};
+
+    assert_int_equal(prd_u16(&r), 0x0201);
+    assert_int_equal(prd_u32(&r), 0); /* only one byte left */
+    assert_true(r.bad);
+    assert_null(prd_bytes(&r, 1)); /* once bad, stays bad */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_get_round_trip),
+        cmocka_unit_test(test_batch_entries),
+        cmocka_unit_test(test_count_beyond_payload_rejected),
+        cmocka_unit_test(test_limits_rejected),
+        cmocka_unit_test(test_trailing_bytes_and_unknown_type_rejected),
+        cmocka_unit_test(test_bad_values_rejected),
+        cmocka_unit_test(test_notification_round_trip),
+        cmocka_unit_test(test_reader_never_overreads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,238 @@
+/* Unit tests of the object table (store/store.c) over a private buffer as the arena. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/store.h"
+
+#define CAP (1u << 20)
+
+struct fixture {
+    struct store st;
+    uint8_t *base;
+    int events[64]; /* kinds of the notifications seen, in order */
+    ferry_id ids[64];
+    int nevents;
+};
+
+static void record(struct fixture *f, int event, const struct object *o)
+{
+    if (f->nevents < 64) {
+        f->ids[f->nevents] = o->id;
+        f->events[f->nevents++] = event;
+    }
+}
+
+static void on_sealed(void *ctx, const struct object *o)
+{
+    record(ctx, FERRY_EVENT_SEALED, o);
+}
+
+static void on_removed(void *ctx, const struct object *o, int event)
+{
+    record(ctx, event, o);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    struct store_events ev = {on_sealed, on_removed, f};
+
+    f->base = calloc(1, CAP);
+    assert_int_equal(store_init(&f->st, f->base, CAP, &ev), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    store_destroy(&f->st);
+    free(f->base);
+    free(f);
+    return 0;
+}
+
+static ferry_id id_of(int n)
+{
+    ferry_id id = {{0}};
+    memcpy(id.bytes, &n, sizeof(n));
+    return id;
+}
+
+/* An lvalue id for store_find. */
+#define ID(n) ((ferry_id[1]){id_of(n)})[0]
+
+/* Creates, fills and seals an object and drops the creator's reference: evictable. */
+static struct object *put(struct fixture *f, int n, uint64_t size)
+{
+    struct object *o;
+    ferry_id id = id_of(n);
+
+    assert_int_equal(store_create(&f->st, &id, size, 0, f, &o), 0);
+    memset(f->base + o->offset, n, size);
+    store_seal(&f->st, o);
+    store_unref(&f->st, o);
+    return o;
+}
+
+static void test_create_states_and_errors(void **state)
+{
+    struct fixture *f = *state;
+    struct object *o, *o2;
+    ferry_id id = id_of(1);
+
+    assert_int_equal(store_create(&f->st, &id, 100, 20, f, &o), 0);
+    assert_int_equal(o->state, FERRY_STATE_CREATED);
+    assert_int_equal(o->refcount, 1);
+    assert_int_equal(o->offset % 64, 0);
+    assert_int_equal(store_used(&f->st), 128);
+    assert_ptr_equal(store_find(&f->st, &id), o);
+    assert_int_equal(store_create(&f->st, &id, 1, 0, f, &o2), FERRY_EEXIST);
+    id = id_of(2);
+    assert_int_equal(store_create(&f->st, &id, CAP + 1, 0, f, &o2), FERRY_ETOOBIG);
+    assert_int_equal(store_create(&f->st, &id, UINT64_MAX, 2, f, &o2), FERRY_ETOOBIG);
+    /* Nothing is evictable (the only object is unsealed): no room, and the figures say so. */
+    assert_int_equal(store_create(&f->st, &id, CAP, 0, f, &o2), FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "evictable"));
+    assert_int_equal(f->st.counters.refused, 3);
+}
+
+static void test_empty_object_takes_no_space(void **state)
+{
+    struct fixture *f = *state;
+    struct object *o = put(f, 1, 0);
+
+    assert_null(o->block);
+    assert_int_equal(store_used(&f->st), 0);
+    assert_int_equal(o->state, FERRY_STATE_SEALED);
+}
+
+/* The digest covers data and metadata and where the boundary between them lies. */
+static void test_hash_depends_on_content_and_boundary(void **state)
+{
+    struct fixture *f = *state;
+    struct object *a, *b, *c;
+    ferry_id ia = id_of(1), ib = id_of(2), ic = id_of(3);
+
+    assert_int_equal(store_create(&f->st, &ia, 4, 4, f, &a), 0);
+    assert_int_equal(store_create(&f->st, &ib, 4, 4, f, &b), 0);
+    assert_int_equal(store_create(&f->st, &ic, 3, 5, f, &c), 0);
+    memcpy(f->base + a->offset, "abcdefgh", 8);
+    memcpy(f->base + b->offset, "abcdefgh", 8);
+    memcpy(f->base + c->offset, "abcdefgh", 8);
+    store_seal(&f->st, a);
+    store_seal(&f->st, b);
+    store_seal(&f->st, c);
+    assert_true(a->hash == b->hash);
+    assert_true(a->hash != c->hash);
+}
+
+static void test_eviction_in_lru_order(void **state)
+{
+    struct fixture *f = *state;
+    struct object *big;
+    ferry_id id = id_of(99);
+
+    for (int i = 1; i <= 4; i++)
+        put(f, i, CAP / 4);
+    /* Using 1 makes it the youngest: 2 is now the oldest. */
+    store_ref(&f->st, store_find(&f->st, &ID(1)));
+    store_unref(&f->st, store_find(&f->st, &ID(1)));
+    f->nevents = 0;
+    assert_int_equal(store_create(&f->st, &id, CAP / 2, 0, f, &big), 0);
+    assert_int_equal(f->nevents, 2);
+    assert_int_equal(f->events[0], FERRY_EVENT_EVICTED);
+    assert_memory_equal(f->ids[0].bytes, id_of(2).bytes, FERRY_ID_SIZE);
+    assert_memory_equal(f->ids[1].bytes, id_of(3).bytes, FERRY_ID_SIZE);
+    assert_non_null(store_find(&f->st, &ID(1)));
+    assert_int_equal(f->st.counters.evicted_objects, 2);
+}
+
+/* Referenced and unsealed objects are never evicted, and a create that cannot succeed
+ * evicts nothing. */
+static void test_referenced_never_evicted_and_no_useless_eviction(void **state)
+{
+    struct fixture *f = *state;
+    struct object *held = put(f, 1, CAP / 4), *o;
+    ferry_id unsealed = id_of(2), big = id_of(3);
+
+    store_ref(&f->st, held);
+    assert_int_equal(store_create(&f->st, &unsealed, CAP / 4, 0, f, &o), 0);
+    put(f, 4, CAP / 4);
+    f->nevents = 0;
+    assert_int_equal(store_create(&f->st, &big, CAP / 2 + 64, 0, f, &o), FERRY_ENOSPACE);
+    assert_int_equal(f->nevents, 0);
+    assert_int_equal(store_evict(&f->st, CAP), CAP / 4);
+    assert_non_null(store_find(&f->st, &held->id));
+    assert_non_null(store_find(&f->st, &unsealed));
+}
+
+static void test_delete_referenced_waits_for_last_reference(void **state)
+{
+    struct fixture *f = *state;
+    struct object *o = put(f, 1, 1000), *again;
+    ferry_id id = id_of(1);
+
+    store_ref(&f->st, o);
+    store_delete(&f->st, o);
+    assert_null(store_find(&f->st, &id));
+    assert_int_equal(store_used(&f->st), 1024); /* still there for its reader */
+    /* The id is free for a new object meanwhile. */
+    assert_int_equal(store_create(&f->st, &id, 10, 0, f, &again), 0);
+    store_unref(&f->st, o);
+    assert_int_equal(store_used(&f->st), 64);
+    assert_int_equal(f->events[f->nevents - 1], FERRY_EVENT_DELETED);
+}
+
+static void test_abort_frees_and_emits_nothing(void **state)
+{
+    struct fixture *f = *state;
+    struct object *o;
+    ferry_id id = id_of(1);
+
+    assert_int_equal(store_create(&f->st, &id, 5000, 0, f, &o), 0);
+    store_abort(&f->st, o);
+    assert_int_equal(store_used(&f->st), 0);
+    assert_null(store_find(&f->st, &id));
+    assert_int_equal(f->nevents, 0);
+}
+
+static void test_touch_and_reserve(void **state)
+{
+    struct fixture *f = *state;
+    alloc_block *b;
+
+    put(f, 1, CAP / 2);
+    put(f, 2, CAP / 2);
+    store_touch(&f->st, store_find(&f->st, &ID(1)));
+    /* Reserving evicts like a create: 2 is now the oldest. */
+    assert_int_equal(store_reserve(&f->st, 1000, &b), 0);
+    assert_null(store_find(&f->st, &ID(2)));
+    assert_non_null(store_find(&f->st, &ID(1)));
+    store_unreserve(&f->st, b);
+    assert_int_equal(store_used(&f->st), CAP / 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_create_states_and_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_object_takes_no_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hash_depends_on_content_and_boundary, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_in_lru_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_referenced_never_evicted_and_no_useless_eviction,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_referenced_waits_for_last_reference, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_touch_and_reserve, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
