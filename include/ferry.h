@@ -151,7 +151,8 @@ int ferry_evict(ferry_client *c, uint64_t bytes, uint64_t *freed);
  * are refreshed all the same). */
 int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n);
 
-/* The 64-bit XXH3 digest of data then metadata, computed once at seal. */
+/* The 64-bit digest of an object, computed once at seal: XXH3_64bits_withSeed over the data
+ * then the metadata (contiguous), seeded with data_size so that where the data ends counts. */
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 
 typedef struct ferry_stats {

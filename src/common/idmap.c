@@ -53,17 +53,20 @@ void *idmap_get(const idmap *m, const ferry_id *id)
 int idmap_put(idmap *m, const ferry_id *id, void *value)
 {
     uint64_t h = id_hash(id);
-    struct idmap_slot *s;
+    struct idmap_slot *s = m->count ? find_slot(m, id, h) : NULL;
 
+    /* Replacing never allocates, so it cannot fail. */
+    if (s && s->value) {
+        s->value = value;
+        return 0;
+    }
     if ((m->count + 1) * 4 > (m->mask + 1) * 3 && grow(m) < 0)
         return FERRY_ENOMEM;
     s = find_slot(m, id, h);
-    if (!s->value) {
-        s->key = *id;
-        s->hash = h;
-        m->count++;
-    }
+    s->key = *id;
+    s->hash = h;
     s->value = value;
+    m->count++;
     return 0;
 }
 

@@ -26,7 +26,7 @@ typedef struct idmap {
 
 void idmap_free(idmap *m);
 void *idmap_get(const idmap *m, const ferry_id *id);
-/* Inserts or replaces. 0, or FERRY_ENOMEM (the map is unchanged). */
+/* Inserts or replaces. 0, or FERRY_ENOMEM (the map is unchanged); replacing cannot fail. */
 int idmap_put(idmap *m, const ferry_id *id, void *value);
 /* Removes id and returns its value, NULL when absent. */
 void *idmap_remove(idmap *m, const ferry_id *id);

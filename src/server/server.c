@@ -192,8 +192,13 @@ static void after_turn(struct loop *l, void *arg)
         if (!ss->closed)
             session_resume(ss);
     }
-    while ((ss = s->closed)) {
-        s->closed = ss->next;
+    /* A closed session still in the ready list is freed next turn, once it is off it. */
+    for (struct session **pp = &s->closed; (ss = *pp);) {
+        if (ss->scheduled) {
+            pp = &ss->next;
+            continue;
+        }
+        *pp = ss->next;
         session_free(ss);
     }
     while ((sub = s->dead_subscribers)) {
@@ -201,7 +206,7 @@ static void after_turn(struct loop *l, void *arg)
         pbuf_free(&sub->queue);
         free(sub);
     }
-    l->busy = s->ready != NULL;
+    l->busy = s->ready != NULL || s->closed != NULL;
 }
 
 static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)

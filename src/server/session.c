@@ -167,13 +167,22 @@ static int handle_create(struct session *ss, const struct proto_request *q)
     return reply_u64(ss, q, o->offset);
 }
 
+/* FERRY_ENOENT with the id in the detail. */
+static int not_found(const ferry_id *id, const char *what)
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+
+    ferry_id_format(id, hex);
+    return err_set(FERRY_ENOENT, "%s %s is not in the store", what, hex);
+}
+
 /* The session's own unsealed object with this id, or an error status (detail set). */
 static int own_unsealed(struct session *ss, const ferry_id *id, struct object **out)
 {
     struct object *o = store_find(&ss->srv->store, id);
 
     if (!o)
-        return err_set(FERRY_ENOENT, "no such object");
+        return not_found(id, "object");
     if (o->state == FERRY_STATE_SEALED)
         return err_set(FERRY_EPERM, "the object is sealed already");
     if (o->creator != ss)
@@ -237,7 +246,7 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
     struct object *o = store_find(&ss->srv->store, &q->u.one.id);
 
     if (!o || (o->state != FERRY_STATE_SEALED && o->creator != ss))
-        return reply_status(ss, q, err_set(FERRY_ENOENT, "no such object"));
+        return reply_status(ss, q, not_found(&q->u.one.id, "object"));
     if (o->state != FERRY_STATE_SEALED)
         return reply_status(ss, q, err_set(FERRY_ENOTSEALED, "unsealed: abort it instead"));
     store_delete(&ss->srv->store, o);
@@ -249,7 +258,7 @@ static int handle_hash(struct session *ss, const struct proto_request *q)
     struct object *o = find_sealed(ss, &q->u.one.id);
 
     if (!o)
-        return reply_status(ss, q, err_set(FERRY_ENOENT, "no such sealed object"));
+        return reply_status(ss, q, not_found(&q->u.one.id, "sealed object"));
     return reply_u64(ss, q, o->hash);
 }
 
@@ -662,13 +671,14 @@ static void process_input(struct session *ss)
     pbuf_consume(&ss->in, done);
 }
 
-/* Reads what the socket has, up to one chunk; -1 at end of stream or error. */
-static int read_in(struct session *ss)
+/* Reads what the socket has, up to one chunk; -1 at end of stream or error. With a full
+ * buffer nothing is read, but a hang-up still ends the session. */
+static int read_in(struct session *ss, uint32_t events)
 {
     ssize_t n;
 
     if (ss->in.len >= IN_MAX)
-        return 0;
+        return (events & (EPOLLHUP | EPOLLERR)) ? -1 : 0;
     pbuf_reserve(&ss->in, READ_CHUNK);
     if (ss->in.oom)
         return -1;
@@ -703,14 +713,28 @@ static void pump(struct session *ss)
     update_interest(ss);
 }
 
+/* At the end of the stream: a reason if the buffer ends inside a frame, else NULL. */
+static const char *truncation(struct session *ss)
+{
+    struct proto_header h;
+
+    if (ss->in.len == 0)
+        return NULL;
+    if (ss->in.len >= PROTO_HEADER_SIZE &&
+        proto_decode_header(ss->in.data, PROTO_MAX_REQUEST, &h) == 0 &&
+        ss->in.len >= PROTO_HEADER_SIZE + h.length)
+        return NULL; /* whole frames not yet processed: an ordinary disconnect */
+    return "connection closed in the middle of a message (truncated frame)";
+}
+
 static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
 {
     struct session *ss = w->arg;
 
     if (ss->closed)
         return;
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && read_in(ss) < 0) {
-        session_close(ss, ss->in.oom ? "out of memory for input" : NULL);
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && read_in(ss, events) < 0) {
+        session_close(ss, ss->in.oom ? "out of memory for input" : truncation(ss));
         return;
     }
     pump(ss);

@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# cli_ferry.sh - the ferry command line against a real ferryd: every command with real data,
+# every exit status, and the one-line error report on stderr.
+#
+# Needs FERRY_BIN_DIR (the directory holding ferryd and ferry) and python3 for the JSON checks.
+# Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
+set -u
+
+BIN=${FERRY_BIN_DIR:?FERRY_BIN_DIR must name the directory of ferryd and ferry}
+FERRY=$BIN/ferry
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/cli_ferry.XXXXXX") || exit 1
+SOCK=$DIR/ferry.sock
+OUT=$DIR/stdout
+ERR=$DIR/stderr
+DAEMON_PID=
+PASSED=0
+FAILED=0
+# No single command may take longer than this (seconds): a hang fails the check instead.
+CMD_LIMIT=20
+# The names of the objects in the store when test_ls and test_stat run.
+STORED=(alpha beta empty empty-pipe delta named-object)
+
+# Stops the daemon (TERM, then KILL after 5 s) and removes the work directory.
+cleanup() {
+    if [ -n "$DAEMON_PID" ]; then
+        kill "$DAEMON_PID" 2>/dev/null
+        for ((n = 0; n < 100; n++)); do
+            kill -0 "$DAEMON_PID" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$DAEMON_PID" 2>/dev/null
+        wait "$DAEMON_PID" 2>/dev/null
+    fi
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+pass() { PASSED=$((PASSED + 1)); }
+fail() {
+    FAILED=$((FAILED + 1))
+    echo "FAIL: $*" >&2
+}
+
+# The tool against the test daemon, bounded in time.
+fy() { timeout "$CMD_LIMIT" "$FERRY" --socket "$SOCK" "$@"; }
+
+# run NAME STATUS CMD...: runs CMD with stdout in $OUT and stderr in $ERR. True when it exits
+# with STATUS; else the check has failed, and is reported.
+run() {
+    local name=$1 want=$2 got
+    shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    got=$?
+    [ "$got" -eq "$want" ] && return 0
+    fail "$name: exit status $got, expected $want; stderr: $(head -c 300 "$ERR")"
+    return 1
+}
+
+# expect NAME STATUS CMD...: run, and then a success must print nothing on stderr and a failure
+# exactly one line "ferry: ...".
+expect() {
+    run "$@" || return
+    local lines
+    lines=$(wc -l <"$ERR")
+    if [ "$2" -eq 0 ] && [ "$lines" -ne 0 ]; then
+        fail "$1: succeeded but wrote on stderr: $(head -c 300 "$ERR")"
+    elif [ "$2" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -q '^ferry: ' "$ERR"; }; then
+        fail "$1: stderr is not one 'ferry: ' line: $(head -c 300 "$ERR")"
+    else
+        pass
+    fi
+}
+
+# expect_answer NAME STATUS CMD...: run, for a command whose status is an answer (contains):
+# nothing on stderr either way.
+expect_answer() {
+    run "$@" || return
+    if [ -s "$ERR" ]; then
+        fail "$1: wrote on stderr: $(head -c 300 "$ERR")"
+    else
+        pass
+    fi
+}
+
+# ok NAME CMD...: checks that CMD succeeds.
+ok() {
+    local name=$1
+    shift
+    if "$@"; then pass; else fail "$name"; fi
+}
+
+# pyjson FILE EXPR: true when the Python expression EXPR, with j the JSON document in FILE,
+# is true.
+pyjson() {
+    python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+}
+
+# stat_field NAME: one field of stat --json.
+stat_field() {
+    fy stat --json >"$DIR/stat_field.json" &&
+        python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+            "$DIR/stat_field.json" "$1"
+}
+
+# The raw id that a name stands for: its SHA-1.
+sha1_hex() { printf %s "$1" | sha1sum | cut -c1-40; }
+
+# cat, not a redirect: the point is a stdin of unknown size.
+# shellcheck disable=SC2002
+put_pipe() { cat "$2" | fy put "$1" -; }
+put_redirect() { fy put "$1" <"$2"; }
+stdout_is() { [ "$(cat "$OUT")" = "$1" ]; }
+
+start_daemon() {
+    "$BIN/ferryd" --socket "$SOCK" --memory 64M >"$DIR/ferryd.log" 2>&1 &
+    DAEMON_PID=$!
+    # Up to 200 polls 50 ms apart: about 10 s.
+    for ((n = 0; n < 200; n++)); do
+        if "$FERRY" --socket "$SOCK" stat >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+            echo "ferryd exited before answering:" >&2
+            cat "$DIR/ferryd.log" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+    echo "ferryd did not answer within 10 s:" >&2
+    cat "$DIR/ferryd.log" >&2
+    return 1
+}
+
+make_data() {
+    head -c 100000 /dev/urandom >"$DIR/a.bin"
+    head -c 3000000 /dev/urandom >"$DIR/b.bin" # over the CLI's first stdin buffer, many times
+    head -c 5000 /dev/urandom >"$DIR/c.bin"
+    : >"$DIR/empty.bin"
+    truncate -s 65M "$DIR/big.bin" # sparse: larger than the 64 MiB arena, costs no disk
+}
+
+test_help_and_usage() {
+    expect "--help" 0 "$FERRY" --help
+    ok "--help prints the usage on stdout" grep -q '^Usage: ferry' "$OUT"
+    expect "-h" 0 "$FERRY" -h
+    expect "no command" 2 fy
+    expect "unknown command" 2 fy frobnicate
+    expect "unknown global option" 2 "$FERRY" --frob stat
+    expect "--socket without a value" 2 "$FERRY" --socket
+    expect "put without an id" 2 fy put
+    expect "put with an extra argument" 2 fy put x "$DIR/a.bin" extra
+    expect "put with an unknown option" 2 fy put x "$DIR/a.bin" --nope
+    expect "put --meta without a value" 2 fy put x "$DIR/a.bin" --meta
+    expect "put with an empty id" 2 fy put "" "$DIR/a.bin"
+    expect "get without an id" 2 fy get
+    expect "get with two ids" 2 fy get x y
+    expect "get with a bad timeout" 2 fy get x --timeout abc
+    expect "get with a timeout below -1" 2 fy get x --timeout -5
+    expect "get with a timeout with junk" 2 fy get x --timeout 10ms
+    expect "contains without an id" 2 fy contains
+    expect "rm with two ids" 2 fy rm x y
+    expect "ls with an argument" 2 fy ls x
+    expect "stat with an unknown option" 2 fy stat --yaml
+    expect "evict without bytes" 2 fy evict
+    expect "evict with a bad suffix" 2 fy evict 12X
+    expect "evict with a negative count" 2 fy evict -1
+    expect "evict with junk after the suffix" 2 fy evict 1MB
+    expect "evict beyond 64 bits" 2 fy evict 99999999999999999999
+    expect "hash without an id" 2 fy hash
+    # A command line error is found before the daemon is asked anything.
+    expect "usage error with no daemon" 2 "$FERRY" --socket "$DIR/nothing.sock" get
+}
+
+test_unreachable() {
+    expect "stat with no daemon" 4 "$FERRY" --socket "$DIR/nothing.sock" stat
+    expect "put with no daemon" 4 "$FERRY" --socket "$DIR/nothing.sock" put x "$DIR/a.bin"
+}
+
+test_put_get() {
+    expect "put from a file" 0 fy put alpha "$DIR/a.bin"
+    ok "put prints nothing" test ! -s "$OUT"
+    expect "get -o" 0 fy get alpha -o "$DIR/a.out"
+    ok "get -o writes the bytes put" cmp -s "$DIR/a.bin" "$DIR/a.out"
+    expect "get to stdout" 0 fy get alpha
+    ok "get to stdout writes the bytes put" cmp -s "$DIR/a.bin" "$OUT"
+    expect "get -o -" 0 fy get alpha -o -
+    ok "get -o - writes to stdout" cmp -s "$DIR/a.bin" "$OUT"
+    expect "put from a pipe" 0 put_pipe beta "$DIR/b.bin"
+    expect "get what came from a pipe" 0 fy get beta -o "$DIR/b.out"
+    ok "a pipe's bytes round trip" cmp -s "$DIR/b.bin" "$DIR/b.out"
+    expect "put from redirected stdin" 0 put_redirect gamma "$DIR/c.bin"
+    expect "get what came from redirected stdin" 0 fy get gamma --timeout 0
+    ok "redirected stdin's bytes round trip" cmp -s "$DIR/c.bin" "$OUT"
+    expect "put of an empty file" 0 fy put empty "$DIR/empty.bin"
+    expect "get of an empty object" 0 fy get empty
+    ok "an empty object is empty" test ! -s "$OUT"
+    expect "put of an empty pipe" 0 put_pipe empty-pipe "$DIR/empty.bin"
+    expect "put with --meta" 0 fy put delta "$DIR/a.bin" --meta "hello world"
+    expect "get of an object with metadata" 0 fy get delta -o "$DIR/d.out"
+    ok "metadata does not leak into the data" cmp -s "$DIR/a.bin" "$DIR/d.out"
+    expect "put of an existing id" 5 fy put alpha "$DIR/c.bin"
+    ok "a refused put leaves the object alone" cmp -s "$DIR/a.bin" <(fy get alpha)
+    expect "put of a missing file" 5 fy put nofile "$DIR/does-not-exist"
+}
+
+test_get_missing() {
+    expect "get of a missing object (poll)" 1 fy get missing
+    echo keep >"$DIR/keep.out"
+    expect "get --timeout 100 of a missing object" 1 fy get missing --timeout 100 -o "$DIR/keep.out"
+    ok "a failed get leaves the -o file alone" test "$(cat "$DIR/keep.out")" = keep
+    expect "get -o into a missing directory" 5 fy get alpha -o "$DIR/no/such/dir"
+}
+
+# A get waits for a put made while it waits, with a timeout and with none.
+test_get_waits() {
+    local ms pid status
+    for ms in 10000 -1; do
+        fy get "later$ms" --timeout "$ms" -o "$DIR/later.out" 2>"$DIR/later.err" &
+        pid=$!
+        sleep 0.2
+        expect "put while a get --timeout $ms waits" 0 fy put "later$ms" "$DIR/c.bin"
+        wait "$pid"
+        status=$?
+        ok "get --timeout $ms returns what was put meanwhile" \
+            test "$status" -eq 0 -a ! -s "$DIR/later.err"
+        ok "get --timeout $ms writes the bytes put meanwhile" cmp -s "$DIR/c.bin" "$DIR/later.out"
+    done
+}
+
+test_contains_rm() {
+    expect_answer "contains of a stored object" 0 fy contains alpha
+    ok "contains prints true" stdout_is true
+    expect_answer "contains of a missing object" 1 fy contains missing
+    ok "contains prints false" stdout_is false
+    expect "rm" 0 fy rm gamma
+    expect_answer "contains after rm" 1 fy contains gamma
+    expect "get after rm" 1 fy get gamma
+    expect "rm of a missing object" 1 fy rm gamma
+}
+
+test_too_big() {
+    expect "put of a file larger than the arena" 3 fy put big "$DIR/big.bin"
+    expect "put of a pipe larger than the arena" 3 put_pipe big-pipe "$DIR/big.bin"
+    expect_answer "nothing stays of a refused put" 1 fy contains big
+}
+
+test_raw_id() {
+    local hex
+    hex=$(sha1_hex named-object)
+    expect "put by name" 0 fy put named-object "$DIR/c.bin"
+    expect "ls after put by name" 0 fy ls
+    ok "ls shows the name's SHA-1 as the id" grep -q "^$hex " "$OUT"
+    expect "get by raw hex id" 0 fy get "$hex" -o "$DIR/raw.out"
+    ok "get by raw hex id gives the bytes put by name" cmp -s "$DIR/c.bin" "$DIR/raw.out"
+    expect_answer "contains by upper case hex id" 0 fy contains "${hex^^}"
+    expect "get by a 39-digit prefix is another id" 1 fy get "${hex:0:39}"
+}
+
+test_ls() {
+    local ha hd name ids=""
+    ha=$(sha1_hex alpha)
+    hd=$(sha1_hex delta)
+    for name in "${STORED[@]}"; do
+        ids+="'$(sha1_hex "$name")', "
+    done
+    expect "ls --json" 0 fy ls --json
+    cp "$OUT" "$DIR/ls.json"
+    ok "ls --json lists alpha with its size" pyjson "$DIR/ls.json" \
+        "any(o['id'] == '$ha' and o['data_size'] == 100000 and o['metadata_size'] == 0 for o in j)"
+    ok "ls --json shows delta's metadata size" pyjson "$DIR/ls.json" \
+        "any(o['id'] == '$hd' and o['metadata_size'] == len('hello world') for o in j)"
+    ok "ls --json has every key of every object" pyjson "$DIR/ls.json" \
+        "all(set(o) == {'id', 'data_size', 'metadata_size', 'state', 'refcount', 'age_ms'}
+             for o in j)"
+    ok "objects put by the CLI are sealed and released" pyjson "$DIR/ls.json" \
+        "all(o['state'] == 'sealed' and o['refcount'] == 0 for o in j)"
+    ok "ls --json lists each object put and nothing else" pyjson "$DIR/ls.json" \
+        "sorted(o['id'] for o in j) == sorted([$ids])"
+    expect "ls" 0 fy ls
+    ok "ls prints a header and a row per object" \
+        test "$(wc -l <"$OUT")" -eq $((${#STORED[@]} + 1))
+    ok "ls shows alpha sealed" grep -Eq "^$ha +100000 +0 +sealed +0 " "$OUT"
+}
+
+test_stat() {
+    expect "stat --json" 0 fy stat --json
+    cp "$OUT" "$DIR/stat.json"
+    ok "stat --json has the five keys" pyjson "$DIR/stat.json" \
+        "{'capacity_bytes', 'used_bytes', 'objects', 'clients', 'evicted_objects'} <= set(j)"
+    ok "stat --json has sane values" pyjson "$DIR/stat.json" \
+        "(0 < j['capacity_bytes'] <= 64 << 20 and 0 < j['used_bytes'] <= j['capacity_bytes']
+          and j['objects'] == ${#STORED[@]} and j['clients'] >= 1 and j['evicted_objects'] == 0)"
+    ok "stat --json has only numbers" pyjson "$DIR/stat.json" \
+        "all(type(v) is int and v >= 0 for v in j.values())"
+    expect "stat" 0 fy stat
+    ok "stat prints every field of stat --json" pyjson "$DIR/stat.json" \
+        "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
+    expect "stat through \$FERRY_SOCKET, the default socket" 0 \
+        env FERRY_SOCKET="$SOCK" "$FERRY" stat
+}
+
+test_hash() {
+    local h1 h2 h3 h4
+    expect "put of a copy" 0 fy put alpha-copy "$DIR/a.bin"
+    expect "hash" 0 fy hash alpha
+    h1=$(cat "$OUT")
+    ok "hash prints 16 hex digits" grep -Eqx '[0-9a-f]{16}' "$OUT"
+    expect "hash of the copy" 0 fy hash alpha-copy
+    h2=$(cat "$OUT")
+    expect "hash of other data" 0 fy hash beta
+    h3=$(cat "$OUT")
+    expect "hash of the same data with metadata" 0 fy hash delta
+    h4=$(cat "$OUT")
+    ok "identical content hashes alike under two ids" test "$h1" = "$h2"
+    ok "different content hashes differently" test "$h1" != "$h3"
+    ok "metadata is part of the hash" test "$h1" != "$h4"
+    expect "hash of a missing object" 1 fy hash missing
+}
+
+test_evict() {
+    local before after freed
+    before=$(stat_field used_bytes)
+    expect "evict 1K" 0 fy evict 1K
+    freed=$(cat "$OUT")
+    ok "evict 1K frees at least 1 KiB" test "$freed" -ge 1024
+    expect "evict 64M" 0 fy evict 64M
+    freed=$((freed + $(cat "$OUT")))
+    after=$(stat_field used_bytes)
+    ok "evict lowers used_bytes by what it freed" test "$after" -lt "$before" -a \
+        "$((before - after))" -ge "$freed"
+    ok "evict counts evicted objects" test "$(stat_field evicted_objects)" -gt 0
+    expect_answer "an evicted object is gone" 1 fy contains alpha
+    expect "evict with nothing left" 0 fy evict 1G
+    ok "evict with nothing left frees nothing" stdout_is 0
+}
+
+main() {
+    make_data || exit 1
+    test_help_and_usage
+    test_unreachable
+    start_daemon || exit 1
+    test_put_get
+    test_get_missing
+    test_contains_rm
+    test_too_big
+    test_raw_id
+    test_ls
+    test_stat
+    test_get_waits
+    test_hash
+    test_evict
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+main

@@ -1,0 +1,697 @@
+/* ferry.c - the ferry command line: one subcommand per store operation, talking to the node's
+ * ferryd through the public API of libferry only (include/ferry.h).
+ *
+ * Every failure prints exactly one line on stderr,
+ *     ferry: <command>: <ferry_strerror(err)>: <detail>
+ * and ends with a status that scripts can test: see enum status. */
+#include "ferry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Exit statuses: part of the tool's interface. */
+enum status {
+    STATUS_OK = 0,
+    STATUS_MISSING = 1,     /* FERRY_ENOENT, FERRY_ETIMEDOUT */
+    STATUS_USAGE = 2,       /* bad command line */
+    STATUS_NOSPACE = 3,     /* FERRY_ENOSPACE, FERRY_ETOOBIG */
+    STATUS_UNREACHABLE = 4, /* FERRY_ECONN from ferry_connect() */
+    STATUS_FAILED = 5,      /* anything else */
+};
+
+/* Largest single read() or write(): Linux moves at most about 2 GiB per call anyway. */
+#define IO_CHUNK ((size_t)1 << 30)
+/* First buffer size for input of unknown size; it doubles as needed. */
+#define STREAM_START ((size_t)64 << 10)
+/* Most positional arguments a subcommand takes. */
+#define MAX_PARAMS 2
+
+/* What a subcommand works with. */
+struct cli {
+    const char *socket;   /* NULL: the library's default ($FERRY_SOCKET, else /tmp/ferry.sock) */
+    const char *cmd;      /* subcommand name, for messages */
+    ferry_client *client; /* set by cli_open(); NULL before */
+};
+
+static void vreport(const char *cmd, int err, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Prints the one failure line; an empty detail is left out, and so is cmd when NULL. */
+static void vreport(const char *cmd, int err, const char *fmt, va_list ap)
+{
+    char detail[1024];
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    fprintf(stderr, "ferry: %s%s%s%s%s\n", cmd ? cmd : "", cmd ? ": " : "", ferry_strerror(err),
+            detail[0] ? ": " : "", detail);
+}
+
+static int exit_status(int err)
+{
+    switch (err) {
+    case FERRY_OK:
+        return STATUS_OK;
+    case FERRY_ENOENT:
+    case FERRY_ETIMEDOUT:
+        return STATUS_MISSING;
+    case FERRY_ENOSPACE:
+    case FERRY_ETOOBIG:
+        return STATUS_NOSPACE;
+    default:
+        return STATUS_FAILED;
+    }
+}
+
+static int report(const struct cli *cli, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reports err with a detail of this tool's own and returns the exit status for err. */
+static int report(const struct cli *cli, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(cli->cmd, err, fmt, ap);
+    va_end(ap);
+    return exit_status(err);
+}
+
+/* Reports a failed ferry_ call, whose detail is ferry_errmsg(). */
+static int fail(const struct cli *cli, int err)
+{
+    return report(cli, err, "%s", ferry_errmsg());
+}
+
+/* Reports a failed system call on a file, from errno. */
+static int fail_io(const struct cli *cli, const char *what, const char *name)
+{
+    return report(cli, FERRY_ESYS, "%s %s: %s", what, name, strerror(errno));
+}
+
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports a bad command line; always STATUS_USAGE. */
+static int usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(cmd, FERRY_EINVAL, fmt, ap);
+    va_end(ap);
+    return STATUS_USAGE;
+}
+
+/* An option of a subcommand: one with value stores the next word in *value, one without is a
+ * flag and sets *flag to 1. A list of them ends with a NULL name. */
+struct opt {
+    const char *name;
+    const char **value;
+    int *flag;
+};
+
+/* The positional arguments of a subcommand: value[i] receives the one named names[i] (the
+ * name is for messages); the first min are required, the others stay NULL when absent. */
+struct params {
+    const char *names[MAX_PARAMS];
+    const char *value[MAX_PARAMS];
+    int min;
+};
+
+static const struct opt *find_opt(const struct opt *opts, const char *word)
+{
+    for (; opts && opts->name; opts++) {
+        if (strcmp(opts->name, word) == 0)
+            return opts;
+    }
+    return NULL;
+}
+
+/* Sorts argv into opts (may be NULL) and p. "-" alone is a positional argument, and so is
+ * every word after "--". Returns STATUS_OK, or STATUS_USAGE after reporting the problem. */
+static int parse_args(const char *cmd, int argc, char **argv, const struct opt *opts,
+                      struct params *p)
+{
+    int max = 0, n = 0, options_done = 0;
+    while (max < MAX_PARAMS && p->names[max])
+        max++;
+    for (int i = 0; i < argc; i++) {
+        const char *word = argv[i];
+        if (!options_done && strcmp(word, "--") == 0) {
+            options_done = 1;
+        } else if (!options_done && word[0] == '-' && word[1] != '\0') {
+            const struct opt *o = find_opt(opts, word);
+            if (!o)
+                return usage_error(cmd, "unknown option '%s'", word);
+            if (o->flag)
+                *o->flag = 1;
+            else if (++i < argc)
+                *o->value = argv[i];
+            else
+                return usage_error(cmd, "option %s needs a value", word);
+        } else if (n < max) {
+            p->value[n++] = word;
+        } else {
+            return usage_error(cmd, "unexpected argument '%s'", word);
+        }
+    }
+    if (n < p->min)
+        return usage_error(cmd, "missing %s", p->names[n]);
+    return STATUS_OK;
+}
+
+/* Parses a decimal integer of at least min; anything else is a usage error. */
+static int parse_int(const struct cli *cli, const char *what, const char *text, int64_t min,
+                     int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end != '\0' || v < min)
+        return usage_error(cli->cmd, "bad %s '%s'", what, text);
+    *out = v;
+    return STATUS_OK;
+}
+
+/* Bits a size suffix shifts by; -1 for a character that is no suffix. */
+static int suffix_shift(char c)
+{
+    switch (c) {
+    case '\0':
+        return 0;
+    case 'K':
+    case 'k':
+        return 10;
+    case 'M':
+    case 'm':
+        return 20;
+    case 'G':
+    case 'g':
+        return 30;
+    default:
+        return -1;
+    }
+}
+
+/* Parses a byte count: decimal digits, then optionally K, M or G (binary multiples). */
+static int parse_size(const struct cli *cli, const char *text, uint64_t *out)
+{
+    unsigned long long v = 0;
+    int shift = -1;
+    char *end;
+    errno = 0;
+    /* A digit first: strtoull() would take a sign, and wrap a negative number around. */
+    if (text[0] >= '0' && text[0] <= '9') {
+        v = strtoull(text, &end, 10);
+        shift = suffix_shift(*end);
+    }
+    if (errno || shift < 0 || (shift > 0 && end[1] != '\0') || v > UINT64_MAX >> shift)
+        return usage_error(cli->cmd, "bad byte count '%s'", text);
+    *out = (uint64_t)v << shift;
+    return STATUS_OK;
+}
+
+/* Connects to the daemon, after parsing id_text into *id unless id_text is NULL: a command
+ * line error is found before the daemon is asked anything. A daemon that does not answer is
+ * STATUS_UNREACHABLE, set apart from the failures of operations. */
+static int cli_open(struct cli *cli, const char *id_text, ferry_id *id)
+{
+    if (id_text && ferry_id_parse(id_text, id) != FERRY_OK)
+        return usage_error(cli->cmd, "%s", ferry_errmsg());
+    int err = ferry_connect(cli->socket, &cli->client);
+    if (err == FERRY_OK)
+        return STATUS_OK;
+    cli->client = NULL;
+    int status = fail(cli, err);
+    return err == FERRY_ECONN ? STATUS_UNREACHABLE : status;
+}
+
+/* parse_args(), then cli_open() with the first positional argument as the id when id is not
+ * NULL: the start of every subcommand without numbers to parse. */
+static int cli_start(struct cli *cli, int argc, char **argv, const struct opt *opts,
+                     struct params *p, ferry_id *id)
+{
+    int status = parse_args(cli->cmd, argc, argv, opts, p);
+    return status != STATUS_OK ? status : cli_open(cli, id ? p->value[0] : NULL, id);
+}
+
+/* Reads up to size bytes into buf, fewer only at end of input; *done receives the count.
+ * Returns 0, or -1 with errno. */
+static int read_full(int fd, uint8_t *buf, uint64_t size, uint64_t *done)
+{
+    *done = 0;
+    while (*done < size) {
+        size_t chunk = size - *done < IO_CHUNK ? (size_t)(size - *done) : IO_CHUNK;
+        ssize_t n = read(fd, buf + *done, chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        *done += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Writes all size bytes. Returns 0, or -1 with errno. */
+static int write_all(int fd, const uint8_t *buf, uint64_t size)
+{
+    while (size > 0) {
+        ssize_t n = write(fd, buf, size < IO_CHUNK ? (size_t)size : IO_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        buf += n;
+        size -= (uint64_t)n;
+    }
+    return 0;
+}
+
+static uint64_t meta_size(const char *meta)
+{
+    return meta ? strlen(meta) : 0;
+}
+
+/* Fills the object of size bytes at data from fd; the file must still hold all of them. */
+static int fill_object(const struct cli *cli, int fd, const char *name, uint8_t *data,
+                       uint64_t size)
+{
+    uint64_t got;
+    if (read_full(fd, data, size, &got) < 0)
+        return fail_io(cli, "read", name);
+    if (got < size)
+        return report(cli, FERRY_ESYS, "read %s: file shrank to %" PRIu64 " of %" PRIu64 " bytes",
+                      name, got, size);
+    return STATUS_OK;
+}
+
+/* Stores size bytes of a regular file: the object is created at that size and the file is
+ * read straight into it, with no copy in this process. It is aborted when the file cannot be
+ * read in full, so that no truncated object is ever sealed. */
+static int put_sized(struct cli *cli, const ferry_id *id, int fd, const char *name, uint64_t size,
+                     const char *meta)
+{
+    uint8_t *data;
+    int err = ferry_create(cli->client, id, size, meta, meta_size(meta), &data);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    int status = fill_object(cli, fd, name, data, size);
+    if (status == STATUS_OK && (err = ferry_seal(cli->client, id)) != FERRY_OK)
+        status = fail(cli, err);
+    if (status != STATUS_OK) {
+        /* The failure is reported already; an abort that fails too adds nothing to it. */
+        ferry_abort(cli->client, id);
+        return status;
+    }
+    err = ferry_release(cli->client, id);
+    return err != FERRY_OK ? fail(cli, err) : STATUS_OK;
+}
+
+/* Reads fd to its end into a growing buffer (*buf, *len; *buf to free even on failure): for
+ * input of unknown size such as a pipe. */
+static int read_stream(const struct cli *cli, int fd, const char *name, uint8_t **buf, size_t *len)
+{
+    size_t cap = 0;
+    for (;;) {
+        if (*len == cap) {
+            size_t grown_cap = cap ? 2 * cap : STREAM_START;
+            uint8_t *grown = grown_cap > cap ? realloc(*buf, grown_cap) : NULL;
+            if (!grown)
+                return report(cli, FERRY_ENOMEM, "read %s: no memory for %zu bytes", name,
+                              grown_cap);
+            *buf = grown;
+            cap = grown_cap;
+        }
+        uint64_t got;
+        if (read_full(fd, *buf + *len, cap - *len, &got) < 0)
+            return fail_io(cli, "read", name);
+        *len += (size_t)got;
+        if (*len < cap)
+            return STATUS_OK;
+    }
+}
+
+/* Stores input of unknown size: read whole first, then put. */
+static int put_stream(struct cli *cli, const ferry_id *id, int fd, const char *name,
+                      const char *meta)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int status = read_stream(cli, fd, name, &buf, &len);
+    if (status == STATUS_OK) {
+        int err = ferry_put(cli->client, id, buf, len, meta, meta_size(meta));
+        status = err != FERRY_OK ? fail(cli, err) : STATUS_OK;
+    }
+    free(buf);
+    return status;
+}
+
+/* Stores what is left to read from fd: a regular file (stdin too when redirected from one)
+ * tells its size beforehand, anything else is read to its end first. */
+static int put_fd(struct cli *cli, const ferry_id *id, int fd, const char *name, const char *meta)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return put_stream(cli, id, fd, name, meta);
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    if (at < 0)
+        return fail_io(cli, "seek", name);
+    return put_sized(cli, id, fd, name, st.st_size > at ? (uint64_t)(st.st_size - at) : 0, meta);
+}
+
+/* put ID [FILE|-] [--meta STRING]: stores FILE, or stdin when it is "-" or absent. */
+static int cmd_put(struct cli *cli, int argc, char **argv)
+{
+    const char *meta = NULL;
+    const struct opt opts[] = {{"--meta", &meta, NULL}, {NULL, NULL, NULL}};
+    struct params p = {.names = {"ID", "FILE"}, .min = 1};
+    ferry_id id;
+    int status = cli_start(cli, argc, argv, opts, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    const char *path = p.value[1];
+    if (!path || strcmp(path, "-") == 0)
+        return put_fd(cli, &id, STDIN_FILENO, "stdin", meta);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail_io(cli, "open", path);
+    status = put_fd(cli, &id, fd, path, meta);
+    close(fd);
+    return status;
+}
+
+/* Writes data to the file at path, or to stdout when path is NULL or "-". The file is opened
+ * only once the object is at hand, so a failed get leaves an existing file alone. */
+static int write_object(const struct cli *cli, const char *path, const uint8_t *data, uint64_t size)
+{
+    if (!path || strcmp(path, "-") == 0)
+        return write_all(STDOUT_FILENO, data, size) < 0 ? fail_io(cli, "write", "stdout")
+                                                        : STATUS_OK;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return fail_io(cli, "open", path);
+    if (write_all(fd, data, size) < 0) {
+        int status = fail_io(cli, "write", path);
+        close(fd);
+        return status;
+    }
+    /* close() is where a delayed write error (NFS, a full disk) shows up. */
+    return close(fd) < 0 ? fail_io(cli, "close", path) : STATUS_OK;
+}
+
+/* get ID [-o FILE] [--timeout MS]: writes the object's data out; MS 0 polls, -1 waits on. */
+static int cmd_get(struct cli *cli, int argc, char **argv)
+{
+    const char *out = NULL, *timeout = NULL;
+    const struct opt opts[] = {
+        {"-o", &out, NULL}, {"--timeout", &timeout, NULL}, {NULL, NULL, NULL}};
+    struct params p = {.names = {"ID"}, .min = 1};
+    int64_t timeout_ms = 0;
+    ferry_id id;
+    int status = parse_args(cli->cmd, argc, argv, opts, &p);
+    if (status == STATUS_OK && timeout)
+        status = parse_int(cli, "timeout", timeout, -1, &timeout_ms);
+    if (status == STATUS_OK)
+        status = cli_open(cli, p.value[0], &id);
+    if (status != STATUS_OK)
+        return status;
+    ferry_buffer buf;
+    int err = ferry_get(cli->client, &id, 1, timeout_ms, &buf);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    status = write_object(cli, out, buf.data, buf.data_size);
+    err = ferry_release(cli->client, &id);
+    return status == STATUS_OK && err != FERRY_OK ? fail(cli, err) : status;
+}
+
+/* contains ID: prints true (status 0) when a sealed object ID is stored, else false (1). */
+static int cmd_contains(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"ID"}, .min = 1};
+    ferry_id id;
+    int present = 0;
+    int status = cli_start(cli, argc, argv, NULL, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_contains(cli->client, &id, &present);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    puts(present ? "true" : "false");
+    return present ? STATUS_OK : STATUS_MISSING;
+}
+
+/* rm ID: deletes the object. */
+static int cmd_rm(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"ID"}, .min = 1};
+    ferry_id id;
+    int status = cli_start(cli, argc, argv, NULL, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_delete(cli->client, &id);
+    return err != FERRY_OK ? fail(cli, err) : STATUS_OK;
+}
+
+static const char *state_name(int state)
+{
+    switch (state) {
+    case FERRY_STATE_CREATED:
+        return "created";
+    case FERRY_STATE_SEALED:
+        return "sealed";
+    default:
+        return "unknown";
+    }
+}
+
+static void print_objects_table(const ferry_object_info *objs, size_t n)
+{
+    printf("%-40s %12s %8s %-7s %4s %11s\n", "ID", "DATA", "META", "STATE", "REFS", "AGE");
+    for (size_t i = 0; i < n; i++) {
+        char hex[2 * FERRY_ID_SIZE + 1];
+        ferry_id_format(&objs[i].id, hex);
+        printf("%-40s %12" PRIu64 " %8" PRIu64 " %-7s %4" PRIu32 " %6" PRIu64 ".%03" PRIu64 "s\n",
+               hex, objs[i].data_size, objs[i].metadata_size, state_name(objs[i].state),
+               objs[i].refcount, objs[i].age_ms / 1000, objs[i].age_ms % 1000);
+    }
+}
+
+/* An array of objects, one per line. Ids are hex and states plain words: nothing to escape. */
+static void print_objects_json(const ferry_object_info *objs, size_t n)
+{
+    fputs("[", stdout);
+    for (size_t i = 0; i < n; i++) {
+        char hex[2 * FERRY_ID_SIZE + 1];
+        ferry_id_format(&objs[i].id, hex);
+        printf("%s\n  {\"id\": \"%s\", \"data_size\": %" PRIu64 ", \"metadata_size\": %" PRIu64
+               ", \"state\": \"%s\", \"refcount\": %" PRIu32 ", \"age_ms\": %" PRIu64 "}",
+               i ? "," : "", hex, objs[i].data_size, objs[i].metadata_size,
+               state_name(objs[i].state), objs[i].refcount, objs[i].age_ms);
+    }
+    fputs(n ? "\n]\n" : "]\n", stdout);
+}
+
+/* ls [--json]: lists every object, sealed or not. */
+static int cmd_ls(struct cli *cli, int argc, char **argv)
+{
+    int json = 0;
+    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
+    struct params p = {.min = 0};
+    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    if (status != STATUS_OK)
+        return status;
+    ferry_object_info *objs;
+    size_t n;
+    int err = ferry_list(cli->client, &objs, &n);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    if (json)
+        print_objects_json(objs, n);
+    else
+        print_objects_table(objs, n);
+    free(objs);
+    return STATUS_OK;
+}
+
+/* The fields of struct ferry_stats, all uint64_t, under their own names. */
+#define STAT_FIELD(f) #f, offsetof(struct ferry_stats, f)
+static const struct {
+    const char *name;
+    size_t offset;
+} stat_fields[] = {
+    {STAT_FIELD(capacity_bytes)},
+    {STAT_FIELD(used_bytes)},
+    {STAT_FIELD(staging_bytes)},
+    {STAT_FIELD(objects)},
+    {STAT_FIELD(sealed_objects)},
+    {STAT_FIELD(clients)},
+    {STAT_FIELD(evicted_objects)},
+    {STAT_FIELD(evicted_bytes)},
+    {STAT_FIELD(created_objects)},
+    {STAT_FIELD(sealed_total)},
+    {STAT_FIELD(aborted_objects)},
+    {STAT_FIELD(deleted_objects)},
+    {STAT_FIELD(gets)},
+    {STAT_FIELD(get_timeouts)},
+    {STAT_FIELD(refused_creates)},
+    {STAT_FIELD(protocol_errors)},
+    {STAT_FIELD(connections_total)},
+    {STAT_FIELD(subscribers)},
+    {STAT_FIELD(notifications_dropped)},
+};
+#define N_STAT_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
+_Static_assert(N_STAT_FIELDS * sizeof(uint64_t) == sizeof(ferry_stats),
+               "a field of struct ferry_stats is missing from stat_fields");
+
+static uint64_t stat_value(const ferry_stats *st, size_t i)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)st + stat_fields[i].offset, sizeof(v));
+    return v;
+}
+
+/* Prints name value lines, or with json one object of them. */
+static void print_stats(const ferry_stats *st, int json)
+{
+    if (json)
+        fputs("{", stdout);
+    for (size_t i = 0; i < N_STAT_FIELDS; i++) {
+        if (json)
+            printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", stat_fields[i].name, stat_value(st, i));
+        else
+            printf("%-22s %" PRIu64 "\n", stat_fields[i].name, stat_value(st, i));
+    }
+    if (json)
+        fputs("\n}\n", stdout);
+}
+
+/* stat [--json]: prints the daemon's counters. */
+static int cmd_stat(struct cli *cli, int argc, char **argv)
+{
+    int json = 0;
+    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
+    struct params p = {.min = 0};
+    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    if (status != STATUS_OK)
+        return status;
+    ferry_stats st;
+    int err = ferry_stats_get(cli->client, &st);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    print_stats(&st, json);
+    return STATUS_OK;
+}
+
+/* evict BYTES: evicts unreferenced objects, oldest first, and prints the bytes freed. */
+static int cmd_evict(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"BYTES"}, .min = 1};
+    uint64_t bytes = 0, freed = 0;
+    int status = parse_args(cli->cmd, argc, argv, NULL, &p);
+    if (status == STATUS_OK)
+        status = parse_size(cli, p.value[0], &bytes);
+    if (status == STATUS_OK)
+        status = cli_open(cli, NULL, NULL);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_evict(cli->client, bytes, &freed);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    printf("%" PRIu64 "\n", freed);
+    return STATUS_OK;
+}
+
+/* hash ID: prints the XXH3 digest of the object's data and metadata, 16 hex digits. */
+static int cmd_hash(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"ID"}, .min = 1};
+    ferry_id id;
+    uint64_t digest;
+    int status = cli_start(cli, argc, argv, NULL, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_hash(cli->client, &id, &digest);
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    printf("%016" PRIx64 "\n", digest);
+    return STATUS_OK;
+}
+
+static const struct command {
+    const char *name;
+    const char *args; /* for the usage text */
+    const char *summary;
+    int (*run)(struct cli *cli, int argc, char **argv);
+} commands[] = {
+    {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put},
+    {"get", "ID [-o FILE] [--timeout MS]", "write ID to FILE or stdout; MS 0 polls, -1 waits",
+     cmd_get},
+    {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
+    {"rm", "ID", "delete ID", cmd_rm},
+    {"ls", "[--json]", "list every object", cmd_ls},
+    {"stat", "[--json]", "print the daemon's counters", cmd_stat},
+    {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) are freed", cmd_evict},
+    {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void print_usage(void)
+{
+    puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n\nCommands:");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        printf("  %-8s %-28s %s\n", commands[i].name, commands[i].args, commands[i].summary);
+    puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
+         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ".\n"
+         "Exit status: 0 ok, 1 not found or timed out, 2 usage error, 3 no space or too big,\n"
+         "4 daemon unreachable, 5 any other failure.");
+}
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    }
+    return NULL;
+}
+
+/* Output goes through stdio's buffer, so a failure to write it may show only at the flush.
+ * It is reported only when nothing else was, to keep to one line on stderr. */
+static int flush_stdout(const struct cli *cli, int status)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return status;
+    return status == STATUS_OK ? fail_io(cli, "write", "stdout") : status;
+}
+
+int main(int argc, char **argv)
+{
+    struct cli cli = {.socket = NULL};
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_usage();
+            return flush_stdout(&cli, STATUS_OK);
+        }
+        if (strcmp(argv[i], "--socket") != 0)
+            return usage_error(NULL, "unknown option '%s' (see ferry --help)", argv[i]);
+        if (++i == argc)
+            return usage_error(NULL, "option --socket needs a value");
+        cli.socket = argv[i];
+    }
+    if (i == argc)
+        return usage_error(NULL, "missing COMMAND (see ferry --help)");
+    const struct command *command = find_command(argv[i]);
+    if (!command)
+        return usage_error(argv[i], "unknown command (see ferry --help)");
+    cli.cmd = argv[i];
+    int status = command->run(&cli, argc - i - 1, argv + i + 1);
+    ferry_disconnect(cli.client);
+    return flush_stdout(&cli, status);
+}
