@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <poll.h>
+#include <xxhash.h>
 
 #include "store/store.h"
 
@@ -41,7 +43,7 @@ static void on_removed(void *ctx, const struct object *o, int event)
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    struct store_events ev = {on_sealed, on_removed, f};
+    struct store_events ev = {.sealed = on_sealed, .removed = on_removed, .ctx = f};
 
     f->base = calloc(1, CAP);
     assert_int_equal(store_init(&f->st, f->base, CAP, &ev), 0);
@@ -219,6 +221,29 @@ static void test_touch_and_reserve(void **state)
     assert_int_equal(store_used(&f->st), CAP / 2);
 }
 
+/* A large object's digest is computed off the loop: until it is in, the object is pinned
+ * (not evictable) and not hashed; afterwards it has the same digest as an inline one. */
+static void test_large_digest_on_hasher_pins_until_collected(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t size = STORE_INLINE_HASH_MAX + 4096;
+    struct pollfd pfd;
+    struct object *o;
+
+    assert_int_equal(hasher_start(&f->st.hasher), 0);
+    o = put(f, 7, size);
+    assert_int_equal(o->hashed, 0);
+    assert_int_equal(o->refcount, 1);
+    assert_int_equal(store_evict(&f->st, CAP), 0);
+    pfd = (struct pollfd){.fd = hasher_fd(f->st.hasher), .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    store_collect_hashes(&f->st);
+    assert_int_equal(o->hashed, 1);
+    assert_int_equal(o->refcount, 0);
+    assert_true(o->hash == XXH3_64bits_withSeed(f->base + o->offset, size, size));
+    assert_int_equal(store_evict(&f->st, 1), (size + 63) / 64 * 64);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +258,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_and_reserve, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_digest_on_hasher_pins_until_collected, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

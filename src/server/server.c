@@ -167,6 +167,16 @@ static void on_removed(void *ctx, const struct object *o, int event)
     server_notify(ctx, event, o);
 }
 
+static void on_hashed(void *ctx, struct object *o)
+{
+    session_hash_ready(ctx, o);
+}
+
+static void on_hasher(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    store_collect_hashes(&server_of(l)->store);
+}
+
 /* ---- sessions ---- */
 
 void server_schedule(struct server *s, struct session *ss)
@@ -278,7 +288,8 @@ static uint64_t staging_size_for(uint64_t capacity)
 
 int server_init(struct server *s, const struct server_config *cfg)
 {
-    struct store_events ev = {.sealed = on_sealed, .removed = on_removed, .ctx = s};
+    struct store_events ev = {
+        .sealed = on_sealed, .removed = on_removed, .hashed = on_hashed, .ctx = s};
     int rc;
 
     memset(s, 0, sizeof(*s));
@@ -294,7 +305,12 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = store_init(&s->store, s->arena.base, s->arena.size, &ev)) < 0)
         goto destroy;
     s->staging_size = staging_size_for(s->arena.size);
-    if ((rc = open_signals(s)) < 0 || (rc = open_socket(s)) < 0)
+    /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
+     * SIGTERM reaches the signalfd rather than killing the process in the worker. */
+    if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
+        (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), EPOLLIN,
+                             on_hasher, s)) < 0 ||
+        (rc = open_socket(s)) < 0)
         goto destroy;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",

@@ -41,6 +41,8 @@ struct server {
     struct session *sessions; /* connected */
     struct session *ready;    /* with input left to process after this turn */
     struct session *closed;   /* to free after this turn */
+    struct session *hash_waiters; /* blocked in HASH for a digest being computed */
+    struct loop_watch hasher_watch; /* the store's hasher finished digests */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;

@@ -253,12 +253,54 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
     return reply_status(ss, q, 0);
 }
 
+/* Blocks the session until o's digest is in (o stays pinned by the hasher until then). */
+static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
+{
+    struct server *srv = ss->srv;
+
+    ss->hash_wait = o;
+    ss->hash_tag = tag;
+    ss->hash_next = srv->hash_waiters;
+    if (ss->hash_next)
+        ss->hash_next->hash_pprev = &ss->hash_next;
+    ss->hash_pprev = &srv->hash_waiters;
+    srv->hash_waiters = ss;
+}
+
+static void hash_unwait(struct session *ss)
+{
+    if (!ss->hash_wait)
+        return;
+    *ss->hash_pprev = ss->hash_next;
+    if (ss->hash_next)
+        ss->hash_next->hash_pprev = ss->hash_pprev;
+    ss->hash_wait = NULL;
+}
+
+void session_hash_ready(struct server *srv, struct object *o)
+{
+    struct session *ss, *next;
+
+    for (ss = srv->hash_waiters; ss; ss = next) {
+        next = ss->hash_next;
+        if (ss->hash_wait != o)
+            continue;
+        hash_unwait(ss);
+        reply_u64(ss, &(struct proto_request){.type = PROTO_HASH, .tag = ss->hash_tag}, o->hash);
+        server_schedule(srv, ss);
+    }
+}
+
 static int handle_hash(struct session *ss, const struct proto_request *q)
 {
     struct object *o = find_sealed(ss, &q->u.one.id);
 
     if (!o)
         return reply_status(ss, q, not_found(&q->u.one.id, "sealed object"));
+    if (!o->hashed) {
+        hash_wait(ss, o, q->tag);
+        return 0;
+    }
     return reply_u64(ss, q, o->hash);
 }
 
@@ -638,11 +680,11 @@ static int flush_out(struct session *ss)
     return 0;
 }
 
-/* Requests that send a descriptor need an empty output queue; a blocked get stops
+/* Requests that send a descriptor need an empty output queue; a blocked get or hash stops
  * processing (the protocol is request-reply); so does a queue of unread replies. */
 static int can_process(struct session *ss, uint16_t type)
 {
-    if (ss->closed || ss->get.active || ss->out.len > OUT_HIGH)
+    if (ss->closed || ss->get.active || ss->hash_wait || ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -806,6 +848,7 @@ void session_close(struct session *ss, const char *reason)
     }
     ss->closed = 1;
     get_reset(ss);
+    hash_unwait(ss);
     drop_holdings(ss);
     if (ss->staging) {
         srv->staging_bytes -= alloc_block_size(ss->staging);

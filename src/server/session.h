@@ -53,6 +53,9 @@ struct session {
     idmap held; /* id -> struct held chain */
     alloc_block *staging;
     struct pending_get get;
+    struct object *hash_wait; /* blocked in HASH until this object's digest is in */
+    uint64_t hash_tag;
+    struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */
     struct session *next, **pprev; /* in server.sessions or server.closed */
     struct session *ready_next;    /* in server.ready when scheduled */
 };
@@ -68,5 +71,7 @@ void session_close(struct session *ss, const char *reason);
 void session_free(struct session *ss);
 /* o was just sealed: completes the gets that waited for it. */
 void session_wake_waiters(struct server *srv, struct object *o);
+/* o's digest is in: answers the HASH requests that waited for it. */
+void session_hash_ready(struct server *srv, struct object *o);
 
 #endif

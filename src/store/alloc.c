@@ -41,7 +41,7 @@ struct alloc {
     uint64_t capacity_units;
     uint64_t used_units;
     uint64_t free_blocks;
-    uint64_t fl_bitmap;         /* bit fl: sl_bitmap[fl] != 0 */
+    uint64_t fl_bitmap;           /* bit fl: sl_bitmap[fl] != 0 */
     uint32_t sl_bitmap[FL_COUNT]; /* bit sl: heads[fl][sl] != NULL */
     alloc_block *heads[FL_COUNT][SL_COUNT];
     alloc_block *first_phys; /* the block at offset 0 */

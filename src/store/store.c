@@ -72,10 +72,35 @@ static void object_free(struct store *s, struct object *o)
     free(o);
 }
 
+static void finish_hashes(struct store *s, struct hasher_job *jobs)
+{
+    struct hasher_job *job;
+
+    while ((job = jobs)) {
+        struct object *o = job->arg;
+        jobs = job->next;
+        o->hash = job->digest;
+        o->hashed = 1;
+        free(job);
+        if (s->events.hashed)
+            s->events.hashed(s->events.ctx, o);
+        store_unref(s, o);
+    }
+}
+
+void store_collect_hashes(struct store *s)
+{
+    finish_hashes(s, hasher_take_done(s->hasher));
+}
+
 void store_destroy(struct store *s)
 {
     struct object *o;
     size_t pos = 0;
+
+    if (s->hasher)
+        finish_hashes(s, hasher_stop(s->hasher));
+    s->hasher = NULL;
 
     while ((o = idmap_next(&s->table, &pos, NULL)))
         object_free(s, o);
@@ -197,11 +222,31 @@ free_object:
     return rc;
 }
 
+/* Starts the digest of o on the hasher, pinning o until it is in; 0 when started. */
+static int hash_later(struct store *s, struct object *o, uint64_t len)
+{
+    struct hasher_job *job;
+
+    if (!s->hasher || len <= STORE_INLINE_HASH_MAX || !(job = calloc(1, sizeof(*job))))
+        return -1;
+    job->bytes = s->base + o->offset;
+    job->len = len;
+    job->seed = o->data_size;
+    job->arg = o;
+    o->refcount++;
+    hasher_submit(s->hasher, job);
+    return 0;
+}
+
 void store_seal(struct store *s, struct object *o)
 {
+    uint64_t len = o->data_size + o->metadata_size;
+
     /* The sizes seed the digest so that moving the data/metadata boundary changes it. */
-    o->hash = XXH3_64bits_withSeed(s->base + o->offset, o->data_size + o->metadata_size,
-                                   o->data_size);
+    if (hash_later(s, o, len) < 0) {
+        o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
+        o->hashed = 1;
+    }
     o->state = FERRY_STATE_SEALED;
     o->creator = NULL;
     s->sealed_objects++;

@@ -18,6 +18,11 @@
 
 #include "common/idmap.h"
 #include "store/alloc.h"
+#include "store/hasher.h"
+
+/* Objects up to this size are hashed at seal on the loop's thread; larger ones on the hasher
+ * thread, pinned (one reference) until their digest is in. */
+#define STORE_INLINE_HASH_MAX (256u << 10)
 
 struct object {
     ferry_id id;
@@ -30,15 +35,18 @@ struct object {
     uint32_t refcount;
     uint8_t state;   /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
     uint8_t deleted; /* unlinked from the table, waiting for its last reference */
+    uint8_t hashed;  /* `hash` is set */
     void *creator;   /* opaque owner while unsealed (the client session) */
     struct object *lru_prev, *lru_next;
 };
 
 /* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
- * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table. */
+ * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table,
+ * hashed() when a digest computed off the loop is in (before the pin on o is dropped). */
 struct store_events {
     void (*sealed)(void *ctx, const struct object *o);
     void (*removed)(void *ctx, const struct object *o, int event);
+    void (*hashed)(void *ctx, struct object *o);
     void *ctx;
 };
 
@@ -55,10 +63,12 @@ struct store {
     uint64_t sealed_objects;
     struct store_events events;
     struct store_counters counters;
+    struct hasher *hasher; /* NULL: every digest is computed at seal, inline */
 };
 
 int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev);
-/* Frees every object, whatever its references (the daemon is going away). */
+/* Stops the hasher (if any), collecting its digests, then frees every object whatever its
+ * references (the daemon is going away). */
 void store_destroy(struct store *s);
 
 /* The object with this id in the table (sealed or not), or NULL. */
@@ -69,8 +79,12 @@ struct object *store_find(const struct store *s, const ferry_id *id);
 int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
                  void *creator, struct object **out);
 
-/* Seals an unsealed object: computes its hash and makes it visible. */
+/* Seals an unsealed object and makes it visible; its digest is computed now, or started on
+ * the hasher (o->hashed tells which). */
 void store_seal(struct store *s, struct object *o);
+
+/* Takes in the digests the hasher finished (call when hasher_fd() is readable). */
+void store_collect_hashes(struct store *s);
 
 /* Drops an unsealed object whatever its references. */
 void store_abort(struct store *s, struct object *o);

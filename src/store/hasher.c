@@ -1,0 +1,127 @@
+#include "store/hasher.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+
+struct hasher {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct hasher_job *todo, **todo_tail; /* guarded by lock */
+    struct hasher_job *done, **done_tail; /* guarded by lock */
+    int stopping;                         /* guarded by lock */
+    int efd;
+};
+
+static void *worker(void *arg)
+{
+    struct hasher *h = arg;
+    struct hasher_job *job;
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&h->lock);
+    for (;;) {
+        while (!h->todo && !h->stopping)
+            pthread_cond_wait(&h->wake, &h->lock);
+        if (!(job = h->todo))
+            break;
+        if (!(h->todo = job->next))
+            h->todo_tail = &h->todo;
+        pthread_mutex_unlock(&h->lock);
+        job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
+        job->next = NULL;
+        pthread_mutex_lock(&h->lock);
+        *h->done_tail = job;
+        h->done_tail = &job->next;
+        /* Cannot fail: the counter does not overflow at one increment per job. */
+        ssize_t n = write(h->efd, &one, sizeof(one));
+        (void)n;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+int hasher_start(struct hasher **out)
+{
+    struct hasher *h = calloc(1, sizeof(*h));
+    int rc;
+
+    if (!h)
+        return err_set(FERRY_ENOMEM, "hasher");
+    h->todo_tail = &h->todo;
+    h->done_tail = &h->done;
+    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (h->efd < 0) {
+        rc = err_sys("eventfd");
+        goto free_h;
+    }
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    if ((rc = pthread_create(&h->thread, NULL, worker, h)) != 0) {
+        rc = err_set(FERRY_ESYS, "pthread_create(hasher): error %d", rc);
+        goto destroy_sync;
+    }
+    *out = h;
+    return 0;
+
+destroy_sync:
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->lock);
+    close(h->efd);
+free_h:
+    free(h);
+    return rc;
+}
+
+struct hasher_job *hasher_stop(struct hasher *h)
+{
+    struct hasher_job *jobs;
+
+    pthread_mutex_lock(&h->lock);
+    h->stopping = 1;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->thread, NULL);
+    jobs = hasher_take_done(h);
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->lock);
+    close(h->efd);
+    free(h);
+    return jobs;
+}
+
+int hasher_fd(const struct hasher *h)
+{
+    return h->efd;
+}
+
+void hasher_submit(struct hasher *h, struct hasher_job *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&h->lock);
+    *h->todo_tail = job;
+    h->todo_tail = &job->next;
+    pthread_cond_signal(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+}
+
+struct hasher_job *hasher_take_done(struct hasher *h)
+{
+    struct hasher_job *jobs;
+    uint64_t count;
+
+    /* Resets readiness; EAGAIN only means no signal since the last take. */
+    ssize_t n = read(h->efd, &count, sizeof(count));
+    (void)n;
+    pthread_mutex_lock(&h->lock);
+    jobs = h->done;
+    h->done = NULL;
+    h->done_tail = &h->done;
+    pthread_mutex_unlock(&h->lock);
+    return jobs;
+}

@@ -1,0 +1,36 @@
+/*
+ * hasher.h - digests of large sealed objects, computed on a worker thread so that a seal of
+ * a 64 MiB object does not stall the event loop (and every other client) for milliseconds.
+ *
+ * Ownership and locking: a job belongs to the caller until hasher_submit(), to the hasher
+ * until hasher_take_done() returns it. `todo` and `done` are guarded by `lock`; the worker
+ * writes job->digest before moving the job to `done` under the lock, so the caller reads it
+ * after taking the job, with the mutex ordering the two. The bytes hashed must stay mapped
+ * and unchanged until the job is taken back (the store pins the object meanwhile).
+ */
+#ifndef FERRY_HASHER_H
+#define FERRY_HASHER_H
+
+#include <stdint.h>
+
+struct hasher;
+
+struct hasher_job {
+    const uint8_t *bytes;
+    uint64_t len, seed;
+    uint64_t digest; /* the result: XXH3_64bits_withSeed(bytes, len, seed) */
+    void *arg;
+    struct hasher_job *next;
+};
+
+int hasher_start(struct hasher **out);
+/* Finishes the jobs submitted, stops the worker, frees h and returns the finished jobs that
+ * were not taken yet. */
+struct hasher_job *hasher_stop(struct hasher *h);
+/* Readable (an eventfd) when finished jobs wait in hasher_take_done(). */
+int hasher_fd(const struct hasher *h);
+void hasher_submit(struct hasher *h, struct hasher_job *job);
+/* The finished jobs, oldest first (NULL when none); resets the fd's readiness. */
+struct hasher_job *hasher_take_done(struct hasher *h);
+
+#endif
