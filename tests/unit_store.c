@@ -221,27 +221,80 @@ static void test_touch_and_reserve(void **state)
     assert_int_equal(store_used(&f->st), CAP / 2);
 }
 
-/* A large object's digest is computed off the loop: until it is in, the object is pinned
- * (not evictable) and not hashed; afterwards it has the same digest as an inline one. */
-static void test_large_digest_on_hasher_pins_until_collected(void **state)
+/* Waits (bounded) until the hasher has finished something, and takes it in. */
+static void collect(struct fixture *f)
+{
+    struct pollfd pfd = {.fd = hasher_fd(f->st.hasher), .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    store_collect_hashes(&f->st);
+}
+
+/* A large object's digest is computed off the loop: until it is in, the object is not in the
+ * LRU; afterwards it has the digest an inline one would have. */
+static void test_large_digest_on_hasher_blocks_eviction_until_collected(void **state)
 {
     struct fixture *f = *state;
     uint64_t size = STORE_INLINE_HASH_MAX + 4096;
-    struct pollfd pfd;
     struct object *o;
 
     assert_int_equal(hasher_start(&f->st.hasher), 0);
     o = put(f, 7, size);
     assert_int_equal(o->hashed, 0);
-    assert_int_equal(o->refcount, 1);
-    assert_int_equal(store_evict(&f->st, CAP), 0);
-    pfd = (struct pollfd){.fd = hasher_fd(f->st.hasher), .events = POLLIN};
-    assert_int_equal(poll(&pfd, 1, 10000), 1);
-    store_collect_hashes(&f->st);
+    assert_null(o->lru_next);
+    collect(f);
     assert_int_equal(o->hashed, 1);
-    assert_int_equal(o->refcount, 0);
     assert_true(o->hash == XXH3_64bits_withSeed(f->base + o->offset, size, size));
     assert_int_equal(store_evict(&f->st, 1), (size + 63) / 64 * 64);
+}
+
+/* Hashing must not reorder the LRU: an object sealed first but hashed last is still the
+ * oldest (regression: a hashing pin once re-queued objects in hash-completion order). */
+static void test_hashing_keeps_lru_order(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t size = STORE_INLINE_HASH_MAX + 64;
+    struct object *big;
+
+    assert_int_equal(hasher_start(&f->st.hasher), 0);
+    big = put(f, 1, size); /* oldest, being hashed */
+    put(f, 2, 1000);       /* hashed inline, in the LRU at once */
+    for (int i = 0; i < 100 && !big->hashed; i++)
+        collect(f);
+    assert_int_equal(big->hashed, 1);
+    f->nevents = 0;
+    assert_int_equal(store_evict(&f->st, 1), (size + 63) / 64 * 64);
+    assert_memory_equal(f->ids[0].bytes, id_of(1).bytes, FERRY_ID_SIZE);
+}
+
+/* Under memory pressure, eviction waits for objects being hashed rather than fail: a create
+ * right after large puts must still find them evictable. */
+static void test_eviction_waits_for_hashing_objects(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t size = CAP / 2;
+    struct object *o;
+    ferry_id id = id_of(3);
+
+    assert_int_equal(hasher_start(&f->st.hasher), 0);
+    put(f, 1, size);
+    put(f, 2, size);
+    assert_int_equal(store_create(&f->st, &id, size, 0, f, &o), 0);
+    assert_int_equal(f->st.counters.evicted_objects, 1);
+}
+
+/* An object deleted while the hasher reads it is freed only when the hasher is done. */
+static void test_delete_while_hashing_frees_after(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t size = STORE_INLINE_HASH_MAX + 64;
+    struct object *o;
+
+    assert_int_equal(hasher_start(&f->st.hasher), 0);
+    o = put(f, 1, size);
+    store_delete(&f->st, o);
+    assert_int_equal(store_used(&f->st), (size + 63) / 64 * 64);
+    collect(f);
+    assert_int_equal(store_used(&f->st), 0);
 }
 
 int main(void)
@@ -258,8 +311,11 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_and_reserve, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_large_digest_on_hasher_pins_until_collected, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_large_digest_on_hasher_blocks_eviction_until_collected,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hashing_keeps_lru_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_while_hashing_frees_after, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_waits_for_hashing_objects, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,15 +35,17 @@ static int write_all(struct ferry_client *c)
     return 0;
 }
 
-/* Reads exactly len bytes; a descriptor that arrives with them is returned in *fd (if fd is
- * NULL, it is closed). */
-static int read_all(struct ferry_client *c, void *buf, size_t len, int *fd)
+/* Reads into c->in until it holds at least `need` bytes, taking whatever more the socket has
+ * room for (one system call for most replies). A descriptor that arrives is returned in *fd
+ * (if fd is NULL, it is closed). */
+static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 {
-    size_t done = 0;
-
-    while (done < len) {
+    pbuf_reserve(&c->in, need - c->in.len);
+    if (c->in.oom)
+        return client_broken(c, err_set(FERRY_ENOMEM, "reply of %zu bytes", need));
+    while (c->in.len < need) {
         int got = -1;
-        ssize_t n = usock_recv_fd(c->fd, (uint8_t *)buf + done, len - done, &got);
+        ssize_t n = usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got);
         if (got >= 0) {
             if (fd && *fd < 0)
                 *fd = got;
@@ -54,8 +56,8 @@ static int read_all(struct ferry_client *c, void *buf, size_t len, int *fd)
             continue;
         if (n <= 0)
             return client_broken(c, err_set(FERRY_ECONN, "ferryd closed the connection%s%s",
-                                     n < 0 ? ": " : "", n < 0 ? strerror((int)-n) : ""));
-        done += (size_t)n;
+                                            n < 0 ? ": " : "", n < 0 ? strerror((int)-n) : ""));
+        c->in.len += (size_t)n;
     }
     return 0;
 }
@@ -79,32 +81,31 @@ int client_req_send(struct ferry_client *c)
  * A negative status from the daemon is returned with its detail. */
 int client_reply_read(struct ferry_client *c, uint16_t type, int *fd)
 {
-    uint8_t hdr[PROTO_HEADER_SIZE];
     struct proto_header h;
     int32_t status;
     uint16_t dlen;
+    const char *detail;
     int rc;
 
-    if ((rc = read_all(c, hdr, sizeof(hdr), fd)) < 0)
+    c->in.len = 0;
+    if ((rc = read_at_least(c, PROTO_HEADER_SIZE, fd)) < 0)
         return rc;
-    if (proto_decode_header(hdr, PROTO_MAX_REPLY, &h) < 0)
+    if (proto_decode_header(c->in.data, PROTO_MAX_REPLY, &h) < 0)
         return client_broken(c, FERRY_EPROTO);
     if (h.type != (type | PROTO_REPLY_BIT) || h.tag != c->tag || h.length < 4)
         return client_broken(c, err_set(FERRY_EPROTO, "unexpected reply type 0x%x tag %llu to 0x%x",
-                                 h.type, (unsigned long long)h.tag, type));
-    c->in.len = 0;
-    pbuf_reserve(&c->in, h.length);
-    if (c->in.oom)
-        return client_broken(c, err_set(FERRY_ENOMEM, "reply of %u bytes", h.length));
-    if ((rc = read_all(c, c->in.data, h.length, NULL)) < 0)
+                                        h.type, (unsigned long long)h.tag, type));
+    if ((rc = read_at_least(c, PROTO_HEADER_SIZE + (size_t)h.length, NULL)) < 0)
         return rc;
-    c->in.len = h.length;
-    c->rd = (struct preader){c->in.data, c->in.len, 0};
+    /* Requests are answered one at a time: bytes beyond this reply were never asked for. */
+    if (c->in.len != PROTO_HEADER_SIZE + (size_t)h.length)
+        return client_broken(c, err_set(FERRY_EPROTO, "unsolicited bytes after a reply"));
+    c->rd = (struct preader){c->in.data + PROTO_HEADER_SIZE, h.length, 0};
     status = (int32_t)prd_u32(&c->rd);
     if (status >= 0)
         return 0;
     dlen = prd_u16(&c->rd);
-    const char *detail = (const char *)prd_bytes(&c->rd, dlen);
+    detail = (const char *)prd_bytes(&c->rd, dlen);
     if (status < FERRY_ERROR_MIN || !detail)
         return client_broken(c, err_set(FERRY_EPROTO, "malformed error reply"));
     return err_set(status, "%.*s", (int)dlen, detail);
@@ -186,6 +187,8 @@ static int hello(struct ferry_client *c)
 {
     int fd = -1, rc;
 
+    /* Room for most replies, so that each is read with one system call. */
+    pbuf_reserve(&c->in, 64u << 10);
     client_req_begin(c, PROTO_HELLO);
     pbuf_u32(&c->out, PROTO_MAGIC);
     pbuf_u32(&c->out, PROTO_VERSION);

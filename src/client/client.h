@@ -33,7 +33,7 @@ struct ferry_client {
     uint64_t arena_size;
     uint64_t tag;
     struct pbuf out;   /* the request being sent */
-    struct pbuf in;    /* the last reply's payload */
+    struct pbuf in;    /* the last reply, header included */
     struct preader rd; /* over `in`, after the status */
     idmap held;
     uint64_t staging_offset, staging_size;

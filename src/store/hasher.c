@@ -12,6 +12,8 @@ struct hasher {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
+    pthread_cond_t idle;                  /* signalled when todo is empty and busy is 0 */
+    int busy;                             /* guarded by lock: the worker is hashing */
     struct hasher_job *todo, **todo_tail; /* guarded by lock */
     struct hasher_job *done, **done_tail; /* guarded by lock */
     int stopping;                         /* guarded by lock */
@@ -32,12 +34,16 @@ static void *worker(void *arg)
             break;
         if (!(h->todo = job->next))
             h->todo_tail = &h->todo;
+        h->busy = 1;
         pthread_mutex_unlock(&h->lock);
         job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
         job->next = NULL;
         pthread_mutex_lock(&h->lock);
         *h->done_tail = job;
         h->done_tail = &job->next;
+        h->busy = 0;
+        if (!h->todo)
+            pthread_cond_broadcast(&h->idle);
         /* Cannot fail: the counter does not overflow at one increment per job. */
         ssize_t n = write(h->efd, &one, sizeof(one));
         (void)n;
@@ -62,6 +68,7 @@ int hasher_start(struct hasher **out)
     }
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->wake, NULL);
+    pthread_cond_init(&h->idle, NULL);
     if ((rc = pthread_create(&h->thread, NULL, worker, h)) != 0) {
         rc = err_set(FERRY_ESYS, "pthread_create(hasher): error %d", rc);
         goto destroy_sync;
@@ -70,6 +77,7 @@ int hasher_start(struct hasher **out)
     return 0;
 
 destroy_sync:
+    pthread_cond_destroy(&h->idle);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
     close(h->efd);
@@ -88,11 +96,20 @@ struct hasher_job *hasher_stop(struct hasher *h)
     pthread_mutex_unlock(&h->lock);
     pthread_join(h->thread, NULL);
     jobs = hasher_take_done(h);
+    pthread_cond_destroy(&h->idle);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
     close(h->efd);
     free(h);
     return jobs;
+}
+
+void hasher_wait_idle(struct hasher *h)
+{
+    pthread_mutex_lock(&h->lock);
+    while (h->todo || h->busy)
+        pthread_cond_wait(&h->idle, &h->lock);
+    pthread_mutex_unlock(&h->lock);
 }
 
 int hasher_fd(const struct hasher *h)

@@ -27,6 +27,9 @@ int hasher_start(struct hasher **out);
 /* Finishes the jobs submitted, stops the worker, frees h and returns the finished jobs that
  * were not taken yet. */
 struct hasher_job *hasher_stop(struct hasher *h);
+/* Blocks until every submitted job is finished (for callers that cannot go on without
+ * them: a create that needs the space of objects still being hashed). */
+void hasher_wait_idle(struct hasher *h);
 /* Readable (an eventfd) when finished jobs wait in hasher_take_done(). */
 int hasher_fd(const struct hasher *h);
 void hasher_submit(struct hasher *h, struct hasher_job *job);

@@ -35,18 +35,38 @@ static void lru_unlink(struct store *s, struct object *o)
     s->evictable_bytes -= block_size(o);
 }
 
-static void lru_push_young(struct store *s, struct object *o)
-{
-    o->lru_prev = s->lru.lru_prev;
-    o->lru_next = &s->lru;
-    s->lru.lru_prev->lru_next = o;
-    s->lru.lru_prev = o;
-    s->evictable_bytes += block_size(o);
-}
-
 static int in_lru(const struct object *o)
 {
     return o->lru_next != NULL;
+}
+
+/* Links o after `after`, which must be its predecessor in lru_seq order. */
+static void lru_link(struct store *s, struct object *o, struct object *after)
+{
+    o->lru_prev = after;
+    o->lru_next = after->lru_next;
+    after->lru_next->lru_prev = o;
+    after->lru_next = o;
+    s->evictable_bytes += block_size(o);
+}
+
+/* o was just used and is now unreferenced: it becomes the youngest (once hashed). */
+static void lru_push_young(struct store *s, struct object *o)
+{
+    o->lru_seq = ++s->lru_clock;
+    if (!o->hashing)
+        lru_link(s, o, s->lru.lru_prev);
+}
+
+/* Links o where its lru_seq places it; objects used since are few, so the walk from the
+ * young end is short. */
+static void lru_insert_ordered(struct store *s, struct object *o)
+{
+    struct object *after = s->lru.lru_prev;
+
+    while (after != &s->lru && after->lru_seq > o->lru_seq)
+        after = after->lru_prev;
+    lru_link(s, o, after);
 }
 
 /* ---- table ---- */
@@ -80,11 +100,16 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         struct object *o = job->arg;
         jobs = job->next;
         o->hash = job->digest;
-        o->hashed = 1;
         free(job);
+        o->hashed = 1;
+        o->hashing = 0;
+        s->hashing_bytes -= block_size(o);
         if (s->events.hashed)
             s->events.hashed(s->events.ctx, o);
-        store_unref(s, o);
+        if (o->deleted && o->refcount == 0)
+            object_free(s, o);
+        else if (!o->deleted && o->refcount == 0)
+            lru_insert_ordered(s, o);
     }
 }
 
@@ -126,7 +151,7 @@ static void remove_object(struct store *s, struct object *o, int event)
             s->events.removed(s->events.ctx, o, event);
     }
     o->deleted = 1;
-    if (o->refcount == 0)
+    if (o->refcount == 0 && !o->hashing)
         object_free(s, o);
 }
 
@@ -141,11 +166,22 @@ static uint64_t evict_oldest(struct store *s)
     return freed;
 }
 
+/* Makes the LRU non-empty if anything can be evicted: objects still being hashed are waited
+ * for (only under memory pressure, and for as long as the queued digests take). */
+static int have_victim(struct store *s)
+{
+    if (s->lru.lru_next == &s->lru && s->hashing_bytes && s->hasher) {
+        hasher_wait_idle(s->hasher);
+        store_collect_hashes(s);
+    }
+    return s->lru.lru_next != &s->lru;
+}
+
 uint64_t store_evict(struct store *s, uint64_t bytes)
 {
     uint64_t freed = 0;
 
-    while (freed < bytes && s->lru.lru_next != &s->lru)
+    while (freed < bytes && have_victim(s))
         freed += evict_oldest(s);
     return freed;
 }
@@ -156,21 +192,21 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
 {
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    uint64_t candidates = s->evictable_bytes + s->hashing_bytes;
     int rc;
 
     if (size > cap) {
         s->counters.refused++;
         return err_set(FERRY_ETOOBIG, "%" PRIu64 " bytes exceed the arena's %" PRIu64, size, cap);
     }
-    if (rounded > cap - used + s->evictable_bytes) {
+    if (rounded > cap - used + candidates) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
                        "need %.2f MiB; arena %.2f MiB, used %.2f MiB of which %.2f MiB "
                        "evictable (the rest is referenced or unsealed)",
-                       mib(rounded), mib(cap), mib(used), mib(s->evictable_bytes));
+                       mib(rounded), mib(cap), mib(used), mib(candidates));
     }
-    while ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE &&
-           s->lru.lru_next != &s->lru)
+    while ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE && have_victim(s))
         evict_oldest(s);
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
@@ -233,7 +269,8 @@ static int hash_later(struct store *s, struct object *o, uint64_t len)
     job->len = len;
     job->seed = o->data_size;
     job->arg = o;
-    o->refcount++;
+    o->hashing = 1;
+    s->hashing_bytes += block_size(o);
     hasher_submit(s->hasher, job);
     return 0;
 }
@@ -275,8 +312,10 @@ void store_unref(struct store *s, struct object *o)
 {
     if (--o->refcount > 0)
         return;
-    if (o->deleted)
-        object_free(s, o);
+    if (o->deleted) {
+        if (!o->hashing)
+            object_free(s, o);
+    }
     else if (o->state == FERRY_STATE_SEALED)
         lru_push_young(s, o);
 }
@@ -289,10 +328,12 @@ void store_delete(struct store *s, struct object *o)
 
 void store_touch(struct store *s, struct object *o)
 {
-    if (!in_lru(o))
-        return;
-    lru_unlink(s, o);
-    lru_push_young(s, o);
+    if (in_lru(o)) {
+        lru_unlink(s, o);
+        lru_push_young(s, o);
+    } else if (o->hashing && o->refcount == 0) {
+        o->lru_seq = ++s->lru_clock; /* it joins the LRU as the youngest */
+    }
 }
 
 int store_reserve(struct store *s, uint64_t size, alloc_block **out)

@@ -5,8 +5,11 @@
  * Ownership and rules (the daemon's event loop is the only thread that calls in):
  * - An object is created (unsealed) with one reference, its creator's. It is in the table
  *   (by id) from create until abort, delete or eviction.
- * - It is in the LRU exactly when it is sealed, unreferenced and not deleted; the LRU runs
- *   from oldest (lru.next) to youngest (lru.prev). Only LRU members are ever evicted.
+ * - It is in the LRU exactly when it is sealed, unreferenced, not deleted and not being
+ *   hashed; the LRU runs from oldest (lru.next) to youngest (lru.prev), ordered by lru_seq,
+ *   the logical time of last use. Only LRU members are ever evicted.
+ * - While the hasher reads an object (`hashing`) it is neither evicted nor freed; it joins
+ *   the LRU afterwards at the place its lru_seq gives it, as if it had been there all along.
  * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
  *   goes with its last reference. So a new object may take the id while old readers remain.
  * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
@@ -21,7 +24,7 @@
 #include "store/hasher.h"
 
 /* Objects up to this size are hashed at seal on the loop's thread; larger ones on the hasher
- * thread, pinned (one reference) until their digest is in. */
+ * thread (see `hashing`). */
 #define STORE_INLINE_HASH_MAX (256u << 10)
 
 struct object {
@@ -36,13 +39,15 @@ struct object {
     uint8_t state;   /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
     uint8_t deleted; /* unlinked from the table, waiting for its last reference */
     uint8_t hashed;  /* `hash` is set */
+    uint8_t hashing; /* the hasher thread is reading the bytes */
+    uint64_t lru_seq; /* logical time of last use (seal, release to zero, refresh) */
     void *creator;   /* opaque owner while unsealed (the client session) */
     struct object *lru_prev, *lru_next;
 };
 
 /* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
  * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table,
- * hashed() when a digest computed off the loop is in (before the pin on o is dropped). */
+ * hashed() when a digest computed off the loop is in. */
 struct store_events {
     void (*sealed)(void *ctx, const struct object *o);
     void (*removed)(void *ctx, const struct object *o, int event);
@@ -60,6 +65,8 @@ struct store {
     idmap table;
     struct object lru; /* sentinel */
     uint64_t evictable_bytes;
+    uint64_t hashing_bytes; /* of objects being hashed: evictable once hashed, at most */
+    uint64_t lru_clock;
     uint64_t sealed_objects;
     struct store_events events;
     struct store_counters counters;
@@ -97,8 +104,8 @@ void store_unref(struct store *s, struct object *o);
 /* Deletes a sealed object (see the rules above). */
 void store_delete(struct store *s, struct object *o);
 
-/* Moves an evictable object to the young end of the LRU; others are left alone (they join
- * it at the young end when released). */
+/* Makes an evictable object (or one that will be once hashed) the youngest; referenced ones
+ * are left alone (they join the LRU at the young end when released). */
 void store_touch(struct store *s, struct object *o);
 
 /* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns
