@@ -6,8 +6,10 @@
  * to corrupt the daemon's allocator by writing past an object.
  *
  * Two-level segregated fits (TLSF): free blocks sit in size-class lists found through two
- * bitmaps, so alloc and free are O(1); freed blocks coalesce with free neighbours at once,
- * which with good-fit class search keeps fragmentation bounded under churn.
+ * bitmaps, so alloc and free are O(1), except that when no larger class has a free block
+ * alloc scans the request's own class (so FERRY_ENOSPACE means no free block fits at all),
+ * and alloc_largest_free scans the highest non-empty class. Freed blocks coalesce with free
+ * neighbours at once, which with good-fit class search keeps fragmentation bounded.
  *
  * Not thread-safe: the daemon's event loop is its only user.
  */
@@ -23,13 +25,15 @@ typedef struct alloc_block alloc_block; /* one allocated range; opaque */
 
 /* capacity is rounded down to ALLOC_ALIGN; FERRY_EINVAL below ALLOC_ALIGN. */
 int alloc_init(alloc **out, uint64_t capacity);
+/* Frees the allocator and every block still handed out (their handles become invalid). */
 void alloc_destroy(alloc *a);
 
 /* A block of at least size bytes (size > 0), rounded up to ALLOC_ALIGN.
- * FERRY_ENOSPACE when no free block is large enough; FERRY_EINVAL for size 0 or > capacity. */
+ * FERRY_ENOSPACE when no free block is large enough; FERRY_EINVAL for size 0 or > capacity;
+ * FERRY_ENOMEM when a descriptor cannot be allocated (the allocator is then unchanged). */
 int alloc_alloc(alloc *a, uint64_t size, alloc_block **out);
 
-/* Returns b to the free space, coalescing with free neighbours. */
+/* Returns b, a live block of a, to the free space, coalescing with free neighbours. */
 void alloc_free(alloc *a, alloc_block *b);
 
 uint64_t alloc_block_offset(const alloc_block *b);

@@ -166,14 +166,19 @@ static uint64_t evict_oldest(struct store *s)
     return freed;
 }
 
-/* Makes the LRU non-empty if anything can be evicted: objects still being hashed are waited
- * for (only under memory pressure, and for as long as the queued digests take). */
-static int have_victim(struct store *s)
+/* Waits for the digests being computed and takes them in, so that eviction sees every
+ * candidate in its LRU place and deleted objects are freed first. Only under memory pressure,
+ * and for as long as the queued digests take. */
+static void settle_hashes(struct store *s)
 {
-    if (s->lru.lru_next == &s->lru && s->hashing_bytes && s->hasher) {
+    if (s->hashing_bytes && s->hasher) {
         hasher_wait_idle(s->hasher);
         store_collect_hashes(s);
     }
+}
+
+static int have_victim(const struct store *s)
+{
     return s->lru.lru_next != &s->lru;
 }
 
@@ -181,6 +186,7 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
 {
     uint64_t freed = 0;
 
+    settle_hashes(s);
     while (freed < bytes && have_victim(s))
         freed += evict_oldest(s);
     return freed;
@@ -206,8 +212,14 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
                        "evictable (the rest is referenced or unsealed)",
                        mib(rounded), mib(cap), mib(used), mib(candidates));
     }
-    while ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE && have_victim(s))
+    if ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE) {
+        settle_hashes(s);
+        rc = alloc_alloc(s->alloc, size, out);
+    }
+    while (rc == FERRY_ENOSPACE && have_victim(s)) {
         evict_oldest(s);
+        rc = alloc_alloc(s->alloc, size, out);
+    }
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
