@@ -48,7 +48,7 @@ bench: build
 	$(BUILD)/bin/ferry-bench local
 
 format:
-	clang-format -i include/*.h src/*/*.[ch] tools/*.c tests/*.[ch] fuzz/*.c
+	clang-format -i include/*.h src/*/*.[ch] tools/*.c tools/bench/*.[ch] tests/*.[ch] fuzz/*.c bench/*.c
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

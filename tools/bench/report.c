@@ -1,0 +1,255 @@
+/* report.c - the outputs of ferry-bench: a table, the ratios against their targets, a JSON
+ * document, and gnuplot charts. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define MAX_SERIES 32
+#define MAX_TICS 32
+
+const struct bench_result *bench_find(const struct bench_result *r, size_t n, const char *system,
+                                      const char *op, uint64_t size)
+{
+    for (size_t i = 0; i < n; i++)
+        if (r[i].size == size && strcmp(r[i].system, system) == 0 && strcmp(r[i].op, op) == 0)
+            return &r[i];
+    return NULL;
+}
+
+double bench_metric(const struct bench_result *r, enum bench_metric m)
+{
+    switch (m) {
+    case BENCH_OPS_PER_SEC:
+        return r->ops_per_sec;
+    case BENCH_P50_US:
+        return r->p50_us;
+    case BENCH_MIB_PER_SEC:
+        return r->mib_per_sec;
+    }
+    return 0;
+}
+
+void bench_print_table(FILE *f, const struct bench_result *r, size_t n)
+{
+    char label[32];
+    fputs("Rates are over the summed time of the timed operations (untimed set-up, such as\n"
+          "deleting what a put stored, excluded); latencies are per operation (CLOCK_MONOTONIC);\n"
+          "MiB/s = size x ops/s in 2^20-byte MiB; sizes in bytes, K/M/G = 2^10/2^20/2^30.\n\n",
+          f);
+    /* µ takes two bytes but one column: the header is spelled out, not printf-padded. */
+    fputs("system  op          size         ops/s      p50 µs      p99 µs          MiB/s  "
+          "iterations\n",
+          f);
+    for (size_t i = 0; i < n; i++) {
+        bench_size_label(r[i].size, label, sizeof(label));
+        fprintf(f, "%-7s %-9s %6s %13.1f %11.2f %11.2f %14.1f %11llu\n", r[i].system, r[i].op,
+                label, r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec,
+                (unsigned long long)r[i].iterations);
+    }
+}
+
+void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
+{
+    fputs("\nratios (issue targets, from this run):\n", f);
+    for (size_t i = 0; i < n; i++) {
+        const char *cmp = q[i].at_most ? "<=" : ">=";
+        if (q[i].measured)
+            fprintf(f, "  %-46s %10.3f   target %s %-5g %s\n", q[i].description, q[i].value, cmp,
+                    q[i].target, q[i].met ? "met" : "MISSED");
+        else
+            fprintf(f, "  %-46s %10s   target %s %-5g not measured (size not in --sizes)\n",
+                    q[i].description, "-", cmp, q[i].target);
+    }
+}
+
+/* One ratio as a JSON object; value and met are null when it was not measured. */
+static void print_json_ratio(FILE *f, const struct bench_ratio *q)
+{
+    char value[32];
+    if (q->measured)
+        snprintf(value, sizeof(value), "%.4f", q->value);
+    else
+        strcpy(value, "null");
+    fprintf(f, "{\"name\":\"%s\",\"value\":%s,\"target\":%g,\"comparison\":\"%s\",\"met\":%s}",
+            q->name, value, q->target, q->at_most ? "<=" : ">=",
+            !q->measured ? "null"
+            : q->met     ? "true"
+                         : "false");
+}
+
+void bench_print_json(FILE *f, const char *suite, const struct bench_result *r, size_t n,
+                      const struct bench_ratio *q, size_t nq)
+{
+    fprintf(f, "{\"suite\":\"%s\",\"results\":[", suite);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f,
+                "%s\n  {\"system\":\"%s\",\"op\":\"%s\",\"size\":%llu,\"ops_per_sec\":%.1f,"
+                "\"p50_us\":%.3f,\"p99_us\":%.3f,\"mib_per_sec\":%.3f,\"iterations\":%llu}",
+                i ? "," : "", r[i].system, r[i].op, (unsigned long long)r[i].size, r[i].ops_per_sec,
+                r[i].p50_us, r[i].p99_us, r[i].mib_per_sec, (unsigned long long)r[i].iterations);
+    fputs("],\n\"ratios\":[", f);
+    for (size_t i = 0; i < nq; i++) {
+        fputs(i ? ",\n  " : "\n  ", f);
+        print_json_ratio(f, &q[i]);
+    }
+    fputs("]}\n", f);
+}
+
+void bench_require_gnuplot(void)
+{
+    if (bench_which("gnuplot") == NULL)
+        bench_fail("--plot needs gnuplot, which is not on $PATH (Debian: apt-get install "
+                   "gnuplot-nox)");
+}
+
+/* The distinct (system, op) pairs of r in order of appearance: index of each first result. */
+static size_t find_series(const struct bench_result *r, size_t n, size_t *first)
+{
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < ns && (strcmp(r[first[k]].system, r[i].system) != 0 ||
+                          strcmp(r[first[k]].op, r[i].op) != 0))
+            k++;
+        if (k == ns && ns < MAX_SERIES)
+            first[ns++] = i;
+    }
+    return ns;
+}
+
+static FILE *open_in(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        bench_fail("cannot write %s: %s", path, strerror(errno));
+    return f;
+}
+
+static void close_checked(FILE *f, const char *what)
+{
+    if (ferror(f) | fclose(f))
+        bench_fail("writing %s failed", what);
+}
+
+static void series_file(char *buf, size_t len, const char *suite, const struct bench_result *s)
+{
+    snprintf(buf, len, "%s-%s-%s.dat", suite, s->system, s->op);
+}
+
+static void write_series(const char *dir, const char *suite, const struct bench_result *r, size_t n,
+                         const struct bench_result *s)
+{
+    char name[128];
+    series_file(name, sizeof(name), suite, s);
+    FILE *f = open_in(dir, name);
+    fprintf(f, "# %s %s:%s\n# size_bytes ops_per_sec p50_us p99_us mib_per_sec\n", suite, s->system,
+            s->op);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(r[i].system, s->system) == 0 && strcmp(r[i].op, s->op) == 0)
+            fprintf(f, "%llu %.1f %.3f %.3f %.3f\n", (unsigned long long)r[i].size,
+                    r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec);
+    close_checked(f, name);
+}
+
+/* set xtics with a label at every measured size. */
+static void write_xtics(FILE *f, const struct bench_result *r, size_t n)
+{
+    uint64_t tics[MAX_TICS];
+    size_t nt = 0;
+    char label[32];
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < nt && tics[k] != r[i].size)
+            k++;
+        if (k == nt && nt < MAX_TICS)
+            tics[nt++] = r[i].size;
+    }
+    fputs("set xtics (", f);
+    for (size_t k = 0; k < nt; k++) {
+        bench_size_label(tics[k], label, sizeof(label));
+        fprintf(f, "%s\"%s\" %llu", k ? ", " : "", label, (unsigned long long)tics[k]);
+    }
+    fputs(")\n", f);
+}
+
+static void write_plot(FILE *f, const char *suite, const struct bench_result *r,
+                       const size_t *first, size_t ns, int column)
+{
+    char name[128];
+    fputs("plot ", f);
+    for (size_t k = 0; k < ns; k++) {
+        const struct bench_result *s = &r[first[k]];
+        series_file(name, sizeof(name), suite, s);
+        fprintf(f, "%s\"%s\" using 1:%d with linespoints lw 2 title \"%s:%s\"", k ? ", \\\n  " : "",
+                name, column, s->system, s->op);
+    }
+    fputs("\n", f);
+}
+
+static void write_script(const char *dir, const char *suite, const struct bench_result *r, size_t n,
+                         const size_t *first, size_t ns)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "%s.gp", suite);
+    FILE *f = open_in(dir, name);
+    fprintf(f, "# ferry-bench %s charts; run `gnuplot %s` in this directory.\n", suite, name);
+    fputs("if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+          "    set terminal pngcairo size 1000,650\n"
+          "} else {\n"
+          "    set terminal png size 1000,650\n"
+          "}\n"
+          "set logscale xy\nset format y \"10^{%L}\"\nset grid\nset key outside right\nset xlabel "
+          "\"object size\"\n",
+          f);
+    write_xtics(f, r, n);
+    fprintf(f, "set output \"%s-throughput.png\"\n", suite);
+    fprintf(f, "set title \"ferry-bench %s: throughput (MiB = 2^{20} bytes)\"\n", suite);
+    fputs("set ylabel \"MiB/s\"\n", f);
+    write_plot(f, suite, r, first, ns, 5);
+    fprintf(f, "set output \"%s-latency.png\"\n", suite);
+    fprintf(f, "set title \"ferry-bench %s: median latency per operation\"\n", suite);
+    fputs("set ylabel \"p50 latency (µs)\"\n", f);
+    write_plot(f, suite, r, first, ns, 3);
+    close_checked(f, name);
+}
+
+/* Runs `gnuplot <suite>.gp` in dir and waits for it. */
+static void run_gnuplot(const char *dir, const char *suite)
+{
+    char script[128];
+    int status;
+    snprintf(script, sizeof(script), "%s.gp", suite);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_fail("fork for gnuplot: %s", strerror(errno));
+    if (pid == 0) {
+        if (chdir(dir) == 0)
+            execlp("gnuplot", "gnuplot", script, (char *)NULL);
+        fprintf(stderr, "ferry-bench: gnuplot in %s: %s\n", dir, strerror(errno));
+        _exit(127);
+    }
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        bench_fail("gnuplot failed on %s/%s", dir, script);
+}
+
+void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n)
+{
+    size_t first[MAX_SERIES];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        bench_fail("mkdir %s: %s", dir, strerror(errno));
+    size_t ns = find_series(r, n, first);
+    for (size_t k = 0; k < ns; k++)
+        write_series(dir, suite, r, n, &r[first[k]]);
+    write_script(dir, suite, r, n, first, ns);
+    run_gnuplot(dir, suite);
+    fprintf(stderr, "ferry-bench: wrote %s/%s-throughput.png and %s/%s-latency.png\n", dir, suite,
+            dir, suite);
+}

@@ -1,0 +1,48 @@
+/*
+ * ferry-bench - measures ferry against other ways of moving bytes.
+ *
+ *   ferry-bench SUITE [OPTIONS]
+ *
+ * Each suite starts the peers it needs (ferryd, redis-server) unless told where running ones
+ * are, and stops them at exit, on failures too. The suites live in tools/bench/.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/bench.h"
+
+struct suite {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct suite suites[] = {
+    {"local", bench_local, "ferry put/get against redis set/get and memcpy on this node"},
+};
+
+static void usage(FILE *f)
+{
+    fputs("usage: ferry-bench SUITE [OPTIONS]   (ferry-bench SUITE --help for its options)\n"
+          "suites:\n",
+          f);
+    for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++)
+        fprintf(f, "  %-8s %s\n", suites[i].name, suites[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
+        if (strcmp(argv[1], suites[i].name) == 0) {
+            bench_install_signals();
+            return suites[i].main(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "ferry-bench: unknown suite '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
