@@ -37,20 +37,20 @@ typedef struct ferry_id {
 /* The one error scheme: 0 or one of these. */
 enum ferry_error {
     FERRY_OK = 0,
-    FERRY_EINVAL = -1,      /* an argument is invalid */
-    FERRY_ENOENT = -2,      /* no such object */
-    FERRY_EEXIST = -3,      /* an object with this id exists already */
-    FERRY_ETOOBIG = -4,     /* larger than the whole arena */
-    FERRY_ENOSPACE = -5,    /* no room even after eviction */
-    FERRY_EPERM = -6,       /* only the creator may seal or abort */
-    FERRY_ETIMEDOUT = -7,   /* the timeout ended first */
-    FERRY_ENOTSEALED = -8,  /* the object is still being created */
-    FERRY_ECONN = -9,       /* daemon unreachable, or the connection was lost */
-    FERRY_EPROTO = -10,     /* malformed or unexpected message */
-    FERRY_ENOMEM = -11,     /* out of memory in this process */
-    FERRY_ESYS = -12,       /* a system call failed (ferry_errmsg() tells which) */
-    FERRY_ENOSYS = -13,     /* operation not supported */
-    FERRY_EBUSY = -14,      /* resource in use */
+    FERRY_EINVAL = -1,     /* an argument is invalid */
+    FERRY_ENOENT = -2,     /* no such object */
+    FERRY_EEXIST = -3,     /* an object with this id exists already */
+    FERRY_ETOOBIG = -4,    /* larger than the whole arena */
+    FERRY_ENOSPACE = -5,   /* no room even after eviction */
+    FERRY_EPERM = -6,      /* only the creator may seal or abort */
+    FERRY_ETIMEDOUT = -7,  /* the timeout ended first */
+    FERRY_ENOTSEALED = -8, /* the object is still being created */
+    FERRY_ECONN = -9,      /* daemon unreachable, or the connection was lost */
+    FERRY_EPROTO = -10,    /* malformed or unexpected message */
+    FERRY_ENOMEM = -11,    /* out of memory in this process */
+    FERRY_ESYS = -12,      /* a system call failed (ferry_errmsg() tells which) */
+    FERRY_ENOSYS = -13,    /* operation not supported */
+    FERRY_EBUSY = -14,     /* resource in use */
     FERRY_ERROR_MIN = -14
 };
 
@@ -156,10 +156,10 @@ int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n);
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 
 typedef struct ferry_stats {
-    uint64_t capacity_bytes;  /* arena size */
-    uint64_t used_bytes;      /* allocated: objects (sizes rounded to 64 B) and staging areas */
-    uint64_t staging_bytes;   /* of which staging areas of connected clients (small puts) */
-    uint64_t objects;         /* objects in the table, sealed or not */
+    uint64_t capacity_bytes; /* arena size */
+    uint64_t used_bytes;     /* allocated: objects (sizes rounded to 64 B) and staging areas */
+    uint64_t staging_bytes;  /* of which staging areas of connected clients (small puts) */
+    uint64_t objects;        /* objects in the table, sealed or not */
     uint64_t sealed_objects;
     uint64_t clients;         /* connected clients */
     uint64_t evicted_objects; /* since start */

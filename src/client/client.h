@@ -1,9 +1,9 @@
 /*
  * client.h - libferry's internals, shared by its files: the handle and the exchange.
  *
- * Locking: every public call on a handle holds c->lock (client_enter() .. client_leave()) from its first to
- * its last access of the handle, so the socket, the buffers and the held-reference table are
- * only ever touched by one thread at a time. Arena pointers handed out are not protected and
+ * Locking: every public call on a handle holds c->lock (client_enter() .. client_leave()) from its
+ * first to its last access of the handle, so the socket, the buffers and the held-reference table
+ * are only ever touched by one thread at a time. Arena pointers handed out are not protected and
  * need not be: the bytes of a sealed object never change, an unsealed one is its creator's.
  */
 #ifndef FERRY_CLIENT_H

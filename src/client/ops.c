@@ -123,15 +123,14 @@ static int get_entry(struct ferry_client *c, const ferry_id *id, ferry_buffer *b
     return client_held_add(c, id, 0);
 }
 
-int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
-              ferry_buffer *out)
+int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, ferry_buffer *out)
 {
     size_t missing = 0;
     int rc;
 
     if ((n && (!ids || !out)) || n > PROTO_MAX_IDS || timeout_ms < -1)
-        return err_set(FERRY_EINVAL, "get: %zu ids (at most %u), timeout %lld ms", n,
-                       PROTO_MAX_IDS, (long long)timeout_ms);
+        return err_set(FERRY_EINVAL, "get: %zu ids (at most %u), timeout %lld ms", n, PROTO_MAX_IDS,
+                       (long long)timeout_ms);
     if ((rc = client_enter(c)) < 0)
         return rc;
     client_req_begin(c, PROTO_GET);

@@ -173,10 +173,8 @@ int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *
 int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
               const void *metadata, uint64_t metadata_size)
 {
-    ferry_put_item it = {.data = data,
-                         .data_size = data_size,
-                         .metadata = metadata,
-                         .metadata_size = metadata_size};
+    ferry_put_item it = {
+        .data = data, .data_size = data_size, .metadata = metadata, .metadata_size = metadata_size};
     int status;
 
     if (!id)

@@ -35,8 +35,7 @@ int ferry_id_parse(const char *text, ferry_id *out)
     if (strlen(text) == 2 * FERRY_ID_SIZE && id_parse_hex(text, out) == 0)
         return 0;
     unsigned int len = 0;
-    if (!EVP_Digest(text, strlen(text), out->bytes, &len, EVP_sha1(), NULL) ||
-        len != FERRY_ID_SIZE)
+    if (!EVP_Digest(text, strlen(text), out->bytes, &len, EVP_sha1(), NULL) || len != FERRY_ID_SIZE)
         return err_set(FERRY_ESYS, "id: SHA-1 failed");
     return 0;
 }

@@ -11,13 +11,14 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
-               "              [--verbose]\n"
-               "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
-               "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
-               "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
-               "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
-               "  --verbose           log debug records\n",
+    fprintf(f,
+            "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
+            "              [--verbose]\n"
+            "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
+            "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
+            "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
+            "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
+            "  --verbose           log debug records\n",
             FERRY_DEFAULT_SOCKET);
 }
 
@@ -34,11 +35,13 @@ static int parse_mode(const char *text, mode_t *out)
 
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
-    static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'}, {"memory", required_argument, NULL, 'm'},
-        {"socket-mode", required_argument, NULL, 'M'}, {"hugepages", no_argument, NULL, 'H'},
-        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                         {"memory", required_argument, NULL, 'm'},
+                                         {"socket-mode", required_argument, NULL, 'M'},
+                                         {"hugepages", no_argument, NULL, 'H'},
+                                         {"verbose", no_argument, NULL, 'v'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
 
@@ -47,13 +50,26 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->memory = 1ull << 30;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
-        case 's': cfg->socket_path = optarg; break;
-        case 'm': rc = size_parse(optarg, &cfg->memory); break;
-        case 'M': rc = parse_mode(optarg, &cfg->socket_mode); break;
-        case 'H': cfg->hugepages = 1; break;
-        case 'v': log_set_level(LOG_DEBUG); break;
-        case 'h': usage(stdout); exit(0);
-        default: return err_set(FERRY_EINVAL, "unknown option (see --help)");
+        case 's':
+            cfg->socket_path = optarg;
+            break;
+        case 'm':
+            rc = size_parse(optarg, &cfg->memory);
+            break;
+        case 'M':
+            rc = parse_mode(optarg, &cfg->socket_mode);
+            break;
+        case 'H':
+            cfg->hugepages = 1;
+            break;
+        case 'v':
+            log_set_level(LOG_DEBUG);
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return err_set(FERRY_EINVAL, "unknown option (see --help)");
         }
     }
     if (rc == 0 && optind < argc)

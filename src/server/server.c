@@ -58,8 +58,8 @@ static int subscriber_drain(struct subscriber *sub)
     int rc = 0;
 
     while (done < sub->queue.len) {
-        ssize_t n = send(sub->fd, sub->queue.data + done, PROTO_NOTIFY_SIZE,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n =
+            send(sub->fd, sub->queue.data + done, PROTO_NOTIFY_SIZE, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n < 0) {
             rc = (errno == EAGAIN || errno == EINTR) ? 0 : -1;
             break;
@@ -130,10 +130,8 @@ close_pair:
 
 void server_notify(struct server *s, int event, const struct object *o)
 {
-    ferry_notification n = {.event = event,
-                            .id = o->id,
-                            .data_size = o->data_size,
-                            .metadata_size = o->metadata_size};
+    ferry_notification n = {
+        .event = event, .id = o->id, .data_size = o->data_size, .metadata_size = o->metadata_size};
     uint8_t rec[PROTO_NOTIFY_SIZE];
     struct subscriber *sub, *next;
 

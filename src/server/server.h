@@ -38,10 +38,10 @@ struct server {
     struct loop_watch listen_watch, signal_watch;
     dev_t socket_dev; /* identity of the socket file we bound, to unlink only our own */
     ino_t socket_ino;
-    struct session *sessions; /* connected */
-    struct session *ready;    /* with input left to process after this turn */
-    struct session *closed;   /* to free after this turn */
-    struct session *hash_waiters; /* blocked in HASH for a digest being computed */
+    struct session *sessions;       /* connected */
+    struct session *ready;          /* with input left to process after this turn */
+    struct session *closed;         /* to free after this turn */
+    struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */

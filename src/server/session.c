@@ -153,8 +153,8 @@ static int handle_create(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
     struct object *o;
-    int rc = store_create(st, &q->u.create.id, q->u.create.data_size,
-                          q->u.create.metadata_size, ss, &o);
+    int rc =
+        store_create(st, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, ss, &o);
 
     if (rc < 0)
         return reply_status(ss, q, rc);
@@ -321,8 +321,8 @@ static int handle_refresh(struct session *ss, const struct proto_request *q)
             missing++;
     }
     if (missing)
-        return reply_status(ss, q, err_set(FERRY_ENOENT, "%u of %u objects absent", missing,
-                                           q->u.ids.n));
+        return reply_status(ss, q,
+                            err_set(FERRY_ENOENT, "%u of %u objects absent", missing, q->u.ids.n));
     return reply_status(ss, q, 0);
 }
 
@@ -641,14 +641,14 @@ static int handle_get(struct session *ss, const struct proto_request *q)
 /* ---- dispatch and I/O ---- */
 
 static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
-    [PROTO_HELLO] = handle_hello,         [PROTO_CREATE] = handle_create,
-    [PROTO_SEAL] = handle_seal,           [PROTO_ABORT] = handle_abort,
-    [PROTO_GET] = handle_get,             [PROTO_RELEASE] = handle_release,
-    [PROTO_CONTAINS] = handle_contains,   [PROTO_DELETE] = handle_delete,
-    [PROTO_LIST] = handle_list,           [PROTO_EVICT] = handle_evict,
-    [PROTO_REFRESH] = handle_refresh,     [PROTO_HASH] = handle_hash,
-    [PROTO_STATS] = handle_stats,         [PROTO_SUBSCRIBE] = handle_subscribe,
-    [PROTO_STAGE] = handle_stage,         [PROTO_PUT_BATCH] = handle_put_batch,
+    [PROTO_HELLO] = handle_hello,       [PROTO_CREATE] = handle_create,
+    [PROTO_SEAL] = handle_seal,         [PROTO_ABORT] = handle_abort,
+    [PROTO_GET] = handle_get,           [PROTO_RELEASE] = handle_release,
+    [PROTO_CONTAINS] = handle_contains, [PROTO_DELETE] = handle_delete,
+    [PROTO_LIST] = handle_list,         [PROTO_EVICT] = handle_evict,
+    [PROTO_REFRESH] = handle_refresh,   [PROTO_HASH] = handle_hash,
+    [PROTO_STATS] = handle_stats,       [PROTO_SUBSCRIBE] = handle_subscribe,
+    [PROTO_STAGE] = handle_stage,       [PROTO_PUT_BATCH] = handle_put_batch,
 };
 
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)

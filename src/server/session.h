@@ -56,8 +56,8 @@ struct session {
     struct object *hash_wait; /* blocked in HASH until this object's digest is in */
     uint64_t hash_tag;
     struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */
-    struct session *next, **pprev; /* in server.sessions or server.closed */
-    struct session *ready_next;    /* in server.ready when scheduled */
+    struct session *next, **pprev;           /* in server.sessions or server.closed */
+    struct session *ready_next;              /* in server.ready when scheduled */
 };
 
 /* Accepts the connection on fd (non-blocking, close-on-exec) as a new session. */

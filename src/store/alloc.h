@@ -40,8 +40,8 @@ uint64_t alloc_block_offset(const alloc_block *b);
 uint64_t alloc_block_size(const alloc_block *b); /* the rounded size */
 
 uint64_t alloc_capacity(const alloc *a);
-uint64_t alloc_used(const alloc *a);          /* sum of allocated block sizes */
-uint64_t alloc_largest_free(const alloc *a);  /* the largest block alloc_alloc could return */
-uint64_t alloc_free_blocks(const alloc *a);   /* number of free blocks (fragmentation) */
+uint64_t alloc_used(const alloc *a);         /* sum of allocated block sizes */
+uint64_t alloc_largest_free(const alloc *a); /* the largest block alloc_alloc could return */
+uint64_t alloc_free_blocks(const alloc *a);  /* number of free blocks (fragmentation) */
 
 #endif

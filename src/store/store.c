@@ -327,8 +327,7 @@ void store_unref(struct store *s, struct object *o)
     if (o->deleted) {
         if (!o->hashing)
             object_free(s, o);
-    }
-    else if (o->state == FERRY_STATE_SEALED)
+    } else if (o->state == FERRY_STATE_SEALED)
         lru_push_young(s, o);
 }
 
