@@ -1,6 +1,7 @@
 #include "common/size.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/err.h"
@@ -31,4 +32,21 @@ int size_parse(const char *text, uint64_t *out)
         return err_set(FERRY_EINVAL, "size '%s' out of range", text);
     *out = (uint64_t)v << shift;
     return 0;
+}
+
+const char *size_format(uint64_t bytes, char *buf, unsigned len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int u = 0;
+
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : 1, v, units[u]);
+    return buf;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/size.h"
 
 #define HUGE_PAGE_SIZE ((uint64_t)2 << 20)
 
@@ -33,42 +34,40 @@ static uint64_t meminfo_bytes(const char *key)
     return (uint64_t)kb * 1024;
 }
 
-static double mib(uint64_t bytes)
-{
-    return (double)bytes / (1 << 20);
-}
-
 /* Checks before reserving: fallocate on a memfd of more than the machine can back would
  * drive the machine into the OOM killer rather than fail. */
 static int check_available(uint64_t size, int hugepages)
 {
+    char want[SIZE_FORMAT_LEN], have[SIZE_FORMAT_LEN];
     uint64_t avail;
 
+    size_format(size, want, sizeof(want));
     if (hugepages) {
         avail = meminfo_bytes("HugePages_Free") * HUGE_PAGE_SIZE / 1024;
         if (size > avail)
             return err_set(FERRY_ENOSPACE,
-                           "arena of %.1f MiB needs %" PRIu64 " free 2 MiB huge pages, the "
-                           "machine has %" PRIu64 " (raise /proc/sys/vm/nr_hugepages)",
-                           mib(size), size / HUGE_PAGE_SIZE, avail / HUGE_PAGE_SIZE);
+                           "arena of %s needs %" PRIu64 " free 2 MiB huge pages, the machine "
+                           "has %" PRIu64 " (raise /proc/sys/vm/nr_hugepages)",
+                           want, size / HUGE_PAGE_SIZE, avail / HUGE_PAGE_SIZE);
         return 0;
     }
     avail = meminfo_bytes("MemAvailable");
     if (avail && size > avail)
-        return err_set(FERRY_ENOSPACE,
-                       "arena of %.1f MiB exceeds the machine's available memory of %.1f MiB",
-                       mib(size), mib(avail));
+        return err_set(FERRY_ENOSPACE, "arena of %s exceeds the machine's available memory of %s",
+                       want, size_format(avail, have, sizeof(have)));
     return 0;
 }
 
 static int reserve(struct arena *a)
 {
+    char want[SIZE_FORMAT_LEN];
     int rc = fallocate(a->fd, 0, 0, (off_t)a->size);
 
     if (rc == 0)
         return 0;
     if (errno == ENOSPC || errno == ENOMEM)
-        return err_set(FERRY_ENOSPACE, "cannot reserve an arena of %.1f MiB%s: %s", mib(a->size),
+        return err_set(FERRY_ENOSPACE, "cannot reserve an arena of %s%s: %s",
+                       size_format(a->size, want, sizeof(want)),
                        a->hugepages ? " of huge pages" : "", strerror(errno));
     return err_sys("fallocate(arena)");
 }
@@ -80,12 +79,14 @@ int arena_open(struct arena *a, uint64_t size, int hugepages)
 
     memset(a, 0, sizeof(*a));
     a->fd = -1;
-    if (size == 0 || size > (1ull << 46))
+    if (size == 0 || size > UINT64_MAX - page)
         return err_set(FERRY_EINVAL, "arena size %" PRIu64 " out of range", size);
     a->size = (size + page - 1) / page * page;
     a->hugepages = hugepages;
     if ((rc = check_available(a->size, hugepages)) < 0)
         return rc;
+    if (a->size > (uint64_t)INT64_MAX)
+        return err_set(FERRY_EINVAL, "arena size %" PRIu64 " out of range", size);
     a->fd = memfd_create("ferry-arena", MFD_CLOEXEC | (hugepages ? MFD_HUGETLB : 0));
     if (a->fd < 0) {
         rc = err_sys(hugepages ? "memfd_create(MFD_HUGETLB)" : "memfd_create");

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "common/err.h"
+#include "common/size.h"
 
 static uint64_t now_ns(void)
 {
@@ -18,11 +19,6 @@ static uint64_t now_ns(void)
 static uint64_t block_size(const struct object *o)
 {
     return o->block ? alloc_block_size(o->block) : 0;
-}
-
-static double mib(uint64_t bytes)
-{
-    return (double)bytes / (1 << 20);
 }
 
 /* ---- LRU ---- */
@@ -199,6 +195,7 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     uint64_t candidates = s->evictable_bytes + s->hashing_bytes;
+    char f[4][SIZE_FORMAT_LEN];
     int rc;
 
     if (size > cap) {
@@ -208,9 +205,12 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
     if (rounded > cap - used + candidates) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
-                       "need %.2f MiB; arena %.2f MiB, used %.2f MiB of which %.2f MiB "
-                       "evictable (the rest is referenced or unsealed)",
-                       mib(rounded), mib(cap), mib(used), mib(candidates));
+                       "need %s; arena %s, used %s of which %s evictable (the rest is "
+                       "referenced or unsealed)",
+                       size_format(rounded, f[0], SIZE_FORMAT_LEN),
+                       size_format(cap, f[1], SIZE_FORMAT_LEN),
+                       size_format(used, f[2], SIZE_FORMAT_LEN),
+                       size_format(candidates, f[3], SIZE_FORMAT_LEN));
     }
     if ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE) {
         settle_hashes(s);
@@ -223,10 +223,11 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
-                       "need %.2f MiB; arena %.2f MiB, used %.2f MiB, largest free block "
-                       "%.2f MiB, nothing left to evict",
-                       mib(rounded), mib(cap), mib(alloc_used(s->alloc)),
-                       mib(alloc_largest_free(s->alloc)));
+                       "need %s; arena %s, used %s, largest free block %s, nothing left to evict",
+                       size_format(rounded, f[0], SIZE_FORMAT_LEN),
+                       size_format(cap, f[1], SIZE_FORMAT_LEN),
+                       size_format(alloc_used(s->alloc), f[2], SIZE_FORMAT_LEN),
+                       size_format(alloc_largest_free(s->alloc), f[3], SIZE_FORMAT_LEN));
     }
     return rc;
 }

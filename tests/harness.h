@@ -1,0 +1,163 @@
+/*
+ * harness.h - helpers of the black-box tests (it_*.c): real ferryd processes started from
+ * $FERRY_BIN_DIR, libferry clients on them, patterned data, bounded waits and raw protocol
+ * connections for the bad-input tests.
+ *
+ * Helpers that check something fail the running cmocka test themselves (so they may only be
+ * called from the test's own thread); the ones that return a value do not.
+ */
+#ifndef FERRY_TEST_HARNESS_H
+#define FERRY_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cmocka.h>
+
+#include "ferry.h"
+
+/* Generous bounds for things that should be immediate: a daemon's start, a disconnect
+ * being noticed, a connection being closed for bad input. */
+#define H_START_MS 10000
+#define H_EVENT_MS 5000
+
+/* One ferryd in its own temporary directory (socket and logs live there). */
+struct ferryd {
+    pid_t pid; /* 0 when not running */
+    int ok;    /* set when the test body finished; the log is printed otherwise */
+    char dir[64];
+    char sock[104]; /* fits sockaddr_un.sun_path */
+    char log[128];
+};
+
+/* Creates the temporary directory and the paths in it; no process yet. */
+void h_daemon_init(struct ferryd *d);
+/* Forks and execs $FERRY_BIN_DIR/ferryd --socket d->sock --memory memory [extra...] (extra is
+ * NULL-terminated, may be NULL), its stdout and stderr appended to log, killed if the test
+ * process dies (PR_SET_PDEATHSIG). Returns the pid. */
+pid_t h_daemon_spawn(const struct ferryd *d, const char *log, const char *memory,
+                     const char *const *extra);
+/* Starts a daemon on d (h_daemon_init first) and waits until ferry_connect succeeds:
+ * 0, or -1 with its log printed and the process gone. */
+int h_daemon_try_start(struct ferryd *d, const char *memory, const char *const *extra);
+/* The same, failing the test. */
+void h_daemon_start(struct ferryd *d, const char *memory, const char *const *extra);
+/* SIGTERM, then checks: exit status 0 within H_START_MS and the socket file removed.
+ * 0, or -1 with the reason in why (a daemon that did not exit is killed). */
+int h_daemon_try_stop(struct ferryd *d, char *why, size_t why_size);
+/* The same, failing the test (with the log) on a reason. */
+void h_daemon_stop(struct ferryd *d);
+/* SIGKILL and reap. */
+void h_daemon_kill(struct ferryd *d);
+/* Removes the temporary directory and everything in it. */
+void h_daemon_cleanup(struct ferryd *d);
+/* Prints a file (a daemon log) to stderr, framed. */
+void h_print_file(const char *path);
+
+/* Waits up to timeout_ms for pid to exit: 1 and *status when it did, 0 otherwise. */
+int h_wait_exit(pid_t pid, int timeout_ms, int *status);
+
+/* cmocka fixtures: a started daemon in *state, stopped (and checked) at teardown. */
+int h_setup(void **state, const char *memory, const char *const *extra);
+int h_teardown(void **state);
+
+/* Defines a test whose body gets the fixture's daemon; the teardown prints the daemon's log
+ * when the body did not run to its end (a failed assertion). */
+#define H_TEST(name)                                                                               \
+    static void name##_body(struct ferryd *d);                                                     \
+    static void name(void **state)                                                                 \
+    {                                                                                              \
+        name##_body(*state);                                                                       \
+        ((struct ferryd *)*state)->ok = 1;                                                         \
+    }                                                                                              \
+    static void name##_body(struct ferryd *d)
+
+/* Checks a ferry_ call's result, naming the call, the code and ferry_errmsg() on failure. */
+#define H_RC(expr, want)                                                                           \
+    do {                                                                                           \
+        int h_rc_ = (expr), h_want_ = (want);                                                      \
+        if (h_rc_ != h_want_)                                                                      \
+            fail_msg("%s returned %d (%s: %s), expected %d (%s)", #expr, h_rc_,                    \
+                     ferry_strerror(h_rc_), ferry_errmsg(), h_want_, ferry_strerror(h_want_));     \
+    } while (0)
+#define H_OK(expr) H_RC(expr, FERRY_OK)
+
+/* Clients. */
+ferry_client *h_connect(const struct ferryd *d);
+ferry_id h_id(const char *name);
+ferry_id h_idf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+ferry_stats h_stats(ferry_client *c);
+/* Bytes of the arena held by objects: used_bytes - staging_bytes. */
+uint64_t h_object_bytes(ferry_client *c);
+/* The list() entry of id: 1 and *out when present, 0 when not. */
+int h_list_find(ferry_client *c, const ferry_id *id, ferry_object_info *out);
+/* Makes sure the daemon has processed everything c sent before (ferry_release gets no
+ * answer, so another client could overtake it): one round trip on c's connection. */
+void h_sync(ferry_client *c);
+/* contains() as a value; fails the test when the call fails. */
+int h_contains(ferry_client *c, const ferry_id *id);
+
+/* Patterned bytes: position- and seed-dependent, so shifted or mixed-up data is noticed. */
+void h_fill(uint8_t *p, size_t n, uint32_t seed);
+/* The index of the first byte that differs from the pattern, or -1. */
+long h_check(const uint8_t *p, size_t n, uint32_t seed);
+/* A seed derived from an id. */
+uint32_t h_seed(const ferry_id *id);
+/* A malloc'ed buffer of patterned bytes (never NULL; n may be 0). */
+uint8_t *h_pattern(size_t n, uint32_t seed);
+
+/* create + fill (data with seed h_seed(id), metadata with seed ~seed) + seal + release,
+ * without the staging area; returns the first failing code. */
+int h_put_direct(ferry_client *c, const ferry_id *id, uint64_t data_size, uint64_t meta_size);
+/* Checks an entry filled by h_put_direct (or by a put of the same pattern). */
+void h_assert_buffer(const ferry_buffer *b, const ferry_id *id, uint64_t data_size,
+                     uint64_t meta_size);
+/* get (poll), check as above, release. */
+void h_assert_object(ferry_client *c, const ferry_id *id, uint64_t data_size, uint64_t meta_size);
+
+/* Time. */
+int64_t h_now_ms(void);
+void h_sleep_ms(int ms);
+
+/* A bounded wait: `for (h_wait_begin(&w, ms); !cond; ) if (!h_wait_next(&w)) break;`.
+ * h_wait_next sleeps a little and returns 0 once the time or the try count is spent. */
+struct h_wait {
+    int64_t deadline_ms;
+    int tries;
+};
+void h_wait_begin(struct h_wait *w, int timeout_ms);
+int h_wait_next(struct h_wait *w);
+
+/* Polls stats until field(stats) == want or H_EVENT_MS passes; returns the last value. */
+uint64_t h_wait_stat(ferry_client *c, size_t field_offset, uint64_t want);
+#define H_WAIT_STAT(c, field, want) h_wait_stat((c), offsetof(ferry_stats, field), (want))
+
+/* Raw protocol connections (bad-input tests). */
+int h_raw_connect(const char *sock);
+/* Writes all n bytes; 0 or -1. */
+int h_raw_write(int fd, const void *p, size_t n);
+/* Sends one frame with a correct header (flags 0). */
+int h_raw_frame(int fd, uint16_t type, uint64_t tag, const void *payload, uint32_t len);
+/* Sends HELLO and reads its reply (closing the arena fd it carries): 0 when it succeeded. */
+int h_raw_hello(int fd);
+/* Reads one reply frame's payload into buf (up to cap): its length, or -1. */
+long h_raw_reply(int fd, uint16_t want_type, void *buf, size_t cap);
+/* Drains fd until the daemon closes it (EOF or ECONNRESET) within timeout_ms: 1, else 0. */
+int h_raw_wait_closed(int fd, int timeout_ms);
+
+/* Little-endian encoders for hand-made payloads; each returns the position after it. */
+uint8_t *h_le16(uint8_t *p, uint16_t v);
+uint8_t *h_le32(uint8_t *p, uint32_t v);
+uint8_t *h_le64(uint8_t *p, uint64_t v);
+uint32_t h_rd32(const uint8_t *p);
+uint64_t h_rd64(const uint8_t *p);
+
+/* The size of a file, -1 when absent. */
+long h_file_size(const char *path);
+/* 1 when the file contains s. */
+int h_file_contains(const char *path, const char *s);
+
+#endif

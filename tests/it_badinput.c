@@ -1,0 +1,362 @@
+/*
+ * it_badinput.c - raw connections that break the protocol: random bytes, oversized and
+ * truncated frames, a first message other than HELLO, unknown types, counts beyond the
+ * payload, a release of an id never got, PUT_BATCH offsets outside the staging area. Each
+ * such connection is closed by the daemon with a logged reason and counted in
+ * stats.protocol_errors, while a libferry client keeps being served. Silent or stalled
+ * connections must not hold anyone up.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/proto.h"
+
+static int setup(void **state)
+{
+    return h_setup(state, "64M", NULL);
+}
+
+static void header(uint8_t out[PROTO_HEADER_SIZE], uint32_t len, uint16_t type, uint16_t flags)
+{
+    uint8_t *p = h_le32(out, len);
+    p = h_le16(p, type);
+    p = h_le16(p, flags);
+    h_le64(p, 7);
+}
+
+static int hello_conn(const struct ferryd *d)
+{
+    int fd = h_raw_connect(d->sock);
+    assert_int_equal(h_raw_hello(fd), 0);
+    return fd;
+}
+
+/* What a rejection is measured against. */
+struct before {
+    uint64_t errors;
+    long log_size;
+};
+
+static struct before snap(const struct ferryd *d, ferry_client *c)
+{
+    struct before b = {h_stats(c).protocol_errors, h_file_size(d->log)};
+    return b;
+}
+
+/* A put, get and check through libferry: the daemon still serves. */
+static void still_serves(ferry_client *c)
+{
+    static int n;
+    ferry_id id = h_idf("alive-%d", n++);
+    uint8_t *data = h_pattern(3000, h_seed(&id));
+    H_OK(ferry_put(c, &id, data, 3000, NULL, 0));
+    free(data);
+    h_assert_object(c, &id, 3000, 0);
+}
+
+/* The daemon closes fd (bounded), logs something, counts one protocol error more, lets
+ * the connection go, and still serves c. */
+static void expect_rejected(const struct ferryd *d, ferry_client *c, int fd, const struct before *b,
+                            const char *what)
+{
+    if (!h_raw_wait_closed(fd, H_EVENT_MS))
+        fail_msg("%s: the daemon did not close the connection within %d ms", what, H_EVENT_MS);
+    close(fd);
+    uint64_t errors = H_WAIT_STAT(c, protocol_errors, b->errors + 1);
+    if (errors != b->errors + 1)
+        fail_msg("%s: protocol_errors is %llu, expected %llu", what, (unsigned long long)errors,
+                 (unsigned long long)b->errors + 1);
+    struct h_wait w;
+    for (h_wait_begin(&w, H_EVENT_MS); h_file_size(d->log) <= b->log_size;)
+        if (!h_wait_next(&w))
+            fail_msg("%s: nothing was logged", what);
+    assert_int_equal(H_WAIT_STAT(c, clients, 1), 1);
+    still_serves(c);
+}
+
+static ferry_client *client(struct ferryd *d)
+{
+    ferry_client *c = h_connect(d);
+    assert_int_equal(H_WAIT_STAT(c, clients, 1), 1);
+    return c;
+}
+
+/* Garbage whose header is invalid on its own (non-zero flags), so that the daemon cannot
+ * be waiting for more of it. */
+static void random_bytes(uint8_t *buf, size_t n, uint32_t seed)
+{
+    uint32_t x = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        buf[i] = (uint8_t)x;
+    }
+    if (buf[6] == 0 && buf[7] == 0)
+        buf[6] = 1;
+}
+
+/* Random bytes as the first thing on a connection. */
+H_TEST(random_bytes_are_rejected)
+{
+    ferry_client *c = client(d);
+    for (uint32_t seed = 1; seed <= 20; seed++) {
+        struct before b = snap(d, c);
+        uint8_t junk[256];
+        random_bytes(junk, sizeof(junk), seed * 2654435761u);
+        int fd = h_raw_connect(d->sock);
+        assert_int_equal(h_raw_write(fd, junk, sizeof(junk)), 0);
+        expect_rejected(d, c, fd, &b, "random bytes");
+    }
+    assert_int_equal(h_stats(c).protocol_errors, 20);
+    ferry_disconnect(c);
+}
+
+/* A header announcing more than PROTO_MAX_REQUEST is refused before any payload, first
+ * thing or after HELLO. */
+H_TEST(header_longer_than_max_request_is_rejected)
+{
+    ferry_client *c = client(d);
+    uint8_t h[PROTO_HEADER_SIZE];
+    struct before b = snap(d, c);
+    int fd = h_raw_connect(d->sock);
+    header(h, PROTO_MAX_REQUEST + 1, PROTO_HELLO, 0);
+    assert_int_equal(h_raw_write(fd, h, sizeof(h)), 0);
+    expect_rejected(d, c, fd, &b, "oversized HELLO");
+
+    b = snap(d, c);
+    fd = hello_conn(d);
+    header(h, UINT32_MAX, PROTO_CREATE, 0);
+    assert_int_equal(h_raw_write(fd, h, sizeof(h)), 0);
+    expect_rejected(d, c, fd, &b, "oversized CREATE");
+    ferry_disconnect(c);
+}
+
+/* A frame cut short by the end of the stream (header or payload). */
+H_TEST(truncated_frame_then_eof_is_rejected)
+{
+    ferry_client *c = client(d);
+    uint8_t buf[PROTO_HEADER_SIZE + 5] = {0};
+    header(buf, 12, PROTO_HELLO, 0);
+    struct before b = snap(d, c);
+    int fd = h_raw_connect(d->sock);
+    assert_int_equal(h_raw_write(fd, buf, sizeof(buf)), 0);
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    expect_rejected(d, c, fd, &b, "HELLO cut in its payload");
+
+    b = snap(d, c);
+    fd = hello_conn(d);
+    header(buf, FERRY_ID_SIZE + 16, PROTO_CREATE, 0);
+    assert_int_equal(h_raw_write(fd, buf, 9), 0); /* half a header */
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    expect_rejected(d, c, fd, &b, "CREATE cut in its header");
+    ferry_disconnect(c);
+}
+
+/* Anything but HELLO first, and a HELLO with a wrong magic or version. */
+H_TEST(first_message_must_be_a_valid_hello)
+{
+    ferry_client *c = client(d);
+    uint8_t id[FERRY_ID_SIZE] = {1, 2, 3};
+    struct before b = snap(d, c);
+    int fd = h_raw_connect(d->sock);
+    assert_int_equal(h_raw_frame(fd, PROTO_CONTAINS, 1, id, sizeof(id)), 0);
+    expect_rejected(d, c, fd, &b, "CONTAINS before HELLO");
+
+    static const uint32_t bad[2][2] = {{PROTO_MAGIC ^ 1, PROTO_VERSION},
+                                       {PROTO_MAGIC, PROTO_VERSION + 1}};
+    for (int i = 0; i < 2; i++) {
+        uint8_t hello[12], *p = h_le32(hello, bad[i][0]);
+        p = h_le32(p, bad[i][1]);
+        h_le32(p, (uint32_t)getpid());
+        b = snap(d, c);
+        fd = h_raw_connect(d->sock);
+        assert_int_equal(h_raw_frame(fd, PROTO_HELLO, 1, hello, sizeof(hello)), 0);
+        expect_rejected(d, c, fd, &b, i == 0 ? "HELLO with a bad magic" : "bad version");
+    }
+    ferry_disconnect(c);
+}
+
+/* Types that are not requests after a good HELLO. */
+H_TEST(unknown_type_after_hello_is_rejected)
+{
+    static const uint16_t types[] = {0, PROTO_TYPE_MAX + 1, 0x7fff, PROTO_HELLO | PROTO_REPLY_BIT};
+    ferry_client *c = client(d);
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        struct before b = snap(d, c);
+        int fd = hello_conn(d);
+        assert_int_equal(h_raw_frame(fd, types[i], 2, NULL, 0), 0);
+        expect_rejected(d, c, fd, &b, "unknown type");
+    }
+    ferry_disconnect(c);
+}
+
+/* A GET whose count exceeds its payload, and one over PROTO_MAX_IDS. */
+H_TEST(get_with_bad_count_is_rejected)
+{
+    ferry_client *c = client(d);
+    uint8_t small[12 + FERRY_ID_SIZE] = {0};
+    h_le32(h_le64(small, 0), 10); /* 10 ids announced, 1 present */
+    struct before b = snap(d, c);
+    int fd = hello_conn(d);
+    assert_int_equal(h_raw_frame(fd, PROTO_GET, 2, small, sizeof(small)), 0);
+    expect_rejected(d, c, fd, &b, "GET of 10 ids with 1");
+
+    uint32_t n = PROTO_MAX_IDS + 1, len = 12 + n * FERRY_ID_SIZE;
+    uint8_t *big = calloc(1, len);
+    assert_non_null(big);
+    h_le32(h_le64(big, 0), n);
+    b = snap(d, c);
+    fd = hello_conn(d);
+    int sent = h_raw_frame(fd, PROTO_GET, 3, big, len);
+    free(big);
+    (void)sent; /* the daemon may close before reading it all */
+    expect_rejected(d, c, fd, &b, "GET over PROTO_MAX_IDS");
+    ferry_disconnect(c);
+}
+
+/* RELEASE of an id this connection never got, even one that exists. */
+H_TEST(release_of_id_never_got_is_rejected)
+{
+    ferry_client *c = client(d);
+    ferry_id there = h_id("there"), nowhere = h_id("nowhere");
+    H_OK(h_put_direct(c, &there, 10, 0));
+    const ferry_id *ids[] = {&nowhere, &there};
+    for (int i = 0; i < 2; i++) {
+        struct before b = snap(d, c);
+        int fd = hello_conn(d);
+        assert_int_equal(h_raw_frame(fd, PROTO_RELEASE, 2, ids[i]->bytes, FERRY_ID_SIZE), 0);
+        expect_rejected(d, c, fd, &b, "RELEASE of an id never got");
+    }
+    ferry_object_info info;
+    assert_true(h_list_find(c, &there, &info));
+    assert_int_equal(info.refcount, 0);
+    ferry_disconnect(c);
+}
+
+/* Asks for the connection's staging area: its size. */
+static uint64_t stage(int fd)
+{
+    uint8_t reply[64];
+    assert_int_equal(h_raw_frame(fd, PROTO_STAGE, 3, NULL, 0), 0);
+    assert_int_equal(h_raw_reply(fd, PROTO_STAGE, reply, sizeof(reply)), 20);
+    assert_int_equal(h_rd32(reply), 0);
+    uint64_t size = h_rd64(reply + 12);
+    assert_true(size >= 64);
+    return size;
+}
+
+static int put_batch(int fd, const ferry_id *id, uint64_t offset, uint64_t size)
+{
+    uint8_t msg[4 + PROTO_BATCH_ENTRY_SIZE], *p = h_le32(msg, 1);
+    memcpy(p, id->bytes, FERRY_ID_SIZE);
+    p = h_le64(p + FERRY_ID_SIZE, offset);
+    p = h_le64(p, size);
+    h_le64(p, 0);
+    return h_raw_frame(fd, PROTO_PUT_BATCH, 4, msg, sizeof(msg));
+}
+
+/* PUT_BATCH entries must lie inside the connection's staging area: a good entry is
+ * stored, one across its end, one wrapping around, and one without an area are refused. */
+H_TEST(put_batch_outside_the_staging_area_is_rejected)
+{
+    ferry_client *c = client(d);
+    ferry_id good = h_id("batch-good"), bad = h_id("batch-bad");
+    struct before b = snap(d, c);
+    int fd = hello_conn(d);
+    uint64_t size = stage(fd);
+    assert_int_equal(put_batch(fd, &good, 0, 16), 0);
+    uint8_t reply[64];
+    assert_int_equal(h_raw_reply(fd, PROTO_PUT_BATCH, reply, sizeof(reply)), 12);
+    assert_int_equal(h_rd32(reply), 0);     /* the request's status */
+    assert_int_equal(h_rd32(reply + 4), 1); /* n */
+    assert_int_equal(h_rd32(reply + 8), 0); /* the entry's status */
+    assert_int_equal(h_contains(c, &good), 1);
+    assert_int_equal(put_batch(fd, &bad, size - 8, 16), 0);
+    expect_rejected(d, c, fd, &b, "PUT_BATCH across the end of the staging area");
+
+    b = snap(d, c);
+    fd = hello_conn(d);
+    stage(fd);
+    assert_int_equal(put_batch(fd, &bad, UINT64_MAX - 7, 16), 0);
+    expect_rejected(d, c, fd, &b, "PUT_BATCH with a wrapping offset");
+
+    b = snap(d, c);
+    fd = hello_conn(d);
+    assert_int_equal(put_batch(fd, &bad, 0, 16), 0);
+    expect_rejected(d, c, fd, &b, "PUT_BATCH without a staging area");
+    assert_int_equal(h_contains(c, &bad), 0);
+    ferry_disconnect(c);
+}
+
+/* Control: well-formed raw requests are answered, an error answer keeps the connection,
+ * and nothing counts as a protocol error (so the rejections above are about the input). */
+H_TEST(well_formed_raw_requests_are_answered)
+{
+    ferry_client *c = client(d);
+    ferry_id there = h_id("there"), missing = h_id("missing");
+    H_OK(h_put_direct(c, &there, 10, 0));
+    int fd = hello_conn(d);
+    uint8_t reply[512];
+    assert_int_equal(h_raw_frame(fd, PROTO_SEAL, 5, (uint8_t[FERRY_ID_SIZE + 1]){0}, 21), 0);
+    long len = h_raw_reply(fd, PROTO_SEAL, reply, sizeof(reply));
+    assert_true(len >= 6);
+    assert_int_equal((int32_t)h_rd32(reply), FERRY_ENOENT);
+    const ferry_id *ids[] = {&there, &missing};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_raw_frame(fd, PROTO_CONTAINS, 6, ids[i]->bytes, FERRY_ID_SIZE), 0);
+        assert_int_equal(h_raw_reply(fd, PROTO_CONTAINS, reply, sizeof(reply)), 5);
+        assert_int_equal(h_rd32(reply), 0);
+        assert_int_equal(reply[4], i == 0);
+    }
+    close(fd);
+    assert_int_equal(H_WAIT_STAT(c, clients, 1), 1);
+    assert_int_equal(h_stats(c).protocol_errors, 0);
+    ferry_disconnect(c);
+}
+
+/* Connections that send nothing, half a header, or only HELLO hold nobody up. */
+H_TEST(silent_and_stalled_connections_do_not_block_others)
+{
+    ferry_client *c = client(d);
+    int silent = h_raw_connect(d->sock);
+    int partial = h_raw_connect(d->sock);
+    uint8_t h[PROTO_HEADER_SIZE];
+    header(h, 12, PROTO_HELLO, 0);
+    assert_int_equal(h_raw_write(partial, h, 5), 0);
+    int idle = hello_conn(d);
+    int64_t start = h_now_ms();
+    ferry_client *other = h_connect(d);
+    still_serves(c);
+    still_serves(other);
+    assert_true(h_now_ms() - start < 2000);
+    ferry_disconnect(other);
+    close(silent);
+    close(idle);
+    close(partial);
+    assert_int_equal(H_WAIT_STAT(c, clients, 1), 1);
+    ferry_disconnect(c);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(random_bytes_are_rejected),
+        T(header_longer_than_max_request_is_rejected),
+        T(truncated_frame_then_eof_is_rejected),
+        T(first_message_must_be_a_valid_hello),
+        T(unknown_type_after_hello_is_rejected),
+        T(get_with_bad_count_is_rejected),
+        T(release_of_id_never_got_is_rejected),
+        T(put_batch_outside_the_staging_area_is_rejected),
+        T(well_formed_raw_requests_are_answered),
+        T(silent_and_stalled_connections_do_not_block_others),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
