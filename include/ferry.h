@@ -29,6 +29,13 @@ extern "C" {
 #define FERRY_ID_SIZE 20
 #define FERRY_DEFAULT_SOCKET "/tmp/ferry.sock"
 
+/* While a call waits for the daemon's reply, the calling thread polls for this many
+ * microseconds before it sleeps; $FERRY_SPIN_US (read at ferry_connect) overrides it, 0 turns
+ * polling off. Waking a sleeping thread costs more than most requests take to serve, above
+ * all on virtual machines (figures in docs/architecture.md); the price is the calling
+ * thread's own CPU while it waits, which it would spend blocked anyway. */
+#define FERRY_DEFAULT_SPIN_US 50
+
 /* An object id: 20 opaque bytes. */
 typedef struct ferry_id {
     uint8_t bytes[FERRY_ID_SIZE];

@@ -268,6 +268,44 @@ H_TEST(bad_arguments_are_refused)
     assert_int_equal(access(d->sock, F_OK), -1);
 }
 
+/* CPU seconds (user + system) the process has used so far. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long utime = 0, stime = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields 14 and 15, counted after the parenthesised command name. */
+    const char *p = strrchr(buf, ')');
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                            &stime),
+                     2);
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* --busy-poll polls only after recent requests: the daemon serves, and an idle one sleeps
+ * (regression guard: polling that never stops would burn a core forever). */
+H_TEST(busy_poll_serves_and_sleeps_when_idle)
+{
+    static const char *const extra[] = {"--busy-poll", "200", NULL};
+    h_daemon_start(d, "16M", extra);
+    serves(d, "busy-poll");
+    double before = cpu_seconds(d->pid);
+    usleep(1000 * 1000);
+    double used = cpu_seconds(d->pid) - before;
+    if (used > 0.3)
+        fail_msg("an idle daemon with --busy-poll used %.2f s of CPU in 1 s", used);
+    h_daemon_stop(d);
+    char log[256];
+    static const char *const bogus[] = {"--busy-poll", "-5", NULL};
+    expect_refusal(d, "bad-busy-poll.log", "16M", bogus, log, sizeof(log));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
 
 int main(void)
@@ -283,6 +321,7 @@ int main(void)
         T(memory_beyond_ram_is_refused_with_figures),
         T(hugepages_are_refused_when_none_are_reserved),
         T(bad_arguments_are_refused),
+        T(busy_poll_serves_and_sleeps_when_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

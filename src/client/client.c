@@ -1,10 +1,12 @@
 /* client.c - libferry's connection: connect, the request/reply exchange, held references. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/client.h"
@@ -35,22 +37,39 @@ static int write_all(struct ferry_client *c)
     return 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Reads into c->in until it holds at least `need` bytes, taking whatever more the socket has
- * room for (one system call for most replies). A descriptor that arrives is returned in *fd
- * (if fd is NULL, it is closed). */
+ * room for (one system call for most replies). For the first spin_ns it polls rather than
+ * sleeps: on virtual machines, waking a sleeping thread costs more than most requests take
+ * to serve. A descriptor that arrives is returned in *fd (if fd is NULL, it is closed). */
 static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 {
+    uint64_t spin_until = c->spin_ns ? now_ns() + c->spin_ns : 0;
+
     pbuf_reserve(&c->in, need - c->in.len);
     if (c->in.oom)
         return client_broken(c, err_set(FERRY_ENOMEM, "reply of %zu bytes", need));
     while (c->in.len < need) {
-        int got = -1;
-        ssize_t n = usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got);
+        int got = -1, flags = spin_until ? MSG_DONTWAIT : 0;
+        ssize_t n = usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got,
+                                  flags);
         if (got >= 0) {
             if (fd && *fd < 0)
                 *fd = got;
             else
                 close(got);
+        }
+        if (n == -EAGAIN && spin_until) {
+            if (now_ns() >= spin_until)
+                spin_until = 0;
+            sched_yield(); /* lets the daemon run should it share this CPU */
+            continue;
         }
         if (n == -EINTR)
             continue;
@@ -214,6 +233,21 @@ close_fd:
     return rc;
 }
 
+/* $FERRY_SPIN_US, microseconds to poll for each reply before sleeping (0 disables). */
+static uint64_t spin_setting(void)
+{
+    const char *v = getenv("FERRY_SPIN_US");
+    char *end;
+    unsigned long us = FERRY_DEFAULT_SPIN_US;
+
+    if (v && *v) {
+        us = strtoul(v, &end, 10);
+        if (*end || us > 1000000)
+            us = FERRY_DEFAULT_SPIN_US;
+    }
+    return (uint64_t)us * 1000;
+}
+
 int ferry_connect(const char *socket_path, ferry_client **out)
 {
     const char *env = getenv("FERRY_SOCKET");
@@ -226,6 +260,7 @@ int ferry_connect(const char *socket_path, ferry_client **out)
         socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
     if (!(c = calloc(1, sizeof(*c))))
         return err_set(FERRY_ENOMEM, "client handle");
+    c->spin_ns = spin_setting();
     if ((rc = usock_connect(socket_path, &c->fd)) < 0)
         goto free_client;
     pthread_mutex_init(&c->lock, NULL);

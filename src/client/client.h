@@ -37,6 +37,7 @@ struct ferry_client {
     struct preader rd; /* over `in`, after the status */
     idmap held;
     uint64_t staging_offset, staging_size;
+    uint64_t spin_ns; /* how long to poll for a reply before sleeping ($FERRY_SPIN_US) */
     int staging_state; /* 0 not asked yet, 1 have one, -1 the daemon had no room */
 };
 

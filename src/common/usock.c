@@ -122,7 +122,7 @@ ssize_t usock_send_fd(int sock, const void *buf, size_t len, int fd)
     return n < 0 ? -errno : n;
 }
 
-ssize_t usock_recv_fd(int sock, void *buf, size_t len, int *fd)
+ssize_t usock_recv_fd(int sock, void *buf, size_t len, int *fd, int flags)
 {
     char control[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {.iov_base = buf, .iov_len = len};
@@ -133,7 +133,7 @@ ssize_t usock_recv_fd(int sock, void *buf, size_t len, int *fd)
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     *fd = -1;
-    while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+    while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
         ;
     if (n < 0)
         return -errno;

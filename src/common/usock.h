@@ -19,8 +19,8 @@ int usock_connect(const char *path, int *fd_out);
  * or a negative errno. */
 ssize_t usock_send_fd(int sock, const void *buf, size_t len, int fd);
 
-/* Receives up to len bytes; an attached descriptor is stored in *fd (else *fd = -1). Returns
- * the bytes received, 0 at end of stream, or a negative errno. */
-ssize_t usock_recv_fd(int sock, void *buf, size_t len, int *fd);
+/* Receives up to len bytes (flags as for recvmsg); an attached descriptor is stored in *fd
+ * (else *fd = -1). Returns the bytes received, 0 at end of stream, or a negative errno. */
+ssize_t usock_recv_fd(int sock, void *buf, size_t len, int *fd, int flags);
 
 #endif

@@ -166,14 +166,33 @@ static void run_timers(struct loop *l)
     }
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The wait before the next turn: none while busy-polling after recent events. */
+static int wait_ms(const struct loop *l)
+{
+    int timeout = next_timeout(l);
+
+    if (timeout != 0 && l->busy_poll_ns && now_ns() - l->last_event_ns < l->busy_poll_ns)
+        return 0;
+    return timeout;
+}
+
 int loop_run(struct loop *l)
 {
     struct epoll_event events[LOOP_MAX_EVENTS];
 
     while (!l->stop) {
-        int n = epoll_wait(l->epfd, events, LOOP_MAX_EVENTS, next_timeout(l));
+        int n = epoll_wait(l->epfd, events, LOOP_MAX_EVENTS, wait_ms(l));
         if (n < 0 && errno != EINTR)
             return err_sys("epoll_wait");
+        if (n > 0 && l->busy_poll_ns)
+            l->last_event_ns = now_ns();
         for (int i = 0; i < n; i++) {
             struct loop_watch *w = events[i].data.ptr;
             w->fn(l, w, events[i].events);

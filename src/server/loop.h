@@ -37,6 +37,10 @@ struct loop {
     int epfd;
     int stop;
     int busy; /* work is pending: the next wait must not sleep */
+    /* Poll instead of sleeping for this long after the last event (0: never): a sleeping
+     * thread is slow to wake on virtual machines, and requests come in bursts. */
+    uint64_t busy_poll_ns;
+    uint64_t last_event_ns;
     struct loop_timer **heap;
     size_t heap_len, heap_cap;
     loop_turn_fn *after_turn;

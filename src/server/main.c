@@ -13,11 +13,12 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
-            "              [--verbose]\n"
+            "              [--busy-poll USEC] [--verbose]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
             "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
+            "  --busy-poll USEC    poll this long for more requests before sleeping (default 0)\n"
             "  --verbose           log debug records\n",
             FERRY_DEFAULT_SOCKET);
 }
@@ -33,6 +34,18 @@ static int parse_mode(const char *text, mode_t *out)
     return 0;
 }
 
+static int parse_busy_poll(const char *text, uint32_t *out)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+
+    if (!*text || *end || v > 1000000)
+        return err_set(FERRY_EINVAL, "busy poll '%s': expected microseconds, at most 1000000",
+                       text);
+    *out = (uint32_t)v;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -40,6 +53,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"socket-mode", required_argument, NULL, 'M'},
                                          {"hugepages", no_argument, NULL, 'H'},
                                          {"verbose", no_argument, NULL, 'v'},
+        {"busy-poll", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
@@ -61,6 +75,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'H':
             cfg->hugepages = 1;
+            break;
+        case 'b':
+            rc = parse_busy_poll(optarg, &cfg->busy_poll_us);
             break;
         case 'v':
             log_set_level(LOG_DEBUG);

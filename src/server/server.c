@@ -297,6 +297,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
+    s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
     if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)
         goto destroy;

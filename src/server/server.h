@@ -23,6 +23,7 @@ struct server_config {
     mode_t socket_mode;
     uint64_t memory;
     int hugepages;
+    uint32_t busy_poll_us; /* see loop.busy_poll_ns */
 };
 
 struct server_counters {

@@ -162,9 +162,10 @@ void bench_plot(const char *dir, const char *suite, const struct bench_result *r
 /* ---- peers (ferry_peer.c, redis_peer.c) ---- */
 
 /* Connects to the ferryd at socket_path, or when that is NULL starts
- * <dir of this executable>/ferryd in the scratch directory with memory_arg (e.g. "2G"). The
- * returned handle is disconnected, and the daemon stopped, at exit. */
-ferry_client *ferry_peer_start(const char *socket_path, const char *memory_arg);
+ * <dir of this executable>/ferryd --socket <scratch dir>/ferry.sock followed by daemon_args
+ * (NULL-terminated, e.g. {"--memory", "2G", NULL}). The returned handle is disconnected, and
+ * the daemon stopped, at exit. */
+ferry_client *ferry_peer_start(const char *socket_path, const char *const *daemon_args);
 
 /* The ferry operations put, get and get+read on c; put stores from payload, which holds at
  * least the largest size measured. One set per process: a second call re-targets it.

@@ -120,7 +120,8 @@ size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct benc
 }
 
 /* Starts <dir of this executable>/ferryd on a socket in the scratch directory. */
-static struct bench_proc *start_daemon(const char *memory_arg, char *sock, size_t sock_len)
+static struct bench_proc *start_daemon(const char *const *daemon_args, char *sock,
+                                       size_t sock_len)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - sizeof("/ferryd"));
@@ -132,7 +133,11 @@ static struct bench_proc *start_daemon(const char *memory_arg, char *sock, size_
         bench_fail("no ferryd next to ferry-bench (%s: %s); build it, or pass --socket", exe,
                    strerror(errno));
     snprintf(sock, sock_len, "%s/ferry.sock", bench_tmpdir());
-    char *argv[] = {exe, "--socket", sock, "--memory", (char *)memory_arg, NULL};
+    char *argv[16] = {exe, "--socket", sock};
+    size_t n_args = 3;
+    for (; *daemon_args && n_args < sizeof(argv) / sizeof(argv[0]) - 1; daemon_args++)
+        argv[n_args++] = (char *)*daemon_args;
+    argv[n_args] = NULL;
     return bench_proc_start("ferryd", argv);
 }
 
@@ -163,14 +168,14 @@ static void disconnect_at_exit(void *arg)
     ferry_disconnect(arg);
 }
 
-ferry_client *ferry_peer_start(const char *socket_path, const char *memory_arg)
+ferry_client *ferry_peer_start(const char *socket_path, const char *const *daemon_args)
 {
     ferry_client *c;
     char sock[PATH_MAX];
     if (socket_path != NULL)
         bench_check_ferry(ferry_connect(socket_path, &c), "connect to %s", socket_path);
     else
-        c = connect_started(start_daemon(memory_arg, sock, sizeof(sock)), sock);
+        c = connect_started(start_daemon(daemon_args, sock, sizeof(sock)), sock);
     bench_on_exit(disconnect_at_exit, c);
     return c;
 }

@@ -21,6 +21,7 @@ struct local_options {
     int json;
     const char *plot_dir;
     const char *socket;
+    const char *busy_poll; /* ferryd --busy-poll for the daemon started here, or NULL */
     int redis_port;
 };
 
@@ -70,7 +71,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ferry-bench local [--sizes LIST] [--seconds S] [--json] [--plot DIR]\n"
-            "                         [--socket PATH] [--redis-port N]\n"
+            "                         [--socket PATH | --busy-poll USEC] [--redis-port N]\n"
             "  --sizes LIST     comma-separated sizes, K/M/G = 2^10/2^20/2^30 bytes, up to 512M\n"
             "                   (default 1K,64K,1M,16M,64M)\n"
             "  --seconds S      measured time per system, operation and size (default 0.5)\n"
@@ -78,6 +79,7 @@ static void usage(FILE *f)
             "  --plot DIR       also write DIR/local-throughput.png and DIR/local-latency.png\n"
             "                   (needs gnuplot)\n"
             "  --socket PATH    use the ferryd at PATH instead of starting one (--memory %s)\n"
+            "  --busy-poll USEC start that ferryd with --busy-poll USEC (default: without)\n"
             "  --redis-port N   use the redis-server on 127.0.0.1:N instead of starting one\n",
             DAEMON_MEMORY);
 }
@@ -124,7 +126,8 @@ static int parse_options(int argc, char **argv, struct local_options *o)
         {"sizes", required_argument, NULL, 'z'},  {"seconds", required_argument, NULL, 't'},
         {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
         {"socket", required_argument, NULL, 's'}, {"redis-port", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"busy-poll", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *sizes = "1K,64K,1M,16M,64M";
     int ch;
@@ -148,6 +151,11 @@ static int parse_options(int argc, char **argv, struct local_options *o)
             break;
         case 'r':
             o->redis_port = parse_port(optarg);
+            break;
+        case 'b':
+            if (!*optarg || strspn(optarg, "0123456789") != strlen(optarg))
+                bench_fail("bad --busy-poll '%s': expected microseconds", optarg);
+            o->busy_poll = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -199,7 +207,9 @@ static size_t collect_ops(const struct local_options *o, const uint8_t *payload,
     size_t n = 0, k;
     copy_op.ctx = copy;
 
-    k = ferry_peer_ops(ferry_peer_start(o->socket, DAEMON_MEMORY), payload, &list);
+    const char *daemon_args[] = {"--memory", DAEMON_MEMORY, o->busy_poll ? "--busy-poll" : NULL,
+                                 o->busy_poll, NULL};
+    k = ferry_peer_ops(ferry_peer_start(o->socket, daemon_args), payload, &list);
     n = append_ops(ops, n, list, k);
     k = redis_peer_ops(redis_peer_start(o->redis_port), payload, &list);
     n = append_ops(ops, n, list, k);
@@ -214,6 +224,10 @@ static void output(const struct local_options *o, const struct bench_result *r, 
     if (o->json) {
         bench_print_json(stdout, "local", r, n, q, NRATIOS);
     } else {
+        const char *spin = getenv("FERRY_SPIN_US");
+        printf("ferryd: %s, --busy-poll %s; clients: FERRY_SPIN_US=%s (default %d)\n",
+               o->socket ? o->socket : "started here", o->busy_poll ? o->busy_poll : "0",
+               spin && *spin ? spin : "unset", FERRY_DEFAULT_SPIN_US);
         bench_print_table(stdout, r, n);
         fputs("(ferry get hands out the stored bytes in place: its MiB/s is bytes made readable "
               "per second.)\n",
