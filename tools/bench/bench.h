@@ -176,6 +176,10 @@ size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct benc
  * port; stopped at exit. Returns the redis context (a redisContext *). */
 void *redis_peer_start(int port);
 
+/* unix_peer.c: SIZE bytes to another process over a Unix stream socket and an 8-byte answer
+ * back: the round trip every ferry request pays, measured in the same run. */
+size_t unix_peer_ops(const uint8_t *payload, const struct bench_op **ops);
+
 /* The redis operations set and get, like ferry_peer_ops(). */
 size_t redis_peer_ops(void *redis, const uint8_t *payload, const struct bench_op **ops);
 

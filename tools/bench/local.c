@@ -213,6 +213,8 @@ static size_t collect_ops(const struct local_options *o, const uint8_t *payload,
     n = append_ops(ops, n, list, k);
     k = redis_peer_ops(redis_peer_start(o->redis_port), payload, &list);
     n = append_ops(ops, n, list, k);
+    k = unix_peer_ops(payload, &list);
+    n = append_ops(ops, n, list, k);
     return append_ops(ops, n, &copy_op, 1);
 }
 
