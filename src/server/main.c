@@ -18,9 +18,10 @@ static void usage(FILE *f)
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
             "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
-            "  --busy-poll USEC    poll this long for more requests before sleeping (default 0)\n"
+            "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
+            "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
             "  --verbose           log debug records\n",
-            FERRY_DEFAULT_SOCKET);
+            FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -62,6 +63,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
     cfg->socket_mode = 0600;
     cfg->memory = 1ull << 30;
+    cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':

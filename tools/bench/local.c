@@ -79,7 +79,7 @@ static void usage(FILE *f)
             "  --plot DIR       also write DIR/local-throughput.png and DIR/local-latency.png\n"
             "                   (needs gnuplot)\n"
             "  --socket PATH    use the ferryd at PATH instead of starting one (--memory %s)\n"
-            "  --busy-poll USEC start that ferryd with --busy-poll USEC (default: without)\n"
+            "  --busy-poll USEC start that ferryd with --busy-poll USEC (default: its default)\n"
             "  --redis-port N   use the redis-server on 127.0.0.1:N instead of starting one\n",
             DAEMON_MEMORY);
 }
@@ -228,8 +228,9 @@ static void output(const struct local_options *o, const struct bench_result *r, 
     } else {
         const char *spin = getenv("FERRY_SPIN_US");
         printf("ferryd: %s, --busy-poll %s; clients: FERRY_SPIN_US=%s (default %d)\n",
-               o->socket ? o->socket : "started here", o->busy_poll ? o->busy_poll : "0",
-               spin && *spin ? spin : "unset", FERRY_DEFAULT_SPIN_US);
+               o->socket ? o->socket : "started here",
+               o->busy_poll ? o->busy_poll : "as configured", spin && *spin ? spin : "unset",
+               FERRY_DEFAULT_SPIN_US);
         bench_print_table(stdout, r, n);
         fputs("(ferry get hands out the stored bytes in place: its MiB/s is bytes made readable "
               "per second.)\n",
