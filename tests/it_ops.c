@@ -416,6 +416,27 @@ H_TEST(delete_of_referenced_object_frees_at_last_release)
     ferry_disconnect(b);
 }
 
+/* A client holding a deleted object puts a new one under the same id: the put's release
+ * must drop the reference on the new object, not on the old one it still reads
+ * (regression: seal-and-release once released the oldest reference under the id). */
+H_TEST(put_over_a_held_deleted_id_releases_the_new_object)
+{
+    ferry_client *a = h_connect(d), *b = h_connect(d);
+    ferry_id id = h_id("d-reput");
+    put(a, "d-reput", 100, 0);
+    ferry_buffer old;
+    H_OK(ferry_get(b, &id, 1, 0, &old));
+    H_OK(ferry_delete(a, &id));
+    put(b, "d-reput", MIB, 0); /* large: create, copy, seal-and-release */
+    ferry_object_info info;
+    assert_true(h_list_find(a, &id, &info));
+    assert_int_equal(info.data_size, MIB);
+    assert_int_equal(info.refcount, 0);
+    h_assert_buffer(&old, &id, 100, 0); /* the old bytes are still b's to read */
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* evict frees sealed unreferenced objects oldest first until enough, and no others. */
 H_TEST(evict_frees_lru_objects_until_enough)
 {
@@ -718,6 +739,7 @@ int main(void)
         T(list_shows_state_refcount_and_sizes),
         T(delete_of_absent_is_enoent_and_of_unsealed_is_enotsealed),
         T(delete_of_referenced_object_frees_at_last_release),
+        T(put_over_a_held_deleted_id_releases_the_new_object),
         T(evict_frees_lru_objects_until_enough),
         T(refresh_reports_missing_and_still_refreshes_the_others),
         T(stats_count_clients_objects_and_operations),

@@ -8,16 +8,20 @@
 #include "client/client.h"
 #include "common/err.h"
 
-/* A request whose whole payload is one id, answered by a bare status. */
-static int id_request(struct ferry_client *c, uint16_t type, const ferry_id *id)
+/* Sends a request whose whole payload is one id and reads its reply (c->rd after the
+ * status). */
+static int id_call(struct ferry_client *c, uint16_t type, const ferry_id *id)
 {
-    int rc;
-
     client_req_begin(c, type);
     pbuf_id(&c->out, id);
-    if ((rc = client_call(c, type)) < 0)
-        return rc;
-    return client_reply_end(c);
+    return client_call(c, type);
+}
+
+/* The same, for a reply that is a bare status. */
+static int id_request(struct ferry_client *c, uint16_t type, const ferry_id *id)
+{
+    int rc = id_call(c, type, id);
+    return rc < 0 ? rc : client_reply_end(c);
 }
 
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
@@ -181,9 +185,7 @@ int ferry_contains(ferry_client *c, const ferry_id *id, int *present)
         return err_set(FERRY_EINVAL, "contains: NULL argument");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    client_req_begin(c, PROTO_CONTAINS);
-    pbuf_id(&c->out, id);
-    if ((rc = client_call(c, PROTO_CONTAINS)) == 0) {
+    if ((rc = id_call(c, PROTO_CONTAINS, id)) == 0) {
         *present = prd_u8(&c->rd) != 0;
         rc = client_reply_end(c);
     }
@@ -209,9 +211,7 @@ int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)
         return err_set(FERRY_EINVAL, "hash: NULL argument");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    client_req_begin(c, PROTO_HASH);
-    pbuf_id(&c->out, id);
-    if ((rc = client_call(c, PROTO_HASH)) == 0) {
+    if ((rc = id_call(c, PROTO_HASH, id)) == 0) {
         *digest = prd_u64(&c->rd);
         rc = client_reply_end(c);
     }

@@ -94,17 +94,32 @@ static void held_unlink(struct session *ss, struct held *h, struct held *prev)
     free(h);
 }
 
-/* Drops one reference on id, the oldest object first. FERRY_ENOENT if none is held. */
+/* The session's entry for o, and its predecessor under the same id. */
+static struct held *held_find(struct session *ss, const struct object *o, struct held **prev)
+{
+    struct held *h;
+
+    *prev = NULL;
+    for (h = idmap_get(&ss->held, &o->id); h && h->o != o; h = h->next)
+        *prev = h;
+    return h;
+}
+
+/* Drops one reference on id: on the object the table has under id if the session holds
+ * it, else on the oldest (deleted) one. FERRY_ENOENT if none is held. */
 static int held_release(struct session *ss, const ferry_id *id)
 {
-    struct held *h = idmap_get(&ss->held, id);
+    struct object *live = store_find(&ss->srv->store, id);
+    struct held *prev = NULL, *h = live ? held_find(ss, live, &prev) : NULL;
     struct object *o;
 
-    if (!h)
+    if (!h && !(h = idmap_get(&ss->held, id)))
         return FERRY_ENOENT;
+    if (!live || h->o != live)
+        prev = NULL; /* the head of the chain */
     o = h->o;
     if (--h->count == 0)
-        held_unlink(ss, h, NULL);
+        held_unlink(ss, h, prev);
     store_unref(&ss->srv->store, o);
     return 0;
 }
@@ -112,14 +127,10 @@ static int held_release(struct session *ss, const ferry_id *id)
 /* Forgets every reference the session has on o (o is being aborted). */
 static void held_forget(struct session *ss, struct object *o)
 {
-    struct held *h, *prev = NULL;
+    struct held *prev, *h = held_find(ss, o, &prev);
 
-    for (h = idmap_get(&ss->held, &o->id); h; prev = h, h = h->next) {
-        if (h->o == o) {
-            held_unlink(ss, h, prev);
-            return;
-        }
-    }
+    if (h)
+        held_unlink(ss, h, prev);
 }
 
 /* ---- handlers ---- */
@@ -200,7 +211,7 @@ static int handle_seal(struct session *ss, const struct proto_request *q)
         return reply_status(ss, q, rc);
     store_seal(&ss->srv->store, o);
     if (q->u.seal.release)
-        held_release(ss, &q->u.seal.id);
+        held_release(ss, &o->id); /* o is the live object under its id */
     return reply_status(ss, q, 0);
 }
 

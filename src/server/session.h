@@ -16,7 +16,7 @@
 #include "server/server.h"
 
 /* References a session holds on objects under one id: usually one entry; more when an id was
- * deleted while held and a new object took it (release then drops the oldest first). */
+ * deleted while held and a new object took it (release then drops the new one's first). */
 struct held {
     struct object *o;
     uint32_t count;
