@@ -11,6 +11,7 @@
 
 #include "client/client.h"
 
+#include "common/cpuload.h"
 #include "common/err.h"
 #include "common/usock.h"
 
@@ -50,7 +51,7 @@ static uint64_t now_ns(void)
  * to serve. A descriptor that arrives is returned in *fd (if fd is NULL, it is closed). */
 static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 {
-    uint64_t spin_until = c->spin_ns ? now_ns() + c->spin_ns : 0;
+    uint64_t spin_until = c->spin_ns && cpuload_can_poll() ? now_ns() + c->spin_ns : 0;
 
     pbuf_reserve(&c->in, need - c->in.len);
     if (c->in.oom)

@@ -1,12 +1,14 @@
 #include "server/loop.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cpuload.h"
 #include "common/err.h"
 
 #define LOOP_MAX_EVENTS 256
@@ -173,13 +175,18 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The wait before the next turn: none while busy-polling after recent events. */
+/* The wait before the next turn: none while busy-polling after recent events, as long as the
+ * machine has a CPU for every runnable task, yielding between polls so that a client sharing
+ * this CPU is not kept from running. */
 static int wait_ms(const struct loop *l)
 {
     int timeout = next_timeout(l);
 
-    if (timeout != 0 && l->busy_poll_ns && now_ns() - l->last_event_ns < l->busy_poll_ns)
+    if (timeout != 0 && l->busy_poll_ns && now_ns() - l->last_event_ns < l->busy_poll_ns &&
+        cpuload_can_poll()) {
+        sched_yield();
         return 0;
+    }
     return timeout;
 }
 

@@ -37,8 +37,9 @@ struct loop {
     int epfd;
     int stop;
     int busy; /* work is pending: the next wait must not sleep */
-    /* Poll instead of sleeping for this long after the last event (0: never): a sleeping
-     * thread is slow to wake on virtual machines, and requests come in bursts. */
+    /* Poll instead of sleeping for this long after the last event (0: never), while the
+     * machine is not oversubscribed (common/cpuload.h): a sleeping thread is slow to wake on
+     * virtual machines, and requests come in bursts. */
     uint64_t busy_poll_ns;
     uint64_t last_event_ns;
     struct loop_timer **heap;
