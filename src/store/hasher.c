@@ -12,9 +12,9 @@ struct hasher {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    pthread_cond_t idle;                  /* signalled when todo is empty and busy is 0 */
+    pthread_cond_t idle;                  /* signalled when pending is empty and busy is 0 */
     int busy;                             /* guarded by lock: the worker is hashing */
-    struct hasher_job *todo, **todo_tail; /* guarded by lock */
+    struct hasher_job *pending, **pending_tail; /* guarded by lock */
     struct hasher_job *done, **done_tail; /* guarded by lock */
     int stopping;                         /* guarded by lock */
     int efd;
@@ -28,12 +28,12 @@ static void *worker(void *arg)
 
     pthread_mutex_lock(&h->lock);
     for (;;) {
-        while (!h->todo && !h->stopping)
+        while (!h->pending && !h->stopping)
             pthread_cond_wait(&h->wake, &h->lock);
-        if (!(job = h->todo))
+        if (!(job = h->pending))
             break;
-        if (!(h->todo = job->next))
-            h->todo_tail = &h->todo;
+        if (!(h->pending = job->next))
+            h->pending_tail = &h->pending;
         h->busy = 1;
         pthread_mutex_unlock(&h->lock);
         job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
@@ -42,7 +42,7 @@ static void *worker(void *arg)
         *h->done_tail = job;
         h->done_tail = &job->next;
         h->busy = 0;
-        if (!h->todo)
+        if (!h->pending)
             pthread_cond_broadcast(&h->idle);
         /* Cannot fail: the counter does not overflow at one increment per job. */
         ssize_t n = write(h->efd, &one, sizeof(one));
@@ -59,7 +59,7 @@ int hasher_start(struct hasher **out)
 
     if (!h)
         return err_set(FERRY_ENOMEM, "hasher");
-    h->todo_tail = &h->todo;
+    h->pending_tail = &h->pending;
     h->done_tail = &h->done;
     h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (h->efd < 0) {
@@ -107,7 +107,7 @@ struct hasher_job *hasher_stop(struct hasher *h)
 void hasher_wait_idle(struct hasher *h)
 {
     pthread_mutex_lock(&h->lock);
-    while (h->todo || h->busy)
+    while (h->pending || h->busy)
         pthread_cond_wait(&h->idle, &h->lock);
     pthread_mutex_unlock(&h->lock);
 }
@@ -121,8 +121,8 @@ void hasher_submit(struct hasher *h, struct hasher_job *job)
 {
     job->next = NULL;
     pthread_mutex_lock(&h->lock);
-    *h->todo_tail = job;
-    h->todo_tail = &job->next;
+    *h->pending_tail = job;
+    h->pending_tail = &job->next;
     pthread_cond_signal(&h->wake);
     pthread_mutex_unlock(&h->lock);
 }

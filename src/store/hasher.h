@@ -3,7 +3,7 @@
  * a 64 MiB object does not stall the event loop (and every other client) for milliseconds.
  *
  * Ownership and locking: a job belongs to the caller until hasher_submit(), to the hasher
- * until hasher_take_done() returns it. `todo` and `done` are guarded by `lock`; the worker
+ * until hasher_take_done() returns it. `pending` and `done` are guarded by `lock`; the worker
  * writes job->digest before moving the job to `done` under the lock, so the caller reads it
  * after taking the job, with the mutex ordering the two. The bytes hashed must stay mapped
  * and unchanged until the job is taken back (the store pins the object meanwhile).
