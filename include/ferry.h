@@ -44,21 +44,24 @@ typedef struct ferry_id {
 /* The one error scheme: 0 or one of these. */
 enum ferry_error {
     FERRY_OK = 0,
-    FERRY_EINVAL = -1,     /* an argument is invalid */
-    FERRY_ENOENT = -2,     /* no such object */
-    FERRY_EEXIST = -3,     /* an object with this id exists already */
-    FERRY_ETOOBIG = -4,    /* larger than the whole arena */
-    FERRY_ENOSPACE = -5,   /* no room even after eviction */
-    FERRY_EPERM = -6,      /* only the creator may seal or abort */
-    FERRY_ETIMEDOUT = -7,  /* the timeout ended first */
-    FERRY_ENOTSEALED = -8, /* the object is still being created */
-    FERRY_ECONN = -9,      /* daemon unreachable, or the connection was lost */
-    FERRY_EPROTO = -10,    /* malformed or unexpected message */
-    FERRY_ENOMEM = -11,    /* out of memory in this process */
-    FERRY_ESYS = -12,      /* a system call failed (ferry_errmsg() tells which) */
-    FERRY_ENOSYS = -13,    /* operation not supported */
-    FERRY_EBUSY = -14,     /* resource in use */
-    FERRY_ERROR_MIN = -14
+    FERRY_EINVAL = -1,      /* an argument is invalid */
+    FERRY_ENOENT = -2,      /* no such object */
+    FERRY_EEXIST = -3,      /* an object with this id exists already */
+    FERRY_ETOOBIG = -4,     /* larger than the whole arena */
+    FERRY_ENOSPACE = -5,    /* no room even after eviction */
+    FERRY_EPERM = -6,       /* only the creator may seal or abort */
+    FERRY_ETIMEDOUT = -7,   /* the timeout ended first */
+    FERRY_ENOTSEALED = -8,  /* the object is still being created */
+    FERRY_ECONN = -9,       /* daemon unreachable, or the connection was lost */
+    FERRY_EPROTO = -10,     /* malformed or unexpected message */
+    FERRY_ENOMEM = -11,     /* out of memory in this process */
+    FERRY_ESYS = -12,       /* a system call failed (ferry_errmsg() tells which) */
+    FERRY_ENOSYS = -13,     /* operation not supported */
+    FERRY_EBUSY = -14,      /* resource in use */
+    FERRY_EDIRECTORY = -15, /* the cluster directory (Redis) is unavailable */
+    FERRY_ETRANSFER = -16,  /* every holder failed to deliver the object */
+    FERRY_EAUTH = -17,      /* a peer failed the cluster secret's challenge */
+    FERRY_ERROR_MIN = -17
 };
 
 /* Name of an error code ("no such object"); never NULL. */
@@ -182,6 +185,20 @@ typedef struct ferry_stats {
     uint64_t connections_total;
     uint64_t subscribers;
     uint64_t notifications_dropped; /* subscribers cut off for falling behind */
+    /* Cluster (all 0 on a standalone node). */
+    uint64_t connections_opened;   /* transfer connections this node opened to peers */
+    uint64_t connections_accepted; /* transfer connections peers opened to this node */
+    uint64_t fetches;              /* fetch requests from local clients */
+    uint64_t transfers_in;         /* objects received from peers */
+    uint64_t transfers_out;        /* objects sent to peers */
+    uint64_t transfer_failures;    /* objects whose transfer from one holder failed */
+    uint64_t bytes_in;             /* object bytes received from peers */
+    uint64_t bytes_out;            /* object bytes sent to peers */
+    uint64_t peer_errors;          /* transfer connections closed for a bad message or auth */
+    uint64_t directory_up;         /* 1 while connected to the directory */
+    uint64_t directory_lookups;    /* holder lookups sent to Redis */
+    uint64_t directory_cache_hits; /* holder lookups answered from the local cache */
+    uint64_t directory_reconnects; /* connections to Redis re-established */
 } ferry_stats;
 
 int ferry_stats_get(ferry_client *c, ferry_stats *out);
@@ -202,6 +219,36 @@ int ferry_subscribe(ferry_client *c, int *fd);
 /* Reads the next notification from a subscription fd; blocks when none is pending unless
  * the fd is non-blocking (then FERRY_ETIMEDOUT). FERRY_ECONN when the daemon closed it. */
 int ferry_notification_read(int fd, ferry_notification *out);
+
+/* ---- cluster ---- */
+
+/* Makes each of the n objects local: one already local counts at once; otherwise it is
+ * pulled from a node that holds it (another holder is tried if one fails), and an id that no
+ * node holds yet is waited for until timeout_ms (0 polls, -1 forever). Several clients of a
+ * node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
+ * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
+ * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure.
+ * Takes no references: follow with ferry_get, or use ferry_get_fetch. */
+int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses);
+
+/* ferry_get that first fetches the objects that are not local, within the same timeout.
+ * When some are missing, returns the fetch's reason (FERRY_EDIRECTORY, FERRY_ETRANSFER, ...)
+ * rather than FERRY_ETIMEDOUT; entries found hold references, as with ferry_get. */
+int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+                    ferry_buffer *out);
+
+typedef struct ferry_node_info {
+    char id[64];         /* --node-id */
+    char address[128];   /* transfer address, HOST:PORT */
+    char transports[64]; /* transports it speaks, comma-separated ("tcp") */
+    int self;            /* 1 for the node that answered */
+} ferry_node_info;
+
+/* The live nodes of the cluster, as the directory has them. Free with free(). */
+int ferry_nodes(ferry_client *c, ferry_node_info **out, size_t *n);
+
+/* The live nodes that hold a sealed copy of id. Free with free(). */
+int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size_t *n);
 
 /* Parses a printable id: exactly 40 hex digits are the raw id, any other string is hashed
  * to 20 bytes with SHA-1. */

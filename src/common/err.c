@@ -23,6 +23,9 @@ static const char *const err_names[] = {
     [-FERRY_ESYS] = "system call failed",
     [-FERRY_ENOSYS] = "operation not supported",
     [-FERRY_EBUSY] = "resource busy",
+    [-FERRY_EDIRECTORY] = "directory unavailable",
+    [-FERRY_ETRANSFER] = "transfer failed from every holder",
+    [-FERRY_EAUTH] = "peer authentication failed",
 };
 
 const char *ferry_strerror(int err)

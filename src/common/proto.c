@@ -190,9 +190,11 @@ static int decode_body(struct preader *r, struct proto_request *q)
     case PROTO_CONTAINS:
     case PROTO_DELETE:
     case PROTO_HASH:
+    case PROTO_WHERE:
         prd_id(r, &q->u.one.id);
         return 0;
     case PROTO_GET:
+    case PROTO_FETCH:
         q->u.ids.timeout_ms = (int64_t)prd_u64(r);
         if (q->u.ids.timeout_ms < -1)
             return err_set(FERRY_EPROTO, "get: timeout %lld ms", (long long)q->u.ids.timeout_ms);
@@ -203,6 +205,7 @@ static int decode_body(struct preader *r, struct proto_request *q)
         q->u.evict.bytes = prd_u64(r);
         return 0;
     case PROTO_LIST:
+    case PROTO_NODES:
     case PROTO_STATS:
     case PROTO_SUBSCRIBE:
     case PROTO_STAGE:
@@ -247,6 +250,46 @@ void proto_batch_entry(const struct proto_request *q, uint32_t i, struct proto_b
     out->offset = prd_u64(&r);
     out->data_size = prd_u64(&r);
     out->metadata_size = prd_u64(&r);
+}
+
+/* ---- nodes ---- */
+
+static void put_str(struct pbuf *b, const char *s, size_t max)
+{
+    size_t len = strnlen(s, max);
+    pbuf_u8(b, (uint8_t)len);
+    pbuf_put(b, s, len);
+}
+
+static void get_str(struct preader *r, char *out, size_t size)
+{
+    uint8_t len = prd_u8(r);
+    const uint8_t *p = prd_bytes(r, len);
+
+    if (!p || len >= size) {
+        r->bad = 1;
+        out[0] = '\0';
+        return;
+    }
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+void proto_put_node(struct pbuf *b, const ferry_node_info *n)
+{
+    put_str(b, n->id, sizeof(n->id) - 1);
+    put_str(b, n->address, sizeof(n->address) - 1);
+    put_str(b, n->transports, sizeof(n->transports) - 1);
+    pbuf_u8(b, (uint8_t)(n->self != 0));
+}
+
+int proto_get_node(struct preader *r, ferry_node_info *out)
+{
+    get_str(r, out->id, sizeof(out->id));
+    get_str(r, out->address, sizeof(out->address));
+    get_str(r, out->transports, sizeof(out->transports));
+    out->self = prd_u8(r) != 0;
+    return r->bad ? err_set(FERRY_EPROTO, "malformed node entry") : 0;
 }
 
 /* ---- notifications ---- */

@@ -49,7 +49,10 @@ enum proto_type {
     PROTO_SUBSCRIBE = 14, /* - -> status, with the subscription socket as SCM_RIGHTS */
     PROTO_STAGE = 15,     /* - -> u64 offset, u64 size: this client's staging area */
     PROTO_PUT_BATCH = 16, /* u32 n, n batch entries -> u32 n, n i32 statuses */
-    PROTO_TYPE_MAX = 16
+    PROTO_FETCH = 17,     /* i64 timeout_ms, u32 n, n ids -> u32 n, n i32 statuses */
+    PROTO_NODES = 18,     /* - -> u32 n, n nodes */
+    PROTO_WHERE = 19,     /* id -> u32 n, n nodes */
+    PROTO_TYPE_MAX = 19
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -93,7 +96,7 @@ struct proto_request {
             int64_t timeout_ms;
             uint32_t n;
             const ferry_id *ids;
-        } ids; /* GET (with timeout), REFRESH */
+        } ids; /* GET and FETCH (with timeout), REFRESH */
         struct {
             uint64_t bytes;
         } evict;
@@ -164,6 +167,11 @@ const uint8_t *prd_bytes(struct preader *r, size_t n);
 #define PROTO_GET_ENTRY_SIZE (4u + 8u + 8u + 8u)
 #define PROTO_BATCH_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 8u)
 #define PROTO_LIST_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 1u + 4u + 8u)
+
+/* A node in NODES and WHERE replies: id, address and transports as u8 length + bytes each,
+ * then u8 self. */
+void proto_put_node(struct pbuf *b, const ferry_node_info *n);
+int proto_get_node(struct preader *r, ferry_node_info *out);
 
 /* A notification on a subscription socket (SOCK_SEQPACKET, one record per datagram):
  * u8 event, id, u64 data_size, u64 metadata_size. */

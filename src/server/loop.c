@@ -157,7 +157,7 @@ static int next_timeout(const struct loop *l)
     return d <= now ? 0 : (int)(d - now > 60000 ? 60000 : d - now);
 }
 
-static void run_timers(struct loop *l)
+void loop_fire_due(struct loop *l)
 {
     uint64_t now = loop_now_ms();
 
@@ -204,7 +204,7 @@ int loop_run(struct loop *l)
             struct loop_watch *w = events[i].data.ptr;
             w->fn(l, w, events[i].events);
         }
-        run_timers(l);
+        loop_fire_due(l);
         if (l->after_turn)
             l->after_turn(l, l->after_turn_arg);
     }

@@ -62,6 +62,9 @@ void loop_timer_init(struct loop_timer *t, loop_timer_fn *fn, void *arg);
 int loop_timer_start(struct loop *l, struct loop_timer *t, uint64_t deadline_ms);
 void loop_timer_stop(struct loop *l, struct loop_timer *t);
 
+/* Runs the timers that are due now (closing code uses it to let deferred frees happen). */
+void loop_fire_due(struct loop *l);
+
 /* Runs until loop_stop(). Returns 0, or FERRY_ESYS if epoll_wait fails. */
 int loop_run(struct loop *l);
 void loop_stop(struct loop *l);

@@ -14,13 +14,21 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--verbose]\n"
+            "              [--node-id NAME --listen HOST:PORT --directory redis://HOST:PORT[/DB]\n"
+            "               [--secret-file PATH] [--verify]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
             "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
             "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
             "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
-            "  --verbose           log debug records\n",
+            "  --verbose           log debug records\n"
+            "cluster (all three or none; without them the node is standalone):\n"
+            "  --node-id NAME      this node's name in the cluster\n"
+            "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
+            "  --directory URL     the Redis that holds the node registry and object locations\n"
+            "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256)\n"
+            "  --verify            check an XXH3 digest of every fetched object before sealing\n",
             FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US);
 }
 
@@ -49,14 +57,14 @@ static int parse_busy_poll(const char *text, uint32_t *out)
 
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
-    static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
-                                         {"memory", required_argument, NULL, 'm'},
-                                         {"socket-mode", required_argument, NULL, 'M'},
-                                         {"hugepages", no_argument, NULL, 'H'},
-                                         {"verbose", no_argument, NULL, 'v'},
-        {"busy-poll", required_argument, NULL, 'b'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, 's'},    {"memory", required_argument, NULL, 'm'},
+        {"socket-mode", required_argument, NULL, 'M'}, {"hugepages", no_argument, NULL, 'H'},
+        {"verbose", no_argument, NULL, 'v'},         {"busy-poll", required_argument, NULL, 'b'},
+        {"node-id", required_argument, NULL, 'n'},   {"listen", required_argument, NULL, 'l'},
+        {"directory", required_argument, NULL, 'd'}, {"secret-file", required_argument, NULL, 'S'},
+        {"verify", no_argument, NULL, 'V'},          {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
 
@@ -83,6 +91,21 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'v':
             log_set_level(LOG_DEBUG);
+            break;
+        case 'n':
+            cfg->node_id = optarg;
+            break;
+        case 'l':
+            cfg->listen_addr = optarg;
+            break;
+        case 'd':
+            cfg->directory_url = optarg;
+            break;
+        case 'S':
+            cfg->secret_file = optarg;
+            break;
+        case 'V':
+            cfg->verify = 1;
             break;
         case 'h':
             usage(stdout);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -16,6 +17,7 @@
 #include "common/proto.h"
 #include "common/usock.h"
 #include "server/session.h"
+#include "transfer/engine.h"
 
 #define ACCEPTS_PER_TURN 64
 #define LISTEN_BACKLOG 512
@@ -158,16 +160,39 @@ static void on_sealed(void *ctx, const struct object *o)
     struct server *s = ctx;
     server_notify(s, FERRY_EVENT_SEALED, o);
     session_wake_waiters(s, (struct object *)o);
+    if (s->dir)
+        directory_publish(s->dir, &o->id);
+    if (s->engine)
+        engine_on_sealed(s->engine, o);
 }
 
 static void on_removed(void *ctx, const struct object *o, int event)
 {
-    server_notify(ctx, event, o);
+    struct server *s = ctx;
+    server_notify(s, event, o);
+    if (s->dir)
+        directory_withdraw(s->dir, &o->id);
 }
 
 static void on_hashed(void *ctx, struct object *o)
 {
-    session_hash_ready(ctx, o);
+    struct server *s = ctx;
+    session_hash_ready(s, o);
+    if (s->engine)
+        engine_on_hashed(s->engine, o);
+}
+
+/* After (re)connecting to the directory: every sealed object here is published again. */
+static void republish(void *ctx)
+{
+    struct server *s = ctx;
+    const struct object *o;
+    size_t pos = 0;
+
+    while ((o = idmap_next(&s->store.table, &pos, NULL))) {
+        if (o->state == FERRY_STATE_SEALED)
+            directory_publish(s->dir, &o->id);
+    }
 }
 
 static void on_hasher(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -277,6 +302,63 @@ static int open_socket(struct server *s)
     return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, EPOLLIN, on_accept, s);
 }
 
+/* Reads the cluster secret: the file's bytes, less a trailing newline. */
+static int read_secret(const char *path, uint8_t *buf, size_t size, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (!f)
+        return err_set(FERRY_EINVAL, "secret file %s: %s", path, strerror(errno));
+    n = fread(buf, 1, size, f);
+    fclose(f);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    if (n < 16)
+        return err_set(FERRY_EINVAL, "secret file %s: at least 16 bytes of secret needed", path);
+    if (n == size)
+        return err_set(FERRY_EINVAL, "secret file %s: more than %zu bytes", path, size - 1);
+    *len = n;
+    return 0;
+}
+
+static int open_cluster(struct server *s)
+{
+    const struct server_config *c = &s->cfg;
+    struct directory_config dc = {.url = c->directory_url};
+    struct directory_hooks hooks = {.republish = republish, .ctx = s};
+    struct engine_config ec = {.node_id = c->node_id, .listen_addr = c->listen_addr,
+                               .verify = c->verify};
+    uint8_t secret[1024];
+    int rc;
+
+    if (!c->directory_url && !c->listen_addr && !c->node_id)
+        return 0;
+    if (!c->directory_url || !c->listen_addr || !c->node_id)
+        return err_set(FERRY_EINVAL, "a cluster node needs --node-id, --listen and --directory");
+    if (strlen(c->node_id) > DIRECTORY_NODE_ID_MAX || strpbrk(c->node_id, " \t\n:,"))
+        return err_set(FERRY_EINVAL, "node id '%s': at most %d characters, no spaces, ':' or ','",
+                       c->node_id, DIRECTORY_NODE_ID_MAX);
+    if (c->secret_file) {
+        if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
+            return rc;
+        ec.secret = secret;
+    }
+    snprintf(dc.self.id, sizeof(dc.self.id), "%s", c->node_id);
+    snprintf(dc.self.addr, sizeof(dc.self.addr), "%s", c->listen_addr);
+    snprintf(dc.self.transports, sizeof(dc.self.transports), "tcp");
+    if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
+        return rc;
+    rc = engine_open(&s->engine, &s->loop, &s->store, s->dir, &ec);
+    memset(secret, 0, sizeof(secret));
+    if (rc < 0)
+        return rc;
+    log_info("node %s: transfers on %s (tcp), directory %s%s%s", c->node_id, c->listen_addr,
+             c->directory_url, ec.secret ? ", secret required" : "",
+             c->verify ? ", verifying" : "");
+    return 0;
+}
+
 static uint64_t staging_size_for(uint64_t capacity)
 {
     uint64_t size = capacity / 64;
@@ -309,7 +391,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), EPOLLIN,
                              on_hasher, s)) < 0 ||
-        (rc = open_socket(s)) < 0)
+        (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0)
         goto destroy;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
@@ -345,6 +427,11 @@ void server_destroy(struct server *s)
 {
     while (s->sessions)
         session_close(s->sessions, NULL);
+    engine_close(s->engine);
+    s->engine = NULL;
+    if (s->dir)
+        directory_close(s->dir);
+    s->dir = NULL;
     while (s->subscribers)
         subscriber_drop(s, s->subscribers, NULL);
     after_turn(&s->loop, s);

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "common/idmap.h"
+#include "directory/directory.h"
 #include "server/loop.h"
 #include "store/arena.h"
 #include "store/store.h"
@@ -29,10 +30,17 @@ struct server_config {
     uint64_t memory;
     int hugepages;
     uint32_t busy_poll_us; /* see loop.busy_poll_ns */
+    /* Cluster: all NULL for a standalone node. */
+    const char *node_id;
+    const char *listen_addr;   /* HOST:PORT for peers */
+    const char *directory_url; /* redis://HOST:PORT[/DB] */
+    const char *secret_file;
+    int verify;
 };
 
 struct server_counters {
     uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
+    uint64_t fetches;
 };
 
 struct server {
@@ -49,6 +57,8 @@ struct server {
     struct session *closed;         /* to free after this turn */
     struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
+    struct directory *dir;          /* NULL when standalone */
+    struct engine *engine;          /* NULL when standalone */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;

@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/usock.h"
+#include "transfer/engine.h"
 
 #define READ_CHUNK (256u << 10)
 /* Input buffered beyond one largest frame is not read until processed (backpressure). */
@@ -365,6 +366,8 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
     struct store *st = &srv->store;
+    const struct engine_counters *ec = srv->engine ? engine_counters(srv->engine) : NULL;
+    const struct directory_counters *dc = srv->dir ? directory_counters(srv->dir) : NULL;
     const uint64_t v[] = {
         store_capacity(st),
         store_used(st),
@@ -385,6 +388,19 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
         srv->counters.connections_total,
         srv->subscriber_count,
         srv->counters.notifications_dropped,
+        ec ? ec->connections_opened : 0,
+        ec ? ec->connections_accepted : 0,
+        srv->counters.fetches,
+        ec ? ec->transfers_in : 0,
+        ec ? ec->transfers_out : 0,
+        ec ? ec->transfer_failures : 0,
+        ec ? ec->bytes_in : 0,
+        ec ? ec->bytes_out : 0,
+        ec ? ec->peer_errors : 0,
+        srv->dir ? (uint64_t)directory_connected(srv->dir) : 0,
+        dc ? dc->lookups : 0,
+        dc ? dc->cache_hits : 0,
+        dc ? dc->reconnects : 0,
     };
     size_t start = reply_begin(ss, q, 0), n = sizeof(v) / sizeof(v[0]);
     _Static_assert(sizeof(v) == sizeof(ferry_stats), "stats reply matches struct ferry_stats");
@@ -649,6 +665,166 @@ static int handle_get(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
+/* ---- fetch ---- */
+
+#define FETCH_PENDING 1
+
+static void fetch_finish(struct session *ss)
+{
+    struct pending_fetch *f = &ss->fetch;
+    struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
+    size_t start = reply_begin(ss, &q, 0);
+
+    pbuf_u32(&ss->out, f->n);
+    for (uint32_t i = 0; i < f->n; i++)
+        pbuf_u32(&ss->out, (uint32_t)f->statuses[i]);
+    proto_frame_end(&ss->out, start);
+    loop_timer_stop(&ss->srv->loop, &f->timer);
+    free(f->statuses);
+    f->statuses = NULL;
+    f->active = 0;
+}
+
+static void fetch_done(void *ctx, uint32_t index, int status)
+{
+    struct session *ss = ctx;
+    struct pending_fetch *f = &ss->fetch;
+
+    if (!f->active || f->statuses[index] != FETCH_PENDING)
+        return;
+    f->statuses[index] = status;
+    if (--f->missing == 0) {
+        fetch_finish(ss);
+        server_schedule(ss->srv, ss);
+    }
+}
+
+/* The time is up: what is not local by now times out (transfers under way go on). */
+static void fetch_expire(struct session *ss)
+{
+    struct pending_fetch *f = &ss->fetch;
+
+    if (ss->srv->engine)
+        engine_cancel(ss->srv->engine, ss);
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (f->statuses[i] == FETCH_PENDING)
+            f->statuses[i] = FERRY_ETIMEDOUT;
+    }
+    f->missing = 0;
+    fetch_finish(ss);
+}
+
+static void fetch_timeout(struct loop *l, struct loop_timer *t)
+{
+    struct session *ss = t->arg;
+
+    fetch_expire(ss);
+    server_schedule(ss->srv, ss);
+}
+
+static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t i)
+{
+    struct engine *e = ss->srv->engine;
+
+    if (find_sealed(ss, id))
+        return 0;
+    if (!e)
+        return err_set(FERRY_EDIRECTORY, "standalone node: no directory to fetch from");
+    return engine_fetch(e, id, fetch_done, ss, i) < 0 ? (int32_t)FERRY_ENOMEM : FETCH_PENDING;
+}
+
+static int handle_fetch(struct session *ss, const struct proto_request *q)
+{
+    struct pending_fetch *f = &ss->fetch;
+    uint32_t n = q->u.ids.n;
+
+    ss->srv->counters.fetches++;
+    if (!(f->statuses = calloc(n ? n : 1, sizeof(*f->statuses))))
+        return reply_status(ss, q, err_set(FERRY_ENOMEM, "fetch of %u ids", n));
+    f->active = 1;
+    f->tag = q->tag;
+    f->n = n;
+    f->missing = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        f->statuses[i] = fetch_start_one(ss, &q->u.ids.ids[i], i);
+        f->missing += f->statuses[i] == FETCH_PENDING;
+    }
+    if (f->missing == 0)
+        fetch_finish(ss);
+    else if (q->u.ids.timeout_ms == 0)
+        fetch_expire(ss);
+    else if (q->u.ids.timeout_ms > 0 &&
+             loop_timer_start(&ss->srv->loop, &f->timer,
+                              loop_now_ms() + (uint64_t)q->u.ids.timeout_ms) < 0)
+        fetch_expire(ss);
+    return 0;
+}
+
+/* ---- nodes and where ---- */
+
+static void put_dir_node(struct session *ss, const struct directory_node *d, int self)
+{
+    ferry_node_info n = {.self = self};
+
+    snprintf(n.id, sizeof(n.id), "%s", d->id);
+    snprintf(n.address, sizeof(n.address), "%s", d->addr);
+    snprintf(n.transports, sizeof(n.transports), "%s", d->transports);
+    proto_put_node(&ss->out, &n);
+}
+
+/* Answers NODES or WHERE with the directory's nodes (and, for WHERE, this node if it holds
+ * the object). */
+static void dir_done(void *arg, int status, const struct directory_node *nodes, size_t n)
+{
+    struct session *ss = arg;
+    struct server *srv = ss->srv;
+    struct proto_request q = {.type = ss->dir.type, .tag = ss->dir.tag};
+    const char *self = srv->cfg.node_id;
+    int here = q.type == PROTO_WHERE && find_sealed(ss, &ss->dir.id) != NULL;
+    size_t start;
+
+    ss->dir.active = 0;
+    server_schedule(srv, ss);
+    if (status < 0) {
+        reply_status(ss, &q, status);
+        return;
+    }
+    start = reply_begin(ss, &q, 0);
+    pbuf_u32(&ss->out, (uint32_t)(n + (size_t)here));
+    for (size_t i = 0; i < n; i++)
+        put_dir_node(ss, &nodes[i], strcmp(nodes[i].id, self) == 0);
+    if (here) {
+        struct directory_node me;
+        memset(&me, 0, sizeof(me));
+        snprintf(me.id, sizeof(me.id), "%s", self);
+        snprintf(me.addr, sizeof(me.addr), "%s", srv->cfg.listen_addr);
+        snprintf(me.transports, sizeof(me.transports), "tcp");
+        put_dir_node(ss, &me, 1);
+    }
+    proto_frame_end(&ss->out, start);
+}
+
+static int handle_dir(struct session *ss, const struct proto_request *q)
+{
+    struct server *srv = ss->srv;
+    int rc;
+
+    if (!srv->dir)
+        return reply_status(ss, q, err_set(FERRY_EDIRECTORY, "standalone node: no directory"));
+    ss->dir = (struct pending_dir){.active = 1, .type = q->type, .tag = q->tag};
+    if (q->type == PROTO_WHERE) {
+        ss->dir.id = q->u.one.id;
+        rc = directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
+    } else {
+        rc = directory_nodes(srv->dir, dir_done, ss);
+    }
+    if (rc < 0) {
+        ss->dir.active = 0;
+        return reply_status(ss, q, rc);
+    }
+    return 0;
+}
+
 /* ---- dispatch and I/O ---- */
 
 static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
@@ -660,6 +836,8 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_REFRESH] = handle_refresh,   [PROTO_HASH] = handle_hash,
     [PROTO_STATS] = handle_stats,       [PROTO_SUBSCRIBE] = handle_subscribe,
     [PROTO_STAGE] = handle_stage,       [PROTO_PUT_BATCH] = handle_put_batch,
+    [PROTO_FETCH] = handle_fetch,       [PROTO_NODES] = handle_dir,
+    [PROTO_WHERE] = handle_dir,
 };
 
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)
@@ -695,7 +873,8 @@ static int flush_out(struct session *ss)
  * processing (the protocol is request-reply); so does a queue of unread replies. */
 static int can_process(struct session *ss, uint16_t type)
 {
-    if (ss->closed || ss->get.active || ss->hash_wait || ss->out.len > OUT_HIGH)
+    if (ss->closed || ss->get.active || ss->fetch.active || ss->dir.active || ss->hash_wait ||
+        ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -809,6 +988,7 @@ int session_open(struct server *srv, int fd)
     ss->fd = fd;
     ss->client_id = ++srv->next_client_id;
     loop_timer_init(&ss->get.timer, get_timeout, ss);
+    loop_timer_init(&ss->fetch.timer, fetch_timeout, ss);
     if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, EPOLLIN, on_event, ss)) < 0) {
         free(ss);
         return rc;
@@ -860,6 +1040,15 @@ void session_close(struct session *ss, const char *reason)
     ss->closed = 1;
     get_reset(ss);
     hash_unwait(ss);
+    if (ss->fetch.active) {
+        if (srv->engine)
+            engine_cancel(srv->engine, ss);
+        free(ss->fetch.statuses);
+        loop_timer_stop(&srv->loop, &ss->fetch.timer);
+        ss->fetch.active = 0;
+    }
+    if (ss->dir.active)
+        directory_cancel(srv->dir, ss);
     drop_holdings(ss);
     if (ss->staging) {
         srv->staging_bytes -= alloc_block_size(ss->staging);

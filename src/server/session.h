@@ -40,6 +40,23 @@ struct pending_get {
     struct loop_timer timer;
 };
 
+/* A session blocked in FETCH until each id is local, has failed, or the timeout ends. */
+struct pending_fetch {
+    int active;
+    uint64_t tag;
+    uint32_t n, missing;
+    int32_t *statuses; /* FETCH_PENDING until answered */
+    struct loop_timer timer;
+};
+
+/* A session blocked in NODES or WHERE until the directory answers. */
+struct pending_dir {
+    int active;
+    uint16_t type;
+    uint64_t tag;
+    ferry_id id; /* WHERE */
+};
+
 struct session {
     struct server *srv;
     int fd;
@@ -53,6 +70,8 @@ struct session {
     idmap held; /* id -> struct held chain */
     alloc_block *staging;
     struct pending_get get;
+    struct pending_fetch fetch;
+    struct pending_dir dir;
     struct object *hash_wait; /* blocked in HASH until this object's digest is in */
     uint64_t hash_tag;
     struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */

@@ -1,0 +1,125 @@
+/* cluster.c - libferry's cluster calls: fetch, get with fetch, nodes, where. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client.h"
+#include "common/err.h"
+
+/* Sends FETCH and reads the statuses; the return is the first failure, or 0. */
+static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+                        int *statuses)
+{
+    int rc, first = 0;
+
+    client_req_begin(c, PROTO_FETCH);
+    pbuf_u64(&c->out, (uint64_t)timeout_ms);
+    pbuf_u32(&c->out, (uint32_t)n);
+    pbuf_put(&c->out, ids, n * sizeof(ferry_id));
+    if ((rc = client_call(c, PROTO_FETCH)) < 0)
+        return rc;
+    if (prd_u32(&c->rd) != n)
+        return client_broken(c, err_set(FERRY_EPROTO, "fetch: reply count"));
+    for (size_t i = 0; i < n; i++) {
+        int32_t st = (int32_t)prd_u32(&c->rd);
+        statuses[i] = st > 0 || st < FERRY_ERROR_MIN ? FERRY_EPROTO : st;
+        if (st != 0 && first == 0)
+            first = statuses[i];
+    }
+    if ((rc = client_reply_end(c)) < 0)
+        return rc;
+    if (first)
+        return err_set(first, "%s", first == FERRY_ETIMEDOUT ? "not local before the timeout"
+                                                             : ferry_strerror(first));
+    return 0;
+}
+
+int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+                int *statuses)
+{
+    int rc;
+
+    if ((n && (!ids || !statuses)) || n > PROTO_MAX_IDS || timeout_ms < -1)
+        return err_set(FERRY_EINVAL, "fetch: %zu ids (at most %u), timeout %lld ms", n,
+                       PROTO_MAX_IDS, (long long)timeout_ms);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, fetch_locked(c, ids, n, timeout_ms, statuses));
+}
+
+int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
+                    ferry_buffer *out)
+{
+    int *statuses = calloc(n ? n : 1, sizeof(*statuses));
+    char why[256];
+    int rc, got;
+
+    if (!statuses)
+        return err_set(FERRY_ENOMEM, "get_fetch of %zu ids", n);
+    /* The fetch spends the time budget; the get then takes what is local. */
+    rc = ferry_fetch(c, ids, n, timeout_ms, statuses);
+    free(statuses);
+    if (rc == FERRY_EINVAL || rc == FERRY_ECONN || rc == FERRY_EPROTO || rc == FERRY_ENOMEM)
+        return rc;
+    snprintf(why, sizeof(why), "%s", ferry_errmsg());
+    got = ferry_get(c, ids, n, 0, out);
+    /* What was missing is better explained by why the fetch failed than by "timed out". */
+    if (got == FERRY_ETIMEDOUT && rc < 0)
+        return err_set(rc, "%s", why);
+    return got;
+}
+
+/* Reads a node list reply into a new array. */
+static int read_nodes(struct ferry_client *c, ferry_node_info **out, size_t *n)
+{
+    uint32_t count = prd_u32(&c->rd);
+    ferry_node_info *v;
+
+    /* Each entry takes at least 4 bytes: a bound on the count before allocating. */
+    if (count > c->rd.left / 4)
+        return client_broken(c, err_set(FERRY_EPROTO, "node list of %u entries", count));
+    if (!(v = calloc(count ? count : 1, sizeof(*v))))
+        return err_set(FERRY_ENOMEM, "node list");
+    for (uint32_t i = 0; i < count; i++) {
+        if (proto_get_node(&c->rd, &v[i]) < 0) {
+            free(v);
+            return client_broken(c, FERRY_EPROTO);
+        }
+    }
+    if (client_reply_end(c) < 0) {
+        free(v);
+        return FERRY_EPROTO;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+int ferry_nodes(ferry_client *c, ferry_node_info **out, size_t *n)
+{
+    int rc;
+
+    if (!out || !n)
+        return err_set(FERRY_EINVAL, "nodes: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_NODES);
+    if ((rc = client_call(c, PROTO_NODES)) == 0)
+        rc = read_nodes(c, out, n);
+    return client_leave(c, rc);
+}
+
+int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size_t *n)
+{
+    int rc;
+
+    if (!id || !out || !n)
+        return err_set(FERRY_EINVAL, "where: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_WHERE);
+    pbuf_id(&c->out, id);
+    if ((rc = client_call(c, PROTO_WHERE)) == 0)
+        rc = read_nodes(c, out, n);
+    return client_leave(c, rc);
+}

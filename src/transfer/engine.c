@@ -1,0 +1,1186 @@
+/*
+ * engine.c - the transfer engine (see engine.h for the protocol and its guarantees).
+ *
+ * Records and who owns them (all on the loop's thread):
+ * - want: one per id being fetched, in e->wants while unfinished. Waiters hang off it. While a
+ *   pull names it (w->entry != NULL) it outlives its finish; the entry frees it.
+ * - peer: an outgoing connection to a holder, in e->peers until its connection closes. Its
+ *   pulls are answered in order; the head pull may be receiving bytes.
+ * - inconn: an incoming connection from a receiver, in e->inconns. Objects it is sending
+ *   are pinned (one reference each) until the transport says the bytes left, or it closes.
+ */
+#include "transfer/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "store/hasher.h"
+#include "transfer/transport.h"
+#include "transfer/wire.h"
+
+#define MAX_TRIED 8
+#define RETRY_FIRST_MS 10
+#define RETRY_MAX_MS 200
+/* A peer that owes bytes and sends none for this long is given up on. */
+#define STALL_MS 30000
+
+enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
+
+struct waiter {
+    engine_fetch_fn *fn;
+    void *ctx;
+    uint32_t index;
+    struct waiter *next;
+};
+
+struct pull;
+
+struct pentry {
+    struct pull *pull;
+    struct want *w;
+    int receiving; /* bytes are on their way into w->obj (or are being dropped) */
+};
+
+struct want {
+    struct engine *e;
+    ferry_id id;
+    int state, done;
+    int busy; /* being sealed or verified: finishing must not free it */
+    struct waiter *waiters;
+    char tried[MAX_TRIED][DIRECTORY_NODE_ID_MAX + 1];
+    int ntried;
+    uint32_t retries;
+    struct loop_timer retry;
+    struct pentry *entry; /* the pull entry naming this want, if any */
+    struct object *obj;   /* the local object being filled */
+    uint64_t digest;      /* the holder's, with verify */
+    char holder[DIRECTORY_NODE_ID_MAX + 1];
+};
+
+struct pull {
+    uint64_t tag;
+    uint32_t n, pending; /* entries, and those still receiving */
+    int replied;
+    struct pentry *entries;
+    struct pull *next;
+};
+
+struct peer {
+    struct engine *e;
+    struct directory_node node;
+    struct xconn *conn;
+    int authed;
+    uint8_t nonce[WIRE_NONCE];
+    struct want **queue; /* wants for the next PULL */
+    uint32_t nqueue, capqueue;
+    struct pull *pulls, **pulls_tail;
+    uint64_t next_tag;
+    struct loop_timer flush, stall;
+    struct peer *next;
+};
+
+struct pin {
+    struct object *o;
+    uint64_t len;
+    struct inconn *ic;
+    struct pin *next, **pprev;
+};
+
+struct hpull {
+    uint64_t tag;
+    uint8_t flags;
+    uint32_t n;
+    struct object **objs; /* pinned sealed objects; NULL for the ids we do not have */
+    struct hpull *next;
+};
+
+enum inconn_state { IN_HELLO, IN_AUTH, IN_READY };
+
+struct inconn {
+    struct engine *e;
+    struct xconn *conn;
+    int state;
+    char node[WIRE_NODE_MAX + 1];
+    uint8_t nonce_c[WIRE_NONCE], nonce_a[WIRE_NONCE];
+    struct hpull *queue, **queue_tail;
+    struct pin *pins;
+    struct inconn *next, **pprev;
+};
+
+struct engine {
+    struct loop *loop;
+    struct store *store;
+    struct directory *dir;
+    struct engine_config cfg;
+    char node_id[DIRECTORY_NODE_ID_MAX + 1];
+    uint8_t *secret;
+    struct xlistener *listener;
+    idmap wants;
+    struct peer *peers;
+    struct inconn *inconns;
+    struct hasher *verifier;
+    struct loop_watch verifier_watch;
+    struct engine_counters counters;
+};
+
+static const struct transport *const tcp = &transport_tcp;
+
+/* ---- wants ---- */
+
+static void want_free(struct want *w)
+{
+    struct engine *e = w->e;
+
+    loop_timer_stop(e->loop, &w->retry);
+    if (e->dir)
+        directory_cancel(e->dir, w);
+    while (w->waiters) {
+        struct waiter *x = w->waiters;
+        w->waiters = x->next;
+        free(x);
+    }
+    free(w);
+}
+
+/* Answers every waiter and retires the want; its record lives on while a pull names it. */
+static void want_finish(struct want *w, int status)
+{
+    struct waiter *x;
+
+    if (w->done)
+        return;
+    w->done = 1;
+    idmap_remove(&w->e->wants, &w->id);
+    while ((x = w->waiters)) {
+        w->waiters = x->next;
+        x->fn(x->ctx, x->index, status);
+        free(x);
+    }
+    if (!w->entry && !w->busy)
+        want_free(w);
+}
+
+static int want_tried(const struct want *w, const char *node)
+{
+    for (int i = 0; i < w->ntried; i++) {
+        if (strcmp(w->tried[i], node) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void want_lookup(struct want *w, int fresh);
+
+/* The holder in w->holder failed: note it and ask for the next one. */
+static void want_next_holder(struct want *w, const char *why)
+{
+    struct engine *e = w->e;
+
+    e->counters.transfer_failures++;
+    log_warn("transfer from %s failed: %s; trying the next holder", w->holder, why);
+    if (w->ntried < MAX_TRIED)
+        snprintf(w->tried[w->ntried++], sizeof(w->tried[0]), "%s", w->holder);
+    if (w->done) {
+        want_free(w);
+        return;
+    }
+    want_lookup(w, 1);
+}
+
+static void on_retry(struct loop *l, struct loop_timer *t)
+{
+    want_lookup(t->arg, 1);
+}
+
+/* Nobody holds the object yet: ask again later (with backoff), until the waiters give up. */
+static void want_retry(struct want *w)
+{
+    uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
+
+    w->retries++;
+    w->state = WANT_RETRY;
+    if (loop_timer_start(w->e->loop, &w->retry,
+                         loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
+        want_finish(w, FERRY_ENOMEM);
+}
+
+/* ---- peers (we receive) ---- */
+
+static const struct xconn_events peer_events;
+
+static void peer_free(struct peer *p)
+{
+    loop_timer_stop(p->e->loop, &p->flush);
+    loop_timer_stop(p->e->loop, &p->stall);
+    free(p->queue);
+    free(p);
+}
+
+static void pull_free(struct pull *pl)
+{
+    free(pl->entries);
+    free(pl);
+}
+
+/* Detaches every want the peer had in hand and sends each on to its next holder. */
+static void peer_fail_wants(struct peer *p, const char *why)
+{
+    struct engine *e = p->e;
+    struct pull *pl;
+
+    while ((pl = p->pulls)) {
+        p->pulls = pl->next;
+        for (uint32_t i = 0; i < pl->n; i++) {
+            struct want *w = pl->entries[i].w;
+            if (!w)
+                continue;
+            w->entry = NULL;
+            if (w->obj) {
+                store_abort(e->store, w->obj); /* the partial object is never seen */
+                w->obj = NULL;
+            }
+            want_next_holder(w, why);
+        }
+        pull_free(pl);
+    }
+    for (uint32_t i = 0; i < p->nqueue; i++) {
+        p->queue[i]->entry = NULL;
+        want_next_holder(p->queue[i], why);
+    }
+    p->nqueue = 0;
+}
+
+static void peer_remove(struct peer *p, const char *why)
+{
+    struct engine *e = p->e;
+    struct peer **pp;
+
+    for (pp = &e->peers; *pp && *pp != p; pp = &(*pp)->next)
+        ;
+    if (*pp)
+        *pp = p->next;
+    if (e->dir)
+        directory_forget_node(e->dir, p->node.id);
+    peer_fail_wants(p, why);
+    peer_free(p);
+}
+
+static void peer_closed(struct xconn *c, const char *reason)
+{
+    struct peer *p = c->owner;
+
+    log_warn("transfer connection to %s (%s) lost: %s", p->node.id, p->node.addr, reason);
+    peer_remove(p, reason);
+}
+
+/* Drops a peer that broke the protocol. */
+static void peer_abort(struct peer *p, const char *why)
+{
+    p->e->counters.peer_errors++;
+    log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->node.addr, why);
+    tcp->close(p->conn);
+    peer_remove(p, why);
+}
+
+static void peer_stall_arm(struct peer *p)
+{
+    if (p->pulls)
+        loop_timer_start(p->e->loop, &p->stall, loop_now_ms() + STALL_MS);
+    else
+        loop_timer_stop(p->e->loop, &p->stall);
+}
+
+static void on_stall(struct loop *l, struct loop_timer *t)
+{
+    peer_abort(t->arg, "no progress for 30 s");
+}
+
+/* Sends one PULL with every queued want. */
+static void peer_flush(struct peer *p)
+{
+    struct pbuf b = {0};
+    struct pull *pl;
+    ferry_id *ids;
+    uint32_t n = p->nqueue < WIRE_MAX_IDS ? p->nqueue : WIRE_MAX_IDS;
+
+    if (!p->authed || n == 0)
+        return;
+    pl = calloc(1, sizeof(*pl));
+    ids = malloc((size_t)n * sizeof(*ids));
+    if (pl)
+        pl->entries = calloc(n, sizeof(*pl->entries));
+    if (!pl || !ids || !pl->entries) {
+        free(ids);
+        if (pl)
+            pull_free(pl);
+        peer_abort(p, "out of memory for a pull");
+        return;
+    }
+    pl->tag = ++p->next_tag;
+    pl->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        struct want *w = p->queue[i];
+        ids[i] = w->id;
+        pl->entries[i] = (struct pentry){.pull = pl, .w = w};
+        w->entry = &pl->entries[i];
+        w->state = WANT_PULLING;
+    }
+    memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
+    p->nqueue -= n;
+    wire_pull(&b, pl->tag, p->e->cfg.verify ? WIRE_PULL_VERIFY : 0, ids, n);
+    free(ids);
+    *p->pulls_tail = pl;
+    p->pulls_tail = &pl->next;
+    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        peer_abort(p, "cannot send a pull");
+        return;
+    }
+    pbuf_free(&b);
+    peer_stall_arm(p);
+    if (p->nqueue)
+        loop_timer_start(p->e->loop, &p->flush, 0);
+}
+
+static void on_flush(struct loop *l, struct loop_timer *t)
+{
+    peer_flush(t->arg);
+}
+
+/* Queues w for the next PULL to p (sent at the end of this loop turn, with the others). */
+static void peer_enqueue(struct peer *p, struct want *w)
+{
+    if (p->nqueue == p->capqueue) {
+        uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
+        struct want **q = realloc(p->queue, cap * sizeof(*q));
+        if (!q) {
+            want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
+            return;
+        }
+        p->queue = q;
+        p->capqueue = cap;
+    }
+    p->queue[p->nqueue++] = w;
+    w->state = WANT_QUEUED;
+    w->entry = NULL;
+    snprintf(w->holder, sizeof(w->holder), "%s", p->node.id);
+    loop_timer_start(p->e->loop, &p->flush, 0);
+}
+
+static struct peer *peer_find(struct engine *e, const char *node)
+{
+    struct peer *p;
+
+    for (p = e->peers; p && strcmp(p->node.id, node) != 0; p = p->next)
+        ;
+    return p;
+}
+
+/* The connection to node, opened (and authentication started) on first use. */
+static struct peer *peer_get(struct engine *e, const struct directory_node *node)
+{
+    struct peer *p = peer_find(e, node->id);
+    struct pbuf b = {0};
+
+    if (p)
+        return p;
+    if (!(p = calloc(1, sizeof(*p))))
+        return NULL;
+    p->e = e;
+    p->node = *node;
+    p->pulls_tail = &p->pulls;
+    loop_timer_init(&p->flush, on_flush, p);
+    loop_timer_init(&p->stall, on_stall, p);
+    if (RAND_bytes(p->nonce, WIRE_NONCE) != 1 ||
+        tcp->connect(e->loop, node->addr, &peer_events, &p->conn) < 0) {
+        log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
+        free(p);
+        return NULL;
+    }
+    p->conn->owner = p;
+    e->counters.connections_opened++;
+    wire_hello(&b, e->node_id, p->nonce);
+    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        tcp->close(p->conn);
+        free(p);
+        return NULL;
+    }
+    pbuf_free(&b);
+    p->next = e->peers;
+    e->peers = p;
+    return p;
+}
+
+/* CHALLENGE from the holder: check its proof of the secret, give ours, start pulling. */
+static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
+{
+    struct engine *e = p->e;
+    uint8_t expect[WIRE_MAC] = {0}, mine[WIRE_MAC] = {0};
+    struct pbuf b = {0};
+
+    if (m->keyed != (e->secret != NULL)) {
+        peer_abort(p, m->keyed ? "the holder has a cluster secret and we have none"
+                               : "the holder has no cluster secret and we have one");
+        return;
+    }
+    if (e->secret &&
+        (wire_mac(e->secret, e->cfg.secret_len, "acceptor", p->nonce, m->nonce, expect) < 0 ||
+         CRYPTO_memcmp(expect, m->mac, WIRE_MAC) != 0 ||
+         wire_mac(e->secret, e->cfg.secret_len, "connector", p->nonce, m->nonce, mine) < 0)) {
+        peer_abort(p, "the holder failed the cluster secret's challenge");
+        return;
+    }
+    wire_auth(&b, mine);
+    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        peer_abort(p, "cannot send our proof");
+        return;
+    }
+    pbuf_free(&b);
+    p->authed = 1;
+    peer_flush(p);
+}
+
+/* The bytes of w's object are all in (or w was dropped). */
+static void complete_entry(struct peer *p, struct pentry *pe);
+
+static void on_verified(struct loop *l, struct loop_watch *w, uint32_t events);
+
+/* Seals a received object: the store's seal hook then finishes the want. */
+static void want_seal(struct want *w)
+{
+    struct engine *e = w->e;
+    struct object *o = w->obj;
+
+    w->obj = NULL;
+    e->counters.transfers_in++;
+    e->counters.bytes_in += o->data_size + o->metadata_size;
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. */
+    w->busy = 1;
+    store_seal(e->store, o);
+    store_unref(e->store, o);
+    w->busy = 0;
+    if (w->done)
+        want_free(w);
+    else
+        want_finish(w, 0);
+}
+
+static void want_received(struct want *w)
+{
+    struct engine *e = w->e;
+    struct hasher_job *job;
+
+    if (!e->cfg.verify || !w->obj) {
+        want_seal(w);
+        return;
+    }
+    if (!(job = calloc(1, sizeof(*job)))) {
+        /* Cannot check it: refuse the object rather than seal it unchecked. */
+        store_abort(e->store, w->obj);
+        w->obj = NULL;
+        want_finish(w, err_set(FERRY_ENOMEM, "verification job"));
+        return;
+    }
+    job->bytes = e->store->base + w->obj->offset;
+    job->len = w->obj->data_size + w->obj->metadata_size;
+    job->seed = w->obj->data_size;
+    job->arg = w;
+    w->state = WANT_VERIFY;
+    w->busy = 1;
+    hasher_submit(e->verifier, job);
+}
+
+/* Retires the head pull once it is answered and all its bytes are in. */
+static void pull_maybe_pop(struct peer *p)
+{
+    struct pull *pl = p->pulls;
+
+    if (!pl || !pl->replied || pl->pending)
+        return;
+    p->pulls = pl->next;
+    if (!p->pulls)
+        p->pulls_tail = &p->pulls;
+    pull_free(pl);
+}
+
+static void complete_entry(struct peer *p, struct pentry *pe)
+{
+    struct want *w = pe->w;
+
+    pe->w = NULL;
+    if (pe->receiving) {
+        pe->receiving = 0;
+        pe->pull->pending--;
+    }
+    if (w) {
+        w->entry = NULL;
+        if (w->obj)
+            want_received(w);
+        else if (w->done)
+            want_free(w);
+    }
+    pull_maybe_pop(p);
+    peer_stall_arm(p);
+}
+
+/* One entry of a REPLY: create the object and let the bytes come into it, or move on. */
+static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_reply_entry *re)
+{
+    struct engine *e = p->e;
+    struct want *w = pe->w;
+    uint64_t len = re->data_size + re->metadata_size;
+    int rc;
+
+    if (re->status != 0) {
+        if (re->status != FERRY_ENOENT)
+            return err_set(FERRY_EPROTO, "reply status %d", re->status);
+        pe->w = NULL;
+        w->entry = NULL;
+        if (e->dir)
+            directory_forget_holder(e->dir, &w->id, p->node.id);
+        want_next_holder(w, "it no longer holds the object");
+        return 0;
+    }
+    if (len < re->data_size)
+        return err_set(FERRY_EPROTO, "reply sizes overflow");
+    if (!w->done) {
+        rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
+        if (rc == FERRY_EEXIST) {
+            w->obj = NULL; /* being created here too: its seal will finish the want */
+        } else if (rc < 0) {
+            w->obj = NULL;
+            want_finish(w, rc);
+        }
+    }
+    w->digest = re->digest;
+    w->state = WANT_RECEIVING;
+    pe->receiving = 1;
+    pe->pull->pending++;
+    if (len == 0) {
+        complete_entry(p, pe);
+        return 0;
+    }
+    return tcp->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL, len, pe);
+}
+
+static void peer_on_reply(struct peer *p, const struct wire_msg *m)
+{
+    struct pull *pl = p->pulls;
+    struct wire_reply_entry re;
+
+    /* Replies come in order, each after the bytes of the one before. */
+    if (!pl || pl->replied || pl->tag != m->tag || pl->n != m->n) {
+        peer_abort(p, "a reply that answers no pull");
+        return;
+    }
+    for (uint32_t i = 0; i < m->n; i++) {
+        wire_reply_entry(m, i, &re);
+        if (pl->entries[i].w && reply_entry(p, &pl->entries[i], &re) < 0) {
+            peer_abort(p, ferry_errmsg());
+            return;
+        }
+    }
+    /* Only now may the pull retire: entries of 0 bytes completed during the loop. */
+    pl->replied = 1;
+    pull_maybe_pop(p);
+    peer_stall_arm(p);
+}
+
+static void peer_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
+{
+    struct peer *p = c->owner;
+    struct wire_msg m;
+
+    if (wire_decode(h, payload, &m) < 0) {
+        peer_abort(p, ferry_errmsg());
+        return;
+    }
+    if (!p->authed && m.type == WIRE_CHALLENGE)
+        peer_on_challenge(p, &m);
+    else if (p->authed && m.type == WIRE_REPLY)
+        peer_on_reply(p, &m);
+    else
+        peer_abort(p, "unexpected message from the holder");
+}
+
+static void peer_received(struct xconn *c, void *arg)
+{
+    complete_entry(c->owner, arg);
+}
+
+static void peer_sent(struct xconn *c, void *arg)
+{
+}
+
+static const struct xconn_events peer_events = {
+    .frame = peer_frame,
+    .received = peer_received,
+    .sent = peer_sent,
+    .closed = peer_closed,
+};
+
+/* ---- verification (receiver side, --verify) ---- */
+
+static void on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
+{
+    struct engine *e = lw->arg;
+    struct hasher_job *job = hasher_take_done(e->verifier), *next;
+
+    for (; job; job = next) {
+        struct want *w = job->arg;
+        next = job->next;
+        w->busy = 0;
+        if (job->digest == w->digest) {
+            want_seal(w);
+        } else {
+            log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64
+                     ")",
+                     w->holder, job->digest, w->digest);
+            store_abort(e->store, w->obj);
+            w->obj = NULL;
+            want_next_holder(w, "digest mismatch");
+        }
+        free(job);
+    }
+}
+
+/* ---- holders and lookups ---- */
+
+/* Prefers a holder we are connected to; skips those that failed this want. */
+static const struct directory_node *choose(struct engine *e, const struct want *w,
+                                           const struct directory_node *h, size_t n)
+{
+    const struct directory_node *pick = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        if (want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
+            continue;
+        if (peer_find(e, h[i].id))
+            return &h[i];
+        if (!pick)
+            pick = &h[i];
+    }
+    return pick;
+}
+
+static void on_holders(void *arg, int status, const struct directory_node *h, size_t n)
+{
+    struct want *w = arg;
+    const struct directory_node *pick;
+    struct peer *p;
+
+    if (status < 0) {
+        want_finish(w, err_set(status, "cannot look up holders: %s", ferry_errmsg()));
+        return;
+    }
+    if (!(pick = choose(w->e, w, h, n))) {
+        if (w->ntried)
+            want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)",
+                                   w->ntried, w->holder));
+        else
+            want_retry(w); /* sealed nowhere yet */
+        return;
+    }
+    if (!(p = peer_get(w->e, pick))) {
+        snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
+        want_next_holder(w, "cannot connect");
+        return;
+    }
+    peer_enqueue(p, w);
+}
+
+/* Asks the directory (or its cache) for holders; a want nobody waits for any more stops. */
+static void want_lookup(struct want *w, int fresh)
+{
+    w->state = WANT_LOOKUP;
+    if (!w->waiters) {
+        want_finish(w, FERRY_ETIMEDOUT);
+        return;
+    }
+    if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
+        want_finish(w, FERRY_ENOMEM);
+}
+
+/* ---- incoming connections (we hold) ---- */
+
+static const struct xconn_events in_events;
+
+static void pins_drop(struct inconn *ic)
+{
+    while (ic->pins) {
+        struct pin *pn = ic->pins;
+        ic->pins = pn->next;
+        store_unref(ic->e->store, pn->o);
+        free(pn);
+    }
+}
+
+static void hpull_free(struct engine *e, struct hpull *hp)
+{
+    for (uint32_t i = 0; i < hp->n; i++) {
+        if (hp->objs[i])
+            store_unref(e->store, hp->objs[i]);
+    }
+    free(hp->objs);
+    free(hp);
+}
+
+static void inconn_free(struct inconn *ic)
+{
+    struct hpull *hp;
+
+    *ic->pprev = ic->next;
+    if (ic->next)
+        ic->next->pprev = ic->pprev;
+    pins_drop(ic);
+    while ((hp = ic->queue)) {
+        ic->queue = hp->next;
+        hpull_free(ic->e, hp);
+    }
+    free(ic);
+}
+
+static void in_closed(struct xconn *c, const char *reason)
+{
+    struct inconn *ic = c->owner;
+
+    log_info("transfer connection from %s (%s) closed: %s", ic->node[0] ? ic->node : "?",
+             c->peer, reason);
+    inconn_free(ic);
+}
+
+/* Drops a peer that broke the protocol or failed authentication. */
+static void in_abort(struct inconn *ic, const char *why)
+{
+    ic->e->counters.peer_errors++;
+    log_warn("closing the transfer connection from %s (%s): %s", ic->node[0] ? ic->node : "?",
+             ic->conn->peer, why);
+    tcp->close(ic->conn);
+    inconn_free(ic);
+}
+
+static int in_send(struct inconn *ic, struct pbuf *b)
+{
+    int rc = b->oom ? err_set(FERRY_ENOMEM, "frame") : tcp->send_frame(ic->conn, b->data, b->len);
+    pbuf_free(b);
+    return rc;
+}
+
+static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
+{
+    struct engine *e = ic->e;
+    uint8_t mac[WIRE_MAC] = {0};
+    struct pbuf b = {0};
+
+    if (m->magic != WIRE_MAGIC || m->version != WIRE_VERSION) {
+        in_abort(ic, "hello with a wrong magic or version");
+        return;
+    }
+    memcpy(ic->nonce_c, m->nonce, WIRE_NONCE);
+    snprintf(ic->node, sizeof(ic->node), "%s", m->node);
+    if (RAND_bytes(ic->nonce_a, WIRE_NONCE) != 1 ||
+        (e->secret && wire_mac(e->secret, e->cfg.secret_len, "acceptor", ic->nonce_c,
+                               ic->nonce_a, mac) < 0)) {
+        in_abort(ic, "cannot make a challenge");
+        return;
+    }
+    wire_challenge(&b, e->node_id, ic->nonce_a, e->secret != NULL, mac);
+    if (in_send(ic, &b) < 0) {
+        in_abort(ic, "cannot send the challenge");
+        return;
+    }
+    ic->state = IN_AUTH;
+}
+
+static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
+{
+    struct engine *e = ic->e;
+    uint8_t expect[WIRE_MAC] = {0};
+
+    if (e->secret && wire_mac(e->secret, e->cfg.secret_len, "connector", ic->nonce_c,
+                              ic->nonce_a, expect) < 0) {
+        in_abort(ic, "cannot check the proof");
+        return;
+    }
+    if (CRYPTO_memcmp(expect, m->mac, WIRE_MAC) != 0) {
+        in_abort(ic, "authentication failed (wrong or missing cluster secret)");
+        return;
+    }
+    ic->state = IN_READY;
+}
+
+static int hpull_ready(const struct hpull *hp)
+{
+    if (!(hp->flags & WIRE_PULL_VERIFY))
+        return 1;
+    for (uint32_t i = 0; i < hp->n; i++) {
+        if (hp->objs[i] && !hp->objs[i]->hashed)
+            return 0;
+    }
+    return 1;
+}
+
+/* Queues the bytes of o after the reply; the pin passes to the transport's send. */
+static int send_object(struct inconn *ic, struct object *o)
+{
+    struct engine *e = ic->e;
+    uint64_t len = o->data_size + o->metadata_size;
+    struct pin *pn;
+
+    if (len == 0) {
+        e->counters.transfers_out++;
+        store_unref(e->store, o);
+        return 0;
+    }
+    if (!(pn = calloc(1, sizeof(*pn)))) {
+        store_unref(e->store, o);
+        return err_set(FERRY_ENOMEM, "pin");
+    }
+    *pn = (struct pin){.o = o, .len = len, .ic = ic, .next = ic->pins, .pprev = &ic->pins};
+    if (ic->pins)
+        ic->pins->pprev = &pn->next;
+    ic->pins = pn;
+    return tcp->send_range(ic->conn, e->store->base + o->offset, len, pn);
+}
+
+/* Answers one pull: the reply, then the bytes of each object found. */
+static int hpull_answer(struct inconn *ic, struct hpull *hp)
+{
+    struct wire_reply_entry re;
+    struct pbuf b = {0};
+    size_t start = wire_reply_begin(&b, hp->tag, hp->n);
+    int rc = 0;
+
+    for (uint32_t i = 0; i < hp->n; i++) {
+        struct object *o = hp->objs[i];
+        re = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
+        if (o) {
+            re.data_size = o->data_size;
+            re.metadata_size = o->metadata_size;
+            re.digest = o->hashed ? o->hash : 0;
+        }
+        wire_reply_add(&b, &re);
+    }
+    proto_frame_end(&b, start);
+    if ((rc = in_send(ic, &b)) < 0)
+        return rc;
+    for (uint32_t i = 0; i < hp->n && rc == 0; i++) {
+        struct object *o = hp->objs[i];
+        hp->objs[i] = NULL;
+        if (o)
+            rc = send_object(ic, o);
+    }
+    return rc;
+}
+
+/* Answers queued pulls in order, as far as their digests allow. */
+static void in_process(struct inconn *ic)
+{
+    struct hpull *hp;
+
+    while ((hp = ic->queue) && hpull_ready(hp)) {
+        ic->queue = hp->next;
+        if (!ic->queue)
+            ic->queue_tail = &ic->queue;
+        if (hpull_answer(ic, hp) < 0) {
+            hpull_free(ic->e, hp);
+            in_abort(ic, ferry_errmsg());
+            return;
+        }
+        hpull_free(ic->e, hp);
+    }
+}
+
+static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
+{
+    struct hpull *hp = calloc(1, sizeof(*hp));
+
+    if (hp)
+        hp->objs = calloc(m->n ? m->n : 1, sizeof(*hp->objs));
+    if (!hp || !hp->objs) {
+        free(hp);
+        in_abort(ic, "out of memory for a pull");
+        return;
+    }
+    hp->tag = m->tag;
+    hp->flags = m->flags;
+    hp->n = m->n;
+    /* Only sealed objects, by id: pinned now, so that none goes before its bytes have. */
+    for (uint32_t i = 0; i < m->n; i++) {
+        struct object *o = store_find(ic->e->store, &m->ids[i]);
+        if (o && o->state == FERRY_STATE_SEALED) {
+            store_ref(ic->e->store, o);
+            hp->objs[i] = o;
+        }
+    }
+    *ic->queue_tail = hp;
+    ic->queue_tail = &hp->next;
+    in_process(ic);
+}
+
+static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
+{
+    struct inconn *ic = c->owner;
+    struct wire_msg m;
+
+    if (wire_decode(h, payload, &m) < 0) {
+        in_abort(ic, ferry_errmsg());
+        return;
+    }
+    if (ic->state == IN_HELLO && m.type == WIRE_HELLO)
+        in_on_hello(ic, &m);
+    else if (ic->state == IN_AUTH && m.type == WIRE_AUTH)
+        in_on_auth(ic, &m);
+    else if (ic->state == IN_READY && m.type == WIRE_PULL)
+        in_on_pull(ic, &m);
+    else
+        in_abort(ic, ic->state == IN_READY ? "unexpected message type"
+                                           : "message before authentication");
+}
+
+static void in_received(struct xconn *c, void *arg)
+{
+}
+
+static void in_sent(struct xconn *c, void *arg)
+{
+    struct inconn *ic = c->owner;
+    struct pin *pn = arg;
+
+    ic->e->counters.transfers_out++;
+    ic->e->counters.bytes_out += pn->len;
+    *pn->pprev = pn->next;
+    if (pn->next)
+        pn->next->pprev = pn->pprev;
+    store_unref(ic->e->store, pn->o);
+    free(pn);
+}
+
+static const struct xconn_events in_events = {
+    .frame = in_frame,
+    .received = in_received,
+    .sent = in_sent,
+    .closed = in_closed,
+};
+
+static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
+{
+    struct engine *e = arg;
+    struct inconn *ic = calloc(1, sizeof(*ic));
+
+    if (!ic) {
+        tcp->close(c);
+        return;
+    }
+    ic->e = e;
+    ic->conn = c;
+    ic->queue_tail = &ic->queue;
+    c->owner = ic;
+    ic->next = e->inconns;
+    if (ic->next)
+        ic->next->pprev = &ic->next;
+    ic->pprev = &e->inconns;
+    e->inconns = ic;
+    e->counters.connections_accepted++;
+}
+
+/* ---- the engine ---- */
+
+int engine_open(struct engine **out, struct loop *l, struct store *st, struct directory *dir,
+                const struct engine_config *cfg)
+{
+    struct engine *e = calloc(1, sizeof(*e));
+    int rc;
+
+    if (!e)
+        return err_set(FERRY_ENOMEM, "engine");
+    e->loop = l;
+    e->store = st;
+    e->dir = dir;
+    e->cfg = *cfg;
+    snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
+    if (cfg->secret && cfg->secret_len) {
+        if (!(e->secret = malloc(cfg->secret_len))) {
+            rc = err_set(FERRY_ENOMEM, "secret");
+            goto free_e;
+        }
+        memcpy(e->secret, cfg->secret, cfg->secret_len);
+    }
+    e->cfg.secret = e->secret;
+    if ((rc = hasher_start(&e->verifier)) < 0)
+        goto free_secret;
+    if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), EPOLLIN,
+                             on_verified, e)) < 0)
+        goto stop_verifier;
+    if ((rc = tcp->listen(l, cfg->listen_addr, &in_events, on_accept, e, &e->listener)) < 0)
+        goto stop_verifier;
+    *out = e;
+    return 0;
+
+stop_verifier:
+    free(hasher_stop(e->verifier));
+free_secret:
+    free(e->secret);
+free_e:
+    free(e);
+    return rc;
+}
+
+void engine_close(struct engine *e)
+{
+    struct loop *l = e ? e->loop : NULL;
+    struct hasher_job *job, *next;
+    struct want *w;
+    size_t pos = 0;
+
+    if (!e)
+        return;
+    tcp->listener_close(e->listener);
+    while (e->inconns) {
+        tcp->close(e->inconns->conn);
+        inconn_free(e->inconns);
+    }
+    while (e->peers) {
+        struct peer *p = e->peers;
+        e->peers = p->next;
+        tcp->close(p->conn);
+        for (struct pull *pl = p->pulls; pl; pl = pl->next) {
+            for (uint32_t i = 0; i < pl->n; i++) {
+                struct want *pw = pl->entries[i].w;
+                if (pw && pw->done)
+                    want_free(pw); /* finished, kept only for this pull */
+                else if (pw)
+                    pw->entry = NULL;
+            }
+        }
+        while (p->pulls) {
+            struct pull *pl = p->pulls;
+            p->pulls = pl->next;
+            pull_free(pl);
+        }
+        peer_free(p);
+    }
+    for (job = hasher_stop(e->verifier); job; job = next) {
+        struct want *v = job->arg;
+        next = job->next;
+        v->busy = 0;
+        if (v->done) {
+            store_abort(e->store, v->obj);
+            want_free(v);
+        }
+        free(job);
+    }
+    /* Every want left: abort its partial object, free it without answering (the owner is
+     * going away too). */
+    while ((w = idmap_next(&e->wants, &pos, NULL))) {
+        if (w->obj)
+            store_abort(e->store, w->obj);
+        w->waiters = NULL;
+    }
+    pos = 0;
+    while ((w = idmap_next(&e->wants, &pos, NULL)))
+        want_free(w);
+    idmap_free(&e->wants);
+    free(e->secret);
+    free(e);
+    loop_fire_due(l); /* the transport frees closed connections from a 0 ms timer */
+}
+
+/* A new want for id, its lookup started. */
+static struct want *want_new(struct engine *e, const ferry_id *id)
+{
+    struct want *w = calloc(1, sizeof(*w));
+
+    if (!w || idmap_put(&e->wants, id, w) < 0) {
+        free(w);
+        return NULL;
+    }
+    w->e = e;
+    w->id = *id;
+    loop_timer_init(&w->retry, on_retry, w);
+    if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
+        idmap_remove(&e->wants, id);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
+                 uint32_t index)
+{
+    struct want *w = idmap_get(&e->wants, id);
+    struct waiter *x;
+
+    if (!e->dir)
+        return err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)");
+    if (!(x = calloc(1, sizeof(*x))))
+        return err_set(FERRY_ENOMEM, "fetch waiter");
+    if (!w && !(w = want_new(e, id))) {
+        free(x);
+        return err_set(FERRY_ENOMEM, "fetch record");
+    }
+    *x = (struct waiter){.fn = fn, .ctx = ctx, .index = index, .next = w->waiters};
+    w->waiters = x;
+    return 0;
+}
+
+void engine_cancel(struct engine *e, void *ctx)
+{
+    struct want *w, **idle = calloc(e->wants.count ? e->wants.count : 1, sizeof(*idle));
+    size_t pos = 0, nidle = 0;
+
+    while ((w = idmap_next(&e->wants, &pos, NULL))) {
+        for (struct waiter **pp = &w->waiters; *pp;) {
+            struct waiter *x = *pp;
+            if (x->ctx == ctx) {
+                *pp = x->next;
+                free(x);
+            } else {
+                pp = &x->next;
+            }
+        }
+        /* Nobody waits and nothing is under way: stop asking the directory. (Without
+         * memory for the list, such wants stop at their next lookup instead.) */
+        if (idle && !w->waiters && w->state == WANT_RETRY)
+            idle[nidle++] = w;
+    }
+    for (size_t i = 0; i < nidle; i++)
+        want_finish(idle[i], FERRY_ETIMEDOUT);
+    free(idle);
+}
+
+void engine_on_sealed(struct engine *e, const struct object *o)
+{
+    struct want *w = idmap_get(&e->wants, &o->id);
+
+    if (w)
+        want_finish(w, 0);
+}
+
+void engine_on_hashed(struct engine *e, const struct object *o)
+{
+    struct inconn *ic, *next;
+
+    for (ic = e->inconns; ic; ic = next) {
+        next = ic->next;
+        if (ic->queue)
+            in_process(ic);
+    }
+}
+
+const struct engine_counters *engine_counters(const struct engine *e)
+{
+    return &e->counters;
+}

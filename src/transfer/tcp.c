@@ -1,0 +1,566 @@
+/*
+ * tcp.c - the tcp transport: frames and object bytes on one TCP stream per peer pair.
+ *
+ * Object bytes never pass through a user-space buffer: sending writes straight from the
+ * mapped arena (writev of queued frames and arena ranges), receiving reads straight into the
+ * new objects (readv over the queued destinations, so many small objects arrive with one
+ * system call). In frame mode the stream is read exactly to the end of each frame, so that the
+ * bytes that follow a frame are left in the socket for recv_into.
+ *
+ * Ownership: a connection is the transport's; closing it frees it after the loop turn (a
+ * 0 ms timer), because events later in the same turn may still name it.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "transfer/transport.h"
+#include "transfer/wire.h"
+
+#define TCP_IOV_MAX 64
+#define TCP_ACCEPTS_PER_TURN 64
+/* Bytes moved per readiness event before other connections get their turn. */
+#define TCP_BYTES_PER_TURN (8u << 20)
+#define TCP_DROP_CHUNK (64u << 10)
+
+struct tcp_seg {
+    const uint8_t *p;
+    uint64_t len;
+    uint8_t *owned; /* a copied frame, freed when sent; NULL for an arena range */
+    void *arg;      /* for ev->sent, ranges only */
+    struct tcp_seg *next;
+};
+
+struct tcp_recv {
+    uint8_t *dst; /* NULL: drop */
+    uint64_t len;
+    void *arg;
+    struct tcp_recv *next;
+};
+
+struct tcp_conn {
+    struct xconn base;
+    struct loop *loop;
+    int fd;
+    int connecting, closed;
+    struct loop_watch watch;
+    struct loop_timer reaper;
+    struct tcp_seg *sq, **sq_tail;  /* send queue */
+    struct tcp_recv *rq, **rq_tail; /* receive-into queue */
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    size_t hdr_got;
+    struct proto_header h;
+    struct pbuf frame;
+};
+
+struct xlistener {
+    struct loop *loop;
+    int fd;
+    struct loop_watch watch;
+    const struct xconn_events *ev;
+    xaccept_fn *fn;
+    void *arg;
+};
+
+/* ---- addresses ---- */
+
+int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,
+                         size_t port_len)
+{
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    const char *h = addr;
+    size_t hl;
+
+    if (!colon || colon == addr || !colon[1] || strlen(colon + 1) >= port_len)
+        return err_set(FERRY_EINVAL, "address '%s': expected HOST:PORT", addr ? addr : "");
+    hl = (size_t)(colon - addr);
+    if (addr[0] == '[' && colon[-1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (hl == 0 || hl >= host_len)
+        return err_set(FERRY_EINVAL, "address '%s': bad host", addr);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    strcpy(port, colon + 1);
+    return 0;
+}
+
+static int resolve(const char *addr, int passive, struct addrinfo **out)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    char host[256], port[16];
+    int rc;
+
+    if ((rc = transport_split_addr(addr, host, sizeof(host), port, sizeof(port))) < 0)
+        return rc;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    if ((rc = getaddrinfo(host, port, &hints, out)) != 0)
+        return err_set(FERRY_EINVAL, "address '%s': %s", addr, gai_strerror(rc));
+    return 0;
+}
+
+/* ---- connections ---- */
+
+static void reap(struct loop *l, struct loop_timer *t)
+{
+    struct tcp_conn *c = t->arg;
+
+    while (c->sq) {
+        struct tcp_seg *s = c->sq;
+        c->sq = s->next;
+        free(s->owned);
+        free(s);
+    }
+    while (c->rq) {
+        struct tcp_recv *r = c->rq;
+        c->rq = r->next;
+        free(r);
+    }
+    pbuf_free(&c->frame);
+    free(c);
+}
+
+static void conn_shut(struct tcp_conn *c)
+{
+    if (c->closed)
+        return;
+    c->closed = 1;
+    loop_watch_del(c->loop, &c->watch);
+    close(c->fd);
+    c->fd = -1;
+    loop_timer_start(c->loop, &c->reaper, 0);
+}
+
+/* Closes on a failure and tells the engine. */
+static void conn_fail(struct tcp_conn *c, const char *reason)
+{
+    if (c->closed)
+        return;
+    conn_shut(c);
+    c->base.ev->closed(&c->base, reason);
+}
+
+static void conn_interest(struct tcp_conn *c)
+{
+    uint32_t ev = c->connecting ? EPOLLOUT : EPOLLIN | (c->sq ? EPOLLOUT : 0);
+    if (!c->closed && loop_watch_mod(c->loop, &c->watch, ev) < 0)
+        conn_fail(c, "epoll_ctl failed");
+}
+
+/* ---- sending ---- */
+
+/* Writes what the socket takes; returns -1 when the connection failed. */
+static int flush(struct tcp_conn *c)
+{
+    uint64_t budget = TCP_BYTES_PER_TURN;
+
+    while (c->sq && budget) {
+        struct iovec iov[TCP_IOV_MAX];
+        struct msghdr msg = {.msg_iov = iov};
+        struct tcp_seg *s = c->sq;
+        ssize_t n;
+
+        for (; s && msg.msg_iovlen < TCP_IOV_MAX; s = s->next)
+            iov[msg.msg_iovlen++] = (struct iovec){(void *)s->p, (size_t)s->len};
+        n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return 0;
+            conn_fail(c, strerror(errno));
+            return -1;
+        }
+        budget = (uint64_t)n >= budget ? 0 : budget - (uint64_t)n;
+        while ((s = c->sq) && (uint64_t)n >= s->len) {
+            n -= (ssize_t)s->len;
+            c->sq = s->next;
+            if (!c->sq)
+                c->sq_tail = &c->sq;
+            if (!s->owned)
+                c->base.ev->sent(&c->base, s->arg);
+            free(s->owned);
+            free(s);
+            if (c->closed)
+                return -1;
+        }
+        if (s && n) {
+            s->p += n;
+            s->len -= (uint64_t)n;
+        }
+    }
+    return 0;
+}
+
+static int enqueue(struct tcp_conn *c, const uint8_t *p, uint64_t len, uint8_t *owned, void *arg)
+{
+    struct tcp_seg *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return err_set(FERRY_ENOMEM, "send segment");
+    *s = (struct tcp_seg){.p = p, .len = len, .owned = owned, .arg = arg};
+    *c->sq_tail = s;
+    c->sq_tail = &s->next;
+    /* Written when the loop next finds the socket writable: never from inside the engine's
+     * own call, so that ev->sent cannot re-enter it. */
+    conn_interest(c);
+    return 0;
+}
+
+static int tcp_send_frame(struct xconn *xc, const uint8_t *frame, size_t len)
+{
+    struct tcp_conn *c = (struct tcp_conn *)xc;
+    uint8_t *copy;
+    int rc;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    if (!(copy = malloc(len ? len : 1)))
+        return err_set(FERRY_ENOMEM, "frame of %zu bytes", len);
+    memcpy(copy, frame, len);
+    if ((rc = enqueue(c, copy, len, copy, NULL)) < 0)
+        free(copy);
+    return rc;
+}
+
+static int tcp_send_range(struct xconn *xc, const uint8_t *p, uint64_t len, void *arg)
+{
+    struct tcp_conn *c = (struct tcp_conn *)xc;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    return enqueue(c, p, len, NULL, arg);
+}
+
+/* ---- receiving ---- */
+
+static int tcp_recv_into(struct xconn *xc, uint8_t *dst, uint64_t len, void *arg)
+{
+    struct tcp_conn *c = (struct tcp_conn *)xc;
+    struct tcp_recv *r;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    if (!(r = calloc(1, sizeof(*r))))
+        return err_set(FERRY_ENOMEM, "receive record");
+    *r = (struct tcp_recv){.dst = dst, .len = len, .arg = arg};
+    *c->rq_tail = r;
+    c->rq_tail = &r->next;
+    return 0;
+}
+
+/* Reads payload bytes into the queued destinations; 0 on progress or EAGAIN (*n = bytes),
+ * -1 when the connection failed. */
+static int read_payload(struct tcp_conn *c, uint64_t *got)
+{
+    static uint8_t drop[TCP_DROP_CHUNK]; /* loop thread only */
+    struct iovec iov[TCP_IOV_MAX];
+    struct tcp_recv *r;
+    int cnt = 0;
+    ssize_t n;
+
+    for (r = c->rq; r && cnt < TCP_IOV_MAX; r = r->next) {
+        size_t len = r->len > SIZE_MAX ? SIZE_MAX : (size_t)r->len;
+        if (!r->dst && len > sizeof(drop))
+            len = sizeof(drop);
+        iov[cnt++] = (struct iovec){r->dst ? (void *)r->dst : drop, len};
+        if (!r->dst)
+            break; /* one drop buffer per call */
+    }
+    n = readv(c->fd, iov, cnt);
+    *got = 0;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    if (n <= 0) {
+        conn_fail(c, n == 0 ? "peer closed the connection" : strerror(errno));
+        return -1;
+    }
+    *got = (uint64_t)n;
+    while ((r = c->rq) && (uint64_t)n >= r->len) {
+        n -= (ssize_t)r->len;
+        c->rq = r->next;
+        if (!c->rq)
+            c->rq_tail = &c->rq;
+        c->base.ev->received(&c->base, r->arg);
+        free(r);
+        if (c->closed)
+            return -1;
+    }
+    if (r && n) {
+        if (r->dst)
+            r->dst += n;
+        r->len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Reads exactly up to the end of the current frame; delivers it when whole. */
+static int read_frame(struct tcp_conn *c, uint64_t *got)
+{
+    uint8_t *dst = c->hdr + c->hdr_got;
+    size_t want = PROTO_HEADER_SIZE - c->hdr_got;
+    ssize_t n;
+
+    if (c->hdr_got == PROTO_HEADER_SIZE) {
+        dst = c->frame.data + c->frame.len;
+        want = c->h.length - c->frame.len;
+    }
+    n = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
+    *got = 0;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    if (want && n <= 0) {
+        conn_fail(c, n == 0 ? "peer closed the connection" : strerror(errno));
+        return -1;
+    }
+    *got = (uint64_t)(n > 0 ? n : 0);
+    if (c->hdr_got < PROTO_HEADER_SIZE) {
+        c->hdr_got += (size_t)n;
+        if (c->hdr_got < PROTO_HEADER_SIZE)
+            return 0;
+        if (proto_decode_header(c->hdr, WIRE_MAX_FRAME, &c->h) < 0) {
+            conn_fail(c, ferry_errmsg());
+            return -1;
+        }
+        c->frame.len = 0;
+        pbuf_reserve(&c->frame, c->h.length);
+        if (c->frame.oom) {
+            conn_fail(c, "out of memory for a frame");
+            return -1;
+        }
+        if (c->h.length)
+            return 0;
+    } else {
+        c->frame.len += (size_t)n;
+        if (c->frame.len < c->h.length)
+            return 0;
+    }
+    c->hdr_got = 0;
+    c->base.ev->frame(&c->base, &c->h, c->frame.data);
+    return c->closed ? -1 : 0;
+}
+
+static void on_readable(struct tcp_conn *c)
+{
+    uint64_t budget = TCP_BYTES_PER_TURN, got;
+
+    while (!c->closed && budget) {
+        int rc = c->rq ? read_payload(c, &got) : read_frame(c, &got);
+        if (rc < 0 || !got)
+            return; /* failed, or nothing more to read now */
+        budget = got >= budget ? 0 : budget - got;
+    }
+}
+
+static void on_connected(struct tcp_conn *c)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err) {
+        char reason[160];
+        snprintf(reason, sizeof(reason), "connect: %s", strerror(err));
+        conn_fail(c, reason);
+        return;
+    }
+    c->connecting = 0;
+}
+
+static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct tcp_conn *c = w->arg;
+
+    if (c->closed)
+        return;
+    if (c->connecting) {
+        on_connected(c);
+        if (c->closed)
+            return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        on_readable(c);
+    if (!c->closed && c->sq && flush(c) < 0)
+        return;
+    conn_interest(c);
+}
+
+static void tune(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static struct tcp_conn *conn_new(struct loop *loop, int fd, const struct xconn_events *ev,
+                                 const char *peer)
+{
+    struct tcp_conn *c = calloc(1, sizeof(*c));
+
+    if (!c) {
+        err_set(FERRY_ENOMEM, "connection");
+        return NULL;
+    }
+    c->base.type = &transport_tcp;
+    c->base.ev = ev;
+    snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
+    c->loop = loop;
+    c->fd = fd;
+    c->sq_tail = &c->sq;
+    c->rq_tail = &c->rq;
+    loop_timer_init(&c->reaper, reap, c);
+    if (loop_watch_add(loop, &c->watch, fd, EPOLLIN, on_event, c) < 0) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int tcp_connect(struct loop *loop, const char *addr, const struct xconn_events *ev,
+                       struct xconn **out)
+{
+    struct addrinfo *ai;
+    struct tcp_conn *c;
+    int fd, rc;
+
+    if ((rc = resolve(addr, 0, &ai)) < 0)
+        return rc;
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = err_sys("socket");
+        goto free_ai;
+    }
+    tune(fd);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+        rc = err_set(FERRY_ECONN, "connect to %s: %s", addr, strerror(errno));
+        goto close_fd;
+    }
+    if (!(c = conn_new(loop, fd, ev, addr))) {
+        rc = FERRY_ENOMEM;
+        goto close_fd;
+    }
+    c->connecting = 1;
+    conn_interest(c);
+    freeaddrinfo(ai);
+    *out = &c->base;
+    return 0;
+
+close_fd:
+    close(fd);
+free_ai:
+    freeaddrinfo(ai);
+    return rc;
+}
+
+static void tcp_close(struct xconn *xc)
+{
+    conn_shut((struct tcp_conn *)xc);
+}
+
+/* ---- listening ---- */
+
+static void peer_name(const struct sockaddr_storage *ss, socklen_t len, char *out, size_t n)
+{
+    char host[64], port[NI_MAXSERV]; /* numeric: an IPv6 address fits in 46 bytes */
+
+    if (getnameinfo((const struct sockaddr *)ss, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        snprintf(out, n, "?");
+    else
+        snprintf(out, n, "%s:%s", host, port);
+}
+
+static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct xlistener *ls = w->arg;
+
+    for (int i = 0; i < TCP_ACCEPTS_PER_TURN; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char peer[128];
+        struct tcp_conn *c;
+        int fd = accept4(ls->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                log_warn("transfer accept: %s", strerror(errno));
+            return;
+        }
+        tune(fd);
+        peer_name(&ss, len, peer, sizeof(peer));
+        if (!(c = conn_new(ls->loop, fd, ls->ev, peer))) {
+            log_warn("transfer: refusing %s: %s", peer, ferry_errmsg());
+            close(fd);
+            continue;
+        }
+        ls->fn(ls, &c->base, ls->arg);
+    }
+}
+
+static int tcp_listen(struct loop *loop, const char *addr, const struct xconn_events *ev,
+                      xaccept_fn *fn, void *arg, struct xlistener **out)
+{
+    struct xlistener *ls;
+    struct addrinfo *ai;
+    int one = 1, rc;
+
+    if ((rc = resolve(addr, 1, &ai)) < 0)
+        return rc;
+    if (!(ls = calloc(1, sizeof(*ls)))) {
+        rc = err_set(FERRY_ENOMEM, "listener");
+        goto free_ai;
+    }
+    *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
+    ls->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ls->fd < 0) {
+        rc = err_sys("socket");
+        goto free_ls;
+    }
+    setsockopt(ls->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(ls->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(ls->fd, 128) < 0) {
+        rc = err_set(FERRY_ESYS, "listen on %s: %s", addr, strerror(errno));
+        goto close_fd;
+    }
+    if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, EPOLLIN, on_accept, ls)) < 0)
+        goto close_fd;
+    freeaddrinfo(ai);
+    *out = ls;
+    return 0;
+
+close_fd:
+    close(ls->fd);
+free_ls:
+    free(ls);
+free_ai:
+    freeaddrinfo(ai);
+    return rc;
+}
+
+static void tcp_listener_close(struct xlistener *ls)
+{
+    if (!ls)
+        return;
+    loop_watch_del(ls->loop, &ls->watch);
+    close(ls->fd);
+    free(ls);
+}
+
+const struct transport transport_tcp = {
+    .name = "tcp",
+    .listen = tcp_listen,
+    .listener_close = tcp_listener_close,
+    .connect = tcp_connect,
+    .send_frame = tcp_send_frame,
+    .send_range = tcp_send_range,
+    .recv_into = tcp_recv_into,
+    .close = tcp_close,
+};

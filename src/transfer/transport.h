@@ -1,0 +1,74 @@
+/*
+ * transport.h - how the transfer engine moves frames and object bytes between nodes,
+ * independent of the wire (Redis' ConnectionType, NCCL's net plugin).
+ *
+ * A transport is a const table of operations. Each of its connections embeds struct xconn
+ * first. The engine speaks frames (common/proto.h headers, transfer/wire.h payloads) and asks
+ * the transport to move object bytes out of and into the arena without copying them in user
+ * space. A transport that cannot do an operation returns -ENOSYS from it (never NULL).
+ *
+ * Everything runs on the daemon's loop thread. Callbacks may close the connection; after
+ * on_close the engine must not touch it (the transport frees it after the loop turn).
+ */
+#ifndef FERRY_TRANSPORT_H
+#define FERRY_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/proto.h"
+#include "server/loop.h"
+
+struct xconn;
+struct xlistener;
+
+/* What the engine hears from a connection. */
+struct xconn_events {
+    /* A whole frame arrived; payload holds h->length bytes, valid during the call. */
+    void (*frame)(struct xconn *c, const struct proto_header *h, const uint8_t *payload);
+    /* The bytes asked for with recv_into have all arrived. */
+    void (*received)(struct xconn *c, void *arg);
+    /* The bytes given to send_range have all left (their memory may be unpinned). */
+    void (*sent)(struct xconn *c, void *arg);
+    /* The connection is gone (reason for the log); pending receives and sends are dropped
+     * without their callbacks. */
+    void (*closed)(struct xconn *c, const char *reason);
+};
+
+struct xconn {
+    const struct transport *type;
+    const struct xconn_events *ev;
+    void *owner;    /* the engine's record of this connection */
+    char peer[128]; /* printable peer address, for logs */
+};
+
+typedef void xaccept_fn(struct xlistener *l, struct xconn *c, void *arg);
+
+struct transport {
+    const char *name;
+    /* Listens on HOST:PORT; every accepted connection is handed to fn. */
+    int (*listen)(struct loop *loop, const char *addr, const struct xconn_events *ev,
+                  xaccept_fn *fn, void *arg, struct xlistener **out);
+    void (*listener_close)(struct xlistener *l);
+    /* Starts connecting to HOST:PORT; frames may be sent at once (they wait for the
+     * connection). A failure to connect arrives as ev->closed. */
+    int (*connect)(struct loop *loop, const char *addr, const struct xconn_events *ev,
+                   struct xconn **out);
+    /* Queues a whole frame (copied). */
+    int (*send_frame)(struct xconn *c, const uint8_t *frame, size_t len);
+    /* Queues len bytes of the arena, sent from where they are, after what is queued. */
+    int (*send_range)(struct xconn *c, const uint8_t *p, uint64_t len, void *arg);
+    /* The next len bytes of the stream, after the frame being handled, go to dst (NULL:
+     * they are read and dropped). Calls queue up in order. */
+    int (*recv_into)(struct xconn *c, uint8_t *dst, uint64_t len, void *arg);
+    /* Closes at once, without ev->closed; pending callbacks are dropped. */
+    void (*close)(struct xconn *c);
+};
+
+extern const struct transport transport_tcp;
+
+/* Splits "HOST:PORT" (HOST may be [v6]) into host and port strings. FERRY_EINVAL if not. */
+int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,
+                         size_t port_len);
+
+#endif

@@ -1,0 +1,183 @@
+#include "transfer/wire.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* A node id on the wire: u8 length, then that many bytes of printable text. */
+static void put_node(struct pbuf *b, const char *node)
+{
+    size_t len = strnlen(node, WIRE_NODE_MAX);
+    pbuf_u8(b, (uint8_t)len);
+    pbuf_put(b, node, len);
+}
+
+static int get_node(struct preader *r, char out[WIRE_NODE_MAX + 1])
+{
+    uint8_t len = prd_u8(r);
+    const uint8_t *p;
+
+    if (len > WIRE_NODE_MAX)
+        return err_set(FERRY_EPROTO, "node id of %u bytes", len);
+    if (!(p = prd_bytes(r, len)))
+        return 0; /* truncation is reported by the caller */
+    for (uint8_t i = 0; i < len; i++) {
+        if (p[i] < 0x21 || p[i] > 0x7e)
+            return err_set(FERRY_EPROTO, "node id with a non-printable byte");
+    }
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return 0;
+}
+
+static void get_fixed(struct preader *r, uint8_t *out, size_t n)
+{
+    const uint8_t *p = prd_bytes(r, n);
+    if (p)
+        memcpy(out, p, n);
+}
+
+static int decode_body(struct preader *r, struct wire_msg *m)
+{
+    switch (m->type) {
+    case WIRE_HELLO:
+        m->magic = prd_u32(r);
+        m->version = prd_u32(r);
+        if (get_node(r, m->node) < 0)
+            return FERRY_EPROTO;
+        get_fixed(r, m->nonce, WIRE_NONCE);
+        return 0;
+    case WIRE_CHALLENGE:
+        if (get_node(r, m->node) < 0)
+            return FERRY_EPROTO;
+        get_fixed(r, m->nonce, WIRE_NONCE);
+        m->keyed = prd_u8(r);
+        get_fixed(r, m->mac, WIRE_MAC);
+        if (m->keyed > 1)
+            return err_set(FERRY_EPROTO, "challenge: keyed flag %u", m->keyed);
+        return 0;
+    case WIRE_AUTH:
+        get_fixed(r, m->mac, WIRE_MAC);
+        return 0;
+    case WIRE_PULL:
+        m->flags = prd_u8(r);
+        m->n = prd_u32(r);
+        if (m->flags & ~WIRE_PULL_VERIFY)
+            return err_set(FERRY_EPROTO, "pull: unknown flags 0x%x", m->flags);
+        if (m->n > WIRE_MAX_IDS)
+            return err_set(FERRY_EPROTO, "pull of %u ids exceeds %u", m->n, WIRE_MAX_IDS);
+        m->ids = (const ferry_id *)prd_bytes(r, (size_t)m->n * FERRY_ID_SIZE);
+        return 0;
+    case WIRE_REPLY:
+        m->n = prd_u32(r);
+        if (m->n > WIRE_MAX_IDS)
+            return err_set(FERRY_EPROTO, "reply of %u entries exceeds %u", m->n, WIRE_MAX_IDS);
+        m->entries = prd_bytes(r, (size_t)m->n * WIRE_REPLY_ENTRY_SIZE);
+        return 0;
+    default:
+        return err_set(FERRY_EPROTO, "unknown transfer message type %u", m->type);
+    }
+}
+
+int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wire_msg *out)
+{
+    struct preader r = {payload, h->length, 0};
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->type = h->type;
+    out->tag = h->tag;
+    if ((rc = decode_body(&r, out)) < 0)
+        return rc;
+    if (r.bad)
+        return err_set(FERRY_EPROTO, "transfer message type %u truncated (%u bytes)", h->type,
+                       h->length);
+    if (r.left)
+        return err_set(FERRY_EPROTO, "transfer message type %u has %zu trailing bytes",
+                       h->type, r.left);
+    return 0;
+}
+
+void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out)
+{
+    struct preader r = {m->entries + (size_t)i * WIRE_REPLY_ENTRY_SIZE, WIRE_REPLY_ENTRY_SIZE,
+                        0};
+
+    out->status = (int32_t)prd_u32(&r);
+    out->data_size = prd_u64(&r);
+    out->metadata_size = prd_u64(&r);
+    out->digest = prd_u64(&r);
+}
+
+void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE])
+{
+    size_t start = proto_frame_begin(b, WIRE_HELLO, 0);
+    pbuf_u32(b, WIRE_MAGIC);
+    pbuf_u32(b, WIRE_VERSION);
+    put_node(b, node);
+    pbuf_put(b, nonce, WIRE_NONCE);
+    proto_frame_end(b, start);
+}
+
+void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
+                    const uint8_t mac[WIRE_MAC])
+{
+    size_t start = proto_frame_begin(b, WIRE_CHALLENGE, 0);
+    put_node(b, node);
+    pbuf_put(b, nonce, WIRE_NONCE);
+    pbuf_u8(b, (uint8_t)keyed);
+    pbuf_put(b, mac, WIRE_MAC);
+    proto_frame_end(b, start);
+}
+
+void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC])
+{
+    size_t start = proto_frame_begin(b, WIRE_AUTH, 0);
+    pbuf_put(b, mac, WIRE_MAC);
+    proto_frame_end(b, start);
+}
+
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, const ferry_id *ids, uint32_t n)
+{
+    size_t start = proto_frame_begin(b, WIRE_PULL, tag);
+    pbuf_u8(b, flags);
+    pbuf_u32(b, n);
+    pbuf_put(b, ids, (size_t)n * FERRY_ID_SIZE);
+    proto_frame_end(b, start);
+}
+
+size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n)
+{
+    size_t start = proto_frame_begin(b, WIRE_REPLY, tag);
+    pbuf_u32(b, n);
+    return start;
+}
+
+void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e)
+{
+    pbuf_u32(b, (uint32_t)e->status);
+    pbuf_u64(b, e->data_size);
+    pbuf_u64(b, e->metadata_size);
+    pbuf_u64(b, e->digest);
+}
+
+int wire_mac(const uint8_t *secret, size_t secret_len, const char *role,
+             const uint8_t nonce_c[WIRE_NONCE], const uint8_t nonce_a[WIRE_NONCE],
+             uint8_t mac[WIRE_MAC])
+{
+    uint8_t msg[16 + 2 * WIRE_NONCE];
+    size_t rlen = strlen(role);
+    unsigned int len = 0;
+
+    if (rlen > 16)
+        return err_set(FERRY_EINVAL, "mac role too long");
+    memcpy(msg, role, rlen);
+    memcpy(msg + rlen, nonce_c, WIRE_NONCE);
+    memcpy(msg + rlen + WIRE_NONCE, nonce_a, WIRE_NONCE);
+    if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, rlen + 2 * WIRE_NONCE, mac, &len) ||
+        len != WIRE_MAC)
+        return err_set(FERRY_ESYS, "HMAC-SHA256 failed");
+    return 0;
+}

@@ -1,0 +1,85 @@
+/*
+ * wire.h - the transfer protocol between ferryd nodes, carried by a transport.
+ *
+ * Frames use the client protocol's 16-byte header (common/proto.h), little-endian payloads:
+ *   HELLO      connector -> acceptor: u32 magic, u32 version, node id, 32-byte nonce
+ *   CHALLENGE  acceptor -> connector: node id, 32-byte nonce, u8 keyed, 32-byte mac
+ *   AUTH       connector -> acceptor: 32-byte mac
+ *   PULL       receiver -> holder: u8 flags, u32 n, n ids
+ *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
+ *              u64 metadata_size, u64 digest}; on the tcp transport the bytes (data then
+ *              metadata) of every entry with status 0 follow the frame on the stream, in order
+ * Mutual authentication with the cluster secret: each side proves it knows the secret with
+ * HMAC-SHA256 over both nonces and its role; with no secret configured the macs are zero and
+ * `keyed` is 0, and a keyed node refuses an unkeyed peer. The acceptor handles nothing but
+ * AUTH before authentication succeeds.
+ *
+ * Decoders check every length and count against the payload; failures are FERRY_EPROTO with
+ * a reason. A holder serves only sealed objects, named by id.
+ */
+#ifndef FERRY_WIRE_H
+#define FERRY_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/proto.h"
+
+#define WIRE_MAGIC 0x58595246u /* "FRYX" */
+#define WIRE_VERSION 1u
+#define WIRE_MAX_FRAME (4u << 20)
+#define WIRE_MAX_IDS 65536u
+#define WIRE_NONCE 32u
+#define WIRE_MAC 32u
+#define WIRE_NODE_MAX 63u
+#define WIRE_PULL_VERIFY 1u /* the holder must give each object's digest */
+#define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + 8u)
+
+enum wire_type {
+    WIRE_HELLO = 1,
+    WIRE_CHALLENGE = 2,
+    WIRE_AUTH = 3,
+    WIRE_PULL = 4,
+    WIRE_REPLY = 5,
+};
+
+struct wire_reply_entry {
+    int32_t status;
+    uint64_t data_size, metadata_size, digest;
+};
+
+struct wire_msg {
+    uint16_t type;
+    uint64_t tag;
+    char node[WIRE_NODE_MAX + 1]; /* HELLO, CHALLENGE */
+    uint8_t nonce[WIRE_NONCE];    /* HELLO, CHALLENGE */
+    uint8_t mac[WIRE_MAC];        /* CHALLENGE, AUTH */
+    uint8_t keyed;                /* CHALLENGE */
+    uint32_t magic, version;      /* HELLO */
+    uint8_t flags;                /* PULL */
+    uint32_t n;                   /* PULL, REPLY */
+    const ferry_id *ids;          /* PULL: n ids inside the payload */
+    const uint8_t *entries;       /* REPLY: n entries inside the payload */
+};
+
+int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wire_msg *out);
+/* Entry i (< n) of a decoded REPLY. */
+void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out);
+
+/* Encoders append one frame to b (check b->oom). */
+void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE]);
+void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
+                    const uint8_t mac[WIRE_MAC]);
+void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, const ferry_id *ids, uint32_t n);
+/* A reply is built in place: begin, n entries, end. */
+size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
+void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);
+
+/* HMAC-SHA256(secret, role || nonce_connector || nonce_acceptor). role is "connector" or
+ * "acceptor". 0, or FERRY_ESYS if OpenSSL fails. */
+int wire_mac(const uint8_t *secret, size_t secret_len, const char *role,
+             const uint8_t nonce_c[WIRE_NONCE], const uint8_t nonce_a[WIRE_NONCE],
+             uint8_t mac[WIRE_MAC]);
+
+#endif

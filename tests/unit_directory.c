@@ -1,0 +1,692 @@
+/*
+ * Unit tests of directory/directory.c against a real redis-server (tests/redis_fixture.c),
+ * on a real loop: registration and heartbeat, node listing, publication and lookup with the
+ * cache, dead nodes, cancellation, and Redis frozen, killed and restarted. Every wait is
+ * bounded.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "directory/directory.h"
+#include "redis_fixture.h"
+
+#define HEARTBEAT_MS 100
+#define TTL_MS 500
+#define TIMEOUT_MS 300
+#define WAIT_MS 5000
+#define MAX_ANSWER 8
+
+static struct redis_fixture redis;
+
+/* ---- driving the loop ---- */
+
+typedef int condition_fn(void *arg);
+
+struct waiter {
+    struct loop_timer timer;
+    condition_fn *cond;
+    void *arg;
+    uint64_t deadline_ms;
+    int met;
+};
+
+static void waiter_tick(struct loop *l, struct loop_timer *t)
+{
+    struct waiter *w = t->arg;
+
+    w->met = w->cond(w->arg);
+    if (w->met || loop_now_ms() >= w->deadline_ms)
+        loop_stop(l);
+    else
+        loop_timer_start(l, t, loop_now_ms() + 5);
+}
+
+/* Runs the loop until cond holds (1) or ms pass (0). */
+static int run_until(struct loop *l, condition_fn *cond, void *arg, uint64_t ms)
+{
+    struct waiter w = {.cond = cond, .arg = arg, .deadline_ms = loop_now_ms() + ms};
+
+    loop_timer_init(&w.timer, waiter_tick, &w);
+    assert_int_equal(loop_timer_start(l, &w.timer, loop_now_ms()), 0);
+    l->stop = 0;
+    assert_int_equal(loop_run(l), 0);
+    loop_timer_stop(l, &w.timer);
+    return w.met;
+}
+
+static int never(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static void run_for(struct loop *l, uint64_t ms)
+{
+    run_until(l, never, NULL, ms);
+}
+
+static int is_connected(void *d)
+{
+    return directory_connected(d);
+}
+
+static int is_disconnected(void *d)
+{
+    return !directory_connected(d);
+}
+
+/* ---- answers ---- */
+
+struct answer {
+    int calls;
+    int status;
+    size_t n;
+    struct directory_node nodes[MAX_ANSWER];
+};
+
+static void on_answer(void *arg, int status, const struct directory_node *nodes, size_t n)
+{
+    struct answer *a = arg;
+
+    a->calls++;
+    a->status = status;
+    a->n = n;
+    if (n) /* nodes may be NULL then */
+        memcpy(a->nodes, nodes, (n < MAX_ANSWER ? n : MAX_ANSWER) * sizeof(*nodes));
+}
+
+static int answered(void *arg)
+{
+    return ((struct answer *)arg)->calls > 0;
+}
+
+/* A lookup, waited for; checks that the callback came later than the call, and once. */
+static struct answer lookup(struct loop *l, struct directory *d, const ferry_id *id, int fresh)
+{
+    struct answer a = {0};
+
+    assert_int_equal(directory_lookup(d, id, fresh, on_answer, &a), 0);
+    assert_int_equal(a.calls, 0);
+    assert_true(run_until(l, answered, &a, WAIT_MS));
+    run_for(l, 20);
+    assert_int_equal(a.calls, 1);
+    return a;
+}
+
+static struct answer nodes(struct loop *l, struct directory *d)
+{
+    struct answer a = {0};
+
+    assert_int_equal(directory_nodes(d, on_answer, &a), 0);
+    assert_int_equal(a.calls, 0);
+    assert_true(run_until(l, answered, &a, WAIT_MS));
+    assert_int_equal(a.calls, 1);
+    return a;
+}
+
+/* ---- Redis, seen synchronously ---- */
+
+/* An integer command's answer in database db; -1 when it failed. */
+static long long query_int(int db, const char *fmt, ...)
+{
+    redisContext *c = redis_fixture_connect(&redis, db);
+    redisReply *r = NULL;
+    long long v = -1;
+    va_list ap;
+
+    if (c) {
+        va_start(ap, fmt);
+        r = redisvCommand(c, fmt, ap);
+        va_end(ap);
+    }
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return v;
+}
+
+static void flush_redis(void)
+{
+    redisContext *c = redis_fixture_connect(&redis, 0);
+    assert_non_null(c);
+    freeReplyObject(redisCommand(c, "FLUSHALL"));
+    redisFree(c);
+}
+
+static void obj_key(const ferry_id *id, char key[64])
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+
+    ferry_id_format(id, hex);
+    snprintf(key, 64, "ferry:obj:%s", hex);
+}
+
+/* Waits until SISMEMBER ferry:obj:<id> node (database 0) is want. */
+struct membership {
+    const ferry_id *id;
+    const char *node;
+    long long want;
+};
+
+static int membership_is(void *arg)
+{
+    const struct membership *m = arg;
+    char key[64];
+
+    obj_key(m->id, key);
+    return query_int(0, "SISMEMBER %s %s", key, m->node) == m->want;
+}
+
+static int node_key_gone(void *node_id)
+{
+    return query_int(0, "EXISTS ferry:node:%s", (const char *)node_id) == 0;
+}
+
+/* ---- the environment of a test ---- */
+
+struct republisher {
+    struct directory *d;
+    ferry_id id; /* published at each call */
+    int calls;
+};
+
+static void republish(void *ctx)
+{
+    struct republisher *r = ctx;
+
+    r->calls++;
+    if (r->d)
+        directory_publish(r->d, &r->id);
+}
+
+static struct directory *open_node(struct loop *l, const char *id, const char *url,
+                                   struct republisher *rep)
+{
+    struct directory_config cfg = {
+        .url = url, .heartbeat_ms = HEARTBEAT_MS, .ttl_ms = TTL_MS, .timeout_ms = TIMEOUT_MS};
+    struct directory_hooks hooks = {.republish = republish, .ctx = rep};
+    struct directory *d = NULL;
+
+    snprintf(cfg.self.id, sizeof(cfg.self.id), "%s", id);
+    snprintf(cfg.self.addr, sizeof(cfg.self.addr), "10.0.0.%d:7000", id[0]);
+    snprintf(cfg.self.transports, sizeof(cfg.self.transports), "tcp");
+    assert_int_equal(directory_open(&d, l, &cfg, rep ? &hooks : NULL), 0);
+    assert_non_null(d);
+    if (rep)
+        rep->d = d;
+    assert_true(run_until(l, is_connected, d, WAIT_MS));
+    return d;
+}
+
+static void url(char *out, size_t cap, const char *host, int db)
+{
+    snprintf(out, cap, "redis://%s:%d/%d", host, redis.port, db);
+}
+
+static int setup_group(void **state)
+{
+    (void)state;
+    return redis_fixture_start(&redis);
+}
+
+static int teardown_group(void **state)
+{
+    (void)state;
+    redis_fixture_kill(&redis);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    static struct loop l;
+
+    flush_redis();
+    assert_int_equal(loop_init(&l), 0);
+    *state = &l;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    loop_destroy(*state);
+    return 0;
+}
+
+static ferry_id make_id(const char *name)
+{
+    ferry_id id;
+
+    assert_int_equal(ferry_id_parse(name, &id), 0);
+    return id;
+}
+
+/* ---- tests ---- */
+
+static void test_bad_configuration(void **state)
+{
+    static const char *const bad[] = {
+        NULL,
+        "redis:/127.0.0.1:6379",
+        "http://127.0.0.1:6379",
+        "redis://127.0.0.1",
+        "redis://:6379",
+        "redis://127.0.0.1:0",
+        "redis://127.0.0.1:65536",
+        "redis://127.0.0.1:6379x",
+        "redis://127.0.0.1:6379/",
+        "redis://127.0.0.1:6379/one",
+        "redis://no-such-host.invalid:6379",
+    };
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    struct directory *d = (void *)&cfg; /* must be reset */
+    char good[64];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg.url = bad[i];
+        assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
+        assert_null(d);
+        assert_true(strlen(ferry_errmsg()) > 0);
+    }
+    url(good, sizeof(good), "127.0.0.1", 0);
+    cfg.url = good;
+    cfg.self.id[0] = '\0';
+    assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
+    cfg.self.id[0] = 'a';
+    cfg.heartbeat_ms = 1000;
+    cfg.ttl_ms = 1000;
+    assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
+}
+
+/* A database Redis does not have (it has 16): the connection is given up from within a reply
+ * and retried, and requests meanwhile fail. */
+static void test_select_refused(void **state)
+{
+    struct loop *l = *state;
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    ferry_id x = make_id("x");
+    struct directory *d;
+    struct answer ans = {0};
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 99);
+    cfg.url = u;
+    assert_int_equal(directory_open(&d, l, &cfg, NULL), 0);
+    assert_int_equal(directory_lookup(d, &x, 0, on_answer, &ans), 0);
+    assert_true(run_until(l, answered, &ans, WAIT_MS));
+    assert_int_equal(ans.status, FERRY_EDIRECTORY);
+    run_for(l, 400);
+    assert_int_equal(directory_connected(d), 0);
+    assert_true(directory_counters(d)->errors >= 2);
+    assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 0);
+    directory_close(d);
+}
+
+/* A host name is resolved, the URL's database is used, and the heartbeat outlives the TTL. */
+static void test_registration_and_heartbeat(void **state)
+{
+    struct loop *l = *state;
+    struct republisher rep = {0};
+    struct directory *a;
+    redisContext *c;
+    redisReply *r;
+    char u[64];
+
+    url(u, sizeof(u), "localhost", 3);
+    a = open_node(l, "a", u, &rep);
+    run_for(l, 20);
+    assert_int_equal(rep.calls, 1);
+    c = redis_fixture_connect(&redis, 3);
+    assert_non_null(c);
+    r = redisCommand(c, "HGET ferry:node:a addr");
+    assert_non_null(r);
+    assert_string_equal(r->str, "10.0.0.97:7000");
+    freeReplyObject(r);
+    r = redisCommand(c, "HGET ferry:node:a transports");
+    assert_string_equal(r->str, "tcp");
+    freeReplyObject(r);
+    redisFree(c);
+    assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 0);
+
+    run_for(l, 3 * TTL_MS);
+    assert_int_equal(query_int(3, "EXISTS ferry:node:a"), 1);
+    long long pttl = query_int(3, "PTTL ferry:node:a");
+    assert_true(pttl > 0 && pttl <= TTL_MS);
+    assert_int_equal(directory_counters(a)->reconnects, 0);
+    assert_int_equal(directory_counters(a)->errors, 0);
+    assert_int_equal(rep.calls, 1);
+    directory_close(a);
+}
+
+static void test_nodes(void **state)
+{
+    struct loop *l = *state;
+    struct directory *a, *b;
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    ans = nodes(l, b);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 2);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_string_equal(ans.nodes[0].addr, "10.0.0.97:7000");
+    assert_string_equal(ans.nodes[0].transports, "tcp");
+    assert_string_equal(ans.nodes[1].id, "b");
+    assert_string_equal(ans.nodes[1].addr, "10.0.0.98:7000");
+    directory_close(a);
+    directory_close(b);
+}
+
+static void test_publish_lookup_withdraw(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x"), y = make_id("y");
+    struct membership added = {&x, "a", 1}, removed = {&x, "a", 0};
+    struct directory *a, *b;
+    const struct directory_counters *bc;
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    bc = directory_counters(b);
+    directory_publish(a, &x);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    assert_int_equal(directory_counters(a)->published, 1);
+
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_string_equal(ans.nodes[0].addr, "10.0.0.97:7000");
+    assert_string_equal(ans.nodes[0].transports, "tcp");
+    assert_int_equal(bc->lookups, 1);
+    assert_int_equal(bc->cache_hits, 0);
+
+    /* Again: from the cache, still through the loop. */
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_int_equal(bc->lookups, 1);
+    assert_int_equal(bc->cache_hits, 1);
+
+    /* fresh bypasses the cache. */
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.n, 1);
+    assert_int_equal(bc->lookups, 2);
+
+    /* A forgotten holder sends the next lookup to Redis. */
+    directory_forget_holder(b, &x, "a");
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+    assert_int_equal(bc->lookups, 3);
+    assert_int_equal(bc->cache_hits, 1);
+
+    /* The node itself is never among the holders; an unknown id has none. */
+    ans = lookup(l, a, &x, 0);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+    ans = lookup(l, b, &y, 0);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+
+    directory_withdraw(a, &x);
+    assert_true(run_until(l, membership_is, &removed, WAIT_MS));
+    assert_int_equal(directory_counters(a)->withdrawn, 1);
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+    /* ...and the empty answer replaced the cached holders. */
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 0);
+    assert_int_equal(bc->cache_hits, 1);
+
+    /* A node proved unreachable is forgotten with its holdings. */
+    directory_publish(a, &x);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+    directory_forget_node(b, "a");
+    uint64_t before = bc->lookups;
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+    assert_int_equal(bc->lookups, before + 1);
+    assert_int_equal(bc->errors, 0);
+    directory_close(a);
+    directory_close(b);
+}
+
+/* A dead node leaves the listings and the answers (not the holder sets) once its entry
+ * expires, even when its address was cached. */
+static void test_dead_node(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct membership added = {&x, "a", 1};
+    struct directory *a, *b;
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    directory_publish(a, &x);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+
+    directory_close(a);
+    assert_true(run_until(l, node_key_gone, "a", WAIT_MS));
+    ans = nodes(l, b);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "b");
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+    assert_true(membership_is(&added));
+    directory_close(b);
+}
+
+/* A cached holder whose cached entry expired (TTL_MS after it was read, and a heartbeat
+ * period after the node's entry in Redis can have) is asked about again. */
+static void test_cached_address_expires(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct membership added = {&x, "a", 1};
+    struct directory *a, *b;
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    directory_publish(a, &x);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 1);
+    directory_close(a);
+    assert_true(run_until(l, node_key_gone, "a", WAIT_MS));
+    run_for(l, HEARTBEAT_MS + 50);
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+    assert_int_equal(directory_counters(b)->cache_hits, 0);
+    assert_int_equal(directory_counters(b)->lookups, 2);
+    directory_close(b);
+}
+
+static void test_cancel_and_close(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct membership added = {&x, "a", 1};
+    struct answer cancelled = {0}, cached = {0}, kept = {0}, at_close = {0};
+    struct directory *a, *b;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    directory_publish(a, &x);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+
+    assert_int_equal(directory_lookup(b, &x, 1, on_answer, &cancelled), 0);
+    assert_int_equal(directory_lookup(b, &x, 1, on_answer, &kept), 0);
+    directory_cancel(b, &cancelled);
+    assert_true(run_until(l, answered, &kept, WAIT_MS));
+    assert_int_equal(kept.n, 1);
+
+    /* A cache hit waiting for the turn is cancelled alike. */
+    assert_int_equal(directory_lookup(b, &x, 0, on_answer, &cached), 0);
+    directory_cancel(b, &cached);
+    run_for(l, 50);
+    assert_int_equal(directory_counters(b)->cache_hits, 1);
+    assert_int_equal(cancelled.calls, 0);
+    assert_int_equal(cached.calls, 0);
+
+    /* Closing frees pending requests without calling them. */
+    assert_int_equal(directory_lookup(b, &x, 1, on_answer, &at_close), 0);
+    assert_int_equal(directory_nodes(b, on_answer, &at_close), 0);
+    assert_int_equal(directory_lookup(b, &x, 0, on_answer, &at_close), 0);
+    directory_close(b);
+    directory_close(a);
+    run_for(l, 50);
+    assert_int_equal(at_close.calls, 0);
+}
+
+/* A Redis that accepts but does not answer: the watchdog gives up after TIMEOUT_MS. */
+static void test_redis_frozen(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct directory *a;
+    struct answer ans = {0};
+    uint64_t start;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    redis_fixture_freeze(&redis, 1);
+    start = loop_now_ms();
+    assert_int_equal(directory_lookup(a, &x, 1, on_answer, &ans), 0);
+    assert_true(run_until(l, answered, &ans, TIMEOUT_MS + 1000));
+    assert_int_equal(ans.status, FERRY_EDIRECTORY);
+    assert_true(loop_now_ms() - start <= TIMEOUT_MS + 200);
+    assert_int_equal(directory_connected(a), 0);
+
+    /* Asked while down: failed at once, but still through the loop. */
+    memset(&ans, 0, sizeof(ans));
+    assert_int_equal(directory_lookup(a, &x, 1, on_answer, &ans), 0);
+    assert_int_equal(ans.calls, 0);
+    assert_true(run_until(l, answered, &ans, WAIT_MS));
+    assert_int_equal(ans.status, FERRY_EDIRECTORY);
+
+    redis_fixture_freeze(&redis, 0);
+    assert_true(run_until(l, is_connected, a, WAIT_MS));
+    assert_int_equal(directory_counters(a)->reconnects, 1);
+    assert_true(directory_counters(a)->errors > 0);
+    directory_close(a);
+}
+
+/* Redis killed and restarted empty: the directory reconnects, re-registers and republishes. */
+static void test_redis_restart(void **state)
+{
+    struct loop *l = *state;
+    struct republisher rep = {.id = make_id("r")};
+    ferry_id x = make_id("x");
+    struct membership back = {&rep.id, "a", 1}, dropped = {&x, "a", 0};
+    struct directory *a;
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, &rep);
+    assert_true(run_until(l, membership_is, &back, WAIT_MS));
+    assert_int_equal(rep.calls, 1);
+
+    redis_fixture_kill(&redis);
+    assert_true(run_until(l, is_disconnected, a, TIMEOUT_MS + 200));
+    ans = lookup(l, a, &x, 1);
+    assert_int_equal(ans.status, FERRY_EDIRECTORY);
+    directory_publish(a, &x); /* dropped: the republish hook restores the truth */
+    run_for(l, 300);
+
+    assert_int_equal(redis_fixture_start(&redis), 0);
+    assert_true(run_until(l, is_connected, a, WAIT_MS));
+    assert_int_equal(directory_counters(a)->reconnects, 1);
+    assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 1);
+    assert_true(run_until(l, membership_is, &back, WAIT_MS));
+    assert_int_equal(rep.calls, 2);
+    assert_true(membership_is(&dropped));
+    directory_close(a);
+}
+
+#define BULK 10000
+
+static void republish_bulk(void *ctx)
+{
+    struct republisher *r = ctx;
+    ferry_id id = {{0}};
+
+    r->calls++;
+    for (uint32_t i = 0; i < BULK; i++) {
+        memcpy(id.bytes, &i, sizeof(i));
+        directory_publish(r->d, &id);
+    }
+}
+
+static int dbsize_is(void *want)
+{
+    return query_int(0, "DBSIZE") == *(long long *)want;
+}
+
+/* A republish larger than a turn's batch is sent over several turns, entirely. */
+static void test_large_republish(void **state)
+{
+    struct loop *l = *state;
+    struct republisher rep = {0};
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    struct directory_hooks hooks = {.republish = republish_bulk, .ctx = &rep};
+    long long keys = BULK + 1; /* and the node's entry */
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    cfg.url = u;
+    assert_int_equal(directory_open(&rep.d, l, &cfg, &hooks), 0);
+    assert_true(run_until(l, dbsize_is, &keys, WAIT_MS));
+    assert_int_equal(directory_counters(rep.d)->published, BULK);
+    assert_int_equal(directory_counters(rep.d)->errors, 0);
+    assert_int_equal(rep.calls, 1);
+    directory_close(rep.d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_bad_configuration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_select_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_registration_and_heartbeat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish_lookup_withdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cached_address_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_and_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_republish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_frozen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, setup_group, teardown_group);
+}
