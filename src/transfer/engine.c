@@ -274,10 +274,12 @@ static void peer_remove(struct peer *p, const char *why)
     peer_free(p);
 }
 
-static void peer_closed(struct xconn *c, const char *reason)
+static void peer_closed(struct xconn *c, int err, const char *reason)
 {
     struct peer *p = c->owner;
 
+    if (err == FERRY_EPROTO)
+        p->e->counters.peer_errors++;
     log_warn("transfer connection to %s (%s) lost: %s", p->node.id, p->node.addr, reason);
     peer_remove(p, reason);
 }
@@ -751,12 +753,18 @@ static void inconn_free(struct inconn *ic)
     free(ic);
 }
 
-static void in_closed(struct xconn *c, const char *reason)
+static void in_closed(struct xconn *c, int err, const char *reason)
 {
     struct inconn *ic = c->owner;
 
-    log_info("transfer connection from %s (%s) closed: %s", ic->node[0] ? ic->node : "?",
-             c->peer, reason);
+    /* Broken framing, or gone before proving the secret: a bad peer, not a finished one. */
+    if (err == FERRY_EPROTO || ic->state != IN_READY) {
+        ic->e->counters.peer_errors++;
+        log_warn("transfer connection from %s (%s) dropped%s: %s", ic->node[0] ? ic->node : "?",
+                 c->peer, ic->state != IN_READY ? " before authenticating" : "", reason);
+    } else {
+        log_info("transfer connection from %s (%s) closed: %s", ic->node, c->peer, reason);
+    }
     inconn_free(ic);
 }
 

@@ -143,12 +143,17 @@ static void conn_shut(struct tcp_conn *c)
 }
 
 /* Closes on a failure and tells the engine. */
-static void conn_fail(struct tcp_conn *c, const char *reason)
+static void conn_fail_err(struct tcp_conn *c, int err, const char *reason)
 {
     if (c->closed)
         return;
     conn_shut(c);
-    c->base.ev->closed(&c->base, reason);
+    c->base.ev->closed(&c->base, err, reason);
+}
+
+static void conn_fail(struct tcp_conn *c, const char *reason)
+{
+    conn_fail_err(c, FERRY_ECONN, reason);
 }
 
 static void conn_interest(struct tcp_conn *c)
@@ -328,7 +333,7 @@ static int read_frame(struct tcp_conn *c, uint64_t *got)
         if (c->hdr_got < PROTO_HEADER_SIZE)
             return 0;
         if (proto_decode_header(c->hdr, WIRE_MAX_FRAME, &c->h) < 0) {
-            conn_fail(c, ferry_errmsg());
+            conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
             return -1;
         }
         c->frame.len = 0;

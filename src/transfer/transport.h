@@ -30,9 +30,10 @@ struct xconn_events {
     void (*received)(struct xconn *c, void *arg);
     /* The bytes given to send_range have all left (their memory may be unpinned). */
     void (*sent)(struct xconn *c, void *arg);
-    /* The connection is gone (reason for the log); pending receives and sends are dropped
-     * without their callbacks. */
-    void (*closed)(struct xconn *c, const char *reason);
+    /* The connection is gone: err is FERRY_EPROTO when the peer broke the framing, else
+     * FERRY_ECONN; reason is for the log. Pending receives and sends are dropped without
+     * their callbacks. */
+    void (*closed)(struct xconn *c, int err, const char *reason);
 };
 
 struct xconn {
