@@ -1,27 +1,66 @@
 #!/bin/sh
 # make demo: starts a daemon, stores a file and reads it back, prints the stats and a short
-# benchmark table. Everything runs on loopback and in a temporary directory.
+# benchmark table; then a cluster of two daemons with a redis-server as their directory: a
+# file stored on one node is fetched to the other, and a short benchmark of fetches between
+# them. Everything runs on loopback and in a temporary directory.
 set -eu
 build=${1:-build}
 bin=$(cd "$build/bin" && pwd)
 dir=$(mktemp -d)
-sock="$dir/ferry.sock"
-pid=""
+pids=""
+# stop_all: ends every process started so far.
+stop_all() {
+    for p in $pids; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    pids=""
+}
 cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    stop_all
     rm -rf "$dir"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
+# start NAME COMMAND...: runs COMMAND in the background, output in $dir/NAME.log.
+start() {
+    name=$1
+    shift
+    "$@" >"$dir/$name.log" 2>&1 &
+    pids="$pids $!"
+}
+
+# wait_for LOG WHAT COMMAND...: retries COMMAND for up to 10 s, else shows LOG and fails.
+wait_for() {
+    log=$1
+    what=$2
+    shift 2
+    i=0
+    until "$@" >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { cat "$dir/$log.log"; echo "$what"; exit 1; }
+        sleep 0.05
+    done
+}
+
+# free_port: sets port to a TCP port below the ephemeral range that no socket uses now and
+# that no earlier call handed out.
+used_ports=""
+free_port() {
+    while :; do
+        p=$(($(od -An -N2 -tu2 /dev/urandom) % 12000 + 20000))
+        case " $used_ports " in *" $p "*) continue ;; esac
+        grep -q ":$(printf '%04X' "$p") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+    done
+    used_ports="$used_ports $p"
+    port=$p
+}
+
+sock="$dir/ferry.sock"
 echo "== starting ferryd (256 MiB arena) on $sock"
-"$bin/ferryd" --socket "$sock" --memory 256M 2>"$dir/ferryd.log" &
-pid=$!
-i=0
-until "$bin/ferry" --socket "$sock" stat >/dev/null 2>&1; do
-    i=$((i + 1))
-    [ $i -gt 200 ] && { cat "$dir/ferryd.log"; echo "ferryd did not start"; exit 1; }
-    sleep 0.05
-done
+start ferryd "$bin/ferryd" --socket "$sock" --memory 256M
+wait_for ferryd "ferryd did not start" "$bin/ferry" --socket "$sock" stat
 
 echo "== put a 8 MiB file as 'demo-file', read it back"
 head -c 8388608 /dev/urandom >"$dir/in"
@@ -32,8 +71,47 @@ echo "hash: $("$bin/ferry" --socket "$sock" hash demo-file)"
 "$bin/ferry" --socket "$sock" ls
 echo "== stats"
 "$bin/ferry" --socket "$sock" stat
-kill "$pid" && wait "$pid" || true
-pid=""
+stop_all
 
 echo "== benchmark (short run; 'make bench' for the full one)"
 "$bin/ferry-bench" local --seconds 0.2
+
+# ---- cluster ----
+# node_a / node_b ARGS...: the ferry CLI on node demo-a / demo-b.
+node_a() { "$bin/ferry" --socket "$dir/a.sock" "$@"; }
+node_b() { "$bin/ferry" --socket "$dir/b.sock" "$@"; }
+both_listed() {
+    nodes=$(node_b nodes) || return 1
+    case $nodes in *demo-a*) ;; *) return 1 ;; esac
+    case $nodes in *demo-b*) ;; *) return 1 ;; esac
+}
+
+free_port
+rport=$port
+echo "== cluster: redis-server on 127.0.0.1:$rport as the directory, ferryd demo-a and demo-b"
+start redis redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$dir"
+wait_for redis "redis-server did not start" redis-cli -p "$rport" ping
+for n in a b; do
+    free_port
+    start "ferryd-$n" "$bin/ferryd" --socket "$dir/$n.sock" --memory 256M --node-id "demo-$n" \
+        --listen "127.0.0.1:$port" --directory "redis://127.0.0.1:$rport"
+    wait_for "ferryd-$n" "ferryd demo-$n did not start" "node_$n" stat
+done
+wait_for ferryd-b "the directory did not list both nodes" both_listed
+
+echo "== put a 16 MiB file as 'demo-cluster' on demo-a, fetch it on demo-b"
+head -c 16777216 /dev/urandom >"$dir/in-cluster"
+node_a put demo-cluster "$dir/in-cluster" --meta "from make demo, on demo-a"
+node_b fetch demo-cluster
+node_b get demo-cluster -o "$dir/out-cluster"
+cmp "$dir/in-cluster" "$dir/out-cluster" &&
+    echo "read on demo-b: identical ($(wc -c <"$dir/out-cluster") bytes)"
+echo "== where demo-cluster is"
+node_b where demo-cluster
+echo "== nodes"
+node_b nodes
+stop_all
+
+echo "== fetch benchmark between two nodes (short run; 'ferry-bench remote' for the full one)"
+"$bin/ferry-bench" remote --seconds 0.2 --sizes 1K,1M,64M

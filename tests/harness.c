@@ -1,9 +1,11 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -242,22 +244,28 @@ void h_daemon_stop(struct ferryd *d)
     }
 }
 
+/* Removes dir and the files in it (no subdirectories). */
+static void remove_dir(const char *path)
+{
+    DIR *dir = opendir(path);
+    struct dirent *e;
+    char file[512];
+    while (dir && (e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+        unlink(file);
+    }
+    if (dir)
+        closedir(dir);
+    rmdir(path);
+}
+
 void h_daemon_cleanup(struct ferryd *d)
 {
     if (!d->dir[0])
         return;
-    DIR *dir = opendir(d->dir);
-    struct dirent *e;
-    char path[512];
-    while (dir && (e = readdir(dir)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", d->dir, e->d_name);
-        unlink(path);
-    }
-    if (dir)
-        closedir(dir);
-    rmdir(d->dir);
+    remove_dir(d->dir);
     d->dir[0] = '\0';
 }
 
@@ -631,4 +639,473 @@ int h_raw_wait_closed(int fd, int timeout_ms)
         if (got < 0 && errno != EAGAIN && errno != EINTR)
             return 0;
     }
+}
+
+/* ---- cluster: Redis ---- */
+
+int h_free_port(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        fail_msg("bind 127.0.0.1:0: %s", strerror(errno));
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+/* A TCP connection to 127.0.0.1:port: the fd, or -1 with errno. */
+static int tcp_connect(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int h_tcp_connect(int port)
+{
+    int fd = tcp_connect(port);
+    if (fd < 0)
+        fail_msg("connect 127.0.0.1:%d: %s", port, strerror(errno));
+    return fd;
+}
+
+/* Reads into buf (NUL-terminated, up to cap - 1 bytes) until a CRLF arrives, the peer
+ * closes or H_EVENT_MS pass. */
+static void read_line(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    struct h_wait w;
+    buf[0] = '\0';
+    for (h_wait_begin(&w, H_EVENT_MS); len + 1 < cap && !strstr(buf, "\r\n");) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int left = (int)(w.deadline_ms - h_now_ms());
+        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
+            return;
+        ssize_t got = recv(fd, buf + len, cap - 1 - len, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+            return;
+        len += got > 0 ? (size_t)got : 0;
+        buf[len] = '\0';
+    }
+}
+
+int h_redis_ping(int port)
+{
+    int fd = tcp_connect(port);
+    if (fd < 0)
+        return 0;
+    char reply[64];
+    int ok = h_raw_write(fd, "PING\r\n", 6) == 0;
+    if (ok)
+        read_line(fd, reply, sizeof(reply));
+    close(fd);
+    return ok && strncmp(reply, "+PONG\r\n", 7) == 0;
+}
+
+static void exec_redis(const struct h_redis *r)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%d", r->port);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        _exit(125);
+    int fd = open(r->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+        _exit(126);
+    execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", "--dir", r->dir, (char *)NULL);
+    dprintf(STDERR_FILENO, "harness: exec redis-server: %s\n", strerror(errno));
+    _exit(127);
+}
+
+/* 1 once the Redis answers PING, 0 if it exited or time ran out. */
+static int redis_wait_ready(struct h_redis *r)
+{
+    struct h_wait w;
+    for (h_wait_begin(&w, H_START_MS);;) {
+        if (h_redis_ping(r->port))
+            return 1;
+        int status;
+        if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+            fprintf(stderr, "redis-server exited during start (status 0x%x)\n", status);
+            r->pid = 0;
+            return 0;
+        }
+        if (!h_wait_next(&w))
+            return 0;
+    }
+}
+
+void h_redis_start(struct h_redis *r, int port)
+{
+    if (!r->dir[0]) {
+        snprintf(r->dir, sizeof(r->dir), "/tmp/ferry-redis-XXXXXX");
+        if (!mkdtemp(r->dir))
+            fail_msg("mkdtemp: %s", strerror(errno));
+        snprintf(r->log, sizeof(r->log), "%s/redis.log", r->dir);
+    }
+    r->port = port ? port : h_free_port();
+    r->pid = fork();
+    if (r->pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (r->pid == 0)
+        exec_redis(r);
+    if (redis_wait_ready(r))
+        return;
+    h_print_file(r->log);
+    h_redis_kill(r);
+    fail_msg("redis-server on port %d did not answer PING within %d ms", r->port, H_START_MS);
+}
+
+void h_redis_kill(struct h_redis *r)
+{
+    if (r->pid <= 0)
+        return;
+    kill(r->pid, SIGKILL);
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    r->pid = 0;
+}
+
+void h_redis_cleanup(struct h_redis *r)
+{
+    if (!r->dir[0])
+        return;
+    remove_dir(r->dir);
+    r->dir[0] = '\0';
+}
+
+/* ---- cluster: nodes ---- */
+
+int h_cluster_setup(void **state)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (!getenv("FERRY_BIN_DIR"))
+        fail_msg("FERRY_BIN_DIR is not set (run the tests through ctest)");
+    struct h_cluster *cl = calloc(1, sizeof(*cl));
+    assert_non_null(cl);
+    *state = cl;
+    h_redis_start(&cl->redis, 0);
+    snprintf(cl->url, sizeof(cl->url), "redis://127.0.0.1:%d", cl->redis.port);
+    return 0;
+}
+
+void h_cluster_print_logs(const struct h_cluster *cl)
+{
+    for (int i = 0; i < cl->n; i++) {
+        fprintf(stderr, "log of %s (%s, pid %d):\n", cl->node[i].id, cl->node[i].listen,
+                (int)cl->node[i].d.pid);
+        h_print_file(cl->node[i].d.log);
+    }
+    if (cl->redis.dir[0])
+        h_print_file(cl->redis.log);
+}
+
+/* Stops every node that still runs: 0, or -1 with the first reason in why. */
+static int cluster_stop_nodes(struct h_cluster *cl, char *why, size_t why_size)
+{
+    int rc = 0;
+    for (int i = 0; i < cl->n; i++) {
+        struct h_node *nd = &cl->node[i];
+        char reason[256];
+        if (nd->d.pid > 0 && h_daemon_try_stop(&nd->d, reason, sizeof(reason)) != 0) {
+            if (cl->ok)
+                h_print_file(nd->d.log);
+            if (rc == 0)
+                snprintf(why, why_size, "%s: %s", nd->id, reason);
+            rc = -1;
+        }
+        h_daemon_cleanup(&nd->d);
+    }
+    return rc;
+}
+
+int h_cluster_teardown(void **state)
+{
+    struct h_cluster *cl = *state;
+    if (!cl)
+        return 0;
+    *state = NULL;
+    if (!cl->ok) {
+        fprintf(stderr, "test failed: the logs of its daemons and of Redis follow\n");
+        h_cluster_print_logs(cl);
+    }
+    char why[320] = "";
+    int rc = cluster_stop_nodes(cl, why, sizeof(why));
+    h_redis_kill(&cl->redis);
+    h_redis_cleanup(&cl->redis);
+    free(cl);
+    if (rc != 0)
+        fail_msg("%s", why);
+    return 0;
+}
+
+void h_node_start(struct h_cluster *cl, int i, const char *memory, const char *const *extra)
+{
+    assert_true(i >= 0 && i <= cl->n && i < H_CLUSTER_MAX);
+    struct h_node *nd = &cl->node[i];
+    if (i == cl->n) {
+        h_daemon_init(&nd->d);
+        snprintf(nd->id, sizeof(nd->id), "node-%c", 'a' + i);
+        cl->n++;
+    }
+    assert_int_equal(nd->d.pid, 0);
+    snprintf(nd->listen, sizeof(nd->listen), "127.0.0.1:%d", h_free_port());
+    const char *argv[24] = {"--node-id", nd->id, "--listen", nd->listen, "--directory", cl->url};
+    int argc = 6;
+    for (int k = 0; extra && extra[k] && argc < 23; k++)
+        argv[argc++] = extra[k];
+    argv[argc] = NULL;
+    h_daemon_start(&nd->d, memory, argv);
+}
+
+void h_cluster_start(struct h_cluster *cl, int n, const char *memory, const char *const *extra)
+{
+    int first = cl->n;
+    for (int i = 0; i < n; i++)
+        h_node_start(cl, first + i, memory, extra);
+    for (int i = 0; i < cl->n; i++) {
+        ferry_client *c = h_node_connect(cl, i);
+        h_assert_nodes(c, cl, (1u << cl->n) - 1, H_CLUSTER_MS);
+        ferry_disconnect(c);
+    }
+}
+
+void h_node_kill(struct h_cluster *cl, int i)
+{
+    assert_true(i >= 0 && i < cl->n);
+    h_daemon_kill(&cl->node[i].d);
+}
+
+ferry_client *h_node_connect(const struct h_cluster *cl, int i)
+{
+    assert_true(i >= 0 && i < cl->n);
+    return h_connect(&cl->node[i].d);
+}
+
+int h_node_port(const struct h_cluster *cl, int i)
+{
+    const char *colon = strrchr(cl->node[i].listen, ':');
+    assert_non_null(colon);
+    return atoi(colon + 1);
+}
+
+/* The mask of cl's nodes that nodes[] lists, with their current addresses; bit 31 stands
+ * for any entry that is none of them. Describes the list in seen. */
+static unsigned nodes_mask(const struct h_cluster *cl, const ferry_node_info *nodes, size_t n,
+                           char *seen, size_t seen_size)
+{
+    unsigned mask = 0;
+    size_t used = 0;
+    seen[0] = '\0';
+    for (size_t k = 0; k < n; k++) {
+        unsigned bit = 1u << 31;
+        for (int i = 0; i < cl->n; i++)
+            if (strcmp(nodes[k].id, cl->node[i].id) == 0 &&
+                strcmp(nodes[k].address, cl->node[i].listen) == 0)
+                bit = 1u << i;
+        mask |= bit;
+        if (used < seen_size)
+            used += (size_t)snprintf(seen + used, seen_size - used, "%s%s@%s[%s]%s", k ? " " : "",
+                                     nodes[k].id, nodes[k].address, nodes[k].transports,
+                                     nodes[k].self ? "(self)" : "");
+    }
+    return mask;
+}
+
+/* Polls list (ferry_nodes, or ferry_where of id) until it answers exactly mask. */
+static int wait_mask(ferry_client *c, const struct h_cluster *cl, const ferry_id *id, unsigned mask,
+                     int timeout_ms, char *seen, size_t seen_size)
+{
+    struct h_wait w;
+    for (h_wait_begin(&w, timeout_ms);;) {
+        ferry_node_info *nodes = NULL;
+        size_t n = 0;
+        int rc = id ? ferry_where(c, id, &nodes, &n) : ferry_nodes(c, &nodes, &n);
+        unsigned got = 0;
+        if (rc == FERRY_OK)
+            got = nodes_mask(cl, nodes, n, seen, seen_size);
+        else
+            snprintf(seen, seen_size, "%s: %s", ferry_strerror(rc), ferry_errmsg());
+        free(nodes);
+        if (rc == FERRY_OK && got == mask)
+            return 1;
+        /* every 20 ms: each poll is a Redis round trip in the daemon */
+        for (int k = 0; k < 10; k++)
+            if (!h_wait_next(&w))
+                return 0;
+    }
+}
+
+int h_wait_nodes(ferry_client *c, const struct h_cluster *cl, unsigned mask, int timeout_ms,
+                 char *seen, size_t seen_size)
+{
+    return wait_mask(c, cl, NULL, mask, timeout_ms, seen, seen_size);
+}
+
+int h_wait_where(ferry_client *c, const struct h_cluster *cl, const ferry_id *id, unsigned mask,
+                 int timeout_ms, char *seen, size_t seen_size)
+{
+    return wait_mask(c, cl, id, mask, timeout_ms, seen, seen_size);
+}
+
+/* Names the nodes of mask, for messages. */
+static void mask_names(const struct h_cluster *cl, unsigned mask, char *out, size_t size)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < cl->n && used < size; i++)
+        if (mask & (1u << i))
+            used += (size_t)snprintf(out + used, size - used, "%s%s@%s", used ? " " : "",
+                                     cl->node[i].id, cl->node[i].listen);
+}
+
+void h_assert_nodes(ferry_client *c, const struct h_cluster *cl, unsigned mask, int timeout_ms)
+{
+    char seen[1024], want[512];
+    if (h_wait_nodes(c, cl, mask, timeout_ms, seen, sizeof(seen)))
+        return;
+    mask_names(cl, mask, want, sizeof(want));
+    fail_msg("ferry_nodes did not list exactly {%s} within %d ms; last answer: {%s}", want,
+             timeout_ms, seen);
+}
+
+void h_assert_where(ferry_client *c, const struct h_cluster *cl, const ferry_id *id, unsigned mask,
+                    int timeout_ms)
+{
+    char seen[1024], want[512], hex[2 * FERRY_ID_SIZE + 1];
+    if (h_wait_where(c, cl, id, mask, timeout_ms, seen, sizeof(seen)))
+        return;
+    mask_names(cl, mask, want, sizeof(want));
+    ferry_id_format(id, hex);
+    fail_msg("ferry_where(%s) did not list exactly {%s} within %d ms; last answer: {%s}", hex, want,
+             timeout_ms, seen);
+}
+
+uint64_t h_wait_stat_min(ferry_client *c, size_t field_offset, uint64_t want, int timeout_ms)
+{
+    struct h_wait w;
+    uint64_t value;
+    for (h_wait_begin(&w, timeout_ms);;) {
+        ferry_stats s = h_stats(c);
+        memcpy(&value, (const char *)&s + field_offset, sizeof(value));
+        if (value >= want || !h_wait_next(&w))
+            return value;
+    }
+}
+
+void h_assert_same_object(ferry_client *c1, ferry_client *c2, const ferry_id *id)
+{
+    uint64_t digest1 = 0, digest2 = 1;
+    H_OK(ferry_hash(c1, id, &digest1));
+    H_OK(ferry_hash(c2, id, &digest2));
+    assert_int_equal(digest1, digest2);
+    ferry_buffer b1, b2;
+    H_OK(ferry_get(c1, id, 1, 0, &b1));
+    H_OK(ferry_get(c2, id, 1, 0, &b2));
+    assert_int_equal(b1.data_size, b2.data_size);
+    assert_int_equal(b1.metadata_size, b2.metadata_size);
+    assert_true(b1.data_size == 0 || memcmp(b1.data, b2.data, b1.data_size) == 0);
+    assert_true(b1.metadata_size == 0 || memcmp(b1.metadata, b2.metadata, b1.metadata_size) == 0);
+    H_OK(ferry_release(c1, id));
+    H_OK(ferry_release(c2, id));
+}
+
+/* ---- cluster: fetches in threads ---- */
+
+/* What a fetch thread owns: it outlives a test that gave up waiting for it. */
+struct h_fetch_run {
+    ferry_client *c;
+    ferry_id *ids;
+    int *statuses;
+    size_t n;
+    int64_t timeout_ms, started_ms, ended_ms;
+    int rc;
+};
+
+static void *fetch_thread(void *arg)
+{
+    struct h_fetch_run *r = arg;
+    r->rc = ferry_fetch(r->c, r->ids, r->n, r->timeout_ms, r->statuses);
+    r->ended_ms = h_now_ms();
+    return NULL;
+}
+
+void h_fetch_start(struct h_fetch *f, ferry_client *c, const ferry_id *ids, size_t n,
+                   int64_t timeout_ms, int *statuses)
+{
+    struct h_fetch_run *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    r->ids = malloc((n ? n : 1) * sizeof(*ids));
+    r->statuses = malloc((n ? n : 1) * sizeof(int));
+    assert_true(r->ids && r->statuses);
+    memcpy(r->ids, ids, n * sizeof(*ids));
+    for (size_t i = 0; i < n; i++)
+        r->statuses[i] = 1; /* no status: one never filled in stays positive */
+    r->c = c;
+    r->n = n;
+    r->timeout_ms = timeout_ms;
+    r->rc = 1;
+    r->started_ms = h_now_ms();
+    *f = (struct h_fetch){.run = r, .timeout_ms = timeout_ms, .statuses = statuses, .rc = 1};
+    assert_int_equal(pthread_create(&f->thread, NULL, fetch_thread, r), 0);
+}
+
+int h_join(pthread_t thread, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    int rc;
+    while ((rc = pthread_timedjoin_np(thread, NULL, &deadline)) == EINTR)
+        ;
+    if (rc == 0)
+        return 0;
+    pthread_detach(thread);
+    return ETIMEDOUT;
+}
+
+void h_fetch_join(struct h_fetch *f, int timeout_ms)
+{
+    if (h_join(f->thread, timeout_ms) != 0)
+        fail_msg("ferry_fetch (timeout %lld ms) still running after %d ms",
+                 (long long)f->timeout_ms, timeout_ms);
+    struct h_fetch_run *r = f->run;
+    f->rc = r->rc;
+    f->ended_ms = r->ended_ms;
+    f->elapsed_ms = r->ended_ms - r->started_ms;
+    memcpy(f->statuses, r->statuses, r->n * sizeof(int));
+    free(r->ids);
+    free(r->statuses);
+    free(r);
+    f->run = NULL;
+}
+
+void h_write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fail_msg("open %s: %s", path, strerror(errno));
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    if (!ok)
+        fail_msg("write %s: failed", path);
 }

@@ -9,6 +9,7 @@
 #ifndef FERRY_TEST_HARNESS_H
 #define FERRY_TEST_HARNESS_H
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,5 +160,126 @@ uint64_t h_rd64(const uint8_t *p);
 long h_file_size(const char *path);
 /* 1 when the file contains s. */
 int h_file_contains(const char *path, const char *s);
+
+/* ---- cluster: a real redis-server as the directory, ferryd nodes that use it ---- */
+
+/* Bound for the cluster to converge: nodes registering, re-registering and re-publishing
+ * after Redis comes back (the daemons refresh every second, with a TTL of about 3 s). */
+#define H_CLUSTER_MS 10000
+#define H_CLUSTER_MAX 4
+
+/* One redis-server in its own temporary directory (working directory and log). */
+struct h_redis {
+    pid_t pid; /* 0 when not running */
+    int port;
+    char dir[64];
+    char log[128];
+};
+
+/* One node: a ferryd with a node id, a transfer port and the cluster's directory. */
+struct h_node {
+    struct ferryd d;
+    char id[16];     /* node-a, node-b, ... */
+    char listen[32]; /* 127.0.0.1:PORT */
+};
+
+struct h_cluster {
+    struct h_redis redis;
+    char url[64]; /* redis://127.0.0.1:PORT */
+    int n;        /* slots used; a killed node keeps its slot */
+    struct h_node node[H_CLUSTER_MAX];
+    int ok; /* set when the test body finished; every log is printed otherwise */
+};
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed). */
+int h_free_port(void);
+/* 1 when the Redis on port answers PING with PONG within H_EVENT_MS, else 0. */
+int h_redis_ping(int port);
+/* Starts redis-server (no persistence) on port, or on a free port when port is 0, and waits
+ * until it answers PING; fails the test (with its log) otherwise. r->dir is created on the
+ * first start and kept across restarts. */
+void h_redis_start(struct h_redis *r, int port);
+/* SIGKILL and reap; the directory stays (for a restart and the log). */
+void h_redis_kill(struct h_redis *r);
+/* Removes r->dir and every file in it (tests may keep files of their own there). */
+void h_redis_cleanup(struct h_redis *r);
+
+/* cmocka fixtures: a started Redis in a struct h_cluster, no nodes yet; the teardown stops
+ * every node (checking a clean exit, as h_teardown) and Redis, and prints every log when the
+ * body did not finish. */
+int h_cluster_setup(void **state);
+int h_cluster_teardown(void **state);
+void h_cluster_print_logs(const struct h_cluster *cl);
+
+/* Defines a test whose body gets the fixture's cluster (see H_TEST). */
+#define H_CLUSTER_TEST(name)                                                                       \
+    static void name##_body(struct h_cluster *cl);                                                 \
+    static void name(void **state)                                                                 \
+    {                                                                                              \
+        name##_body(*state);                                                                       \
+        ((struct h_cluster *)*state)->ok = 1;                                                      \
+    }                                                                                              \
+    static void name##_body(struct h_cluster *cl)
+
+/* Starts node i (i <= cl->n; i == cl->n adds one) as node-<a+i> on a fresh port with
+ * --node-id, --listen and --directory, then extra (NULL-terminated, may be NULL). A killed
+ * node may be started again in its slot: same node id, same directory, a new port. */
+void h_node_start(struct h_cluster *cl, int i, const char *memory, const char *const *extra);
+/* Starts n more nodes alike and waits until every node's ferry_nodes lists every node (with
+ * its current address), H_CLUSTER_MS at most. */
+void h_cluster_start(struct h_cluster *cl, int n, const char *memory, const char *const *extra);
+/* SIGKILL of node i and reap. */
+void h_node_kill(struct h_cluster *cl, int i);
+ferry_client *h_node_connect(const struct h_cluster *cl, int i);
+/* The TCP port of node i's --listen address. */
+int h_node_port(const struct h_cluster *cl, int i);
+
+/* Polls ferry_nodes on c until it lists exactly the nodes of the mask (bit i: node i of cl)
+ * or timeout_ms passes: 1 when it did. On a timeout, *seen describes the last answer. */
+int h_wait_nodes(ferry_client *c, const struct h_cluster *cl, unsigned mask, int timeout_ms,
+                 char *seen, size_t seen_size);
+/* The same with ferry_where(id): the holders. */
+int h_wait_where(ferry_client *c, const struct h_cluster *cl, const ferry_id *id, unsigned mask,
+                 int timeout_ms, char *seen, size_t seen_size);
+/* The same, failing the test with what was seen. */
+void h_assert_nodes(ferry_client *c, const struct h_cluster *cl, unsigned mask, int timeout_ms);
+void h_assert_where(ferry_client *c, const struct h_cluster *cl, const ferry_id *id, unsigned mask,
+                    int timeout_ms);
+
+/* Polls stats until field(stats) >= want or timeout_ms passes; returns the last value. */
+uint64_t h_wait_stat_min(ferry_client *c, size_t field_offset, uint64_t want, int timeout_ms);
+#define H_WAIT_STAT_MIN(c, field, want, ms)                                                        \
+    h_wait_stat_min((c), offsetof(ferry_stats, field), (want), (ms))
+
+/* Checks that c1 and c2 (two nodes) hold the same sealed object id: equal digests, sizes
+ * and bytes, data and metadata. */
+void h_assert_same_object(ferry_client *c1, ferry_client *c2, const ferry_id *id);
+
+/* A ferry_fetch in a thread of its own (the test's thread goes on to act meanwhile). The
+ * thread uses c and copies of the ids, never fails the test, and leaves its results to
+ * h_fetch_join: rc, statuses (the caller's array, n entries) and elapsed_ms. */
+struct h_fetch_run;
+struct h_fetch {
+    struct h_fetch_run *run;
+    pthread_t thread;
+    int64_t timeout_ms;
+    int *statuses;
+    int rc;
+    int64_t elapsed_ms; /* from h_fetch_start to ferry_fetch's return */
+    int64_t ended_ms;   /* h_now_ms() at ferry_fetch's return */
+};
+void h_fetch_start(struct h_fetch *f, ferry_client *c, const ferry_id *ids, size_t n,
+                   int64_t timeout_ms, int *statuses);
+/* Joins the thread, waiting at most timeout_ms: fails the test if it is still running (its
+ * state is then left to it, so nothing it writes later lands in a dead stack frame). */
+void h_fetch_join(struct h_fetch *f, int timeout_ms);
+
+/* pthread_join bounded by timeout_ms (a thread still running is detached): 0 or ETIMEDOUT. */
+int h_join(pthread_t thread, int timeout_ms);
+
+/* Writes text to a new file at path, mode 0600; fails the test on error. */
+void h_write_file(const char *path, const char *text);
+/* A TCP connection to 127.0.0.1:port; fails the test on error. */
+int h_tcp_connect(int port);
 
 #endif

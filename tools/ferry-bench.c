@@ -19,6 +19,7 @@ struct suite {
 
 static const struct suite suites[] = {
     {"local", bench_local, "ferry put/get against redis set/get and memcpy on this node"},
+    {"remote", bench_remote, "ferry fetch between two nodes against redis get and raw TCP"},
 };
 
 static void usage(FILE *f)

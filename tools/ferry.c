@@ -23,16 +23,18 @@ enum status {
     STATUS_MISSING = 1,     /* FERRY_ENOENT, FERRY_ETIMEDOUT */
     STATUS_USAGE = 2,       /* bad command line */
     STATUS_NOSPACE = 3,     /* FERRY_ENOSPACE, FERRY_ETOOBIG */
-    STATUS_UNREACHABLE = 4, /* FERRY_ECONN from ferry_connect() */
-    STATUS_FAILED = 5,      /* anything else */
+    STATUS_UNREACHABLE = 4, /* FERRY_ECONN from ferry_connect(), FERRY_EDIRECTORY */
+    STATUS_FAILED = 5,      /* anything else (FERRY_ETRANSFER, FERRY_EAUTH, ...) */
 };
 
 /* Largest single read() or write(): Linux moves at most about 2 GiB per call anyway. */
 #define IO_CHUNK ((size_t)1 << 30)
 /* First buffer size for input of unknown size; it doubles as needed. */
 #define STREAM_START ((size_t)64 << 10)
-/* Most positional arguments a subcommand takes. */
+/* Most named positional arguments a subcommand takes (a list of ids goes to params.rest). */
 #define MAX_PARAMS 2
+/* How long fetch and get --fetch wait without --timeout (ms): -1 could hang a script. */
+#define FETCH_TIMEOUT_MS 10000
 
 /* What a subcommand works with. */
 struct cli {
@@ -64,6 +66,8 @@ static int exit_status(int err)
     case FERRY_ENOSPACE:
     case FERRY_ETOOBIG:
         return STATUS_NOSPACE;
+    case FERRY_EDIRECTORY: /* the cluster's directory is as unreachable as a daemon */
+        return STATUS_UNREACHABLE;
     default:
         return STATUS_FAILED;
     }
@@ -115,11 +119,14 @@ struct opt {
 };
 
 /* The positional arguments of a subcommand: value[i] receives the one named names[i] (the
- * name is for messages); the first min are required, the others stay NULL when absent. */
+ * name is for messages); the first min are required, the others stay NULL when absent. When
+ * rest is not NULL (room for argc words), the words beyond the named ones go there. */
 struct params {
     const char *names[MAX_PARAMS];
     const char *value[MAX_PARAMS];
     int min;
+    const char **rest;
+    int n_rest;
 };
 
 static const struct opt *find_opt(const struct opt *opts, const char *word)
@@ -155,6 +162,8 @@ static int parse_args(const char *cmd, int argc, char **argv, const struct opt *
                 return usage_error(cmd, "option %s needs a value", word);
         } else if (n < max) {
             p->value[n++] = word;
+        } else if (p->rest) {
+            p->rest[p->n_rest++] = word;
         } else {
             return usage_error(cmd, "unexpected argument '%s'", word);
         }
@@ -405,16 +414,23 @@ static int write_object(const struct cli *cli, const char *path, const uint8_t *
     return close(fd) < 0 ? fail_io(cli, "close", path) : STATUS_OK;
 }
 
-/* get ID [-o FILE] [--timeout MS]: writes the object's data out; MS 0 polls, -1 waits on. */
+/* get ID [-o FILE] [--timeout MS] [--fetch]: writes the object's data out; MS 0 polls, -1 waits
+ * on. With --fetch an object that is not local is pulled from another node first, and MS
+ * defaults to FETCH_TIMEOUT_MS instead of 0. */
 static int cmd_get(struct cli *cli, int argc, char **argv)
 {
     const char *out = NULL, *timeout = NULL;
-    const struct opt opts[] = {
-        {"-o", &out, NULL}, {"--timeout", &timeout, NULL}, {NULL, NULL, NULL}};
+    int fetch = 0;
+    const struct opt opts[] = {{"-o", &out, NULL},
+                               {"--timeout", &timeout, NULL},
+                               {"--fetch", NULL, &fetch},
+                               {NULL, NULL, NULL}};
     struct params p = {.names = {"ID"}, .min = 1};
     int64_t timeout_ms = 0;
     ferry_id id;
     int status = parse_args(cli->cmd, argc, argv, opts, &p);
+    if (status == STATUS_OK && fetch)
+        timeout_ms = FETCH_TIMEOUT_MS;
     if (status == STATUS_OK && timeout)
         status = parse_int(cli, "timeout", timeout, -1, &timeout_ms);
     if (status == STATUS_OK)
@@ -422,12 +438,188 @@ static int cmd_get(struct cli *cli, int argc, char **argv)
     if (status != STATUS_OK)
         return status;
     ferry_buffer buf;
-    int err = ferry_get(cli->client, &id, 1, timeout_ms, &buf);
+    int err = fetch ? ferry_get_fetch(cli->client, &id, 1, timeout_ms, &buf)
+                    : ferry_get(cli->client, &id, 1, timeout_ms, &buf);
     if (err != FERRY_OK)
         return fail(cli, err);
     status = write_object(cli, out, buf.data, buf.data_size);
     err = ferry_release(cli->client, &id);
     return status == STATUS_OK && err != FERRY_OK ? fail(cli, err) : status;
+}
+
+/* The ids of a fetch: the words as given (for messages), parsed, and their results. */
+struct fetch_list {
+    const char **words;
+    ferry_id *ids;
+    int *statuses;
+    size_t n;
+};
+
+static void fetch_list_free(struct fetch_list *f)
+{
+    free(f->words);
+    free(f->ids);
+    free(f->statuses);
+}
+
+/* Parses the command line of fetch into f (f->words sized for argc) and *timeout_ms (left
+ * alone without --timeout). */
+static int fetch_parse(struct cli *cli, int argc, char **argv, struct fetch_list *f,
+                       int64_t *timeout_ms)
+{
+    const char *timeout = NULL;
+    const struct opt opts[] = {{"--timeout", &timeout, NULL}, {NULL, NULL, NULL}};
+    struct params p = {.rest = f->words};
+    int status = parse_args(cli->cmd, argc, argv, opts, &p);
+    if (status != STATUS_OK)
+        return status;
+    if (p.n_rest == 0)
+        return usage_error(cli->cmd, "missing ID");
+    f->n = (size_t)p.n_rest;
+    return timeout ? parse_int(cli, "timeout", timeout, -1, timeout_ms) : STATUS_OK;
+}
+
+/* Parses every id of f: a bad one is a usage error, found before the daemon is asked. */
+static int fetch_parse_ids(struct cli *cli, struct fetch_list *f)
+{
+    f->ids = calloc(f->n, sizeof(*f->ids));
+    f->statuses = calloc(f->n, sizeof(*f->statuses));
+    if (!f->ids || !f->statuses)
+        return report(cli, FERRY_ENOMEM, "no memory for %zu ids", f->n);
+    for (size_t i = 0; i < f->n; i++) {
+        if (ferry_id_parse(f->words[i], &f->ids[i]) != FERRY_OK)
+            return usage_error(cli->cmd, "%s", ferry_errmsg());
+        f->statuses[i] = 1; /* no status: one the call never filled in stays positive */
+    }
+    return STATUS_OK;
+}
+
+/* Reports a failed fetch: a line per failed id, or one line for a call that failed as a
+ * whole. The exit status is that of the first failure. */
+static int fetch_report(const struct cli *cli, const struct fetch_list *f, int err)
+{
+    int first = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->statuses[i] >= 0)
+            continue;
+        fprintf(stderr, "ferry: %s: %s: %s\n", cli->cmd, f->words[i],
+                ferry_strerror(f->statuses[i]));
+        if (!first)
+            first = f->statuses[i];
+    }
+    return first ? exit_status(first) : fail(cli, err);
+}
+
+/* fetch ID... [--timeout MS]: makes the objects local, pulling them from the nodes that hold
+ * them; waits up to MS (default FETCH_TIMEOUT_MS) for ids that no node holds yet. */
+static int cmd_fetch(struct cli *cli, int argc, char **argv)
+{
+    struct fetch_list f = {.words = calloc(argc > 0 ? (size_t)argc : 1, sizeof(char *))};
+    int64_t timeout_ms = FETCH_TIMEOUT_MS;
+    int status = f.words ? fetch_parse(cli, argc, argv, &f, &timeout_ms)
+                         : report(cli, FERRY_ENOMEM, "no memory for the arguments");
+    if (status == STATUS_OK)
+        status = fetch_parse_ids(cli, &f);
+    if (status == STATUS_OK)
+        status = cli_open(cli, NULL, NULL);
+    if (status == STATUS_OK) {
+        int err = ferry_fetch(cli->client, f.ids, f.n, timeout_ms, f.statuses);
+        status = err != FERRY_OK ? fetch_report(cli, &f, err) : STATUS_OK;
+    }
+    fetch_list_free(&f);
+    return status;
+}
+
+/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* An array of nodes, one per line. */
+static void print_nodes_json(const ferry_node_info *nodes, size_t n)
+{
+    fputs("[", stdout);
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ",\n  {\"id\": " : "\n  {\"id\": ", stdout);
+        print_json_string(nodes[i].id);
+        fputs(", \"address\": ", stdout);
+        print_json_string(nodes[i].address);
+        fputs(", \"transports\": ", stdout);
+        print_json_string(nodes[i].transports);
+        printf(", \"self\": %s}", nodes[i].self ? "true" : "false");
+    }
+    fputs(n ? "\n]\n" : "]\n", stdout);
+}
+
+/* A header and a row per node; a '*' in the first column marks the node that answered. */
+static void print_nodes_table(const ferry_node_info *nodes, size_t n)
+{
+    int id_width = 2, addr_width = 7;
+    for (size_t i = 0; i < n; i++) {
+        int id_len = (int)strnlen(nodes[i].id, sizeof(nodes[i].id));
+        int addr_len = (int)strnlen(nodes[i].address, sizeof(nodes[i].address));
+        id_width = id_len > id_width ? id_len : id_width;
+        addr_width = addr_len > addr_width ? addr_len : addr_width;
+    }
+    printf("  %-*s %-*s %s\n", id_width, "ID", addr_width, "ADDRESS", "TRANSPORTS");
+    for (size_t i = 0; i < n; i++)
+        printf("%c %-*s %-*s %s\n", nodes[i].self ? '*' : ' ', id_width, nodes[i].id, addr_width,
+               nodes[i].address, nodes[i].transports);
+}
+
+/* Prints the nodes ferry_nodes() or ferry_where() gave (err), and frees them. */
+static int print_nodes(const struct cli *cli, int err, ferry_node_info *nodes, size_t n, int json)
+{
+    if (err != FERRY_OK)
+        return fail(cli, err);
+    if (json)
+        print_nodes_json(nodes, n);
+    else
+        print_nodes_table(nodes, n);
+    free(nodes);
+    return STATUS_OK;
+}
+
+/* nodes [--json]: lists the live nodes of the cluster. */
+static int cmd_nodes(struct cli *cli, int argc, char **argv)
+{
+    int json = 0;
+    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
+    struct params p = {.min = 0};
+    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    if (status != STATUS_OK)
+        return status;
+    ferry_node_info *nodes = NULL;
+    size_t n = 0;
+    int err = ferry_nodes(cli->client, &nodes, &n);
+    return print_nodes(cli, err, nodes, n, json);
+}
+
+/* where ID [--json]: lists the live nodes that hold ID (none: only the table's header). */
+static int cmd_where(struct cli *cli, int argc, char **argv)
+{
+    int json = 0;
+    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
+    struct params p = {.names = {"ID"}, .min = 1};
+    ferry_id id;
+    int status = cli_start(cli, argc, argv, opts, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    ferry_node_info *nodes = NULL;
+    size_t n = 0;
+    int err = ferry_where(cli->client, &id, &nodes, &n);
+    return print_nodes(cli, err, nodes, n, json);
 }
 
 /* contains ID: prints true (status 0) when a sealed object ID is stored, else false (1). */
@@ -544,6 +736,19 @@ static const struct {
     {STAT_FIELD(connections_total)},
     {STAT_FIELD(subscribers)},
     {STAT_FIELD(notifications_dropped)},
+    {STAT_FIELD(connections_opened)},
+    {STAT_FIELD(connections_accepted)},
+    {STAT_FIELD(fetches)},
+    {STAT_FIELD(transfers_in)},
+    {STAT_FIELD(transfers_out)},
+    {STAT_FIELD(transfer_failures)},
+    {STAT_FIELD(bytes_in)},
+    {STAT_FIELD(bytes_out)},
+    {STAT_FIELD(peer_errors)},
+    {STAT_FIELD(directory_up)},
+    {STAT_FIELD(directory_lookups)},
+    {STAT_FIELD(directory_cache_hits)},
+    {STAT_FIELD(directory_reconnects)},
 };
 #define N_STAT_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 _Static_assert(N_STAT_FIELDS * sizeof(uint64_t) == sizeof(ferry_stats),
@@ -630,14 +835,17 @@ static const struct command {
     int (*run)(struct cli *cli, int argc, char **argv);
 } commands[] = {
     {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put},
-    {"get", "ID [-o FILE] [--timeout MS]", "write ID to FILE or stdout; MS 0 polls, -1 waits",
-     cmd_get},
+    {"get", "ID [-o FILE] [--timeout MS] [--fetch]", "write ID to FILE or stdout", cmd_get},
     {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
     {"rm", "ID", "delete ID", cmd_rm},
     {"ls", "[--json]", "list every object", cmd_ls},
     {"stat", "[--json]", "print the daemon's counters", cmd_stat},
-    {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) are freed", cmd_evict},
+    {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) freed", cmd_evict},
     {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash},
+    {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
+     cmd_fetch},
+    {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes},
+    {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -645,11 +853,15 @@ static void print_usage(void)
 {
     puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n\nCommands:");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        printf("  %-8s %-28s %s\n", commands[i].name, commands[i].args, commands[i].summary);
+        printf("  %-8s %-37s %s\n", commands[i].name, commands[i].args, commands[i].summary);
     puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
-         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ".\n"
-         "Exit status: 0 ok, 1 not found or timed out, 2 usage error, 3 no space or too big,\n"
-         "4 daemon unreachable, 5 any other failure.");
+         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ".");
+    printf("MS: 0 polls, -1 waits on. get waits 0 ms unless told; fetch and get --fetch (which\n"
+           "pulls ID from another node when it is not local) wait %d ms for an ID that no\n"
+           "node holds yet. fetch prints nothing on success and a line per failed ID.\n",
+           FETCH_TIMEOUT_MS);
+    puts("Exit status: 0 ok, 1 not found or timed out, 2 usage error, 3 no space or too big,\n"
+         "4 daemon or cluster directory unreachable, 5 any other failure (a failed transfer).");
 }
 
 static const struct command *find_command(const char *name)

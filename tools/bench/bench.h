@@ -1,16 +1,21 @@
 /*
  * bench.h - the parts of ferry-bench that every suite shares: failure and cleanup, child
- * processes, the one timing loop, result output, and the peers measured against (a ferryd
- * and a redis-server). A suite (local.c) picks sizes and operations and calls these.
+ * processes, options, the one timing loop, result output, and the peers measured against (a
+ * ferryd, a cluster of them, a redis-server, raw sockets). A suite (local.c, remote.c) picks
+ * sizes and operations and calls these.
  */
 #ifndef FERRY_BENCH_H
 #define FERRY_BENCH_H
 
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
 #include "ferry.h"
+
+#define BENCH_MAX_SIZES 16
+#define BENCH_SIZE_LIMIT (512ull << 20) /* redis's default proto-max-bulk-len */
 
 /* ---- failure and cleanup (util.c) ---- */
 
@@ -53,6 +58,13 @@ uint64_t bench_nonce(void);
  * in before any timing. */
 uint8_t *bench_alloc_faulted(uint64_t size);
 
+/* A TCP socket bound to 127.0.0.1 at a port of the kernel's choice, which *port receives. */
+int bench_loopback_socket(int *port);
+
+/* Fills ports with n distinct TCP ports of 127.0.0.1 that were free a moment ago (the
+ * kernel's picks, all bound at once so that they differ). */
+void bench_free_ports(int *ports, size_t n);
+
 /* ---- child processes and the scratch directory (proc.c) ---- */
 
 /* A process started by ferry-bench, with its output in a log file. */
@@ -70,11 +82,14 @@ const char *bench_which(const char *name);
 
 /* Starts argv (argv[0] a path, or a name looked up in $PATH) with stdout and stderr in
  * <tmpdir>/<name>.log. The child gets SIGTERM if ferry-bench dies, and bench_proc_stop() runs
- * at exit. */
+ * at exit. name must outlive the process (a string literal). */
 struct bench_proc *bench_proc_start(const char *name, char *const argv[]);
 
 /* 1 when the process has ended (it is reaped and its log shown on stderr), else 0. */
 int bench_proc_ended(struct bench_proc *p);
+
+/* The minor page faults the running process has taken so far (0 once it has ended). */
+uint64_t bench_proc_minor_faults(const struct bench_proc *p);
 
 /* Copies the process's log to stderr. */
 void bench_proc_show_log(const struct bench_proc *p);
@@ -82,6 +97,37 @@ void bench_proc_show_log(const struct bench_proc *p);
 /* SIGTERM, up to 5 s for it to end, then SIGKILL. Reports an earlier, unexpected end with
  * the process's log. Idempotent. */
 void bench_proc_stop(struct bench_proc *p);
+
+/* ---- options (options.c) ---- */
+
+/* The options every suite has: --sizes, --seconds, --json, --plot DIR, --help. */
+struct bench_options {
+    uint64_t sizes[BENCH_MAX_SIZES]; /* ascending, without repeats */
+    size_t nsizes;
+    double seconds;
+    int json;
+    const char *plot_dir;
+};
+
+/* What a suite adds: its default sizes, its own long options (terminated by a zero entry;
+ * their val must not be one of 'z', 't', 'j', 'p', 'h') with a handler that stores them
+ * or bench_fail()s, and its usage text: synopsis, then the shared options, then help. */
+struct bench_suite_options {
+    const char *name;
+    const char *default_sizes;
+    const struct option *longopts;
+    void (*handle)(void *ctx, int ch, const char *arg);
+    void *ctx;
+    const char *synopsis;
+    const char *help; /* the suite's own options */
+};
+
+/* Returns -1 when the options are valid (o filled in), else the exit status (0 for --help). */
+int bench_parse_options(int argc, char **argv, const struct bench_suite_options *s,
+                        struct bench_options *o);
+
+/* A decimal integer in min..max for option opt, else bench_fail(). */
+uint64_t bench_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max);
 
 /* ---- the timing loop (measure.c) ---- */
 
@@ -96,14 +142,19 @@ struct bench_op {
     void (*after)(void *ctx, uint64_t size, uint64_t iter); /* after every run */
     void (*teardown)(void *ctx, uint64_t size);             /* once, at the end */
     void *ctx;
+    /* Objects one run handles (NULL: 1): ops/s and MiB/s count objects, latencies runs. */
+    uint64_t (*objects)(void *ctx, uint64_t size);
+    void (*begin)(void *ctx, uint64_t size); /* after the warm-up, before the timed runs */
 };
 
 /* How long one measurement lasts: at least min_iters and until seconds have passed (the
- * untimed hooks count), but never more than max_iters. */
+ * untimed hooks count), but never more than max_iters. The warm-up before it makes at least
+ * min_warmup runs (and at least one). */
 struct bench_limits {
     double seconds;
     uint64_t min_iters;
     uint64_t max_iters;
+    uint64_t min_warmup;
 };
 
 /* Rates are over the summed time of the timed runs only; MiB are 2^20 bytes. */
@@ -118,19 +169,31 @@ struct bench_result {
     double mib_per_sec;
 };
 
-/* Warms up (about a tenth of the time, at least one run), then times each run on its own
- * with CLOCK_MONOTONIC. */
+/* Warms up (about a tenth of the time, at least min_warmup runs), then times each run on its
+ * own with CLOCK_MONOTONIC. */
 struct bench_result bench_measure(const struct bench_op *op, uint64_t size,
                                   const struct bench_limits *lim);
+
+/* Every op at every size into out[op * nsizes + size]. Size by size, so that the figures a
+ * ratio compares are taken close together in time (other load on the machine drifts). */
+void bench_measure_all(const struct bench_op *const *ops, size_t nops, const uint64_t *sizes,
+                       size_t nsizes, const struct bench_limits *lim, struct bench_result *out);
+
+/* Appends the k ops of list to ops[n..]; returns the new count. */
+size_t bench_append_ops(const struct bench_op **ops, size_t n, const struct bench_op *list,
+                        size_t k);
+
+/* The op named op in list, or bench_fail(). */
+const struct bench_op *bench_pick_op(const struct bench_op *list, size_t k, const char *op);
 
 /* ---- output (report.c) ---- */
 
 enum bench_metric { BENCH_OPS_PER_SEC, BENCH_P50_US, BENCH_MIB_PER_SEC };
 
-/* value = numerator / denominator of two measured figures; met when value is on the right
- * side of target (at_most: value <= target, else value >= target). measured is 0 when a
- * figure was not taken in this run (its size was not asked for): value and met are then
- * meaningless. */
+/* value = numerator / denominator of two measured figures (or a count, see remote.c); met
+ * when value is on the right side of target (at_most: value <= target, else value >= target).
+ * measured is 0 when a figure was not taken in this run (its size was not asked for): value
+ * and met are then meaningless. */
 struct bench_ratio {
     const char *name;
     const char *description;
@@ -141,11 +204,30 @@ struct bench_ratio {
     int met;
 };
 
+/* A target: num / den of one metric, both from one run. */
+struct bench_ratio_def {
+    const char *name, *description;
+    const char *num_system, *num_op;
+    uint64_t num_size;
+    const char *den_system, *den_op;
+    uint64_t den_size;
+    enum bench_metric metric;
+    double target;
+    int at_most;
+};
+
 /* The result for (system, op, size), or NULL when it was not measured. */
 const struct bench_result *bench_find(const struct bench_result *r, size_t n, const char *system,
                                       const char *op, uint64_t size);
 
 double bench_metric(const struct bench_result *r, enum bench_metric m);
+
+/* d evaluated on the results r. */
+struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_result *r,
+                                  size_t n);
+
+/* Sets met from value, target and at_most. */
+void bench_ratio_judge(struct bench_ratio *q);
 
 void bench_print_table(FILE *f, const struct bench_result *r, size_t n);
 void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n);
@@ -159,32 +241,78 @@ void bench_require_gnuplot(void);
  * dir/<suite>-throughput.png and dir/<suite>-latency.png (log-log against size). */
 void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n);
 
-/* ---- peers (ferry_peer.c, redis_peer.c) ---- */
+/* A suite's output: with --json the JSON document only, else preamble (may be NULL), the
+ * table, notes (may be NULL) and the ratios; then the charts when --plot was given. */
+struct bench_report {
+    const char *suite;
+    const struct bench_options *opts;
+    const char *preamble;
+    const char *notes;
+    const struct bench_result *results;
+    size_t nresults;
+    const struct bench_ratio *ratios;
+    size_t nratios;
+};
+
+void bench_report(const struct bench_report *rep);
+
+/* ---- peers (ferry_peer.c, fetch_peer.c, redis_peer.c, stream_peer.c) ---- */
 
 /* Connects to the ferryd at socket_path, or when that is NULL starts
- * <dir of this executable>/ferryd --socket <scratch dir>/ferry.sock followed by daemon_args
- * (NULL-terminated, e.g. {"--memory", "2G", NULL}). The returned handle is disconnected, and
- * the daemon stopped, at exit. */
-ferry_client *ferry_peer_start(const char *socket_path, const char *const *daemon_args);
+ * <dir of this executable>/ferryd --socket <scratch dir>/<name>.sock followed by daemon_args
+ * (NULL-terminated, e.g. {"--memory", "2G", NULL}), logged as <name>. The returned handle is
+ * disconnected, and the daemon stopped, at exit. *daemon (when daemon is not NULL) receives
+ * the started process, NULL for a running daemon. */
+ferry_client *ferry_peer_start(const char *socket_path, const char *name,
+                               const char *const *daemon_args, struct bench_proc **daemon);
+
+/* The ids of ferry-bench's objects: <nonce, counter, kind>. */
+ferry_id ferry_peer_id(uint64_t nonce, uint64_t counter, char kind);
 
 /* The ferry operations put, get and get+read on c; put stores from payload, which holds at
  * least the largest size measured. One set per process: a second call re-targets it.
  * Returns the count. */
 size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct bench_op **ops);
 
+/* The cluster operations of system ferry-tcp: objects put on a (untimed) and pulled to b
+ * with ferry_fetch (timed), then deleted on b (untimed) so that the next run transfers them
+ * again; the ids stay the same, so b's directory cache is warm. fetch moves one object per
+ * run, fetch-batch min(batch, 512 MiB / size) in one call (batch <= FETCH_PEER_MAX_BATCH). The
+ * first run at each size checks the bytes b received against payload. */
+#define FETCH_PEER_MAX_BATCH 65536
+
+size_t fetch_peer_ops(ferry_client *a, ferry_client *b, const struct bench_proc *b_proc,
+                      uint64_t batch, const uint8_t *payload, const struct bench_op **ops);
+
+/* The minor page faults b's daemon (b_proc) took during the timed runs of those operations
+ * (not their warm-ups): in the steady state, none. */
+uint64_t fetch_peer_timed_faults(void);
+
+/* Objects in one fetch-batch run at size. */
+uint64_t fetch_peer_batch(uint64_t batch, uint64_t size);
+
 /* Connects to the redis-server on 127.0.0.1:port, or when port is 0 starts one on a free
  * port; stopped at exit. Returns the redis context (a redisContext *). */
 void *redis_peer_start(int port);
 
-/* unix_peer.c: SIZE bytes to another process over a Unix stream socket and an 8-byte answer
- * back: the round trip every ferry request pays, measured in the same run. */
-size_t unix_peer_ops(const uint8_t *payload, const struct bench_op **ops);
+/* The TCP port of the redis-server behind a context of redis_peer_start(). */
+int redis_peer_port(void *redis);
 
-/* The redis operations set and get, like ferry_peer_ops(). */
-size_t redis_peer_ops(void *redis, const uint8_t *payload, const struct bench_op **ops);
+/* The redis operations set and get as system name system, like ferry_peer_ops(). */
+size_t redis_peer_ops(void *redis, const char *system, const uint8_t *payload,
+                      const struct bench_op **ops);
+
+/* stream_peer.c: SIZE bytes to another process over a stream socket and an 8-byte answer
+ * back. Over a Unix socket (system unix, op send+ack) it is the round trip every ferry
+ * request pays; over loopback TCP (system raw-tcp, op stream) the ceiling of a transfer
+ * between two nodes on one machine, and at small sizes its round trip. */
+enum bench_transport { BENCH_UNIX, BENCH_TCP };
+
+size_t stream_peer_ops(enum bench_transport t, const uint8_t *payload, const struct bench_op **ops);
 
 /* ---- suites: each takes the arguments after its name and returns the exit status ---- */
 
 int bench_local(int argc, char **argv);
+int bench_remote(int argc, char **argv);
 
 #endif

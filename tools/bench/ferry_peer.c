@@ -22,7 +22,7 @@ struct ferry_ctx {
 static struct ferry_ctx ferry_ctx;
 static volatile uint64_t read_sink; /* keeps get+read's sums alive */
 
-static ferry_id make_id(uint64_t nonce, uint64_t counter, char kind)
+ferry_id ferry_peer_id(uint64_t nonce, uint64_t counter, char kind)
 {
     ferry_id id;
     memcpy(id.bytes, &nonce, 8);
@@ -37,7 +37,7 @@ static ferry_id make_id(uint64_t nonce, uint64_t counter, char kind)
 static void put_run(void *ctx, uint64_t size, uint64_t iter)
 {
     struct ferry_ctx *x = ctx;
-    ferry_id id = make_id(x->nonce, iter, 'p');
+    ferry_id id = ferry_peer_id(x->nonce, iter, 'p');
     bench_check_ferry(ferry_put(x->c, &id, x->payload, size, NULL, 0), "put of %llu bytes",
                       (unsigned long long)size);
 }
@@ -45,7 +45,7 @@ static void put_run(void *ctx, uint64_t size, uint64_t iter)
 static void put_after(void *ctx, uint64_t size, uint64_t iter)
 {
     struct ferry_ctx *x = ctx;
-    ferry_id id = make_id(x->nonce, iter, 'p');
+    ferry_id id = ferry_peer_id(x->nonce, iter, 'p');
     bench_check_ferry(ferry_delete(x->c, &id), "delete of a %llu-byte object",
                       (unsigned long long)size);
 }
@@ -54,7 +54,7 @@ static void put_after(void *ctx, uint64_t size, uint64_t iter)
 static void read_setup(void *ctx, uint64_t size)
 {
     struct ferry_ctx *x = ctx;
-    x->read_id = make_id(x->nonce, size, 'g');
+    x->read_id = ferry_peer_id(x->nonce, size, 'g');
     bench_check_ferry(ferry_put(x->c, &x->read_id, x->payload, size, NULL, 0),
                       "put of the %llu-byte object to read", (unsigned long long)size);
 }
@@ -110,17 +110,27 @@ static void get_read_run(void *ctx, uint64_t size, uint64_t iter)
 size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct bench_op **ops)
 {
     static const struct bench_op list[] = {
-        {"ferry", "put", NULL, put_run, put_after, NULL, &ferry_ctx},
-        {"ferry", "get", read_setup, get_run, NULL, read_teardown, &ferry_ctx},
-        {"ferry", "get+read", read_setup, get_read_run, NULL, read_teardown, &ferry_ctx},
+        {.system = "ferry", .op = "put", .run = put_run, .after = put_after, .ctx = &ferry_ctx},
+        {.system = "ferry",
+         .op = "get",
+         .setup = read_setup,
+         .run = get_run,
+         .teardown = read_teardown,
+         .ctx = &ferry_ctx},
+        {.system = "ferry",
+         .op = "get+read",
+         .setup = read_setup,
+         .run = get_read_run,
+         .teardown = read_teardown,
+         .ctx = &ferry_ctx},
     };
     ferry_ctx = (struct ferry_ctx){.c = c, .payload = payload, .nonce = bench_nonce()};
     *ops = list;
     return sizeof(list) / sizeof(list[0]);
 }
 
-/* Starts <dir of this executable>/ferryd on a socket in the scratch directory. */
-static struct bench_proc *start_daemon(const char *const *daemon_args, char *sock,
+/* Starts <dir of this executable>/ferryd on <scratch dir>/<name>.sock. */
+static struct bench_proc *start_daemon(const char *name, const char *const *daemon_args, char *sock,
                                        size_t sock_len)
 {
     char exe[PATH_MAX];
@@ -132,13 +142,13 @@ static struct bench_proc *start_daemon(const char *const *daemon_args, char *soc
     if (access(exe, X_OK) != 0)
         bench_fail("no ferryd next to ferry-bench (%s: %s); build it, or pass --socket", exe,
                    strerror(errno));
-    snprintf(sock, sock_len, "%s/ferry.sock", bench_tmpdir());
+    snprintf(sock, sock_len, "%s/%s.sock", bench_tmpdir(), name);
     char *argv[16] = {exe, "--socket", sock};
     size_t n_args = 3;
     for (; *daemon_args && n_args < sizeof(argv) / sizeof(argv[0]) - 1; daemon_args++)
         argv[n_args++] = (char *)*daemon_args;
     argv[n_args] = NULL;
-    return bench_proc_start("ferryd", argv);
+    return bench_proc_start(name, argv);
 }
 
 /* Connects, retrying while the daemon is starting, for up to START_TIMEOUT_MS. */
@@ -152,11 +162,11 @@ static ferry_client *connect_started(struct bench_proc *daemon, const char *sock
         if (err != FERRY_ECONN)
             bench_check_ferry(err, "connect to %s", sock);
         if (bench_proc_ended(daemon))
-            bench_fail("ferryd ended before accepting connections on %s", sock);
+            bench_fail("%s ended before accepting connections on %s", daemon->name, sock);
         if (waited >= START_TIMEOUT_MS) {
             bench_proc_show_log(daemon);
-            bench_check_ferry(err, "ferryd did not accept connections on %s within %d ms", sock,
-                              START_TIMEOUT_MS);
+            bench_check_ferry(err, "%s did not accept connections on %s within %d ms", daemon->name,
+                              sock, START_TIMEOUT_MS);
         }
         bench_check_interrupt();
         bench_sleep_ms(START_POLL_MS);
@@ -168,14 +178,20 @@ static void disconnect_at_exit(void *arg)
     ferry_disconnect(arg);
 }
 
-ferry_client *ferry_peer_start(const char *socket_path, const char *const *daemon_args)
+ferry_client *ferry_peer_start(const char *socket_path, const char *name,
+                               const char *const *daemon_args, struct bench_proc **daemon)
 {
     ferry_client *c;
+    struct bench_proc *p = NULL;
     char sock[PATH_MAX];
-    if (socket_path != NULL)
+    if (socket_path != NULL) {
         bench_check_ferry(ferry_connect(socket_path, &c), "connect to %s", socket_path);
-    else
-        c = connect_started(start_daemon(daemon_args, sock, sizeof(sock)), sock);
+    } else {
+        p = start_daemon(name, daemon_args, sock, sizeof(sock));
+        c = connect_started(p, sock);
+    }
+    if (daemon != NULL)
+        *daemon = p;
     bench_on_exit(disconnect_at_exit, c);
     return c;
 }

@@ -1,5 +1,6 @@
 /* measure.c - the one timing loop of ferry-bench, shared by every system and operation. */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "bench.h"
@@ -47,7 +48,8 @@ static struct bench_result summarise(const struct bench_op *op, uint64_t size, u
     if (total == 0)
         total = 1; /* below the clock's resolution: keep the rates finite */
     qsort(ns, n, sizeof(*ns), cmp_u64);
-    double ops = (double)n * 1e9 / (double)total;
+    uint64_t objects = op->objects != NULL ? op->objects(op->ctx, size) : 1;
+    double ops = (double)n * (double)objects * 1e9 / (double)total;
     return (struct bench_result){
         .system = op->system,
         .op = op->op,
@@ -74,8 +76,11 @@ struct bench_result bench_measure(const struct bench_op *op, uint64_t size,
     double start = bench_now();
     do
         run_once(op, size, iter++);
-    while (iter < lim->max_iters / 10 && bench_now() - start < lim->seconds / 10);
+    while (iter < lim->min_warmup ||
+           (iter < lim->max_iters / 10 && bench_now() - start < lim->seconds / 10));
 
+    if (op->begin != NULL)
+        op->begin(op->ctx, size);
     start = bench_now();
     while (n < lim->max_iters && (n < lim->min_iters || bench_now() - start < lim->seconds))
         ns[n++] = run_once(op, size, iter++);
@@ -85,4 +90,28 @@ struct bench_result bench_measure(const struct bench_op *op, uint64_t size,
     struct bench_result r = summarise(op, size, ns, n);
     free(ns);
     return r;
+}
+
+void bench_measure_all(const struct bench_op *const *ops, size_t nops, const uint64_t *sizes,
+                       size_t nsizes, const struct bench_limits *lim, struct bench_result *out)
+{
+    for (size_t s = 0; s < nsizes; s++)
+        for (size_t i = 0; i < nops; i++)
+            out[i * nsizes + s] = bench_measure(ops[i], sizes[s], lim);
+}
+
+size_t bench_append_ops(const struct bench_op **ops, size_t n, const struct bench_op *list,
+                        size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        ops[n++] = &list[i];
+    return n;
+}
+
+const struct bench_op *bench_pick_op(const struct bench_op *list, size_t k, const char *op)
+{
+    for (size_t i = 0; i < k; i++)
+        if (strcmp(list[i].op, op) == 0)
+            return &list[i];
+    bench_fail("no operation %s among the %zu of %s", op, k, k ? list[0].system : "a system");
 }

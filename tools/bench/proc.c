@@ -161,3 +161,21 @@ struct bench_proc *bench_proc_start(const char *name, char *const argv[])
     bench_on_exit(stop_at_exit, p);
     return p;
 }
+
+uint64_t bench_proc_minor_faults(const struct bench_proc *p)
+{
+    char path[64];
+    unsigned long long faults = 0;
+    if (p == NULL)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)p->pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    /* pid (comm) state ppid pgrp session tty_nr tpgid flags minflt; %[^)] ends comm at its
+     * first ')', right for the names of the processes started here. */
+    if (fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %llu", &faults) != 1)
+        faults = 0;
+    fclose(f);
+    return faults;
+}

@@ -1,11 +1,6 @@
 /* redis_peer.c - redis as a measured system: a redis-server on loopback TCP, and the
  * operations set and get through hiredis's synchronous commands. */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -87,28 +82,23 @@ static void get_teardown(void *ctx, uint64_t size)
     del_key(ctx, size);
 }
 
-size_t redis_peer_ops(void *redis, const uint8_t *payload, const struct bench_op **ops)
+size_t redis_peer_ops(void *redis, const char *system, const uint8_t *payload,
+                      const struct bench_op **ops)
 {
-    static const struct bench_op list[] = {
-        {"redis", "set", NULL, set_run, set_after, NULL, &redis_ctx},
-        {"redis", "get", get_setup, get_run, NULL, get_teardown, &redis_ctx},
+    static struct bench_op list[] = {
+        {.system = "redis", .op = "set", .run = set_run, .after = set_after, .ctx = &redis_ctx},
+        {.system = "redis",
+         .op = "get",
+         .setup = get_setup,
+         .run = get_run,
+         .teardown = get_teardown,
+         .ctx = &redis_ctx},
     };
+    for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
+        list[i].system = system;
     redis_ctx = (struct redis_ctx){.rc = redis, .payload = payload, .nonce = bench_nonce()};
     *ops = list;
     return sizeof(list) / sizeof(list[0]);
-}
-
-/* A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick). */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        bench_fail("finding a free TCP port: %s", strerror(errno));
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static struct bench_proc *start_server(int port)
@@ -173,9 +163,14 @@ void *redis_peer_start(int port)
         if (rc == NULL)
             bench_fail("no redis-server answers PING on 127.0.0.1:%d", port);
     } else {
-        port = free_port();
+        bench_free_ports(&port, 1);
         rc = connect_started(start_server(port), port);
     }
     bench_on_exit(free_at_exit, rc);
     return rc;
+}
+
+int redis_peer_port(void *redis)
+{
+    return ((redisContext *)redis)->tcp.port;
 }

@@ -34,35 +34,74 @@ double bench_metric(const struct bench_result *r, enum bench_metric m)
     return 0;
 }
 
+struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_result *r,
+                                  size_t n)
+{
+    struct bench_ratio q = {
+        .name = d->name, .description = d->description, .target = d->target, .at_most = d->at_most};
+    const struct bench_result *num = bench_find(r, n, d->num_system, d->num_op, d->num_size);
+    const struct bench_result *den = bench_find(r, n, d->den_system, d->den_op, d->den_size);
+    if (num == NULL || den == NULL || bench_metric(den, d->metric) <= 0)
+        return q;
+    q.measured = 1;
+    q.value = bench_metric(num, d->metric) / bench_metric(den, d->metric);
+    bench_ratio_judge(&q);
+    return q;
+}
+
+void bench_ratio_judge(struct bench_ratio *q)
+{
+    q->met = q->at_most ? q->value <= q->target : q->value >= q->target;
+}
+
+/* The widths of the system and op columns: the longest name, and at least the 7 and 9 of
+ * the local suite's names. */
+static void column_widths(const struct bench_result *r, size_t n, int *system, int *op)
+{
+    *system = 7;
+    *op = 9;
+    for (size_t i = 0; i < n; i++) {
+        if ((int)strlen(r[i].system) > *system)
+            *system = (int)strlen(r[i].system);
+        if ((int)strlen(r[i].op) > *op)
+            *op = (int)strlen(r[i].op);
+    }
+}
+
 void bench_print_table(FILE *f, const struct bench_result *r, size_t n)
 {
     char label[32];
+    int ws, wo;
+    column_widths(r, n, &ws, &wo);
     fputs("Rates are over the summed time of the timed operations (untimed set-up, such as\n"
           "deleting what a put stored, excluded); latencies are per operation (CLOCK_MONOTONIC);\n"
           "MiB/s = size x ops/s in 2^20-byte MiB; sizes in bytes, K/M/G = 2^10/2^20/2^30.\n\n",
           f);
     /* µ takes two bytes but one column: the header is spelled out, not printf-padded. */
-    fputs("system  op          size         ops/s      p50 µs      p99 µs          MiB/s  "
-          "iterations\n",
-          f);
+    fprintf(f, "%-*s %-*s %6s", ws, "system", wo, "op", "size");
+    fputs("         ops/s      p50 µs      p99 µs          MiB/s  iterations\n", f);
     for (size_t i = 0; i < n; i++) {
         bench_size_label(r[i].size, label, sizeof(label));
-        fprintf(f, "%-7s %-9s %6s %13.1f %11.2f %11.2f %14.1f %11llu\n", r[i].system, r[i].op,
-                label, r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec,
+        fprintf(f, "%-*s %-*s %6s %13.1f %11.2f %11.2f %14.1f %11llu\n", ws, r[i].system, wo,
+                r[i].op, label, r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec,
                 (unsigned long long)r[i].iterations);
     }
 }
 
 void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
 {
+    int w = 46;
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(q[i].description) > w)
+            w = (int)strlen(q[i].description);
     fputs("\nratios (issue targets, from this run):\n", f);
     for (size_t i = 0; i < n; i++) {
         const char *cmp = q[i].at_most ? "<=" : ">=";
         if (q[i].measured)
-            fprintf(f, "  %-46s %10.3f   target %s %-5g %s\n", q[i].description, q[i].value, cmp,
+            fprintf(f, "  %-*s %10.3f   target %s %-5g %s\n", w, q[i].description, q[i].value, cmp,
                     q[i].target, q[i].met ? "met" : "MISSED");
         else
-            fprintf(f, "  %-46s %10s   target %s %-5g not measured (size not in --sizes)\n",
+            fprintf(f, "  %-*s %10s   target %s %-5g not measured (size not in --sizes)\n", w,
                     q[i].description, "-", cmp, q[i].target);
     }
 }
@@ -252,4 +291,22 @@ void bench_plot(const char *dir, const char *suite, const struct bench_result *r
     run_gnuplot(dir, suite);
     fprintf(stderr, "ferry-bench: wrote %s/%s-throughput.png and %s/%s-latency.png\n", dir, suite,
             dir, suite);
+}
+
+void bench_report(const struct bench_report *rep)
+{
+    if (rep->opts->json) {
+        bench_print_json(stdout, rep->suite, rep->results, rep->nresults, rep->ratios,
+                         rep->nratios);
+    } else {
+        if (rep->preamble != NULL)
+            fputs(rep->preamble, stdout);
+        bench_print_table(stdout, rep->results, rep->nresults);
+        if (rep->notes != NULL)
+            fputs(rep->notes, stdout);
+        bench_print_ratios(stdout, rep->ratios, rep->nratios);
+    }
+    fflush(stdout);
+    if (rep->opts->plot_dir != NULL)
+        bench_plot(rep->opts->plot_dir, rep->suite, rep->results, rep->nresults);
 }

@@ -1,16 +1,20 @@
 /* util.c - failure, cleanup at exit, signals, clocks, sizes and buffers for ferry-bench. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 
 #define MAX_EXIT_HANDLERS 16
+#define MAX_PORTS 8
 
 struct exit_handler {
     void (*fn)(void *);
@@ -176,4 +180,27 @@ uint8_t *bench_alloc_faulted(uint64_t size)
     for (uint64_t i = 0; i < size; i++)
         p[i] = (uint8_t)(i * 131 + 7);
     return p;
+}
+
+int bench_loopback_socket(int *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        bench_fail("finding a free TCP port: %s", strerror(errno));
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+void bench_free_ports(int *ports, size_t n)
+{
+    int fds[MAX_PORTS];
+    if (n > MAX_PORTS)
+        bench_fail("at most %d free ports at once", MAX_PORTS);
+    for (size_t i = 0; i < n; i++)
+        fds[i] = bench_loopback_socket(&ports[i]);
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
 }

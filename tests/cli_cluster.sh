@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# cli_cluster.sh - the ferry command line's cluster commands against a real Redis and real
+# ferryd nodes: fetch, get --fetch, where and nodes (tables and --json), the per-id failure
+# lines of fetch, and the exit statuses of a fetch that times out (1) and of a node without a
+# directory (4).
+#
+# Needs FERRY_BIN_DIR (the directory holding ferryd and ferry), redis-server and python3.
+# Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
+set -u
+
+BIN=${FERRY_BIN_DIR:?FERRY_BIN_DIR must name the directory of ferryd and ferry}
+FERRY=$BIN/ferry
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/cli_cluster.XXXXXX") || exit 1
+OUT=$DIR/stdout
+ERR=$DIR/stderr
+PIDS=()
+PASSED=0
+FAILED=0
+# No single command may take longer than this (seconds): a hang fails the check instead.
+CMD_LIMIT=30
+# How long the cluster may take to converge (registration, publication): 200 polls of 50 ms.
+POLLS=200
+
+# Prints every log (on failure), stops the processes (TERM, then KILL after 5 s), removes
+# the work directory.
+cleanup() {
+    local pid n
+    if [ "$FAILED" -ne 0 ]; then
+        for log in "$DIR"/*.log; do
+            echo "---- $log ----" >&2
+            cat "$log" >&2
+        done
+    fi
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null
+        for ((n = 0; n < 100; n++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+pass() { PASSED=$((PASSED + 1)); }
+fail() {
+    FAILED=$((FAILED + 1))
+    echo "FAIL: $*" >&2
+}
+
+# The tool against node a, b or s (standalone), bounded in time.
+fy() {
+    local node=$1
+    shift
+    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
+}
+
+# run NAME STATUS CMD...: runs CMD with stdout in $OUT and stderr in $ERR. True when it exits
+# with STATUS; else the check has failed, and is reported.
+run() {
+    local name=$1 want=$2 got
+    shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    got=$?
+    [ "$got" -eq "$want" ] && return 0
+    fail "$name: exit status $got, expected $want; stderr: $(head -c 300 "$ERR")"
+    return 1
+}
+
+# expect NAME STATUS CMD...: run, and then a success must print nothing on stderr and a
+# failure exactly one line "ferry: ...".
+expect() {
+    run "$@" || return
+    local lines
+    lines=$(wc -l <"$ERR")
+    if [ "$2" -eq 0 ] && [ "$lines" -ne 0 ]; then
+        fail "$1: succeeded but wrote on stderr: $(head -c 300 "$ERR")"
+    elif [ "$2" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -q '^ferry: ' "$ERR"; }; then
+        fail "$1: stderr is not one 'ferry: ' line: $(head -c 300 "$ERR")"
+    else
+        pass
+    fi
+}
+
+# expect_lines NAME STATUS LINES... CMD: run, then stderr must be exactly LINES (one
+# argument each, before the command, which starts at the word "--").
+expect_lines() {
+    local name=$1 want=$2 lines=()
+    shift 2
+    while [ "$1" != "--" ]; do
+        lines+=("$1")
+        shift
+    done
+    shift
+    run "$name" "$want" "$@" || return
+    if [ "$(cat "$ERR")" = "$(printf '%s\n' "${lines[@]}")" ]; then
+        pass
+    else
+        fail "$name: stderr is '$(head -c 300 "$ERR")', expected '$(printf '%s|' "${lines[@]}")'"
+    fi
+}
+
+# ok NAME CMD...: checks that CMD succeeds.
+ok() {
+    local name=$1
+    shift
+    if "$@"; then pass; else fail "$name"; fi
+}
+
+# pyjson FILE EXPR: true when the Python expression EXPR, with j the JSON document in FILE,
+# is true.
+pyjson() {
+    python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+}
+
+# eventually NAME CMD...: checks that CMD succeeds within POLLS polls (the cluster converges
+# asynchronously: a publication reaches Redis within a loop turn, a registration within 1 s).
+eventually() {
+    local name=$1 n
+    shift
+    for ((n = 0; n < POLLS; n++)); do
+        if "$@"; then
+            pass
+            return
+        fi
+        sleep 0.05
+    done
+    fail "$name (not within $((POLLS / 20)) s)"
+}
+
+# A TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# wait_for NAME PID CMD...: polls CMD until it succeeds (true), PID exits or ~10 s pass.
+wait_for() {
+    local name=$1 pid=$2 n
+    shift 2
+    for ((n = 0; n < POLLS; n++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited during start" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+    echo "$name did not answer within 10 s" >&2
+    return 1
+}
+
+start_redis() {
+    REDIS_PORT=$(free_port) || return 1
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$DIR" >"$DIR/redis.log" 2>&1 &
+    PIDS+=($!)
+    wait_for redis-server $! redis_ping
+}
+
+redis_ping() { [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
+
+# start_node NAME [ARGS...]: a ferryd with its socket at $DIR/NAME.sock.
+start_node() {
+    local name=$1
+    shift
+    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "$@" >"$DIR/$name.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "ferryd $name" $! "$FERRY" --socket "$DIR/$name.sock" stat
+}
+
+# start_cluster_node NAME: node-NAME, its transfer port in PORT[NAME].
+declare -A PORT
+start_cluster_node() {
+    local name=$1
+    PORT[$name]=$(free_port) || return 1
+    start_node "$name" --node-id "node-$name" --listen "127.0.0.1:${PORT[$name]}" \
+        --directory "redis://127.0.0.1:$REDIS_PORT"
+}
+
+make_data() {
+    head -c 300000 /dev/urandom >"$DIR/alpha.bin"
+    head -c 5000 /dev/urandom >"$DIR/beta.bin"
+    head -c 1 /dev/urandom >"$DIR/gamma.bin"
+    : >"$DIR/empty.bin"
+}
+
+# True when `ferry nodes --json` on node $1 lists exactly nodes a and b at their addresses,
+# with itself, and only itself, marked.
+nodes_json_ok() {
+    fy "$1" nodes --json >"$DIR/nodes.json" 2>/dev/null &&
+        pyjson "$DIR/nodes.json" "(sorted((n['id'], n['address'], n['self']) for n in j) == sorted([
+            ('node-a', '127.0.0.1:${PORT[a]}', '$1' == 'a'),
+            ('node-b', '127.0.0.1:${PORT[b]}', '$1' == 'b')])
+            and all('tcp' in n['transports'].split(',') for n in j))"
+}
+
+# True when `ferry where ID --json` on node $1 lists exactly the node ids in $2 (sorted, spaces).
+where_is() {
+    fy "$1" where "$3" --json >"$DIR/where.json" 2>/dev/null &&
+        pyjson "$DIR/where.json" "' '.join(sorted(n['id'] for n in j)) == '$2'"
+}
+
+help_names_cluster_commands() {
+    grep -q '^  fetch ' "$OUT" && grep -q '^  nodes ' "$OUT" && grep -q '^  where ' "$OUT"
+}
+
+test_help_and_usage() {
+    expect "--help" 0 "$FERRY" --help
+    ok "--help names fetch, nodes and where" help_names_cluster_commands
+    ok "--help names get --fetch" grep -q -- '--fetch' "$OUT"
+    ok "--help names exit status 4 for the directory" grep -q 'directory' "$OUT"
+    expect "fetch without an id" 2 fy a fetch
+    expect "fetch with a bad timeout" 2 fy a fetch alpha --timeout soon
+    expect "fetch with a timeout below -1" 2 fy a fetch alpha --timeout -2
+    expect "fetch with an unknown option" 2 fy a fetch alpha --fast
+    expect "fetch with an empty id" 2 fy a fetch alpha ""
+    expect "where without an id" 2 fy a where
+    expect "where with two ids" 2 fy a where x y
+    expect "nodes with an argument" 2 fy a nodes x
+    expect "get --fetch with a bad timeout" 2 fy a get alpha --fetch --timeout x
+}
+
+test_nodes() {
+    eventually "nodes --json on a lists a and b, a as self" nodes_json_ok a
+    eventually "nodes --json on b lists a and b, b as self" nodes_json_ok b
+    expect "nodes" 0 fy a nodes
+    ok "nodes prints a header and a row per node" test "$(wc -l <"$OUT")" -eq 3
+    ok "nodes marks node a with * on a" grep -Eq "^\* node-a +127\.0\.0\.1:${PORT[a]} +tcp" "$OUT"
+    ok "nodes lists node b unmarked on a" grep -Eq "^  node-b +127\.0\.0\.1:${PORT[b]} +tcp" "$OUT"
+}
+
+test_fetch() {
+    expect "put alpha on a" 0 fy a put alpha "$DIR/alpha.bin" --meta "some metadata"
+    expect_lines "a fetch on b of an id not put yet" 1 "ferry: fetch: alpha2: timed out" -- \
+        fy b fetch alpha2 --timeout 100
+    ok "a failed fetch prints nothing on stdout" test ! -s "$OUT"
+    expect "fetch alpha on b" 0 fy b fetch alpha
+    ok "fetch prints nothing" test ! -s "$OUT"
+    expect "get alpha on b, without --fetch: it is local" 0 fy b get alpha -o "$DIR/alpha.out"
+    ok "the fetched bytes are alpha's" cmp -s "$DIR/alpha.bin" "$DIR/alpha.out"
+    expect "hash on a" 0 fy a hash alpha
+    cp "$OUT" "$DIR/hash.a"
+    expect "hash on b" 0 fy b hash alpha
+    ok "the copies' digests (data and metadata) match" cmp -s "$DIR/hash.a" "$OUT"
+    eventually "where on b lists a and b" where_is b "node-a node-b" alpha
+    eventually "where on a lists a and b" where_is a "node-a node-b" alpha
+    expect "where (table)" 0 fy b where alpha
+    ok "where prints a header and both holders" test "$(wc -l <"$OUT")" -eq 3
+    ok "where marks b itself as a holder" grep -Eq '^\* node-b ' "$OUT"
+    expect "where of an id nobody holds" 0 fy b where nobody --json
+    ok "where of an id nobody holds is an empty list" pyjson "$OUT" "j == []"
+    expect "fetch of a local object" 0 fy a fetch alpha
+}
+
+test_fetch_many() {
+    expect "put beta on a" 0 fy a put beta "$DIR/beta.bin"
+    expect "put gamma on a" 0 fy a put gamma "$DIR/gamma.bin"
+    expect "put empty on a" 0 fy a put empty "$DIR/empty.bin"
+    expect "fetch of three ids and a local one" 0 fy b fetch beta gamma empty alpha
+    expect "get gamma on b" 0 fy b get gamma -o "$DIR/gamma.out"
+    ok "gamma's one byte arrived" cmp -s "$DIR/gamma.bin" "$DIR/gamma.out"
+    expect "get empty on b" 0 fy b get empty
+    ok "empty arrived empty" test ! -s "$OUT"
+    expect_lines "fetch of two missing ids among present ones" 1 \
+        "ferry: fetch: nope1: timed out" "ferry: fetch: nope2: timed out" -- \
+        fy b fetch beta nope1 gamma nope2 --timeout 200
+}
+
+test_get_fetch() {
+    expect "put delta on a" 0 fy a put delta "$DIR/beta.bin"
+    expect "get delta on b without --fetch" 1 fy b get delta
+    expect "get --fetch delta on b" 0 fy b get delta --fetch -o "$DIR/delta.out"
+    ok "get --fetch writes delta's bytes" cmp -s "$DIR/beta.bin" "$DIR/delta.out"
+    expect_answer_contains "delta is local on b after get --fetch" b delta
+    expect "get --fetch of an id nobody holds" 1 fy b get nowhere --fetch --timeout 200
+}
+
+# expect_answer_contains NAME NODE ID: contains answers true.
+expect_answer_contains() {
+    run "$1" 0 fy "$2" contains "$3" && pass
+}
+
+# stat_field NODE NAME: one field of stat --json on NODE.
+stat_field() {
+    fy "$1" stat --json >"$DIR/stat_field.json" &&
+        python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+            "$DIR/stat_field.json" "$2"
+}
+
+# True once node b has counted more fetch requests than $1.
+b_fetches_above() { [ "$(stat_field b fetches)" -gt "$1" ]; }
+
+# A fetch that is still waiting when its id is put elsewhere succeeds.
+test_fetch_waits() {
+    local pid status before
+    before=$(stat_field b fetches)
+    fy b fetch later --timeout 10000 >"$DIR/later.out" 2>"$DIR/later.err" &
+    pid=$!
+    eventually "b's daemon has the waiting fetch" b_fetches_above "$before"
+    expect "put later on a while b's fetch waits" 0 fy a put later "$DIR/beta.bin"
+    wait "$pid"
+    status=$?
+    ok "the waiting fetch succeeds silently" \
+        test "$status" -eq 0 -a ! -s "$DIR/later.err" -a ! -s "$DIR/later.out"
+    expect_answer_contains "later is local on b" b later
+}
+
+test_standalone() {
+    expect_lines "fetch on a node without a directory" 4 \
+        "ferry: fetch: alpha: directory unavailable" -- fy s fetch alpha
+    expect "nodes on a node without a directory" 4 fy s nodes
+    expect "where on a node without a directory" 4 fy s where alpha
+    expect "put on a node without a directory" 0 fy s put here "$DIR/gamma.bin"
+    expect "fetch of a local object on a node without a directory" 0 fy s fetch here
+    expect "fetch with no daemon" 4 "$FERRY" --socket "$DIR/nothing.sock" fetch alpha
+}
+
+test_stat() {
+    expect "stat --json on b" 0 fy b stat --json
+    cp "$OUT" "$DIR/stat.json"
+    ok "stat --json has the cluster counters" pyjson "$DIR/stat.json" \
+        "{'fetches', 'transfers_in', 'bytes_in', 'peer_errors', 'directory_up',
+          'directory_cache_hits', 'connections_opened'} <= set(j)"
+    ok "b counted its transfers and is connected to the directory" pyjson "$DIR/stat.json" \
+        "j['transfers_in'] >= 5 and j['bytes_in'] >= 300000 and j['directory_up'] == 1"
+    expect "stat" 0 fy b stat
+    ok "stat prints every field of stat --json" pyjson "$DIR/stat.json" \
+        "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
+}
+
+main() {
+    make_data || exit 1
+    start_redis || exit 1
+    start_cluster_node a || exit 1
+    start_cluster_node b || exit 1
+    start_node s || exit 1
+    test_help_and_usage
+    test_nodes
+    test_fetch
+    test_fetch_many
+    test_get_fetch
+    test_fetch_waits
+    test_standalone
+    test_stat
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+main

@@ -1,0 +1,315 @@
+/*
+ * it_cluster.c - fetching between nodes: real ferryd nodes sharing a real Redis as their
+ * directory. Objects of every shape (empty, metadata only, one byte, 256 MiB) and hundreds of
+ * ids in one call arrive intact; a fetch waits for an object that is not sealed yet, within
+ * its timeout; concurrent fetches of one id on a node make one transfer; ferry_get_fetch
+ * hands out the bytes; --verify changes nothing visible; ferry_nodes names every node once.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { A, B, C };
+#define BIT(i) (1u << (i))
+#define MIB (1024u * 1024u)
+
+/* Each node's arena holds the 256 MiB object, the many-ids batch and some slack. */
+#define MEMORY "600M"
+
+/* An object shape: data and metadata sizes. */
+struct shape {
+    uint64_t data, meta;
+};
+
+/* Puts ids[i] on c with shapes[i] (patterned, see h_put_direct). */
+static void put_shapes(ferry_client *c, const ferry_id *ids, const struct shape *shapes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        H_OK(h_put_direct(c, &ids[i], shapes[i].data, shapes[i].meta));
+}
+
+/* Fails unless every status is 0. */
+static void assert_statuses_ok(const int *statuses, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != FERRY_OK)
+            fail_msg("statuses[%zu] = %d (%s), expected 0", i, statuses[i],
+                     ferry_strerror(statuses[i]));
+}
+
+/* Every node lists every node, with its --listen address and tcp among its transports, and
+ * marks exactly its own entry as self. */
+H_CLUSTER_TEST(nodes_lists_every_node_and_marks_itself)
+{
+    h_cluster_start(cl, 3, "64M", NULL);
+    for (int i = 0; i < 3; i++) {
+        ferry_client *c = h_node_connect(cl, i);
+        ferry_node_info *nodes = NULL;
+        size_t n = 0;
+        H_OK(ferry_nodes(c, &nodes, &n));
+        assert_int_equal(n, 3);
+        for (size_t k = 0; k < n; k++) {
+            int own = strcmp(nodes[k].id, cl->node[i].id) == 0;
+            assert_int_equal(nodes[k].self, own);
+            assert_non_null(strstr(nodes[k].transports, "tcp"));
+        }
+        free(nodes);
+        h_assert_nodes(c, cl, BIT(A) | BIT(B) | BIT(C), 0);
+        ferry_disconnect(c);
+    }
+}
+
+/* Empty, metadata-only and one-byte objects and a 256 MiB one cross intact: same digest,
+ * sizes and bytes on both nodes, and the counters of both sides count each object once. */
+H_CLUSTER_TEST(fetch_copies_objects_of_every_shape)
+{
+    static const struct shape shapes[] = {{0, 0}, {0, 100},   {1, 0},
+                                          {1, 1}, {4097, 33}, {256 * MIB, 4096}};
+    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
+    h_cluster_start(cl, 2, MEMORY, NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[N];
+    uint64_t data_bytes = 0, all_bytes = 0;
+    for (size_t i = 0; i < N; i++) {
+        ids[i] = h_idf("shape-%zu", i);
+        data_bytes += shapes[i].data;
+        all_bytes += shapes[i].data + shapes[i].meta;
+    }
+    put_shapes(a, ids, shapes, N);
+    ferry_stats a0 = h_stats(a), b0 = h_stats(b);
+    int statuses[N];
+    H_OK(ferry_fetch(b, ids, N, 30000, statuses));
+    assert_statuses_ok(statuses, N);
+    for (size_t i = 0; i < N; i++) {
+        assert_true(h_contains(b, &ids[i]));
+        h_assert_object(b, &ids[i], shapes[i].data, shapes[i].meta);
+        h_assert_same_object(a, b, &ids[i]);
+    }
+    ferry_stats b1 = h_stats(b);
+    assert_int_equal(b1.transfers_in - b0.transfers_in, N);
+    assert_int_equal(b1.fetches - b0.fetches, 1);
+    assert_true(b1.bytes_in - b0.bytes_in >= data_bytes);
+    assert_true(b1.bytes_in - b0.bytes_in <= all_bytes);
+    assert_int_equal(H_WAIT_STAT(a, transfers_out, a0.transfers_out + N), a0.transfers_out + N);
+    assert_int_equal(h_stats(a).transfer_failures, a0.transfer_failures);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* 500 small objects, 4 large ones, one already local and one listed twice, in one call:
+ * every status is 0 and every object arrives intact. */
+H_CLUSTER_TEST(fetch_of_many_ids_in_one_call)
+{
+    enum { SMALL = 500, LARGE = 4, N = SMALL + LARGE + 2 };
+    h_cluster_start(cl, 2, MEMORY, NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    static ferry_id ids[N];
+    static struct shape shapes[N];
+    for (size_t i = 0; i < SMALL + LARGE; i++) {
+        ids[i] = h_idf("many-%zu", i);
+        shapes[i] =
+            i < SMALL ? (struct shape){i * 7 % 3001, i % 5 * 11} : (struct shape){16 * MIB + i, 64};
+    }
+    put_shapes(a, ids, shapes, SMALL + LARGE);
+    ids[N - 2] = h_id("many-local"); /* already on B, on no other node */
+    shapes[N - 2] = (struct shape){1000, 10};
+    H_OK(h_put_direct(b, &ids[N - 2], 1000, 10));
+    ids[N - 1] = ids[3]; /* listed twice */
+    shapes[N - 1] = shapes[3];
+    ferry_stats b0 = h_stats(b);
+    static int statuses[N];
+    H_OK(ferry_fetch(b, ids, N, 30000, statuses));
+    assert_statuses_ok(statuses, N);
+    for (size_t i = 0; i < N; i++)
+        h_assert_object(b, &ids[i], shapes[i].data, shapes[i].meta);
+    for (size_t i = 0; i < SMALL + LARGE; i += 37)
+        h_assert_same_object(a, b, &ids[i]);
+    /* each remote object came once; the local one and the repeat cost no transfer */
+    assert_int_equal(h_stats(b).transfers_in - b0.transfers_in, SMALL + LARGE);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* ferry_get_fetch returns held buffers with the bytes, for a remote and a local object in
+ * one call. */
+H_CLUSTER_TEST(get_fetch_returns_the_bytes)
+{
+    h_cluster_start(cl, 2, MEMORY, NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[2] = {h_id("gf-remote"), h_id("gf-local")};
+    H_OK(h_put_direct(a, &ids[0], 3 * MIB + 5, 77));
+    H_OK(h_put_direct(b, &ids[1], 1234, 0));
+    ferry_buffer out[2];
+    H_OK(ferry_get_fetch(b, ids, 2, 10000, out));
+    h_assert_buffer(&out[0], &ids[0], 3 * MIB + 5, 77);
+    h_assert_buffer(&out[1], &ids[1], 1234, 0);
+    ferry_object_info info;
+    assert_true(h_list_find(b, &ids[0], &info));
+    assert_int_equal(info.refcount, 1); /* the reference get_fetch took */
+    H_OK(ferry_release(b, &ids[0]));
+    H_OK(ferry_release(b, &ids[1]));
+    h_assert_same_object(a, b, &ids[0]);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A fetch waits for objects that no node holds yet: one its creator has not sealed yet and
+ * one not even created. It succeeds once both appear 500 ms later, not before, and brings the
+ * sealed bytes. */
+H_CLUSTER_TEST(fetch_waits_for_objects_sealed_later)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *fb = h_node_connect(cl, B);
+    ferry_id ids[2] = {h_id("sealed-later"), h_id("put-later")};
+    uint8_t *data, meta = 0;
+    h_fill(&meta, 1, ~h_seed(&ids[0]));
+    H_OK(ferry_create(a, &ids[0], 100000, &meta, 1, &data));
+    uint64_t fetches = h_stats(b).fetches;
+    struct h_fetch f;
+    int statuses[2];
+    h_fetch_start(&f, fb, ids, 2, 5000, statuses);
+    /* the fetch has reached B's daemon and waits */
+    assert_int_equal(H_WAIT_STAT_MIN(b, fetches, fetches + 1, H_EVENT_MS), fetches + 1);
+    h_sleep_ms(500); /* the scenario: the objects come later; not a synchronisation */
+    assert_false(h_contains(b, &ids[0])); /* an unsealed object is not fetched */
+    h_fill(data, 100000, h_seed(&ids[0]));
+    int64_t sealed_at = h_now_ms();
+    H_OK(ferry_seal(a, &ids[0]));
+    H_OK(ferry_release(a, &ids[0]));
+    H_OK(h_put_direct(a, &ids[1], 2000, 0));
+    h_fetch_join(&f, 10000);
+    H_RC(f.rc, FERRY_OK);
+    H_RC(statuses[0], FERRY_OK);
+    H_RC(statuses[1], FERRY_OK);
+    assert_true(f.ended_ms >= sealed_at);
+    h_assert_object(b, &ids[0], 100000, 1);
+    h_assert_object(b, &ids[1], 2000, 0);
+    h_assert_same_object(a, b, &ids[0]);
+    ferry_disconnect(fb);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A fetch of an id that no node ever holds ends with FERRY_ETIMEDOUT, not before its
+ * timeout of 300 ms and not much after, and leaves nothing behind. */
+H_CLUSTER_TEST(fetch_of_an_id_nobody_holds_times_out)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *b = h_node_connect(cl, B);
+    ferry_id id = h_id("nobody-has-it");
+    int status = 1;
+    uint64_t used = h_stats(b).used_bytes;
+    int64_t t0 = h_now_ms();
+    H_RC(ferry_fetch(b, &id, 1, 300, &status), FERRY_ETIMEDOUT);
+    int64_t elapsed = h_now_ms() - t0;
+    H_RC(status, FERRY_ETIMEDOUT);
+    if (elapsed < 295 || elapsed > 3000)
+        fail_msg("fetch with timeout 300 ms ended after %lld ms", (long long)elapsed);
+    assert_false(h_contains(b, &id));
+    assert_int_equal(h_stats(b).used_bytes, used);
+    /* timeout 0 polls: the same answer at once */
+    t0 = h_now_ms();
+    H_RC(ferry_fetch(b, &id, 1, 0, &status), FERRY_ETIMEDOUT);
+    assert_true(h_now_ms() - t0 < 2000);
+    ferry_disconnect(b);
+}
+
+enum { CLIENTS = 8 };
+
+struct racer {
+    ferry_client *c;
+    ferry_id *id;
+    pthread_barrier_t *start;
+    int rc, status;
+};
+
+static void *racer_run(void *arg)
+{
+    struct racer *r = arg;
+    pthread_barrier_wait(r->start);
+    r->rc = ferry_fetch(r->c, r->id, 1, 30000, &r->status);
+    return NULL;
+}
+
+/* 8 clients of node B fetching one 64 MiB object at once: all succeed, and it crosses once
+ * (A sends it once, B receives it once), though B counts 8 fetch requests. */
+H_CLUSTER_TEST(concurrent_fetches_of_one_id_make_one_transfer)
+{
+    h_cluster_start(cl, 2, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    static ferry_id id;
+    id = h_id("contended");
+    H_OK(h_put_direct(a, &id, 64 * MIB, 8));
+    ferry_stats a0 = h_stats(a), b0 = h_stats(b);
+    /* static: a thread that outlives a failed test writes to nothing that is gone */
+    static pthread_barrier_t start;
+    static struct racer r[CLIENTS];
+    pthread_t th[CLIENTS];
+    pthread_barrier_init(&start, NULL, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        r[i] = (struct racer){.c = h_node_connect(cl, B), .id = &id, .start = &start, .rc = 1};
+        assert_int_equal(pthread_create(&th[i], NULL, racer_run, &r[i]), 0);
+    }
+    for (int i = 0; i < CLIENTS; i++)
+        if (h_join(th[i], 40000) != 0)
+            fail_msg("fetch %d (timeout 30 s) still running after 40 s", i);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < CLIENTS; i++) {
+        H_RC(r[i].rc, FERRY_OK);
+        H_RC(r[i].status, FERRY_OK);
+        ferry_disconnect(r[i].c);
+    }
+    ferry_stats b1 = h_stats(b);
+    assert_int_equal(b1.fetches - b0.fetches, CLIENTS);
+    assert_int_equal(b1.transfers_in - b0.transfers_in, 1);
+    assert_int_equal(H_WAIT_STAT(a, transfers_out, a0.transfers_out + 1), a0.transfers_out + 1);
+    h_assert_same_object(a, b, &id);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A node started with --verify fetches as any other: data and metadata arrive intact. */
+H_CLUSTER_TEST(fetch_with_verify_delivers_intact_objects)
+{
+    static const struct shape shapes[] = {{0, 0}, {1, 0}, {5000, 50}, {32 * MIB + 3, 1000}};
+    enum { N = sizeof(shapes) / sizeof(shapes[0]) };
+    const char *const verify[] = {"--verify", NULL};
+    h_node_start(cl, A, "128M", NULL);
+    h_node_start(cl, B, "128M", verify);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_id ids[N];
+    for (size_t i = 0; i < N; i++)
+        ids[i] = h_idf("verified-%zu", i);
+    put_shapes(a, ids, shapes, N);
+    int statuses[N];
+    H_OK(ferry_fetch(b, ids, N, 20000, statuses));
+    assert_statuses_ok(statuses, N);
+    for (size_t i = 0; i < N; i++) {
+        h_assert_object(b, &ids[i], shapes[i].data, shapes[i].meta);
+        h_assert_same_object(a, b, &ids[i]);
+    }
+    assert_int_equal(h_stats(b).transfer_failures, 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(nodes_lists_every_node_and_marks_itself),
+        T(fetch_copies_objects_of_every_shape),
+        T(fetch_of_many_ids_in_one_call),
+        T(get_fetch_returns_the_bytes),
+        T(fetch_waits_for_objects_sealed_later),
+        T(fetch_of_an_id_nobody_holds_times_out),
+        T(concurrent_fetches_of_one_id_make_one_transfer),
+        T(fetch_with_verify_delivers_intact_objects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

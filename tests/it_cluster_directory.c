@@ -1,0 +1,251 @@
+/*
+ * it_cluster_directory.c - the directory's part in fetching, with real ferryd nodes and a
+ * real Redis: a fetched copy makes its node a holder (ferry_where lists it, a third node may
+ * pull from either), transfer connections are reused per peer, repeated lookups come from the
+ * local cache; with Redis gone local work goes on and a fetch fails fast with
+ * FERRY_EDIRECTORY, and once Redis is back (empty, on the same port) the nodes re-register
+ * and re-publish by themselves.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { A, B, C };
+#define BIT(i) (1u << (i))
+#define ALL3 (BIT(A) | BIT(B) | BIT(C))
+
+/* Fetches one id on c within timeout_ms, which must succeed. */
+static void fetch_one(ferry_client *c, const ferry_id *id, int64_t timeout_ms)
+{
+    int status = 1;
+    H_OK(ferry_fetch(c, id, 1, timeout_ms, &status));
+    H_RC(status, FERRY_OK);
+}
+
+/* A fetched copy makes its node a holder: every node's ferry_where lists A and B, and
+ * deleting B's copy withdraws B again. */
+H_CLUSTER_TEST(fetched_copy_is_listed_as_a_holder)
+{
+    h_cluster_start(cl, 3, "64M", NULL);
+    ferry_client *c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = h_node_connect(cl, i);
+    ferry_id id = h_id("where-am-i");
+    H_OK(h_put_direct(c[A], &id, 300000, 3));
+    for (int i = 0; i < 3; i++)
+        h_assert_where(c[i], cl, &id, BIT(A), H_CLUSTER_MS);
+    fetch_one(c[B], &id, 10000);
+    for (int i = 0; i < 3; i++)
+        h_assert_where(c[i], cl, &id, BIT(A) | BIT(B), H_CLUSTER_MS);
+    H_OK(ferry_delete(c[B], &id));
+    for (int i = 0; i < 3; i++)
+        h_assert_where(c[i], cl, &id, BIT(A), H_CLUSTER_MS);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* Once A and B hold an object, a fetch on C pulls it from one of them: exactly one transfer
+ * out between the two, and C's copy is intact. */
+H_CLUSTER_TEST(third_node_fetches_from_either_holder)
+{
+    h_cluster_start(cl, 3, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *c = h_node_connect(cl, C);
+    ferry_id id = h_id("two-holders");
+    H_OK(h_put_direct(a, &id, 2000000, 20));
+    fetch_one(b, &id, 10000);
+    h_assert_where(c, cl, &id, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_stats a0 = h_stats(a), b0 = h_stats(b), c0 = h_stats(c);
+    fetch_one(c, &id, 10000);
+    h_assert_object(c, &id, 2000000, 20);
+    ferry_stats c1 = h_stats(c);
+    assert_int_equal(c1.transfers_in - c0.transfers_in, 1);
+    struct h_wait w;
+    uint64_t out = 0;
+    for (h_wait_begin(&w, H_EVENT_MS); out != 1;) {
+        out = h_stats(a).transfers_out - a0.transfers_out + h_stats(b).transfers_out -
+              b0.transfers_out;
+        if (out != 1 && !h_wait_next(&w))
+            break;
+    }
+    assert_int_equal(out, 1);
+    h_assert_where(a, cl, &id, ALL3, H_CLUSTER_MS);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
+/* Repeated fetches between one pair of nodes reuse one transfer connection: B opens one to A
+ * for the first object and no more for the next ones, and A accepts only that one. */
+H_CLUSTER_TEST(transfer_connection_is_reused_per_peer)
+{
+    enum { N = 10 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = h_idf("reuse-%d", i);
+        H_OK(h_put_direct(a, &ids[i], 10000 + (uint64_t)i, 0));
+    }
+    ferry_stats a0 = h_stats(a), b0 = h_stats(b);
+    fetch_one(b, &ids[0], 10000);
+    uint64_t opened = h_stats(b).connections_opened;
+    assert_true(opened >= 1 && opened <= b0.connections_opened + 1); /* one, or one already */
+    for (int i = 1; i < N; i++) {
+        fetch_one(b, &ids[i], 10000);
+        assert_int_equal(h_stats(b).connections_opened, opened);
+    }
+    assert_int_equal(h_stats(b).transfers_in - b0.transfers_in, N);
+    assert_true(h_stats(a).connections_accepted - a0.connections_accepted <= 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* Fetching again ids that B fetched and then deleted asks its cache, not Redis:
+ * directory_cache_hits grows by one per id and directory_lookups stays put. */
+H_CLUSTER_TEST(repeated_fetch_hits_the_directory_cache)
+{
+    enum { N = 5 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[N];
+    int statuses[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = h_idf("cached-%d", i);
+        H_OK(h_put_direct(a, &ids[i], 5000, 5));
+    }
+    ferry_stats b0 = h_stats(b);
+    H_OK(ferry_fetch(b, ids, N, 10000, statuses));
+    ferry_stats b1 = h_stats(b);
+    assert_true(b1.directory_lookups > b0.directory_lookups); /* the first time asks Redis */
+    for (int i = 0; i < N; i++)
+        H_OK(ferry_delete(b, &ids[i]));
+    for (int i = 0; i < N; i++)
+        assert_false(h_contains(b, &ids[i]));
+    H_OK(ferry_fetch(b, ids, N, 10000, statuses));
+    for (int i = 0; i < N; i++)
+        h_assert_object(b, &ids[i], 5000, 5);
+    ferry_stats b2 = h_stats(b);
+    assert_int_equal(b2.directory_lookups, b1.directory_lookups);
+    assert_true(b2.directory_cache_hits >= b1.directory_cache_hits + N);
+    assert_int_equal(b2.transfers_in - b1.transfers_in, N);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A node killed with SIGKILL leaves the directory when its entry's TTL runs out: the others
+ * stop listing it, and stop naming it as a holder, so a fetch of its object waits in vain. */
+H_CLUSTER_TEST(dead_node_leaves_the_directory)
+{
+    h_cluster_start(cl, 3, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *c = h_node_connect(cl, C);
+    ferry_id id = h_id("on-a-doomed-node");
+    H_OK(h_put_direct(c, &id, 1000, 0));
+    h_assert_where(a, cl, &id, BIT(C), H_CLUSTER_MS);
+    ferry_disconnect(c);
+    h_node_kill(cl, C);
+    h_assert_nodes(a, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    h_assert_where(b, cl, &id, 0, H_CLUSTER_MS);
+    int status = 1;
+    H_RC(ferry_fetch(b, &id, 1, 500, &status), FERRY_ETIMEDOUT);
+    H_RC(status, FERRY_ETIMEDOUT);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* Each of the n clients' nodes reports directory_up == up within H_EVENT_MS. */
+static void assert_directory_up(const struct h_cluster *cl, ferry_client *const *c, int n,
+                                uint64_t up)
+{
+    for (int i = 0; i < n; i++)
+        if (H_WAIT_STAT(c[i], directory_up, up) != up)
+            fail_msg("%s: directory_up is not %llu after %d ms", cl->node[i].id,
+                     (unsigned long long)up, H_EVENT_MS);
+}
+
+/* With Redis killed: local puts and gets go on, and a fetch of an unknown id fails within
+ * 2 s (its timeout is 10 s) with FERRY_EDIRECTORY. */
+static void check_outage(struct h_cluster *cl, ferry_client *const *c, const ferry_id *during)
+{
+    h_redis_kill(&cl->redis);
+    H_OK(h_put_direct(c[A], during, 70000, 7));
+    h_assert_object(c[A], during, 70000, 7);
+    ferry_id unknown = h_id("unknown-during-outage");
+    int status = 1;
+    int64_t t0 = h_now_ms();
+    H_RC(ferry_fetch(c[B], &unknown, 1, 10000, &status), FERRY_EDIRECTORY);
+    int64_t elapsed = h_now_ms() - t0;
+    H_RC(status, FERRY_EDIRECTORY);
+    if (elapsed > 2000)
+        fail_msg("fetch without a directory took %lld ms to fail", (long long)elapsed);
+    assert_directory_up(cl, c, 3, 0);
+}
+
+/* Redis killed, then restarted empty on its port: the nodes notice both, re-register and
+ * re-publish without a restart, so an object put during the outage can be fetched. */
+H_CLUSTER_TEST(directory_outage_and_recovery)
+{
+    h_cluster_start(cl, 3, "64M", NULL);
+    ferry_client *c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = h_node_connect(cl, i);
+    ferry_id before = h_id("before-outage"), during = h_id("during-outage");
+    H_OK(h_put_direct(c[A], &before, 1000, 0));
+    fetch_one(c[B], &before, 10000);
+    assert_directory_up(cl, c, 3, 1);
+    uint64_t reconnects[3];
+    for (int i = 0; i < 3; i++)
+        reconnects[i] = h_stats(c[i]).directory_reconnects;
+    check_outage(cl, c, &during);
+    h_redis_start(&cl->redis, cl->redis.port);
+    for (int i = 0; i < 3; i++) {
+        h_assert_nodes(c[i], cl, ALL3, H_CLUSTER_MS);
+        h_assert_where(c[i], cl, &during, BIT(A), H_CLUSTER_MS);
+        h_assert_where(c[i], cl, &before, BIT(A) | BIT(B), H_CLUSTER_MS);
+        assert_true(h_stats(c[i]).directory_reconnects > reconnects[i]);
+    }
+    assert_directory_up(cl, c, 3, 1);
+    fetch_one(c[C], &during, 10000);
+    h_assert_same_object(c[A], c[C], &during);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* A node started while Redis is down serves local clients, and joins the cluster once Redis
+ * comes up. */
+H_CLUSTER_TEST(node_started_without_redis_joins_later)
+{
+    int port = cl->redis.port;
+    h_redis_kill(&cl->redis);
+    h_node_start(cl, A, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_id id = h_id("local-only");
+    H_OK(h_put_direct(a, &id, 100, 1));
+    h_assert_object(a, &id, 100, 1);
+    assert_int_equal(h_stats(a).directory_up, 0);
+    h_redis_start(&cl->redis, port);
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *b = h_node_connect(cl, B);
+    h_assert_where(b, cl, &id, BIT(A), H_CLUSTER_MS);
+    fetch_one(b, &id, 10000);
+    h_assert_object(b, &id, 100, 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(fetched_copy_is_listed_as_a_holder),     T(third_node_fetches_from_either_holder),
+        T(transfer_connection_is_reused_per_peer), T(repeated_fetch_hits_the_directory_cache),
+        T(dead_node_leaves_the_directory),         T(directory_outage_and_recovery),
+        T(node_started_without_redis_joins_later),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,128 @@
+/* options.c - the command line of a suite: the options all suites share (--sizes, --seconds,
+ * --json, --plot, --help) plus the suite's own, handled by the suite. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define MAX_LONGOPTS 24
+#define DEFAULT_SECONDS 0.5
+
+static const struct option common_longopts[] = {
+    {"sizes", required_argument, NULL, 'z'}, {"seconds", required_argument, NULL, 't'},
+    {"json", no_argument, NULL, 'j'},        {"plot", required_argument, NULL, 'p'},
+    {"help", no_argument, NULL, 'h'},
+};
+#define N_COMMON (sizeof(common_longopts) / sizeof(common_longopts[0]))
+
+static void usage(FILE *f, const struct bench_suite_options *s)
+{
+    fputs(s->synopsis, f);
+    fprintf(f,
+            "  --sizes LIST     comma-separated sizes, K/M/G = 2^10/2^20/2^30 bytes, up to %lluM\n"
+            "                   (default %s)\n"
+            "  --seconds S      measured time per system, operation and size (default %g)\n"
+            "  --json           print a JSON document instead of the table\n"
+            "  --plot DIR       also write DIR/%s-throughput.png and DIR/%s-latency.png\n"
+            "                   (needs gnuplot)\n",
+            BENCH_SIZE_LIMIT >> 20, s->default_sizes, DEFAULT_SECONDS, s->name, s->name);
+    fputs(s->help, f);
+}
+
+uint64_t bench_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || *s == '-' || errno != 0 || v < min || v > max)
+        bench_fail("bad %s '%s': expected %llu to %llu", opt, s, (unsigned long long)min,
+                   (unsigned long long)max);
+    return v;
+}
+
+static double parse_seconds(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v) || v <= 0 || v > 3600)
+        bench_fail("bad --seconds '%s': expected a number of seconds in (0, 3600]", s);
+    return v;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts the sizes and drops repeats, so that every series runs from small to large. */
+static void sort_sizes(struct bench_options *o)
+{
+    size_t k = 0;
+    qsort(o->sizes, o->nsizes, sizeof(o->sizes[0]), cmp_size);
+    for (size_t i = 0; i < o->nsizes; i++)
+        if (k == 0 || o->sizes[k - 1] != o->sizes[i])
+            o->sizes[k++] = o->sizes[i];
+    o->nsizes = k;
+}
+
+/* The shared long options followed by the suite's, in longopts (MAX_LONGOPTS entries). */
+static void merge_longopts(const struct bench_suite_options *s, struct option *longopts)
+{
+    size_t n = N_COMMON;
+    memcpy(longopts, common_longopts, sizeof(common_longopts));
+    for (const struct option *e = s->longopts; e != NULL && e->name != NULL; e++) {
+        if (n == MAX_LONGOPTS - 1)
+            bench_fail("too many options for suite %s", s->name);
+        longopts[n++] = *e;
+    }
+    longopts[n] = (struct option){NULL, 0, NULL, 0};
+}
+
+/* One shared option; 0 when ch is not one. */
+static int common_option(struct bench_options *o, int ch, const char **sizes)
+{
+    switch (ch) {
+    case 'z':
+        *sizes = optarg;
+        return 1;
+    case 't':
+        o->seconds = parse_seconds(optarg);
+        return 1;
+    case 'j':
+        o->json = 1;
+        return 1;
+    case 'p':
+        o->plot_dir = optarg;
+        return 1;
+    }
+    return 0;
+}
+
+int bench_parse_options(int argc, char **argv, const struct bench_suite_options *s,
+                        struct bench_options *o)
+{
+    struct option longopts[MAX_LONGOPTS];
+    const char *sizes = s->default_sizes;
+    int ch;
+    merge_longopts(s, longopts);
+    *o = (struct bench_options){.seconds = DEFAULT_SECONDS};
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (ch == 'h' || ch == '?') {
+            usage(ch == 'h' ? stdout : stderr, s);
+            return ch == 'h' ? 0 : 2;
+        }
+        if (!common_option(o, ch, &sizes))
+            s->handle(s->ctx, ch, optarg);
+    }
+    if (optind != argc) {
+        fprintf(stderr, "ferry-bench: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr, s);
+        return 2;
+    }
+    o->nsizes = bench_parse_sizes(sizes, o->sizes, BENCH_MAX_SIZES, BENCH_SIZE_LIMIT);
+    sort_sizes(o);
+    return -1;
+}
