@@ -388,7 +388,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->staging_size = staging_size_for(s->arena.size);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */
-    if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
+    if ((rc = open_signals(s)) < 0 || (rc = arena_prefault_start(&s->arena)) < 0 ||
+        (rc = hasher_start(&s->store.hasher)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), EPOLLIN,
                              on_hasher, s)) < 0 ||
         (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0)

@@ -6,6 +6,8 @@
 #ifndef FERRY_ARENA_H
 #define FERRY_ARENA_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 struct arena {
@@ -13,6 +15,9 @@ struct arena {
     uint8_t *base;
     uint64_t size;
     int hugepages;
+    pthread_t prefaulter;
+    int prefaulting;          /* the prefaulter thread was started and is not joined yet */
+    atomic_int stop_prefault; /* set by arena_close, read by the prefaulter */
 };
 
 /* Creates, reserves and maps an arena of size bytes (rounded up to the page size in use).
@@ -20,6 +25,14 @@ struct arena {
  * FERRY_ENOSPACE when the memory (or huge pages) is not available, FERRY_EINVAL for a bad
  * size, FERRY_ESYS for other failures. */
 int arena_open(struct arena *a, uint64_t size, int hugepages);
+/* Stops the prefaulter (if any), unmaps and closes. */
 void arena_close(struct arena *a);
+
+/* Maps every page of the daemon's view of the arena, in the background: fallocate reserves
+ * the memory but leaves each page to be zeroed and mapped at its first touch, which costs the
+ * loop a page fault per 4 KiB (several microseconds each on virtual machines) the first time a
+ * transfer or a batch copy lands there. Signals must be blocked in the caller (the thread
+ * inherits its mask). FERRY_ESYS if the thread cannot start. */
+int arena_prefault_start(struct arena *a);
 
 #endif

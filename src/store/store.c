@@ -288,6 +288,19 @@ static int hash_later(struct store *s, struct object *o, uint64_t len)
     return 0;
 }
 
+/* Makes o sealed and visible; its digest is set or under way. */
+static void seal_visible(struct store *s, struct object *o)
+{
+    o->state = FERRY_STATE_SEALED;
+    o->creator = NULL;
+    s->sealed_objects++;
+    s->counters.sealed++;
+    if (s->events.sealed)
+        s->events.sealed(s->events.ctx, o);
+    if (o->refcount == 0)
+        lru_push_young(s, o);
+}
+
 void store_seal(struct store *s, struct object *o)
 {
     uint64_t len = o->data_size + o->metadata_size;
@@ -297,14 +310,14 @@ void store_seal(struct store *s, struct object *o)
         o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
         o->hashed = 1;
     }
-    o->state = FERRY_STATE_SEALED;
-    o->creator = NULL;
-    s->sealed_objects++;
-    s->counters.sealed++;
-    if (s->events.sealed)
-        s->events.sealed(s->events.ctx, o);
-    if (o->refcount == 0)
-        lru_push_young(s, o);
+    seal_visible(s, o);
+}
+
+void store_seal_digest(struct store *s, struct object *o, uint64_t digest)
+{
+    o->hash = digest;
+    o->hashed = 1;
+    seal_visible(s, o);
 }
 
 void store_abort(struct store *s, struct object *o)

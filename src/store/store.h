@@ -90,6 +90,10 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
  * the hasher (o->hashed tells which). */
 void store_seal(struct store *s, struct object *o);
 
+/* Seals o with a digest computed elsewhere from the same bytes (a fetched copy inherits the
+ * holder's digest, which its transfer checked or trusted): nothing is hashed again. */
+void store_seal_digest(struct store *s, struct object *o, uint64_t digest);
+
 /* Takes in the digests the hasher finished (call when hasher_fd() is readable). */
 void store_collect_hashes(struct store *s);
 

@@ -467,9 +467,14 @@ static void want_seal(struct want *w)
     w->obj = NULL;
     e->counters.transfers_in++;
     e->counters.bytes_in += o->data_size + o->metadata_size;
-    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. */
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. The
+     * copy inherits the holder's digest (checked with --verify): it is not hashed again. A
+     * holder that had not finished its own sends 0, and the copy is hashed here. */
     w->busy = 1;
-    store_seal(e->store, o);
+    if (w->digest)
+        store_seal_digest(e->store, o, w->digest);
+    else
+        store_seal(e->store, o);
     store_unref(e->store, o);
     w->busy = 0;
     if (w->done)

@@ -1,11 +1,11 @@
 /*
  * tcp.c - the tcp transport: frames and object bytes on one TCP stream per peer pair.
  *
- * Object bytes never pass through a user-space buffer: sending writes straight from the
- * mapped arena (writev of queued frames and arena ranges), receiving reads straight into the
- * new objects (readv over the queued destinations, so many small objects arrive with one
- * system call). In frame mode the stream is read exactly to the end of each frame, so that the
- * bytes that follow a frame are left in the socket for recv_into.
+ * Object bytes do not pass through a user-space buffer: sending writes straight from the
+ * mapped arena (sendmsg of queued frames and arena ranges), receiving reads straight into the
+ * new objects (readv over the queued destinations). The exception is small: a read that is
+ * due for a frame header goes into an 8 KiB lookahead, and object bytes that came with it are
+ * copied from there (see "receiving" below).
  *
  * Ownership: a connection is the transport's; closing it frees it after the loop turn (a
  * 0 ms timer), because events later in the same turn may still name it.
@@ -31,7 +31,7 @@
 #define TCP_ACCEPTS_PER_TURN 64
 /* Bytes moved per readiness event before other connections get their turn. */
 #define TCP_BYTES_PER_TURN (8u << 20)
-#define TCP_DROP_CHUNK (64u << 10)
+#define TCP_LOOKAHEAD (8u << 10)
 
 struct tcp_seg {
     const uint8_t *p;
@@ -55,10 +55,13 @@ struct tcp_conn {
     int connecting, closed;
     struct loop_watch watch;
     struct loop_timer reaper;
+    struct loop_timer writer; /* writes what was queued, later in the same loop turn */
     struct tcp_seg *sq, **sq_tail;  /* send queue */
     struct tcp_recv *rq, **rq_tail; /* receive-into queue */
     uint8_t hdr[PROTO_HEADER_SIZE];
     size_t hdr_got;
+    uint8_t la[TCP_LOOKAHEAD]; /* read but not yet handed out: la[la_off .. la_len) */
+    size_t la_off, la_len;
     struct proto_header h;
     struct pbuf frame;
 };
@@ -136,6 +139,7 @@ static void conn_shut(struct tcp_conn *c)
     if (c->closed)
         return;
     c->closed = 1;
+    loop_timer_stop(c->loop, &c->writer);
     loop_watch_del(c->loop, &c->watch);
     close(c->fd);
     c->fd = -1;
@@ -206,6 +210,14 @@ static int flush(struct tcp_conn *c)
     return 0;
 }
 
+static void on_write_timer(struct loop *l, struct loop_timer *t)
+{
+    struct tcp_conn *c = t->arg;
+
+    if (!c->closed && c->connecting == 0 && flush(c) == 0)
+        conn_interest(c); /* EPOLLOUT only if the socket did not take it all */
+}
+
 static int enqueue(struct tcp_conn *c, const uint8_t *p, uint64_t len, uint8_t *owned, void *arg)
 {
     struct tcp_seg *s = calloc(1, sizeof(*s));
@@ -215,9 +227,11 @@ static int enqueue(struct tcp_conn *c, const uint8_t *p, uint64_t len, uint8_t *
     *s = (struct tcp_seg){.p = p, .len = len, .owned = owned, .arg = arg};
     *c->sq_tail = s;
     c->sq_tail = &s->next;
-    /* Written when the loop next finds the socket writable: never from inside the engine's
-     * own call, so that ev->sent cannot re-enter it. */
-    conn_interest(c);
+    /* Written from a 0 ms timer, later in this loop turn: never from inside the engine's own
+     * call (so that ev->sent cannot re-enter it), and without waiting for another epoll round
+     * to report the socket writable. */
+    if (c->writer.heap_index == SIZE_MAX)
+        loop_timer_start(c->loop, &c->writer, 0);
     return 0;
 }
 
@@ -263,106 +277,152 @@ static int tcp_recv_into(struct xconn *xc, uint8_t *dst, uint64_t len, void *arg
     return 0;
 }
 
-/* Reads payload bytes into the queued destinations; 0 on progress or EAGAIN (*n = bytes),
- * -1 when the connection failed. */
-static int read_payload(struct tcp_conn *c, uint64_t *got)
-{
-    static uint8_t drop[TCP_DROP_CHUNK]; /* loop thread only */
-    struct iovec iov[TCP_IOV_MAX];
-    struct tcp_recv *r;
-    int cnt = 0;
-    ssize_t n;
+/* ---- receiving ----
+ * Bytes come off the socket either into the lookahead buffer (when a frame header is due,
+ * one read then usually brings the whole frame and the small payloads after it) or straight
+ * into their destination (the rest of a large frame; object bytes, with readv over the queued
+ * objects). Object bytes are copied from the lookahead only when a read brought them along,
+ * at most TCP_LOOKAHEAD bytes a read: one copy of a few KiB costs less than a system call. */
 
-    for (r = c->rq; r && cnt < TCP_IOV_MAX; r = r->next) {
-        size_t len = r->len > SIZE_MAX ? SIZE_MAX : (size_t)r->len;
-        if (!r->dst && len > sizeof(drop))
-            len = sizeof(drop);
-        iov[cnt++] = (struct iovec){r->dst ? (void *)r->dst : drop, len};
-        if (!r->dst)
-            break; /* one drop buffer per call */
+/* n bytes of the head receive are in place: move on, completing it when it is full. */
+static void payload_advanced(struct tcp_conn *c, size_t n)
+{
+    struct tcp_recv *r = c->rq;
+
+    if (r->dst)
+        r->dst += n;
+    r->len -= n;
+    if (r->len)
+        return;
+    c->rq = r->next;
+    if (!c->rq)
+        c->rq_tail = &c->rq;
+    c->base.ev->received(&c->base, r->arg);
+    free(r);
+}
+
+/* The frame being read got bytes: delivered when whole. */
+static void frame_advanced(struct tcp_conn *c)
+{
+    if (c->hdr_got < PROTO_HEADER_SIZE || c->frame.len < c->h.length)
+        return;
+    c->hdr_got = 0;
+    c->base.ev->frame(&c->base, &c->h, c->frame.data);
+}
+
+/* Adds n header or payload bytes at p to the frame being read. */
+static void give_frame(struct tcp_conn *c, const uint8_t *p, size_t n)
+{
+    if (c->hdr_got == PROTO_HEADER_SIZE) {
+        memcpy(c->frame.data + c->frame.len, p, n);
+        c->frame.len += n;
+        frame_advanced(c);
+        return;
     }
-    n = readv(c->fd, iov, cnt);
-    *got = 0;
+    memcpy(c->hdr + c->hdr_got, p, n);
+    c->hdr_got += n;
+    if (c->hdr_got < PROTO_HEADER_SIZE)
+        return;
+    if (proto_decode_header(c->hdr, WIRE_MAX_FRAME, &c->h) < 0) {
+        conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
+        return;
+    }
+    c->frame.len = 0;
+    pbuf_reserve(&c->frame, c->h.length);
+    if (c->frame.oom) {
+        conn_fail(c, "out of memory for a frame");
+        return;
+    }
+    frame_advanced(c);
+}
+
+/* How many bytes the current consumer takes next. */
+static size_t wanted(const struct tcp_conn *c)
+{
+    if (c->rq)
+        return c->rq->len > SIZE_MAX ? SIZE_MAX : (size_t)c->rq->len;
+    if (c->hdr_got < PROTO_HEADER_SIZE)
+        return PROTO_HEADER_SIZE - c->hdr_got;
+    return c->h.length - c->frame.len;
+}
+
+/* Hands out what the lookahead holds, in order, to frames and receives. */
+static void drain_lookahead(struct tcp_conn *c)
+{
+    while (!c->closed && c->la_off < c->la_len) {
+        size_t n = c->la_len - c->la_off, w = wanted(c);
+        const uint8_t *p = c->la + c->la_off;
+
+        if (w < n)
+            n = w;
+        c->la_off += n;
+        if (!c->rq) {
+            give_frame(c, p, n);
+            continue;
+        }
+        if (c->rq->dst)
+            memcpy(c->rq->dst, p, n);
+        payload_advanced(c, n);
+    }
+}
+
+/* Where the next read goes: the destinations when large enough, else the lookahead. */
+static int read_targets(struct tcp_conn *c, struct iovec *iov)
+{
+    int cnt = 0;
+
+    if (c->rq && c->rq->dst && c->rq->len >= TCP_LOOKAHEAD) {
+        for (struct tcp_recv *r = c->rq; r && r->dst && cnt < TCP_IOV_MAX; r = r->next)
+            iov[cnt++] = (struct iovec){r->dst, r->len > SIZE_MAX ? SIZE_MAX : (size_t)r->len};
+    } else if (!c->rq && c->hdr_got == PROTO_HEADER_SIZE &&
+               c->h.length - c->frame.len >= TCP_LOOKAHEAD) {
+        iov[cnt++] = (struct iovec){c->frame.data + c->frame.len, c->h.length - c->frame.len};
+    } else {
+        c->la_off = c->la_len = 0;
+        iov[cnt++] = (struct iovec){c->la, sizeof(c->la)};
+    }
+    return cnt;
+}
+
+/* One read from the socket. Returns the bytes read, 0 when none are there now, -1 when the
+ * connection failed or closed meanwhile. */
+static ssize_t read_some(struct tcp_conn *c)
+{
+    struct iovec iov[TCP_IOV_MAX];
+    int cnt = read_targets(c, iov);
+    ssize_t n = readv(c->fd, iov, cnt);
+
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
     if (n <= 0) {
         conn_fail(c, n == 0 ? "peer closed the connection" : strerror(errno));
         return -1;
     }
-    *got = (uint64_t)n;
-    while ((r = c->rq) && (uint64_t)n >= r->len) {
-        n -= (ssize_t)r->len;
-        c->rq = r->next;
-        if (!c->rq)
-            c->rq_tail = &c->rq;
-        c->base.ev->received(&c->base, r->arg);
-        free(r);
-        if (c->closed)
-            return -1;
-    }
-    if (r && n) {
-        if (r->dst)
-            r->dst += n;
-        r->len -= (uint64_t)n;
-    }
-    return 0;
-}
-
-/* Reads exactly up to the end of the current frame; delivers it when whole. */
-static int read_frame(struct tcp_conn *c, uint64_t *got)
-{
-    uint8_t *dst = c->hdr + c->hdr_got;
-    size_t want = PROTO_HEADER_SIZE - c->hdr_got;
-    ssize_t n;
-
-    if (c->hdr_got == PROTO_HEADER_SIZE) {
-        dst = c->frame.data + c->frame.len;
-        want = c->h.length - c->frame.len;
-    }
-    n = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
-    *got = 0;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    if (want && n <= 0) {
-        conn_fail(c, n == 0 ? "peer closed the connection" : strerror(errno));
-        return -1;
-    }
-    *got = (uint64_t)(n > 0 ? n : 0);
-    if (c->hdr_got < PROTO_HEADER_SIZE) {
-        c->hdr_got += (size_t)n;
-        if (c->hdr_got < PROTO_HEADER_SIZE)
-            return 0;
-        if (proto_decode_header(c->hdr, WIRE_MAX_FRAME, &c->h) < 0) {
-            conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
-            return -1;
+    if (iov[0].iov_base == c->la) {
+        c->la_len = (size_t)n;
+        drain_lookahead(c);
+    } else if (c->rq) {
+        for (size_t left = (size_t)n; left && c->rq && !c->closed;) {
+            size_t k = left < wanted(c) ? left : wanted(c);
+            payload_advanced(c, k);
+            left -= k;
         }
-        c->frame.len = 0;
-        pbuf_reserve(&c->frame, c->h.length);
-        if (c->frame.oom) {
-            conn_fail(c, "out of memory for a frame");
-            return -1;
-        }
-        if (c->h.length)
-            return 0;
     } else {
         c->frame.len += (size_t)n;
-        if (c->frame.len < c->h.length)
-            return 0;
+        frame_advanced(c);
     }
-    c->hdr_got = 0;
-    c->base.ev->frame(&c->base, &c->h, c->frame.data);
-    return c->closed ? -1 : 0;
+    return c->closed ? -1 : n;
 }
 
 static void on_readable(struct tcp_conn *c)
 {
-    uint64_t budget = TCP_BYTES_PER_TURN, got;
+    uint64_t budget = TCP_BYTES_PER_TURN;
 
     while (!c->closed && budget) {
-        int rc = c->rq ? read_payload(c, &got) : read_frame(c, &got);
-        if (rc < 0 || !got)
+        ssize_t n = read_some(c);
+        if (n <= 0)
             return; /* failed, or nothing more to read now */
-        budget = got >= budget ? 0 : budget - got;
+        budget = (uint64_t)n >= budget ? 0 : budget - (uint64_t)n;
     }
 }
 
@@ -423,6 +483,7 @@ static struct tcp_conn *conn_new(struct loop *loop, int fd, const struct xconn_e
     c->sq_tail = &c->sq;
     c->rq_tail = &c->rq;
     loop_timer_init(&c->reaper, reap, c);
+    loop_timer_init(&c->writer, on_write_timer, c);
     if (loop_watch_add(loop, &c->watch, fd, EPOLLIN, on_event, c) < 0) {
         free(c);
         return NULL;
