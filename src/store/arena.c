@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +124,8 @@ static void *prefaulter(void *arg)
     struct timespec t0, t1;
     uint64_t off;
 
+    /* Background work: the lowest priority, so that it never delays serving clients. */
+    setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (off = 0; off < a->size && !atomic_load(&a->stop_prefault); off += PREFAULT_CHUNK) {
         uint64_t len = a->size - off < PREFAULT_CHUNK ? a->size - off : PREFAULT_CHUNK;

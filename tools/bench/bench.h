@@ -74,6 +74,9 @@ struct bench_proc {
     char log_path[256];
 };
 
+/* 1 when the process's log (so far) contains needle. */
+int bench_proc_log_has(const struct bench_proc *p, const char *needle);
+
 /* Creates a private scratch directory (removed at exit) and returns its path. */
 const char *bench_tmpdir(void);
 

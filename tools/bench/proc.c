@@ -179,3 +179,17 @@ uint64_t bench_proc_minor_faults(const struct bench_proc *p)
     fclose(f);
     return faults;
 }
+
+int bench_proc_log_has(const struct bench_proc *p, const char *needle)
+{
+    char line[512];
+    int found = 0;
+    FILE *f = fopen(p->log_path, "r");
+
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
