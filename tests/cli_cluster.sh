@@ -8,47 +8,15 @@
 # Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
 set -u
 
-BIN=${FERRY_BIN_DIR:?FERRY_BIN_DIR must name the directory of ferryd and ferry}
-FERRY=$BIN/ferry
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/cli_cluster.XXXXXX") || exit 1
-OUT=$DIR/stdout
-ERR=$DIR/stderr
-PIDS=()
-PASSED=0
-FAILED=0
+# shellcheck source-path=SCRIPTDIR source=lib_cli.sh
+. "$(dirname "$0")/lib_cli.sh"
+
 # No single command may take longer than this (seconds): a hang fails the check instead.
 CMD_LIMIT=30
-# How long the cluster may take to converge (registration, publication): 200 polls of 50 ms.
-POLLS=200
-
-# Prints every log (on failure), stops the processes (TERM, then KILL after 5 s), removes
-# the work directory.
-cleanup() {
-    local pid n
-    if [ "$FAILED" -ne 0 ]; then
-        for log in "$DIR"/*.log; do
-            echo "---- $log ----" >&2
-            cat "$log" >&2
-        done
-    fi
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null
-        for ((n = 0; n < 100; n++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-pass() { PASSED=$((PASSED + 1)); }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL: $*" >&2
-}
+# A failed check shows the logs of redis-server and of every node.
+LOGS_ON_FAILURE=1
+# eventually's POLLS (about 10 s) leave the cluster ample time to converge: a publication
+# reaches Redis within a loop turn, a registration within 1 s.
 
 # The tool against node a, b or s (standalone), bounded in time.
 fy() {
@@ -57,103 +25,12 @@ fy() {
     timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
 }
 
-# run NAME STATUS CMD...: runs CMD with stdout in $OUT and stderr in $ERR. True when it exits
-# with STATUS; else the check has failed, and is reported.
-run() {
-    local name=$1 want=$2 got
-    shift 2
-    "$@" >"$OUT" 2>"$ERR"
-    got=$?
-    [ "$got" -eq "$want" ] && return 0
-    fail "$name: exit status $got, expected $want; stderr: $(head -c 300 "$ERR")"
-    return 1
-}
-
-# expect NAME STATUS CMD...: run, and then a success must print nothing on stderr and a
-# failure exactly one line "ferry: ...".
-expect() {
-    run "$@" || return
-    local lines
-    lines=$(wc -l <"$ERR")
-    if [ "$2" -eq 0 ] && [ "$lines" -ne 0 ]; then
-        fail "$1: succeeded but wrote on stderr: $(head -c 300 "$ERR")"
-    elif [ "$2" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -q '^ferry: ' "$ERR"; }; then
-        fail "$1: stderr is not one 'ferry: ' line: $(head -c 300 "$ERR")"
-    else
-        pass
-    fi
-}
-
-# expect_lines NAME STATUS LINES... CMD: run, then stderr must be exactly LINES (one
-# argument each, before the command, which starts at the word "--").
-expect_lines() {
-    local name=$1 want=$2 lines=()
-    shift 2
-    while [ "$1" != "--" ]; do
-        lines+=("$1")
-        shift
-    done
-    shift
-    run "$name" "$want" "$@" || return
-    if [ "$(cat "$ERR")" = "$(printf '%s\n' "${lines[@]}")" ]; then
-        pass
-    else
-        fail "$name: stderr is '$(head -c 300 "$ERR")', expected '$(printf '%s|' "${lines[@]}")'"
-    fi
-}
-
-# ok NAME CMD...: checks that CMD succeeds.
-ok() {
-    local name=$1
-    shift
-    if "$@"; then pass; else fail "$name"; fi
-}
-
-# pyjson FILE EXPR: true when the Python expression EXPR, with j the JSON document in FILE,
-# is true.
-pyjson() {
-    python3 -c 'import json, sys
-j = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
-}
-
-# eventually NAME CMD...: checks that CMD succeeds within POLLS polls (the cluster converges
-# asynchronously: a publication reaches Redis within a loop turn, a registration within 1 s).
-eventually() {
-    local name=$1 n
-    shift
-    for ((n = 0; n < POLLS; n++)); do
-        if "$@"; then
-            pass
-            return
-        fi
-        sleep 0.05
-    done
-    fail "$name (not within $((POLLS / 20)) s)"
-}
-
 # A TCP port on 127.0.0.1 that was free a moment ago.
 free_port() {
     python3 -c 'import socket
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'
-}
-
-# wait_for NAME PID CMD...: polls CMD until it succeeds (true), PID exits or ~10 s pass.
-wait_for() {
-    local name=$1 pid=$2 n
-    shift 2
-    for ((n = 0; n < POLLS; n++)); do
-        "$@" >/dev/null 2>&1 && return 0
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "$name exited during start" >&2
-            return 1
-        fi
-        sleep 0.05
-    done
-    echo "$name did not answer within 10 s" >&2
-    return 1
 }
 
 start_redis() {
@@ -165,15 +42,6 @@ start_redis() {
 }
 
 redis_ping() { [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
-
-# start_node NAME [ARGS...]: a ferryd with its socket at $DIR/NAME.sock.
-start_node() {
-    local name=$1
-    shift
-    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "$@" >"$DIR/$name.log" 2>&1 &
-    PIDS+=($!)
-    wait_for "ferryd $name" $! "$FERRY" --socket "$DIR/$name.sock" stat
-}
 
 # start_cluster_node NAME: node-NAME, its transfer port in PORT[NAME].
 declare -A PORT
@@ -289,9 +157,7 @@ expect_answer_contains() {
 
 # stat_field NODE NAME: one field of stat --json on NODE.
 stat_field() {
-    fy "$1" stat --json >"$DIR/stat_field.json" &&
-        python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
-            "$DIR/stat_field.json" "$2"
+    fy "$1" stat --json >"$DIR/stat_field.json" && json_field "$DIR/stat_field.json" "$2"
 }
 
 # True once node b has counted more fetch requests than $1.
@@ -349,8 +215,7 @@ main() {
     test_fetch_waits
     test_standalone
     test_stat
-    echo "$PASSED passed, $FAILED failed"
-    [ "$FAILED" -eq 0 ]
+    summary
 }
 
 main

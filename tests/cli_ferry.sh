@@ -6,103 +6,20 @@
 # Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
 set -u
 
-BIN=${FERRY_BIN_DIR:?FERRY_BIN_DIR must name the directory of ferryd and ferry}
-FERRY=$BIN/ferry
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/cli_ferry.XXXXXX") || exit 1
+# shellcheck source-path=SCRIPTDIR source=lib_cli.sh
+. "$(dirname "$0")/lib_cli.sh"
+
 SOCK=$DIR/ferry.sock
-OUT=$DIR/stdout
-ERR=$DIR/stderr
-DAEMON_PID=
-PASSED=0
-FAILED=0
 # No single command may take longer than this (seconds): a hang fails the check instead.
 CMD_LIMIT=20
 # The names of the objects in the store when test_ls and test_stat run.
 STORED=(alpha beta empty empty-pipe delta named-object)
 
-# Stops the daemon (TERM, then KILL after 5 s) and removes the work directory.
-cleanup() {
-    if [ -n "$DAEMON_PID" ]; then
-        kill "$DAEMON_PID" 2>/dev/null
-        for ((n = 0; n < 100; n++)); do
-            kill -0 "$DAEMON_PID" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill -KILL "$DAEMON_PID" 2>/dev/null
-        wait "$DAEMON_PID" 2>/dev/null
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-pass() { PASSED=$((PASSED + 1)); }
-fail() {
-    FAILED=$((FAILED + 1))
-    echo "FAIL: $*" >&2
-}
-
 # The tool against the test daemon, bounded in time.
 fy() { timeout "$CMD_LIMIT" "$FERRY" --socket "$SOCK" "$@"; }
 
-# run NAME STATUS CMD...: runs CMD with stdout in $OUT and stderr in $ERR. True when it exits
-# with STATUS; else the check has failed, and is reported.
-run() {
-    local name=$1 want=$2 got
-    shift 2
-    "$@" >"$OUT" 2>"$ERR"
-    got=$?
-    [ "$got" -eq "$want" ] && return 0
-    fail "$name: exit status $got, expected $want; stderr: $(head -c 300 "$ERR")"
-    return 1
-}
-
-# expect NAME STATUS CMD...: run, and then a success must print nothing on stderr and a failure
-# exactly one line "ferry: ...".
-expect() {
-    run "$@" || return
-    local lines
-    lines=$(wc -l <"$ERR")
-    if [ "$2" -eq 0 ] && [ "$lines" -ne 0 ]; then
-        fail "$1: succeeded but wrote on stderr: $(head -c 300 "$ERR")"
-    elif [ "$2" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -q '^ferry: ' "$ERR"; }; then
-        fail "$1: stderr is not one 'ferry: ' line: $(head -c 300 "$ERR")"
-    else
-        pass
-    fi
-}
-
-# expect_answer NAME STATUS CMD...: run, for a command whose status is an answer (contains):
-# nothing on stderr either way.
-expect_answer() {
-    run "$@" || return
-    if [ -s "$ERR" ]; then
-        fail "$1: wrote on stderr: $(head -c 300 "$ERR")"
-    else
-        pass
-    fi
-}
-
-# ok NAME CMD...: checks that CMD succeeds.
-ok() {
-    local name=$1
-    shift
-    if "$@"; then pass; else fail "$name"; fi
-}
-
-# pyjson FILE EXPR: true when the Python expression EXPR, with j the JSON document in FILE,
-# is true.
-pyjson() {
-    python3 -c 'import json, sys
-j = json.load(open(sys.argv[1]))
-sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
-}
-
 # stat_field NAME: one field of stat --json.
-stat_field() {
-    fy stat --json >"$DIR/stat_field.json" &&
-        python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
-            "$DIR/stat_field.json" "$1"
-}
+stat_field() { fy stat --json >"$DIR/stat_field.json" && json_field "$DIR/stat_field.json" "$1"; }
 
 # The raw id that a name stands for: its SHA-1.
 sha1_hex() { printf %s "$1" | sha1sum | cut -c1-40; }
@@ -112,26 +29,6 @@ sha1_hex() { printf %s "$1" | sha1sum | cut -c1-40; }
 put_pipe() { cat "$2" | fy put "$1" -; }
 put_redirect() { fy put "$1" <"$2"; }
 stdout_is() { [ "$(cat "$OUT")" = "$1" ]; }
-
-start_daemon() {
-    "$BIN/ferryd" --socket "$SOCK" --memory 64M >"$DIR/ferryd.log" 2>&1 &
-    DAEMON_PID=$!
-    # Up to 200 polls 50 ms apart: about 10 s.
-    for ((n = 0; n < 200; n++)); do
-        if "$FERRY" --socket "$SOCK" stat >/dev/null 2>&1; then
-            return 0
-        fi
-        if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
-            echo "ferryd exited before answering:" >&2
-            cat "$DIR/ferryd.log" >&2
-            return 1
-        fi
-        sleep 0.05
-    done
-    echo "ferryd did not answer within 10 s:" >&2
-    cat "$DIR/ferryd.log" >&2
-    return 1
-}
 
 make_data() {
     head -c 100000 /dev/urandom >"$DIR/a.bin"
@@ -340,7 +237,7 @@ main() {
     make_data || exit 1
     test_help_and_usage
     test_unreachable
-    start_daemon || exit 1
+    start_node ferry || exit 1
     test_put_get
     test_get_missing
     test_contains_rm
@@ -351,8 +248,7 @@ main() {
     test_get_waits
     test_hash
     test_evict
-    echo "$PASSED passed, $FAILED failed"
-    [ "$FAILED" -eq 0 ]
+    summary
 }
 
 main

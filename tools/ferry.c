@@ -248,6 +248,15 @@ static int cli_start(struct cli *cli, int argc, char **argv, const struct opt *o
     return status != STATUS_OK ? status : cli_open(cli, id ? p->value[0] : NULL, id);
 }
 
+/* cli_start() for the listing commands, whose one option is --json (into *json): with id, they
+ * take one argument, an ID; without, none. */
+static int cli_start_json(struct cli *cli, int argc, char **argv, ferry_id *id, int *json)
+{
+    const struct opt opts[] = {{"--json", NULL, json}, {NULL, NULL, NULL}};
+    struct params p = {.names = {id ? "ID" : NULL}, .min = id ? 1 : 0};
+    return cli_start(cli, argc, argv, opts, &p, id);
+}
+
 /* Reads up to size bytes into buf, fewer only at end of input; *done receives the count.
  * Returns 0, or -1 with errno. */
 static int read_full(int fd, uint8_t *buf, uint64_t size, uint64_t *done)
@@ -595,9 +604,7 @@ static int print_nodes(const struct cli *cli, int err, ferry_node_info *nodes, s
 static int cmd_nodes(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
-    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
-    struct params p = {.min = 0};
-    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    int status = cli_start_json(cli, argc, argv, NULL, &json);
     if (status != STATUS_OK)
         return status;
     ferry_node_info *nodes = NULL;
@@ -610,10 +617,8 @@ static int cmd_nodes(struct cli *cli, int argc, char **argv)
 static int cmd_where(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
-    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
-    struct params p = {.names = {"ID"}, .min = 1};
     ferry_id id;
-    int status = cli_start(cli, argc, argv, opts, &p, &id);
+    int status = cli_start_json(cli, argc, argv, &id, &json);
     if (status != STATUS_OK)
         return status;
     ferry_node_info *nodes = NULL;
@@ -693,9 +698,7 @@ static void print_objects_json(const ferry_object_info *objs, size_t n)
 static int cmd_ls(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
-    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
-    struct params p = {.min = 0};
-    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    int status = cli_start_json(cli, argc, argv, NULL, &json);
     if (status != STATUS_OK)
         return status;
     ferry_object_info *objs;
@@ -780,9 +783,7 @@ static void print_stats(const ferry_stats *st, int json)
 static int cmd_stat(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
-    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
-    struct params p = {.min = 0};
-    int status = cli_start(cli, argc, argv, opts, &p, NULL);
+    int status = cli_start_json(cli, argc, argv, NULL, &json);
     if (status != STATUS_OK)
         return status;
     ferry_stats st;

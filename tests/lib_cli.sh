@@ -1,0 +1,180 @@
+# shellcheck shell=bash
+# lib_cli.sh - what the cli_*.sh tests share: their work directory, the processes they start
+# and stop, and the checks that count passes and failures. Sourced, never run: its name keeps
+# it out of the tests that tests/CMakeLists.txt finds by the pattern cli_*.sh.
+#
+# Sets BIN, FERRY, DIR (a fresh work directory named after the script), OUT, ERR, PASSED,
+# FAILED, PIDS (the processes to stop on exit) and POLLS, and stops the processes and removes
+# DIR on exit. A script that sets LOGS_ON_FAILURE=1 also gets every $DIR/*.log on stderr when
+# a check has failed.
+
+BIN=${FERRY_BIN_DIR:?FERRY_BIN_DIR must name the directory of ferryd and ferry}
+FERRY=$BIN/ferry
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/$(basename "$0" .sh).XXXXXX") || exit 1
+OUT=$DIR/stdout
+ERR=$DIR/stderr
+PIDS=()
+PASSED=0
+FAILED=0
+# How long a start or a convergence may take: 200 polls of 50 ms, about 10 s.
+POLLS=200
+LOGS_ON_FAILURE=
+
+# stop_process PID: TERM, then KILL after 5 s.
+stop_process() {
+    local pid=$1 n
+    kill "$pid" 2>/dev/null
+    for ((n = 0; n < 100; n++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+}
+
+# Prints every log (on failure, when asked), stops the processes, removes the work directory.
+cleanup() {
+    local pid log
+    if [ -n "$LOGS_ON_FAILURE" ] && [ "$FAILED" -ne 0 ]; then
+        for log in "$DIR"/*.log; do
+            echo "---- $log ----" >&2
+            cat "$log" >&2
+        done
+    fi
+    for pid in "${PIDS[@]}"; do
+        stop_process "$pid"
+    done
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+pass() { PASSED=$((PASSED + 1)); }
+fail() {
+    FAILED=$((FAILED + 1))
+    echo "FAIL: $*" >&2
+}
+
+# summary: prints "N passed, M failed"; true when nothing failed.
+summary() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+# run NAME STATUS CMD...: runs CMD with stdout in $OUT and stderr in $ERR. True when it exits
+# with STATUS; else the check has failed, and is reported.
+run() {
+    local name=$1 want=$2 got
+    shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    got=$?
+    [ "$got" -eq "$want" ] && return 0
+    fail "$name: exit status $got, expected $want; stderr: $(head -c 300 "$ERR")"
+    return 1
+}
+
+# expect NAME STATUS CMD...: run, and then a success must print nothing on stderr and a
+# failure exactly one line "ferry: ...".
+expect() {
+    run "$@" || return
+    local lines
+    lines=$(wc -l <"$ERR")
+    if [ "$2" -eq 0 ] && [ "$lines" -ne 0 ]; then
+        fail "$1: succeeded but wrote on stderr: $(head -c 300 "$ERR")"
+    elif [ "$2" -ne 0 ] && { [ "$lines" -ne 1 ] || ! grep -q '^ferry: ' "$ERR"; }; then
+        fail "$1: stderr is not one 'ferry: ' line: $(head -c 300 "$ERR")"
+    else
+        pass
+    fi
+}
+
+# expect_answer NAME STATUS CMD...: run, for a command whose status is an answer (contains):
+# nothing on stderr either way.
+expect_answer() {
+    run "$@" || return
+    if [ -s "$ERR" ]; then
+        fail "$1: wrote on stderr: $(head -c 300 "$ERR")"
+    else
+        pass
+    fi
+}
+
+# expect_lines NAME STATUS LINES... CMD: run, then stderr must be exactly LINES (one
+# argument each, before the command, which starts at the word "--").
+expect_lines() {
+    local name=$1 want=$2 lines=()
+    shift 2
+    while [ "$1" != "--" ]; do
+        lines+=("$1")
+        shift
+    done
+    shift
+    run "$name" "$want" "$@" || return
+    if [ "$(cat "$ERR")" = "$(printf '%s\n' "${lines[@]}")" ]; then
+        pass
+    else
+        fail "$name: stderr is '$(head -c 300 "$ERR")', expected '$(printf '%s|' "${lines[@]}")'"
+    fi
+}
+
+# ok NAME CMD...: checks that CMD succeeds.
+ok() {
+    local name=$1
+    shift
+    if "$@"; then pass; else fail "$name"; fi
+}
+
+# eventually NAME CMD...: checks that CMD succeeds within POLLS polls (for what happens
+# asynchronously).
+eventually() {
+    local name=$1 n
+    shift
+    for ((n = 0; n < POLLS; n++)); do
+        if "$@"; then
+            pass
+            return
+        fi
+        sleep 0.05
+    done
+    fail "$name (not within $((POLLS / 20)) s)"
+}
+
+# pyjson FILE EXPR: true when the Python expression EXPR, with j the JSON document in FILE,
+# is true.
+pyjson() {
+    python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+}
+
+# json_field FILE KEY: prints the value of KEY in the JSON object in FILE.
+json_field() {
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+
+# wait_for NAME PID CMD...: polls CMD until it succeeds (true), PID exits or ~10 s pass.
+wait_for() {
+    local name=$1 pid=$2 n
+    shift 2
+    for ((n = 0; n < POLLS; n++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited during start" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+    echo "$name did not answer within 10 s" >&2
+    return 1
+}
+
+# start_node NAME [ARGS...]: a ferryd with its socket at $DIR/NAME.sock and its log at
+# $DIR/NAME.log, stopped on exit; true once it answers. The log goes to stderr when it does not.
+start_node() {
+    local name=$1
+    shift
+    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "$@" >"$DIR/$name.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "ferryd $name" $! "$FERRY" --socket "$DIR/$name.sock" stat && return 0
+    cat "$DIR/$name.log" >&2
+    return 1
+}
