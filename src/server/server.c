@@ -249,8 +249,14 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
     for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE) {
+                /* Level-triggered: without a pause this would spin. */
+                log_warn("accept: %s; pausing for 100 ms", strerror(errno));
+                loop_watch_mod(l, &s->listen_watch, 0);
+                loop_timer_start(l, &s->accept_resume, loop_now_ms() + 100);
+            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
                 log_warn("accept: %s", strerror(errno));
+            }
             return;
         }
         if (session_open(s, fd) < 0) {
@@ -258,6 +264,11 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
             close(fd);
         }
     }
+}
+
+static void on_accept_resume(struct loop *l, struct loop_timer *t)
+{
+    loop_watch_mod(l, &server_of(l)->listen_watch, EPOLLIN);
 }
 
 static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -339,6 +350,9 @@ static int open_cluster(struct server *s)
     if (strlen(c->node_id) > DIRECTORY_NODE_ID_MAX || strpbrk(c->node_id, " \t\n:,"))
         return err_set(FERRY_EINVAL, "node id '%s': at most %d characters, no spaces, ':' or ','",
                        c->node_id, DIRECTORY_NODE_ID_MAX);
+    if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
+        return err_set(FERRY_EINVAL, "--listen %s: peers connect to this address, so it must be "
+                       "one they can reach, not a wildcard", c->listen_addr);
     if (c->secret_file) {
         if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
             return rc;
@@ -379,6 +393,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
+    loop_timer_init(&s->accept_resume, on_accept_resume, s);
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
     if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)

@@ -50,6 +50,7 @@ struct server {
     struct store store;
     int listen_fd, signal_fd;
     struct loop_watch listen_watch, signal_watch;
+    struct loop_timer accept_resume; /* re-enables accepting after running out of fds */
     dev_t socket_dev; /* identity of the socket file we bound, to unlink only our own */
     ino_t socket_ino;
     struct session *sessions;       /* connected */

@@ -100,8 +100,12 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         o->hashed = 1;
         o->hashing = 0;
         s->hashing_bytes -= block_size(o);
+        /* A reference across the hook: what it does with o (answer and unpin replies that
+         * waited for the digest) cannot free it or put it in the LRU under our feet. */
+        o->refcount++;
         if (s->events.hashed)
             s->events.hashed(s->events.ctx, o);
+        o->refcount--;
         if (o->deleted && o->refcount == 0)
             object_free(s, o);
         else if (!o->deleted && o->refcount == 0)

@@ -30,8 +30,12 @@
 #define MAX_TRIED 8
 #define RETRY_FIRST_MS 10
 #define RETRY_MAX_MS 200
-/* A peer that owes bytes and sends none for this long is given up on. */
+/* A peer that owes bytes and sends none for this long is given up on; so is one that has
+ * not finished the handshake in HANDSHAKE_MS. */
 #define STALL_MS 30000
+#define HANDSHAKE_MS 10000
+/* Before authentication a peer may send only small frames (HELLO, AUTH). */
+#define UNAUTH_MAX_FRAME 256
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -61,6 +65,7 @@ struct want {
     uint32_t retries;
     struct loop_timer retry;
     struct pentry *entry; /* the pull entry naming this want, if any */
+    struct peer *queued;  /* the peer whose next PULL will name it, if any */
     struct object *obj;   /* the local object being filled */
     uint64_t digest;      /* the holder's, with verify */
     char holder[DIRECTORY_NODE_ID_MAX + 1];
@@ -84,6 +89,7 @@ struct peer {
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
+    uint64_t stall_bytes; /* conn->bytes_in when the watchdog was armed */
     struct loop_timer flush, stall;
     struct peer *next;
 };
@@ -109,6 +115,7 @@ struct inconn {
     struct engine *e;
     struct xconn *conn;
     int state;
+    struct loop_timer deadline; /* authenticate within HANDSHAKE_MS */
     char node[WIRE_NODE_MAX + 1];
     uint8_t nonce_c[WIRE_NONCE], nonce_a[WIRE_NONCE];
     struct hpull *queue, **queue_tail;
@@ -165,7 +172,7 @@ static void want_finish(struct want *w, int status)
         x->fn(x->ctx, x->index, status);
         free(x);
     }
-    if (!w->entry && !w->busy)
+    if (!w->entry && !w->queued && !w->busy)
         want_free(w);
 }
 
@@ -187,12 +194,16 @@ static void want_next_holder(struct want *w, const char *why)
 
     e->counters.transfer_failures++;
     log_warn("transfer from %s failed: %s; trying the next holder", w->holder, why);
-    if (w->ntried < MAX_TRIED)
-        snprintf(w->tried[w->ntried++], sizeof(w->tried[0]), "%s", w->holder);
     if (w->done) {
         want_free(w);
         return;
     }
+    if (w->ntried == MAX_TRIED) {
+        want_finish(w, err_set(FERRY_ETRANSFER, "%d holders failed (last: %s: %s)", MAX_TRIED,
+                               w->holder, why));
+        return;
+    }
+    snprintf(w->tried[w->ntried++], sizeof(w->tried[0]), "%s", w->holder);
     want_lookup(w, 1);
 }
 
@@ -253,7 +264,7 @@ static void peer_fail_wants(struct peer *p, const char *why)
         pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
-        p->queue[i]->entry = NULL;
+        p->queue[i]->queued = NULL;
         want_next_holder(p->queue[i], why);
     }
     p->nqueue = 0;
@@ -293,28 +304,66 @@ static void peer_abort(struct peer *p, const char *why)
     peer_remove(p, why);
 }
 
+/* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
+ * It is armed once, not pushed back by our own sends. */
 static void peer_stall_arm(struct peer *p)
 {
-    if (p->pulls)
-        loop_timer_start(p->e->loop, &p->stall, loop_now_ms() + STALL_MS);
-    else
+    if (!p->authed || p->pulls) {
+        if (p->stall.heap_index == SIZE_MAX) {
+            p->stall_bytes = p->conn->bytes_in;
+            loop_timer_start(p->e->loop, &p->stall,
+                             loop_now_ms() + (p->authed ? STALL_MS : HANDSHAKE_MS));
+        }
+    } else {
         loop_timer_stop(p->e->loop, &p->stall);
+    }
 }
 
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
-    peer_abort(t->arg, "no progress for 30 s");
+    struct peer *p = t->arg;
+
+    if (!p->authed) {
+        peer_abort(p, "no handshake within 10 s");
+        return;
+    }
+    if (p->conn->bytes_in == p->stall_bytes) {
+        peer_abort(p, "no bytes for 30 s");
+        return;
+    }
+    peer_stall_arm(p); /* bytes are coming: look again in 30 s */
 }
 
 /* Sends one PULL with every queued want. */
+/* Drops the queued wants that finished while they waited (a local put, say). */
+static void peer_prune_queue(struct peer *p)
+{
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < p->nqueue; i++) {
+        struct want *w = p->queue[i];
+        if (w->done) {
+            w->queued = NULL;
+            want_free(w);
+        } else {
+            p->queue[k++] = w;
+        }
+    }
+    p->nqueue = k;
+}
+
 static void peer_flush(struct peer *p)
 {
     struct pbuf b = {0};
     struct pull *pl;
     ferry_id *ids;
-    uint32_t n = p->nqueue < WIRE_MAX_IDS ? p->nqueue : WIRE_MAX_IDS;
+    uint32_t n;
 
-    if (!p->authed || n == 0)
+    if (!p->authed)
+        return;
+    peer_prune_queue(p);
+    n = p->nqueue < WIRE_MAX_IDS ? p->nqueue : WIRE_MAX_IDS;
+    if (n == 0)
         return;
     pl = calloc(1, sizeof(*pl));
     ids = malloc((size_t)n * sizeof(*ids));
@@ -331,6 +380,7 @@ static void peer_flush(struct peer *p)
     pl->n = n;
     for (uint32_t i = 0; i < n; i++) {
         struct want *w = p->queue[i];
+        w->queued = NULL;
         ids[i] = w->id;
         pl->entries[i] = (struct pentry){.pull = pl, .w = w};
         w->entry = &pl->entries[i];
@@ -374,6 +424,7 @@ static void peer_enqueue(struct peer *p, struct want *w)
     p->queue[p->nqueue++] = w;
     w->state = WANT_QUEUED;
     w->entry = NULL;
+    w->queued = p;
     snprintf(w->holder, sizeof(w->holder), "%s", p->node.id);
     loop_timer_start(p->e->loop, &p->flush, 0);
 }
@@ -409,6 +460,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
         return NULL;
     }
     p->conn->owner = p;
+    p->conn->max_frame = UNAUTH_MAX_FRAME;
     e->counters.connections_opened++;
     wire_hello(&b, e->node_id, p->nonce);
     if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
@@ -420,6 +472,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     pbuf_free(&b);
     p->next = e->peers;
     e->peers = p;
+    peer_stall_arm(p);
     return p;
 }
 
@@ -450,6 +503,8 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
     }
     pbuf_free(&b);
     p->authed = 1;
+    p->conn->max_frame = WIRE_MAX_FRAME;
+    loop_timer_stop(e->loop, &p->stall);
     peer_flush(p);
 }
 
@@ -467,11 +522,11 @@ static void want_seal(struct want *w)
     w->obj = NULL;
     e->counters.transfers_in++;
     e->counters.bytes_in += o->data_size + o->metadata_size;
-    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. The
-     * copy inherits the holder's digest (checked with --verify): it is not hashed again. A
-     * holder that had not finished its own sends 0, and the copy is hashed here. */
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. With
+     * --verify the copy keeps the digest it was checked against; otherwise it is hashed here,
+     * rather than trusting a digest nobody checked. */
     w->busy = 1;
-    if (w->digest)
+    if (e->cfg.verify)
         store_seal_digest(e->store, o, w->digest);
     else
         store_seal(e->store, o);
@@ -531,11 +586,16 @@ static void complete_entry(struct peer *p, struct pentry *pe)
         pe->pull->pending--;
     }
     if (w) {
+        struct object *here = store_find(p->e->store, &w->id);
         w->entry = NULL;
         if (w->obj)
             want_received(w);
         else if (w->done)
             want_free(w);
+        else if (here && here->state == FERRY_STATE_SEALED)
+            want_finish(w, 0);
+        else
+            want_retry(w); /* it was being created here; if that is aborted, fetch again */
     }
     pull_maybe_pop(p);
     peer_stall_arm(p);
@@ -750,6 +810,7 @@ static void inconn_free(struct inconn *ic)
     *ic->pprev = ic->next;
     if (ic->next)
         ic->next->pprev = ic->pprev;
+    loop_timer_stop(ic->e->loop, &ic->deadline);
     pins_drop(ic);
     while ((hp = ic->queue)) {
         ic->queue = hp->next;
@@ -831,6 +892,8 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
         return;
     }
     ic->state = IN_READY;
+    ic->conn->max_frame = WIRE_MAX_FRAME;
+    loop_timer_stop(e->loop, &ic->deadline);
 }
 
 static int hpull_ready(const struct hpull *hp)
@@ -987,6 +1050,11 @@ static const struct xconn_events in_events = {
     .closed = in_closed,
 };
 
+static void on_handshake_deadline(struct loop *l, struct loop_timer *t)
+{
+    in_abort(t->arg, "no handshake within 10 s");
+}
+
 static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
 {
     struct engine *e = arg;
@@ -1000,6 +1068,9 @@ static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
     ic->conn = c;
     ic->queue_tail = &ic->queue;
     c->owner = ic;
+    c->max_frame = UNAUTH_MAX_FRAME;
+    loop_timer_init(&ic->deadline, on_handshake_deadline, ic);
+    loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HANDSHAKE_MS);
     ic->next = e->inconns;
     if (ic->next)
         ic->next->pprev = &ic->next;
@@ -1081,6 +1152,11 @@ void engine_close(struct engine *e)
             struct pull *pl = p->pulls;
             p->pulls = pl->next;
             pull_free(pl);
+        }
+        for (uint32_t i = 0; i < p->nqueue; i++) {
+            p->queue[i]->queued = NULL;
+            if (p->queue[i]->done)
+                want_free(p->queue[i]);
         }
         peer_free(p);
     }
@@ -1166,7 +1242,7 @@ void engine_cancel(struct engine *e, void *ctx)
         }
         /* Nobody waits and nothing is under way: stop asking the directory. (Without
          * memory for the list, such wants stop at their next lookup instead.) */
-        if (idle && !w->waiters && w->state == WANT_RETRY)
+        if (idle && !w->waiters && (w->state == WANT_RETRY || w->state == WANT_QUEUED))
             idle[nidle++] = w;
     }
     for (size_t i = 0; i < nidle; i++)

@@ -70,6 +70,7 @@ struct xlistener {
     struct loop *loop;
     int fd;
     struct loop_watch watch;
+    struct loop_timer resume; /* re-enables accepting after running out of descriptors */
     const struct xconn_events *ev;
     xaccept_fn *fn;
     void *arg;
@@ -99,6 +100,7 @@ int transport_split_addr(const char *addr, char *host, size_t host_len, char *po
     return 0;
 }
 
+/* Numeric hosts only: a name would make getaddrinfo wait for DNS on the event loop. */
 static int resolve(const char *addr, int passive, struct addrinfo **out)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -107,9 +109,10 @@ static int resolve(const char *addr, int passive, struct addrinfo **out)
 
     if ((rc = transport_split_addr(addr, host, sizeof(host), port, sizeof(port))) < 0)
         return rc;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
     if ((rc = getaddrinfo(host, port, &hints, out)) != 0)
-        return err_set(FERRY_EINVAL, "address '%s': %s", addr, gai_strerror(rc));
+        return err_set(FERRY_EINVAL, "address '%s': %s (numeric IP address and port needed)",
+                       addr, gai_strerror(rc));
     return 0;
 }
 
@@ -323,7 +326,7 @@ static void give_frame(struct tcp_conn *c, const uint8_t *p, size_t n)
     c->hdr_got += n;
     if (c->hdr_got < PROTO_HEADER_SIZE)
         return;
-    if (proto_decode_header(c->hdr, WIRE_MAX_FRAME, &c->h) < 0) {
+    if (proto_decode_header(c->hdr, c->base.max_frame, &c->h) < 0) {
         conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
         return;
     }
@@ -398,6 +401,7 @@ static ssize_t read_some(struct tcp_conn *c)
         conn_fail(c, n == 0 ? "peer closed the connection" : strerror(errno));
         return -1;
     }
+    c->base.bytes_in += (uint64_t)n;
     if (iov[0].iov_base == c->la) {
         c->la_len = (size_t)n;
         drain_lookahead(c);
@@ -477,6 +481,7 @@ static struct tcp_conn *conn_new(struct loop *loop, int fd, const struct xconn_e
     }
     c->base.type = &transport_tcp;
     c->base.ev = ev;
+    c->base.max_frame = WIRE_MAX_FRAME;
     snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
     c->loop = loop;
     c->fd = fd;
@@ -557,8 +562,14 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
         int fd = accept4(ls->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EMFILE || errno == ENFILE) {
+                /* Level-triggered: without a pause this would spin. */
+                log_warn("transfer accept: %s; pausing for 100 ms", strerror(errno));
+                loop_watch_mod(ls->loop, &ls->watch, 0);
+                loop_timer_start(ls->loop, &ls->resume, loop_now_ms() + 100);
+            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
                 log_warn("transfer accept: %s", strerror(errno));
+            }
             return;
         }
         tune(fd);
@@ -570,6 +581,12 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
         }
         ls->fn(ls, &c->base, ls->arg);
     }
+}
+
+static void on_resume(struct loop *l, struct loop_timer *t)
+{
+    struct xlistener *ls = t->arg;
+    loop_watch_mod(l, &ls->watch, EPOLLIN);
 }
 
 static int tcp_listen(struct loop *loop, const char *addr, const struct xconn_events *ev,
@@ -586,6 +603,7 @@ static int tcp_listen(struct loop *loop, const char *addr, const struct xconn_ev
         goto free_ai;
     }
     *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
+    loop_timer_init(&ls->resume, on_resume, ls);
     ls->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (ls->fd < 0) {
         rc = err_sys("socket");
@@ -615,6 +633,7 @@ static void tcp_listener_close(struct xlistener *ls)
 {
     if (!ls)
         return;
+    loop_timer_stop(ls->loop, &ls->resume);
     loop_watch_del(ls->loop, &ls->watch);
     close(ls->fd);
     free(ls);

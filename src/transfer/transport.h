@@ -39,8 +39,11 @@ struct xconn_events {
 struct xconn {
     const struct transport *type;
     const struct xconn_events *ev;
-    void *owner;    /* the engine's record of this connection */
-    char peer[128]; /* printable peer address, for logs */
+    void *owner;        /* the engine's record of this connection */
+    char peer[128];     /* printable peer address, for logs */
+    uint64_t bytes_in;  /* read so far (the engine's stall watchdog compares it) */
+    uint32_t max_frame; /* frames longer than this break the framing; the engine lowers it
+                         * for peers that have not authenticated yet */
 };
 
 typedef void xaccept_fn(struct xlistener *l, struct xconn *c, void *arg);
