@@ -120,6 +120,8 @@ struct inconn {
     uint8_t nonce_c[WIRE_NONCE], nonce_a[WIRE_NONCE];
     struct hpull *queue, **queue_tail;
     struct pin *pins;
+    uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
+    int paused;
     struct inconn *next, **pprev;
 };
 
@@ -927,6 +929,7 @@ static int send_object(struct inconn *ic, struct object *o)
     if (ic->pins)
         ic->pins->pprev = &pn->next;
     ic->pins = pn;
+    ic->pinned += len;
     return tcp->send_range(ic->conn, e->store->base + o->offset, len, pn);
 }
 
@@ -961,6 +964,26 @@ static int hpull_answer(struct inconn *ic, struct hpull *hp)
 }
 
 /* Answers queued pulls in order, as far as their digests allow. */
+/* A receiver that does not read what it asked for would keep the holder's objects pinned
+ * without bound: past a quarter of the arena (at least 64 MiB) pinned for one connection, its
+ * further requests wait until it has read half of that. */
+static uint64_t pin_limit(const struct engine *e)
+{
+    uint64_t quarter = store_capacity(e->store) / 4;
+    return quarter > (64ull << 20) ? quarter : 64ull << 20;
+}
+
+static void in_backpressure(struct inconn *ic)
+{
+    uint64_t limit = pin_limit(ic->e);
+    int pause = ic->pinned > limit || (ic->paused && ic->pinned > limit / 2);
+
+    if (pause != ic->paused) {
+        ic->paused = pause;
+        tcp->pause(ic->conn, pause);
+    }
+}
+
 static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
@@ -976,6 +999,7 @@ static void in_process(struct inconn *ic)
         }
         hpull_free(ic->e, hp);
     }
+    in_backpressure(ic);
 }
 
 static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
@@ -1036,11 +1060,13 @@ static void in_sent(struct xconn *c, void *arg)
 
     ic->e->counters.transfers_out++;
     ic->e->counters.bytes_out += pn->len;
+    ic->pinned -= pn->len;
     *pn->pprev = pn->next;
     if (pn->next)
         pn->next->pprev = pn->pprev;
     store_unref(ic->e->store, pn->o);
     free(pn);
+    in_backpressure(ic);
 }
 
 static const struct xconn_events in_events = {

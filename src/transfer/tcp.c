@@ -53,6 +53,7 @@ struct tcp_conn {
     struct loop *loop;
     int fd;
     int connecting, closed;
+    int paused; /* reading stopped by the engine */
     struct loop_watch watch;
     struct loop_timer reaper;
     struct loop_timer writer; /* writes what was queued, later in the same loop turn */
@@ -165,7 +166,7 @@ static void conn_fail(struct tcp_conn *c, const char *reason)
 
 static void conn_interest(struct tcp_conn *c)
 {
-    uint32_t ev = c->connecting ? EPOLLOUT : EPOLLIN | (c->sq ? EPOLLOUT : 0);
+    uint32_t ev = c->connecting ? EPOLLOUT : (c->paused ? 0 : EPOLLIN) | (c->sq ? EPOLLOUT : 0);
     if (!c->closed && loop_watch_mod(c->loop, &c->watch, ev) < 0)
         conn_fail(c, "epoll_ctl failed");
 }
@@ -457,7 +458,11 @@ static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
         if (c->closed)
             return;
     }
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+    if ((events & (EPOLLHUP | EPOLLERR)) && c->paused) {
+        conn_fail(c, "peer hung up"); /* reported even while not reading: would spin */
+        return;
+    }
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->paused)
         on_readable(c);
     if (!c->closed && c->sq && flush(c) < 0)
         return;
@@ -530,6 +535,14 @@ close_fd:
 free_ai:
     freeaddrinfo(ai);
     return rc;
+}
+
+static void tcp_pause(struct xconn *xc, int paused)
+{
+    struct tcp_conn *c = (struct tcp_conn *)xc;
+
+    c->paused = paused;
+    conn_interest(c);
 }
 
 static void tcp_close(struct xconn *xc)
@@ -647,5 +660,6 @@ const struct transport transport_tcp = {
     .send_frame = tcp_send_frame,
     .send_range = tcp_send_range,
     .recv_into = tcp_recv_into,
+    .pause = tcp_pause,
     .close = tcp_close,
 };

@@ -65,6 +65,8 @@ struct transport {
     /* The next len bytes of the stream, after the frame being handled, go to dst (NULL:
      * they are read and dropped). Calls queue up in order. */
     int (*recv_into)(struct xconn *c, uint8_t *dst, uint64_t len, void *arg);
+    /* Stops (paused = 1) or resumes reading from the peer: backpressure. */
+    void (*pause)(struct xconn *c, int paused);
     /* Closes at once, without ev->closed; pending callbacks are dropped. */
     void (*close)(struct xconn *c);
 };
