@@ -1,0 +1,450 @@
+/*
+ * it_cluster_regress.c - regressions of the transfer engine, each found with a fake peer that
+ * speaks (or does not speak) the transfer protocol, next to real ferryd nodes and a real
+ * Redis:
+ * - a fetch queued on a holder that never answers, finished meanwhile by a local put, must
+ *   not leave the engine with a freed record when that holder later goes away (ASan);
+ * - a fetch that timed out while the object was being created locally (and was then
+ *   aborted) must not keep a later fetch of the same id from transferring it;
+ * - a holder that accepts the connection and never sends its CHALLENGE is given up on at the
+ *   handshake deadline (FERRY_ETRANSFER), not left to the fetch's timeout;
+ * - a holder that sends slowly but steadily is not cut off by the stall watchdog;
+ * - before authentication, a frame header announcing a large payload closes the connection
+ *   at once (both sides), and is counted in peer_errors.
+ *
+ * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
+ * in Redis by hand as a node "fake" (ferry:node:fake) holding the object (ferry:obj:<hex>).
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/proto.h"
+#include "transfer/wire.h"
+
+enum { A, B };
+#define BIT(i) (1u << (i))
+
+/* The engine's deadlines (engine.c): a peer that has not finished the handshake in
+ * HANDSHAKE_MS, or that owes bytes and sends none for STALL_MS, is given up on. */
+#define HANDSHAKE_MS 10000
+#define STALL_MS 30000
+
+/* ---- a minimal Redis client (RESP over a plain socket) ---- */
+
+/* Sends one command (argv NULL-terminated) to the cluster's Redis and reads the first line
+ * of its reply; fails the test on an error reply or no reply. */
+static void redis_cmd(const struct h_cluster *cl, const char *const *argv)
+{
+    char req[1024], reply[256] = "";
+    int n = 0, len = 0;
+    while (argv[n])
+        n++;
+    len = snprintf(req, sizeof(req), "*%d\r\n", n);
+    for (int i = 0; i < n && len < (int)sizeof(req); i++)
+        len += snprintf(req + len, sizeof(req) - (size_t)len, "$%zu\r\n%s\r\n", strlen(argv[i]),
+                        argv[i]);
+    assert_true(len < (int)sizeof(req));
+    int fd = h_tcp_connect(cl->redis.port);
+    assert_int_equal(h_raw_write(fd, req, (size_t)len), 0);
+    size_t got = 0;
+    struct h_wait w;
+    for (h_wait_begin(&w, H_EVENT_MS); !strstr(reply, "\r\n") && got + 1 < sizeof(reply);) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int left = (int)(w.deadline_ms - h_now_ms());
+        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
+            break;
+        ssize_t r = recv(fd, reply + got, sizeof(reply) - 1 - got, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        got += r > 0 ? (size_t)r : 0;
+        reply[got] = '\0';
+    }
+    close(fd);
+    if (!strstr(reply, "\r\n") || reply[0] == '-')
+        fail_msg("redis %s: reply \"%s\"", argv[0], reply);
+}
+
+static void id_hex(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1])
+{
+    for (int i = 0; i < FERRY_ID_SIZE; i++)
+        snprintf(out + 2 * i, 3, "%02x", id->bytes[i]);
+}
+
+/* Registers node "fake" at 127.0.0.1:port as a holder of id, the way a node publishes. */
+static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
+{
+    char addr[32], key[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    redis_cmd(cl,
+              (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "transports", "tcp", NULL});
+    redis_cmd(cl, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
+    snprintf(key, sizeof(key), "ferry:obj:");
+    id_hex(id, key + strlen(key));
+    redis_cmd(cl, (const char *[]){"SADD", key, "fake", NULL});
+}
+
+/* Removes "fake" from the holders of id. */
+static void unregister_fake_holder(const struct h_cluster *cl, const ferry_id *id)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "ferry:obj:");
+    id_hex(id, key + strlen(key));
+    redis_cmd(cl, (const char *[]){"SREM", key, "fake", NULL});
+}
+
+/* ---- fake holders ---- */
+
+/* A listening socket on 127.0.0.1 (a free port, in *port). The kernel completes the TCP
+ * handshake of a connecting node even while nobody accepts. */
+static int fake_listen(int *port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        fail_msg("fake holder: bind/listen 127.0.0.1:0: %s", strerror(errno));
+    *port = ntohs(addr.sin_port);
+    return fd;
+}
+
+/* Accepts one connection within timeout_ms: its fd, or -1. */
+static int fake_accept(int lfd, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return -1;
+    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+/* Reads exactly n bytes within H_EVENT_MS: 0, or -1 (closed, error or time out). */
+static int read_exact(int fd, uint8_t *buf, size_t n)
+{
+    struct h_wait w;
+    for (h_wait_begin(&w, H_EVENT_MS); n > 0;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int left = (int)(w.deadline_ms - h_now_ms());
+        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
+            return -1;
+        ssize_t got = recv(fd, buf, n, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+            return -1;
+        if (got > 0) {
+            buf += got;
+            n -= (size_t)got;
+        }
+    }
+    return 0;
+}
+
+/* Reads one transfer frame of type want into payload (up to cap): its length; fails the
+ * test otherwise. *tag receives the frame's tag. */
+static uint32_t read_frame(int fd, uint16_t want, uint8_t *payload, size_t cap, uint64_t *tag)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    if (read_exact(fd, hdr, sizeof(hdr)) != 0)
+        fail_msg("fake holder: no frame header (waiting for type %u)", want);
+    uint32_t len = h_rd32(hdr);
+    uint16_t type = (uint16_t)(hdr[4] | hdr[5] << 8);
+    if (type != want || len > cap || read_exact(fd, payload, len) != 0)
+        fail_msg("fake holder: frame of type %u and %u bytes, expected type %u", type, len, want);
+    if (tag)
+        *tag = h_rd64(hdr + 8);
+    return len;
+}
+
+/* The holder's side of the handshake, as node "fake" without a secret: reads HELLO, sends
+ * CHALLENGE, reads AUTH. */
+static void fake_handshake(int fd)
+{
+    uint8_t buf[512];
+    read_frame(fd, WIRE_HELLO, buf, sizeof(buf), NULL);
+    uint8_t ch[1 + 4 + WIRE_NONCE + 1 + WIRE_MAC] = {4, 'f', 'a', 'k', 'e'};
+    memset(ch + 5, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
+    assert_int_equal(h_raw_frame(fd, WIRE_CHALLENGE, 0, ch, sizeof(ch)), 0);
+    read_frame(fd, WIRE_AUTH, buf, sizeof(buf), NULL);
+}
+
+/* A frame header announcing len payload bytes of the given type (nothing follows). */
+static int send_big_header(int fd, uint16_t type, uint32_t len)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    uint8_t *p = h_le32(hdr, len);
+    p = h_le16(p, type);
+    p = h_le16(p, 0);
+    h_le64(p, 0);
+    return h_raw_write(fd, hdr, sizeof(hdr));
+}
+
+/* ---- the tests ---- */
+
+/* A fetch on A queued on a holder that accepted and never answered, then satisfied by a
+ * local put: when that holder later closes, A retires the (finished) record it had queued.
+ * The old engine freed the record at the put and touched it at the close: under ASan A
+ * died there. A must keep serving, and fetch from a real holder afterwards. */
+H_CLUSTER_TEST(fetch_queued_on_a_silent_holder_survives_a_local_put)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    int port, lfd = fake_listen(&port);
+    ferry_id x = h_id("queued-on-a-silent-holder");
+    register_fake(cl, port, &x);
+    ferry_stats a0 = h_stats(a);
+
+    ferry_client *fa = h_node_connect(cl, A);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 8000, &status);
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
+    /* A sent its HELLO: the fetch is queued on the fake, waiting for the handshake. */
+    uint8_t hello[PROTO_HEADER_SIZE];
+    assert_int_equal(read_exact(cfd, hello, sizeof(hello)), 0);
+    assert_int_equal(hello[4] | hello[5] << 8, WIRE_HELLO);
+    h_sleep_ms(200);
+
+    H_OK(h_put_direct(a, &x, 1000, 10));
+    h_fetch_join(&f, 5000);
+    H_RC(f.rc, FERRY_OK);
+    H_RC(status, FERRY_OK);
+    assert_true(f.elapsed_ms < 5000); /* answered by the seal, not by its timeout */
+    ferry_disconnect(fa);
+
+    /* The fake goes away: A notices (the queued record is let go of) and keeps serving. */
+    close(cfd);
+    close(lfd);
+    uint64_t failures = H_WAIT_STAT_MIN(a, transfer_failures, a0.transfer_failures + 1, H_EVENT_MS);
+    if (failures < a0.transfer_failures + 1)
+        fail_msg("A did not notice the fake holder's close within %d ms", H_EVENT_MS);
+    h_sleep_ms(200);
+    h_assert_object(a, &x, 1000, 10);
+    status = 1;
+    H_OK(ferry_fetch(a, &x, 1, 3000, &status)); /* local now */
+    H_RC(status, FERRY_OK);
+
+    ferry_id y = h_id("after-the-silent-holder");
+    H_OK(h_put_direct(b, &y, 50000, 5));
+    status = 1;
+    H_OK(ferry_fetch(a, &y, 1, 5000, &status));
+    H_RC(status, FERRY_OK);
+    h_assert_object(a, &y, 50000, 5);
+    assert_int_equal(h_stats(a).transfers_in - a0.transfers_in, 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* B holds X; on A a client creates X and leaves it unsealed, so a fetch of X on A times
+ * out; the client then aborts. A new fetch of X on A must transfer it from B. */
+H_CLUSTER_TEST(fetch_after_a_local_abort_of_the_same_id_still_transfers)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id x = h_id("aborted-here-held-there");
+    H_OK(h_put_direct(b, &x, 4096, 16));
+    h_assert_where(a, cl, &x, BIT(B), H_CLUSTER_MS);
+
+    ferry_client *creator = h_node_connect(cl, A);
+    uint8_t *data = NULL;
+    H_OK(ferry_create(creator, &x, 4096, NULL, 0, &data));
+    ferry_stats a0 = h_stats(a);
+
+    int status = 1;
+    int64_t t0 = h_now_ms();
+    H_RC(ferry_fetch(a, &x, 1, 1500, &status), FERRY_ETIMEDOUT);
+    H_RC(status, FERRY_ETIMEDOUT);
+    assert_true(h_now_ms() - t0 < 1500 + H_EVENT_MS);
+
+    H_OK(ferry_abort(creator, &x));
+    h_sync(creator);
+    assert_int_equal(h_contains(a, &x), 0);
+
+    status = 1;
+    t0 = h_now_ms();
+    int rc = ferry_fetch(a, &x, 1, 5000, &status);
+    if (rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("fetch after the abort: rc %d (%s), status %d, after %lld ms (transfers_in "
+                 "%llu -> %llu)",
+                 rc, ferry_strerror(rc), status, (long long)(h_now_ms() - t0),
+                 (unsigned long long)a0.transfers_in, (unsigned long long)h_stats(a).transfers_in);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.transfers_in - a0.transfers_in, 1);
+    h_assert_object(a, &x, 4096, 16);
+    ferry_disconnect(creator);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* The only holder of X accepts the connection and never sends CHALLENGE: a fetch with a
+ * 15 s timeout fails with FERRY_ETRANSFER at the handshake deadline (about 10 s), not with
+ * FERRY_ETIMEDOUT. Once X is on B and the fake is no longer a holder, a new fetch works. */
+H_CLUSTER_TEST(silent_holder_is_given_up_within_the_handshake_deadline)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    int port, lfd = fake_listen(&port); /* never accepts: the kernel does the TCP handshake */
+    ferry_id x = h_id("held-by-a-silent-fake");
+    register_fake(cl, port, &x);
+    ferry_stats a0 = h_stats(a);
+
+    int status = 1;
+    int64_t t0 = h_now_ms();
+    int rc = ferry_fetch(a, &x, 1, 15000, &status);
+    int64_t took = h_now_ms() - t0;
+    if (rc != FERRY_ETRANSFER || status != FERRY_ETRANSFER || took < HANDSHAKE_MS - 1000 ||
+        took > HANDSHAKE_MS + 3000)
+        fail_msg("fetch from a silent holder: rc %d (%s), status %d after %lld ms; expected "
+                 "FERRY_ETRANSFER after about %d ms",
+                 rc, ferry_strerror(rc), status, (long long)took, HANDSHAKE_MS);
+    ferry_stats a1 = h_stats(a);
+    assert_true(a1.transfer_failures > a0.transfer_failures);
+    assert_int_equal(a1.transfers_in, a0.transfers_in);
+
+    H_OK(h_put_direct(b, &x, 3000, 7));
+    unregister_fake_holder(cl, &x);
+    h_assert_where(a, cl, &x, BIT(B), H_CLUSTER_MS);
+    status = 1;
+    t0 = h_now_ms();
+    rc = ferry_fetch(a, &x, 1, 5000, &status);
+    if (rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("fetch once B holds it: rc %d (%s), status %d after %lld ms", rc,
+                 ferry_strerror(rc), status, (long long)(h_now_ms() - t0));
+    h_assert_object(a, &x, 3000, 7);
+    assert_int_equal(h_stats(a).transfers_in - a1.transfers_in, 1);
+    close(lfd);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* The fake holder answers the pull at once, then sends the object's bytes one at a time,
+ * every half second, for longer than the stall watchdog's 30 s: the bytes keep coming, so
+ * the transfer must not be cut off, and the object arrives whole. */
+#define SLOW_SIZE 64u
+#define SLOW_EVERY_MS 500
+H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
+{
+    _Static_assert((SLOW_SIZE - 1) * SLOW_EVERY_MS > STALL_MS + 1000, "must outlast the watchdog");
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port, lfd = fake_listen(&port);
+    ferry_id x = h_id("sent-slowly");
+    register_fake(cl, port, &x);
+    ferry_stats a0 = h_stats(a);
+
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, STALL_MS + 15000, &status);
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
+    fake_handshake(cfd);
+    uint8_t pull[1 + 4 + FERRY_ID_SIZE];
+    uint64_t tag = 0;
+    assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), &tag), sizeof(pull));
+    assert_int_equal(h_rd32(pull + 1), 1);
+    assert_memory_equal(pull + 5, x.bytes, FERRY_ID_SIZE);
+
+    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
+    p = h_le32(p, 0);         /* status */
+    p = h_le64(p, SLOW_SIZE); /* data */
+    p = h_le64(p, 0);         /* metadata */
+    h_le64(p, 0);             /* digest (no --verify) */
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
+    uint8_t *bytes = h_pattern(SLOW_SIZE, h_seed(&x));
+    int64_t t0 = h_now_ms();
+    uint32_t sent = 0;
+    for (; sent < SLOW_SIZE; sent++) {
+        if (sent)
+            h_sleep_ms(SLOW_EVERY_MS);
+        if (h_raw_write(cfd, bytes + sent, 1) != 0)
+            break;
+    }
+    int64_t took = h_now_ms() - t0;
+    free(bytes);
+    h_fetch_join(&f, 10000);
+    if (sent < SLOW_SIZE || f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("slow transfer: %u of %u bytes sent over %lld ms; fetch rc %d (%s), status %d "
+                 "(peer_errors %llu -> %llu)",
+                 sent, SLOW_SIZE, (long long)took, f.rc, ferry_strerror(f.rc), status,
+                 (unsigned long long)a0.peer_errors, (unsigned long long)h_stats(a).peer_errors);
+    h_assert_object(a, &x, SLOW_SIZE, 0);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.transfers_in - a0.transfers_in, 1);
+    assert_int_equal(a1.transfer_failures, a0.transfer_failures);
+    assert_int_equal(a1.peer_errors, a0.peer_errors);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* Before authentication only small frames are allowed: a header announcing 1 MiB (under the
+ * 4 MiB cap of authenticated peers) is refused at once, not buffered until the handshake
+ * deadline. Both ways: a connector on A's transfer port, and a holder answering A's HELLO. */
+H_CLUSTER_TEST(large_frame_before_authentication_is_dropped)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_stats a0 = h_stats(a);
+
+    /* A connector: 1 MiB HELLO header as the first thing. */
+    int fd = h_tcp_connect(h_node_port(cl, A));
+    assert_int_equal(send_big_header(fd, WIRE_HELLO, 1u << 20), 0);
+    int closed = h_raw_wait_closed(fd, 3000); /* well under the 10 s handshake deadline */
+    close(fd);
+    if (!closed)
+        fail_msg("A kept a connection that announced a 1 MiB frame before authenticating");
+    uint64_t errors = H_WAIT_STAT(a, peer_errors, a0.peer_errors + 1);
+    assert_int_equal(errors, a0.peer_errors + 1);
+
+    /* A holder: answers A's HELLO with a 1 MiB CHALLENGE header. */
+    int port, lfd = fake_listen(&port);
+    ferry_id x = h_id("big-challenge");
+    register_fake(cl, port, &x);
+    ferry_client *fa = h_node_connect(cl, A);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 8000, &status);
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
+    uint8_t buf[512];
+    read_frame(cfd, WIRE_HELLO, buf, sizeof(buf), NULL);
+    assert_int_equal(send_big_header(cfd, WIRE_CHALLENGE, 1u << 20), 0);
+    closed = h_raw_wait_closed(cfd, 3000);
+    close(cfd);
+    close(lfd);
+    h_fetch_join(&f, 10000);
+    if (!closed)
+        fail_msg("A kept a holder that announced a 1 MiB frame before authenticating");
+    H_RC(f.rc, FERRY_ETRANSFER);
+    H_RC(status, FERRY_ETRANSFER);
+    assert_true(f.elapsed_ms < 5000);
+    errors = H_WAIT_STAT(a, peer_errors, a0.peer_errors + 2);
+    assert_int_equal(errors, a0.peer_errors + 2);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(fetch_queued_on_a_silent_holder_survives_a_local_put),
+        T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
+        T(silent_holder_is_given_up_within_the_handshake_deadline),
+        T(slow_but_moving_transfer_is_not_cut_off),
+        T(large_frame_before_authentication_is_dropped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
