@@ -36,6 +36,8 @@
 #define HANDSHAKE_MS 10000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
 #define UNAUTH_MAX_FRAME 256
+/* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
+#define MAX_INCONNS 1024
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -122,6 +124,8 @@ struct inconn {
     struct pin *pins;
     uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
     int paused;
+    uint64_t stall_bytes;     /* conn->bytes_out when the send watchdog was armed */
+    struct loop_timer stall;  /* a receiver that stops reading what it asked for */
     struct inconn *next, **pprev;
 };
 
@@ -136,6 +140,7 @@ struct engine {
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;
+    int inconn_count;
     struct hasher *verifier;
     struct loop_watch verifier_watch;
     struct engine_counters counters;
@@ -813,6 +818,8 @@ static void inconn_free(struct inconn *ic)
     if (ic->next)
         ic->next->pprev = ic->pprev;
     loop_timer_stop(ic->e->loop, &ic->deadline);
+    loop_timer_stop(ic->e->loop, &ic->stall);
+    ic->e->inconn_count--;
     pins_drop(ic);
     while ((hp = ic->queue)) {
         ic->queue = hp->next;
@@ -973,6 +980,29 @@ static uint64_t pin_limit(const struct engine *e)
     return quarter > (64ull << 20) ? quarter : 64ull << 20;
 }
 
+/* While bytes are pinned for the receiver, it must keep reading them: 30 s without any
+ * leaving, and its pins go with its connection. */
+static void in_stall_arm(struct inconn *ic)
+{
+    if (!ic->pinned) {
+        loop_timer_stop(ic->e->loop, &ic->stall);
+    } else if (ic->stall.heap_index == SIZE_MAX) {
+        ic->stall_bytes = ic->conn->bytes_out;
+        loop_timer_start(ic->e->loop, &ic->stall, loop_now_ms() + STALL_MS);
+    }
+}
+
+static void on_in_stall(struct loop *l, struct loop_timer *t)
+{
+    struct inconn *ic = t->arg;
+
+    if (ic->conn->bytes_out == ic->stall_bytes) {
+        in_abort(ic, "read none of what it asked for in 30 s");
+        return;
+    }
+    in_stall_arm(ic);
+}
+
 static void in_backpressure(struct inconn *ic)
 {
     uint64_t limit = pin_limit(ic->e);
@@ -982,6 +1012,7 @@ static void in_backpressure(struct inconn *ic)
         ic->paused = pause;
         tcp->pause(ic->conn, pause);
     }
+    in_stall_arm(ic);
 }
 
 static void in_process(struct inconn *ic)
@@ -1084,17 +1115,25 @@ static void on_handshake_deadline(struct loop *l, struct loop_timer *t)
 static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
 {
     struct engine *e = arg;
-    struct inconn *ic = calloc(1, sizeof(*ic));
+    struct inconn *ic;
 
-    if (!ic) {
+    if (e->inconn_count >= MAX_INCONNS) {
+        e->counters.peer_errors++;
+        log_warn("refusing a transfer connection from %s: %d are open", c->peer, MAX_INCONNS);
         tcp->close(c);
         return;
     }
+    if (!(ic = calloc(1, sizeof(*ic)))) {
+        tcp->close(c);
+        return;
+    }
+    e->inconn_count++;
     ic->e = e;
     ic->conn = c;
     ic->queue_tail = &ic->queue;
     c->owner = ic;
     c->max_frame = UNAUTH_MAX_FRAME;
+    loop_timer_init(&ic->stall, on_in_stall, ic);
     loop_timer_init(&ic->deadline, on_handshake_deadline, ic);
     loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HANDSHAKE_MS);
     ic->next = e->inconns;

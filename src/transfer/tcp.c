@@ -194,6 +194,7 @@ static int flush(struct tcp_conn *c)
             return -1;
         }
         budget = (uint64_t)n >= budget ? 0 : budget - (uint64_t)n;
+        c->base.bytes_out += (uint64_t)n;
         while ((s = c->sq) && (uint64_t)n >= s->len) {
             n -= (ssize_t)s->len;
             c->sq = s->next;

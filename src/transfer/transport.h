@@ -41,7 +41,8 @@ struct xconn {
     const struct xconn_events *ev;
     void *owner;        /* the engine's record of this connection */
     char peer[128];     /* printable peer address, for logs */
-    uint64_t bytes_in;  /* read so far (the engine's stall watchdog compares it) */
+    uint64_t bytes_in;  /* read so far (the engine's stall watchdogs compare them) */
+    uint64_t bytes_out; /* written so far */
     uint32_t max_frame; /* frames longer than this break the framing; the engine lowers it
                          * for peers that have not authenticated yet */
 };
