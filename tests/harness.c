@@ -559,8 +559,7 @@ static int wait_readable(int fd)
     return r > 0;
 }
 
-/* Reads exactly n bytes, closing any file descriptors that come along. 0 or -1. */
-static int raw_read_exact(int fd, uint8_t *buf, size_t n)
+int h_read_exact(int fd, uint8_t *buf, size_t n)
 {
     while (n > 0) {
         char cbuf[CMSG_SPACE(4 * sizeof(int))];
@@ -593,13 +592,13 @@ static int raw_read_exact(int fd, uint8_t *buf, size_t n)
 long h_raw_reply(int fd, uint16_t want_type, void *buf, size_t cap)
 {
     uint8_t hdr[PROTO_HEADER_SIZE];
-    if (raw_read_exact(fd, hdr, sizeof(hdr)) != 0)
+    if (h_read_exact(fd, hdr, sizeof(hdr)) != 0)
         return -1;
     uint32_t len = h_rd32(hdr);
     uint16_t type = (uint16_t)(hdr[4] | hdr[5] << 8);
     if (type != (want_type | PROTO_REPLY_BIT) || len > cap)
         return -1;
-    if (raw_read_exact(fd, buf, len) != 0)
+    if (h_read_exact(fd, buf, len) != 0)
         return -1;
     return len;
 }

@@ -130,6 +130,10 @@ struct h_wait {
     int tries;
 };
 void h_wait_begin(struct h_wait *w, int timeout_ms);
+
+/* Reads exactly n bytes from a socket (Unix or TCP), closing any descriptors that come
+ * along; each wait for data is bounded by H_EVENT_MS. 0, or -1 (closed, error, time out). */
+int h_read_exact(int fd, uint8_t *buf, size_t n);
 int h_wait_next(struct h_wait *w);
 
 /* Polls stats until field(stats) == want or H_EVENT_MS passes; returns the last value. */

@@ -297,34 +297,14 @@ H_CLUSTER_TEST(peers_must_share_the_cluster_secret)
 
 /* ---- raw transfer connections ---- */
 
-/* Reads exactly n bytes within H_EVENT_MS: 0, or -1 (closed, error or time out). */
-static int read_exact(int fd, uint8_t *buf, size_t n)
-{
-    struct h_wait w;
-    for (h_wait_begin(&w, H_EVENT_MS); n > 0;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int left = (int)(w.deadline_ms - h_now_ms());
-        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
-            return -1;
-        ssize_t got = recv(fd, buf, n, MSG_DONTWAIT);
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
-            return -1;
-        if (got > 0) {
-            buf += got;
-            n -= (size_t)got;
-        }
-    }
-    return 0;
-}
-
 /* Reads one transfer frame: its type (the payload is read and dropped), or -1. */
 static int read_frame_type(int fd, uint8_t *payload, size_t cap, uint32_t *len)
 {
     uint8_t hdr[PROTO_HEADER_SIZE];
-    if (read_exact(fd, hdr, sizeof(hdr)) != 0)
+    if (h_read_exact(fd, hdr, sizeof(hdr)) != 0)
         return -1;
     *len = h_rd32(hdr);
-    if (*len > cap || read_exact(fd, payload, *len) != 0)
+    if (*len > cap || h_read_exact(fd, payload, *len) != 0)
         return -1;
     return hdr[4] | hdr[5] << 8;
 }

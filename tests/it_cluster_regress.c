@@ -126,36 +126,16 @@ static int fake_accept(int lfd, int timeout_ms)
     return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 }
 
-/* Reads exactly n bytes within H_EVENT_MS: 0, or -1 (closed, error or time out). */
-static int read_exact(int fd, uint8_t *buf, size_t n)
-{
-    struct h_wait w;
-    for (h_wait_begin(&w, H_EVENT_MS); n > 0;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int left = (int)(w.deadline_ms - h_now_ms());
-        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
-            return -1;
-        ssize_t got = recv(fd, buf, n, MSG_DONTWAIT);
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
-            return -1;
-        if (got > 0) {
-            buf += got;
-            n -= (size_t)got;
-        }
-    }
-    return 0;
-}
-
 /* Reads one transfer frame of type want into payload (up to cap): its length; fails the
  * test otherwise. *tag receives the frame's tag. */
 static uint32_t read_frame(int fd, uint16_t want, uint8_t *payload, size_t cap, uint64_t *tag)
 {
     uint8_t hdr[PROTO_HEADER_SIZE];
-    if (read_exact(fd, hdr, sizeof(hdr)) != 0)
+    if (h_read_exact(fd, hdr, sizeof(hdr)) != 0)
         fail_msg("fake holder: no frame header (waiting for type %u)", want);
     uint32_t len = h_rd32(hdr);
     uint16_t type = (uint16_t)(hdr[4] | hdr[5] << 8);
-    if (type != want || len > cap || read_exact(fd, payload, len) != 0)
+    if (type != want || len > cap || h_read_exact(fd, payload, len) != 0)
         fail_msg("fake holder: frame of type %u and %u bytes, expected type %u", type, len, want);
     if (tag)
         *tag = h_rd64(hdr + 8);
@@ -209,7 +189,7 @@ H_CLUSTER_TEST(fetch_queued_on_a_silent_holder_survives_a_local_put)
         fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
     /* A sent its HELLO: the fetch is queued on the fake, waiting for the handshake. */
     uint8_t hello[PROTO_HEADER_SIZE];
-    assert_int_equal(read_exact(cfd, hello, sizeof(hello)), 0);
+    assert_int_equal(h_read_exact(cfd, hello, sizeof(hello)), 0);
     assert_int_equal(hello[4] | hello[5] << 8, WIRE_HELLO);
     h_sleep_ms(200);
 
