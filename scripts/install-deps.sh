@@ -3,7 +3,8 @@
 # not on this machine yet. Does nothing (and asks for nothing) when all is present.
 set -eu
 PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev libxxhash-dev
-libssl-dev libhiredis-dev redis-server gnuplot-nox libmimalloc-dev procps"
+libssl-dev libhiredis-dev redis-server gnuplot-nox libmimalloc-dev procps libfabric-dev
+libfabric-bin openmpi-bin libopenmpi-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
