@@ -48,10 +48,11 @@ static void test_pull_and_reply_round_trip(void **state)
     size_t start;
 
     memset(ids, 0x5a, sizeof(ids));
-    wire_pull(&b, 42, WIRE_PULL_VERIFY, ids, 2);
+    wire_pull(&b, 42, WIRE_PULL_VERIFY, 65536, ids, 2);
     assert_int_equal(decode(&b, &m), 0);
     assert_int_equal(m.tag, 42);
     assert_int_equal(m.flags, WIRE_PULL_VERIFY);
+    assert_int_equal(m.eager_max, 65536);
     assert_int_equal(m.n, 2);
     assert_memory_equal(m.ids, ids, sizeof(ids));
     b.len = 0;
@@ -76,11 +77,11 @@ static void test_malformed_rejected(void **state)
     uint8_t nonce[WIRE_NONCE] = {0};
 
     memset(&id, 1, sizeof(id));
-    wire_pull(&b, 1, 0, &id, 1);
+    wire_pull(&b, 1, 0, 0, &id, 1);
     memcpy(b.data + PROTO_HEADER_SIZE + 1, &(uint32_t){2}, 4); /* claims 2 ids, holds 1 */
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
-    wire_pull(&b, 1, 0x80, &id, 1);
+    wire_pull(&b, 1, 0x80, 0, &id, 1);
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
     wire_hello(&b, "bad\x01id", nonce);

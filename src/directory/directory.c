@@ -64,7 +64,7 @@
 #define NODE_KEY_MAX (sizeof(NODE_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
 #define HOST_MAX 256
-#define ARGV_MAX 6
+#define ARGV_MAX 8
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -508,6 +508,8 @@ static int parse_entry(const redisReply *r, struct directory_node *node)
             string_copy(node->addr, sizeof(node->addr), value);
         else if (strcmp(field->str, "transports") == 0)
             string_copy(node->transports, sizeof(node->transports), value);
+        else if (strcmp(field->str, "fabric") == 0)
+            string_copy(node->fabric, sizeof(node->fabric), value);
     }
     return node->addr[0] != '\0';
 }
@@ -740,13 +742,14 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
 {
     char key[NODE_KEY_MAX], ttl[16];
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *hset[] = {"HSET", key, "addr", d->self.addr, "transports", d->self.transports};
+    const char *hset[] = {"HSET",       key, "addr", d->self.addr, "transports", d->self.transports,
+                          "fabric",     d->self.fabric};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
 
     entry_key(key, d->self.id);
     snprintf(ttl, sizeof(ttl), "%u", (unsigned)d->ttl_ms);
     if (send_command(d, on_checked, "MULTI", 1, multi) < 0 ||
-        send_command(d, on_checked, "HSET", 6, hset) < 0 ||
+        send_command(d, on_checked, "HSET", 8, hset) < 0 ||
         send_command(d, on_checked, "PEXPIRE", 3, pexpire) < 0 ||
         send_command(d, done, "heartbeat", 1, exec) < 0)
         return FERRY_EDIRECTORY;
@@ -1014,6 +1017,9 @@ static int configure(struct directory *d, const struct directory_config *cfg)
     if (!field_valid(self->transports, sizeof(self->transports), 1))
         return err_set(FERRY_EINVAL, "directory: the transports must have at most %d characters",
                        DIRECTORY_TRANSPORTS_MAX);
+    if (!field_valid(self->fabric, sizeof(self->fabric), 1))
+        return err_set(FERRY_EINVAL, "directory: the fabric address must have at most %d "
+                       "characters", DIRECTORY_FABRIC_MAX);
     d->self = *self;
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;

@@ -4,7 +4,7 @@
  * API on the daemon's event loop (no thread of its own).
  *
  * Redis schema (DB from the URL):
- *   ferry:node:<node-id>   hash {addr, transports}, with a TTL the node refreshes by heartbeat:
+ *   ferry:node:<node-id>   hash {addr, transports, fabric}, with a TTL the node refreshes by heartbeat:
  *                          a node that dies disappears when the TTL runs out (a few seconds)
  *   ferry:obj:<40 hex>     set of node ids holding a sealed copy
  *
@@ -32,6 +32,7 @@
 #define DIRECTORY_NODE_ID_MAX 63
 #define DIRECTORY_ADDR_MAX 127
 #define DIRECTORY_TRANSPORTS_MAX 63
+#define DIRECTORY_FABRIC_MAX 639
 
 struct directory;
 
@@ -39,6 +40,7 @@ struct directory_node {
     char id[DIRECTORY_NODE_ID_MAX + 1];
     char addr[DIRECTORY_ADDR_MAX + 1];             /* transfer address, HOST:PORT */
     char transports[DIRECTORY_TRANSPORTS_MAX + 1]; /* comma-separated, e.g. "tcp" */
+    char fabric[DIRECTORY_FABRIC_MAX + 1]; /* PROVIDER@HEX endpoint name, or empty */
 };
 
 struct directory_config {

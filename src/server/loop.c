@@ -178,9 +178,13 @@ static uint64_t now_ns(void)
 /* The wait before the next turn: none while busy-polling after recent events, as long as the
  * machine has a CPU for every runnable task, yielding between polls so that a client sharing
  * this CPU is not kept from running. */
-static int wait_ms(const struct loop *l)
+static int wait_ms(struct loop *l)
 {
-    int timeout = next_timeout(l);
+    int timeout;
+
+    if (l->before_wait && l->before_wait(l, l->before_wait_arg))
+        return 0;
+    timeout = next_timeout(l);
 
     if (timeout != 0 && l->busy_poll_ns && now_ns() - l->last_event_ns < l->busy_poll_ns &&
         cpuload_can_poll()) {

@@ -18,6 +18,10 @@ typedef void loop_timer_fn(struct loop *l, struct loop_timer *t);
 /* Runs once per turn after the events and timers of the turn: deferred frees go here, so that
  * a callback may close what a later event of the same turn refers to. */
 typedef void loop_turn_fn(struct loop *l, void *arg);
+/* Runs before every wait for events; returns nonzero when it has work to do at once (then the
+ * wait does not sleep). A completion queue whose wait fd is only trustworthy after a check
+ * (libfabric's fi_trywait) goes here. */
+typedef int loop_poll_fn(struct loop *l, void *arg);
 
 struct loop_watch {
     int fd;
@@ -46,6 +50,8 @@ struct loop {
     size_t heap_len, heap_cap;
     loop_turn_fn *after_turn;
     void *after_turn_arg;
+    loop_poll_fn *before_wait; /* one, or NULL */
+    void *before_wait_arg;
 };
 
 int loop_init(struct loop *l);

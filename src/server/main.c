@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "server/server.h"
+#include "transfer/engine.h"
 
 static void usage(FILE *f)
 {
@@ -15,7 +16,8 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--verbose]\n"
             "              [--node-id NAME --listen HOST:PORT --directory redis://HOST:PORT[/DB]\n"
-            "               [--secret-file PATH] [--verify]]\n"
+            "               [--secret-file PATH] [--verify] [--transport auto|tcp|fabric]\n"
+            "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
@@ -28,7 +30,16 @@ static void usage(FILE *f)
             "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
             "  --directory URL     the Redis that holds the node registry and object locations\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256)\n"
-            "  --verify            check an XXH3 digest of every fetched object before sealing\n",
+            "  --verify            check an XXH3 digest of every fetched object before sealing\n"
+            "  --transport MODE    auto (default): libfabric where peers share a provider, else\n"
+            "                      tcp; fabric: as auto, but refuse to start without a fabric;\n"
+            "                      tcp: never libfabric\n"
+            "  --fabric-provider P libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm\n"
+            "                      (default: the first suitable one fi_getinfo offers)\n"
+            "  --eager-max SIZE    fabric: objects up to SIZE go two-sided through bounce\n"
+            "                      buffers, larger ones by one-sided read (default: the\n"
+            "                      provider's measured crossover; see ferry calibrate)\n"
+            "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
             FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US);
 }
 
@@ -55,6 +66,40 @@ static int parse_busy_poll(const char *text, uint32_t *out)
     return 0;
 }
 
+static int parse_transport(const char *text, int *out)
+{
+    static const char *const names[] = {"auto", "tcp", "fabric"};
+    static const int modes[] = {ENGINE_AUTO, ENGINE_TCP, ENGINE_FABRIC};
+
+    for (size_t i = 0; i < 3; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = modes[i];
+            return 0;
+        }
+    }
+    return err_set(FERRY_EINVAL, "transport '%s': expected auto, tcp or fabric", text);
+}
+
+static int parse_window(const char *text, uint32_t *out)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+
+    if (!*text || *end || v < 1 || v > 256)
+        return err_set(FERRY_EINVAL, "fabric window '%s': expected 1 to 256", text);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_eager(const char *text, uint64_t *out)
+{
+    if (strcmp(text, "auto") == 0) {
+        *out = ENGINE_EAGER_AUTO;
+        return 0;
+    }
+    return size_parse(text, out);
+}
+
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
     static const struct option opts[] = {
@@ -64,6 +109,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         {"node-id", required_argument, NULL, 'n'},   {"listen", required_argument, NULL, 'l'},
         {"directory", required_argument, NULL, 'd'}, {"secret-file", required_argument, NULL, 'S'},
         {"verify", no_argument, NULL, 'V'},          {"help", no_argument, NULL, 'h'},
+        {"transport", required_argument, NULL, 't'}, {"fabric-provider", required_argument, NULL, 'P'},
+        {"eager-max", required_argument, NULL, 'E'}, {"fabric-window", required_argument, NULL, 'W'},
         {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
@@ -72,6 +119,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->socket_mode = 0600;
     cfg->memory = 1ull << 30;
     cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
+    cfg->eager_max = ENGINE_EAGER_AUTO;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':
@@ -106,6 +154,18 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'V':
             cfg->verify = 1;
+            break;
+        case 't':
+            rc = parse_transport(optarg, &cfg->transport);
+            break;
+        case 'P':
+            cfg->fabric_provider = optarg;
+            break;
+        case 'E':
+            rc = parse_eager(optarg, &cfg->eager_max);
+            break;
+        case 'W':
+            rc = parse_window(optarg, &cfg->fabric_window);
             break;
         case 'h':
             usage(stdout);

@@ -338,8 +338,13 @@ static int open_cluster(struct server *s)
     const struct server_config *c = &s->cfg;
     struct directory_config dc = {.url = c->directory_url};
     struct directory_hooks hooks = {.republish = republish, .ctx = s};
-    struct engine_config ec = {.node_id = c->node_id, .listen_addr = c->listen_addr,
-                               .verify = c->verify};
+    struct engine_config ec = {.node_id = c->node_id,
+                               .listen_addr = c->listen_addr,
+                               .verify = c->verify,
+                               .transport = c->transport,
+                               .fabric_provider = c->fabric_provider,
+                               .eager_max = c->eager_max,
+                               .fabric_window = c->fabric_window};
     uint8_t secret[1024];
     int rc;
 
@@ -358,16 +363,19 @@ static int open_cluster(struct server *s)
             return rc;
         ec.secret = secret;
     }
-    snprintf(dc.self.id, sizeof(dc.self.id), "%s", c->node_id);
-    snprintf(dc.self.addr, sizeof(dc.self.addr), "%s", c->listen_addr);
-    snprintf(dc.self.transports, sizeof(dc.self.transports), "tcp");
-    if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
-        return rc;
-    rc = engine_open(&s->engine, &s->loop, &s->store, s->dir, &ec);
+    rc = engine_open(&s->engine, &s->loop, &s->store, &ec);
     memset(secret, 0, sizeof(secret));
     if (rc < 0)
         return rc;
-    log_info("node %s: transfers on %s (tcp), directory %s%s%s", c->node_id, c->listen_addr,
+    snprintf(dc.self.id, sizeof(dc.self.id), "%s", c->node_id);
+    snprintf(dc.self.addr, sizeof(dc.self.addr), "%s", c->listen_addr);
+    engine_advertise(s->engine, &dc.self);
+    if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
+        return rc;
+    engine_set_directory(s->engine, s->dir);
+    log_info("node %s: transfers on %s (tcp%s%s), directory %s%s%s", c->node_id,
+             c->listen_addr, engine_fabric_provider(s->engine) ? ", fabric " : "",
+             engine_fabric_provider(s->engine) ? engine_fabric_provider(s->engine) : "",
              c->directory_url, ec.secret ? ", secret required" : "",
              c->verify ? ", verifying" : "");
     return 0;

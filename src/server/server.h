@@ -36,6 +36,10 @@ struct server_config {
     const char *directory_url; /* redis://HOST:PORT[/DB] */
     const char *secret_file;
     int verify;
+    int transport;               /* enum engine_transport */
+    const char *fabric_provider; /* NULL: any */
+    uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
+    uint32_t fabric_window;
 };
 
 struct server_counters {

@@ -7,7 +7,13 @@
  * - peer: an outgoing connection to a holder, in e->peers until its connection closes. Its
  *   pulls are answered in order; the head pull may be receiving bytes.
  * - inconn: an incoming connection from a receiver, in e->inconns. Objects it is sending
- *   are pinned (one reference each) until the transport says the bytes left, or it closes.
+ *   are pinned (one reference each) until the transport says the bytes left (fabric
+ *   rendezvous: the reader said it is done, or its lease ran out), or it closes.
+ * - breaker: a peer whose fabric connections keep failing; while open, that peer is reached
+ *   over tcp. Kept in e->breakers for as long as the engine lives (one per such peer).
+ *
+ * Transports: every peer is reached over fabric when this node opened one and the peer
+ * advertises the same provider, else tcp; each connection carries its transport (c->type).
  */
 #include "transfer/engine.h"
 
@@ -38,6 +44,12 @@
 #define UNAUTH_MAX_FRAME 256
 /* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
 #define MAX_INCONNS 1024
+/* A peer whose fabric connection fails this often in a row is reached over tcp for a while. */
+#define BREAKER_FAILS 3
+#define BREAKER_MS 30000
+/* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
+ * providers start from the generic one. */
+#define EAGER_DEFAULT (64u << 10)
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -91,6 +103,7 @@ struct peer {
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
+    char why[112];        /* why this transport */
     uint64_t stall_bytes; /* conn->bytes_in when the watchdog was armed */
     struct loop_timer flush, stall;
     struct peer *next;
@@ -105,6 +118,7 @@ struct pin {
 
 struct hpull {
     uint64_t tag;
+    uint64_t eager_max; /* the receiver's */
     uint8_t flags;
     uint32_t n;
     struct object **objs; /* pinned sealed objects; NULL for the ids we do not have */
@@ -129,6 +143,14 @@ struct inconn {
     struct inconn *next, **pprev;
 };
 
+struct breaker {
+    char node[DIRECTORY_NODE_ID_MAX + 1];
+    uint32_t fails;
+    uint64_t open_until; /* ms; tcp until then */
+    char last[96];       /* the last failure */
+    struct breaker *next;
+};
+
 struct engine {
     struct loop *loop;
     struct store *store;
@@ -136,7 +158,9 @@ struct engine {
     struct engine_config cfg;
     char node_id[DIRECTORY_NODE_ID_MAX + 1];
     uint8_t *secret;
-    struct xlistener *listener;
+    struct xlistener *tcp_l, *fab_l;
+    uint64_t eager_max;
+    struct breaker *breakers;
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;
@@ -147,6 +171,109 @@ struct engine {
 };
 
 static const struct transport *const tcp = &transport_tcp;
+static const struct transport *const fabric = &transport_fabric;
+
+/* ---- the fabric's circuit breaker ---- */
+
+static struct breaker *breaker_find(struct engine *e, const char *node, int create)
+{
+    struct breaker *b;
+
+    for (b = e->breakers; b && strcmp(b->node, node) != 0; b = b->next)
+        ;
+    if (!b && create && (b = calloc(1, sizeof(*b)))) {
+        snprintf(b->node, sizeof(b->node), "%s", node);
+        b->next = e->breakers;
+        e->breakers = b;
+    }
+    return b;
+}
+
+/* A fabric connection to node failed: after BREAKER_FAILS in a row, tcp for a while. */
+static void breaker_fail(struct engine *e, const char *node, const char *why)
+{
+    struct breaker *b = breaker_find(e, node, 1);
+
+    e->counters.fabric_failures++;
+    if (!b)
+        return;
+    snprintf(b->last, sizeof(b->last), "%s", why);
+    if (++b->fails < BREAKER_FAILS)
+        return;
+    b->fails = 0;
+    b->open_until = loop_now_ms() + BREAKER_MS;
+    e->counters.fabric_fallbacks++;
+    log_warn("fabric to %s failed %d times in a row (last: %s): using tcp for %d s", node,
+             BREAKER_FAILS, why, BREAKER_MS / 1000);
+}
+
+static void breaker_ok(struct engine *e, const char *node)
+{
+    struct breaker *b = breaker_find(e, node, 0);
+
+    if (b)
+        b->fails = 0;
+}
+
+/* The transport for a peer, and why (for ferry stat). */
+static const struct transport *transport_for(struct engine *e,
+                                             const struct directory_node *node,
+                                      char *why, size_t len)
+{
+    const char *at = strchr(node->fabric, '@');
+    const char *mine = e->fab_l ? fabric->provider(e->fab_l) : NULL;
+    struct breaker *b = breaker_find(e, node->id, 0);
+
+    if (!mine) {
+        snprintf(why, len, "%s", e->cfg.transport == ENGINE_TCP ? "--transport tcp"
+                                                                 : "no fabric on this node");
+    } else if (!at) {
+        snprintf(why, len, "the peer has no fabric");
+    } else if ((size_t)(at - node->fabric) != strlen(mine) ||
+               strncmp(node->fabric, mine, strlen(mine)) != 0) {
+        snprintf(why, len, "the peer's fabric is %.*s, ours %s", (int)(at - node->fabric),
+                 node->fabric, mine);
+    } else if (b && b->open_until > loop_now_ms()) {
+        snprintf(why, len, "fabric failed %d times (%.60s); tcp for %u s", BREAKER_FAILS, b->last,
+                 (unsigned)((b->open_until - loop_now_ms()) / 1000 + 1));
+    } else {
+        snprintf(why, len, "both on %s", mine);
+        return fabric;
+    }
+    return tcp;
+}
+
+/* Frees a partial object once no one-sided read can still write into it. */
+struct discard {
+    struct engine *e;
+    struct object *o;
+};
+
+static void on_drained(void *arg)
+{
+    struct discard *d = arg;
+
+    store_abort(d->e->store, d->o);
+    free(d);
+}
+
+static void discard_partial(struct engine *e, struct xconn *c, struct object *o)
+{
+    struct discard *d = malloc(sizeof(*d));
+
+    if (d) {
+        *d = (struct discard){.e = e, .o = o};
+        if (c->type->drain(c, on_drained, d) == 0)
+            return;
+        free(d);
+    }
+    if (c->type == fabric) {
+        /* A read may still land in it: keeping it is safe, freeing it is not. */
+        log_error("out of memory: keeping a partial object rather than risk a late write");
+        return;
+    }
+    store_abort(e->store, o);
+}
 
 /* ---- wants ---- */
 
@@ -263,7 +390,7 @@ static void peer_fail_wants(struct peer *p, const char *why)
                 continue;
             w->entry = NULL;
             if (w->obj) {
-                store_abort(e->store, w->obj); /* the partial object is never seen */
+                discard_partial(e, p->conn, w->obj); /* the partial object is never seen */
                 w->obj = NULL;
             }
             want_next_holder(w, why);
@@ -298,7 +425,9 @@ static void peer_closed(struct xconn *c, int err, const char *reason)
 
     if (err == FERRY_EPROTO)
         p->e->counters.peer_errors++;
-    log_warn("transfer connection to %s (%s) lost: %s", p->node.id, p->node.addr, reason);
+    log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
+    if (c->type == fabric)
+        breaker_fail(p->e, p->node.id, reason);
     peer_remove(p, reason);
 }
 
@@ -306,8 +435,10 @@ static void peer_closed(struct xconn *c, int err, const char *reason)
 static void peer_abort(struct peer *p, const char *why)
 {
     p->e->counters.peer_errors++;
-    log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->node.addr, why);
-    tcp->close(p->conn);
+    log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
+    p->conn->type->close(p->conn);
+    if (p->conn->type == fabric)
+        breaker_fail(p->e, p->node.id, why);
     peer_remove(p, why);
 }
 
@@ -395,11 +526,11 @@ static void peer_flush(struct peer *p)
     }
     memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
     p->nqueue -= n;
-    wire_pull(&b, pl->tag, p->e->cfg.verify ? WIRE_PULL_VERIFY : 0, ids, n);
+    wire_pull(&b, pl->tag, p->e->cfg.verify ? WIRE_PULL_VERIFY : 0, p->e->eager_max, ids, n);
     free(ids);
     *p->pulls_tail = pl;
     p->pulls_tail = &pl->next;
-    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
         peer_abort(p, "cannot send a pull");
         return;
@@ -445,6 +576,23 @@ static struct peer *peer_find(struct engine *e, const char *node)
     return p;
 }
 
+/* Connects p over the transport chosen for it; a fabric that refuses falls back to tcp. */
+static int peer_connect(struct peer *p)
+{
+    struct engine *e = p->e;
+    const struct transport *t = transport_for(e, &p->node, p->why, sizeof(p->why));
+    const char *at = strchr(p->node.fabric, '@');
+
+    if (t == fabric) {
+        if (fabric->connect(e->fab_l, at + 1, &peer_events, &p->conn) == 0)
+            return 0;
+        log_warn("fabric to %s: %s; using tcp", p->node.id, ferry_errmsg());
+        breaker_fail(e, p->node.id, ferry_errmsg());
+        snprintf(p->why, sizeof(p->why), "fabric refused: %.90s", ferry_errmsg());
+    }
+    return tcp->connect(e->tcp_l, p->node.addr, &peer_events, &p->conn);
+}
+
 /* The connection to node, opened (and authentication started) on first use. */
 static struct peer *peer_get(struct engine *e, const struct directory_node *node)
 {
@@ -460,8 +608,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
     loop_timer_init(&p->stall, on_stall, p);
-    if (RAND_bytes(p->nonce, WIRE_NONCE) != 1 ||
-        tcp->connect(e->loop, node->addr, &peer_events, &p->conn) < 0) {
+    if (RAND_bytes(p->nonce, WIRE_NONCE) != 1 || peer_connect(p) < 0) {
         log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
         free(p);
         return NULL;
@@ -470,9 +617,9 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->conn->max_frame = UNAUTH_MAX_FRAME;
     e->counters.connections_opened++;
     wire_hello(&b, e->node_id, p->nonce);
-    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
-        tcp->close(p->conn);
+        p->conn->type->close(p->conn);
         free(p);
         return NULL;
     }
@@ -503,7 +650,7 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
         return;
     }
     wire_auth(&b, mine);
-    if (b.oom || tcp->send_frame(p->conn, b.data, b.len) < 0) {
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
         peer_abort(p, "cannot send our proof");
         return;
@@ -573,14 +720,14 @@ static void want_received(struct want *w)
 /* Retires the head pull once it is answered and all its bytes are in. */
 static void pull_maybe_pop(struct peer *p)
 {
-    struct pull *pl = p->pulls;
+    struct pull *pl;
 
-    if (!pl || !pl->replied || pl->pending)
-        return;
-    p->pulls = pl->next;
-    if (!p->pulls)
-        p->pulls_tail = &p->pulls;
-    pull_free(pl);
+    while ((pl = p->pulls) && pl->replied && !pl->pending) {
+        p->pulls = pl->next;
+        if (!p->pulls)
+            p->pulls_tail = &p->pulls;
+        pull_free(pl);
+    }
 }
 
 static void complete_entry(struct peer *p, struct pentry *pe)
@@ -595,6 +742,8 @@ static void complete_entry(struct peer *p, struct pentry *pe)
     if (w) {
         struct object *here = store_find(p->e->store, &w->id);
         w->entry = NULL;
+        if (w->obj && p->conn->type == fabric)
+            breaker_ok(p->e, p->node.id);
         if (w->obj)
             want_received(w);
         else if (w->done)
@@ -645,16 +794,20 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         complete_entry(p, pe);
         return 0;
     }
-    return tcp->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL, len, pe);
+    return p->conn->type->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL,
+                                    len, pe);
 }
 
 static void peer_on_reply(struct peer *p, const struct wire_msg *m)
 {
-    struct pull *pl = p->pulls;
+    struct pull *pl;
     struct wire_reply_entry re;
 
-    /* Replies come in order, each after the bytes of the one before. */
-    if (!pl || pl->replied || pl->tag != m->tag || pl->n != m->n) {
+    /* Replies come in order, each after the bytes of the one before on tcp (fabric: reads of
+     * earlier replies may still be under way). */
+    for (pl = p->pulls; pl && pl->replied; pl = pl->next)
+        ;
+    if (!pl || pl->tag != m->tag || pl->n != m->n) {
         peer_abort(p, "a reply that answers no pull");
         return;
     }
@@ -849,13 +1002,14 @@ static void in_abort(struct inconn *ic, const char *why)
     ic->e->counters.peer_errors++;
     log_warn("closing the transfer connection from %s (%s): %s", ic->node[0] ? ic->node : "?",
              ic->conn->peer, why);
-    tcp->close(ic->conn);
+    ic->conn->type->close(ic->conn);
     inconn_free(ic);
 }
 
 static int in_send(struct inconn *ic, struct pbuf *b)
 {
-    int rc = b->oom ? err_set(FERRY_ENOMEM, "frame") : tcp->send_frame(ic->conn, b->data, b->len);
+    int rc = b->oom ? err_set(FERRY_ENOMEM, "frame")
+                    : ic->conn->type->send_frame(ic->conn, b->data, b->len);
     pbuf_free(b);
     return rc;
 }
@@ -937,7 +1091,7 @@ static int send_object(struct inconn *ic, struct object *o)
         ic->pins->pprev = &pn->next;
     ic->pins = pn;
     ic->pinned += len;
-    return tcp->send_range(ic->conn, e->store->base + o->offset, len, pn);
+    return ic->conn->type->send_range(ic->conn, e->store->base + o->offset, len, pn);
 }
 
 /* Answers one pull: the reply, then the bytes of each object found. */
@@ -961,6 +1115,7 @@ static int hpull_answer(struct inconn *ic, struct hpull *hp)
     proto_frame_end(&b, start);
     if ((rc = in_send(ic, &b)) < 0)
         return rc;
+    ic->conn->eager_max = hp->eager_max;
     for (uint32_t i = 0; i < hp->n && rc == 0; i++) {
         struct object *o = hp->objs[i];
         hp->objs[i] = NULL;
@@ -1010,7 +1165,7 @@ static void in_backpressure(struct inconn *ic)
 
     if (pause != ic->paused) {
         ic->paused = pause;
-        tcp->pause(ic->conn, pause);
+        ic->conn->type->pause(ic->conn, pause);
     }
     in_stall_arm(ic);
 }
@@ -1045,6 +1200,7 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
         return;
     }
     hp->tag = m->tag;
+    hp->eager_max = m->eager_max;
     hp->flags = m->flags;
     hp->n = m->n;
     /* Only sealed objects, by id: pinned now, so that none goes before its bytes have. */
@@ -1120,11 +1276,11 @@ static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
     if (e->inconn_count >= MAX_INCONNS) {
         e->counters.peer_errors++;
         log_warn("refusing a transfer connection from %s: %d are open", c->peer, MAX_INCONNS);
-        tcp->close(c);
+        c->type->close(c);
         return;
     }
     if (!(ic = calloc(1, sizeof(*ic)))) {
-        tcp->close(c);
+        c->type->close(c);
         return;
     }
     e->inconn_count++;
@@ -1146,17 +1302,39 @@ static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
 
 /* ---- the engine ---- */
 
-int engine_open(struct engine **out, struct loop *l, struct store *st, struct directory *dir,
+/* Opens the fabric as the configuration says; with auto, a fabric that does not open is
+ * logged once and left out. */
+static int open_fabric(struct engine *e)
+{
+    struct xconfig xc = {.provider = e->cfg.fabric_provider,
+                         .arena = e->store->base,
+                         .arena_len = store_capacity(e->store),
+                         .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8};
+    int rc;
+
+    if (e->cfg.transport == ENGINE_TCP)
+        return 0;
+    rc = fabric->listen(e->loop, &xc, &in_events, on_accept, e, &e->fab_l);
+    if (rc < 0 && e->cfg.transport == ENGINE_FABRIC)
+        return rc;
+    if (rc < 0) {
+        log_warn("no fabric (%s): transfers run on tcp", ferry_errmsg());
+        return 0;
+    }
+    return 0;
+}
+
+int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg)
 {
     struct engine *e = calloc(1, sizeof(*e));
+    struct xconfig tc = {.addr = cfg->listen_addr};
     int rc;
 
     if (!e)
         return err_set(FERRY_ENOMEM, "engine");
     e->loop = l;
     e->store = st;
-    e->dir = dir;
     e->cfg = *cfg;
     snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
     if (cfg->secret && cfg->secret_len) {
@@ -1167,16 +1345,30 @@ int engine_open(struct engine **out, struct loop *l, struct store *st, struct di
         memcpy(e->secret, cfg->secret, cfg->secret_len);
     }
     e->cfg.secret = e->secret;
+    e->cfg.fabric_provider = NULL; /* not kept: the endpoint knows its provider */
     if ((rc = hasher_start(&e->verifier)) < 0)
         goto free_secret;
     if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), EPOLLIN,
                              on_verified, e)) < 0)
         goto stop_verifier;
-    if ((rc = tcp->listen(l, cfg->listen_addr, &in_events, on_accept, e, &e->listener)) < 0)
-        goto stop_verifier;
+    if ((rc = tcp->listen(l, &tc, &in_events, on_accept, e, &e->tcp_l)) < 0)
+        goto unwatch_verifier;
+    e->cfg.fabric_provider = cfg->fabric_provider;
+    rc = open_fabric(e);
+    e->cfg.fabric_provider = NULL;
+    if (rc < 0)
+        goto close_tcp;
+    engine_set_eager_max(e, cfg->eager_max);
+    if (e->fab_l)
+        log_info("fabric: provider %s, eager up to %" PRIu64 " bytes, one-sided reads above",
+                 fabric->provider(e->fab_l), e->eager_max);
     *out = e;
     return 0;
 
+close_tcp:
+    tcp->listener_close(e->tcp_l);
+unwatch_verifier:
+    loop_watch_del(l, &e->verifier_watch);
 stop_verifier:
     free(hasher_stop(e->verifier));
 free_secret:
@@ -1195,15 +1387,14 @@ void engine_close(struct engine *e)
 
     if (!e)
         return;
-    tcp->listener_close(e->listener);
     while (e->inconns) {
-        tcp->close(e->inconns->conn);
+        e->inconns->conn->type->close(e->inconns->conn);
         inconn_free(e->inconns);
     }
     while (e->peers) {
         struct peer *p = e->peers;
         e->peers = p->next;
-        tcp->close(p->conn);
+        p->conn->type->close(p->conn);
         for (struct pull *pl = p->pulls; pl; pl = pl->next) {
             for (uint32_t i = 0; i < pl->n; i++) {
                 struct want *pw = pl->entries[i].w;
@@ -1225,6 +1416,11 @@ void engine_close(struct engine *e)
         }
         peer_free(p);
     }
+    /* The fabric's endpoint closes first: then no read can land in what is aborted below. */
+    if (e->fab_l)
+        fabric->listener_close(e->fab_l);
+    tcp->listener_close(e->tcp_l);
+    loop_watch_del(l, &e->verifier_watch);
     for (job = hasher_stop(e->verifier); job; job = next) {
         struct want *v = job->arg;
         next = job->next;
@@ -1246,6 +1442,11 @@ void engine_close(struct engine *e)
     while ((w = idmap_next(&e->wants, &pos, NULL)))
         want_free(w);
     idmap_free(&e->wants);
+    while (e->breakers) {
+        struct breaker *b = e->breakers;
+        e->breakers = b->next;
+        free(b);
+    }
     free(e->secret);
     free(e);
     loop_fire_due(l); /* the transport frees closed connections from a 0 ms timer */
@@ -1334,7 +1535,73 @@ void engine_on_hashed(struct engine *e, const struct object *o)
     }
 }
 
-const struct engine_counters *engine_counters(const struct engine *e)
+const struct engine_counters *engine_counters(struct engine *e)
 {
+    if (e->fab_l)
+        fabric->stats(e->fab_l, &e->counters.fabric);
     return &e->counters;
+}
+
+void engine_set_directory(struct engine *e, struct directory *dir)
+{
+    e->dir = dir;
+}
+
+void engine_advertise(const struct engine *e, struct directory_node *self)
+{
+    snprintf(self->transports, sizeof(self->transports), "%s", e->fab_l ? "tcp,fabric" : "tcp");
+    if (e->fab_l)
+        snprintf(self->fabric, sizeof(self->fabric), "%s@%s", fabric->provider(e->fab_l),
+                 fabric->address(e->fab_l));
+    else
+        self->fabric[0] = '\0';
+}
+
+const char *engine_fabric_provider(const struct engine *e)
+{
+    return e->fab_l ? fabric->provider(e->fab_l) : NULL;
+}
+
+/* Where one-sided reads start to pay, per provider, from `ferry calibrate` runs on our
+ * 2-core VMs (docs/architecture.md): other providers start from EAGER_DEFAULT. */
+static uint64_t eager_default(const char *provider)
+{
+    static const struct {
+        const char *provider;
+        uint64_t eager_max;
+    } measured[] = {
+        {"shm", 64u << 10},
+        {"tcp;ofi_rxm", 64u << 10},
+    };
+
+    for (size_t i = 0; provider && i < sizeof(measured) / sizeof(measured[0]); i++) {
+        if (strcmp(provider, measured[i].provider) == 0)
+            return measured[i].eager_max;
+    }
+    return EAGER_DEFAULT;
+}
+
+uint64_t engine_eager_max(const struct engine *e)
+{
+    return e->eager_max;
+}
+
+void engine_set_eager_max(struct engine *e, uint64_t v)
+{
+    e->eager_max = v == ENGINE_EAGER_AUTO ? eager_default(engine_fabric_provider(e)) : v;
+}
+
+size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max)
+{
+    size_t n = 0;
+
+    for (const struct peer *p = e->peers; p && n < max; p = p->next, n++) {
+        out[n] = (struct engine_peer_info){0};
+        snprintf(out[n].node, sizeof(out[n].node), "%s", p->node.id);
+        snprintf(out[n].transport, sizeof(out[n].transport), "%s", p->conn->type->name);
+        snprintf(out[n].provider, sizeof(out[n].provider), "%s",
+                 p->conn->type->provider(p->conn->local));
+        snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
+    }
+    return n;
 }

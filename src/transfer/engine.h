@@ -24,15 +24,26 @@
 #include "directory/directory.h"
 #include "server/loop.h"
 #include "store/store.h"
+#include "transfer/transport.h"
 
 struct engine;
+
+/* Which transport peers are reached by: fabric where both sides have the same provider
+ * (auto: if the fabric opens here), else tcp. */
+enum engine_transport { ENGINE_AUTO, ENGINE_TCP, ENGINE_FABRIC };
+
+#define ENGINE_EAGER_AUTO UINT64_MAX /* the measured default of the provider */
 
 struct engine_config {
     const char *node_id;
     const char *listen_addr; /* HOST:PORT for peers */
     const uint8_t *secret;   /* the cluster secret, or NULL */
     size_t secret_len;
-    int verify; /* ask holders for digests and check them before sealing */
+    int verify;                  /* ask holders for digests and check them before sealing */
+    int transport;               /* enum engine_transport */
+    const char *fabric_provider; /* NULL: the first suitable one libfabric offers */
+    uint64_t eager_max;          /* fabric: objects up to this go two-sided, larger one-sided */
+    uint32_t fabric_window;      /* fabric: credits per connection and size class (0: 8) */
 };
 
 struct engine_counters {
@@ -40,14 +51,37 @@ struct engine_counters {
     uint64_t transfers_in, transfers_out, transfer_failures;
     uint64_t bytes_in, bytes_out;
     uint64_t peer_errors;
+    uint64_t fabric_failures;  /* fabric connections to peers that failed */
+    uint64_t fabric_fallbacks; /* times a peer was put on tcp after repeated fabric failures */
+    struct xstats fabric;
+};
+
+/* What ferry stat shows per peer this node pulls from. */
+struct engine_peer_info {
+    char node[DIRECTORY_NODE_ID_MAX + 1];
+    char transport[8]; /* tcp or fabric */
+    char provider[32];
+    char why[112];
 };
 
 /* status: 0 when the object is sealed here, else why not (enum ferry_error). */
 typedef void engine_fetch_fn(void *ctx, uint32_t index, int status);
 
-/* Listens on cfg->listen_addr. dir may be NULL (then every fetch fails: FERRY_EDIRECTORY). */
-int engine_open(struct engine **out, struct loop *l, struct store *st, struct directory *dir,
+/* Listens on cfg->listen_addr, and opens the fabric as cfg->transport says (auto: a fabric
+ * that does not open is logged once and left out). Fetches fail (FERRY_EDIRECTORY) until
+ * engine_set_directory. */
+int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg);
+void engine_set_directory(struct engine *e, struct directory *dir);
+/* This node's transports for the directory: "tcp" or "tcp,fabric", and provider@address. */
+void engine_advertise(const struct engine *e, struct directory_node *self);
+/* The fabric provider in use, or NULL. */
+const char *engine_fabric_provider(const struct engine *e);
+uint64_t engine_eager_max(const struct engine *e);
+/* Changes the eager limit for pulls from now on (ENGINE_EAGER_AUTO: the provider default). */
+void engine_set_eager_max(struct engine *e, uint64_t v);
+/* Fills up to max records, one per peer this node pulls from; returns how many. */
+size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max);
 /* Closes every connection (aborting partial objects, unpinning served ones) and frees. */
 void engine_close(struct engine *e);
 
@@ -63,6 +97,7 @@ void engine_on_sealed(struct engine *e, const struct object *o);
 /* o's digest is in: replies that waited for it can go. */
 void engine_on_hashed(struct engine *e, const struct object *o);
 
-const struct engine_counters *engine_counters(const struct engine *e);
+/* The counters, the fabric's included (refreshed by the call). */
+const struct engine_counters *engine_counters(struct engine *e);
 
 #endif

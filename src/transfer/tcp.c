@@ -69,6 +69,7 @@ struct tcp_conn {
 
 struct xlistener {
     struct loop *loop;
+    char addr[128];
     int fd;
     struct loop_watch watch;
     struct loop_timer resume; /* re-enables accepting after running out of descriptors */
@@ -476,7 +477,7 @@ static void tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static struct tcp_conn *conn_new(struct loop *loop, int fd, const struct xconn_events *ev,
+static struct tcp_conn *conn_new(struct xlistener *ls, int fd, const struct xconn_events *ev,
                                  const char *peer)
 {
     struct tcp_conn *c = calloc(1, sizeof(*c));
@@ -486,23 +487,24 @@ static struct tcp_conn *conn_new(struct loop *loop, int fd, const struct xconn_e
         return NULL;
     }
     c->base.type = &transport_tcp;
+    c->base.local = ls;
     c->base.ev = ev;
     c->base.max_frame = WIRE_MAX_FRAME;
     snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
-    c->loop = loop;
+    c->loop = ls->loop;
     c->fd = fd;
     c->sq_tail = &c->sq;
     c->rq_tail = &c->rq;
     loop_timer_init(&c->reaper, reap, c);
     loop_timer_init(&c->writer, on_write_timer, c);
-    if (loop_watch_add(loop, &c->watch, fd, EPOLLIN, on_event, c) < 0) {
+    if (loop_watch_add(c->loop, &c->watch, fd, EPOLLIN, on_event, c) < 0) {
         free(c);
         return NULL;
     }
     return c;
 }
 
-static int tcp_connect(struct loop *loop, const char *addr, const struct xconn_events *ev,
+static int tcp_connect(struct xlistener *ls, const char *addr, const struct xconn_events *ev,
                        struct xconn **out)
 {
     struct addrinfo *ai;
@@ -521,7 +523,7 @@ static int tcp_connect(struct loop *loop, const char *addr, const struct xconn_e
         rc = err_set(FERRY_ECONN, "connect to %s: %s", addr, strerror(errno));
         goto close_fd;
     }
-    if (!(c = conn_new(loop, fd, ev, addr))) {
+    if (!(c = conn_new(ls, fd, ev, addr))) {
         rc = FERRY_ENOMEM;
         goto close_fd;
     }
@@ -588,7 +590,7 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
         }
         tune(fd);
         peer_name(&ss, len, peer, sizeof(peer));
-        if (!(c = conn_new(ls->loop, fd, ls->ev, peer))) {
+        if (!(c = conn_new(ls, fd, ls->ev, peer))) {
             log_warn("transfer: refusing %s: %s", peer, ferry_errmsg());
             close(fd);
             continue;
@@ -603,9 +605,10 @@ static void on_resume(struct loop *l, struct loop_timer *t)
     loop_watch_mod(l, &ls->watch, EPOLLIN);
 }
 
-static int tcp_listen(struct loop *loop, const char *addr, const struct xconn_events *ev,
+static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
                       xaccept_fn *fn, void *arg, struct xlistener **out)
 {
+    const char *addr = cfg->addr;
     struct xlistener *ls;
     struct addrinfo *ai;
     int one = 1, rc;
@@ -617,6 +620,7 @@ static int tcp_listen(struct loop *loop, const char *addr, const struct xconn_ev
         goto free_ai;
     }
     *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
+    snprintf(ls->addr, sizeof(ls->addr), "%s", addr);
     loop_timer_init(&ls->resume, on_resume, ls);
     ls->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (ls->fd < 0) {
@@ -653,14 +657,38 @@ static void tcp_listener_close(struct xlistener *ls)
     free(ls);
 }
 
+static const char *tcp_address(const struct xlistener *ls)
+{
+    return ls->addr;
+}
+
+static const char *tcp_provider(const struct xlistener *ls)
+{
+    return "tcp";
+}
+
+static int tcp_stats(const struct xlistener *ls, struct xstats *out)
+{
+    return -ENOSYS;
+}
+
+static int tcp_drain(struct xconn *xc, void (*fn)(void *arg), void *arg)
+{
+    return -ENOSYS;
+}
+
 const struct transport transport_tcp = {
     .name = "tcp",
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
+    .address = tcp_address,
+    .provider = tcp_provider,
+    .stats = tcp_stats,
     .connect = tcp_connect,
     .send_frame = tcp_send_frame,
     .send_range = tcp_send_range,
     .recv_into = tcp_recv_into,
     .pause = tcp_pause,
     .close = tcp_close,
+    .drain = tcp_drain,
 };

@@ -9,6 +9,9 @@
  *
  * Everything runs on the daemon's loop thread. Callbacks may close the connection; after
  * on_close the engine must not touch it (the transport frees it after the loop turn).
+ *
+ * An xlistener is this node's endpoint on a transport: it accepts connections and is what
+ * outgoing connections are made from (the fabric transport has one endpoint for all peers).
  */
 #ifndef FERRY_TRANSPORT_H
 #define FERRY_TRANSPORT_H
@@ -38,6 +41,7 @@ struct xconn_events {
 
 struct xconn {
     const struct transport *type;
+    struct xlistener *local; /* the endpoint it belongs to */
     const struct xconn_events *ev;
     void *owner;        /* the engine's record of this connection */
     char peer[128];     /* printable peer address, for logs */
@@ -45,19 +49,46 @@ struct xconn {
     uint64_t bytes_out; /* written so far */
     uint32_t max_frame; /* frames longer than this break the framing; the engine lowers it
                          * for peers that have not authenticated yet */
+    uint64_t eager_max; /* send_range: larger ranges go one-sided where the transport can */
 };
 
 typedef void xaccept_fn(struct xlistener *l, struct xconn *c, void *arg);
 
+/* What an endpoint is opened with; each transport reads its part. */
+struct xconfig {
+    const char *addr;     /* tcp: HOST:PORT to listen on */
+    const char *provider; /* fabric: libfabric provider name, e.g. "tcp;ofi_rxm" (NULL: any) */
+    uint8_t *arena;       /* fabric: the memory registered once, where objects live */
+    uint64_t arena_len;
+    uint32_t window; /* fabric: receive buffers (credits) per connection and size class */
+};
+
+/* Counters of an endpoint (the fabric transport's; tcp has none). */
+struct xstats {
+    uint64_t registrations;     /* memory regions registered (at start only) */
+    uint64_t av_inserts;        /* peer addresses resolved (first contact only) */
+    uint64_t connects, connect_us; /* handshakes completed, and their total time */
+    uint64_t eager_msgs, eager_bytes;
+    uint64_t rdv_reads, rdv_bytes; /* one-sided reads issued, bytes they moved */
+    uint64_t leases_expired;    /* pins lent to a reader that never said it was done */
+    uint64_t credit_stalls;     /* sends that waited for the receiver's credits */
+    uint64_t retries;           /* operations the provider refused for now (-FI_EAGAIN) */
+};
+
 struct transport {
     const char *name;
-    /* Listens on HOST:PORT; every accepted connection is handed to fn. */
-    int (*listen)(struct loop *loop, const char *addr, const struct xconn_events *ev,
+    /* Opens this node's endpoint; every accepted connection is handed to fn. */
+    int (*listen)(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
                   xaccept_fn *fn, void *arg, struct xlistener **out);
     void (*listener_close)(struct xlistener *l);
-    /* Starts connecting to HOST:PORT; frames may be sent at once (they wait for the
+    /* The address peers connect to (published in the directory), and the provider behind it
+     * (the transport's name when it has none). */
+    const char *(*address)(const struct xlistener *l);
+    const char *(*provider)(const struct xlistener *l);
+    int (*stats)(const struct xlistener *l, struct xstats *out);
+    /* Starts connecting to a peer's address; frames may be sent at once (they wait for the
      * connection). A failure to connect arrives as ev->closed. */
-    int (*connect)(struct loop *loop, const char *addr, const struct xconn_events *ev,
+    int (*connect)(struct xlistener *l, const char *addr, const struct xconn_events *ev,
                    struct xconn **out);
     /* Queues a whole frame (copied). */
     int (*send_frame)(struct xconn *c, const uint8_t *frame, size_t len);
@@ -70,9 +101,14 @@ struct transport {
     void (*pause)(struct xconn *c, int paused);
     /* Closes at once, without ev->closed; pending callbacks are dropped. */
     void (*close)(struct xconn *c);
+    /* After close (or ev->closed): calls fn(arg) from the loop once no operation of c can
+     * still write into memory given to recv_into (a one-sided read in flight). -ENOSYS where
+     * nothing is ever written after the fact (tcp): that memory is free at once. */
+    int (*drain)(struct xconn *c, void (*fn)(void *arg), void *arg);
 };
 
 extern const struct transport transport_tcp;
+extern const struct transport transport_fabric;
 
 /* Splits "HOST:PORT" (HOST may be [v6]) into host and port strings. FERRY_EINVAL if not. */
 int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,

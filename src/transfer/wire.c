@@ -63,6 +63,7 @@ static int decode_body(struct preader *r, struct wire_msg *m)
         return 0;
     case WIRE_PULL:
         m->flags = prd_u8(r);
+        m->eager_max = prd_u64(r);
         m->n = prd_u32(r);
         if (m->flags & ~WIRE_PULL_VERIFY)
             return err_set(FERRY_EPROTO, "pull: unknown flags 0x%x", m->flags);
@@ -139,10 +140,12 @@ void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC])
     proto_frame_end(b, start);
 }
 
-void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, const ferry_id *ids, uint32_t n)
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max,
+               const ferry_id *ids, uint32_t n)
 {
     size_t start = proto_frame_begin(b, WIRE_PULL, tag);
     pbuf_u8(b, flags);
+    pbuf_u64(b, eager_max);
     pbuf_u32(b, n);
     pbuf_put(b, ids, (size_t)n * FERRY_ID_SIZE);
     proto_frame_end(b, start);

@@ -5,7 +5,8 @@
  *   HELLO      connector -> acceptor: u32 magic, u32 version, node id, 32-byte nonce
  *   CHALLENGE  acceptor -> connector: node id, 32-byte nonce, u8 keyed, 32-byte mac
  *   AUTH       connector -> acceptor: 32-byte mac
- *   PULL       receiver -> holder: u8 flags, u32 n, n ids
+ *   PULL       receiver -> holder: u8 flags, u64 eager max, u32 n, n ids; objects larger
+ *              than eager max are sent one-sided where the transport can (fabric rendezvous)
  *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
  *              u64 metadata_size, u64 digest}; on the tcp transport the bytes (data then
  *              metadata) of every entry with status 0 follow the frame on the stream, in order
@@ -26,7 +27,7 @@
 #include "common/proto.h"
 
 #define WIRE_MAGIC 0x58595246u /* "FRYX" */
-#define WIRE_VERSION 1u
+#define WIRE_VERSION 2u
 #define WIRE_MAX_FRAME (4u << 20)
 #define WIRE_MAX_IDS 65536u
 #define WIRE_NONCE 32u
@@ -57,6 +58,7 @@ struct wire_msg {
     uint8_t keyed;                /* CHALLENGE */
     uint32_t magic, version;      /* HELLO */
     uint8_t flags;                /* PULL */
+    uint64_t eager_max;           /* PULL */
     uint32_t n;                   /* PULL, REPLY */
     const ferry_id *ids;          /* PULL: n ids inside the payload */
     const uint8_t *entries;       /* REPLY: n entries inside the payload */
@@ -71,7 +73,8 @@ void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE
 void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
                     const uint8_t mac[WIRE_MAC]);
 void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
-void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, const ferry_id *ids, uint32_t n);
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max,
+               const ferry_id *ids, uint32_t n);
 /* A reply is built in place: begin, n entries, end. */
 size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
 void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);

@@ -1,0 +1,1972 @@
+/*
+ * fabric.c - the fabric transport: libfabric RDM endpoints (verbs;ofi_rxm, efa, cxi, and
+ * tcp;ofi_rxm and shm everywhere), thesis ch. 3 done with the lessons of brpc, NCCL and RBP.
+ *
+ * One endpoint per node serves every peer: one completion queue, one address vector, the whole
+ * arena registered once (plus one region for the bounce buffers). A connection is a pair of
+ * ids agreed in a CONNECT/ACCEPT exchange; every message names the receiver's id.
+ *
+ * Messages (tagged by size class, so that each lands in a buffer of its class, RBP-style):
+ *   header (16 bytes): u8 kind, u8 0, u16 credits[2] returned, u32 receiver's conn id, u32 seq
+ *   STREAM   frames and eager object bytes, in order, exactly as the tcp transport's stream;
+ *            object bytes go from the sender's registered arena (no copy on the sending side)
+ *            into a bounce buffer, and are copied once into the new object
+ *   RDV      u64 offset, u64 length, u64 cookie, u32 lease ms: the next object of the stream
+ *            is to be read one-sided (fi_read) from the sender's arena
+ *   DONE     u64 cookie: the reader is done; the sender unpins
+ *   CREDIT   only credits
+ *   CONNECT  u32 magic, u32 version, u32 conn id, u16 window, u16 name length, u16 key
+ *            length, u8 virt, u8 0, u64 arena base, u64 arena length, name, key
+ *   ACCEPT   the same fields, the acceptor's
+ *   CLOSE    the sender closed the connection
+ *
+ * Flow control: each side reserves `window` posted buffers per size class for the other and
+ * may send as many messages of a class as it holds credits; credits come back on every message
+ * (or a CREDIT when half a window is owed). CREDIT and connection messages need no credit:
+ * two extra buffers per class and connection cover them (a side sends a CREDIT only after
+ * consuming half a window of the other's messages, so at most two are ever unread).
+ *
+ * Rendezvous leases: a range lent with RDV stays pinned until DONE or until its lease runs
+ * out. The reader stops trusting a read that completes later than lease - margin after the
+ * RDV arrived (measured on its own clock, which started after the sender's): such a read is
+ * an error and its object is aborted, so a read that raced the sender's reuse of the memory
+ * is never sealed.
+ *
+ * Ownership: all on the loop thread. A closed connection leaves the table at once (late
+ * messages for it are dropped) but its record lives while operations it issued are in flight;
+ * then drain callbacks run and it is freed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "transfer/transport.h"
+#include "transfer/wire.h"
+
+#define FAB_API FI_VERSION(1, 9)
+#define FAB_HDR 16u
+#define FAB_SMALL 4096u         /* small class: control messages, frames, small objects */
+#define FAB_LARGE (64u << 10)   /* large class: eager object chunks */
+#define FAB_SMALL_BUFS 1024u
+#define FAB_LARGE_BUFS 512u
+#define FAB_RESERVE 16u         /* small buffers for CONNECT, ACCEPT, CLOSE from anyone */
+#define FAB_EXTRA 2u            /* per connection and class, for CREDIT messages */
+#define FAB_TX_MAX 256u         /* registered send buffers (header and copied frame bytes) */
+#define FAB_SLOTS 4096u         /* connection ids */
+#define FAB_CQ_BATCH 64
+#define FAB_CQ_PER_TURN 4096
+#define FAB_READ_CHUNK (4u << 20)
+#define FAB_NAME_MAX 256u
+#define FAB_KEY_MAX 64u
+#define FAB_MAGIC 0x42414646u /* "FFAB" */
+#define FAB_VERSION 1u
+/* A lease covers the slowest reader we still want: 5 s plus the bytes at 50 MB/s. */
+#define FAB_LEASE_BASE_MS 5000u
+#define FAB_LEASE_RATE 50000u /* bytes per ms */
+
+enum { K_STREAM = 1, K_RDV, K_DONE, K_CREDIT, K_CONNECT, K_ACCEPT, K_CLOSE };
+enum { CL_SMALL, CL_LARGE, CL_N };
+enum { OP_RECV, OP_SEND, OP_READ };
+enum { ST_CONNECTING, ST_OPEN };
+
+struct fop {
+    struct fi_context2 ctx; /* first: the context libfabric hands back */
+    int kind;
+};
+
+struct rbuf {
+    struct fop op;
+    int cls;
+    uint8_t *p;
+    size_t len;        /* of the message it holds, while held */
+    struct rbuf *next; /* held by a paused connection, or waiting to be reposted */
+};
+
+struct fconn;
+
+struct txop {
+    struct fop op;
+    struct fconn *c;
+    uint8_t *buf;   /* FAB_SMALL bytes in the registered buffer region */
+    void *sent_arg; /* the eager range this message finished, for ev->sent */
+    int has_sent;
+    struct txop *next; /* free list */
+};
+
+struct rread;
+
+struct rdop {
+    struct fop op;
+    struct rread *r;
+    struct fconn *c; /* the connection that issued it (its record waits for this) */
+    uint64_t len;
+    struct rdop *next, **pprev; /* in the endpoint's reads in flight */
+};
+
+/* One object read one-sided into this node's arena. */
+struct rread {
+    struct fconn *c;
+    uint8_t *dst;
+    uint64_t len, issued, done, raddr, cookie, deadline_ms;
+    void *arg;
+    struct rread *next;  /* in c->reads, in RDV order */
+    struct rread *qnext; /* in the endpoint's queue of reads with bytes left to issue */
+    int queued;
+};
+
+/* A range lent to a reader: pinned until DONE or the lease runs out. */
+struct lease {
+    struct fconn *c;
+    uint64_t cookie, len;
+    void *arg;
+    struct loop_timer timer;
+    struct lease *next, **pprev;
+};
+
+enum { SEG_BYTES, SEG_RANGE, SEG_RDV, SEG_DONE };
+
+struct fseg {
+    int kind;
+    const uint8_t *p;
+    uint64_t len, off; /* off: bytes of it already sent */
+    uint8_t *owned;
+    void *arg;
+    uint64_t cookie; /* SEG_DONE */
+    struct fseg *next;
+};
+
+struct frecv {
+    uint8_t *dst; /* NULL: drop */
+    uint64_t len;
+    void *arg;
+    int started;
+    struct frecv *next;
+};
+
+struct drain {
+    void (*fn)(void *arg);
+    void *arg;
+    struct drain *next;
+};
+
+struct fconn {
+    struct xconn base;
+    struct xlistener *f;
+    uint32_t id, peer_id;
+    fi_addr_t addr;
+    int state, closed, paused, dirty;
+    uint32_t window;         /* buffers per class we reserved for the peer */
+    uint32_t credits[CL_N];  /* messages of each class we may still send */
+    uint32_t owed[CL_N];     /* the peer's messages we consumed and have not credited */
+    uint32_t peer_window;
+    uint32_t tx_seq, rx_seq;
+    int need_credit;
+    int hello_due; /* our CONNECT or ACCEPT is still to be sent */
+    uint64_t rbase, rlen, rkey; /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
+    int rvirt;
+    uint64_t connect_ns;
+    struct fseg *sq, **sq_tail;
+    struct frecv *rq, **rq_tail;
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    size_t hdr_got;
+    struct proto_header h;
+    struct pbuf frame;
+    struct rbuf *held, **held_tail; /* received while paused */
+    struct rread *reads, **reads_tail;
+    struct lease *leases;
+    uint32_t inflight; /* sends and reads issued and not completed */
+    struct drain *drains;
+    struct loop_timer reaper, deadline;
+    struct fconn *dnext; /* in the endpoint's list of connections with something to send */
+    struct fconn *anext, **aprev; /* every record, closed ones included, until freed */
+};
+
+struct avent {
+    uint8_t name[FAB_NAME_MAX];
+    size_t len;
+    fi_addr_t addr;
+    struct avent *next;
+};
+
+struct xlistener {
+    struct loop *loop;
+    const struct xconn_events *ev;
+    xaccept_fn *fn;
+    void *arg;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    struct fid_mr *arena_mr, *buf_mr;
+    void *arena_desc, *buf_desc;
+    uint8_t *arena;
+    uint64_t arena_len;
+    uint8_t key[FAB_KEY_MAX]; /* what a peer needs to read our arena */
+    size_t key_len;
+    int virt, raw; /* FI_MR_VIRT_ADDR, FI_MR_RAW */
+    uint8_t *bufs;
+    size_t bufs_len;
+    struct rbuf *rbufs;
+    struct rbuf *repost; /* buffers the provider did not take back yet */
+    struct txop *txops, *txfree;
+    uint32_t tx_inflight, tx_max, read_inflight, read_max;
+    uint64_t read_chunk;
+    uint32_t window, free_bufs[CL_N];
+    uint32_t nsmall, nlarge; /* receive buffers of each class (small ones beside the reserve) */
+    struct fconn *slots[FAB_SLOTS];
+    uint16_t gen[FAB_SLOTS];
+    struct fconn *dirty, *all;
+    struct rdop *reading; /* reads in flight */
+    struct rread *readq, **readq_tail;
+    struct avent *avs;
+    int wait_fd;
+    struct loop_watch watch;
+    struct loop_timer kick, poll, read_pace;
+    uint64_t next_cookie;
+    char provider[64];
+    uint8_t name[FAB_NAME_MAX];
+    size_t name_len;
+    char address[2 * FAB_NAME_MAX + 1];
+    struct xstats stats;
+    int fault_skip_done;
+    uint32_t fault_read_delay_ms;
+};
+
+static void conn_fail_err(struct fconn *c, int err, const char *reason);
+static void on_deadline(struct loop *l, struct loop_timer *t);
+static void conn_push(struct fconn *c);
+static void reads_push(struct xlistener *f);
+static void process(struct xlistener *f, struct rbuf *b);
+static void drain_held(struct fconn *c);
+static void conn_wait(struct fconn *c);
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static size_t class_size(int cls)
+{
+    return cls == CL_SMALL ? FAB_SMALL : FAB_LARGE;
+}
+
+/* ---- little-endian fields ---- */
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static int fab_err(int rc, const char *what)
+{
+    return err_set(FERRY_ETRANSFER, "%s: %s", what, fi_strerror(rc < 0 ? -rc : rc));
+}
+
+/* ---- receive buffers ---- */
+
+static void rbuf_post(struct xlistener *f, struct rbuf *b)
+{
+    ssize_t rc = fi_trecv(f->ep, b->p, class_size(b->cls), f->buf_desc, FI_ADDR_UNSPEC,
+                          (uint64_t)b->cls, 0, &b->op.ctx);
+    if (rc == 0)
+        return;
+    if (rc != -FI_EAGAIN) { /* the buffer is lost to the pool; the windows were sized for it */
+        log_error("fabric: cannot post a receive buffer: %s", fi_strerror((int)-rc));
+        return;
+    }
+    f->stats.retries++;
+    b->next = f->repost;
+    f->repost = b;
+}
+
+static void repost_pending(struct xlistener *f)
+{
+    struct rbuf *list = f->repost;
+
+    f->repost = NULL;
+    while (list) {
+        struct rbuf *b = list;
+        list = b->next;
+        rbuf_post(f, b);
+    }
+}
+
+/* ---- connections: table, life, death ---- */
+
+static struct fconn *conn_lookup(struct xlistener *f, uint32_t id)
+{
+    uint32_t slot = id & 0xffff;
+
+    if (slot >= FAB_SLOTS || !f->slots[slot] || f->slots[slot]->id != id)
+        return NULL;
+    return f->slots[slot];
+}
+
+static void conn_reap(struct loop *l, struct loop_timer *t)
+{
+    struct fconn *c = t->arg;
+
+    *c->aprev = c->anext;
+    if (c->anext)
+        c->anext->aprev = c->aprev;
+    while (c->drains) {
+        struct drain *d = c->drains;
+        c->drains = d->next;
+        d->fn(d->arg);
+        free(d);
+    }
+    pbuf_free(&c->frame);
+    free(c);
+}
+
+/* Frees the record once nothing it issued is in flight. */
+static void conn_maybe_reap(struct fconn *c)
+{
+    if (c->closed && c->inflight == 0 && c->reaper.heap_index == SIZE_MAX)
+        loop_timer_start(c->f->loop, &c->reaper, 0);
+}
+
+static void free_queues(struct fconn *c)
+{
+    struct xlistener *f = c->f;
+
+    while (c->sq) {
+        struct fseg *s = c->sq;
+        c->sq = s->next;
+        free(s->owned);
+        free(s);
+    }
+    c->sq_tail = &c->sq;
+    while (c->rq) {
+        struct frecv *r = c->rq;
+        c->rq = r->next;
+        free(r);
+    }
+    while (c->held) {
+        struct rbuf *b = c->held;
+        c->held = b->next;
+        rbuf_post(f, b);
+    }
+    while (c->leases) {
+        struct lease *ls = c->leases;
+        c->leases = ls->next;
+        loop_timer_stop(f->loop, &ls->timer);
+        free(ls);
+    }
+    /* Reads not yet issued are dropped; issued ones keep the record alive. */
+    for (struct rread **pp = &f->readq; *pp;) {
+        if ((*pp)->c == c) {
+            (*pp)->queued = 0;
+            *pp = (*pp)->qnext;
+        } else {
+            pp = &(*pp)->qnext;
+        }
+    }
+    f->readq_tail = &f->readq;
+    for (struct rread *r = f->readq; r; r = r->qnext)
+        f->readq_tail = &r->qnext;
+}
+
+static void post_close(struct fconn *c);
+
+static void conn_shut(struct fconn *c)
+{
+    struct xlistener *f = c->f;
+    uint32_t slot = c->id & 0xffff;
+
+    if (c->closed)
+        return;
+    if (c->state == ST_OPEN)
+        post_close(c);
+    c->closed = 1;
+    f->slots[slot] = NULL;
+    f->gen[slot]++;
+    for (int i = 0; i < CL_N; i++)
+        f->free_bufs[i] += c->window + FAB_EXTRA;
+    loop_timer_stop(f->loop, &c->deadline);
+    free_queues(c);
+    while (c->reads) {
+        struct rread *r = c->reads;
+        c->reads = r->next;
+        r->c = NULL; /* its reads in flight only count down now */
+        if (r->issued == r->done)
+            free(r);
+    }
+    conn_maybe_reap(c);
+}
+
+static void conn_fail_err(struct fconn *c, int err, const char *reason)
+{
+    if (c->closed)
+        return;
+    conn_shut(c);
+    c->base.ev->closed(&c->base, err, reason);
+}
+
+static void conn_fail(struct fconn *c, const char *reason)
+{
+    conn_fail_err(c, FERRY_ECONN, reason);
+}
+
+static void conn_mark(struct fconn *c)
+{
+    struct xlistener *f = c->f;
+
+    if (c->dirty || c->closed)
+        return;
+    c->dirty = 1;
+    c->dnext = f->dirty;
+    f->dirty = c;
+    if (f->kick.heap_index == SIZE_MAX)
+        loop_timer_start(f->loop, &f->kick, 0);
+}
+
+/* Runs the sends that wait: from a 0 ms timer (never inside the engine's own call, so that
+ * ev->sent cannot re-enter it) and after completions free send slots. */
+static void push_dirty(struct xlistener *f)
+{
+    struct fconn *list = f->dirty;
+
+    f->dirty = NULL;
+    while (list) {
+        struct fconn *c = list;
+        list = c->dnext;
+        c->dirty = 0;
+        if (!c->paused && c->held)
+            drain_held(c);
+        conn_push(c);
+    }
+}
+
+static void on_kick(struct loop *l, struct loop_timer *t)
+{
+    push_dirty(t->arg);
+}
+
+static struct fconn *conn_new(struct xlistener *f, fi_addr_t addr, const char *peer)
+{
+    struct fconn *c;
+    uint32_t slot;
+
+    for (int i = 0; i < CL_N; i++) {
+        if (f->free_bufs[i] < f->window + FAB_EXTRA) {
+            err_set(FERRY_ENOMEM, "fabric: receive buffers for %u connections are all taken",
+                    f->nlarge / (f->window + FAB_EXTRA));
+            return NULL;
+        }
+    }
+    for (slot = 1; slot < FAB_SLOTS && f->slots[slot]; slot++)
+        ;
+    if (slot == FAB_SLOTS || !(c = calloc(1, sizeof(*c)))) {
+        err_set(FERRY_ENOMEM, "fabric connection");
+        return NULL;
+    }
+    c->base.type = &transport_fabric;
+    c->base.local = f;
+    c->base.ev = f->ev;
+    c->base.max_frame = WIRE_MAX_FRAME;
+    c->base.eager_max = UINT64_MAX;
+    snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
+    c->f = f;
+    c->id = slot | (uint32_t)f->gen[slot] << 16;
+    c->addr = addr;
+    c->window = f->window;
+    c->sq_tail = &c->sq;
+    c->rq_tail = &c->rq;
+    c->held_tail = &c->held;
+    c->reads_tail = &c->reads;
+    loop_timer_init(&c->reaper, conn_reap, c);
+    loop_timer_init(&c->deadline, on_deadline, c);
+    for (int i = 0; i < CL_N; i++)
+        f->free_bufs[i] -= c->window + FAB_EXTRA;
+    c->anext = f->all;
+    if (c->anext)
+        c->anext->aprev = &c->anext;
+    c->aprev = &f->all;
+    f->all = c;
+    f->slots[slot] = c;
+    return c;
+}
+
+/* ---- sending ---- */
+
+static struct txop *tx_get(struct xlistener *f)
+{
+    struct txop *t = f->txfree;
+
+    if (t) {
+        f->txfree = t->next;
+        f->tx_inflight++;
+    }
+    return t;
+}
+
+static void tx_put(struct xlistener *f, struct txop *t)
+{
+    t->next = f->txfree;
+    f->txfree = t;
+    f->tx_inflight--;
+}
+
+/* The header of a message to c's peer. Messages that use a credit (and CREDIT) carry the
+ * credits owed; connection messages carry none. */
+static void hdr_fill(struct fconn *c, uint8_t *h, int kind, int use_credit)
+{
+    int carry = use_credit || kind == K_CREDIT;
+
+    h[0] = (uint8_t)kind;
+    h[1] = 0;
+    for (int i = 0; i < CL_N; i++) {
+        put16(h + 2 + 2 * i, carry ? (uint16_t)c->owed[i] : 0);
+        if (carry)
+            c->owed[i] = 0;
+    }
+    if (carry)
+        c->need_credit = 0;
+    put32(h + 8, c->peer_id);
+    put32(h + 12, use_credit ? c->tx_seq++ : 0);
+}
+
+/* Takes back the credits a header carried, when its message was not posted. */
+static void owed_undo(struct fconn *c, const uint8_t *h)
+{
+    for (int i = 0; i < CL_N; i++) {
+        c->owed[i] += get16(h + 2 + 2 * i);
+        if (get16(h + 2 + 2 * i))
+            c->need_credit = 1;
+    }
+}
+
+/* Posts t (len bytes of its buffer, then an optional arena range) to the peer with tag cls.
+ * 0, or -FI_EAGAIN (t is back in the free list), or another negative fi error. */
+static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *range,
+                   uint64_t rlen, int cls)
+{
+    struct xlistener *f = c->f;
+    struct iovec iov[2] = {{t->buf, len}, {(void *)range, (size_t)rlen}};
+    void *desc[2] = {f->buf_desc, f->arena_desc};
+    ssize_t rc;
+
+    t->c = c;
+    rc = fi_tsendv(f->ep, iov, desc, rlen ? 2 : 1, c->addr, (uint64_t)cls, &t->op.ctx);
+    if (rc < 0) {
+        tx_put(f, t);
+        if (rc == -FI_EAGAIN)
+            f->stats.retries++;
+        return (int)rc;
+    }
+    c->inflight++;
+    return 0;
+}
+
+/* A message with no credit: CREDIT, CLOSE, CONNECT, ACCEPT. */
+static int post_unsolicited(struct fconn *c, int kind, const uint8_t *payload, size_t len)
+{
+    struct txop *t = tx_get(c->f);
+    int rc;
+
+    if (!t) {
+        if (kind == K_CREDIT)
+            conn_wait(c);
+        return -FI_EAGAIN;
+    }
+    hdr_fill(c, t->buf, kind, 0);
+    if (len)
+        memcpy(t->buf + FAB_HDR, payload, len);
+    t->has_sent = 0;
+    if ((rc = tx_post(c, t, FAB_HDR + len, NULL, 0, CL_SMALL)) < 0)
+        owed_undo(c, t->buf);
+    return rc;
+}
+
+static void post_close(struct fconn *c)
+{
+    if (post_unsolicited(c, K_CLOSE, NULL, 0) < 0)
+        log_debug("fabric: could not tell %s we closed", c->base.peer);
+}
+
+/* Restores what hdr_fill took, when a post did not happen. */
+static void hdr_undo(struct fconn *c, const uint8_t *h, int cls)
+{
+    owed_undo(c, h);
+    c->tx_seq--;
+    c->credits[cls]++;
+}
+
+/* Sends one RDV or DONE message for the head segment. 1 when sent, 0 when it must wait. */
+static int push_control(struct fconn *c, struct fseg *s)
+{
+    struct xlistener *f = c->f;
+    struct txop *t;
+    uint8_t *p;
+    int rc;
+
+    if (!c->credits[CL_SMALL]) {
+        f->stats.credit_stalls++;
+        return 0;
+    }
+    if (!(t = tx_get(f))) {
+        conn_wait(c);
+        return 0;
+    }
+    c->credits[CL_SMALL]--;
+    hdr_fill(c, t->buf, s->kind == SEG_RDV ? K_RDV : K_DONE, 1);
+    p = t->buf + FAB_HDR;
+    if (s->kind == SEG_RDV) {
+        put64(p, (uint64_t)(s->p - f->arena));
+        put64(p + 8, s->len);
+        put64(p + 16, s->cookie);
+        put32(p + 24, (uint32_t)(FAB_LEASE_BASE_MS + s->len / FAB_LEASE_RATE));
+    } else {
+        put64(p, s->cookie);
+    }
+    t->has_sent = 0;
+    rc = tx_post(c, t, FAB_HDR + (s->kind == SEG_RDV ? 28 : 8), NULL, 0, CL_SMALL);
+    if (rc < 0) {
+        hdr_undo(c, t->buf, CL_SMALL);
+        if (rc != -FI_EAGAIN)
+            conn_fail(c, fi_strerror(-rc));
+        else
+            conn_wait(c);
+        return 0;
+    }
+    return 1;
+}
+
+static void lease_expired(struct loop *l, struct loop_timer *t);
+
+/* The RDV for s went out: its range stays pinned under a lease until DONE. */
+static int lease_start(struct fconn *c, struct fseg *s)
+{
+    struct lease *ls = calloc(1, sizeof(*ls));
+
+    if (!ls)
+        return err_set(FERRY_ENOMEM, "lease");
+    *ls = (struct lease){.c = c, .cookie = s->cookie, .len = s->len, .arg = s->arg};
+    loop_timer_init(&ls->timer, lease_expired, ls);
+    ls->next = c->leases;
+    if (ls->next)
+        ls->next->pprev = &ls->next;
+    ls->pprev = &c->leases;
+    c->leases = ls;
+    /* The holder's lease is the RDV's plus a second: the reader gives up before it. */
+    return loop_timer_start(c->f->loop, &ls->timer,
+                            loop_now_ms() + FAB_LEASE_BASE_MS + s->len / FAB_LEASE_RATE + 1000);
+}
+
+static void lease_end(struct lease *ls)
+{
+    *ls->pprev = ls->next;
+    if (ls->next)
+        ls->next->pprev = ls->pprev;
+    loop_timer_stop(ls->c->f->loop, &ls->timer);
+}
+
+static void lease_expired(struct loop *l, struct loop_timer *t)
+{
+    struct lease *ls = t->arg;
+    struct fconn *c = ls->c;
+    void *arg = ls->arg;
+
+    lease_end(ls);
+    free(ls);
+    c->f->stats.leases_expired++;
+    log_warn("fabric: %s never said it was done reading a lent object; unpinning it",
+             c->base.peer);
+    c->base.ev->sent(&c->base, arg);
+}
+
+/* How much of the queue's head one STREAM message carries: copied frame bytes (up to a small
+ * message) and, if every byte before it fits, one arena piece, large class when credits allow. */
+static void stream_plan(struct fconn *c, size_t *copy, struct fseg **range, uint64_t *rlen,
+                        int *cls)
+{
+    struct fseg *s;
+    size_t len = FAB_HDR;
+
+    for (s = c->sq; s && s->kind == SEG_BYTES; s = s->next) {
+        uint64_t left = s->len - s->off;
+        if (left > FAB_SMALL - len) {
+            len = FAB_SMALL;
+            break;
+        }
+        len += left;
+    }
+    *copy = len - FAB_HDR;
+    *range = s && s->kind == SEG_RANGE && len < FAB_SMALL ? s : NULL;
+    *rlen = *range ? (*range)->len - (*range)->off : 0;
+    *cls = *range && *rlen > FAB_SMALL - len && c->credits[CL_LARGE] ? CL_LARGE : CL_SMALL;
+    if (*rlen > class_size(*cls) - len)
+        *rlen = class_size(*cls) - len;
+}
+
+/* Retires what a STREAM message took from the queue. */
+static void stream_retire(struct fconn *c, size_t copied, struct fseg *range, uint64_t rlen)
+{
+    struct fseg *s;
+
+    while ((s = c->sq) && s->kind == SEG_BYTES && copied) {
+        uint64_t k = s->len - s->off < copied ? s->len - s->off : copied;
+        s->off += k;
+        copied -= k;
+        if (s->off < s->len)
+            break;
+        c->sq = s->next;
+        free(s->owned);
+        free(s);
+    }
+    if (range) {
+        range->off += rlen;
+        if (range->off == range->len) {
+            c->sq = range->next;
+            free(range);
+        }
+    }
+    if (!c->sq)
+        c->sq_tail = &c->sq;
+}
+
+/* The connection waits for send buffers or for the provider: retried after completions. */
+static void conn_wait(struct fconn *c)
+{
+    struct xlistener *f = c->f;
+
+    if (c->dirty)
+        return;
+    c->dirty = 1;
+    c->dnext = f->dirty;
+    f->dirty = c;
+}
+
+/* Sends one STREAM message from the head of the send queue. 1 when sent, 0 when it must wait. */
+static int push_stream(struct fconn *c)
+{
+    struct xlistener *f = c->f;
+    struct fseg *range, *s;
+    size_t copy, len = FAB_HDR;
+    uint64_t rlen;
+    struct txop *t;
+    int cls, rc;
+
+    stream_plan(c, &copy, &range, &rlen, &cls);
+    if (!c->credits[cls]) {
+        f->stats.credit_stalls++;
+        return 0;
+    }
+    if (!(t = tx_get(f))) {
+        conn_wait(c);
+        return 0;
+    }
+    c->credits[cls]--;
+    hdr_fill(c, t->buf, K_STREAM, 1);
+    for (s = c->sq; s && s->kind == SEG_BYTES && len < FAB_HDR + copy; s = s->next) {
+        uint64_t k = s->len - s->off;
+        if (k > FAB_HDR + copy - len)
+            k = FAB_HDR + copy - len;
+        memcpy(t->buf + len, s->p + s->off, k);
+        len += k;
+    }
+    t->has_sent = range && range->off + rlen == range->len;
+    t->sent_arg = t->has_sent ? range->arg : NULL;
+    rc = tx_post(c, t, len, range ? range->p + range->off : NULL, rlen, cls);
+    if (rc < 0) {
+        hdr_undo(c, t->buf, cls);
+        if (rc != -FI_EAGAIN)
+            conn_fail(c, fi_strerror(-rc));
+        else
+            conn_wait(c);
+        return 0;
+    }
+    c->base.bytes_out += copy + rlen;
+    if (rlen) {
+        f->stats.eager_bytes += rlen;
+        f->stats.eager_msgs++;
+    }
+    stream_retire(c, copy, range, rlen);
+    return 1;
+}
+
+static int send_hello(struct fconn *c);
+
+static void conn_push(struct fconn *c)
+{
+    if (!c->closed && c->hello_due) {
+        int rc = send_hello(c);
+        if (rc == -FI_EAGAIN) {
+            conn_wait(c);
+            return;
+        }
+        if (rc < 0) {
+            conn_fail(c, fi_strerror(-rc));
+            return;
+        }
+        c->hello_due = 0;
+    }
+    while (!c->closed && c->state == ST_OPEN && c->sq) {
+        struct fseg *s = c->sq;
+        int kind = s->kind;
+
+        if (kind == SEG_RDV || kind == SEG_DONE) {
+            if (!push_control(c, s))
+                return;
+            c->sq = s->next;
+            if (!c->sq)
+                c->sq_tail = &c->sq;
+            if (kind == SEG_RDV && lease_start(c, s) < 0) {
+                free(s);
+                conn_fail(c, "out of memory for a lease");
+                return;
+            }
+            free(s);
+        } else if (!push_stream(c)) {
+            return;
+        }
+    }
+    if (!c->closed && c->state == ST_OPEN && c->need_credit &&
+        post_unsolicited(c, K_CREDIT, NULL, 0) < 0)
+        c->need_credit = 1; /* retried after the next completions */
+}
+
+/* Queues a segment to send on an open connection; NULL when out of memory. */
+static struct fseg *enqueue(struct fconn *c, int kind, const uint8_t *p, uint64_t len,
+                            uint8_t *owned, void *arg)
+{
+    struct fseg *s;
+
+    if (!(s = calloc(1, sizeof(*s)))) {
+        err_set(FERRY_ENOMEM, "send segment");
+        return NULL;
+    }
+    *s = (struct fseg){.kind = kind, .p = p, .len = len, .owned = owned, .arg = arg};
+    if (kind == SEG_RDV)
+        s->cookie = ++c->f->next_cookie;
+    *c->sq_tail = s;
+    c->sq_tail = &s->next;
+    conn_mark(c);
+    return s;
+}
+
+static int fab_send_frame(struct xconn *xc, const uint8_t *frame, size_t len)
+{
+    struct fconn *c = (struct fconn *)xc;
+    uint8_t *copy;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    if (!(copy = malloc(len ? len : 1)))
+        return err_set(FERRY_ENOMEM, "frame of %zu bytes", len);
+    memcpy(copy, frame, len);
+    if (!enqueue(c, SEG_BYTES, copy, len, copy, NULL)) {
+        free(copy);
+        return FERRY_ENOMEM;
+    }
+    return 0;
+}
+
+static int fab_send_range(struct xconn *xc, const uint8_t *p, uint64_t len, void *arg)
+{
+    struct fconn *c = (struct fconn *)xc;
+    struct xlistener *f = c->f;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    if (p < f->arena || len > f->arena_len || (uint64_t)(p - f->arena) > f->arena_len - len)
+        return err_set(FERRY_EINVAL, "fabric: a range outside the registered arena");
+    return enqueue(c, len > xc->eager_max ? SEG_RDV : SEG_RANGE, p, len, NULL, arg)
+               ? 0
+               : FERRY_ENOMEM;
+}
+
+/* ---- receiving: the stream ---- */
+
+static int fab_recv_into(struct xconn *xc, uint8_t *dst, uint64_t len, void *arg)
+{
+    struct fconn *c = (struct fconn *)xc;
+    struct frecv *r;
+
+    if (c->closed)
+        return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
+    if (!(r = calloc(1, sizeof(*r))))
+        return err_set(FERRY_ENOMEM, "receive record");
+    *r = (struct frecv){.dst = dst, .len = len, .arg = arg};
+    *c->rq_tail = r;
+    c->rq_tail = &r->next;
+    return 0;
+}
+
+static void frecv_pop(struct fconn *c)
+{
+    struct frecv *r = c->rq;
+
+    c->rq = r->next;
+    if (!c->rq)
+        c->rq_tail = &c->rq;
+    c->base.ev->received(&c->base, r->arg);
+    free(r);
+}
+
+/* Takes up to n bytes for the frame being read; returns how many. */
+static size_t feed_frame(struct fconn *c, const uint8_t *p, size_t n)
+{
+    size_t k;
+
+    if (c->hdr_got < PROTO_HEADER_SIZE) {
+        k = PROTO_HEADER_SIZE - c->hdr_got < n ? PROTO_HEADER_SIZE - c->hdr_got : n;
+        memcpy(c->hdr + c->hdr_got, p, k);
+        c->hdr_got += k;
+        if (c->hdr_got < PROTO_HEADER_SIZE)
+            return k;
+        if (proto_decode_header(c->hdr, c->base.max_frame, &c->h) < 0) {
+            conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
+            return k;
+        }
+        c->frame.len = 0;
+        pbuf_reserve(&c->frame, c->h.length);
+        if (c->frame.oom) {
+            conn_fail(c, "out of memory for a frame");
+            return k;
+        }
+    } else {
+        k = c->h.length - c->frame.len < n ? c->h.length - c->frame.len : n;
+        memcpy(c->frame.data + c->frame.len, p, k);
+        c->frame.len += k;
+    }
+    if (c->frame.len == c->h.length) {
+        c->hdr_got = 0;
+        c->base.ev->frame(&c->base, &c->h, c->frame.data);
+    }
+    return k;
+}
+
+/* Stream bytes, in order, to the receives asked for and to frames. */
+static void feed(struct fconn *c, const uint8_t *p, size_t n)
+{
+    c->base.bytes_in += n;
+    while (!c->closed && n) {
+        struct frecv *r = c->rq;
+        size_t k;
+
+        if (!r) {
+            k = feed_frame(c, p, n);
+        } else {
+            k = r->len < n ? (size_t)r->len : n;
+            if (r->dst) {
+                memcpy(r->dst, p, k);
+                r->dst += k;
+            }
+            r->len -= k;
+            r->started = 1;
+            if (!r->len)
+                frecv_pop(c);
+        }
+        p += k;
+        n -= k;
+    }
+}
+
+/* ---- receiving: rendezvous reads ---- */
+
+static void on_deadline(struct loop *l, struct loop_timer *t);
+
+static void deadline_arm(struct fconn *c)
+{
+    uint64_t first = UINT64_MAX;
+
+    for (struct rread *r = c->reads; r; r = r->next)
+        first = r->deadline_ms < first ? r->deadline_ms : first;
+    if (first == UINT64_MAX)
+        loop_timer_stop(c->f->loop, &c->deadline);
+    else
+        loop_timer_start(c->f->loop, &c->deadline, first);
+}
+
+static void on_deadline(struct loop *l, struct loop_timer *t)
+{
+    conn_fail(t->arg, "a one-sided read outlasted its lease");
+}
+
+static void read_queue(struct xlistener *f, struct rread *r)
+{
+    r->queued = 1;
+    r->qnext = NULL;
+    *f->readq_tail = r;
+    f->readq_tail = &r->qnext;
+}
+
+/* Sends DONE for the read and hands the object over. */
+static void read_finished(struct fconn *c, struct rread *r)
+{
+    struct rread **pp;
+    void *arg = r->arg;
+
+    for (pp = &c->reads; *pp != r; pp = &(*pp)->next)
+        ;
+    *pp = r->next;
+    if (c->reads_tail == &r->next)
+        c->reads_tail = pp;
+    deadline_arm(c);
+    if (!c->f->fault_skip_done) {
+        struct fseg *s = enqueue(c, SEG_DONE, NULL, 0, NULL, NULL);
+        if (!s) {
+            free(r);
+            conn_fail(c, "out of memory for a done message");
+            return;
+        }
+        s->cookie = r->cookie;
+    }
+    free(r);
+    c->base.ev->received(&c->base, arg);
+}
+
+static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
+{
+    struct xlistener *f = c->f;
+    struct frecv *fr = c->rq;
+    struct rread *r;
+    uint64_t off, len, lease;
+
+    if (n != 28) {
+        conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor of the wrong size");
+        return;
+    }
+    off = get64(p);
+    len = get64(p + 8);
+    lease = get32(p + 24);
+    if (!fr || fr->started || fr->len != len || c->hdr_got || len == 0 || off > c->rlen ||
+        len > c->rlen - off) {
+        conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor that matches no object");
+        return;
+    }
+    if (!(r = calloc(1, sizeof(*r)))) {
+        conn_fail(c, "out of memory for a read");
+        return;
+    }
+    *r = (struct rread){.c = c, .dst = fr->dst, .len = len, .cookie = get64(p + 16),
+                        .raddr = (c->rvirt ? c->rbase : 0) + off, .arg = fr->arg};
+    r->deadline_ms = loop_now_ms() + lease - (lease / 5 > 1000 ? lease / 5 : 1000);
+    c->rq = fr->next;
+    if (!c->rq)
+        c->rq_tail = &c->rq;
+    free(fr);
+    *c->reads_tail = r;
+    c->reads_tail = &r->next;
+    if (!r->dst) { /* dropped: nothing to read */
+        r->issued = r->done = len;
+        read_finished(c, r);
+        return;
+    }
+    deadline_arm(c);
+    read_queue(f, r);
+    reads_push(f);
+}
+
+static void on_read_pace(struct loop *l, struct loop_timer *t)
+{
+    reads_push(t->arg);
+}
+
+/* Issues reads while the provider takes them, chunk by chunk, many in flight. */
+static void reads_push(struct xlistener *f)
+{
+    struct rread *r;
+
+    while ((r = f->readq) && f->read_inflight < f->read_max &&
+           f->read_pace.heap_index == SIZE_MAX) {
+        uint64_t k = r->len - r->issued < f->read_chunk ? r->len - r->issued : f->read_chunk;
+        struct rdop *op = calloc(1, sizeof(*op));
+        ssize_t rc;
+
+        if (!op)
+            return;
+        *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .len = k};
+        rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr,
+                     r->raddr + r->issued, r->c->rkey, &op->op.ctx);
+        if (rc < 0) {
+            free(op);
+            if (rc == -FI_EAGAIN) {
+                f->stats.retries++;
+                return;
+            }
+            conn_fail(r->c, fi_strerror((int)-rc));
+            continue;
+        }
+        f->read_inflight++;
+        r->c->inflight++;
+        op->next = f->reading;
+        if (op->next)
+            op->next->pprev = &op->next;
+        op->pprev = &f->reading;
+        f->reading = op;
+        r->issued += k;
+        f->stats.rdv_reads++;
+        if (r->issued == r->len) {
+            f->readq = r->qnext;
+            if (!f->readq)
+                f->readq_tail = &f->readq;
+            r->queued = 0;
+        }
+        if (f->fault_read_delay_ms)
+            loop_timer_start(f->loop, &f->read_pace, loop_now_ms() + f->fault_read_delay_ms);
+    }
+}
+
+static void read_done(struct xlistener *f, struct rdop *op, int err)
+{
+    struct rread *r = op->r;
+    struct fconn *c = op->c;
+
+    f->read_inflight--;
+    c->inflight--;
+    r->done += op->len;
+    *op->pprev = op->next;
+    if (op->next)
+        op->next->pprev = op->pprev;
+    if (!r->c) { /* its connection closed: the record waited for this */
+        if (r->done == r->issued && !r->queued)
+            free(r);
+    } else if (err) {
+        char reason[160];
+        snprintf(reason, sizeof(reason), "one-sided read failed: %s", fi_strerror(err));
+        conn_fail(c, reason);
+    } else {
+        c->base.bytes_in += op->len;
+        f->stats.rdv_bytes += op->len;
+        if (r->done == r->len) {
+            if (loop_now_ms() > r->deadline_ms)
+                conn_fail(c, "a one-sided read completed after its lease");
+            else
+                read_finished(c, r);
+        }
+    }
+    free(op);
+    conn_maybe_reap(c);
+}
+
+/* ---- receiving: messages ---- */
+
+static void on_done(struct fconn *c, const uint8_t *p, size_t n)
+{
+    struct lease *ls;
+    uint64_t cookie;
+    void *arg;
+
+    if (n != 8) {
+        conn_fail_err(c, FERRY_EPROTO, "a done message of the wrong size");
+        return;
+    }
+    cookie = get64(p);
+    for (ls = c->leases; ls && ls->cookie != cookie; ls = ls->next)
+        ;
+    if (!ls)
+        return; /* its lease ran out before: the pin is gone already */
+    lease_end(ls);
+    arg = ls->arg;
+    c->base.bytes_out += ls->len;
+    free(ls);
+    c->base.ev->sent(&c->base, arg);
+}
+
+/* Gives a consumed buffer back to the provider and owes the peer a credit for it. */
+static void buf_done(struct fconn *c, struct rbuf *b, int counted)
+{
+    rbuf_post(c->f, b);
+    if (!counted || c->closed)
+        return;
+    if (++c->owed[b->cls] >= (c->window + 1) / 2) {
+        c->need_credit = 1;
+        conn_mark(c);
+    }
+}
+
+/* A STREAM or RDV message, in stream order. */
+static void stream_msg(struct fconn *c, struct rbuf *b)
+{
+    if (b->p[0] == K_STREAM)
+        feed(c, b->p + FAB_HDR, b->len - FAB_HDR);
+    else
+        on_rdv(c, b->p + FAB_HDR, b->len - FAB_HDR);
+    buf_done(c, b, 1);
+}
+
+static void drain_held(struct fconn *c)
+{
+    while (!c->paused && !c->closed && c->held) {
+        struct rbuf *b = c->held;
+        c->held = b->next;
+        if (!c->held)
+            c->held_tail = &c->held;
+        stream_msg(c, b);
+    }
+}
+
+/* Checks the order and the credits a message of an open connection brings. */
+static int arrive(struct fconn *c, const uint8_t *h)
+{
+    for (int i = 0; i < CL_N; i++) {
+        c->credits[i] += get16(h + 2 + 2 * i);
+        if (c->credits[i] > c->peer_window) {
+            conn_fail_err(c, FERRY_EPROTO, "credits beyond the window");
+            return -1;
+        }
+    }
+    if (h[0] != K_CREDIT && get32(h + 12) != c->rx_seq++) {
+        conn_fail_err(c, FERRY_EPROTO, "a message out of order");
+        return -1;
+    }
+    if (c->sq)
+        conn_mark(c);
+    return 0;
+}
+
+static void on_message(struct fconn *c, struct rbuf *b)
+{
+    int kind = b->p[0];
+
+    if (arrive(c, b->p) < 0) {
+        rbuf_post(c->f, b);
+        return;
+    }
+    switch (kind) {
+    case K_CREDIT:
+        buf_done(c, b, 0);
+        return;
+    case K_DONE:
+        on_done(c, b->p + FAB_HDR, b->len - FAB_HDR);
+        buf_done(c, b, 1);
+        return;
+    case K_STREAM:
+    case K_RDV:
+        if (c->paused || c->held) { /* backpressure: kept, and not credited, until resumed */
+            b->next = NULL;
+            *c->held_tail = b;
+            c->held_tail = &b->next;
+            return;
+        }
+        stream_msg(c, b);
+        return;
+    default:
+        rbuf_post(c->f, b);
+        conn_fail_err(c, FERRY_EPROTO, "unknown message kind");
+    }
+}
+
+/* ---- connection handshake ---- */
+
+struct hello {
+    uint32_t id, window;
+    const uint8_t *name, *key;
+    size_t name_len, key_len;
+    int virt;
+    uint64_t base, len;
+};
+
+#define HELLO_FIXED 36u
+
+static size_t hello_put(const struct xlistener *f, const struct fconn *c, uint8_t *p)
+{
+    size_t name_len = f->name_len;
+
+    put32(p, FAB_MAGIC);
+    put32(p + 4, FAB_VERSION);
+    put32(p + 8, c->id);
+    put16(p + 12, (uint16_t)c->window);
+    put16(p + 14, (uint16_t)name_len);
+    put16(p + 16, (uint16_t)f->key_len);
+    p[18] = (uint8_t)f->virt;
+    p[19] = 0;
+    put64(p + 20, (uint64_t)(uintptr_t)f->arena);
+    put64(p + 28, f->arena_len);
+    memcpy(p + HELLO_FIXED, f->name, name_len);
+    memcpy(p + HELLO_FIXED + name_len, f->key, f->key_len);
+    return HELLO_FIXED + name_len + f->key_len;
+}
+
+static int hello_parse(const uint8_t *p, size_t n, struct hello *out)
+{
+    if (n < HELLO_FIXED || get32(p) != FAB_MAGIC || get32(p + 4) != FAB_VERSION)
+        return err_set(FERRY_EPROTO, "a fabric hello with a wrong size, magic or version");
+    *out = (struct hello){.id = get32(p + 8), .window = get16(p + 12),
+                          .name_len = get16(p + 14), .key_len = get16(p + 16), .virt = p[18],
+                          .base = get64(p + 20), .len = get64(p + 28)};
+    out->name = p + HELLO_FIXED;
+    out->key = out->name + out->name_len;
+    if (out->window == 0 || out->window > FAB_LARGE_BUFS || out->name_len == 0 ||
+        out->name_len > FAB_NAME_MAX || out->key_len == 0 || out->key_len > FAB_KEY_MAX ||
+        HELLO_FIXED + out->name_len + out->key_len != n || out->virt > 1)
+        return err_set(FERRY_EPROTO, "a fabric hello with bad fields");
+    return 0;
+}
+
+/* The peer's arena: where its objects are and the key to read them. */
+static int hello_apply(struct fconn *c, const struct hello *h)
+{
+    struct xlistener *f = c->f;
+
+    if (h->virt != f->virt)
+        return err_set(FERRY_EPROTO, "the peer addresses memory differently (another provider?)");
+    c->peer_id = h->id;
+    c->peer_window = h->window;
+    c->credits[CL_SMALL] = c->credits[CL_LARGE] = h->window;
+    c->rbase = h->base;
+    c->rlen = h->len;
+    c->rvirt = h->virt;
+    if (f->raw) {
+        int rc = fi_mr_map_raw(f->domain, h->base, (uint8_t *)h->key, h->key_len, &c->rkey, 0);
+        return rc ? fab_err(rc, "fi_mr_map_raw") : 0;
+    }
+    if (h->key_len != 8)
+        return err_set(FERRY_EPROTO, "a memory key of %zu bytes", h->key_len);
+    c->rkey = get64(h->key);
+    return 0;
+}
+
+/* The fi_addr of a peer's endpoint name, inserted once and cached. */
+static int av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out)
+{
+    struct avent *a;
+
+    for (a = f->avs; a; a = a->next) {
+        if (a->len == len && memcmp(a->name, name, len) == 0) {
+            *out = a->addr;
+            return 0;
+        }
+    }
+    if (len > FAB_NAME_MAX || !(a = calloc(1, sizeof(*a))))
+        return err_set(FERRY_ENOMEM, "address vector entry");
+    memcpy(a->name, name, len);
+    a->len = len;
+    if (fi_av_insert(f->av, name, 1, &a->addr, 0, NULL) != 1) {
+        free(a);
+        return err_set(FERRY_EINVAL, "fabric: the provider rejects a peer's address");
+    }
+    f->stats.av_inserts++;
+    a->next = f->avs;
+    f->avs = a;
+    *out = a->addr;
+    return 0;
+}
+
+static void printable(struct xlistener *f, const uint8_t *name, size_t len, char *out, size_t n)
+{
+    size_t sz = n;
+
+    if (!fi_av_straddr(f->av, name, out, &sz))
+        snprintf(out, n, "?");
+}
+
+static int send_hello(struct fconn *c)
+{
+    uint8_t p[HELLO_FIXED + FAB_NAME_MAX + FAB_KEY_MAX];
+    size_t n = hello_put(c->f, c, p);
+
+    return post_unsolicited(c, c->state == ST_CONNECTING ? K_CONNECT : K_ACCEPT, p, n);
+}
+
+static void on_connect_msg(struct xlistener *f, struct rbuf *b)
+{
+    struct hello h;
+    char peer[128];
+    fi_addr_t addr;
+    struct fconn *c;
+
+    if (hello_parse(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 ||
+        av_get(f, h.name, h.name_len, &addr) < 0) {
+        log_warn("fabric: refusing a connection: %s", ferry_errmsg());
+        return;
+    }
+    printable(f, h.name, h.name_len, peer, sizeof(peer));
+    if (!(c = conn_new(f, addr, peer))) {
+        log_warn("fabric: refusing %s: %s", peer, ferry_errmsg());
+        return;
+    }
+    if (hello_apply(c, &h) < 0) {
+        log_warn("fabric: refusing %s: %s", peer, ferry_errmsg());
+        conn_shut(c);
+        return;
+    }
+    c->state = ST_OPEN;
+    c->hello_due = 1;
+    conn_mark(c);
+    f->fn(f, &c->base, f->arg);
+}
+
+static void on_accept_msg(struct fconn *c, struct rbuf *b)
+{
+    struct xlistener *f = c->f;
+    struct hello h;
+
+    if (c->state != ST_CONNECTING) {
+        conn_fail_err(c, FERRY_EPROTO, "an accept on an open connection");
+        return;
+    }
+    if (hello_parse(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 || hello_apply(c, &h) < 0) {
+        conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
+        return;
+    }
+    c->state = ST_OPEN;
+    f->stats.connects++;
+    f->stats.connect_us += (now_ns() - c->connect_ns) / 1000;
+    conn_mark(c);
+}
+
+static void process(struct xlistener *f, struct rbuf *b)
+{
+    struct fconn *c;
+    int kind;
+
+    if (b->len < FAB_HDR) {
+        log_warn("fabric: dropping a message of %zu bytes", b->len);
+        rbuf_post(f, b);
+        return;
+    }
+    kind = b->p[0];
+    if (kind == K_CONNECT) {
+        on_connect_msg(f, b);
+        rbuf_post(f, b);
+        return;
+    }
+    if (!(c = conn_lookup(f, get32(b->p + 8)))) {
+        rbuf_post(f, b); /* for a connection closed since: nobody to tell */
+        return;
+    }
+    if (kind == K_ACCEPT || kind == K_CLOSE || c->state != ST_OPEN) {
+        if (kind == K_ACCEPT)
+            on_accept_msg(c, b);
+        else if (kind == K_CLOSE)
+            conn_fail(c, "the peer closed the connection");
+        else
+            conn_fail_err(c, FERRY_EPROTO, "a message before the connection was accepted");
+        rbuf_post(f, b);
+        return;
+    }
+    on_message(c, b);
+}
+
+/* ---- completions ---- */
+
+static void send_done(struct xlistener *f, struct txop *t, int err)
+{
+    struct fconn *c = t->c;
+    int has_sent = t->has_sent;
+    void *arg = t->sent_arg;
+
+    tx_put(f, t);
+    c->inflight--;
+    if (err) {
+        char reason[160];
+        snprintf(reason, sizeof(reason), "send failed: %s", fi_strerror(err));
+        conn_fail(c, reason);
+    } else if (has_sent && !c->closed) {
+        c->base.ev->sent(&c->base, arg);
+    }
+    conn_maybe_reap(c);
+}
+
+static void complete(struct xlistener *f, void *ctx, size_t len, int err)
+{
+    struct fop *op = ctx;
+
+    if (op->kind == OP_SEND) {
+        send_done(f, ctx, err);
+    } else if (op->kind == OP_READ) {
+        read_done(f, ctx, err);
+    } else if (err) {
+        if (err != FI_ECANCELED)
+            log_warn("fabric: a receive failed: %s", fi_strerror(err));
+        rbuf_post(f, ctx);
+    } else {
+        ((struct rbuf *)ctx)->len = len;
+        process(f, ctx);
+    }
+}
+
+/* Drives the provider (manual progress) and handles what completed; bounded per call. */
+static int progress(struct xlistener *f)
+{
+    struct fi_cq_msg_entry ents[FAB_CQ_BATCH];
+    int total = 0;
+
+    while (total < FAB_CQ_PER_TURN) {
+        ssize_t n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
+        if (n == -FI_EAVAIL) {
+            struct fi_cq_err_entry e = {0};
+            if (fi_cq_readerr(f->cq, &e, 0) == 1)
+                complete(f, e.op_context, 0, e.err ? e.err : FI_EIO);
+            total++;
+            continue;
+        }
+        if (n <= 0) {
+            if (n != -FI_EAGAIN)
+                log_warn("fabric: reading completions: %s", fi_strerror((int)-n));
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++)
+            complete(f, ents[i].op_context, ents[i].len, 0);
+        total += (int)n;
+    }
+    repost_pending(f);
+    push_dirty(f);
+    reads_push(f);
+    return total;
+}
+
+static void on_cq(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    progress(w->arg);
+}
+
+/* Before the loop sleeps: progress, then sleep only if the provider says the wait fd will
+ * tell us about what comes next (fi_trywait). */
+static int before_wait(struct loop *l, void *arg)
+{
+    struct xlistener *f = arg;
+    struct fid *fids[1] = {&f->cq->fid};
+
+    if (progress(f) > 0 || f->dirty || f->repost)
+        return 1;
+    if (f->wait_fd < 0)
+        return f->tx_inflight || f->read_inflight;
+    return fi_trywait(f->fabric, fids, 1) == FI_SUCCESS ? 0 : 1;
+}
+
+/* Without a wait fd, a timer keeps the endpoint progressing while the loop sleeps. */
+static void on_poll(struct loop *l, struct loop_timer *t)
+{
+    struct xlistener *f = t->arg;
+
+    progress(f);
+    loop_timer_start(l, t, loop_now_ms() + 1);
+}
+
+/* ---- connections: the engine's operations ---- */
+
+static int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events *ev,
+                       struct xconn **out)
+{
+    uint8_t name[FAB_NAME_MAX];
+    size_t len = strlen(addr) / 2;
+    char peer[128];
+    fi_addr_t fa;
+    struct fconn *c;
+    int rc;
+
+    if (len == 0 || len > FAB_NAME_MAX || strlen(addr) % 2)
+        return err_set(FERRY_EINVAL, "fabric address '%.32s...': expected hex", addr);
+    for (size_t i = 0; i < len; i++) {
+        if (sscanf(addr + 2 * i, "%2hhx", &name[i]) != 1)
+            return err_set(FERRY_EINVAL, "fabric address: expected hex");
+    }
+    if ((rc = av_get(f, name, len, &fa)) < 0)
+        return rc;
+    printable(f, name, len, peer, sizeof(peer));
+    if (!(c = conn_new(f, fa, peer)))
+        return FERRY_ENOMEM;
+    c->base.ev = ev;
+    c->state = ST_CONNECTING;
+    c->connect_ns = now_ns();
+    c->hello_due = 1;
+    conn_mark(c);
+    *out = &c->base;
+    return 0;
+}
+
+static void fab_pause(struct xconn *xc, int paused)
+{
+    struct fconn *c = (struct fconn *)xc;
+
+    c->paused = paused;
+    if (!paused && c->held)
+        conn_mark(c);
+}
+
+static void fab_close(struct xconn *xc)
+{
+    conn_shut((struct fconn *)xc);
+}
+
+static int fab_drain(struct xconn *xc, void (*fn)(void *arg), void *arg)
+{
+    struct fconn *c = (struct fconn *)xc;
+    struct drain *d = calloc(1, sizeof(*d));
+
+    if (!d)
+        return err_set(FERRY_ENOMEM, "drain record");
+    *d = (struct drain){.fn = fn, .arg = arg, .next = c->drains};
+    c->drains = d;
+    conn_maybe_reap(c);
+    return 0;
+}
+
+/* ---- the endpoint ---- */
+
+static struct fi_info *hints_for(const char *provider)
+{
+    struct fi_info *h = fi_allocinfo();
+
+    if (!h)
+        return NULL;
+    h->ep_attr->type = FI_EP_RDM;
+    h->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_READ | FI_REMOTE_READ;
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    /* Every mode we can honour; the provider keeps those it needs. */
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                              FI_MR_ENDPOINT | FI_MR_RAW;
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->tx_attr->msg_order = FI_ORDER_SAS;
+    h->rx_attr->msg_order = FI_ORDER_SAS;
+    if (provider && *provider && !(h->fabric_attr->prov_name = strdup(provider))) {
+        fi_freeinfo(h);
+        return NULL;
+    }
+    return h;
+}
+
+static int open_domain(struct xlistener *f, const char *provider)
+{
+    struct fi_info *hints = hints_for(provider);
+    struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD};
+    struct fi_av_attr av = {.type = FI_AV_UNSPEC};
+    int rc;
+
+    if (!hints)
+        return err_set(FERRY_ENOMEM, "fabric hints");
+    rc = fi_getinfo(FAB_API, NULL, NULL, 0, hints, &f->info);
+    fi_freeinfo(hints);
+    if (rc)
+        return err_set(FERRY_ETRANSFER, "no libfabric provider%s%s with reliable messages and "
+                       "one-sided reads: %s", provider ? " named " : "", provider ? provider : "",
+                       fi_strerror(-rc));
+    snprintf(f->provider, sizeof(f->provider), "%s", f->info->fabric_attr->prov_name);
+    if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) ||
+        (rc = fi_domain(f->fabric, f->info, &f->domain, NULL)))
+        return fab_err(rc, "opening the fabric");
+    cq.size = f->info->tx_attr->size + f->info->rx_attr->size;
+    if ((rc = fi_cq_open(f->domain, &cq, &f->cq, NULL))) {
+        cq.wait_obj = FI_WAIT_NONE; /* polled from a timer instead */
+        if ((rc = fi_cq_open(f->domain, &cq, &f->cq, NULL)))
+            return fab_err(rc, "fi_cq_open");
+    }
+    if (cq.wait_obj != FI_WAIT_FD || fi_control(&f->cq->fid, FI_GETWAIT, &f->wait_fd))
+        f->wait_fd = -1;
+    if ((rc = fi_av_open(f->domain, &av, &f->av, NULL)) ||
+        (rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
+        (rc = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+        (rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) || (rc = fi_enable(f->ep)))
+        return fab_err(rc, "opening the endpoint");
+    return 0;
+}
+
+static void say_memlock(uint64_t need)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        log_warn("fabric: RLIMIT_MEMLOCK is %llu KiB and registering the arena pins %llu KiB: "
+                 "raise it (ulimit -l unlimited, or LimitMEMLOCK=infinity in a systemd unit)",
+                 (unsigned long long)rl.rlim_cur >> 10, (unsigned long long)need >> 10);
+}
+
+/* Registers [p, p + len) once; requested_key is used unless the provider picks keys. */
+static int reg(struct xlistener *f, void *p, uint64_t len, uint64_t access, uint64_t key,
+               struct fid_mr **mr)
+{
+    int rc = fi_mr_reg(f->domain, p, len, access, 0, key, 0, mr, NULL);
+
+    if (rc) {
+        say_memlock(len);
+        return err_set(FERRY_ETRANSFER, "fabric: cannot register %llu bytes: %s",
+                       (unsigned long long)len, fi_strerror(-rc));
+    }
+    f->stats.registrations++;
+    if (f->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
+        if ((rc = fi_mr_bind(*mr, &f->ep->fid, 0)) || (rc = fi_mr_enable(*mr)))
+            return fab_err(rc, "binding memory to the endpoint");
+    }
+    return 0;
+}
+
+/* The arena, registered once: what peers need to read it goes into f->key. */
+static int register_arena(struct xlistener *f)
+{
+    uint64_t base;
+    int rc;
+
+    f->virt = !!(f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR);
+    f->raw = !!(f->info->domain_attr->mr_mode & FI_MR_RAW);
+    if (f->info->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_ALLOCATED))
+        say_memlock(f->arena_len + f->bufs_len);
+    if ((rc = reg(f, f->arena, f->arena_len, FI_SEND | FI_READ | FI_REMOTE_READ, 1,
+                  &f->arena_mr)) < 0)
+        return rc;
+    f->arena_desc = fi_mr_desc(f->arena_mr);
+    if (!f->raw) {
+        put64(f->key, fi_mr_key(f->arena_mr));
+        f->key_len = 8;
+        return 0;
+    }
+    f->key_len = FAB_KEY_MAX;
+    if ((rc = fi_mr_raw_attr(f->arena_mr, &base, f->key, &f->key_len, 0)))
+        return fab_err(rc, "fi_mr_raw_attr");
+    return 0;
+}
+
+/* Bounce buffers (both classes) and send buffers: one region, registered once, all receive
+ * buffers posted. */
+static int open_buffers(struct xlistener *f)
+{
+    uint32_t nrecv = FAB_SMALL_BUFS + FAB_RESERVE + FAB_LARGE_BUFS;
+    uint8_t *p;
+    int rc;
+
+    /* No more receives than the provider can have posted: a third large, the rest small. */
+    if (f->info->rx_attr->size < nrecv)
+        nrecv = (uint32_t)f->info->rx_attr->size;
+    f->nlarge = nrecv / 3;
+    f->nsmall = nrecv - f->nlarge - FAB_RESERVE;
+    if (nrecv <= FAB_RESERVE || f->nlarge < f->window + FAB_EXTRA)
+        return err_set(FERRY_ETRANSFER, "fabric: the provider takes only %u posted receives",
+                       nrecv);
+
+    f->tx_max = f->info->tx_attr->size / 2 < FAB_TX_MAX ? (uint32_t)f->info->tx_attr->size / 2
+                                                         : FAB_TX_MAX;
+    f->read_max = f->info->tx_attr->size / 2 ? (uint32_t)f->info->tx_attr->size / 2 : 1;
+    if (f->tx_max == 0)
+        f->tx_max = 1;
+    f->bufs_len = (size_t)(f->nsmall + FAB_RESERVE + f->tx_max) * FAB_SMALL +
+                  (size_t)f->nlarge * FAB_LARGE;
+    f->bufs = mmap(NULL, f->bufs_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (f->bufs == MAP_FAILED) {
+        f->bufs = NULL;
+        return err_sys("fabric buffers");
+    }
+    f->rbufs = calloc(nrecv, sizeof(*f->rbufs));
+    f->txops = calloc(f->tx_max, sizeof(*f->txops));
+    if (!f->rbufs || !f->txops)
+        return err_set(FERRY_ENOMEM, "fabric buffer records");
+    if ((rc = reg(f, f->bufs, f->bufs_len, FI_SEND | FI_RECV, 2, &f->buf_mr)) < 0)
+        return rc;
+    f->buf_desc = fi_mr_desc(f->buf_mr);
+    p = f->bufs;
+    for (uint32_t i = 0; i < f->tx_max; i++, p += FAB_SMALL) {
+        f->txops[i] = (struct txop){.op.kind = OP_SEND, .buf = p, .next = f->txfree};
+        f->txfree = &f->txops[i];
+    }
+    for (uint32_t i = 0; i < nrecv; i++) {
+        int cls = i < f->nsmall + FAB_RESERVE ? CL_SMALL : CL_LARGE;
+        f->rbufs[i] = (struct rbuf){.op.kind = OP_RECV, .cls = cls, .p = p};
+        p += class_size(cls);
+        rbuf_post(f, &f->rbufs[i]);
+    }
+    f->free_bufs[CL_SMALL] = f->nsmall;
+    f->free_bufs[CL_LARGE] = f->nlarge;
+    return 0;
+}
+
+static int open_name(struct xlistener *f)
+{
+    int rc;
+
+    f->name_len = sizeof(f->name);
+    if ((rc = fi_getname(&f->ep->fid, f->name, &f->name_len)))
+        return fab_err(rc, "fi_getname");
+    for (size_t i = 0; i < f->name_len; i++)
+        sprintf(f->address + 2 * i, "%02x", f->name[i]);
+    return 0;
+}
+
+static void read_faults(struct xlistener *f)
+{
+    const char *s = getenv("FERRY_FAULT");
+
+    /* Test hooks: a reader that never says it is done, and reads slowed to a crawl. */
+    if (!s)
+        return;
+    f->fault_skip_done = strstr(s, "fabric-skip-done") != NULL;
+    if (strstr(s, "fabric-read-delay-ms="))
+        f->fault_read_delay_ms = (uint32_t)atoi(strstr(s, "fabric-read-delay-ms=") + 21);
+    log_warn("fabric: test faults on: %s", s);
+}
+
+static void fab_listener_close(struct xlistener *f);
+
+static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
+                      xaccept_fn *fn, void *arg, struct xlistener **out)
+{
+    struct xlistener *f;
+    int rc;
+
+    if (!cfg->arena || !cfg->arena_len || cfg->window == 0 ||
+        cfg->window + FAB_EXTRA > FAB_LARGE_BUFS)
+        return err_set(FERRY_EINVAL, "fabric: an arena and a window of 1..%u are needed",
+                       FAB_LARGE_BUFS - FAB_EXTRA);
+    if (!(f = calloc(1, sizeof(*f))))
+        return err_set(FERRY_ENOMEM, "fabric endpoint");
+    *f = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg, .arena = cfg->arena,
+                            .arena_len = cfg->arena_len, .window = cfg->window, .wait_fd = -1};
+    f->readq_tail = &f->readq;
+    loop_timer_init(&f->kick, on_kick, f);
+    loop_timer_init(&f->poll, on_poll, f);
+    loop_timer_init(&f->read_pace, on_read_pace, f);
+    read_faults(f);
+    f->read_chunk = f->fault_read_delay_ms ? (1u << 20) : FAB_READ_CHUNK;
+    if ((rc = open_domain(f, cfg->provider)) < 0 || (rc = open_name(f)) < 0 ||
+        (rc = open_buffers(f)) < 0 || (rc = register_arena(f)) < 0)
+        goto close_f;
+    if (f->info->ep_attr->max_msg_size < f->read_chunk)
+        f->read_chunk = f->info->ep_attr->max_msg_size;
+    if (f->wait_fd >= 0)
+        rc = loop_watch_add(loop, &f->watch, f->wait_fd, EPOLLIN, on_cq, f);
+    else
+        rc = loop_timer_start(loop, &f->poll, loop_now_ms() + 1);
+    if (rc < 0)
+        goto close_f;
+    loop->before_wait = before_wait;
+    loop->before_wait_arg = f;
+    *out = f;
+    return 0;
+
+close_f:
+    fab_listener_close(f);
+    return rc;
+}
+
+static void close_fid(void *fid)
+{
+    if (fid)
+        fi_close(fid);
+}
+
+/* Closes the endpoint first: after that no operation can complete or touch memory. Then the
+ * records of closed connections run their drain callbacks. */
+static void fab_listener_close(struct xlistener *f)
+{
+    if (!f)
+        return;
+    if (f->loop->before_wait_arg == f) {
+        f->loop->before_wait = NULL;
+        f->loop->before_wait_arg = NULL;
+    }
+    if (f->wait_fd >= 0 && f->watch.fn)
+        loop_watch_del(f->loop, &f->watch);
+    loop_timer_stop(f->loop, &f->poll);
+    loop_timer_stop(f->loop, &f->kick);
+    loop_timer_stop(f->loop, &f->read_pace);
+    for (uint32_t i = 0; i < FAB_SLOTS; i++) {
+        if (f->slots[i])
+            conn_shut(f->slots[i]);
+    }
+    close_fid(f->ep ? &f->ep->fid : NULL);
+    f->ep = NULL;
+    /* Nothing completes any more: what waited for completions is finished here. */
+    while (f->reading) {
+        struct rdop *op = f->reading;
+        struct rread *r = op->r;
+        f->reading = op->next;
+        r->done += op->len;
+        if (r->done == r->issued && !r->queued)
+            free(r);
+        free(op);
+    }
+    while (f->all) {
+        struct fconn *c = f->all;
+        loop_timer_stop(f->loop, &c->reaper);
+        conn_reap(f->loop, &c->reaper);
+    }
+    close_fid(f->arena_mr ? &f->arena_mr->fid : NULL);
+    close_fid(f->buf_mr ? &f->buf_mr->fid : NULL);
+    close_fid(f->av ? &f->av->fid : NULL);
+    close_fid(f->cq ? &f->cq->fid : NULL);
+    close_fid(f->domain ? &f->domain->fid : NULL);
+    close_fid(f->fabric ? &f->fabric->fid : NULL);
+    if (f->info)
+        fi_freeinfo(f->info);
+    while (f->avs) {
+        struct avent *a = f->avs;
+        f->avs = a->next;
+        free(a);
+    }
+    if (f->bufs)
+        munmap(f->bufs, f->bufs_len);
+    free(f->rbufs);
+    free(f->txops);
+    free(f);
+}
+
+static const char *fab_address(const struct xlistener *f)
+{
+    return f->address;
+}
+
+static const char *fab_provider(const struct xlistener *f)
+{
+    return f->provider;
+}
+
+static int fab_stats(const struct xlistener *f, struct xstats *out)
+{
+    *out = f->stats;
+    return 0;
+}
+
+const struct transport transport_fabric = {
+    .name = "fabric",
+    .listen = fab_listen,
+    .listener_close = fab_listener_close,
+    .address = fab_address,
+    .provider = fab_provider,
+    .stats = fab_stats,
+    .connect = fab_connect,
+    .send_frame = fab_send_frame,
+    .send_range = fab_send_range,
+    .recv_into = fab_recv_into,
+    .pause = fab_pause,
+    .close = fab_close,
+    .drain = fab_drain,
+};
