@@ -126,6 +126,26 @@ void h_daemon_init(struct ferryd *d)
     snprintf(d->log, sizeof(d->log), "%s/ferryd.log", d->dir);
 }
 
+/* FERRY_TEST_TRANSPORT runs the cluster suites over one transport: tcp, rxm (fabric over
+ * tcp;ofi_rxm) or shm (fabric over shm); unset, the daemons choose (auto). */
+static int transport_args(const char **argv, int argc)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+
+    if (!t || !*t)
+        return argc;
+    if (strcmp(t, "tcp") == 0) {
+        argv[argc++] = "--transport";
+        argv[argc++] = "tcp";
+        return argc;
+    }
+    argv[argc++] = "--transport";
+    argv[argc++] = "fabric";
+    argv[argc++] = "--fabric-provider";
+    argv[argc++] = strcmp(t, "rxm") == 0 ? "tcp;ofi_rxm" : t;
+    return argc;
+}
+
 static void exec_daemon(const struct ferryd *d, const char *log, const char *memory,
                         const char *const *extra)
 {
@@ -138,9 +158,9 @@ static void exec_daemon(const struct ferryd *d, const char *log, const char *mem
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
         _exit(126);
-    const char *argv[32] = {bin, "--socket", d->sock, "--memory", memory};
-    int argc = 5;
-    for (int i = 0; extra && extra[i] && argc < 31; i++)
+    const char *argv[40] = {bin, "--socket", d->sock, "--memory", memory};
+    int argc = transport_args(argv, 5);
+    for (int i = 0; extra && extra[i] && argc < 39; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
     execv(bin, (char *const *)argv);

@@ -56,6 +56,9 @@ H_CLUSTER_TEST(third_node_fetches_from_either_holder)
     ferry_id id = h_id("two-holders");
     H_OK(h_put_direct(a, &id, 2000000, 20));
     fetch_one(b, &id, 10000);
+    /* A holder counts a one-sided (fabric) transfer when the reader says it is done, which may
+     * come after the reader has sealed its copy. */
+    assert_int_equal(H_WAIT_STAT(a, transfers_out, 1), 1);
     h_assert_where(c, cl, &id, BIT(A) | BIT(B), H_CLUSTER_MS);
     ferry_stats a0 = h_stats(a), b0 = h_stats(b), c0 = h_stats(c);
     fetch_one(c, &id, 10000);

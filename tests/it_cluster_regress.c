@@ -327,11 +327,11 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     if (cfd < 0)
         fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
     fake_handshake(cfd);
-    uint8_t pull[1 + 4 + FERRY_ID_SIZE];
+    uint8_t pull[1 + 8 + 4 + FERRY_ID_SIZE]; /* flags, eager max, count, the id */
     uint64_t tag = 0;
     assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), &tag), sizeof(pull));
-    assert_int_equal(h_rd32(pull + 1), 1);
-    assert_memory_equal(pull + 5, x.bytes, FERRY_ID_SIZE);
+    assert_int_equal(h_rd32(pull + 9), 1);
+    assert_memory_equal(pull + 13, x.bytes, FERRY_ID_SIZE);
 
     uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
     p = h_le32(p, 0);         /* status */

@@ -167,12 +167,22 @@ wait_for() {
     return 1
 }
 
+# FERRY_TEST_TRANSPORT runs the cluster suites over one transport: tcp, rxm (fabric over
+# tcp;ofi_rxm) or shm (fabric over shm); unset, the daemons choose (auto).
+case "${FERRY_TEST_TRANSPORT:-}" in
+"") TRANSPORT_ARGS=() ;;
+tcp) TRANSPORT_ARGS=(--transport tcp) ;;
+rxm) TRANSPORT_ARGS=(--transport fabric --fabric-provider "tcp;ofi_rxm") ;;
+*) TRANSPORT_ARGS=(--transport fabric --fabric-provider "$FERRY_TEST_TRANSPORT") ;;
+esac
+
 # start_node NAME [ARGS...]: a ferryd with its socket at $DIR/NAME.sock and its log at
 # $DIR/NAME.log, stopped on exit; true once it answers. The log goes to stderr when it does not.
 start_node() {
     local name=$1
     shift
-    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "$@" >"$DIR/$name.log" 2>&1 &
+    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "${TRANSPORT_ARGS[@]}" "$@" \
+        >"$DIR/$name.log" 2>&1 &
     PIDS+=($!)
     wait_for "ferryd $name" $! "$FERRY" --socket "$DIR/$name.sock" stat && return 0
     cat "$DIR/$name.log" >&2

@@ -78,7 +78,7 @@ static void test_malformed_rejected(void **state)
 
     memset(&id, 1, sizeof(id));
     wire_pull(&b, 1, 0, 0, &id, 1);
-    memcpy(b.data + PROTO_HEADER_SIZE + 1, &(uint32_t){2}, 4); /* claims 2 ids, holds 1 */
+    memcpy(b.data + PROTO_HEADER_SIZE + 1 + 8, &(uint32_t){2}, 4); /* claims 2 ids, holds 1 */
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
     wire_pull(&b, 1, 0x80, 0, &id, 1);
@@ -93,6 +93,7 @@ static void test_malformed_rejected(void **state)
     b.len = 0;
     start = proto_frame_begin(&b, WIRE_PULL, 0);
     pbuf_u8(&b, 0);
+    pbuf_u64(&b, 0);
     pbuf_u32(&b, WIRE_MAX_IDS + 1);
     proto_frame_end(&b, start);
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);

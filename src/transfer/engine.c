@@ -912,11 +912,11 @@ static void on_holders(void *arg, int status, const struct directory_node *h, si
         return;
     }
     if (!(pick = choose(w->e, w, h, n))) {
-        if (w->ntried)
+        if (n)
             want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)",
                                    w->ntried, w->holder));
         else
-            want_retry(w); /* sealed nowhere yet */
+            want_retry(w); /* sealed nowhere (any more): a holder may still come */
         return;
     }
     if (!(p = peer_get(w->e, pick))) {
