@@ -199,6 +199,23 @@ typedef struct ferry_stats {
     uint64_t directory_lookups;    /* holder lookups sent to Redis */
     uint64_t directory_cache_hits; /* holder lookups answered from the local cache */
     uint64_t directory_reconnects; /* connections to Redis re-established */
+    /* Fabric (libfabric) transfers: all 0 on a standalone node, the fabric_ ones also on a
+     * node without a fabric (--transport tcp, or none opened). */
+    uint64_t eager_max;             /* objects up to this size are pulled as messages (eager),
+                                     * larger ones by one-sided reads (ferry_set_eager_max) */
+    uint64_t fabric_registrations;  /* memory regions registered (the arena, bounce buffers) */
+    uint64_t fabric_av_inserts;     /* peer addresses resolved (first contact only) */
+    uint64_t fabric_connects;       /* fabric handshakes this node completed */
+    uint64_t fabric_connect_us;     /* their total time, in microseconds */
+    uint64_t fabric_eager_msgs;     /* messages that carried object bytes (sent) */
+    uint64_t fabric_eager_bytes;    /* object bytes they carried */
+    uint64_t fabric_rdv_reads;      /* one-sided reads issued (rendezvous) */
+    uint64_t fabric_rdv_bytes;      /* object bytes they moved */
+    uint64_t fabric_leases_expired; /* pins lent to a reader that never said it was done */
+    uint64_t fabric_credit_stalls;  /* sends that waited for the receiver's credits */
+    uint64_t fabric_retries;        /* operations the provider refused for the moment */
+    uint64_t fabric_failures;       /* fabric connections to peers that failed */
+    uint64_t fabric_fallbacks;      /* times a peer was put on tcp after repeated failures */
 } ferry_stats;
 
 int ferry_stats_get(ferry_client *c, ferry_stats *out);
@@ -250,6 +267,37 @@ int ferry_nodes(ferry_client *c, ferry_node_info **out, size_t *n);
 
 /* The live nodes that hold a sealed copy of id. Free with free(). */
 int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size_t *n);
+
+/* ---- transports ---- */
+
+/* ferry_set_eager_max: the provider's measured default. */
+#define FERRY_EAGER_AUTO UINT64_MAX
+/* Most peers one ferry_peers call returns. */
+#define FERRY_PEERS_MAX 1024
+
+/* A peer this node pulls objects from, and how. Strings are NUL-terminated (truncated to fit). */
+typedef struct ferry_peer {
+    char node[64];     /* the peer's --node-id */
+    char transport[8]; /* "tcp" or "fabric" */
+    char provider[32]; /* the libfabric provider ("shm", "tcp;ofi_rxm"), "tcp" for tcp */
+    char why[112];     /* why this transport ("both on shm", "--transport tcp", ...) */
+} ferry_peer;
+
+/* Fills out[0..*n) with up to max (at most FERRY_PEERS_MAX) of the peers this node has
+ * connected to for pulls; out may be NULL when max is 0. A standalone node has none. */
+int ferry_peers(ferry_client *c, ferry_peer *out, size_t max, size_t *n);
+
+/* The libfabric provider this node's fabric runs on, into provider (32 bytes, NUL-terminated);
+ * "" when it has no fabric (standalone, --transport tcp, or a fabric that did not open). It
+ * comes with the same request as ferry_peers. */
+int ferry_fabric_info(ferry_client *c, char provider[32]);
+
+/* Sets the eager limit of the node's fabric for pulls from now on: objects up to bytes move
+ * as messages, larger ones by one-sided reads (0: every non-empty one by reads);
+ * FERRY_EAGER_AUTO restores the provider's default. The limit in effect is
+ * ferry_stats.eager_max. FERRY_EINVAL on a standalone node (no transfer engine); a node on tcp
+ * only keeps the value, unused. Not persistent: a restart takes --eager-max. */
+int ferry_set_eager_max(ferry_client *c, uint64_t bytes);
 
 /* Parses a printable id: exactly 40 hex digits are the raw id, any other string is hashed
  * to 20 bytes with SHA-1. */

@@ -189,11 +189,22 @@ test_stat() {
     ok "stat --json has sane values" pyjson "$DIR/stat.json" \
         "(0 < j['capacity_bytes'] <= 64 << 20 and 0 < j['used_bytes'] <= j['capacity_bytes']
           and j['objects'] == ${#STORED[@]} and j['clients'] >= 1 and j['evicted_objects'] == 0)"
-    ok "stat --json has only numbers" pyjson "$DIR/stat.json" \
-        "all(type(v) is int and v >= 0 for v in j.values())"
+    ok "stat --json has only numbers but for the fabric provider and peers" \
+        pyjson "$DIR/stat.json" \
+        "all(type(v) is int and v >= 0 for k, v in j.items()
+             if k not in ('fabric_provider', 'peers'))"
+    ok "stat --json has the fabric keys, 0 on a standalone node" pyjson "$DIR/stat.json" \
+        "all(j[k] == 0 for k in ('eager_max', 'fabric_registrations', 'fabric_av_inserts',
+             'fabric_connects', 'fabric_connect_us', 'fabric_eager_msgs', 'fabric_eager_bytes',
+             'fabric_rdv_reads', 'fabric_rdv_bytes', 'fabric_leases_expired',
+             'fabric_credit_stalls', 'fabric_retries', 'fabric_failures', 'fabric_fallbacks'))"
+    ok "stat --json: a standalone node has no fabric provider and no peers" \
+        pyjson "$DIR/stat.json" "j['fabric_provider'] == '' and j['peers'] == []"
     expect "stat" 0 fy stat
     ok "stat prints every field of stat --json" pyjson "$DIR/stat.json" \
         "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
+    ok "stat prints no fabric provider and no peers" pyjson "$DIR/stat.json" \
+        "[l.split() for l in open('$OUT')][-2:] == [['fabric_provider', '-'], ['peers', '-']]"
     expect "stat through \$FERRY_SOCKET, the default socket" 0 \
         env FERRY_SOCKET="$SOCK" "$FERRY" stat
 }
@@ -214,6 +225,20 @@ test_hash() {
     ok "different content hashes differently" test "$h1" != "$h3"
     ok "metadata is part of the hash" test "$h1" != "$h4"
     expect "hash of a missing object" 1 fy hash missing
+}
+
+test_eager_max() {
+    expect "eager-max with two sizes" 2 fy eager-max 1M 2M
+    expect "eager-max with a bad suffix" 2 fy eager-max 12X
+    expect "eager-max with a negative size" 2 fy eager-max -1
+    expect "eager-max with a bad word" 2 fy eager-max automatic
+    expect "eager-max reads the limit" 0 fy eager-max
+    ok "eager-max of a standalone node is 0" stdout_is 0
+    # A standalone node has no transfers to tune: the daemon refuses (FERRY_EINVAL), status 5.
+    expect "eager-max 1M on a standalone node" 5 fy eager-max 1M
+    ok "eager-max 1M names the reason" grep -q 'invalid argument.*standalone' "$ERR"
+    expect "eager-max auto on a standalone node" 5 fy eager-max auto
+    ok "the refusal leaves the connection usable" test "$(stat_field eager_max)" = 0
 }
 
 test_evict() {
@@ -245,6 +270,7 @@ main() {
     test_raw_id
     test_ls
     test_stat
+    test_eager_max
     test_get_waits
     test_hash
     test_evict

@@ -219,6 +219,35 @@ H_TEST(get_with_bad_count_is_rejected)
     ferry_disconnect(c);
 }
 
+/* PEERS over PROTO_MAX_PEERS, and an EAGER_MAX short of its u64; a PEERS within the limit is
+ * answered (a standalone node: no provider, no peers). */
+H_TEST(peers_and_eager_max_malformed_are_rejected)
+{
+    ferry_client *c = client(d);
+    uint8_t max[4], reply[64], *p = reply;
+    struct before b = snap(d, c);
+    int fd = hello_conn(d);
+
+    h_le32(max, PROTO_MAX_PEERS + 1);
+    assert_int_equal(h_raw_frame(fd, PROTO_PEERS, 2, max, sizeof(max)), 0);
+    expect_rejected(d, c, fd, &b, "PEERS over PROTO_MAX_PEERS");
+
+    b = snap(d, c);
+    fd = hello_conn(d);
+    assert_int_equal(h_raw_frame(fd, PROTO_EAGER_MAX, 2, max, sizeof(max)), 0);
+    expect_rejected(d, c, fd, &b, "EAGER_MAX of 4 bytes");
+
+    fd = hello_conn(d);
+    h_le32(max, PROTO_MAX_PEERS);
+    assert_int_equal(h_raw_frame(fd, PROTO_PEERS, 3, max, sizeof(max)), 0);
+    assert_int_equal(h_raw_reply(fd, PROTO_PEERS, reply, sizeof(reply)), 4 + 1 + 4);
+    assert_int_equal(h_rd32(p), 0); /* status */
+    assert_int_equal(p[4], 0);      /* provider: "" */
+    assert_int_equal(h_rd32(p + 5), 0);
+    close(fd);
+    ferry_disconnect(c);
+}
+
 /* RELEASE of an id this connection never got, even one that exists. */
 H_TEST(release_of_id_never_got_is_rejected)
 {
@@ -352,6 +381,7 @@ int main(void)
         T(truncated_frame_then_eof_is_rejected),
         T(first_message_must_be_a_valid_hello),
         T(unknown_type_after_hello_is_rejected),
+        T(peers_and_eager_max_malformed_are_rejected),
         T(get_with_bad_count_is_rejected),
         T(release_of_id_never_got_is_rejected),
         T(put_batch_outside_the_staging_area_is_rejected),

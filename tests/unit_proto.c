@@ -181,6 +181,125 @@ static void test_reader_never_overreads(void **state)
     assert_null(prd_bytes(&r, 1)); /* once bad, stays bad */
 }
 
+/* PEERS carries the most peers the client wants, EAGER_MAX the limit (all ones: auto). */
+static void test_peers_and_eager_max_round_trip(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    size_t start = proto_frame_begin(&b, PROTO_PEERS, 7);
+
+    pbuf_u32(&b, PROTO_MAX_PEERS);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.type, PROTO_PEERS);
+    assert_int_equal(q.tag, 7);
+    assert_int_equal(q.u.peers.max, PROTO_MAX_PEERS);
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_EAGER_MAX, 8);
+    pbuf_u64(&b, FERRY_EAGER_AUTO);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.type, PROTO_EAGER_MAX);
+    assert_true(q.u.eager.bytes == UINT64_MAX);
+    pbuf_free(&b);
+}
+
+/* Frames of PEERS and EAGER_MAX whose payload is over the limit, short or too long. */
+static void test_peers_and_eager_max_malformed_rejected(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    size_t start = proto_frame_begin(&b, PROTO_PEERS, 1);
+
+    pbuf_u32(&b, PROTO_MAX_PEERS + 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "limit"));
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_PEERS, 1);
+    pbuf_u16(&b, 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "truncated"));
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_EAGER_MAX, 1);
+    pbuf_u32(&b, 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "truncated"));
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_EAGER_MAX, 1);
+    pbuf_u64(&b, 1 << 20);
+    pbuf_u8(&b, 0);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "trailing"));
+    pbuf_free(&b);
+}
+
+/* A peer record crosses intact; strings that fill their field exactly still fit. */
+static void test_peer_entry_round_trip(void **state)
+{
+    ferry_peer in = {.node = "node-a", .transport = "fabric", .provider = "tcp;ofi_rxm"}, out;
+    struct pbuf b = {0};
+    struct preader r;
+
+    memset(in.why, 'w', sizeof(in.why) - 1);
+    in.why[sizeof(in.why) - 1] = '\0';
+    proto_put_peer(&b, &in);
+    proto_put_str(&b, "shm", 31);
+    r = (struct preader){b.data, b.len, 0};
+    memset(&out, 0x55, sizeof(out));
+    assert_int_equal(proto_get_peer(&r, &out), 0);
+    assert_string_equal(out.node, in.node);
+    assert_string_equal(out.transport, in.transport);
+    assert_string_equal(out.provider, in.provider);
+    assert_string_equal(out.why, in.why);
+    char provider[32];
+    proto_get_str(&r, provider, sizeof(provider));
+    assert_false(r.bad);
+    assert_string_equal(provider, "shm");
+    assert_int_equal(r.left, 0);
+    pbuf_free(&b);
+}
+
+/* A string longer than its field, or a record cut short, is refused; nothing is overread and
+ * every field stays a terminated string. */
+static void test_peer_entry_malformed_rejected(void **state)
+{
+    static const char too_long[] = "fabric!!"; /* 8 bytes: no room for the NUL in transport[8] */
+    ferry_peer in = {.node = "n", .transport = "tcp", .provider = "tcp", .why = "w"}, out;
+    struct pbuf b = {0};
+    struct preader r;
+
+    proto_put_str(&b, "n", 63);
+    proto_put_str(&b, too_long, sizeof(too_long) - 1);
+    proto_put_str(&b, "tcp", 31);
+    proto_put_str(&b, "w", 111);
+    r = (struct preader){b.data, b.len, 0};
+    assert_int_equal(proto_get_peer(&r, &out), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "peer"));
+    assert_int_equal(out.transport[0], '\0');
+
+    b.len = 0;
+    proto_put_peer(&b, &in);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        r = (struct preader){b.data, cut, 0};
+        assert_int_equal(proto_get_peer(&r, &out), FERRY_EPROTO);
+        assert_true(strnlen(out.why, sizeof(out.why)) < sizeof(out.why));
+    }
+    /* The encoder never writes more than a field holds, even from an unterminated one. */
+    memset(in.node, 'x', sizeof(in.node));
+    b.len = 0;
+    proto_put_peer(&b, &in);
+    assert_int_equal(b.data[0], sizeof(in.node) - 1);
+    pbuf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +311,10 @@ int main(void)
         cmocka_unit_test(test_bad_values_rejected),
         cmocka_unit_test(test_notification_round_trip),
         cmocka_unit_test(test_reader_never_overreads),
+        cmocka_unit_test(test_peers_and_eager_max_round_trip),
+        cmocka_unit_test(test_peers_and_eager_max_malformed_rejected),
+        cmocka_unit_test(test_peer_entry_round_trip),
+        cmocka_unit_test(test_peer_entry_malformed_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,9 +17,25 @@ struct suite {
     const char *summary;
 };
 
+#ifndef FERRY_BENCH_MPI
+/* The mpi suite of a build that found no MPI. */
+static int mpi_missing(int argc, char **argv)
+{
+    fputs("ferry-bench: built without MPI (CMake found no MPI C library; on Debian: apt-get "
+          "install libopenmpi-dev openmpi-bin, then reconfigure)\n",
+          stderr);
+    return 1;
+}
+#endif
+
 static const struct suite suites[] = {
     {"local", bench_local, "ferry put/get against redis set/get and memcpy on this node"},
     {"remote", bench_remote, "ferry fetch between two nodes against redis get and raw TCP"},
+#ifdef FERRY_BENCH_MPI
+    {"mpi", bench_mpi, "all-to-all and many-to-one fetches between nodes, under mpirun"},
+#else
+    {"mpi", mpi_missing, "(not in this build: CMake found no MPI)"},
+#endif
 };
 
 static void usage(FILE *f)

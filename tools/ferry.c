@@ -752,6 +752,20 @@ static const struct {
     {STAT_FIELD(directory_lookups)},
     {STAT_FIELD(directory_cache_hits)},
     {STAT_FIELD(directory_reconnects)},
+    {STAT_FIELD(eager_max)},
+    {STAT_FIELD(fabric_registrations)},
+    {STAT_FIELD(fabric_av_inserts)},
+    {STAT_FIELD(fabric_connects)},
+    {STAT_FIELD(fabric_connect_us)},
+    {STAT_FIELD(fabric_eager_msgs)},
+    {STAT_FIELD(fabric_eager_bytes)},
+    {STAT_FIELD(fabric_rdv_reads)},
+    {STAT_FIELD(fabric_rdv_bytes)},
+    {STAT_FIELD(fabric_leases_expired)},
+    {STAT_FIELD(fabric_credit_stalls)},
+    {STAT_FIELD(fabric_retries)},
+    {STAT_FIELD(fabric_failures)},
+    {STAT_FIELD(fabric_fallbacks)},
 };
 #define N_STAT_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 _Static_assert(N_STAT_FIELDS * sizeof(uint64_t) == sizeof(ferry_stats),
@@ -764,33 +778,124 @@ static uint64_t stat_value(const ferry_stats *st, size_t i)
     return v;
 }
 
-/* Prints name value lines, or with json one object of them. */
-static void print_stats(const ferry_stats *st, int json)
+/* What stat shows: the counters, the fabric's provider ("" without one) and the peers. */
+struct stat_view {
+    ferry_stats st;
+    char provider[32];
+    ferry_peer *peers;
+    size_t n_peers;
+};
+
+/* The peers as a JSON array, one per line. */
+static void print_peers_json(const ferry_peer *peers, size_t n)
 {
-    if (json)
-        fputs("{", stdout);
-    for (size_t i = 0; i < N_STAT_FIELDS; i++) {
-        if (json)
-            printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", stat_fields[i].name, stat_value(st, i));
-        else
-            printf("%-22s %" PRIu64 "\n", stat_fields[i].name, stat_value(st, i));
+    fputs("[", stdout);
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ",\n    {\"node\": " : "\n    {\"node\": ", stdout);
+        print_json_string(peers[i].node);
+        fputs(", \"transport\": ", stdout);
+        print_json_string(peers[i].transport);
+        fputs(", \"provider\": ", stdout);
+        print_json_string(peers[i].provider);
+        fputs(", \"why\": ", stdout);
+        print_json_string(peers[i].why);
+        fputs("}", stdout);
     }
-    if (json)
-        fputs("\n}\n", stdout);
+    fputs(n ? "\n  ]" : "]", stdout);
 }
 
-/* stat [--json]: prints the daemon's counters. */
+/* One object: the counters, then "fabric_provider" and "peers". */
+static void print_stats_json(const struct stat_view *v)
+{
+    fputs("{", stdout);
+    for (size_t i = 0; i < N_STAT_FIELDS; i++)
+        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", stat_fields[i].name, stat_value(&v->st, i));
+    fputs(",\n  \"fabric_provider\": ", stdout);
+    print_json_string(v->provider);
+    fputs(",\n  \"peers\": ", stdout);
+    print_peers_json(v->peers, v->n_peers);
+    fputs("\n}\n", stdout);
+}
+
+/* The peers section: a "peers" line per peer (node, transport, provider, why, in aligned
+ * columns), or one "peers -" when there is none; every line of stat starts with a key of
+ * stat --json. */
+static void print_peers_table(const ferry_peer *peers, size_t n)
+{
+    int node_width = 1, provider_width = 1;
+    for (size_t i = 0; i < n; i++) {
+        int node_len = (int)strnlen(peers[i].node, sizeof(peers[i].node));
+        int provider_len = (int)strnlen(peers[i].provider, sizeof(peers[i].provider));
+        node_width = node_len > node_width ? node_len : node_width;
+        provider_width = provider_len > provider_width ? provider_len : provider_width;
+    }
+    if (n == 0)
+        printf("%-22s -\n", "peers");
+    for (size_t i = 0; i < n; i++)
+        printf("%-22s %-*s %-6s %-*s %s\n", "peers", node_width, peers[i].node, peers[i].transport,
+               provider_width, peers[i].provider, peers[i].why);
+}
+
+/* name value lines (the provider "-" when there is none), then the peers section. */
+static void print_stats_table(const struct stat_view *v)
+{
+    for (size_t i = 0; i < N_STAT_FIELDS; i++)
+        printf("%-22s %" PRIu64 "\n", stat_fields[i].name, stat_value(&v->st, i));
+    printf("%-22s %s\n", "fabric_provider", v->provider[0] ? v->provider : "-");
+    print_peers_table(v->peers, v->n_peers);
+}
+
+/* Asks the daemon for everything stat shows; v->peers is to free even on failure. */
+static int stat_fetch(const struct cli *cli, struct stat_view *v)
+{
+    int err = ferry_stats_get(cli->client, &v->st);
+    if (err == FERRY_OK && !(v->peers = calloc(FERRY_PEERS_MAX, sizeof(*v->peers))))
+        return report(cli, FERRY_ENOMEM, "no memory for %d peers", FERRY_PEERS_MAX);
+    if (err == FERRY_OK)
+        err = ferry_peers(cli->client, v->peers, FERRY_PEERS_MAX, &v->n_peers);
+    if (err == FERRY_OK)
+        err = ferry_fabric_info(cli->client, v->provider);
+    return err != FERRY_OK ? fail(cli, err) : STATUS_OK;
+}
+
+/* stat [--json]: prints the daemon's counters, its fabric provider and its peers. */
 static int cmd_stat(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
     int status = cli_start_json(cli, argc, argv, NULL, &json);
     if (status != STATUS_OK)
         return status;
+    struct stat_view v = {.peers = NULL};
+    status = stat_fetch(cli, &v);
+    if (status == STATUS_OK && json)
+        print_stats_json(&v);
+    else if (status == STATUS_OK)
+        print_stats_table(&v);
+    free(v.peers);
+    return status;
+}
+
+/* eager-max [SIZE|auto]: sets the eager limit of the node's fabric (auto: the provider's
+ * default), then prints the limit in effect; without SIZE only prints it. */
+static int cmd_eager_max(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"SIZE"}, .min = 0};
+    uint64_t bytes = FERRY_EAGER_AUTO;
+    int status = parse_args(cli->cmd, argc, argv, NULL, &p);
+    const char *size = p.value[0];
+    if (status == STATUS_OK && size && strcmp(size, "auto") != 0)
+        status = parse_size(cli, size, &bytes);
+    if (status == STATUS_OK)
+        status = cli_open(cli, NULL, NULL);
+    if (status != STATUS_OK)
+        return status;
+    int err = size ? ferry_set_eager_max(cli->client, bytes) : FERRY_OK;
     ferry_stats st;
-    int err = ferry_stats_get(cli->client, &st);
+    if (err == FERRY_OK)
+        err = ferry_stats_get(cli->client, &st);
     if (err != FERRY_OK)
         return fail(cli, err);
-    print_stats(&st, json);
+    printf("%" PRIu64 "\n", st.eager_max);
     return STATUS_OK;
 }
 
@@ -840,13 +945,14 @@ static const struct command {
     {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
     {"rm", "ID", "delete ID", cmd_rm},
     {"ls", "[--json]", "list every object", cmd_ls},
-    {"stat", "[--json]", "print the daemon's counters", cmd_stat},
+    {"stat", "[--json]", "print the daemon's counters, fabric and peers", cmd_stat},
     {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) freed", cmd_evict},
     {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash},
     {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
      cmd_fetch},
     {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes},
     {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where},
+    {"eager-max", "[SIZE|auto]", "set the fabric's eager limit (K, M, G); print it", cmd_eager_max},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -854,13 +960,15 @@ static void print_usage(void)
 {
     puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n\nCommands:");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        printf("  %-8s %-37s %s\n", commands[i].name, commands[i].args, commands[i].summary);
+        printf("  %-9s %-36s %s\n", commands[i].name, commands[i].args, commands[i].summary);
     puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
          "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ".");
     printf("MS: 0 polls, -1 waits on. get waits 0 ms unless told; fetch and get --fetch (which\n"
            "pulls ID from another node when it is not local) wait %d ms for an ID that no\n"
            "node holds yet. fetch prints nothing on success and a line per failed ID.\n",
            FETCH_TIMEOUT_MS);
+    puts("eager-max: objects up to SIZE are pulled as messages, larger ones by one-sided\n"
+         "reads; auto is the provider's default. A standalone node has none to set (status 5).");
     puts("Exit status: 0 ok, 1 not found or timed out, 2 usage error, 3 no space or too big,\n"
          "4 daemon or cluster directory unreachable, 5 any other failure (a failed transfer).");
 }

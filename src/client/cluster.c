@@ -1,4 +1,5 @@
-/* cluster.c - libferry's cluster calls: fetch, get with fetch, nodes, where. */
+/* cluster.c - libferry's cluster calls: fetch, get with fetch, nodes, where, and the
+ * transports: peers, fabric provider, eager limit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,5 +122,70 @@ int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size
     pbuf_id(&c->out, id);
     if ((rc = client_call(c, PROTO_WHERE)) == 0)
         rc = read_nodes(c, out, n);
+    return client_leave(c, rc);
+}
+
+/* Sends PEERS for up to max peers and reads the reply: the provider into provider (32
+ * bytes), the peers into out (room for max) and their count into *n. */
+static int peers_call(struct ferry_client *c, uint32_t max, char *provider, ferry_peer *out,
+                      size_t *n)
+{
+    uint32_t count;
+    int rc;
+
+    client_req_begin(c, PROTO_PEERS);
+    pbuf_u32(&c->out, max);
+    if ((rc = client_call(c, PROTO_PEERS)) < 0)
+        return rc;
+    proto_get_str(&c->rd, provider, sizeof(out->provider));
+    count = prd_u32(&c->rd);
+    if (c->rd.bad || count > max)
+        return client_broken(c, err_set(FERRY_EPROTO, "peers: %u of at most %u", count, max));
+    for (uint32_t i = 0; i < count; i++) {
+        if (proto_get_peer(&c->rd, &out[i]) < 0)
+            return client_broken(c, FERRY_EPROTO);
+    }
+    if ((rc = client_reply_end(c)) < 0)
+        return rc;
+    *n = count;
+    return 0;
+}
+
+int ferry_peers(ferry_client *c, ferry_peer *out, size_t max, size_t *n)
+{
+    char provider[sizeof(out->provider)];
+    int rc;
+
+    if (!n || (max && !out))
+        return err_set(FERRY_EINVAL, "peers: NULL argument");
+    if (max > PROTO_MAX_PEERS)
+        max = PROTO_MAX_PEERS;
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, peers_call(c, (uint32_t)max, provider, out, n));
+}
+
+int ferry_fabric_info(ferry_client *c, char provider[32])
+{
+    size_t n;
+    int rc;
+
+    if (!provider)
+        return err_set(FERRY_EINVAL, "fabric info: NULL argument");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, peers_call(c, 0, provider, NULL, &n));
+}
+
+int ferry_set_eager_max(ferry_client *c, uint64_t bytes)
+{
+    int rc;
+
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_EAGER_MAX);
+    pbuf_u64(&c->out, bytes);
+    if ((rc = client_call(c, PROTO_EAGER_MAX)) == 0)
+        rc = client_reply_end(c);
     return client_leave(c, rc);
 }

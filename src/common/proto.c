@@ -204,6 +204,15 @@ static int decode_body(struct preader *r, struct proto_request *q)
     case PROTO_EVICT:
         q->u.evict.bytes = prd_u64(r);
         return 0;
+    case PROTO_EAGER_MAX:
+        q->u.eager.bytes = prd_u64(r);
+        return 0;
+    case PROTO_PEERS:
+        q->u.peers.max = prd_u32(r);
+        if (q->u.peers.max > PROTO_MAX_PEERS)
+            return err_set(FERRY_EPROTO, "peers: %u exceed the limit of %u", q->u.peers.max,
+                           PROTO_MAX_PEERS);
+        return 0;
     case PROTO_LIST:
     case PROTO_NODES:
     case PROTO_STATS:
@@ -252,16 +261,18 @@ void proto_batch_entry(const struct proto_request *q, uint32_t i, struct proto_b
     out->metadata_size = prd_u64(&r);
 }
 
-/* ---- nodes ---- */
+/* ---- strings, nodes and peers ---- */
 
-static void put_str(struct pbuf *b, const char *s, size_t max)
+_Static_assert(PROTO_MAX_PEERS == FERRY_PEERS_MAX, "the daemon answers what ferry_peers asks");
+
+void proto_put_str(struct pbuf *b, const char *s, size_t max)
 {
-    size_t len = strnlen(s, max);
+    size_t len = strnlen(s, max < UINT8_MAX ? max : UINT8_MAX);
     pbuf_u8(b, (uint8_t)len);
     pbuf_put(b, s, len);
 }
 
-static void get_str(struct preader *r, char *out, size_t size)
+void proto_get_str(struct preader *r, char *out, size_t size)
 {
     uint8_t len = prd_u8(r);
     const uint8_t *p = prd_bytes(r, len);
@@ -277,19 +288,36 @@ static void get_str(struct preader *r, char *out, size_t size)
 
 void proto_put_node(struct pbuf *b, const ferry_node_info *n)
 {
-    put_str(b, n->id, sizeof(n->id) - 1);
-    put_str(b, n->address, sizeof(n->address) - 1);
-    put_str(b, n->transports, sizeof(n->transports) - 1);
+    proto_put_str(b, n->id, sizeof(n->id) - 1);
+    proto_put_str(b, n->address, sizeof(n->address) - 1);
+    proto_put_str(b, n->transports, sizeof(n->transports) - 1);
     pbuf_u8(b, (uint8_t)(n->self != 0));
 }
 
 int proto_get_node(struct preader *r, ferry_node_info *out)
 {
-    get_str(r, out->id, sizeof(out->id));
-    get_str(r, out->address, sizeof(out->address));
-    get_str(r, out->transports, sizeof(out->transports));
+    proto_get_str(r, out->id, sizeof(out->id));
+    proto_get_str(r, out->address, sizeof(out->address));
+    proto_get_str(r, out->transports, sizeof(out->transports));
     out->self = prd_u8(r) != 0;
     return r->bad ? err_set(FERRY_EPROTO, "malformed node entry") : 0;
+}
+
+void proto_put_peer(struct pbuf *b, const ferry_peer *p)
+{
+    proto_put_str(b, p->node, sizeof(p->node) - 1);
+    proto_put_str(b, p->transport, sizeof(p->transport) - 1);
+    proto_put_str(b, p->provider, sizeof(p->provider) - 1);
+    proto_put_str(b, p->why, sizeof(p->why) - 1);
+}
+
+int proto_get_peer(struct preader *r, ferry_peer *out)
+{
+    proto_get_str(r, out->node, sizeof(out->node));
+    proto_get_str(r, out->transport, sizeof(out->transport));
+    proto_get_str(r, out->provider, sizeof(out->provider));
+    proto_get_str(r, out->why, sizeof(out->why));
+    return r->bad ? err_set(FERRY_EPROTO, "malformed peer entry") : 0;
 }
 
 /* ---- notifications ---- */

@@ -30,6 +30,7 @@
 #define PROTO_MAX_IDS 65536u         /* ids in one GET or REFRESH */
 #define PROTO_MAX_BATCH 4096u        /* objects in one PUT_BATCH */
 #define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
+#define PROTO_MAX_PEERS 1024u        /* peers in one PEERS reply */
 #define PROTO_REPLY_BIT 0x8000u
 
 enum proto_type {
@@ -52,7 +53,9 @@ enum proto_type {
     PROTO_FETCH = 17,     /* i64 timeout_ms, u32 n, n ids -> u32 n, n i32 statuses */
     PROTO_NODES = 18,     /* - -> u32 n, n nodes */
     PROTO_WHERE = 19,     /* id -> u32 n, n nodes */
-    PROTO_TYPE_MAX = 19
+    PROTO_PEERS = 20,     /* u32 max -> str fabric provider, u32 n (<= max), n peers */
+    PROTO_EAGER_MAX = 21, /* u64 bytes (UINT64_MAX: the provider's default) -> status */
+    PROTO_TYPE_MAX = 21
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -100,6 +103,12 @@ struct proto_request {
         struct {
             uint64_t bytes;
         } evict;
+        struct {
+            uint64_t bytes;
+        } eager;
+        struct {
+            uint32_t max;
+        } peers;
         struct {
             uint32_t n;
             const uint8_t *entries;
@@ -168,10 +177,19 @@ const uint8_t *prd_bytes(struct preader *r, size_t n);
 #define PROTO_BATCH_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 8u)
 #define PROTO_LIST_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 1u + 4u + 8u)
 
+/* A string of at most max bytes (longer ones are cut): u8 length + bytes. */
+void proto_put_str(struct pbuf *b, const char *s, size_t max);
+/* Reads one into out (size bytes, NUL-terminated); one that does not fit sets r->bad. */
+void proto_get_str(struct preader *r, char *out, size_t size);
+
 /* A node in NODES and WHERE replies: id, address and transports as u8 length + bytes each,
  * then u8 self. */
 void proto_put_node(struct pbuf *b, const ferry_node_info *n);
 int proto_get_node(struct preader *r, ferry_node_info *out);
+
+/* A peer in PEERS replies: node, transport, provider and why as u8 length + bytes each. */
+void proto_put_peer(struct pbuf *b, const ferry_peer *p);
+int proto_get_peer(struct preader *r, ferry_peer *out);
 
 /* A notification on a subscription socket (SOCK_SEQPACKET, one record per datagram):
  * u8 event, id, u64 data_size, u64 metadata_size. */

@@ -401,6 +401,20 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
         dc ? dc->lookups : 0,
         dc ? dc->cache_hits : 0,
         dc ? dc->reconnects : 0,
+        srv->engine ? engine_eager_max(srv->engine) : 0,
+        ec ? ec->fabric.registrations : 0,
+        ec ? ec->fabric.av_inserts : 0,
+        ec ? ec->fabric.connects : 0,
+        ec ? ec->fabric.connect_us : 0,
+        ec ? ec->fabric.eager_msgs : 0,
+        ec ? ec->fabric.eager_bytes : 0,
+        ec ? ec->fabric.rdv_reads : 0,
+        ec ? ec->fabric.rdv_bytes : 0,
+        ec ? ec->fabric.leases_expired : 0,
+        ec ? ec->fabric.credit_stalls : 0,
+        ec ? ec->fabric.retries : 0,
+        ec ? ec->fabric_failures : 0,
+        ec ? ec->fabric_fallbacks : 0,
     };
     size_t start = reply_begin(ss, q, 0), n = sizeof(v) / sizeof(v[0]);
     _Static_assert(sizeof(v) == sizeof(ferry_stats), "stats reply matches struct ferry_stats");
@@ -825,19 +839,80 @@ static int handle_dir(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
+/* ---- transports: peers and the eager limit ---- */
+
+_Static_assert(FERRY_EAGER_AUTO == ENGINE_EAGER_AUTO, "one value means the provider default");
+
+static void put_engine_peer(struct session *ss, const struct engine_peer_info *e)
+{
+    ferry_peer p;
+
+    snprintf(p.node, sizeof(p.node), "%.*s", (int)sizeof(p.node) - 1, e->node);
+    snprintf(p.transport, sizeof(p.transport), "%.*s", (int)sizeof(p.transport) - 1, e->transport);
+    snprintf(p.provider, sizeof(p.provider), "%.*s", (int)sizeof(p.provider) - 1, e->provider);
+    snprintf(p.why, sizeof(p.why), "%.*s", (int)sizeof(p.why) - 1, e->why);
+    proto_put_peer(&ss->out, &p);
+}
+
+/* The fabric's provider ("" without one) and up to max of the engine's peers. */
+static int handle_peers(struct session *ss, const struct proto_request *q)
+{
+    struct engine *e = ss->srv->engine;
+    const char *provider = e ? engine_fabric_provider(e) : NULL;
+    struct engine_peer_info *v = NULL;
+    size_t n = 0, start;
+
+    if (e && q->u.peers.max) {
+        if (!(v = calloc(q->u.peers.max, sizeof(*v))))
+            return reply_status(ss, q, err_set(FERRY_ENOMEM, "peers: %u records", q->u.peers.max));
+        n = engine_peers(e, v, q->u.peers.max);
+    }
+    start = reply_begin(ss, q, 0);
+    proto_put_str(&ss->out, provider ? provider : "", sizeof(((ferry_peer *)0)->provider) - 1);
+    pbuf_u32(&ss->out, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        put_engine_peer(ss, &v[i]);
+    proto_frame_end(&ss->out, start);
+    free(v);
+    return 0;
+}
+
+static int handle_eager_max(struct session *ss, const struct proto_request *q)
+{
+    struct engine *e = ss->srv->engine;
+
+    if (!e)
+        return reply_status(ss, q, err_set(FERRY_EINVAL, "standalone node: no transfers to tune"));
+    engine_set_eager_max(e, q->u.eager.bytes);
+    log_info("eager limit set to %" PRIu64 " bytes by client %" PRIu64, engine_eager_max(e),
+             ss->client_id);
+    return reply_status(ss, q, 0);
+}
+
 /* ---- dispatch and I/O ---- */
 
 static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
-    [PROTO_HELLO] = handle_hello,       [PROTO_CREATE] = handle_create,
-    [PROTO_SEAL] = handle_seal,         [PROTO_ABORT] = handle_abort,
-    [PROTO_GET] = handle_get,           [PROTO_RELEASE] = handle_release,
-    [PROTO_CONTAINS] = handle_contains, [PROTO_DELETE] = handle_delete,
-    [PROTO_LIST] = handle_list,         [PROTO_EVICT] = handle_evict,
-    [PROTO_REFRESH] = handle_refresh,   [PROTO_HASH] = handle_hash,
-    [PROTO_STATS] = handle_stats,       [PROTO_SUBSCRIBE] = handle_subscribe,
-    [PROTO_STAGE] = handle_stage,       [PROTO_PUT_BATCH] = handle_put_batch,
-    [PROTO_FETCH] = handle_fetch,       [PROTO_NODES] = handle_dir,
+    [PROTO_HELLO] = handle_hello,
+    [PROTO_CREATE] = handle_create,
+    [PROTO_SEAL] = handle_seal,
+    [PROTO_ABORT] = handle_abort,
+    [PROTO_GET] = handle_get,
+    [PROTO_RELEASE] = handle_release,
+    [PROTO_CONTAINS] = handle_contains,
+    [PROTO_DELETE] = handle_delete,
+    [PROTO_LIST] = handle_list,
+    [PROTO_EVICT] = handle_evict,
+    [PROTO_REFRESH] = handle_refresh,
+    [PROTO_HASH] = handle_hash,
+    [PROTO_STATS] = handle_stats,
+    [PROTO_SUBSCRIBE] = handle_subscribe,
+    [PROTO_STAGE] = handle_stage,
+    [PROTO_PUT_BATCH] = handle_put_batch,
+    [PROTO_FETCH] = handle_fetch,
+    [PROTO_NODES] = handle_dir,
     [PROTO_WHERE] = handle_dir,
+    [PROTO_PEERS] = handle_peers,
+    [PROTO_EAGER_MAX] = handle_eager_max,
 };
 
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)

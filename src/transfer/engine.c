@@ -1306,7 +1306,8 @@ static void on_accept(struct xlistener *l, struct xconn *c, void *arg)
  * logged once and left out. */
 static int open_fabric(struct engine *e)
 {
-    struct xconfig xc = {.provider = e->cfg.fabric_provider,
+    struct xconfig xc = {.addr = e->cfg.listen_addr,
+                         .provider = e->cfg.fabric_provider,
                          .arena = e->store->base,
                          .arena_len = store_capacity(e->store),
                          .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8};

@@ -78,6 +78,9 @@
 /* A lease covers the slowest reader we still want: 5 s plus the bytes at 50 MB/s. */
 #define FAB_LEASE_BASE_MS 5000u
 #define FAB_LEASE_RATE 50000u /* bytes per ms */
+/* A closed connection whose operations have not completed this long after is given up on:
+ * some providers never complete (nor report with a context) operations to a dead peer. */
+#define FAB_ZOMBIE_MS 10000u
 
 enum { K_STREAM = 1, K_RDV, K_DONE, K_CREDIT, K_CONNECT, K_ACCEPT, K_CLOSE };
 enum { CL_SMALL, CL_LARGE, CL_N };
@@ -187,6 +190,10 @@ struct fconn {
     struct proto_header h;
     struct pbuf frame;
     struct rbuf *held, **held_tail; /* received while paused */
+    /* Messages that came before their turn: a provider completes small messages before a
+     * large one sent earlier (its own rendezvous), so order is restored by sequence number. */
+    struct rbuf **early;
+    uint32_t nearly;
     struct rread *reads, **reads_tail;
     struct lease *leases;
     uint32_t inflight; /* sends and reads issued and not completed */
@@ -245,12 +252,14 @@ struct xlistener {
     size_t name_len;
     char address[2 * FAB_NAME_MAX + 1];
     struct xstats stats;
+    uint64_t unattributed_log_ms;
     int fault_skip_done;
     uint32_t fault_read_delay_ms;
 };
 
 static void conn_fail_err(struct fconn *c, int err, const char *reason);
 static void on_deadline(struct loop *l, struct loop_timer *t);
+static void on_zombie(struct loop *l, struct loop_timer *t);
 static void conn_push(struct fconn *c);
 static void reads_push(struct xlistener *f);
 static void process(struct xlistener *f, struct rbuf *b);
@@ -363,6 +372,7 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
         free(d);
     }
     pbuf_free(&c->frame);
+    free(c->early);
     free(c);
 }
 
@@ -394,6 +404,11 @@ static void free_queues(struct fconn *c)
         c->held = b->next;
         rbuf_post(f, b);
     }
+    for (uint32_t i = 0; c->early && i < c->nearly; i++) {
+        if (c->early[i])
+            rbuf_post(f, c->early[i]);
+        c->early[i] = NULL;
+    }
     while (c->leases) {
         struct lease *ls = c->leases;
         c->leases = ls->next;
@@ -416,6 +431,27 @@ static void free_queues(struct fconn *c)
 
 static void post_close(struct fconn *c);
 
+/* Forgets the operations of a closed connection that never completed: their completions,
+ * if they ever come, find no connection. */
+static void on_zombie(struct loop *l, struct loop_timer *t)
+{
+    struct fconn *c = t->arg;
+    struct xlistener *f = c->f;
+
+    log_warn("fabric: %u operations to %s never completed; giving up on them", c->inflight,
+             c->base.peer);
+    for (struct rdop *op = f->reading; op; op = op->next) {
+        if (op->c == c)
+            op->c = NULL;
+    }
+    for (uint32_t i = 0; i < f->tx_max; i++) {
+        if (f->txops[i].c == c)
+            f->txops[i].c = NULL;
+    }
+    c->inflight = 0;
+    conn_maybe_reap(c);
+}
+
 static void conn_shut(struct fconn *c)
 {
     struct xlistener *f = c->f;
@@ -431,6 +467,10 @@ static void conn_shut(struct fconn *c)
     for (int i = 0; i < CL_N; i++)
         f->free_bufs[i] += c->window + FAB_EXTRA;
     loop_timer_stop(f->loop, &c->deadline);
+    if (c->inflight) {
+        loop_timer_init(&c->deadline, on_zombie, c);
+        loop_timer_start(f->loop, &c->deadline, loop_now_ms() + FAB_ZOMBIE_MS);
+    }
     free_queues(c);
     while (c->reads) {
         struct rread *r = c->reads;
@@ -1163,11 +1203,12 @@ static void read_done(struct xlistener *f, struct rdop *op, int err)
     struct fconn *c = op->c;
 
     f->read_inflight--;
-    c->inflight--;
     r->done += op->len;
     *op->pprev = op->next;
     if (op->next)
         op->next->pprev = op->pprev;
+    if (c)
+        c->inflight--;
     if (!r->c) { /* its connection closed: the record waited for this */
         if (r->done == r->issued && !r->queued)
             free(r);
@@ -1186,7 +1227,8 @@ static void read_done(struct xlistener *f, struct rdop *op, int err)
         }
     }
     free(op);
-    conn_maybe_reap(c);
+    if (c)
+        conn_maybe_reap(c);
 }
 
 /* ---- receiving: messages ---- */
@@ -1256,27 +1298,15 @@ static int arrive(struct fconn *c, const uint8_t *h)
             return -1;
         }
     }
-    if (h[0] != K_CREDIT && get32(h + 12) != c->rx_seq++) {
-        conn_fail_err(c, FERRY_EPROTO, "a message out of order");
-        return -1;
-    }
     if (c->sq)
         conn_mark(c);
     return 0;
 }
 
-static void on_message(struct fconn *c, struct rbuf *b)
+/* One message of the peer's sequence, in its turn. */
+static void in_turn(struct fconn *c, struct rbuf *b)
 {
-    int kind = b->p[0];
-
-    if (arrive(c, b->p) < 0) {
-        rbuf_post(c->f, b);
-        return;
-    }
-    switch (kind) {
-    case K_CREDIT:
-        buf_done(c, b, 0);
-        return;
+    switch (b->p[0]) {
     case K_DONE:
         on_done(c, b->p + FAB_HDR, b->len - FAB_HDR);
         buf_done(c, b, 1);
@@ -1294,6 +1324,33 @@ static void on_message(struct fconn *c, struct rbuf *b)
     default:
         rbuf_post(c->f, b);
         conn_fail_err(c, FERRY_EPROTO, "unknown message kind");
+    }
+}
+
+static void on_message(struct fconn *c, struct rbuf *b)
+{
+    uint32_t ahead;
+
+    if (arrive(c, b->p) < 0) {
+        rbuf_post(c->f, b);
+        return;
+    }
+    if (b->p[0] == K_CREDIT) {
+        buf_done(c, b, 0);
+        return;
+    }
+    ahead = get32(b->p + 12) - c->rx_seq;
+    if (ahead >= c->nearly || c->early[(c->rx_seq + ahead) % c->nearly]) {
+        rbuf_post(c->f, b);
+        conn_fail_err(c, FERRY_EPROTO, "a message out of sequence");
+        return;
+    }
+    c->early[(c->rx_seq + ahead) % c->nearly] = b;
+    /* Everything now in turn, in order. */
+    while (!c->closed && (b = c->early[c->rx_seq % c->nearly])) {
+        c->early[c->rx_seq % c->nearly] = NULL;
+        c->rx_seq++;
+        in_turn(c, b);
     }
 }
 
@@ -1353,6 +1410,10 @@ static int hello_apply(struct fconn *c, const struct hello *h)
         return err_set(FERRY_EPROTO, "the peer addresses memory differently (another provider?)");
     c->peer_id = h->id;
     c->peer_window = h->window;
+    /* The peer can have at most its credits of both classes out at once. */
+    c->nearly = 2 * (c->window + FAB_EXTRA);
+    if (!(c->early = calloc(c->nearly, sizeof(*c->early))))
+        return err_set(FERRY_ENOMEM, "reorder buffer");
     c->credits[CL_SMALL] = c->credits[CL_LARGE] = h->window;
     c->rbase = h->base;
     c->rlen = h->len;
@@ -1498,6 +1559,9 @@ static void send_done(struct xlistener *f, struct txop *t, int err)
     void *arg = t->sent_arg;
 
     tx_put(f, t);
+    t->c = NULL;
+    if (!c)
+        return; /* given up on (on_zombie) */
     c->inflight--;
     if (err) {
         char reason[160];
@@ -1527,6 +1591,20 @@ static void complete(struct xlistener *f, void *ctx, size_t len, int err)
     }
 }
 
+/* An error completion without the operation's context (shm 1.17 reports reads from a dead
+ * peer so): nothing to fail but the deadlines of what is in flight. Logged once a minute. */
+static void unattributed(struct xlistener *f, int err)
+{
+    uint64_t now = loop_now_ms();
+
+    f->stats.unattributed_errors++;
+    if (now - f->unattributed_log_ms < 60000 && f->unattributed_log_ms)
+        return;
+    f->unattributed_log_ms = now;
+    log_warn("fabric: the provider reports a failed operation without saying which (%s); "
+             "deadlines will end what it was", fi_strerror(err));
+}
+
 /* Drives the provider (manual progress) and handles what completed; bounded per call. */
 static int progress(struct xlistener *f)
 {
@@ -1537,8 +1615,10 @@ static int progress(struct xlistener *f)
         ssize_t n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry e = {0};
-            if (fi_cq_readerr(f->cq, &e, 0) == 1)
+            if (fi_cq_readerr(f->cq, &e, 0) == 1 && e.op_context)
                 complete(f, e.op_context, 0, e.err ? e.err : FI_EIO);
+            else
+                unattributed(f, e.err);
             total++;
             continue;
         }
@@ -1668,9 +1748,25 @@ static struct fi_info *hints_for(const char *provider)
     return h;
 }
 
-static int open_domain(struct xlistener *f, const char *provider)
+/* The listen address' host: the fabric binds where tcp listens (the interface peers reach),
+ * when the provider takes an address; "" when there is none. */
+static void listen_host(const char *addr, char *host, size_t len)
+{
+    char port[16];
+
+    if (!addr || transport_split_addr(addr, host, len, port, sizeof(port)) < 0)
+        host[0] = '\0';
+}
+
+static int is_sockaddr(uint32_t format)
+{
+    return format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
+}
+
+static int open_domain(struct xlistener *f, const char *provider, const char *addr)
 {
     struct fi_info *hints = hints_for(provider);
+    char host[128];
     struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD};
     struct fi_av_attr av = {.type = FI_AV_UNSPEC};
     int rc;
@@ -1678,6 +1774,14 @@ static int open_domain(struct xlistener *f, const char *provider)
     if (!hints)
         return err_set(FERRY_ENOMEM, "fabric hints");
     rc = fi_getinfo(FAB_API, NULL, NULL, 0, hints, &f->info);
+    listen_host(addr, host, sizeof(host));
+    if (rc == 0 && host[0] && is_sockaddr(f->info->addr_format)) {
+        struct fi_info *bound = NULL;
+        if (fi_getinfo(FAB_API, host, NULL, FI_SOURCE, hints, &bound) == 0) {
+            fi_freeinfo(f->info);
+            f->info = bound;
+        }
+    }
     fi_freeinfo(hints);
     if (rc)
         return err_set(FERRY_ETRANSFER, "no libfabric provider%s%s with reliable messages and "
@@ -1856,7 +1960,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     loop_timer_init(&f->read_pace, on_read_pace, f);
     read_faults(f);
     f->read_chunk = f->fault_read_delay_ms ? (1u << 20) : FAB_READ_CHUNK;
-    if ((rc = open_domain(f, cfg->provider)) < 0 || (rc = open_name(f)) < 0 ||
+    if ((rc = open_domain(f, cfg->provider, cfg->addr)) < 0 || (rc = open_name(f)) < 0 ||
         (rc = open_buffers(f)) < 0 || (rc = register_arena(f)) < 0)
         goto close_f;
     if (f->info->ep_attr->max_msg_size < f->read_chunk)
@@ -1917,6 +2021,7 @@ static void fab_listener_close(struct xlistener *f)
     while (f->all) {
         struct fconn *c = f->all;
         loop_timer_stop(f->loop, &c->reaper);
+        loop_timer_stop(f->loop, &c->deadline);
         conn_reap(f->loop, &c->reaper);
     }
     close_fid(f->arena_mr ? &f->arena_mr->fid : NULL);

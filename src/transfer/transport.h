@@ -56,7 +56,7 @@ typedef void xaccept_fn(struct xlistener *l, struct xconn *c, void *arg);
 
 /* What an endpoint is opened with; each transport reads its part. */
 struct xconfig {
-    const char *addr;     /* tcp: HOST:PORT to listen on */
+    const char *addr;     /* tcp: HOST:PORT to listen on; fabric: binds to HOST if it can */
     const char *provider; /* fabric: libfabric provider name, e.g. "tcp;ofi_rxm" (NULL: any) */
     uint8_t *arena;       /* fabric: the memory registered once, where objects live */
     uint64_t arena_len;
@@ -73,6 +73,7 @@ struct xstats {
     uint64_t leases_expired;    /* pins lent to a reader that never said it was done */
     uint64_t credit_stalls;     /* sends that waited for the receiver's credits */
     uint64_t retries;           /* operations the provider refused for now (-FI_EAGAIN) */
+    uint64_t unattributed_errors; /* failures the provider reported without their operation */
 };
 
 struct transport {

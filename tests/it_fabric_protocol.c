@@ -1,0 +1,209 @@
+/*
+ * it_fabric_protocol.c - the fabric transport's protocols between real ferryd nodes, over the
+ * provider FERRY_TEST_TRANSPORT names (rxm: tcp;ofi_rxm, or shm): the eager limit's edges,
+ * empty data with metadata, 1 GiB, a credit window of one, a holder killed in the middle of
+ * a one-sided read, and a reader that never says it is done (the holder's lease runs out and
+ * the space comes back).
+ *
+ * Test hooks (FERRY_FAULT, read by the fabric transport): fabric-read-delay-ms=N paces a
+ * reader's one-sided reads to one 1 MiB chunk per N ms; fabric-skip-done never sends DONE.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { A, B, C };
+#define BIT(i) (1u << (i))
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+
+/* Starts node i with FERRY_FAULT=fault (NULL: none) in its environment. */
+static void start_with_fault(struct h_cluster *cl, int i, const char *memory, const char *fault,
+                             const char *const *extra)
+{
+    if (fault)
+        setenv("FERRY_FAULT", fault, 1);
+    h_node_start(cl, i, memory, extra);
+    unsetenv("FERRY_FAULT");
+}
+
+static void fetch_ok(ferry_client *c, const ferry_id *id, int timeout_ms)
+{
+    int status = 1;
+    H_OK(ferry_fetch(c, id, 1, timeout_ms, &status));
+    H_OK(status);
+}
+
+/* Objects of eager-max - 1 and eager-max bytes go two-sided, eager-max + 1 one-sided; all
+ * arrive intact. */
+H_CLUSTER_TEST(eager_limit_edges)
+{
+    const char *extra[] = {"--eager-max", "64K", NULL};
+    const uint64_t sizes[] = {64 * KIB - 1, 64 * KIB, 64 * KIB + 1};
+    h_cluster_start(cl, 2, "64M", extra);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    assert_int_equal(h_stats(b).eager_max, 64 * KIB);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "edge-%d", i);
+        ferry_id id = h_id(name);
+        H_OK(h_put_direct(a, &id, sizes[i], 0));
+        ferry_stats a0 = h_stats(a), b0 = h_stats(b);
+        fetch_ok(b, &id, 10000);
+        h_assert_object(b, &id, sizes[i], 0);
+        ferry_stats a1 = h_stats(a), b1 = h_stats(b);
+        /* The holder sends eager messages; the receiver issues one-sided reads. */
+        if (i < 2) {
+            assert_int_equal(b1.fabric_rdv_reads, b0.fabric_rdv_reads);
+            assert_int_equal(a1.fabric_eager_bytes - a0.fabric_eager_bytes, sizes[i]);
+        } else {
+            assert_int_equal(a1.fabric_eager_bytes, a0.fabric_eager_bytes);
+            assert_true(b1.fabric_rdv_reads > b0.fabric_rdv_reads);
+            assert_int_equal(b1.fabric_rdv_bytes - b0.fabric_rdv_bytes, sizes[i]);
+        }
+    }
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* No data with metadata, and nothing at all, both over an open fabric connection. */
+H_CLUSTER_TEST(empty_data_with_metadata)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id meta = h_id("meta-only"), none = h_id("nothing");
+    H_OK(h_put_direct(a, &meta, 0, 100));
+    H_OK(h_put_direct(a, &none, 0, 0));
+    fetch_ok(b, &meta, 10000);
+    fetch_ok(b, &none, 10000);
+    h_assert_object(b, &meta, 0, 100);
+    h_assert_object(b, &none, 0, 0);
+    assert_int_equal(h_stats(b).fabric_connects, 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* One object of 1 GiB, read one-sided in many chunks, arrives intact. */
+H_CLUSTER_TEST(one_gib)
+{
+    h_cluster_start(cl, 2, "1100M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id id = h_id("one-gib");
+    H_OK(h_put_direct(a, &id, 1024ull * MIB, 16));
+    fetch_ok(b, &id, 120000);
+    h_assert_object(b, &id, 1024ull * MIB, 16);
+    assert_true(h_stats(b).fabric_rdv_reads > 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* With one receive buffer per size class and peer, hundreds of objects in one fetch wait for
+ * credits again and again, and all arrive. */
+H_CLUSTER_TEST(credit_window_of_one)
+{
+    const char *extra[] = {"--fabric-window", "1", NULL};
+    enum { N = 400 };
+    static ferry_id ids[N];
+    static int statuses[N];
+    h_cluster_start(cl, 2, "128M", extra);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "credit-%d", i);
+        ids[i] = h_id(name);
+        H_OK(h_put_direct(a, &ids[i], i % 10 == 0 ? 50 * KIB : 1 + (uint64_t)i * 13, 3));
+    }
+    H_OK(ferry_fetch(b, ids, N, 60000, statuses));
+    for (int i = 0; i < N; i++) {
+        H_OK(statuses[i]);
+        h_assert_object(b, &ids[i], i % 10 == 0 ? 50 * KIB : 1 + (uint64_t)i * 13, 3);
+    }
+    assert_true(h_stats(a).fabric_credit_stalls > 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A holder killed while B reads from it: B aborts the partial object (when its reads fail,
+ * or at the latest when their lease is over), moves on to the other holder, and ends with one
+ * intact copy and nothing left over. */
+H_CLUSTER_TEST(holder_killed_during_read)
+{
+    h_node_start(cl, A, "128M", NULL);
+    start_with_fault(cl, B, "128M", "fabric-read-delay-ms=100", NULL);
+    h_node_start(cl, C, "128M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *c = h_node_connect(cl, C);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B) | BIT(C), H_CLUSTER_MS);
+    /* B reads from A: its connection to A is open (a holder with one is preferred). */
+    ferry_id warm = h_id("warm-up"), id = h_id("killed-mid-read");
+    H_OK(h_put_direct(a, &warm, 1000, 0));
+    fetch_ok(b, &warm, 10000);
+    H_OK(h_put_direct(a, &id, 32 * MIB, 0));
+    H_OK(h_put_direct(c, &id, 32 * MIB, 0));
+    h_assert_where(b, cl, &id, BIT(A) | BIT(C), H_CLUSTER_MS);
+    struct h_fetch f;
+    int status = 1;
+    /* The fetch holds b's handle: B's counters are read through another. */
+    ferry_client *watch = h_node_connect(cl, B);
+    uint64_t reads0 = h_stats(watch).fabric_rdv_reads;
+    h_fetch_start(&f, b, &id, 1, 60000, &status);
+    /* Two chunks read means the read is under way, 30 more to go (3 s). */
+    assert_true(H_WAIT_STAT_MIN(watch, fabric_rdv_reads, reads0 + 2, H_CLUSTER_MS) >= reads0 + 2);
+    assert_true(h_stats(watch).fabric_rdv_reads < reads0 + 16);
+    ferry_disconnect(a);
+    h_node_kill(cl, A);
+    h_fetch_join(&f, 60000);
+    H_OK(f.rc);
+    H_OK(status);
+    h_assert_object(b, &id, 32 * MIB, 0);
+    assert_true(h_stats(b).transfer_failures >= 1);
+    /* The partial copy goes once no read into it can still land: at once when the provider
+     * reports the reads failed, else when B gives up on them (10 s). */
+    struct h_wait w;
+    uint64_t objects;
+    for (h_wait_begin(&w, 20000); (objects = h_stats(b).objects) != 1 && h_wait_next(&w);)
+        ;
+    assert_int_equal(objects, 2); /* the warm-up and the object */
+    ferry_disconnect(watch);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
+/* B never says it is done reading: A's pin holds the object (a delete does not free it) until
+ * the lease runs out, then the space comes back. */
+H_CLUSTER_TEST(unpin_that_never_arrives_expires)
+{
+    h_node_start(cl, A, "64M", NULL);
+    start_with_fault(cl, B, "64M", "fabric-skip-done", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_id id = h_id("never-done");
+    H_OK(h_put_direct(a, &id, 4 * MIB, 0));
+    fetch_ok(b, &id, 10000);
+    h_assert_object(b, &id, 4 * MIB, 0);
+    H_OK(ferry_delete(a, &id));
+    assert_true(h_stats(a).used_bytes >= 4 * MIB); /* still lent to B */
+    assert_int_equal(h_stats(a).fabric_leases_expired, 0);
+    assert_int_equal(H_WAIT_STAT_MIN(a, fabric_leases_expired, 1, 15000), 1);
+    assert_int_equal(H_WAIT_STAT(a, used_bytes, 0), 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(eager_limit_edges),        T(empty_data_with_metadata),
+        T(one_gib),                  T(credit_window_of_one),
+        T(holder_killed_during_read), T(unpin_that_never_arrives_expires),
+    };
+    if (!getenv("FERRY_TEST_TRANSPORT") || strcmp(getenv("FERRY_TEST_TRANSPORT"), "tcp") == 0) {
+        fprintf(stderr, "it_fabric_protocol: needs FERRY_TEST_TRANSPORT=rxm or shm\n");
+        return 1;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
