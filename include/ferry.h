@@ -216,6 +216,7 @@ typedef struct ferry_stats {
     uint64_t fabric_retries;        /* operations the provider refused for the moment */
     uint64_t fabric_failures;       /* fabric connections to peers that failed */
     uint64_t fabric_fallbacks;      /* times a peer was put on tcp after repeated failures */
+    uint64_t fabric_unattributed_errors; /* failures a provider reported without the operation */
 } ferry_stats;
 
 int ferry_stats_get(ferry_client *c, ferry_stats *out);

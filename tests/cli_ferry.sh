@@ -197,7 +197,8 @@ test_stat() {
         "all(j[k] == 0 for k in ('eager_max', 'fabric_registrations', 'fabric_av_inserts',
              'fabric_connects', 'fabric_connect_us', 'fabric_eager_msgs', 'fabric_eager_bytes',
              'fabric_rdv_reads', 'fabric_rdv_bytes', 'fabric_leases_expired',
-             'fabric_credit_stalls', 'fabric_retries', 'fabric_failures', 'fabric_fallbacks'))"
+             'fabric_credit_stalls', 'fabric_retries', 'fabric_failures', 'fabric_fallbacks',
+             'fabric_unattributed_errors'))"
     ok "stat --json: a standalone node has no fabric provider and no peers" \
         pyjson "$DIR/stat.json" "j['fabric_provider'] == '' and j['peers'] == []"
     expect "stat" 0 fy stat

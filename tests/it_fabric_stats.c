@@ -1,6 +1,6 @@
 /*
- * it_fabric_stats.c - what ferry stat shows of the transports: two nodes on libfabric's shm
- * provider, one pulling from the other, count one handshake, two registrations, messages for a
+ * it_fabric_stats.c - what ferry stat shows of the transports: two nodes on the libfabric
+ * provider FERRY_TEST_TRANSPORT names (rxm: tcp;ofi_rxm, or shm), one pulling from the other, count one handshake, two registrations, messages for a
  * small object and one-sided reads for a large one, and list the holder as a fabric peer; a
  * larger eager limit set at run time sends the next large object as messages; a pair on
  * --transport tcp lists its peer on tcp and says why; a standalone node has no peers and no
@@ -21,8 +21,14 @@ enum { A, B };
 #define MIB (1024u * 1024u)
 #define FETCH_MS 20000
 
-static const char *const fabric_shm[] = {"--transport", "fabric", "--fabric-provider", "shm", NULL};
 static const char *const tcp_only[] = {"--transport", "tcp", NULL};
+
+/* The provider the harness started the nodes on. */
+static const char *provider_under_test(void)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+    return t && strcmp(t, "rxm") == 0 ? "tcp;ofi_rxm" : "shm";
+}
 
 /* Puts id on a (size bytes, patterned), fetches it on b and checks the copy. */
 static void put_and_fetch(ferry_client *a, ferry_client *b, const ferry_id *id, uint64_t size)
@@ -62,7 +68,7 @@ static uint64_t eager_msgs(ferry_client *a, ferry_client *b)
  * connection, and lists A as its fabric peer on shm. */
 H_CLUSTER_TEST(fabric_counts_handshake_registrations_messages_and_reads)
 {
-    h_cluster_start(cl, 2, "64M", fabric_shm);
+    h_cluster_start(cl, 2, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
     ferry_id small = h_id("fabric-small"), large = h_id("fabric-large");
     ferry_stats sb = h_stats(b);
@@ -88,11 +94,11 @@ H_CLUSTER_TEST(fabric_counts_handshake_registrations_messages_and_reads)
     ferry_peer p = one_peer(b);
     assert_string_equal(p.node, cl->node[A].id);
     assert_string_equal(p.transport, "fabric");
-    assert_string_equal(p.provider, "shm");
+    assert_string_equal(p.provider, provider_under_test());
     char provider[32];
     memset(provider, 0x55, sizeof(provider));
     H_OK(ferry_fabric_info(b, provider));
-    assert_string_equal(provider, "shm");
+    assert_string_equal(provider, provider_under_test());
     ferry_disconnect(a);
     ferry_disconnect(b);
 }
@@ -101,7 +107,7 @@ H_CLUSTER_TEST(fabric_counts_handshake_registrations_messages_and_reads)
  * new one-sided read; auto restores the provider's default. */
 H_CLUSTER_TEST(eager_limit_set_at_run_time_applies_to_the_next_pull)
 {
-    h_cluster_start(cl, 2, "64M", fabric_shm);
+    h_cluster_start(cl, 2, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
     ferry_id first = h_id("eager-first"), second = h_id("eager-second");
     uint64_t auto_max = h_stats(b).eager_max;

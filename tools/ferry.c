@@ -766,6 +766,7 @@ static const struct {
     {STAT_FIELD(fabric_retries)},
     {STAT_FIELD(fabric_failures)},
     {STAT_FIELD(fabric_fallbacks)},
+    {STAT_FIELD(fabric_unattributed_errors)},
 };
 #define N_STAT_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
 _Static_assert(N_STAT_FIELDS * sizeof(uint64_t) == sizeof(ferry_stats),

@@ -1,4 +1,5 @@
 /* ferryd - the ferry daemon of one node. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,8 @@ static void usage(FILE *f)
             "                      (default: the first suitable one fi_getinfo offers)\n"
             "  --eager-max SIZE    fabric: objects up to SIZE go two-sided through bounce\n"
             "                      buffers, larger ones by one-sided read (default: the\n"
-            "                      provider's measured crossover; see ferry calibrate)\n"
+            "                      provider's measured crossover; @FILE: the size saved by\n"
+            "                      ferry calibrate --save FILE)\n"
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
             FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US);
 }
@@ -91,13 +93,27 @@ static int parse_window(const char *text, uint32_t *out)
     return 0;
 }
 
+/* SIZE, auto, or @FILE: the first line of a file `ferry calibrate --save` wrote. */
 static int parse_eager(const char *text, uint64_t *out)
 {
+    char line[64];
+    FILE *f;
+
     if (strcmp(text, "auto") == 0) {
         *out = ENGINE_EAGER_AUTO;
         return 0;
     }
-    return size_parse(text, out);
+    if (text[0] != '@')
+        return size_parse(text, out);
+    if (!(f = fopen(text + 1, "r")))
+        return err_set(FERRY_EINVAL, "--eager-max %s: %s", text, strerror(errno));
+    if (!fgets(line, sizeof(line), f))
+        line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (size_parse(line, out) < 0)
+        return err_set(FERRY_EINVAL, "--eager-max %s: '%s' is not a size", text, line);
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct server_config *cfg)

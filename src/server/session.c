@@ -415,6 +415,7 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
         ec ? ec->fabric.retries : 0,
         ec ? ec->fabric_failures : 0,
         ec ? ec->fabric_fallbacks : 0,
+        ec ? ec->fabric.unattributed_errors : 0,
     };
     size_t start = reply_begin(ss, q, 0), n = sizeof(v) / sizeof(v[0]);
     _Static_assert(sizeof(v) == sizeof(ferry_stats), "stats reply matches struct ferry_stats");

@@ -55,11 +55,12 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "transfer/fabric_msg.h"
 #include "transfer/transport.h"
 #include "transfer/wire.h"
 
 #define FAB_API FI_VERSION(1, 9)
-#define FAB_HDR 16u
+#define FAB_HDR FMSG_HDR
 #define FAB_SMALL 4096u         /* small class: control messages, frames, small objects */
 #define FAB_LARGE (64u << 10)   /* large class: eager object chunks */
 #define FAB_SMALL_BUFS 1024u
@@ -71,10 +72,8 @@
 #define FAB_CQ_BATCH 64
 #define FAB_CQ_PER_TURN 4096
 #define FAB_READ_CHUNK (4u << 20)
-#define FAB_NAME_MAX 256u
-#define FAB_KEY_MAX 64u
-#define FAB_MAGIC 0x42414646u /* "FFAB" */
-#define FAB_VERSION 1u
+#define FAB_NAME_MAX FMSG_NAME_MAX
+#define FAB_KEY_MAX FMSG_KEY_MAX
 /* A lease covers the slowest reader we still want: 5 s plus the bytes at 50 MB/s. */
 #define FAB_LEASE_BASE_MS 5000u
 #define FAB_LEASE_RATE 50000u /* bytes per ms */
@@ -82,7 +81,6 @@
  * some providers never complete (nor report with a context) operations to a dead peer. */
 #define FAB_ZOMBIE_MS 10000u
 
-enum { K_STREAM = 1, K_RDV, K_DONE, K_CREDIT, K_CONNECT, K_ACCEPT, K_CLOSE };
 enum { CL_SMALL, CL_LARGE, CL_N };
 enum { OP_RECV, OP_SEND, OP_READ };
 enum { ST_CONNECTING, ST_OPEN };
@@ -276,41 +274,6 @@ static uint64_t now_ns(void)
 static size_t class_size(int cls)
 {
     return cls == CL_SMALL ? FAB_SMALL : FAB_LARGE;
-}
-
-/* ---- little-endian fields ---- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 static int fab_err(int rc, const char *what)
@@ -600,26 +563,24 @@ static void tx_put(struct xlistener *f, struct txop *t)
 static void hdr_fill(struct fconn *c, uint8_t *h, int kind, int use_credit)
 {
     int carry = use_credit || kind == K_CREDIT;
+    struct fmsg_hdr m = {.kind = (uint8_t)kind, .conn = c->peer_id};
 
-    h[0] = (uint8_t)kind;
-    h[1] = 0;
-    for (int i = 0; i < CL_N; i++) {
-        put16(h + 2 + 2 * i, carry ? (uint16_t)c->owed[i] : 0);
-        if (carry)
-            c->owed[i] = 0;
+    for (int i = 0; i < CL_N && carry; i++) {
+        m.credits[i] = (uint16_t)c->owed[i];
+        c->owed[i] = 0;
     }
     if (carry)
         c->need_credit = 0;
-    put32(h + 8, c->peer_id);
-    put32(h + 12, use_credit ? c->tx_seq++ : 0);
+    m.seq = use_credit ? c->tx_seq++ : 0;
+    fmsg_hdr_put(h, &m);
 }
 
 /* Takes back the credits a header carried, when its message was not posted. */
 static void owed_undo(struct fconn *c, const uint8_t *h)
 {
     for (int i = 0; i < CL_N; i++) {
-        c->owed[i] += get16(h + 2 + 2 * i);
-        if (get16(h + 2 + 2 * i))
+        c->owed[i] += fmsg_get16(h + 2 + 2 * i);
+        if (fmsg_get16(h + 2 + 2 * i))
             c->need_credit = 1;
     }
 }
@@ -680,6 +641,12 @@ static void hdr_undo(struct fconn *c, const uint8_t *h, int cls)
     c->credits[cls]++;
 }
 
+static uint32_t lease_ms(uint64_t len)
+{
+    uint64_t ms = FAB_LEASE_BASE_MS + len / FAB_LEASE_RATE;
+    return ms > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ms;
+}
+
 /* Sends one RDV or DONE message for the head segment. 1 when sent, 0 when it must wait. */
 static int push_control(struct fconn *c, struct fseg *s)
 {
@@ -700,15 +667,14 @@ static int push_control(struct fconn *c, struct fseg *s)
     hdr_fill(c, t->buf, s->kind == SEG_RDV ? K_RDV : K_DONE, 1);
     p = t->buf + FAB_HDR;
     if (s->kind == SEG_RDV) {
-        put64(p, (uint64_t)(s->p - f->arena));
-        put64(p + 8, s->len);
-        put64(p + 16, s->cookie);
-        put32(p + 24, (uint32_t)(FAB_LEASE_BASE_MS + s->len / FAB_LEASE_RATE));
+        struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena), .len = s->len,
+                             .cookie = s->cookie, .lease_ms = lease_ms(s->len)};
+        fmsg_rdv_put(p, &r);
     } else {
-        put64(p, s->cookie);
+        fmsg_put64(p, s->cookie);
     }
     t->has_sent = 0;
-    rc = tx_post(c, t, FAB_HDR + (s->kind == SEG_RDV ? 28 : 8), NULL, 0, CL_SMALL);
+    rc = tx_post(c, t, FAB_HDR + (s->kind == SEG_RDV ? FMSG_RDV : FMSG_DONE), NULL, 0, CL_SMALL);
     if (rc < 0) {
         hdr_undo(c, t->buf, CL_SMALL);
         if (rc != -FI_EAGAIN)
@@ -737,8 +703,7 @@ static int lease_start(struct fconn *c, struct fseg *s)
     ls->pprev = &c->leases;
     c->leases = ls;
     /* The holder's lease is the RDV's plus a second: the reader gives up before it. */
-    return loop_timer_start(c->f->loop, &ls->timer,
-                            loop_now_ms() + FAB_LEASE_BASE_MS + s->len / FAB_LEASE_RATE + 1000);
+    return loop_timer_start(c->f->loop, &ls->timer, loop_now_ms() + lease_ms(s->len) + 1000);
 }
 
 static void lease_end(struct lease *ls)
@@ -1109,18 +1074,17 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
 {
     struct xlistener *f = c->f;
     struct frecv *fr = c->rq;
+    struct fmsg_rdv d;
     struct rread *r;
-    uint64_t off, len, lease;
+    uint64_t lease;
 
-    if (n != 28) {
-        conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor of the wrong size");
+    if (fmsg_rdv_get(p, n, &d) < 0) {
+        conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
         return;
     }
-    off = get64(p);
-    len = get64(p + 8);
-    lease = get32(p + 24);
-    if (!fr || fr->started || fr->len != len || c->hdr_got || len == 0 || off > c->rlen ||
-        len > c->rlen - off) {
+    lease = d.lease_ms;
+    if (!fr || fr->started || fr->len != d.len || c->hdr_got || d.offset > c->rlen ||
+        d.len > c->rlen - d.offset) {
         conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor that matches no object");
         return;
     }
@@ -1128,8 +1092,8 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
         conn_fail(c, "out of memory for a read");
         return;
     }
-    *r = (struct rread){.c = c, .dst = fr->dst, .len = len, .cookie = get64(p + 16),
-                        .raddr = (c->rvirt ? c->rbase : 0) + off, .arg = fr->arg};
+    *r = (struct rread){.c = c, .dst = fr->dst, .len = d.len, .cookie = d.cookie,
+                        .raddr = (c->rvirt ? c->rbase : 0) + d.offset, .arg = fr->arg};
     r->deadline_ms = loop_now_ms() + lease - (lease / 5 > 1000 ? lease / 5 : 1000);
     c->rq = fr->next;
     if (!c->rq)
@@ -1138,7 +1102,7 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
     *c->reads_tail = r;
     c->reads_tail = &r->next;
     if (!r->dst) { /* dropped: nothing to read */
-        r->issued = r->done = len;
+        r->issued = r->done = d.len;
         read_finished(c, r);
         return;
     }
@@ -1239,11 +1203,10 @@ static void on_done(struct fconn *c, const uint8_t *p, size_t n)
     uint64_t cookie;
     void *arg;
 
-    if (n != 8) {
-        conn_fail_err(c, FERRY_EPROTO, "a done message of the wrong size");
+    if (fmsg_done_get(p, n, &cookie) < 0) {
+        conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
         return;
     }
-    cookie = get64(p);
     for (ls = c->leases; ls && ls->cookie != cookie; ls = ls->next)
         ;
     if (!ls)
@@ -1292,7 +1255,7 @@ static void drain_held(struct fconn *c)
 static int arrive(struct fconn *c, const uint8_t *h)
 {
     for (int i = 0; i < CL_N; i++) {
-        c->credits[i] += get16(h + 2 + 2 * i);
+        c->credits[i] += fmsg_get16(h + 2 + 2 * i);
         if (c->credits[i] > c->peer_window) {
             conn_fail_err(c, FERRY_EPROTO, "credits beyond the window");
             return -1;
@@ -1339,7 +1302,7 @@ static void on_message(struct fconn *c, struct rbuf *b)
         buf_done(c, b, 0);
         return;
     }
-    ahead = get32(b->p + 12) - c->rx_seq;
+    ahead = fmsg_get32(b->p + 12) - c->rx_seq;
     if (ahead >= c->nearly || c->early[(c->rx_seq + ahead) % c->nearly]) {
         rbuf_post(c->f, b);
         conn_fail_err(c, FERRY_EPROTO, "a message out of sequence");
@@ -1356,53 +1319,18 @@ static void on_message(struct fconn *c, struct rbuf *b)
 
 /* ---- connection handshake ---- */
 
-struct hello {
-    uint32_t id, window;
-    const uint8_t *name, *key;
-    size_t name_len, key_len;
-    int virt;
-    uint64_t base, len;
-};
-
-#define HELLO_FIXED 36u
-
+/* Our CONNECT or ACCEPT body for c. */
 static size_t hello_put(const struct xlistener *f, const struct fconn *c, uint8_t *p)
 {
-    size_t name_len = f->name_len;
-
-    put32(p, FAB_MAGIC);
-    put32(p + 4, FAB_VERSION);
-    put32(p + 8, c->id);
-    put16(p + 12, (uint16_t)c->window);
-    put16(p + 14, (uint16_t)name_len);
-    put16(p + 16, (uint16_t)f->key_len);
-    p[18] = (uint8_t)f->virt;
-    p[19] = 0;
-    put64(p + 20, (uint64_t)(uintptr_t)f->arena);
-    put64(p + 28, f->arena_len);
-    memcpy(p + HELLO_FIXED, f->name, name_len);
-    memcpy(p + HELLO_FIXED + name_len, f->key, f->key_len);
-    return HELLO_FIXED + name_len + f->key_len;
-}
-
-static int hello_parse(const uint8_t *p, size_t n, struct hello *out)
-{
-    if (n < HELLO_FIXED || get32(p) != FAB_MAGIC || get32(p + 4) != FAB_VERSION)
-        return err_set(FERRY_EPROTO, "a fabric hello with a wrong size, magic or version");
-    *out = (struct hello){.id = get32(p + 8), .window = get16(p + 12),
-                          .name_len = get16(p + 14), .key_len = get16(p + 16), .virt = p[18],
-                          .base = get64(p + 20), .len = get64(p + 28)};
-    out->name = p + HELLO_FIXED;
-    out->key = out->name + out->name_len;
-    if (out->window == 0 || out->window > FAB_LARGE_BUFS || out->name_len == 0 ||
-        out->name_len > FAB_NAME_MAX || out->key_len == 0 || out->key_len > FAB_KEY_MAX ||
-        HELLO_FIXED + out->name_len + out->key_len != n || out->virt > 1)
-        return err_set(FERRY_EPROTO, "a fabric hello with bad fields");
-    return 0;
+    struct fmsg_hello h = {.id = c->id, .window = c->window, .name = f->name,
+                           .name_len = f->name_len, .key = f->key, .key_len = f->key_len,
+                           .virt = f->virt, .base = (uint64_t)(uintptr_t)f->arena,
+                           .len = f->arena_len};
+    return fmsg_hello_put(p, &h);
 }
 
 /* The peer's arena: where its objects are and the key to read them. */
-static int hello_apply(struct fconn *c, const struct hello *h)
+static int hello_apply(struct fconn *c, const struct fmsg_hello *h)
 {
     struct xlistener *f = c->f;
 
@@ -1424,7 +1352,7 @@ static int hello_apply(struct fconn *c, const struct hello *h)
     }
     if (h->key_len != 8)
         return err_set(FERRY_EPROTO, "a memory key of %zu bytes", h->key_len);
-    c->rkey = get64(h->key);
+    c->rkey = fmsg_get64(h->key);
     return 0;
 }
 
@@ -1464,7 +1392,7 @@ static void printable(struct xlistener *f, const uint8_t *name, size_t len, char
 
 static int send_hello(struct fconn *c)
 {
-    uint8_t p[HELLO_FIXED + FAB_NAME_MAX + FAB_KEY_MAX];
+    uint8_t p[FMSG_HELLO_FIXED + FAB_NAME_MAX + FAB_KEY_MAX];
     size_t n = hello_put(c->f, c, p);
 
     return post_unsolicited(c, c->state == ST_CONNECTING ? K_CONNECT : K_ACCEPT, p, n);
@@ -1472,12 +1400,12 @@ static int send_hello(struct fconn *c)
 
 static void on_connect_msg(struct xlistener *f, struct rbuf *b)
 {
-    struct hello h;
+    struct fmsg_hello h;
     char peer[128];
     fi_addr_t addr;
     struct fconn *c;
 
-    if (hello_parse(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 ||
+    if (fmsg_hello_get(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 ||
         av_get(f, h.name, h.name_len, &addr) < 0) {
         log_warn("fabric: refusing a connection: %s", ferry_errmsg());
         return;
@@ -1501,13 +1429,13 @@ static void on_connect_msg(struct xlistener *f, struct rbuf *b)
 static void on_accept_msg(struct fconn *c, struct rbuf *b)
 {
     struct xlistener *f = c->f;
-    struct hello h;
+    struct fmsg_hello h;
 
     if (c->state != ST_CONNECTING) {
         conn_fail_err(c, FERRY_EPROTO, "an accept on an open connection");
         return;
     }
-    if (hello_parse(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 || hello_apply(c, &h) < 0) {
+    if (fmsg_hello_get(b->p + FAB_HDR, b->len - FAB_HDR, &h) < 0 || hello_apply(c, &h) < 0) {
         conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
         return;
     }
@@ -1519,21 +1447,22 @@ static void on_accept_msg(struct fconn *c, struct rbuf *b)
 
 static void process(struct xlistener *f, struct rbuf *b)
 {
+    struct fmsg_hdr h;
     struct fconn *c;
     int kind;
 
-    if (b->len < FAB_HDR) {
-        log_warn("fabric: dropping a message of %zu bytes", b->len);
+    if (fmsg_hdr_get(b->p, b->len, &h) < 0) {
+        log_warn("fabric: dropping a message: %s", ferry_errmsg());
         rbuf_post(f, b);
         return;
     }
-    kind = b->p[0];
+    kind = h.kind;
     if (kind == K_CONNECT) {
         on_connect_msg(f, b);
         rbuf_post(f, b);
         return;
     }
-    if (!(c = conn_lookup(f, get32(b->p + 8)))) {
+    if (!(c = conn_lookup(f, h.conn))) {
         rbuf_post(f, b); /* for a connection closed since: nobody to tell */
         return;
     }
@@ -1851,7 +1780,7 @@ static int register_arena(struct xlistener *f)
         return rc;
     f->arena_desc = fi_mr_desc(f->arena_mr);
     if (!f->raw) {
-        put64(f->key, fi_mr_key(f->arena_mr));
+        fmsg_put64(f->key, fi_mr_key(f->arena_mr));
         f->key_len = 8;
         return 0;
     }
