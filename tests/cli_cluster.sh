@@ -25,24 +25,6 @@ fy() {
     timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
 }
 
-# A TCP port on 127.0.0.1 that was free a moment ago.
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-start_redis() {
-    REDIS_PORT=$(free_port) || return 1
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-    PIDS+=($!)
-    wait_for redis-server $! redis_ping
-}
-
-redis_ping() { [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
-
 # start_cluster_node NAME: node-NAME, its transfer port in PORT[NAME].
 declare -A PORT
 start_cluster_node() {

@@ -167,6 +167,25 @@ wait_for() {
     return 1
 }
 
+# A TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# start_redis: a redis-server on 127.0.0.1 at a free port (REDIS_PORT), stopped on exit.
+start_redis() {
+    REDIS_PORT=$(free_port) || return 1
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$DIR" >"$DIR/redis.log" 2>&1 &
+    PIDS+=($!)
+    wait_for redis-server $! redis_ping
+}
+
+redis_ping() { [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
+
 # FERRY_TEST_TRANSPORT runs the cluster suites over one transport: tcp, rxm (fabric over
 # tcp;ofi_rxm) or shm (fabric over shm); unset, the daemons choose (auto).
 case "${FERRY_TEST_TRANSPORT:-}" in

@@ -28,23 +28,6 @@ read -r -a DAEMON_ARGS <<<"${FERRY_TEST_DAEMON_ARGS:-}"
 # Open MPI refuses to run as root without these; harmless for other users.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# A TCP port on 127.0.0.1 that was free a moment ago.
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-redis_ping() { [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]; }
-
-start_redis() {
-    REDIS_PORT=$(free_port) || return 1
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-    PIDS+=($!)
-    wait_for redis-server $! redis_ping
-}
 
 # Nodes ferry-0 .. ferry-(NODES-1), sockets $DIR/ferry-I.sock: rank I's node.
 start_cluster() {
