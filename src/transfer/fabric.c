@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -80,6 +81,9 @@
 /* A closed connection whose operations have not completed this long after is given up on:
  * some providers never complete (nor report with a context) operations to a dead peer. */
 #define FAB_ZOMBIE_MS 10000u
+/* Without a wait fd the endpoint is polled every millisecond, and continuously for this long
+ * after it last saw or started work: an answer to what we sent comes without the 1 ms wait. */
+#define FAB_SPIN_NS 200000u
 
 enum { CL_SMALL, CL_LARGE, CL_N };
 enum { OP_RECV, OP_SEND, OP_READ };
@@ -251,6 +255,7 @@ struct xlistener {
     char address[2 * FAB_NAME_MAX + 1];
     struct xstats stats;
     uint64_t unattributed_log_ms;
+    uint64_t active_ns; /* when a completion last came or an operation was last posted */
     int fault_skip_done;
     uint32_t fault_read_delay_ms;
 };
@@ -325,6 +330,7 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
 {
     struct fconn *c = t->arg;
 
+    loop_timer_stop(l, &c->deadline);
     *c->aprev = c->anext;
     if (c->anext)
         c->anext->aprev = c->aprev;
@@ -425,6 +431,13 @@ static void conn_shut(struct fconn *c)
     if (c->state == ST_OPEN)
         post_close(c);
     c->closed = 1;
+    for (struct fconn **pp = &f->dirty; *pp; pp = &(*pp)->dnext) {
+        if (*pp == c) {
+            *pp = c->dnext;
+            break;
+        }
+    }
+    c->dirty = 0;
     f->slots[slot] = NULL;
     f->gen[slot]++;
     for (int i = 0; i < CL_N; i++)
@@ -604,6 +617,7 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
         return (int)rc;
     }
     c->inflight++;
+    f->active_ns = now_ns();
     return 0;
 }
 
@@ -783,7 +797,7 @@ static void conn_wait(struct fconn *c)
 {
     struct xlistener *f = c->f;
 
-    if (c->dirty)
+    if (c->dirty || c->closed)
         return;
     c->dirty = 1;
     c->dnext = f->dirty;
@@ -1563,6 +1577,8 @@ static int progress(struct xlistener *f)
     repost_pending(f);
     push_dirty(f);
     reads_push(f);
+    if (total)
+        f->active_ns = now_ns();
     return total;
 }
 
@@ -1580,8 +1596,12 @@ static int before_wait(struct loop *l, void *arg)
 
     if (progress(f) > 0 || f->dirty || f->repost)
         return 1;
-    if (f->wait_fd < 0)
-        return f->tx_inflight || f->read_inflight;
+    if (f->wait_fd < 0) {
+        if (!f->tx_inflight && !f->read_inflight && now_ns() - f->active_ns > FAB_SPIN_NS)
+            return 0;
+        sched_yield(); /* spinning: let a client on this CPU run */
+        return 1;
+    }
     return fi_trywait(f->fabric, fids, 1) == FI_SUCCESS ? 0 : 1;
 }
 
