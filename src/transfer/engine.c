@@ -1572,7 +1572,7 @@ static uint64_t eager_default(const char *provider)
         uint64_t eager_max;
     } measured[] = {
         {"shm", 64u << 10},
-        {"tcp;ofi_rxm", 64u << 10},
+        {"tcp;ofi_rxm", 16u << 10},
     };
 
     for (size_t i = 0; provider && i < sizeof(measured) / sizeof(measured[0]); i++) {

@@ -81,8 +81,8 @@
 /* A closed connection whose operations have not completed this long after is given up on:
  * some providers never complete (nor report with a context) operations to a dead peer. */
 #define FAB_ZOMBIE_MS 10000u
-/* Without a wait fd the endpoint is polled every millisecond, and continuously for this long
- * after it last saw or started work: an answer to what we sent comes without the 1 ms wait. */
+/* Without a wait fd the endpoint is polled every millisecond, and continuously while work is
+ * under way and for this long after: an answer to what we sent comes without the 1 ms wait. */
 #define FAB_SPIN_NS 200000u
 
 enum { CL_SMALL, CL_LARGE, CL_N };
@@ -256,6 +256,7 @@ struct xlistener {
     struct xstats stats;
     uint64_t unattributed_log_ms;
     uint64_t active_ns; /* when a completion last came or an operation was last posted */
+    uint32_t lent;      /* ranges lent to readers (leases running): peers may be reading */
     int fault_skip_done;
     uint32_t fault_read_delay_ms;
 };
@@ -268,6 +269,7 @@ static void reads_push(struct xlistener *f);
 static void process(struct xlistener *f, struct rbuf *b);
 static void drain_held(struct fconn *c);
 static void conn_wait(struct fconn *c);
+static void lease_end(struct lease *ls);
 
 static uint64_t now_ns(void)
 {
@@ -380,8 +382,7 @@ static void free_queues(struct fconn *c)
     }
     while (c->leases) {
         struct lease *ls = c->leases;
-        c->leases = ls->next;
-        loop_timer_stop(f->loop, &ls->timer);
+        lease_end(ls);
         free(ls);
     }
     /* Reads not yet issued are dropped; issued ones keep the record alive. */
@@ -716,12 +717,14 @@ static int lease_start(struct fconn *c, struct fseg *s)
         ls->next->pprev = &ls->next;
     ls->pprev = &c->leases;
     c->leases = ls;
+    c->f->lent++;
     /* The holder's lease is the RDV's plus a second: the reader gives up before it. */
     return loop_timer_start(c->f->loop, &ls->timer, loop_now_ms() + lease_ms(s->len) + 1000);
 }
 
 static void lease_end(struct lease *ls)
 {
+    ls->c->f->lent--;
     *ls->pprev = ls->next;
     if (ls->next)
         ls->next->pprev = ls->pprev;
@@ -1596,8 +1599,11 @@ static int before_wait(struct loop *l, void *arg)
 
     if (progress(f) > 0 || f->dirty || f->repost)
         return 1;
+    /* Without a wait fd, a peer reading what we lent it needs us to progress (shm copies on
+     * the target's side): spin while anything is lent or in flight. */
     if (f->wait_fd < 0) {
-        if (!f->tx_inflight && !f->read_inflight && now_ns() - f->active_ns > FAB_SPIN_NS)
+        if (!f->tx_inflight && !f->read_inflight && !f->lent &&
+            now_ns() - f->active_ns > FAB_SPIN_NS)
             return 0;
         sched_yield(); /* spinning: let a client on this CPU run */
         return 1;

@@ -24,6 +24,9 @@
  * not call bench_fail(). */
 void bench_on_exit(void (*fn)(void *), void *arg);
 
+/* free(ptr) at exit: for what lives as long as ferry-bench. */
+void bench_free_at_exit(void *ptr);
+
 /* Prints "ferry-bench: <message>" and exits with status 1 after the exit handlers ran. */
 _Noreturn void bench_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -132,6 +135,14 @@ int bench_parse_options(int argc, char **argv, const struct bench_suite_options 
 /* A decimal integer in min..max for option opt, else bench_fail(). */
 uint64_t bench_parse_count(const char *opt, const char *s, uint64_t min, uint64_t max);
 
+/* Splits the comma-separated list of option opt into at most max non-empty items (copies,
+ * never freed), else bench_fail(). Returns the count. */
+size_t bench_split_list(const char *opt, const char *list, const char **items, size_t max);
+
+/* The set of names[i] (i < n) that the comma-separated list of option opt names, as bits
+ * 1 << i; bench_fail() on an unknown or missing name. */
+unsigned bench_parse_choices(const char *opt, const char *list, const char *const *names, size_t n);
+
 /* ---- the timing loop (measure.c) ---- */
 
 /* One operation of one system, measured at a size. ctx is the system's state. The hooks
@@ -191,7 +202,9 @@ const struct bench_op *bench_pick_op(const struct bench_op *list, size_t k, cons
 
 /* ---- output (report.c) ---- */
 
-enum bench_metric { BENCH_OPS_PER_SEC, BENCH_P50_US, BENCH_MIB_PER_SEC };
+/* BENCH_MEDIAN_MIB_PER_SEC: size / p50, the median run's rate (robust to a slow run among
+ * few); for one object per run. */
+enum bench_metric { BENCH_OPS_PER_SEC, BENCH_P50_US, BENCH_MIB_PER_SEC, BENCH_MEDIAN_MIB_PER_SEC };
 
 /* value = numerator / denominator of two measured figures (or a count, see remote.c); met
  * when value is on the right side of target (at_most: value <= target, else value >= target).
@@ -240,12 +253,27 @@ void bench_print_json(FILE *f, const char *suite, const struct bench_result *r, 
 /* bench_fail() unless gnuplot is on $PATH: checked before a run, not after it. */
 void bench_require_gnuplot(void);
 
-/* Writes dir/<suite>-<system>-<op>.dat, dir/<suite>.gp, and with gnuplot
- * dir/<suite>-throughput.png and dir/<suite>-latency.png (log-log against size). */
-void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n);
+/* Writes dir/<suite>-<system>-<op>.dat for every series, dir/<suite>.gp, and with gnuplot
+ * dir/<suite>-throughput.png and dir/<suite>-latency.png (log-log against size) of the series
+ * for which charted is true (charted NULL: all). */
+void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n,
+                int (*charted)(const struct bench_result *r));
 
-/* A suite's output: with --json the JSON document only, else preamble (may be NULL), the
- * table, notes (may be NULL) and the ratios; then the charts when --plot was given. */
+/* One line of a chart of bench_plot_lines(): the series (system, op) under a title. */
+struct bench_series {
+    const char *system, *op, *title;
+};
+
+/* After bench_plot() of the same results: dir/<name>.gp and, with gnuplot, dir/<name>.png,
+ * the median MiB/s (size / p50) of each series against size, log-log. Series that were not
+ * measured are left out. */
+void bench_plot_lines(const char *dir, const char *suite, const char *name, const char *title,
+                      const struct bench_result *r, size_t n, const struct bench_series *s,
+                      size_t ns);
+
+/* A suite's output: preamble (may be NULL), the table, notes (may be NULL) and the ratios, on
+ * stdout, or with --json on stderr and the JSON document on stdout; then the charts when
+ * --plot was given. */
 struct bench_report {
     const char *suite;
     const struct bench_options *opts;
@@ -255,6 +283,7 @@ struct bench_report {
     size_t nresults;
     const struct bench_ratio *ratios;
     size_t nratios;
+    int (*charted)(const struct bench_result *r); /* for bench_plot(); NULL: every series */
 };
 
 void bench_report(const struct bench_report *rep);
@@ -277,22 +306,68 @@ ferry_id ferry_peer_id(uint64_t nonce, uint64_t counter, char kind);
  * Returns the count. */
 size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct bench_op **ops);
 
-/* The cluster operations of system ferry-tcp: objects put on a (untimed) and pulled to b
- * with ferry_fetch (timed), then deleted on b (untimed) so that the next run transfers them
- * again; the ids stay the same, so b's directory cache is warm. fetch moves one object per
- * run, fetch-batch min(batch, 512 MiB / size) in one call (batch <= FETCH_PEER_MAX_BATCH). The
- * first run at each size checks the bytes b received against payload. */
+/* Two ferryd nodes of one cluster measured as one system: objects put on a are fetched to b.
+ * cluster_peer_start() fills it in. */
+struct fetch_pair {
+    const char *system;   /* "ferry-tcp", "ferry-fabric:<provider>" */
+    const char *provider; /* the fabric provider, NULL for the tcp transport */
+    char a_id[64], b_id[64];
+    char a_proc[64], b_proc[64]; /* the processes' names (their logs') */
+    ferry_client *a, *b;
+    struct bench_proc *pa, *pb;
+    uint64_t timed_faults; /* b's minor page faults in the timed runs of its fetches */
+};
+
+/* Starts the nodes of p (its system and provider set) as processes <tag>-a and <tag>-b with
+ * node ids <id_prefix>-a and -b, --memory memory, the directory redis://127.0.0.1:redis_port/db
+ * (a database of their own), --transport tcp or --transport fabric --fabric-provider, and
+ * extra (NULL-terminated, may be NULL); returns when b's directory lists both. */
+void cluster_peer_start(struct fetch_pair *p, const char *tag, const char *id_prefix,
+                        const char *memory, int redis_port, int db, const char *const *extra);
+
+/* Fails unless b reaches a over p's transport (and provider): call after a first fetch. */
+void cluster_peer_check_transport(const struct fetch_pair *p);
+
+/* The operations of a pair: objects put on a (untimed) and pulled to b with ferry_fetch
+ * (timed), then deleted on b (untimed) so that the next run transfers them again; the ids stay
+ * the same, so b's directory cache is warm. fetch moves one object per run, fetch-batch
+ * min(batch, 512 MiB / size) in one call (batch <= FETCH_PEER_MAX_BATCH). The first run at
+ * each size checks the bytes b received against payload. */
 #define FETCH_PEER_MAX_BATCH 65536
 
-size_t fetch_peer_ops(ferry_client *a, ferry_client *b, const struct bench_proc *b_proc,
-                      uint64_t batch, const uint8_t *payload, const struct bench_op **ops);
-
-/* The minor page faults b's daemon (b_proc) took during the timed runs of those operations
- * (not their warm-ups): in the steady state, none. */
-uint64_t fetch_peer_timed_faults(void);
+size_t fetch_peer_ops(struct fetch_pair *p, uint64_t batch, const uint8_t *payload,
+                      const struct bench_op **ops);
 
 /* Objects in one fetch-batch run at size. */
 uint64_t fetch_peer_batch(uint64_t batch, uint64_t size);
+
+/* The fabric's protocols, each as op fetch-<name> of a pair on the fabric: one object per
+ * run, like fetch, with b's eager limit (the receiver's counts) set before the warm-up: eager
+ * UINT64_MAX - 1 (all as messages), rendezvous 0 (all by one-sided reads), hybrid the given
+ * limit (FERRY_EAGER_AUTO: the provider's default). After the timed runs of each size the
+ * nodes' counters must show that path, else bench_fail(). */
+enum fetch_protocol { FETCH_EAGER, FETCH_RENDEZVOUS, FETCH_HYBRID, FETCH_PROTOCOLS };
+extern const char *const fetch_protocol_names[FETCH_PROTOCOLS];
+extern const char *const fetch_protocol_ops[FETCH_PROTOCOLS]; /* "fetch-eager", ... */
+
+/* What the counters showed of an operation's timed runs, over all sizes. */
+struct fetch_path {
+    uint64_t fetches;     /* timed runs */
+    uint64_t eager_bytes; /* sent as messages (a's count) */
+    uint64_t rdv_reads;   /* one-sided reads (b's count) */
+    uint64_t rdv_bytes;
+};
+
+/* The ops fetch-<protocol> for each bit 1 << protocol of mask, in enum order. */
+size_t fetch_peer_protocol_ops(struct fetch_pair *p, unsigned mask, uint64_t hybrid_max,
+                               const uint8_t *payload, const struct bench_op **ops);
+
+/* The path of an op of fetch_peer_protocol_ops(), NULL for any other op. */
+const struct fetch_path *fetch_peer_path(const struct bench_op *op);
+
+/* memcpy between two buffers faulted in beforehand (system memcpy, op copy): the copy bound.
+ * src holds at least max_size bytes. */
+size_t copy_peer_ops(const uint8_t *src, uint64_t max_size, const struct bench_op **ops);
 
 /* Connects to the redis-server on 127.0.0.1:port, or when port is 0 starts one on a free
  * port; stopped at exit. Returns the redis context (a redisContext *). */

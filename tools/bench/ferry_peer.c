@@ -143,10 +143,13 @@ static struct bench_proc *start_daemon(const char *name, const char *const *daem
         bench_fail("no ferryd next to ferry-bench (%s: %s); build it, or pass --socket", exe,
                    strerror(errno));
     snprintf(sock, sock_len, "%s/%s.sock", bench_tmpdir(), name);
-    char *argv[16] = {exe, "--socket", sock};
+    char *argv[32] = {exe, "--socket", sock};
     size_t n_args = 3;
-    for (; *daemon_args && n_args < sizeof(argv) / sizeof(argv[0]) - 1; daemon_args++)
+    for (; *daemon_args; daemon_args++) {
+        if (n_args == sizeof(argv) / sizeof(argv[0]) - 1)
+            bench_fail("too many arguments for %s", name);
         argv[n_args++] = (char *)*daemon_args;
+    }
     argv[n_args] = NULL;
     return bench_proc_start(name, argv);
 }

@@ -30,22 +30,6 @@ static const struct bench_ratio_def ratio_defs[] = {
 };
 #define NRATIOS (sizeof(ratio_defs) / sizeof(ratio_defs[0]))
 
-/* memcpy: the copy bound, between two buffers faulted in beforehand. */
-struct copy_ctx {
-    const uint8_t *src;
-    uint8_t *dst;
-};
-
-static volatile uint8_t copy_sink; /* keeps the copies alive */
-
-static void copy_run(void *ctx, uint64_t size, uint64_t iter)
-{
-    struct copy_ctx *x = ctx;
-    (void)iter;
-    memcpy(x->dst, x->src, size);
-    copy_sink = x->dst[size - 1];
-}
-
 static void handle_option(void *ctx, int ch, const char *arg)
 {
     struct local_options *o = ctx;
@@ -94,13 +78,11 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
 }
 
 /* Every operation of every system, in the order of the output. */
-static size_t collect_ops(const struct local_options *o, const uint8_t *payload,
-                          struct copy_ctx *copy, const struct bench_op **ops)
+static size_t collect_ops(const struct local_options *o, const uint8_t *payload, uint64_t max_size,
+                          const struct bench_op **ops)
 {
-    static struct bench_op copy_op = {.system = "memcpy", .op = "copy", .run = copy_run};
     const struct bench_op *list;
     size_t n = 0, k;
-    copy_op.ctx = copy;
 
     const char *daemon_args[] = {"--memory", DAEMON_MEMORY, o->busy_poll ? "--busy-poll" : NULL,
                                  o->busy_poll, NULL};
@@ -111,7 +93,8 @@ static size_t collect_ops(const struct local_options *o, const uint8_t *payload,
     n = bench_append_ops(ops, n, list, k);
     k = stream_peer_ops(BENCH_UNIX, payload, &list);
     n = bench_append_ops(ops, n, list, k);
-    return bench_append_ops(ops, n, &copy_op, 1);
+    k = copy_peer_ops(payload, max_size, &list);
+    return bench_append_ops(ops, n, list, k);
 }
 
 static void output(const struct bench_options *common, const struct local_options *o,
@@ -156,12 +139,10 @@ int bench_local(int argc, char **argv)
         .seconds = common.seconds, .min_iters = 5, .max_iters = 200000};
     uint64_t max_size = common.sizes[common.nsizes - 1];
     const uint8_t *payload = bench_alloc_faulted(max_size);
-    struct copy_ctx copy = {payload, bench_alloc_faulted(max_size)};
-    size_t nops = collect_ops(&o, payload, &copy, ops);
+    size_t nops = collect_ops(&o, payload, max_size, ops);
 
     bench_measure_all(ops, nops, common.sizes, common.nsizes, &lim, results);
     output(&common, &o, results, nops * common.nsizes);
-    free(copy.dst);
     free((void *)payload);
     return 0;
 }

@@ -24,7 +24,7 @@ static void usage(FILE *f, const struct bench_suite_options *s)
             "  --sizes LIST     comma-separated sizes, K/M/G = 2^10/2^20/2^30 bytes, up to %lluM\n"
             "                   (default %s)\n"
             "  --seconds S      measured time per system, operation and size (default %g)\n"
-            "  --json           print a JSON document instead of the table\n"
+            "  --json           print a JSON document on stdout, the table on stderr\n"
             "  --plot DIR       also write DIR/%s-throughput.png and DIR/%s-latency.png\n"
             "                   (needs gnuplot)\n",
             BENCH_SIZE_LIMIT >> 20, s->default_sizes, DEFAULT_SECONDS, s->name, s->name);
@@ -40,6 +40,39 @@ uint64_t bench_parse_count(const char *opt, const char *s, uint64_t min, uint64_
         bench_fail("bad %s '%s': expected %llu to %llu", opt, s, (unsigned long long)min,
                    (unsigned long long)max);
     return v;
+}
+
+size_t bench_split_list(const char *opt, const char *list, const char **items, size_t max)
+{
+    size_t n = 0;
+    char *copy = strdup(list), *save = NULL;
+    if (copy == NULL)
+        bench_fail("out of memory for %s", opt);
+    bench_free_at_exit(copy);
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            bench_fail("bad %s '%s': at most %zu items", opt, list, max);
+        items[n++] = item;
+    }
+    if (n == 0)
+        bench_fail("bad %s '%s': expected a comma-separated list", opt, list);
+    return n;
+}
+
+unsigned bench_parse_choices(const char *opt, const char *list, const char *const *names, size_t n)
+{
+    const char *items[32];
+    unsigned mask = 0;
+    size_t k = bench_split_list(opt, list, items, sizeof(items) / sizeof(items[0]));
+    for (size_t i = 0; i < k; i++) {
+        size_t c = 0;
+        while (c < n && strcmp(items[i], names[c]) != 0)
+            c++;
+        if (c == n)
+            bench_fail("bad %s: unknown '%s'", opt, items[i]);
+        mask |= 1u << c;
+    }
+    return mask;
 }
 
 static double parse_seconds(const char *s)

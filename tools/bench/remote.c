@@ -1,21 +1,19 @@
-/* remote.c - the remote suite: two ferryd nodes on this machine joined by a redis-server as
- * their directory; objects stored on one node are fetched to the other (ferry-tcp), against
- * Redis GET over loopback TCP (redis-tcp) and the raw loopback TCP ceiling (raw-tcp), with the
- * issue's targets computed from the run, and whether the fetching node opened any transfer
- * connection once warm. */
+/* remote.c - the remote suite: pairs of ferryd nodes on this machine, each pair on one
+ * transport with a database of one redis-server as its directory; objects stored on one node
+ * are fetched to the other, over the tcp transport (ferry-tcp) and over the fabric with each
+ * provider and protocol (ferry-fabric:PROVIDER, remote_fabric.c), against Redis GET over
+ * loopback TCP (redis-tcp), the raw loopback TCP ceiling (raw-tcp) and memcpy, with the
+ * issue's targets computed from the run, and whether a node opened any connection once warm. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "remote.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
-#define MAX_OPS 4
 #define DEFAULT_BATCH 64
-#define MAX_RATIOS (BENCH_MAX_SIZES + 3)
 #define DAEMON_MEMORY "2G"
-#define NODES_TIMEOUT_MS 15000
-#define NODES_POLL_MS 50
+#define FABRIC_MEMORY "1G" /* one object per fetch: room for the largest size on both nodes */
 #define STR_(x) #x
 #define STR(x) STR_(x)
 /* A node's first writes to a part of its arena take a page fault per page, far slower than
@@ -24,32 +22,7 @@
 #define WARMUP_RUNS 3
 #define STREAM_TARGET_FROM (64 * MIB) /* the MiB/s target against raw-tcp, from this size up */
 
-struct remote_options {
-    uint64_t batch;
-    int verify;
-};
-
-/* The two nodes: objects are stored on a (bench-a) and fetched to b (bench-b). */
-struct cluster {
-    ferry_client *a, *b;
-    struct bench_proc *pa, *pb;
-    int redis_port;
-};
-
-/* bench-b's counters at one moment: before and after the measurements. */
-struct b_sample {
-    ferry_stats stats;
-    uint64_t faults; /* minor page faults of its process */
-};
-
-/* The ratios of a run, with room for the names of those made per size. */
-struct remote_ratios {
-    struct bench_ratio q[MAX_RATIOS];
-    size_t n;
-    char names[BENCH_MAX_SIZES][64];
-    char descriptions[BENCH_MAX_SIZES][64];
-    size_t ntext;
-};
+static const char *const transport_names[REMOTE_TRANSPORTS] = {"tcp", "fabric"};
 
 /* The targets between two results; the MiB/s one against raw-tcp is made per size. */
 static const struct bench_ratio_def ratio_defs[] = {
@@ -74,19 +47,50 @@ static const struct bench_ratio_def raw_over_redis_def = {
 
 #define BATCH_RANGE "1 to " STR(FETCH_PEER_MAX_BATCH) ", default " STR(DEFAULT_BATCH)
 
+#define PROVIDERS_MAX "at most " STR(REMOTE_MAX_PROVIDERS)
+
 static const char remote_help[] =
     "  --batch N        objects per fetch-batch call (" BATCH_RANGE "; fewer when\n"
     "                   N x size exceeds 512M)\n"
-    "  --verify         start both ferryd with --verify (they check a digest of every\n"
-    "                   fetched object before sealing it)\n";
+    "  --verify         start every ferryd with --verify (they check a digest of every\n"
+    "                   fetched object before sealing it)\n"
+    "  --transport LIST tcp, fabric or both (default tcp,fabric): which pairs of nodes run\n"
+    "  --provider LIST  the fabric's libfabric providers, a pair of nodes each (default\n"
+    "                   \"shm,tcp;ofi_rxm\"; " PROVIDERS_MAX ")\n"
+    "  --protocol LIST  eager, rendezvous, hybrid (default all three): fetch-eager moves every\n"
+    "                   object as messages, fetch-rendezvous by one-sided reads, fetch-hybrid\n"
+    "                   as messages up to the receiver's eager limit, by reads above\n"
+    "  --hybrid-max SIZE|auto  that limit (default auto: the provider's default)\n"
+    "--plot also writes DIR/remote-fabric-PROVIDER.png per provider: median MiB/s of each\n"
+    "protocol, the tcp transport, raw TCP and memcpy against size. The default sweep takes\n"
+    "1-2 minutes on 2 cores; for a quick run: --sizes 1K,1M,16M --seconds 0.2.\n";
 
 static void handle_option(void *ctx, int ch, const char *arg)
 {
     struct remote_options *o = ctx;
-    if (ch == 'B')
+    switch (ch) {
+    case 'B':
         o->batch = bench_parse_count("--batch", arg, 1, FETCH_PEER_MAX_BATCH);
-    else if (ch == 'v')
+        break;
+    case 'v':
         o->verify = 1;
+        break;
+    case 'T':
+        o->transports = bench_parse_choices("--transport", arg, transport_names, REMOTE_TRANSPORTS);
+        break;
+    case 'P':
+        o->nproviders = bench_split_list("--provider", arg, o->providers, REMOTE_MAX_PROVIDERS);
+        break;
+    case 'R':
+        o->protocols =
+            bench_parse_choices("--protocol", arg, fetch_protocol_names, FETCH_PROTOCOLS);
+        break;
+    case 'H':
+        o->hybrid_max = FERRY_EAGER_AUTO;
+        if (strcmp(arg, "auto") != 0)
+            bench_parse_sizes(arg, &o->hybrid_max, 1, UINT64_MAX - 2);
+        break;
+    }
 }
 
 /* Returns -1 when the options are valid, else the exit status (0 for --help). */
@@ -96,6 +100,10 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
     static const struct option longopts[] = {
         {"batch", required_argument, NULL, 'B'},
         {"verify", no_argument, NULL, 'v'},
+        {"transport", required_argument, NULL, 'T'},
+        {"provider", required_argument, NULL, 'P'},
+        {"protocol", required_argument, NULL, 'R'},
+        {"hybrid-max", required_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
     const struct bench_suite_options suite = {
@@ -106,118 +114,130 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
         .ctx = o,
         .synopsis =
             "usage: ferry-bench remote [--sizes LIST] [--seconds S] [--batch N] [--json]\n"
-            "                          [--plot DIR] [--verify]\n"
-            "Starts a redis-server on loopback (the cluster directory and the redis-tcp peer)\n"
-            "and two ferryd nodes, bench-a and bench-b (--memory " DAEMON_MEMORY " each), and\n"
-            "fetches objects stored on bench-a to bench-b. Options:\n",
+            "                          [--plot DIR] [--verify] [--transport LIST]\n"
+            "                          [--provider LIST] [--protocol LIST] [--hybrid-max SIZE]\n"
+            "Starts a redis-server on loopback (the directory of every pair of nodes, a\n"
+            "database each, and the redis-tcp peer) and a pair of ferryd nodes per transport\n"
+            "(tcp: bench-a and bench-b, --memory " DAEMON_MEMORY
+            "; fabric: bench-PROVIDER-a and -b,\n"
+            "--memory " FABRIC_MEMORY ", per provider), and fetches objects stored on a to b.\n"
+            "Options:\n",
         .help = remote_help,
     };
-    *o = (struct remote_options){.batch = DEFAULT_BATCH};
+    *o = (struct remote_options){.batch = DEFAULT_BATCH,
+                                 .transports = 1u << REMOTE_TCP | 1u << REMOTE_FABRIC,
+                                 .providers = {"shm", "tcp;ofi_rxm"},
+                                 .nproviders = 2,
+                                 .protocols = (1u << FETCH_PROTOCOLS) - 1,
+                                 .hybrid_max = FERRY_EAGER_AUTO};
     return bench_parse_options(argc, argv, &suite, common);
 }
 
-static ferry_client *start_node(const char *name, const char *node_id, int port, const char *url,
-                                int verify, struct bench_proc **proc)
+/* The system and the tag of a pair on the fabric: the tag names its processes and nodes, the
+ * provider without what a file name had better not hold ("tcp;ofi_rxm": "tcp_ofi_rxm"). */
+static void name_fabric_pair(struct remote_pair *rp, const char *provider)
 {
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    const char *args[] = {"--memory",    DAEMON_MEMORY, "--node-id",
-                          node_id,       "--listen",    listen,
-                          "--directory", url,           verify ? "--verify" : NULL,
-                          NULL};
-    return ferry_peer_start(NULL, name, args, proc);
+    snprintf(rp->system, sizeof(rp->system), "ferry-fabric:%s", provider);
+    snprintf(rp->tag, sizeof(rp->tag), "%s", provider);
+    for (char *c = rp->tag; *c; c++)
+        if (*c == ';' || *c == ':' || *c == '/')
+            *c = '_';
+    rp->p.system = rp->system;
+    rp->p.provider = provider;
 }
 
-/* 1 when bench-b's directory lists both nodes; *seen receives how many it lists. */
-static int both_listed(const struct cluster *cl, size_t *seen)
+static void start_pairs(struct remote_run *run, void *redis)
 {
-    ferry_node_info *nodes;
-    size_t n;
-    int a = 0, b = 0;
-    int err = ferry_nodes(cl->b, &nodes, &n);
-    *seen = 0;
-    if (err == FERRY_EDIRECTORY)
-        return 0; /* not connected to Redis yet */
-    bench_check_ferry(err, "ferry_nodes on bench-b");
-    for (size_t i = 0; i < n; i++) {
-        a |= strcmp(nodes[i].id, "bench-a") == 0;
-        b |= strcmp(nodes[i].id, "bench-b") == 0;
+    const struct remote_options *o = run->o;
+    const char *const verify[] = {o->verify ? "--verify" : NULL, NULL};
+    run->redis_port = redis_peer_port(redis);
+    if (o->transports & 1u << REMOTE_TCP) {
+        run->tcp.p.system = "ferry-tcp";
+        cluster_peer_start(&run->tcp.p, "ferryd", "bench", DAEMON_MEMORY, run->redis_port, 0,
+                           verify);
     }
-    free(nodes);
-    *seen = n;
-    return a && b;
-}
-
-static void wait_for_nodes(struct cluster *cl)
-{
-    size_t seen;
-    for (unsigned waited = 0; !both_listed(cl, &seen); waited += NODES_POLL_MS) {
-        if (bench_proc_ended(cl->pa) || bench_proc_ended(cl->pb))
-            bench_fail("a ferryd node ended before the cluster formed");
-        if (waited >= NODES_TIMEOUT_MS) {
-            bench_proc_show_log(cl->pa);
-            bench_proc_show_log(cl->pb);
-            bench_fail("bench-b's directory did not list bench-a and bench-b within %d ms "
-                       "(it lists %zu node(s))",
-                       NODES_TIMEOUT_MS, seen);
-        }
-        bench_check_interrupt();
-        bench_sleep_ms(NODES_POLL_MS);
+    run->nfabric = o->transports & 1u << REMOTE_FABRIC ? o->nproviders : 0;
+    for (size_t i = 0; i < run->nfabric; i++) {
+        struct remote_pair *rp = &run->fabric[i];
+        char prefix[64], proc[64];
+        name_fabric_pair(rp, o->providers[i]);
+        snprintf(prefix, sizeof(prefix), "bench-%s", rp->tag);
+        snprintf(proc, sizeof(proc), "ferryd-%s", rp->tag);
+        cluster_peer_start(&rp->p, proc, prefix, FABRIC_MEMORY, run->redis_port, (int)i + 1,
+                           verify);
+        ferry_stats st;
+        bench_check_ferry(ferry_stats_get(rp->p.b, &st), "stats of %s", rp->p.b_id);
+        rp->hybrid_limit = o->hybrid_max == FERRY_EAGER_AUTO ? st.eager_max : o->hybrid_max;
     }
-}
-
-static void start_cluster(const struct remote_options *o, void *redis, struct cluster *cl)
-{
-    int ports[2];
-    char url[64];
-    cl->redis_port = redis_peer_port(redis);
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", cl->redis_port);
-    bench_free_ports(ports, 2);
-    cl->a = start_node("ferryd-a", "bench-a", ports[0], url, o->verify, &cl->pa);
-    cl->b = start_node("ferryd-b", "bench-b", ports[1], url, o->verify, &cl->pb);
-    wait_for_nodes(cl);
 }
 
 /* Every operation of every system, in the order of the output. */
-static size_t collect_ops(const struct remote_options *o, const struct cluster *cl, void *redis,
-                          const uint8_t *payload, const struct bench_op **ops)
+static void collect_ops(struct remote_run *run, void *redis, const uint8_t *payload)
 {
     const struct bench_op *list;
-    size_t n, k;
-    k = fetch_peer_ops(cl->a, cl->b, cl->pb, o->batch, payload, &list);
-    n = bench_append_ops(ops, 0, list, k);
+    size_t n = 0, k;
+    uint64_t max_size = run->common->sizes[run->common->nsizes - 1];
+    if (run->o->transports & 1u << REMOTE_TCP) {
+        k = fetch_peer_ops(&run->tcp.p, run->o->batch, payload, &list);
+        n = bench_append_ops(run->ops, n, list, k);
+    }
+    for (size_t i = 0; i < run->nfabric; i++) {
+        k = fetch_peer_protocol_ops(&run->fabric[i].p, run->o->protocols,
+                                    run->fabric[i].hybrid_limit, payload, &list);
+        n = bench_append_ops(run->ops, n, list, k);
+    }
     k = redis_peer_ops(redis, "redis-tcp", payload, &list);
-    ops[n++] = bench_pick_op(list, k, "get");
+    run->ops[n++] = bench_pick_op(list, k, "get");
     k = stream_peer_ops(BENCH_TCP, payload, &list);
-    return bench_append_ops(ops, n, list, k);
+    n = bench_append_ops(run->ops, n, list, k);
+    k = copy_peer_ops(payload, max_size, &list);
+    run->nops = bench_append_ops(run->ops, n, list, k);
 }
 
-/* The first transfers open bench-b's connections to bench-a: made by a few runs of every
- * ferry-tcp operation at the smallest size, before the connections are counted. */
-static void warm_up(const struct bench_op *const *ops, size_t nops, uint64_t size)
+/* The first transfers open b's connections to a and register what the transports register:
+ * made by a few runs of every fetching operation at the smallest and the largest size, before
+ * the counters are taken; then every b must reach its a over the pair's transport. */
+static void warm_up(const struct remote_run *run)
 {
     const struct bench_limits lim = {.seconds = 0.01, .min_iters = 2, .max_iters = 10};
-    for (size_t i = 0; i < nops; i++)
-        if (strcmp(ops[i]->system, "ferry-tcp") == 0)
-            bench_measure(ops[i], size, &lim);
+    const uint64_t sizes[] = {run->common->sizes[0], run->common->sizes[run->common->nsizes - 1]};
+    for (size_t s = 0; s < (sizes[0] == sizes[1] ? 1u : 2u); s++)
+        for (size_t i = 0; i < run->nops; i++)
+            if (strncmp(run->ops[i]->system, "ferry-", 6) == 0)
+                bench_measure(run->ops[i], sizes[s], &lim);
+    if (run->o->transports & 1u << REMOTE_TCP)
+        cluster_peer_check_transport(&run->tcp.p);
+    for (size_t i = 0; i < run->nfabric; i++)
+        cluster_peer_check_transport(&run->fabric[i].p);
+}
+
+void remote_add_ratio(struct remote_ratios *rr, const struct bench_ratio *q)
+{
+    if (rr->n == REMOTE_MAX_RATIOS)
+        bench_fail("too many ratios (at most %d)", REMOTE_MAX_RATIOS);
+    rr->q[rr->n] = *q;
+    snprintf(rr->names[rr->n], sizeof(rr->names[0]), "%s", q->name);
+    snprintf(rr->descriptions[rr->n], sizeof(rr->descriptions[0]), "%s", q->description);
+    rr->q[rr->n].name = rr->names[rr->n];
+    rr->q[rr->n].description = rr->descriptions[rr->n];
+    rr->n++;
 }
 
 static void add_ratio(struct remote_ratios *rr, const struct bench_ratio_def *d,
-                      const struct bench_result *r, size_t n)
+                      const struct remote_run *run)
 {
-    rr->q[rr->n++] = bench_ratio_of(d, r, n);
+    struct bench_ratio q = bench_ratio_of(d, run->results, run->nresults);
+    remote_add_ratio(rr, &q);
 }
 
 /* fetch against the raw-tcp ceiling at size. */
-static void add_stream_ratio(struct remote_ratios *rr, uint64_t size, const struct bench_result *r,
-                             size_t n)
+static void add_stream_ratio(struct remote_ratios *rr, uint64_t size, const struct remote_run *run)
 {
-    char label[16];
-    char *name = rr->names[rr->ntext], *description = rr->descriptions[rr->ntext++];
+    char label[16], name[64], description[64];
     bench_size_label(size, label, sizeof(label));
-    snprintf(name, sizeof(rr->names[0]), "fetch_over_raw_tcp_stream_mibps_%s", label);
-    snprintf(description, sizeof(rr->descriptions[0]),
-             "MiB/s at %s: ferry-tcp fetch / raw-tcp stream", label);
+    snprintf(name, sizeof(name), "fetch_over_raw_tcp_stream_mibps_%s", label);
+    snprintf(description, sizeof(description), "MiB/s at %s: ferry-tcp fetch / raw-tcp stream",
+             label);
     const struct bench_ratio_def d = {
         .name = name,
         .description = description,
@@ -230,17 +250,17 @@ static void add_stream_ratio(struct remote_ratios *rr, uint64_t size, const stru
         .metric = BENCH_MIB_PER_SEC,
         .target = 0.8,
     };
-    add_ratio(rr, &d, r, n);
+    add_ratio(rr, &d, run);
 }
 
 /* The connections bench-b opened while measured: the target is none once warm. */
-static struct bench_ratio connections_ratio(const struct b_sample *b)
+static struct bench_ratio connections_ratio(const struct remote_sample *b)
 {
     struct bench_ratio q = {
         .name = "new_connections_steady_state",
         .description = "transfer connections bench-b opened once warm",
         .measured = 1,
-        .value = (double)(b[1].stats.connections_opened - b[0].stats.connections_opened),
+        .value = (double)(b[1].b.connections_opened - b[0].b.connections_opened),
         .target = 0,
         .at_most = 1,
     };
@@ -248,54 +268,73 @@ static struct bench_ratio connections_ratio(const struct b_sample *b)
     return q;
 }
 
-static void compute_ratios(struct remote_ratios *rr, const struct bench_options *common,
-                           const struct bench_result *r, size_t n, const struct b_sample *b)
+static void compute_ratios(struct remote_ratios *rr, const struct remote_run *run)
 {
+    const struct bench_options *common = run->common;
     size_t streams = 0;
-    rr->n = rr->ntext = 0;
-    add_ratio(rr, &ratio_defs[0], r, n);
-    for (size_t s = 0; s < common->nsizes; s++) {
-        if (common->sizes[s] >= STREAM_TARGET_FROM) {
-            add_stream_ratio(rr, common->sizes[s], r, n);
-            streams++;
+    rr->n = 0;
+    if (run->o->transports & 1u << REMOTE_TCP) {
+        add_ratio(rr, &ratio_defs[0], run);
+        for (size_t s = 0; s < common->nsizes; s++) {
+            if (common->sizes[s] >= STREAM_TARGET_FROM) {
+                add_stream_ratio(rr, common->sizes[s], run);
+                streams++;
+            }
         }
+        if (streams == 0)
+            add_stream_ratio(rr, STREAM_TARGET_FROM, run); /* shows as not measured */
+        add_ratio(rr, &ratio_defs[1], run);
+        struct bench_ratio q = connections_ratio(run->tcp.s);
+        remote_add_ratio(rr, &q);
     }
-    if (streams == 0)
-        add_stream_ratio(rr, STREAM_TARGET_FROM, r, n); /* shows as not measured */
-    add_ratio(rr, &ratio_defs[1], r, n);
-    rr->q[rr->n++] = connections_ratio(b);
+    remote_fabric_ratios(run, rr);
 }
 
-static void describe_setup(char *buf, size_t len, const struct bench_options *common,
-                           const struct remote_options *o, const struct cluster *cl)
+static void describe_setup(FILE *f, const struct remote_run *run)
 {
     char label[16];
-    size_t k = (size_t)snprintf(
-        buf, len,
-        "cluster: ferryd bench-a and bench-b (--memory %s%s) with a redis-server on\n"
-        "127.0.0.1:%d as their directory, also the redis-tcp peer. ferry-tcp: objects stored\n"
-        "on bench-a are fetched to bench-b, then deleted there (untimed) so that every run\n"
-        "transfers them. fetch-batch: one ferry_fetch call per run; its p50/p99 are per\n"
-        "batch, its ops/s and MiB/s count objects. Objects per batch:",
-        DAEMON_MEMORY, o->verify ? " --verify" : "", cl->redis_port);
-    for (size_t s = 0; s < common->nsizes && k < len; s++) {
-        bench_size_label(common->sizes[s], label, sizeof(label));
-        k += (size_t)snprintf(buf + k, len - k, " %s:%llu", label,
-                              (unsigned long long)fetch_peer_batch(o->batch, common->sizes[s]));
+    const struct remote_options *o = run->o;
+    if (o->transports & 1u << REMOTE_TCP) {
+        fprintf(
+            f,
+            "tcp: ferryd bench-a and bench-b (--transport tcp --memory %s%s) with a\n"
+            "redis-server on 127.0.0.1:%d as their directory, also the redis-tcp peer.\n"
+            "ferry-tcp: objects stored on bench-a are fetched to bench-b, then deleted there\n"
+            "(untimed) so that every run transfers them. fetch-batch: one ferry_fetch call per\n"
+            "run; its p50/p99 are per batch, its ops/s and MiB/s count objects. Objects per\n"
+            "batch:",
+            DAEMON_MEMORY, o->verify ? " --verify" : "", run->redis_port);
+        for (size_t s = 0; s < run->common->nsizes; s++) {
+            bench_size_label(run->common->sizes[s], label, sizeof(label));
+            fprintf(f, " %s:%llu", label,
+                    (unsigned long long)fetch_peer_batch(o->batch, run->common->sizes[s]));
+        }
+        fputs(".\n", f);
     }
-    if (k < len)
-        snprintf(buf + k, len - k,
-                 ".\nraw-tcp stream: SIZE bytes to another process over loopback TCP and an 8-byte "
-                 "answer;\nat 1K its p50 is the round trip.\n\n");
+    for (size_t i = 0; i < run->nfabric; i++) {
+        const struct remote_pair *rp = &run->fabric[i];
+        bench_size_label(rp->hybrid_limit, label, sizeof(label));
+        fprintf(f,
+                "%s: ferryd %s and %s\n"
+                "(--transport fabric --fabric-provider %s --memory %s%s; directory database %zu);\n"
+                "fetch-hybrid with eager limit %s%s.\n",
+                rp->p.system, rp->p.a_id, rp->p.b_id, rp->p.provider, FABRIC_MEMORY,
+                o->verify ? " --verify" : "", i + 1, label,
+                o->hybrid_max == FERRY_EAGER_AUTO ? " (the provider's default)" : "");
+    }
+    fputs("raw-tcp stream: SIZE bytes to another process over loopback TCP and an 8-byte answer;\n"
+          "at 1K its p50 is the round trip. memcpy copy: between two buffers of this process.\n\n",
+          f);
 }
 
-static void describe_counters(char *buf, size_t len, const struct b_sample *b,
-                              const struct bench_result *r, size_t n)
+static void describe_counters(FILE *f, const struct remote_run *run)
 {
-    const ferry_stats *s0 = &b[0].stats, *s1 = &b[1].stats;
-    struct bench_ratio ref = bench_ratio_of(&raw_over_redis_def, r, n);
-    size_t k = (size_t)snprintf(
-        buf, len,
+    const ferry_stats *s0 = &run->tcp.s[0].b, *s1 = &run->tcp.s[1].b;
+    struct bench_ratio ref = bench_ratio_of(&raw_over_redis_def, run->results, run->nresults);
+    if (!(run->o->transports & 1u << REMOTE_TCP))
+        return;
+    fprintf(
+        f,
         "\nbench-b while measured: %llu transfer connection(s) opened, %llu object(s) received\n"
         "(%.1f MiB), %llu transfer failure(s), %llu peer error(s); directory: %llu lookup(s),\n"
         "%llu cache hit(s); minor page faults (first writes to a page of its arena): %llu in\n"
@@ -307,48 +346,86 @@ static void describe_counters(char *buf, size_t len, const struct b_sample *b,
         (unsigned long long)(s1->peer_errors - s0->peer_errors),
         (unsigned long long)(s1->directory_lookups - s0->directory_lookups),
         (unsigned long long)(s1->directory_cache_hits - s0->directory_cache_hits),
-        (unsigned long long)(b[1].faults - b[0].faults),
-        (unsigned long long)fetch_peer_timed_faults());
-    if (ref.measured && k < len)
-        snprintf(buf + k, len - k, "For reading the 1M target: %s = %.3f.\n", ref.description,
-                 ref.value);
+        (unsigned long long)(run->tcp.s[1].b_faults - run->tcp.s[0].b_faults),
+        (unsigned long long)run->tcp.p.timed_faults);
+    if (ref.measured)
+        fprintf(f, "For reading the 1M target: %s = %.3f.\n", ref.description, ref.value);
 }
 
-static void output(const struct bench_options *common, const struct remote_options *o,
-                   const struct cluster *cl, const struct bench_result *r, size_t n,
-                   const struct b_sample *b)
+/* Text that f collects in memory, bench_fail() on failure; free the result. */
+static FILE *open_text(char **text, size_t *len)
 {
-    struct remote_ratios rr;
-    char preamble[2048], notes[768];
-    compute_ratios(&rr, common, r, n, b);
-    describe_setup(preamble, sizeof(preamble), common, o, cl);
-    describe_counters(notes, sizeof(notes), b, r, n);
+    FILE *f = open_memstream(text, len);
+    if (f == NULL)
+        bench_fail("open_memstream: out of memory");
+    return f;
+}
+
+static char *close_text(FILE *f, char **text)
+{
+    if (ferror(f) | fclose(f))
+        bench_fail("writing the report failed");
+    return *text;
+}
+
+/* The overview charts keep to the tcp transport and its references, as before the fabric's
+ * own charts (remote_fabric_plots()) took the rest. */
+static int in_overview(const struct bench_result *r)
+{
+    return strncmp(r->system, "ferry-fabric:", 13) != 0 && strcmp(r->system, "memcpy") != 0;
+}
+
+static void output(const struct remote_run *run)
+{
+    static struct remote_ratios rr;
+    char *preamble, *notes;
+    size_t len;
+    FILE *f = open_text(&preamble, &len);
+    describe_setup(f, run);
+    close_text(f, &preamble);
+    f = open_text(&notes, &len);
+    describe_counters(f, run);
+    remote_fabric_notes(run, f);
+    close_text(f, &notes);
+    compute_ratios(&rr, run);
     bench_report(&(struct bench_report){
         .suite = "remote",
-        .opts = common,
+        .opts = run->common,
         .preamble = preamble,
         .notes = notes,
-        .results = r,
-        .nresults = n,
+        .results = run->results,
+        .nresults = run->nresults,
         .ratios = rr.q,
         .nratios = rr.n,
+        .charted = in_overview,
     });
+    if (run->common->plot_dir != NULL)
+        remote_fabric_plots(run);
+    free(preamble);
+    free(notes);
 }
 
-static void sample_b(const struct cluster *cl, struct b_sample *b)
+static void sample_pair(struct remote_pair *rp, int k)
 {
-    bench_check_ferry(ferry_stats_get(cl->b, &b->stats), "stats of bench-b");
-    b->faults = bench_proc_minor_faults(cl->pb);
+    bench_check_ferry(ferry_stats_get(rp->p.a, &rp->s[k].a), "stats of %s", rp->p.a_id);
+    bench_check_ferry(ferry_stats_get(rp->p.b, &rp->s[k].b), "stats of %s", rp->p.b_id);
+    rp->s[k].b_faults = bench_proc_minor_faults(rp->p.pb);
+}
+
+/* Every pair's counters: k 0 before the measurements, 1 after. */
+static void sample_pairs(struct remote_run *run, int k)
+{
+    if (run->o->transports & 1u << REMOTE_TCP)
+        sample_pair(&run->tcp, k);
+    for (size_t i = 0; i < run->nfabric; i++)
+        sample_pair(&run->fabric[i], k);
 }
 
 int bench_remote(int argc, char **argv)
 {
+    static struct remote_run run;
     struct bench_options common;
     struct remote_options o;
-    struct cluster cl;
-    const struct bench_op *ops[MAX_OPS];
-    struct bench_result results[MAX_OPS * BENCH_MAX_SIZES];
-    struct b_sample b[2]; /* before and after the measurements */
     int status = parse_options(argc, argv, &common, &o);
     if (status >= 0)
         return status;
@@ -359,14 +436,17 @@ int bench_remote(int argc, char **argv)
         .seconds = common.seconds, .min_iters = 5, .max_iters = 200000, .min_warmup = WARMUP_RUNS};
     const uint8_t *payload = bench_alloc_faulted(common.sizes[common.nsizes - 1]);
     void *redis = redis_peer_start(0);
-    start_cluster(&o, redis, &cl);
-    size_t nops = collect_ops(&o, &cl, redis, payload, ops);
+    run.common = &common;
+    run.o = &o;
+    start_pairs(&run, redis);
+    collect_ops(&run, redis, payload);
 
-    warm_up(ops, nops, common.sizes[0]);
-    sample_b(&cl, &b[0]);
-    bench_measure_all(ops, nops, common.sizes, common.nsizes, &lim, results);
-    sample_b(&cl, &b[1]);
-    output(&common, &o, &cl, results, nops * common.nsizes, b);
+    warm_up(&run);
+    sample_pairs(&run, 0);
+    bench_measure_all(run.ops, run.nops, common.sizes, common.nsizes, &lim, run.results);
+    sample_pairs(&run, 1);
+    run.nresults = run.nops * common.nsizes;
+    output(&run);
     free((void *)payload);
     return 0;
 }

@@ -30,6 +30,8 @@ double bench_metric(const struct bench_result *r, enum bench_metric m)
         return r->p50_us;
     case BENCH_MIB_PER_SEC:
         return r->mib_per_sec;
+    case BENCH_MEDIAN_MIB_PER_SEC:
+        return r->p50_us > 0 ? (double)r->size / r->p50_us * 1e6 / (1024.0 * 1024.0) : 0;
     }
     return 0;
 }
@@ -101,8 +103,9 @@ void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
             fprintf(f, "  %-*s %10.3f   target %s %-5g %s\n", w, q[i].description, q[i].value, cmp,
                     q[i].target, q[i].met ? "met" : "MISSED");
         else
-            fprintf(f, "  %-*s %10s   target %s %-5g not measured (size not in --sizes)\n", w,
-                    q[i].description, "-", cmp, q[i].target);
+            fprintf(f,
+                    "  %-*s %10s   target %s %-5g not measured (size or system not in this run)\n",
+                    w, q[i].description, "-", cmp, q[i].target);
     }
 }
 
@@ -177,16 +180,27 @@ static void close_checked(FILE *f, const char *what)
         bench_fail("writing %s failed", what);
 }
 
-static void series_file(char *buf, size_t len, const char *suite, const struct bench_result *s)
+/* Replaces the characters of s that a file name had better not hold (':' and ';' of
+ * "ferry-fabric:tcp;ofi_rxm") with '_'. */
+static void file_safe(char *s)
 {
-    snprintf(buf, len, "%s-%s-%s.dat", suite, s->system, s->op);
+    for (; *s; s++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_", *s))
+            *s = '_';
+}
+
+static void series_file(char *buf, size_t len, const char *suite, const char *system,
+                        const char *op)
+{
+    snprintf(buf, len, "%s-%s-%s.dat", suite, system, op);
+    file_safe(buf);
 }
 
 static void write_series(const char *dir, const char *suite, const struct bench_result *r, size_t n,
                          const struct bench_result *s)
 {
-    char name[128];
-    series_file(name, sizeof(name), suite, s);
+    char name[256];
+    series_file(name, sizeof(name), suite, s->system, s->op);
     FILE *f = open_in(dir, name);
     fprintf(f, "# %s %s:%s\n# size_bytes ops_per_sec p50_us p99_us mib_per_sec\n", suite, s->system,
             s->op);
@@ -218,27 +232,38 @@ static void write_xtics(FILE *f, const struct bench_result *r, size_t n)
     fputs(")\n", f);
 }
 
-static void write_plot(FILE *f, const char *suite, const struct bench_result *r,
-                       const size_t *first, size_t ns, int column)
+/* One line of a plot command: the series file's column (a number, or a gnuplot expression in
+ * parentheses) against size, titled as given (names such as tcp;ofi_rxm are not markup). */
+static void write_line(FILE *f, int first, const char *suite, const char *system, const char *op,
+                       const char *column, const char *title)
 {
-    char name[128];
-    fputs("plot ", f);
+    char name[256];
+    series_file(name, sizeof(name), suite, system, op);
+    fprintf(f, "%s\"%s\" using 1:%s with linespoints lw 2 title \"%s\" noenhanced",
+            first ? "plot " : ", \\\n  ", name, column, title);
+}
+
+static void write_plot(FILE *f, const char *suite, const struct bench_result *r,
+                       const size_t *first, size_t ns, const char *column)
+{
+    char title[256];
     for (size_t k = 0; k < ns; k++) {
         const struct bench_result *s = &r[first[k]];
-        series_file(name, sizeof(name), suite, s);
-        fprintf(f, "%s\"%s\" using 1:%d with linespoints lw 2 title \"%s:%s\"", k ? ", \\\n  " : "",
-                name, column, s->system, s->op);
+        snprintf(title, sizeof(title), "%s:%s", s->system, s->op);
+        write_line(f, k == 0, suite, s->system, s->op, column, title);
     }
     fputs("\n", f);
 }
 
-static void write_script(const char *dir, const char *suite, const struct bench_result *r, size_t n,
-                         const size_t *first, size_t ns)
+/* Opens dir/<name>.gp with the settings every chart shares: a PNG terminal, log-log axes,
+ * and a tic at every size measured. */
+static FILE *open_script(const char *dir, const char *suite, const char *name,
+                         const struct bench_result *r, size_t n)
 {
-    char name[128];
-    snprintf(name, sizeof(name), "%s.gp", suite);
-    FILE *f = open_in(dir, name);
-    fprintf(f, "# ferry-bench %s charts; run `gnuplot %s` in this directory.\n", suite, name);
+    char file[256];
+    snprintf(file, sizeof(file), "%s.gp", name);
+    FILE *f = open_in(dir, file);
+    fprintf(f, "# ferry-bench %s charts; run `gnuplot %s` in this directory.\n", suite, file);
     fputs("if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
           "    set terminal pngcairo size 1000,650\n"
           "} else {\n"
@@ -248,23 +273,32 @@ static void write_script(const char *dir, const char *suite, const struct bench_
           "\"object size\"\n",
           f);
     write_xtics(f, r, n);
+    return f;
+}
+
+static void write_script(const char *dir, const char *suite, const struct bench_result *r, size_t n,
+                         const size_t *first, size_t ns)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "%s.gp", suite);
+    FILE *f = open_script(dir, suite, suite, r, n);
     fprintf(f, "set output \"%s-throughput.png\"\n", suite);
     fprintf(f, "set title \"ferry-bench %s: throughput (MiB = 2^{20} bytes)\"\n", suite);
     fputs("set ylabel \"MiB/s\"\n", f);
-    write_plot(f, suite, r, first, ns, 5);
+    write_plot(f, suite, r, first, ns, "5");
     fprintf(f, "set output \"%s-latency.png\"\n", suite);
     fprintf(f, "set title \"ferry-bench %s: median latency per operation\"\n", suite);
     fputs("set ylabel \"p50 latency (µs)\"\n", f);
-    write_plot(f, suite, r, first, ns, 3);
+    write_plot(f, suite, r, first, ns, "3");
     close_checked(f, name);
 }
 
-/* Runs `gnuplot <suite>.gp` in dir and waits for it. */
-static void run_gnuplot(const char *dir, const char *suite)
+/* Runs `gnuplot <name>.gp` in dir and waits for it. */
+static void run_gnuplot(const char *dir, const char *name)
 {
-    char script[128];
+    char script[256];
     int status;
-    snprintf(script, sizeof(script), "%s.gp", suite);
+    snprintf(script, sizeof(script), "%s.gp", name);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)
@@ -279,34 +313,69 @@ static void run_gnuplot(const char *dir, const char *suite)
         bench_fail("gnuplot failed on %s/%s", dir, script);
 }
 
-void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n)
+void bench_plot(const char *dir, const char *suite, const struct bench_result *r, size_t n,
+                int (*charted)(const struct bench_result *r))
 {
-    size_t first[MAX_SERIES];
+    size_t first[MAX_SERIES], nc = 0;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         bench_fail("mkdir %s: %s", dir, strerror(errno));
     size_t ns = find_series(r, n, first);
-    for (size_t k = 0; k < ns; k++)
+    for (size_t k = 0; k < ns; k++) {
         write_series(dir, suite, r, n, &r[first[k]]);
-    write_script(dir, suite, r, n, first, ns);
+        if (charted == NULL || charted(&r[first[k]]))
+            first[nc++] = first[k];
+    }
+    write_script(dir, suite, r, n, first, nc);
     run_gnuplot(dir, suite);
     fprintf(stderr, "ferry-bench: wrote %s/%s-throughput.png and %s/%s-latency.png\n", dir, suite,
             dir, suite);
 }
 
+/* 1 when r holds a result of (system, op) at any size. */
+static int measured(const struct bench_result *r, size_t n, const char *system, const char *op)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(r[i].system, system) == 0 && strcmp(r[i].op, op) == 0)
+            return 1;
+    return 0;
+}
+
+void bench_plot_lines(const char *dir, const char *suite, const char *name, const char *title,
+                      const struct bench_result *r, size_t n, const struct bench_series *s,
+                      size_t ns)
+{
+    char safe[256];
+    int lines = 0;
+    snprintf(safe, sizeof(safe), "%s", name);
+    file_safe(safe);
+    FILE *f = open_script(dir, suite, safe, r, n);
+    fprintf(f, "set output \"%s.png\"\nset title \"%s\" noenhanced\n", safe, title);
+    fputs("set ylabel \"median MiB/s (size / p50; MiB = 2^{20} bytes)\"\n", f);
+    for (size_t k = 0; k < ns; k++)
+        if (measured(r, n, s[k].system, s[k].op))
+            write_line(f, lines++ == 0, suite, s[k].system, s[k].op, "($1 / $3 * 1e6 / 1048576)",
+                       s[k].title);
+    fputs("\n", f);
+    close_checked(f, safe);
+    if (lines == 0)
+        bench_fail("nothing measured for the chart %s", safe);
+    run_gnuplot(dir, safe);
+    fprintf(stderr, "ferry-bench: wrote %s/%s.png\n", dir, safe);
+}
+
 void bench_report(const struct bench_report *rep)
 {
-    if (rep->opts->json) {
+    FILE *text = rep->opts->json ? stderr : stdout;
+    if (rep->preamble != NULL)
+        fputs(rep->preamble, text);
+    bench_print_table(text, rep->results, rep->nresults);
+    if (rep->notes != NULL)
+        fputs(rep->notes, text);
+    bench_print_ratios(text, rep->ratios, rep->nratios);
+    if (rep->opts->json)
         bench_print_json(stdout, rep->suite, rep->results, rep->nresults, rep->ratios,
                          rep->nratios);
-    } else {
-        if (rep->preamble != NULL)
-            fputs(rep->preamble, stdout);
-        bench_print_table(stdout, rep->results, rep->nresults);
-        if (rep->notes != NULL)
-            fputs(rep->notes, stdout);
-        bench_print_ratios(stdout, rep->ratios, rep->nratios);
-    }
     fflush(stdout);
     if (rep->opts->plot_dir != NULL)
-        bench_plot(rep->opts->plot_dir, rep->suite, rep->results, rep->nresults);
+        bench_plot(rep->opts->plot_dir, rep->suite, rep->results, rep->nresults, rep->charted);
 }

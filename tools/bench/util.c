@@ -13,7 +13,7 @@
 
 #include "bench.h"
 
-#define MAX_EXIT_HANDLERS 16
+#define MAX_EXIT_HANDLERS 64
 #define MAX_PORTS 8
 
 struct exit_handler {
@@ -42,6 +42,16 @@ void bench_on_exit(void (*fn)(void *), void *arg)
         bench_fail("too many resources to clean up at exit (at most %d)", MAX_EXIT_HANDLERS);
     }
     exit_handlers[exit_handler_count++] = (struct exit_handler){fn, arg};
+}
+
+static void free_handler(void *ptr)
+{
+    free(ptr);
+}
+
+void bench_free_at_exit(void *ptr)
+{
+    bench_on_exit(free_handler, ptr);
 }
 
 void bench_fail(const char *fmt, ...)

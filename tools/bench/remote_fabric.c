@@ -1,0 +1,400 @@
+/* remote_fabric.c - the remote suite's report on the fabric: per provider a table of its
+ * protocols against the references (the tcp transport, raw TCP, Redis GET, memcpy) by size;
+ * the ratios the fabric's targets need, size by size; the path each protocol's fetches took;
+ * the counters that show no connection, registration or address resolution once warm; and a
+ * chart per provider. Throughput here is the median run's, size / p50: few runs are taken at
+ * large sizes, and one slow run moves a mean far. */
+#include <stddef.h>
+#include <string.h>
+
+#include "remote.h"
+
+#define MIB (1024ull * 1024)
+#define SMALL_BELOW MIB /* sizes below this show their p50 latencies too */
+/* hybrid / max(eager, rendezvous) has no target of its own: hybrid takes one of the two
+ * paths, so it should match the better one up to the noise between two measurements. */
+#define HYBRID_TARGET 0.90
+#define MAX_COLUMNS (FETCH_PROTOCOLS + 4)
+
+static double median_at(const struct remote_run *run, const char *system, const char *op,
+                        uint64_t size)
+{
+    const struct bench_result *x = bench_find(run->results, run->nresults, system, op, size);
+    return x != NULL ? bench_metric(x, BENCH_MEDIAN_MIB_PER_SEC) : 0;
+}
+
+static double protocol_at(const struct remote_run *run, const struct remote_pair *rp, int k,
+                          uint64_t size)
+{
+    return median_at(run, rp->p.system, fetch_protocol_ops[k], size);
+}
+
+/* num / den of two medians, 0 when either was not measured. */
+static double over(double num, double den)
+{
+    return num > 0 && den > 0 ? num / den : 0;
+}
+
+static double hybrid_over_best(const struct remote_run *run, const struct remote_pair *rp,
+                               uint64_t size)
+{
+    double e = protocol_at(run, rp, FETCH_EAGER, size);
+    double r = protocol_at(run, rp, FETCH_RENDEZVOUS, size);
+    return over(protocol_at(run, rp, FETCH_HYBRID, size), e > r ? e : r); /* of those measured */
+}
+
+static double rendezvous_over_memcpy(const struct remote_run *run, const struct remote_pair *rp,
+                                     uint64_t size)
+{
+    return over(protocol_at(run, rp, FETCH_RENDEZVOUS, size),
+                median_at(run, "memcpy", "copy", size));
+}
+
+static double best_over_tcp(const struct remote_run *run, const struct remote_pair *rp,
+                            uint64_t size)
+{
+    double best = 0;
+    for (int k = 0; k < FETCH_PROTOCOLS; k++) {
+        double v = protocol_at(run, rp, k, size);
+        best = v > best ? v : best;
+    }
+    return over(best, median_at(run, "ferry-tcp", "fetch", size));
+}
+
+/* A target of the fabric, for one provider or (provider NULL) for each, from a size up. */
+struct fabric_target {
+    const char *name;     /* of its ratios: <name>_<provider tag>_<size> */
+    const char *heading;  /* of its column in the table by size */
+    const char *what;     /* for the descriptions */
+    const char *provider; /* NULL: every provider measured */
+    double (*at)(const struct remote_run *run, const struct remote_pair *rp, uint64_t size);
+    double target;
+    uint64_t from;
+};
+
+static const struct fabric_target targets[] = {
+    {"hybrid_over_best", "hybrid/best", "hybrid / max(eager, rendezvous)", NULL, hybrid_over_best,
+     HYBRID_TARGET, 0},
+    {"rendezvous_over_memcpy", "rdv/memcpy", "rendezvous / memcpy", "shm", rendezvous_over_memcpy,
+     0.70, 4 * MIB},
+    {"best_over_tcp_fetch", "best/tcp", "best protocol / ferry-tcp fetch", "tcp;ofi_rxm",
+     best_over_tcp, 1.0, MIB},
+};
+#define NTARGETS (sizeof(targets) / sizeof(targets[0]))
+
+static int applies(const struct fabric_target *t, const struct remote_pair *rp)
+{
+    return t->provider == NULL || strcmp(t->provider, rp->p.provider) == 0;
+}
+
+static int applies_to_any(const struct remote_run *run, const struct fabric_target *t)
+{
+    for (size_t i = 0; i < run->nfabric; i++)
+        if (applies(t, &run->fabric[i]))
+            return 1;
+    return 0;
+}
+
+/* The target t for rp at size, with its name and description in name and description. */
+static struct bench_ratio target_at(const struct remote_run *run, const struct fabric_target *t,
+                                    const struct remote_pair *rp, uint64_t size, char name[96],
+                                    char description[128])
+{
+    char label[16];
+    bench_size_label(size, label, sizeof(label));
+    snprintf(name, 96, "%s_%s_%s", t->name, rp->tag, label);
+    snprintf(description, 128, "median MiB/s at %s, %s: %s", label, rp->p.provider, t->what);
+    double v = t->at(run, rp, size);
+    struct bench_ratio q = {.name = name,
+                            .description = description,
+                            .measured = v > 0,
+                            .value = v,
+                            .target = t->target};
+    if (q.measured)
+        bench_ratio_judge(&q);
+    return q;
+}
+
+/* What the counters of the steady state count, both nodes of a pair added up. */
+enum steady { STEADY_CONNECTIONS, STEADY_REGISTRATIONS, STEADY_AV_INSERTS, STEADY_COUNTERS };
+
+static uint64_t node_counter(const ferry_stats *s, int c)
+{
+    switch (c) {
+    case STEADY_CONNECTIONS:
+        return s->connections_opened + s->fabric_connects;
+    case STEADY_REGISTRATIONS:
+        return s->fabric_registrations;
+    default:
+        return s->fabric_av_inserts;
+    }
+}
+
+static struct bench_ratio steady_ratio(const struct remote_pair *rp, int c, char name[96],
+                                       char description[128])
+{
+    static const char *const names[STEADY_COUNTERS] = {"new_connections", "new_registrations",
+                                                       "new_av_inserts"};
+    static const char *const what[STEADY_COUNTERS] = {
+        "connections + fabric handshakes", "fabric registrations", "fabric addresses resolved"};
+    const struct remote_sample *s = rp->s;
+    uint64_t before = node_counter(&s[0].a, c) + node_counter(&s[0].b, c);
+    uint64_t after = node_counter(&s[1].a, c) + node_counter(&s[1].b, c);
+    snprintf(name, 96, "%s_steady_state_%s", names[c], rp->tag);
+    snprintf(description, 128, "%s by %s's nodes once warm", what[c], rp->p.provider);
+    struct bench_ratio q = {.name = name,
+                            .description = description,
+                            .measured = 1,
+                            .value = (double)(after - before),
+                            .at_most = 1};
+    bench_ratio_judge(&q);
+    return q;
+}
+
+void remote_fabric_ratios(const struct remote_run *run, struct remote_ratios *rr)
+{
+    char name[96], description[128];
+    for (size_t t = 0; t < NTARGETS; t++)
+        for (size_t i = 0; i < run->nfabric; i++)
+            for (size_t s = 0; applies(&targets[t], &run->fabric[i]) && s < run->common->nsizes;
+                 s++) {
+                if (run->common->sizes[s] < targets[t].from)
+                    continue;
+                struct bench_ratio q = target_at(run, &targets[t], &run->fabric[i],
+                                                 run->common->sizes[s], name, description);
+                remote_add_ratio(rr, &q);
+            }
+    for (size_t i = 0; i < run->nfabric; i++)
+        for (int c = 0; c < STEADY_COUNTERS; c++) {
+            struct bench_ratio q = steady_ratio(&run->fabric[i], c, name, description);
+            remote_add_ratio(rr, &q);
+        }
+}
+
+/* ---- the table per provider ---- */
+
+struct column {
+    char heading[32];
+    const char *system, *op;
+};
+
+/* The protocols measured for rp, then the references. */
+static size_t provider_columns(const struct remote_run *run, const struct remote_pair *rp,
+                               struct column *c)
+{
+    static const struct column refs[] = {{"tcp fetch", "ferry-tcp", "fetch"},
+                                         {"raw TCP", "raw-tcp", "stream"},
+                                         {"Redis GET", "redis-tcp", "get"},
+                                         {"memcpy", "memcpy", "copy"}};
+    size_t n = 0;
+    for (int k = 0; k < FETCH_PROTOCOLS; k++) {
+        if (!(run->o->protocols & 1u << k))
+            continue;
+        c[n] = (struct column){.system = rp->p.system, .op = fetch_protocol_ops[k]};
+        snprintf(c[n++].heading, sizeof(c[0].heading), "%s", fetch_protocol_names[k]);
+    }
+    for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++)
+        c[n++] = refs[i];
+    return n;
+}
+
+/* A row of the metric m of each column at size, "-" where not measured. */
+static void print_row(FILE *f, const struct remote_run *run, const struct column *c, size_t nc,
+                      uint64_t size, enum bench_metric m)
+{
+    for (size_t i = 0; i < nc; i++) {
+        const struct bench_result *x =
+            bench_find(run->results, run->nresults, c[i].system, c[i].op, size);
+        if (x != NULL)
+            fprintf(f, " %11.1f", bench_metric(x, m));
+        else
+            fprintf(f, " %11s", "-");
+    }
+    fputc('\n', f);
+}
+
+static void print_provider_table(FILE *f, const struct remote_run *run,
+                                 const struct remote_pair *rp)
+{
+    struct column c[MAX_COLUMNS];
+    char label[16];
+    size_t nc = provider_columns(run, rp, c);
+    bench_size_label(rp->hybrid_limit, label, sizeof(label));
+    fprintf(f,
+            "\n%s: median MiB/s by size (hybrid: eager up to %s), and p50 µs below\n"
+            "the sizes under 1M:\n%8s",
+            rp->p.system, label, "size");
+    for (size_t i = 0; i < nc; i++)
+        fprintf(f, " %11s", c[i].heading);
+    fputc('\n', f);
+    for (size_t s = 0; s < run->common->nsizes; s++) {
+        uint64_t size = run->common->sizes[s];
+        bench_size_label(size, label, sizeof(label));
+        fprintf(f, "%8s", label);
+        print_row(f, run, c, nc, size, BENCH_MEDIAN_MIB_PER_SEC);
+        if (size >= SMALL_BELOW)
+            continue;
+        fputs("  p50 µs", f); /* µ takes two bytes but one column: not printf-padded */
+        print_row(f, run, c, nc, size, BENCH_P50_US);
+    }
+}
+
+/* ---- the targets by size ---- */
+
+static void print_target_cell(FILE *f, const struct bench_ratio *q, int applies_here, int width)
+{
+    char cell[32];
+    if (!q->measured)
+        snprintf(cell, sizeof(cell), "-");
+    else
+        snprintf(cell, sizeof(cell), "%.3f %-6s", q->value,
+                 !applies_here ? ""
+                 : q->met      ? "met"
+                               : "MISSED");
+    fprintf(f, " %*s", width, cell);
+}
+
+/* A column per target and provider it applies to, a row per size. */
+static void print_targets_by_size(FILE *f, const struct remote_run *run)
+{
+    char heading[64], label[16], name[96], description[128];
+    int widths[NTARGETS * REMOTE_MAX_PROVIDERS];
+    size_t nw = 0;
+    if (run->nfabric == 0)
+        return;
+    fprintf(f,
+            "\nfabric targets by size (median MiB/s; met or MISSED where the target applies):\n"
+            "%8s",
+            "size");
+    for (size_t t = 0; t < NTARGETS; t++)
+        for (size_t i = 0; i < run->nfabric; i++)
+            if (applies(&targets[t], &run->fabric[i])) {
+                int w = snprintf(heading, sizeof(heading), "%s %s", targets[t].heading,
+                                 run->fabric[i].p.provider);
+                widths[nw++] = w > 13 ? w : 13;
+                fprintf(f, " %*s", widths[nw - 1], heading);
+            }
+    for (size_t s = 0; s < run->common->nsizes; s++) {
+        uint64_t size = run->common->sizes[s];
+        bench_size_label(size, label, sizeof(label));
+        fprintf(f, "\n%8s", label);
+        nw = 0;
+        for (size_t t = 0; t < NTARGETS; t++)
+            for (size_t i = 0; i < run->nfabric; i++)
+                if (applies(&targets[t], &run->fabric[i])) {
+                    struct bench_ratio q =
+                        target_at(run, &targets[t], &run->fabric[i], size, name, description);
+                    print_target_cell(f, &q, size >= targets[t].from, widths[nw++]);
+                }
+    }
+    fputc('\n', f);
+    for (size_t t = 0; t < NTARGETS; t++) {
+        if (!applies_to_any(run, &targets[t]))
+            continue;
+        bench_size_label(targets[t].from, label, sizeof(label));
+        fprintf(f, "  %s: %s, target >= %.2f%s%s\n", targets[t].heading, targets[t].what,
+                targets[t].target, targets[t].from ? " from " : "",
+                targets[t].from ? label : " (none was set: hybrid should match the better path)");
+    }
+}
+
+/* ---- the paths and the counters ---- */
+
+static void print_paths(FILE *f, const struct remote_run *run)
+{
+    int header = 0;
+    for (size_t i = 0; i < run->nops; i++) {
+        const struct fetch_path *p = fetch_peer_path(run->ops[i]);
+        if (p == NULL)
+            continue;
+        if (!header++)
+            fputs("\nfabric paths, from the counters (checked after every measurement, warm-up "
+                  "included):\n",
+                  f);
+        fprintf(f,
+                "  %-24s %-17s %6llu fetches: %10.1f MiB as messages, %6llu one-sided reads "
+                "(%.1f MiB)\n",
+                run->ops[i]->system, run->ops[i]->op, (unsigned long long)p->fetches,
+                (double)p->eager_bytes / (double)MIB, (unsigned long long)p->rdv_reads,
+                (double)p->rdv_bytes / (double)MIB);
+    }
+}
+
+#define COUNTER(f)                                                                                 \
+    {                                                                                              \
+#f, offsetof(ferry_stats, f)                                                               \
+    }
+static const struct {
+    const char *name;
+    size_t offset;
+} counters[] = {COUNTER(connections_opened), COUNTER(fabric_connects),
+                COUNTER(fabric_registrations), COUNTER(fabric_av_inserts)};
+#define NCOUNTERS (sizeof(counters) / sizeof(counters[0]))
+
+static uint64_t counter_of(const ferry_stats *s, size_t k)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)s + counters[k].offset, sizeof(v));
+    return v;
+}
+
+static void print_node_counters(FILE *f, const char *node, const ferry_stats *before,
+                                const ferry_stats *after)
+{
+    char cell[48];
+    fprintf(f, "  %-22s", node);
+    for (size_t k = 0; k < NCOUNTERS; k++) {
+        snprintf(cell, sizeof(cell), "%llu -> %llu", (unsigned long long)counter_of(before, k),
+                 (unsigned long long)counter_of(after, k));
+        fprintf(f, " %*s", (int)strlen(counters[k].name), cell);
+    }
+    fputc('\n', f);
+}
+
+static void print_counters(FILE *f, const struct remote_run *run)
+{
+    if (run->nfabric == 0)
+        return;
+    fprintf(f, "\nfabric nodes before -> after the measurements (warm-up done before):\n  %-22s",
+            "node");
+    for (size_t k = 0; k < NCOUNTERS; k++)
+        fprintf(f, " %s", counters[k].name);
+    fputc('\n', f);
+    for (size_t i = 0; i < run->nfabric; i++) {
+        const struct remote_pair *rp = &run->fabric[i];
+        print_node_counters(f, rp->p.a_id, &rp->s[0].a, &rp->s[1].a);
+        print_node_counters(f, rp->p.b_id, &rp->s[0].b, &rp->s[1].b);
+    }
+}
+
+void remote_fabric_notes(const struct remote_run *run, FILE *f)
+{
+    for (size_t i = 0; i < run->nfabric; i++)
+        print_provider_table(f, run, &run->fabric[i]);
+    print_targets_by_size(f, run);
+    print_paths(f, run);
+    print_counters(f, run);
+}
+
+void remote_fabric_plots(const struct remote_run *run)
+{
+    for (size_t i = 0; i < run->nfabric; i++) {
+        const struct remote_pair *rp = &run->fabric[i];
+        char name[96], title[128], hybrid[64], label[16];
+        bench_size_label(rp->hybrid_limit, label, sizeof(label));
+        snprintf(hybrid, sizeof(hybrid), "hybrid (eager up to %s)", label);
+        const struct bench_series s[] = {
+            {rp->p.system, fetch_protocol_ops[FETCH_EAGER], "eager"},
+            {rp->p.system, fetch_protocol_ops[FETCH_RENDEZVOUS], "rendezvous"},
+            {rp->p.system, fetch_protocol_ops[FETCH_HYBRID], hybrid},
+            {"ferry-tcp", "fetch", "tcp transport (ferry-tcp fetch)"},
+            {"raw-tcp", "stream", "raw TCP stream"},
+            {"memcpy", "copy", "memcpy"},
+        };
+        snprintf(name, sizeof(name), "remote-fabric-%s", rp->tag);
+        snprintf(title, sizeof(title), "ferry-bench remote: fetch over the fabric, %s",
+                 rp->p.provider);
+        bench_plot_lines(run->common->plot_dir, "remote", name, title, run->results, run->nresults,
+                         s, sizeof(s) / sizeof(s[0]));
+    }
+}
