@@ -599,8 +599,15 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     struct peer *p = peer_find(e, node->id);
     struct pbuf b = {0};
 
-    if (p)
+    /* The same node id at new addresses is a new incarnation of the node (a restart): the
+     * connection to the old one may look alive (RDM endpoints hear of no death when idle). */
+    if (p && (strcmp(p->node.addr, node->addr) != 0 || strcmp(p->node.fabric, node->fabric) != 0)) {
+        log_info("%s is at a new address (restarted): reconnecting", node->id);
+        p->conn->type->close(p->conn);
+        peer_remove(p, "the node restarted at a new address");
+    } else if (p) {
         return p;
+    }
     if (!(p = calloc(1, sizeof(*p))))
         return NULL;
     p->e = e;

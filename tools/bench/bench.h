@@ -365,7 +365,8 @@ size_t fetch_peer_protocol_ops(struct fetch_pair *p, unsigned mask, uint64_t hyb
 /* The path of an op of fetch_peer_protocol_ops(), NULL for any other op. */
 const struct fetch_path *fetch_peer_path(const struct bench_op *op);
 
-/* memcpy between two buffers faulted in beforehand (system memcpy, op copy): the copy bound.
+/* memcpy between two buffers faulted in beforehand (system memcpy, op copy): the copy bound;
+ * and process_vm_readv from a child process (system cma, op readv): what shm copies with.
  * src holds at least max_size bytes. */
 size_t copy_peer_ops(const uint8_t *src, uint64_t max_size, const struct bench_op **ops);
 

@@ -185,7 +185,8 @@ static size_t provider_columns(const struct remote_run *run, const struct remote
     static const struct column refs[] = {{"tcp fetch", "ferry-tcp", "fetch"},
                                          {"raw TCP", "raw-tcp", "stream"},
                                          {"Redis GET", "redis-tcp", "get"},
-                                         {"memcpy", "memcpy", "copy"}};
+                                         {"memcpy", "memcpy", "copy"},
+                                         {"CMA readv", "cma", "readv"}};
     size_t n = 0;
     for (int k = 0; k < FETCH_PROTOCOLS; k++) {
         if (!(run->o->protocols & 1u << k))
@@ -390,6 +391,7 @@ void remote_fabric_plots(const struct remote_run *run)
             {"ferry-tcp", "fetch", "tcp transport (ferry-tcp fetch)"},
             {"raw-tcp", "stream", "raw TCP stream"},
             {"memcpy", "copy", "memcpy"},
+            {"cma", "readv", "process_vm_readv (cross-memory attach)"},
         };
         snprintf(name, sizeof(name), "remote-fabric-%s", rp->tag);
         snprintf(title, sizeof(title), "ferry-bench remote: fetch over the fabric, %s",
