@@ -30,6 +30,9 @@ static void test_header_round_trip_and_refusals(void **state)
     assert_int_equal(fmsg_hdr_get(p, sizeof(p), &out), FERRY_EPROTO);
     p[0] = K_CLOSE + 1;
     assert_int_equal(fmsg_hdr_get(p, sizeof(p), &out), FERRY_EPROTO);
+    fmsg_hdr_put(p, &in);
+    p[7] = 1; /* reserved bytes are zero */
+    assert_int_equal(fmsg_hdr_get(p, sizeof(p), &out), FERRY_EPROTO);
 }
 
 static void test_rdv_and_done(void **state)
@@ -48,7 +51,10 @@ static void test_rdv_and_done(void **state)
     in.len = 0; /* nothing to read is never lent */
     fmsg_rdv_put(p, &in);
     assert_int_equal(fmsg_rdv_get(p, sizeof(p), &out), FERRY_EPROTO);
-    in = (struct fmsg_rdv){.offset = UINT64_MAX, .len = 2, .cookie = 1, .lease_ms = 1};
+    in = (struct fmsg_rdv){.offset = 0, .len = 2, .cookie = 1, .lease_ms = FMSG_LEASE_MIN - 1};
+    fmsg_rdv_put(p, &in);
+    assert_int_equal(fmsg_rdv_get(p, sizeof(p), &out), FERRY_EPROTO); /* no time to read */
+    in = (struct fmsg_rdv){.offset = UINT64_MAX, .len = 2, .cookie = 1, .lease_ms = 5000};
     fmsg_rdv_put(p, &in);
     assert_int_equal(fmsg_rdv_get(p, sizeof(p), &out), FERRY_EPROTO);
     fmsg_put64(p, 5);

@@ -243,36 +243,46 @@ static const struct transport *transport_for(struct engine *e,
     return tcp;
 }
 
-/* Frees a partial object once no one-sided read can still write into it. */
-struct discard {
+/* Lets go of an object a closed connection was moving, once the transport says nothing of
+ * that connection can still touch it (drain): a partial object we received is aborted (a
+ * one-sided read may still be landing in it), an object we lent is unpinned (a peer may still
+ * be reading it until its lease ends). */
+struct release {
     struct engine *e;
     struct object *o;
+    int abort;
 };
 
 static void on_drained(void *arg)
 {
-    struct discard *d = arg;
+    struct release *r = arg;
 
-    store_abort(d->e->store, d->o);
-    free(d);
+    if (r->abort)
+        store_abort(r->e->store, r->o);
+    else
+        store_unref(r->e->store, r->o);
+    free(r);
 }
 
-static void discard_partial(struct engine *e, struct xconn *c, struct object *o)
+static void release_after(struct engine *e, struct xconn *c, struct object *o, int abort)
 {
-    struct discard *d = malloc(sizeof(*d));
+    struct release *r = malloc(sizeof(*r));
 
-    if (d) {
-        *d = (struct discard){.e = e, .o = o};
-        if (c->type->drain(c, on_drained, d) == 0)
+    if (r) {
+        *r = (struct release){.e = e, .o = o, .abort = abort};
+        if (c->type->drain(c, on_drained, r) == 0)
             return;
-        free(d);
+        free(r);
     }
     if (c->type == fabric) {
-        /* A read may still land in it: keeping it is safe, freeing it is not. */
-        log_error("out of memory: keeping a partial object rather than risk a late write");
+        /* Keeping it is safe, letting it go is not. */
+        log_error("out of memory: keeping an object a peer may still be reading or writing");
         return;
     }
-    store_abort(e->store, o);
+    if (abort)
+        store_abort(e->store, o);
+    else
+        store_unref(e->store, o);
 }
 
 /* ---- wants ---- */
@@ -390,7 +400,7 @@ static void peer_fail_wants(struct peer *p, const char *why)
                 continue;
             w->entry = NULL;
             if (w->obj) {
-                discard_partial(e, p->conn, w->obj); /* the partial object is never seen */
+                release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
             want_next_holder(w, why);
@@ -955,7 +965,7 @@ static void pins_drop(struct inconn *ic)
     while (ic->pins) {
         struct pin *pn = ic->pins;
         ic->pins = pn->next;
-        store_unref(ic->e->store, pn->o);
+        release_after(ic->e, ic->conn, pn->o, 0);
         free(pn);
     }
 }

@@ -51,6 +51,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sched.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -70,6 +71,7 @@
 #define FAB_EXTRA 2u            /* per connection and class, for CREDIT messages */
 #define FAB_TX_MAX 256u         /* registered send buffers (header and copied frame bytes) */
 #define FAB_SLOTS 4096u         /* connection ids */
+#define FAB_AV_MAX 4096u        /* peer addresses kept (one per node that ever connected) */
 #define FAB_CQ_BATCH 64
 #define FAB_CQ_PER_TURN 4096
 #define FAB_READ_CHUNK (4u << 20)
@@ -99,18 +101,21 @@ struct rbuf {
     int cls;
     uint8_t *p;
     size_t len;        /* of the message it holds, while held */
+    uint64_t at_ms;    /* when it arrived (a rendezvous deadline counts from then) */
     struct rbuf *next; /* held by a paused connection, or waiting to be reposted */
 };
 
 struct fconn;
 
+struct fseg;
+
 struct txop {
     struct fop op;
     struct fconn *c;
-    uint8_t *buf;   /* FAB_SMALL bytes in the registered buffer region */
-    void *sent_arg; /* the eager range this message finished, for ev->sent */
-    int has_sent;
-    struct txop *next; /* free list */
+    uint8_t *buf;        /* FAB_SMALL bytes in the registered buffer region */
+    struct fseg *range;  /* the eager range it carries a piece of, or NULL */
+    int abandoned;       /* given up on (on_zombie): already uncounted */
+    struct txop *next;   /* free list */
 };
 
 struct rread;
@@ -120,6 +125,7 @@ struct rdop {
     struct rread *r;
     struct fconn *c; /* the connection that issued it (its record waits for this) */
     uint64_t len;
+    int abandoned;   /* given up on (on_zombie): already uncounted */
     struct rdop *next, **pprev; /* in the endpoint's reads in flight */
 };
 
@@ -145,13 +151,19 @@ struct lease {
 
 enum { SEG_BYTES, SEG_RANGE, SEG_RDV, SEG_DONE };
 
+/* A range is freed when it has left the queue and no message carrying a piece of it is in
+ * flight; ev->sent comes then, once every piece has completed (completions of one connection
+ * do not come in order: a large message may complete after a later small one). */
 struct fseg {
     int kind;
     const uint8_t *p;
     uint64_t len, off; /* off: bytes of it already sent */
     uint8_t *owned;
     void *arg;
-    uint64_t cookie; /* SEG_DONE */
+    uint64_t cookie;   /* SEG_RDV, SEG_DONE */
+    uint32_t lease_ms; /* SEG_RDV, once sent */
+    uint32_t pending;  /* SEG_RANGE: messages carrying it in flight */
+    int queued;        /* SEG_RANGE: still in the send queue */
     struct fseg *next;
 };
 
@@ -186,6 +198,9 @@ struct fconn {
     int rvirt;
     uint64_t connect_ns;
     struct fseg *sq, **sq_tail;
+    struct fseg *dq, **dq_tail; /* DONEs: sent before the stream, on a credit kept for them */
+    uint64_t lent_bytes;        /* of this connection's leases: later leases cover them too */
+    uint32_t nleases;           /* leases running, kept after close (the pins wait for them) */
     struct frecv *rq, **rq_tail;
     uint8_t hdr[PROTO_HEADER_SIZE];
     size_t hdr_got;
@@ -245,6 +260,7 @@ struct xlistener {
     struct rdop *reading; /* reads in flight */
     struct rread *readq, **readq_tail;
     struct avent *avs;
+    uint32_t navs;
     int wait_fd;
     struct loop_watch watch;
     struct loop_timer kick, poll, read_pace;
@@ -319,6 +335,17 @@ static void repost_pending(struct xlistener *f)
 
 /* ---- connections: table, life, death ---- */
 
+/* A random generation for a connection slot: a connection id names slot and generation, and
+ * a message naming a stale or guessed id is dropped. */
+static uint16_t random_gen(void)
+{
+    uint16_t g = 0;
+
+    if (getrandom(&g, sizeof(g), 0) != sizeof(g))
+        g = (uint16_t)now_ns();
+    return g;
+}
+
 static struct fconn *conn_lookup(struct xlistener *f, uint32_t id)
 {
     uint32_t slot = id & 0xffff;
@@ -350,21 +377,42 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
 /* Frees the record once nothing it issued is in flight. */
 static void conn_maybe_reap(struct fconn *c)
 {
-    if (c->closed && c->inflight == 0 && c->reaper.heap_index == SIZE_MAX)
+    if (c->closed && c->inflight == 0 && c->nleases == 0 && c->reaper.heap_index == SIZE_MAX)
         loop_timer_start(c->f->loop, &c->reaper, 0);
 }
 
+/* A range whose last reference went (see struct fseg). */
+static void range_release(struct fseg *r)
+{
+    if (!r->queued && !r->pending)
+        free(r);
+}
+
+static void free_segs(struct fseg **head)
+{
+    while (*head) {
+        struct fseg *s = *head;
+        *head = s->next;
+        free(s->owned);
+        if (s->kind == SEG_RANGE) {
+            s->queued = 0;
+            range_release(s);
+        } else {
+            free(s);
+        }
+    }
+}
+
+/* Drops what a closed connection had queued. Leases stay: the pins they hold go only when
+ * they end, as a reader may still be reading. */
 static void free_queues(struct fconn *c)
 {
     struct xlistener *f = c->f;
 
-    while (c->sq) {
-        struct fseg *s = c->sq;
-        c->sq = s->next;
-        free(s->owned);
-        free(s);
-    }
+    free_segs(&c->sq);
     c->sq_tail = &c->sq;
+    free_segs(&c->dq);
+    c->dq_tail = &c->dq;
     while (c->rq) {
         struct frecv *r = c->rq;
         c->rq = r->next;
@@ -379,11 +427,6 @@ static void free_queues(struct fconn *c)
         if (c->early[i])
             rbuf_post(f, c->early[i]);
         c->early[i] = NULL;
-    }
-    while (c->leases) {
-        struct lease *ls = c->leases;
-        lease_end(ls);
-        free(ls);
     }
     /* Reads not yet issued are dropped; issued ones keep the record alive. */
     for (struct rread **pp = &f->readq; *pp;) {
@@ -410,13 +453,21 @@ static void on_zombie(struct loop *l, struct loop_timer *t)
 
     log_warn("fabric: %u operations to %s never completed; giving up on them", c->inflight,
              c->base.peer);
+    /* Uncounted now, so that they hold no slot; a late completion finds them abandoned. Their
+     * send buffers stay out of the pool until then (the provider may still own them). */
     for (struct rdop *op = f->reading; op; op = op->next) {
-        if (op->c == c)
+        if (op->c == c) {
             op->c = NULL;
+            op->abandoned = 1;
+            f->read_inflight--;
+        }
     }
     for (uint32_t i = 0; i < f->tx_max; i++) {
-        if (f->txops[i].c == c)
+        if (f->txops[i].c == c) {
             f->txops[i].c = NULL;
+            f->txops[i].abandoned = 1;
+            f->tx_inflight--;
+        }
     }
     c->inflight = 0;
     conn_maybe_reap(c);
@@ -440,7 +491,7 @@ static void conn_shut(struct fconn *c)
     }
     c->dirty = 0;
     f->slots[slot] = NULL;
-    f->gen[slot]++;
+    f->gen[slot] = random_gen(); /* the next id of this slot is not guessable from this one */
     for (int i = 0; i < CL_N; i++)
         f->free_bufs[i] += c->window + FAB_EXTRA;
     loop_timer_stop(f->loop, &c->deadline);
@@ -533,6 +584,7 @@ static struct fconn *conn_new(struct xlistener *f, fi_addr_t addr, const char *p
     snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
     c->f = f;
     c->id = slot | (uint32_t)f->gen[slot] << 16;
+    c->dq_tail = &c->dq;
     c->addr = addr;
     c->window = f->window;
     c->sq_tail = &c->sq;
@@ -636,9 +688,12 @@ static int post_unsolicited(struct fconn *c, int kind, const uint8_t *payload, s
     hdr_fill(c, t->buf, kind, 0);
     if (len)
         memcpy(t->buf + FAB_HDR, payload, len);
-    t->has_sent = 0;
-    if ((rc = tx_post(c, t, FAB_HDR + len, NULL, 0, CL_SMALL)) < 0)
+    t->range = NULL;
+    if ((rc = tx_post(c, t, FAB_HDR + len, NULL, 0, CL_SMALL)) < 0) {
         owed_undo(c, t->buf);
+        if (rc == -FI_EAGAIN && kind != K_CLOSE)
+            conn_wait(c);
+    }
     return rc;
 }
 
@@ -662,6 +717,13 @@ static uint32_t lease_ms(uint64_t len)
     return ms > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ms;
 }
 
+/* Small credits kept for DONE: a holder that stops reading our stream (backpressure) must
+ * still hear that its lent objects are free, or neither side moves. */
+static uint32_t done_reserve(const struct fconn *c)
+{
+    return c->peer_window > 1 ? 1 : 0;
+}
+
 /* Sends one RDV or DONE message for the head segment. 1 when sent, 0 when it must wait. */
 static int push_control(struct fconn *c, struct fseg *s)
 {
@@ -670,7 +732,7 @@ static int push_control(struct fconn *c, struct fseg *s)
     uint8_t *p;
     int rc;
 
-    if (!c->credits[CL_SMALL]) {
+    if (c->credits[CL_SMALL] <= (s->kind == SEG_DONE ? 0 : done_reserve(c))) {
         f->stats.credit_stalls++;
         return 0;
     }
@@ -682,13 +744,15 @@ static int push_control(struct fconn *c, struct fseg *s)
     hdr_fill(c, t->buf, s->kind == SEG_RDV ? K_RDV : K_DONE, 1);
     p = t->buf + FAB_HDR;
     if (s->kind == SEG_RDV) {
+        /* The lease covers the bytes already lent on this connection: they are read first. */
         struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena), .len = s->len,
-                             .cookie = s->cookie, .lease_ms = lease_ms(s->len)};
+                             .cookie = s->cookie, .lease_ms = lease_ms(s->len + c->lent_bytes)};
+        s->lease_ms = r.lease_ms;
         fmsg_rdv_put(p, &r);
     } else {
         fmsg_put64(p, s->cookie);
     }
-    t->has_sent = 0;
+    t->range = NULL;
     rc = tx_post(c, t, FAB_HDR + (s->kind == SEG_RDV ? FMSG_RDV : FMSG_DONE), NULL, 0, CL_SMALL);
     if (rc < 0) {
         hdr_undo(c, t->buf, CL_SMALL);
@@ -698,6 +762,8 @@ static int push_control(struct fconn *c, struct fseg *s)
             conn_wait(c);
         return 0;
     }
+    if (s->kind == SEG_RDV) /* the reader's progress is the lease's business now */
+        c->base.bytes_out += s->len;
     return 1;
 }
 
@@ -718,13 +784,17 @@ static int lease_start(struct fconn *c, struct fseg *s)
     ls->pprev = &c->leases;
     c->leases = ls;
     c->f->lent++;
+    c->nleases++;
+    c->lent_bytes += s->len;
     /* The holder's lease is the RDV's plus a second: the reader gives up before it. */
-    return loop_timer_start(c->f->loop, &ls->timer, loop_now_ms() + lease_ms(s->len) + 1000);
+    return loop_timer_start(c->f->loop, &ls->timer, loop_now_ms() + s->lease_ms + 1000);
 }
 
 static void lease_end(struct lease *ls)
 {
     ls->c->f->lent--;
+    ls->c->nleases--;
+    ls->c->lent_bytes -= ls->len;
     *ls->pprev = ls->next;
     if (ls->next)
         ls->next->pprev = ls->pprev;
@@ -739,6 +809,10 @@ static void lease_expired(struct loop *l, struct loop_timer *t)
 
     lease_end(ls);
     free(ls);
+    if (c->closed) { /* its pin goes with the connection's record (drain) */
+        conn_maybe_reap(c);
+        return;
+    }
     c->f->stats.leases_expired++;
     log_warn("fabric: %s never said it was done reading a lent object; unpinning it",
              c->base.peer);
@@ -786,9 +860,10 @@ static void stream_retire(struct fconn *c, size_t copied, struct fseg *range, ui
     }
     if (range) {
         range->off += rlen;
-        if (range->off == range->len) {
+        if (range->off == range->len) { /* gone from the queue; its messages hold it */
             c->sq = range->next;
-            free(range);
+            range->queued = 0;
+            range_release(range);
         }
     }
     if (!c->sq)
@@ -818,7 +893,7 @@ static int push_stream(struct fconn *c)
     int cls, rc;
 
     stream_plan(c, &copy, &range, &rlen, &cls);
-    if (!c->credits[cls]) {
+    if (c->credits[cls] <= (cls == CL_SMALL ? done_reserve(c) : 0)) {
         f->stats.credit_stalls++;
         return 0;
     }
@@ -835,8 +910,7 @@ static int push_stream(struct fconn *c)
         memcpy(t->buf + len, s->p + s->off, k);
         len += k;
     }
-    t->has_sent = range && range->off + rlen == range->len;
-    t->sent_arg = t->has_sent ? range->arg : NULL;
+    t->range = rlen ? range : NULL;
     rc = tx_post(c, t, len, range ? range->p + range->off : NULL, rlen, cls);
     if (rc < 0) {
         hdr_undo(c, t->buf, cls);
@@ -846,6 +920,8 @@ static int push_stream(struct fconn *c)
             conn_wait(c);
         return 0;
     }
+    if (t->range)
+        range->pending++;
     c->base.bytes_out += copy + rlen;
     if (rlen) {
         f->stats.eager_bytes += rlen;
@@ -871,29 +947,36 @@ static void conn_push(struct fconn *c)
         }
         c->hello_due = 0;
     }
+    while (!c->closed && c->state == ST_OPEN && c->dq && push_control(c, c->dq)) {
+        struct fseg *d = c->dq;
+        c->dq = d->next;
+        if (!c->dq)
+            c->dq_tail = &c->dq;
+        free(d);
+    }
     while (!c->closed && c->state == ST_OPEN && c->sq) {
         struct fseg *s = c->sq;
         int kind = s->kind;
 
-        if (kind == SEG_RDV || kind == SEG_DONE) {
+        if (kind == SEG_RDV) {
             if (!push_control(c, s))
-                return;
+                break;
             c->sq = s->next;
             if (!c->sq)
                 c->sq_tail = &c->sq;
-            if (kind == SEG_RDV && lease_start(c, s) < 0) {
+            if (lease_start(c, s) < 0) {
                 free(s);
                 conn_fail(c, "out of memory for a lease");
                 return;
             }
             free(s);
         } else if (!push_stream(c)) {
-            return;
+            break;
         }
     }
-    if (!c->closed && c->state == ST_OPEN && c->need_credit &&
-        post_unsolicited(c, K_CREDIT, NULL, 0) < 0)
-        c->need_credit = 1; /* retried after the next completions */
+    /* Credits owed go back even when our own sends wait for credits (or both sides would). */
+    if (!c->closed && c->state == ST_OPEN && c->need_credit)
+        post_unsolicited(c, K_CREDIT, NULL, 0); /* on -FI_EAGAIN, retried (conn_wait) */
 }
 
 /* Queues a segment to send on an open connection; NULL when out of memory. */
@@ -906,7 +989,8 @@ static struct fseg *enqueue(struct fconn *c, int kind, const uint8_t *p, uint64_
         err_set(FERRY_ENOMEM, "send segment");
         return NULL;
     }
-    *s = (struct fseg){.kind = kind, .p = p, .len = len, .owned = owned, .arg = arg};
+    *s = (struct fseg){.kind = kind, .p = p, .len = len, .owned = owned, .arg = arg,
+                       .queued = kind == SEG_RANGE};
     if (kind == SEG_RDV)
         s->cookie = ++c->f->next_cookie;
     *c->sq_tail = s;
@@ -1075,19 +1159,22 @@ static void read_finished(struct fconn *c, struct rread *r)
         c->reads_tail = pp;
     deadline_arm(c);
     if (!c->f->fault_skip_done) {
-        struct fseg *s = enqueue(c, SEG_DONE, NULL, 0, NULL, NULL);
-        if (!s) {
+        struct fseg *d = calloc(1, sizeof(*d));
+        if (!d) {
             free(r);
             conn_fail(c, "out of memory for a done message");
             return;
         }
-        s->cookie = r->cookie;
+        *d = (struct fseg){.kind = SEG_DONE, .cookie = r->cookie};
+        *c->dq_tail = d;
+        c->dq_tail = &d->next;
+        conn_mark(c);
     }
     free(r);
     c->base.ev->received(&c->base, arg);
 }
 
-static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
+static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
 {
     struct xlistener *f = c->f;
     struct frecv *fr = c->rq;
@@ -1111,7 +1198,8 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n)
     }
     *r = (struct rread){.c = c, .dst = fr->dst, .len = d.len, .cookie = d.cookie,
                         .raddr = (c->rvirt ? c->rbase : 0) + d.offset, .arg = fr->arg};
-    r->deadline_ms = loop_now_ms() + lease - (lease / 5 > 1000 ? lease / 5 : 1000);
+    /* From the RDV's arrival (it may have waited for its turn): never past the lease. */
+    r->deadline_ms = at_ms + lease - (lease / 5 > FMSG_LEASE_MIN ? lease / 5 : FMSG_LEASE_MIN);
     c->rq = fr->next;
     if (!c->rq)
         c->rq_tail = &c->rq;
@@ -1183,7 +1271,8 @@ static void read_done(struct xlistener *f, struct rdop *op, int err)
     struct rread *r = op->r;
     struct fconn *c = op->c;
 
-    f->read_inflight--;
+    if (!op->abandoned)
+        f->read_inflight--;
     r->done += op->len;
     *op->pprev = op->next;
     if (op->next)
@@ -1230,7 +1319,6 @@ static void on_done(struct fconn *c, const uint8_t *p, size_t n)
         return; /* its lease ran out before: the pin is gone already */
     lease_end(ls);
     arg = ls->arg;
-    c->base.bytes_out += ls->len;
     free(ls);
     c->base.ev->sent(&c->base, arg);
 }
@@ -1253,7 +1341,7 @@ static void stream_msg(struct fconn *c, struct rbuf *b)
     if (b->p[0] == K_STREAM)
         feed(c, b->p + FAB_HDR, b->len - FAB_HDR);
     else
-        on_rdv(c, b->p + FAB_HDR, b->len - FAB_HDR);
+        on_rdv(c, b->p + FAB_HDR, b->len - FAB_HDR, b->at_ms);
     buf_done(c, b, 1);
 }
 
@@ -1355,8 +1443,10 @@ static int hello_apply(struct fconn *c, const struct fmsg_hello *h)
         return err_set(FERRY_EPROTO, "the peer addresses memory differently (another provider?)");
     c->peer_id = h->id;
     c->peer_window = h->window;
-    /* The peer can have at most its credits of both classes out at once. */
-    c->nearly = 2 * (c->window + FAB_EXTRA);
+    /* The peer can have at most its credits of both classes out at once; a power of two, so
+     * that indexing by sequence number stays right when it wraps. */
+    for (c->nearly = 1; c->nearly < 2 * (c->window + FAB_EXTRA); c->nearly *= 2)
+        ;
     if (!(c->early = calloc(c->nearly, sizeof(*c->early))))
         return err_set(FERRY_ENOMEM, "reorder buffer");
     c->credits[CL_SMALL] = c->credits[CL_LARGE] = h->window;
@@ -1384,6 +1474,8 @@ static int av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_
             return 0;
         }
     }
+    if (f->navs >= FAB_AV_MAX)
+        return err_set(FERRY_ENOMEM, "fabric: %u peer addresses known already", FAB_AV_MAX);
     if (len > FAB_NAME_MAX || !(a = calloc(1, sizeof(*a))))
         return err_set(FERRY_ENOMEM, "address vector entry");
     memcpy(a->name, name, len);
@@ -1393,6 +1485,7 @@ static int av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_
         return err_set(FERRY_EINVAL, "fabric: the provider rejects a peer's address");
     }
     f->stats.av_inserts++;
+    f->navs++;
     a->next = f->avs;
     f->avs = a;
     *out = a->addr;
@@ -1501,21 +1594,27 @@ static void process(struct xlistener *f, struct rbuf *b)
 static void send_done(struct xlistener *f, struct txop *t, int err)
 {
     struct fconn *c = t->c;
-    int has_sent = t->has_sent;
-    void *arg = t->sent_arg;
+    struct fseg *r = t->range;
 
-    tx_put(f, t);
     t->c = NULL;
-    if (!c)
-        return; /* given up on (on_zombie) */
+    t->range = NULL;
+    if (t->abandoned) { /* given up on (on_zombie): uncounted then */
+        t->abandoned = 0;
+        t->next = f->txfree;
+        f->txfree = t;
+        return;
+    }
+    tx_put(f, t);
     c->inflight--;
     if (err) {
         char reason[160];
         snprintf(reason, sizeof(reason), "send failed: %s", fi_strerror(err));
         conn_fail(c, reason);
-    } else if (has_sent && !c->closed) {
-        c->base.ev->sent(&c->base, arg);
     }
+    if (r && --r->pending == 0 && r->off == r->len && !r->queued && !c->closed)
+        c->base.ev->sent(&c->base, r->arg);
+    if (r)
+        range_release(r);
     conn_maybe_reap(c);
 }
 
@@ -1533,6 +1632,7 @@ static void complete(struct xlistener *f, void *ctx, size_t len, int err)
         rbuf_post(f, ctx);
     } else {
         ((struct rbuf *)ctx)->len = len;
+        ((struct rbuf *)ctx)->at_ms = loop_now_ms();
         process(f, ctx);
     }
 }
@@ -1743,6 +1843,9 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
                        "one-sided reads: %s", provider ? " named " : "", provider ? provider : "",
                        fi_strerror(-rc));
     snprintf(f->provider, sizeof(f->provider), "%s", f->info->fabric_attr->prov_name);
+    if (f->info->tx_attr->iov_limit < 2) /* header and arena piece go in one message */
+        return err_set(FERRY_ETRANSFER, "fabric provider %s sends only one buffer per message",
+                       f->provider);
     if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) ||
         (rc = fi_domain(f->fabric, f->info, &f->domain, NULL)))
         return fab_err(rc, "opening the fabric");
@@ -1791,6 +1894,20 @@ static int reg(struct xlistener *f, void *p, uint64_t len, uint64_t access, uint
     return 0;
 }
 
+/* A key we choose (providers without FI_MR_PROV_KEY): random, so that it cannot be guessed by
+ * whoever has not been sent it; within the provider's key size; never 0 (the buffers' key). */
+static uint64_t random_key(const struct xlistener *f)
+{
+    size_t size = f->info->domain_attr->mr_key_size;
+    uint64_t key = 0;
+
+    if (getrandom(&key, sizeof(key), 0) != sizeof(key))
+        key = now_ns();
+    if (size && size < sizeof(key))
+        key &= (1ull << (8 * size)) - 1;
+    return key ? key : 1;
+}
+
 /* The arena, registered once: what peers need to read it goes into f->key. */
 static int register_arena(struct xlistener *f)
 {
@@ -1801,7 +1918,7 @@ static int register_arena(struct xlistener *f)
     f->raw = !!(f->info->domain_attr->mr_mode & FI_MR_RAW);
     if (f->info->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_ALLOCATED))
         say_memlock(f->arena_len + f->bufs_len);
-    if ((rc = reg(f, f->arena, f->arena_len, FI_SEND | FI_READ | FI_REMOTE_READ, 1,
+    if ((rc = reg(f, f->arena, f->arena_len, FI_SEND | FI_READ | FI_REMOTE_READ, random_key(f),
                   &f->arena_mr)) < 0)
         return rc;
     f->arena_desc = fi_mr_desc(f->arena_mr);
@@ -1849,7 +1966,7 @@ static int open_buffers(struct xlistener *f)
     f->txops = calloc(f->tx_max, sizeof(*f->txops));
     if (!f->rbufs || !f->txops)
         return err_set(FERRY_ENOMEM, "fabric buffer records");
-    if ((rc = reg(f, f->bufs, f->bufs_len, FI_SEND | FI_RECV, 2, &f->buf_mr)) < 0)
+    if ((rc = reg(f, f->bufs, f->bufs_len, FI_SEND | FI_RECV, 0, &f->buf_mr)) < 0)
         return rc;
     f->buf_desc = fi_mr_desc(f->buf_mr);
     p = f->bufs;
@@ -1910,6 +2027,8 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     *f = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg, .arena = cfg->arena,
                             .arena_len = cfg->arena_len, .window = cfg->window, .wait_fd = -1};
     f->readq_tail = &f->readq;
+    for (uint32_t i = 0; i < FAB_SLOTS; i++)
+        f->gen[i] = random_gen();
     loop_timer_init(&f->kick, on_kick, f);
     loop_timer_init(&f->poll, on_poll, f);
     loop_timer_init(&f->read_pace, on_read_pace, f);
@@ -1964,6 +2083,11 @@ static void fab_listener_close(struct xlistener *f)
     close_fid(f->ep ? &f->ep->fid : NULL);
     f->ep = NULL;
     /* Nothing completes any more: what waited for completions is finished here. */
+    for (uint32_t i = 0; f->txops && i < f->tx_max; i++) {
+        struct fseg *r = f->txops[i].range;
+        if (r && --r->pending == 0)
+            range_release(r);
+    }
     while (f->reading) {
         struct rdop *op = f->reading;
         struct rread *r = op->r;

@@ -44,6 +44,7 @@ void fmsg_hdr_put(uint8_t *p, const struct fmsg_hdr *h)
     p[1] = 0;
     for (int i = 0; i < FMSG_CLASSES; i++)
         fmsg_put16(p + 2 + 2 * i, h->credits[i]);
+    p[6] = p[7] = 0;
     fmsg_put32(p + 8, h->conn);
     fmsg_put32(p + 12, h->seq);
 }
@@ -52,8 +53,8 @@ int fmsg_hdr_get(const uint8_t *p, size_t n, struct fmsg_hdr *out)
 {
     if (n < FMSG_HDR)
         return err_set(FERRY_EPROTO, "a fabric message of %zu bytes", n);
-    if (p[0] < K_STREAM || p[0] > K_CLOSE || p[1] != 0)
-        return err_set(FERRY_EPROTO, "a fabric message of unknown kind %u", p[0]);
+    if (p[0] < K_STREAM || p[0] > K_CLOSE || p[1] != 0 || p[6] != 0 || p[7] != 0)
+        return err_set(FERRY_EPROTO, "a fabric message of unknown kind %u or flags", p[0]);
     out->kind = p[0];
     for (int i = 0; i < FMSG_CLASSES; i++)
         out->credits[i] = fmsg_get16(p + 2 + 2 * i);
@@ -76,7 +77,7 @@ int fmsg_rdv_get(const uint8_t *p, size_t n, struct fmsg_rdv *out)
         return err_set(FERRY_EPROTO, "a rendezvous descriptor of %zu bytes", n);
     *out = (struct fmsg_rdv){.offset = fmsg_get64(p), .len = fmsg_get64(p + 8),
                              .cookie = fmsg_get64(p + 16), .lease_ms = fmsg_get32(p + 24)};
-    if (out->len == 0 || out->offset > UINT64_MAX - out->len || out->lease_ms == 0)
+    if (out->len == 0 || out->offset > UINT64_MAX - out->len || out->lease_ms < FMSG_LEASE_MIN)
         return err_set(FERRY_EPROTO, "a rendezvous descriptor with bad fields");
     return 0;
 }

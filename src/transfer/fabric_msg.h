@@ -2,8 +2,8 @@
  * fabric_msg.h - the fabric transport's message codec (transfer/fabric.c has the protocol).
  *
  * Every message starts with a 16-byte header, little-endian:
- *   u8 kind, u8 0, u16 credits returned per size class (small, large), u32 the receiver's
- *   connection id, u32 sequence number (0 for messages outside the sequence)
+ *   u8 kind, u8 0, u16 credits returned per size class (small, large), u16 0, u32 the
+ *   receiver's connection id, u32 sequence number (0 for messages outside the sequence)
  * Bodies:
  *   STREAM   stream bytes (frames and eager object bytes)
  *   RDV      u64 offset, u64 length, u64 cookie, u32 lease ms
@@ -30,6 +30,7 @@
 #define FMSG_MAGIC 0x42414646u /* "FFAB" */
 #define FMSG_VERSION 1u
 #define FMSG_CLASSES 2
+#define FMSG_LEASE_MIN 1000u /* ms: a reader gives up a second before a lease ends */
 
 enum fmsg_kind { K_STREAM = 1, K_RDV, K_DONE, K_CREDIT, K_CONNECT, K_ACCEPT, K_CLOSE };
 
