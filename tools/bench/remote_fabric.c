@@ -14,7 +14,7 @@
 /* hybrid / max(eager, rendezvous) has no target of its own: hybrid takes one of the two
  * paths, so it should match the better one up to the noise between two measurements. */
 #define HYBRID_TARGET 0.90
-#define MAX_COLUMNS (FETCH_PROTOCOLS + 4)
+#define MAX_COLUMNS (FETCH_PROTOCOLS + NREFS)
 
 static double median_at(const struct remote_run *run, const char *system, const char *op,
                         uint64_t size)
@@ -178,15 +178,18 @@ struct column {
     const char *system, *op;
 };
 
+/* The references beside each provider's protocols. */
+static const struct column refs[] = {{"tcp fetch", "ferry-tcp", "fetch"},
+                                     {"raw TCP", "raw-tcp", "stream"},
+                                     {"Redis GET", "redis-tcp", "get"},
+                                     {"memcpy", "memcpy", "copy"},
+                                     {"CMA readv", "cma", "readv"}};
+#define NREFS (sizeof(refs) / sizeof(refs[0]))
+
 /* The protocols measured for rp, then the references. */
 static size_t provider_columns(const struct remote_run *run, const struct remote_pair *rp,
                                struct column *c)
 {
-    static const struct column refs[] = {{"tcp fetch", "ferry-tcp", "fetch"},
-                                         {"raw TCP", "raw-tcp", "stream"},
-                                         {"Redis GET", "redis-tcp", "get"},
-                                         {"memcpy", "memcpy", "copy"},
-                                         {"CMA readv", "cma", "readv"}};
     size_t n = 0;
     for (int k = 0; k < FETCH_PROTOCOLS; k++) {
         if (!(run->o->protocols & 1u << k))
@@ -194,7 +197,7 @@ static size_t provider_columns(const struct remote_run *run, const struct remote
         c[n] = (struct column){.system = rp->p.system, .op = fetch_protocol_ops[k]};
         snprintf(c[n++].heading, sizeof(c[0].heading), "%s", fetch_protocol_names[k]);
     }
-    for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++)
+    for (size_t i = 0; i < NREFS; i++)
         c[n++] = refs[i];
     return n;
 }
