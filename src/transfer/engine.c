@@ -1588,7 +1588,7 @@ static uint64_t eager_default(const char *provider)
         const char *provider;
         uint64_t eager_max;
     } measured[] = {
-        {"shm", 64u << 10},
+        {"shm", 16u << 10},
         {"tcp;ofi_rxm", 16u << 10},
     };
 

@@ -64,7 +64,7 @@
 #define FAB_API FI_VERSION(1, 9)
 #define FAB_HDR FMSG_HDR
 #define FAB_SMALL 4096u         /* small class: control messages, frames, small objects */
-#define FAB_LARGE (64u << 10)   /* large class: eager object chunks */
+#define FAB_LARGE (64u << 10) /* large class: eager object chunks */
 #define FAB_SMALL_BUFS 1024u
 #define FAB_LARGE_BUFS 512u
 #define FAB_RESERVE 16u         /* small buffers for CONNECT, ACCEPT, CLOSE from anyone */
@@ -86,6 +86,7 @@
 /* Without a wait fd the endpoint is polled every millisecond, and continuously while work is
  * under way and for this long after: an answer to what we sent comes without the 1 ms wait. */
 #define FAB_SPIN_NS 200000u
+#define FAB_STALL_SPIN_NS 10000000u /* and while waiting for credits, up to 10 ms */
 
 enum { CL_SMALL, CL_LARGE, CL_N };
 enum { OP_RECV, OP_SEND, OP_READ };
@@ -193,6 +194,7 @@ struct fconn {
     uint32_t peer_window;
     uint32_t tx_seq, rx_seq;
     int need_credit;
+    int stalled; /* waits for the peer's credits (counted in nstalled) */
     int hello_due; /* our CONNECT or ACCEPT is still to be sent */
     uint64_t rbase, rlen, rkey; /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
     int rvirt;
@@ -273,6 +275,8 @@ struct xlistener {
     uint64_t unattributed_log_ms;
     uint64_t active_ns; /* when a completion last came or an operation was last posted */
     uint32_t lent;      /* ranges lent to readers (leases running): peers may be reading */
+    uint32_t nstalled;  /* connections waiting for their peer's credits */
+    uint64_t stall_ns;  /* when one last started waiting */
     int fault_skip_done;
     uint32_t fault_read_delay_ms;
 };
@@ -286,6 +290,7 @@ static void process(struct xlistener *f, struct rbuf *b);
 static void drain_held(struct fconn *c);
 static void conn_wait(struct fconn *c);
 static void lease_end(struct lease *ls);
+static void stall_set(struct fconn *c, int stalled);
 
 static uint64_t now_ns(void)
 {
@@ -482,6 +487,7 @@ static void conn_shut(struct fconn *c)
         return;
     if (c->state == ST_OPEN)
         post_close(c);
+    stall_set(c, 0);
     c->closed = 1;
     for (struct fconn **pp = &f->dirty; *pp; pp = &(*pp)->dnext) {
         if (*pp == c) {
@@ -733,7 +739,7 @@ static int push_control(struct fconn *c, struct fseg *s)
     int rc;
 
     if (c->credits[CL_SMALL] <= (s->kind == SEG_DONE ? 0 : done_reserve(c))) {
-        f->stats.credit_stalls++;
+        stall_set(c, 1);
         return 0;
     }
     if (!(t = tx_get(f))) {
@@ -819,6 +825,24 @@ static void lease_expired(struct loop *l, struct loop_timer *t)
     c->base.ev->sent(&c->base, arg);
 }
 
+/* c's sends wait for credits (stalled = 1) or no longer do. */
+static void stall_set(struct fconn *c, int stalled)
+{
+    struct xlistener *f = c->f;
+
+    if (stalled)
+        f->stats.credit_stalls++;
+    if (stalled == c->stalled)
+        return;
+    c->stalled = stalled;
+    if (stalled) {
+        f->nstalled++;
+        f->stall_ns = now_ns();
+    } else {
+        f->nstalled--;
+    }
+}
+
 /* How much of the queue's head one STREAM message carries: copied frame bytes (up to a small
  * message) and, if every byte before it fits, one arena piece, large class when credits allow. */
 static void stream_plan(struct fconn *c, size_t *copy, struct fseg **range, uint64_t *rlen,
@@ -894,7 +918,7 @@ static int push_stream(struct fconn *c)
 
     stream_plan(c, &copy, &range, &rlen, &cls);
     if (c->credits[cls] <= (cls == CL_SMALL ? done_reserve(c) : 0)) {
-        f->stats.credit_stalls++;
+        stall_set(c, 1);
         return 0;
     }
     if (!(t = tx_get(f))) {
@@ -1366,7 +1390,8 @@ static int arrive(struct fconn *c, const uint8_t *h)
             return -1;
         }
     }
-    if (c->sq)
+    stall_set(c, 0);
+    if (c->sq || c->dq)
         conn_mark(c);
     return 0;
 }
@@ -1702,8 +1727,10 @@ static int before_wait(struct loop *l, void *arg)
     /* Without a wait fd, a peer reading what we lent it needs us to progress (shm copies on
      * the target's side): spin while anything is lent or in flight. */
     if (f->wait_fd < 0) {
+        uint64_t now = now_ns();
         if (!f->tx_inflight && !f->read_inflight && !f->lent &&
-            now_ns() - f->active_ns > FAB_SPIN_NS)
+            !(f->nstalled && now - f->stall_ns < FAB_STALL_SPIN_NS) &&
+            now - f->active_ns > FAB_SPIN_NS)
             return 0;
         sched_yield(); /* spinning: let a client on this CPU run */
         return 1;
