@@ -15,7 +15,7 @@ set title "ferry-bench remote: fetch over the fabric, shm" noenhanced
 set ylabel "median MiB/s (size / p50; MiB = 2^{20} bytes)"
 plot "remote-ferry-fabric_shm-fetch-eager.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "eager" noenhanced, \
   "remote-ferry-fabric_shm-fetch-rendezvous.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "rendezvous" noenhanced, \
-  "remote-ferry-fabric_shm-fetch-hybrid.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "hybrid (eager up to 64K)" noenhanced, \
+  "remote-ferry-fabric_shm-fetch-hybrid.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "hybrid (eager up to 16K)" noenhanced, \
   "remote-ferry-tcp-fetch.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "tcp transport (ferry-tcp fetch)" noenhanced, \
   "remote-raw-tcp-stream.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "raw TCP stream" noenhanced, \
   "remote-memcpy-copy.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "memcpy" noenhanced, \
