@@ -2088,6 +2088,13 @@ static void close_fid(void *fid)
         fi_close(fid);
 }
 
+static void close_regions(struct xlistener *f)
+{
+    close_fid(f->arena_mr ? &f->arena_mr->fid : NULL);
+    close_fid(f->buf_mr ? &f->buf_mr->fid : NULL);
+    f->arena_mr = f->buf_mr = NULL;
+}
+
 /* Closes the endpoint first: after that no operation can complete or touch memory. Then the
  * records of closed connections run their drain callbacks. */
 static void fab_listener_close(struct xlistener *f)
@@ -2107,6 +2114,9 @@ static void fab_listener_close(struct xlistener *f)
         if (f->slots[i])
             conn_shut(f->slots[i]);
     }
+    /* Regions bound to the endpoint (FI_MR_ENDPOINT) must go before it. */
+    if (f->info && (f->info->domain_attr->mr_mode & FI_MR_ENDPOINT))
+        close_regions(f);
     close_fid(f->ep ? &f->ep->fid : NULL);
     f->ep = NULL;
     /* Nothing completes any more: what waited for completions is finished here. */
@@ -2130,8 +2140,7 @@ static void fab_listener_close(struct xlistener *f)
         loop_timer_stop(f->loop, &c->deadline);
         conn_reap(f->loop, &c->reaper);
     }
-    close_fid(f->arena_mr ? &f->arena_mr->fid : NULL);
-    close_fid(f->buf_mr ? &f->buf_mr->fid : NULL);
+    close_regions(f);
     close_fid(f->av ? &f->av->fid : NULL);
     close_fid(f->cq ? &f->cq->fid : NULL);
     close_fid(f->domain ? &f->domain->fid : NULL);
