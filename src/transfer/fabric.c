@@ -529,15 +529,14 @@ static void conn_fail(struct fconn *c, const char *reason)
     conn_fail_err(c, FERRY_ECONN, reason);
 }
 
+/* c has something to send: at the end of this loop turn (conn_wait: after completions). */
 static void conn_mark(struct fconn *c)
 {
     struct xlistener *f = c->f;
 
-    if (c->dirty || c->closed)
+    if (c->closed)
         return;
-    c->dirty = 1;
-    c->dnext = f->dirty;
-    f->dirty = c;
+    conn_wait(c);
     if (f->kick.heap_index == SIZE_MAX)
         loop_timer_start(f->loop, &f->kick, 0);
 }
