@@ -2,11 +2,13 @@
  * it_fabric_protocol.c - the fabric transport's protocols between real ferryd nodes, over the
  * provider FERRY_TEST_TRANSPORT names (rxm: tcp;ofi_rxm, or shm): the eager limit's edges,
  * empty data with metadata, 1 GiB, a credit window of one, a holder killed in the middle of
- * a one-sided read, and a reader that never says it is done (the holder's lease runs out and
- * the space comes back).
+ * a one-sided read, a reader that never says it is done (the holder's lease runs out and
+ * the space comes back), and a peer whose fabric keeps failing (it goes on over tcp, and says
+ * why).
  *
  * Test hooks (FERRY_FAULT, read by the fabric transport): fabric-read-delay-ms=N paces a
- * reader's one-sided reads to one 1 MiB chunk per N ms; fabric-skip-done never sends DONE.
+ * reader's one-sided reads to one 1 MiB chunk per N ms; fabric-skip-done never sends DONE;
+ * fabric-fail-reads fails every one-sided read at once.
  */
 #include "harness.h"
 
@@ -192,6 +194,53 @@ H_CLUSTER_TEST(unpin_that_never_arrives_expires)
     ferry_disconnect(b);
 }
 
+/* The peers line of c for node, or fails. */
+static ferry_peer peer_of(ferry_client *c, const char *node)
+{
+    ferry_peer peers[4];
+    size_t n = 0;
+    H_OK(ferry_peers(c, peers, 4, &n));
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(peers[i].node, node) == 0)
+            return peers[i];
+    fail_msg("no peer %s", node);
+    return peers[0]; /* not reached: fail_msg does not return */
+}
+
+/* Every one-sided read of B fails: after three failures in a row A is put on tcp (counted,
+ * and said in B's peers line), and B's next fetch from A arrives over tcp. */
+H_CLUSTER_TEST(failing_fabric_peer_goes_over_tcp)
+{
+    h_node_start(cl, A, "64M", NULL);
+    start_with_fault(cl, B, "64M", "fabric-fail-reads", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        int status = 1;
+        snprintf(name, sizeof(name), "breaker-%d", i);
+        ferry_id id = h_id(name);
+        H_OK(h_put_direct(a, &id, 1 * MIB, 0)); /* above the eager limit: read one-sided */
+        h_assert_where(b, cl, &id, BIT(A), H_CLUSTER_MS);
+        int rc = ferry_fetch(b, &id, 1, 10000, &status);
+        if (i < 3) {
+            H_RC(rc, FERRY_ETRANSFER);
+            assert_int_equal(h_stats(b).fabric_failures, i + 1);
+        } else {
+            H_OK(rc);
+            h_assert_object(b, &id, 1 * MIB, 0);
+        }
+    }
+    ferry_stats s = h_stats(b);
+    assert_int_equal(s.fabric_failures, 3);
+    assert_int_equal(s.fabric_fallbacks, 1);
+    ferry_peer p = peer_of(b, cl->node[A].id);
+    assert_string_equal(p.transport, "tcp");
+    assert_non_null(strstr(p.why, "fabric failed 3 times"));
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -200,6 +249,7 @@ int main(void)
         T(eager_limit_edges),        T(empty_data_with_metadata),
         T(one_gib),                  T(credit_window_of_one),
         T(holder_killed_during_read), T(unpin_that_never_arrives_expires),
+        T(failing_fabric_peer_goes_over_tcp),
     };
     if (!getenv("FERRY_TEST_TRANSPORT") || strcmp(getenv("FERRY_TEST_TRANSPORT"), "tcp") == 0) {
         fprintf(stderr, "it_fabric_protocol: needs FERRY_TEST_TRANSPORT=rxm or shm\n");

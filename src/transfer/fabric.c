@@ -277,7 +277,7 @@ struct xlistener {
     uint32_t lent;      /* ranges lent to readers (leases running): peers may be reading */
     uint32_t nstalled;  /* connections waiting for their peer's credits */
     uint64_t stall_ns;  /* when one last started waiting */
-    int fault_skip_done;
+    int fault_skip_done, fault_fail_reads;
     uint32_t fault_read_delay_ms;
 };
 
@@ -1215,6 +1215,10 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
         conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor that matches no object");
         return;
     }
+    if (f->fault_fail_reads) {
+        conn_fail(c, "one-sided read failed (test fault)");
+        return;
+    }
     if (!(r = calloc(1, sizeof(*r)))) {
         conn_fail(c, "out of memory for a read");
         return;
@@ -2027,10 +2031,12 @@ static void read_faults(struct xlistener *f)
 {
     const char *s = getenv("FERRY_FAULT");
 
-    /* Test hooks: a reader that never says it is done, and reads slowed to a crawl. */
+    /* Test hooks: a reader that never says it is done, reads slowed to a crawl, reads that
+     * fail at once. */
     if (!s)
         return;
     f->fault_skip_done = strstr(s, "fabric-skip-done") != NULL;
+    f->fault_fail_reads = strstr(s, "fabric-fail-reads") != NULL;
     if (strstr(s, "fabric-read-delay-ms="))
         f->fault_read_delay_ms = (uint32_t)atoi(strstr(s, "fabric-read-delay-ms=") + 21);
     log_warn("fabric: test faults on: %s", s);
