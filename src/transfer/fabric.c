@@ -197,7 +197,7 @@ struct fconn {
     int stalled; /* waits for the peer's credits (counted in nstalled) */
     int hello_due; /* our CONNECT or ACCEPT is still to be sent */
     uint64_t rbase, rlen, rkey; /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
-    int rvirt;
+    int rvirt, rkey_mapped; /* rkey came from fi_mr_map_raw (unmapped with the record) */
     uint64_t connect_ns;
     struct fseg *sq, **sq_tail;
     struct fseg *dq, **dq_tail; /* DONEs: sent before the stream, on a credit kept for them */
@@ -374,6 +374,8 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
         d->fn(d->arg);
         free(d);
     }
+    if (c->rkey_mapped)
+        fi_mr_unmap_key(c->f->domain, c->rkey);
     pbuf_free(&c->frame);
     free(c->early);
     free(c);
@@ -1483,6 +1485,7 @@ static int hello_apply(struct fconn *c, const struct fmsg_hello *h)
     c->rvirt = h->virt;
     if (f->raw) {
         int rc = fi_mr_map_raw(f->domain, h->base, (uint8_t *)h->key, h->key_len, &c->rkey, 0);
+        c->rkey_mapped = rc == 0;
         return rc ? fab_err(rc, "fi_mr_map_raw") : 0;
     }
     if (h->key_len != 8)
