@@ -198,6 +198,8 @@ struct fconn {
     int hello_due; /* our CONNECT or ACCEPT is still to be sent */
     uint64_t rbase, rlen, rkey; /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
     int rvirt, rkey_mapped; /* rkey came from fi_mr_map_raw (unmapped with the record) */
+    uint8_t rawkey[FAB_KEY_MAX]; /* the raw key rkey was mapped from */
+    size_t rawkey_len;
     uint64_t connect_ns;
     struct fseg *sq, **sq_tail;
     struct fseg *dq, **dq_tail; /* DONEs: sent before the stream, on a credit kept for them */
@@ -736,6 +738,7 @@ static int push_control(struct fconn *c, struct fseg *s)
 {
     struct xlistener *f = c->f;
     struct txop *t;
+    size_t body;
     uint8_t *p;
     int rc;
 
@@ -753,14 +756,16 @@ static int push_control(struct fconn *c, struct fseg *s)
     if (s->kind == SEG_RDV) {
         /* The lease covers the bytes already lent on this connection: they are read first. */
         struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena), .len = s->len,
-                             .cookie = s->cookie, .lease_ms = lease_ms(s->len + c->lent_bytes)};
+                             .cookie = s->cookie, .lease_ms = lease_ms(s->len + c->lent_bytes),
+                             .key = f->key, .key_len = f->key_len};
         s->lease_ms = r.lease_ms;
-        fmsg_rdv_put(p, &r);
+        body = fmsg_rdv_put(p, &r);
     } else {
         fmsg_put64(p, s->cookie);
+        body = FMSG_DONE;
     }
     t->range = NULL;
-    rc = tx_post(c, t, FAB_HDR + (s->kind == SEG_RDV ? FMSG_RDV : FMSG_DONE), NULL, 0, CL_SMALL);
+    rc = tx_post(c, t, FAB_HDR + body, NULL, 0, CL_SMALL);
     if (rc < 0) {
         hdr_undo(c, t->buf, CL_SMALL);
         if (rc != -FI_EAGAIN)
@@ -1199,6 +1204,33 @@ static void read_finished(struct fconn *c, struct rread *r)
     c->base.ev->received(&c->base, arg);
 }
 
+/* The key to read the peer's arena with, from its RDV: it travels only there, after the
+ * engine has authenticated the peer. A raw key is mapped once per connection. */
+static int rdv_key(struct fconn *c, const struct fmsg_rdv *d)
+{
+    struct xlistener *f = c->f;
+    int rc;
+
+    if (!f->raw) {
+        if (d->key_len != 8)
+            return err_set(FERRY_EPROTO, "a memory key of %zu bytes", d->key_len);
+        c->rkey = fmsg_get64(d->key);
+        return 0;
+    }
+    if (c->rkey_mapped && c->rawkey_len == d->key_len &&
+        memcmp(c->rawkey, d->key, d->key_len) == 0)
+        return 0;
+    if (c->rkey_mapped)
+        fi_mr_unmap_key(f->domain, c->rkey);
+    c->rkey_mapped = 0;
+    if ((rc = fi_mr_map_raw(f->domain, c->rbase, (uint8_t *)d->key, d->key_len, &c->rkey, 0)))
+        return fab_err(rc, "fi_mr_map_raw");
+    c->rkey_mapped = 1;
+    memcpy(c->rawkey, d->key, d->key_len);
+    c->rawkey_len = d->key_len;
+    return 0;
+}
+
 static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
 {
     struct xlistener *f = c->f;
@@ -1207,7 +1239,7 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
     struct rread *r;
     uint64_t lease;
 
-    if (fmsg_rdv_get(p, n, &d) < 0) {
+    if (fmsg_rdv_get(p, n, &d) < 0 || rdv_key(c, &d) < 0) {
         conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
         return;
     }
@@ -1458,7 +1490,7 @@ static void on_message(struct fconn *c, struct rbuf *b)
 static size_t hello_put(const struct xlistener *f, const struct fconn *c, uint8_t *p)
 {
     struct fmsg_hello h = {.id = c->id, .window = c->window, .name = f->name,
-                           .name_len = f->name_len, .key = f->key, .key_len = f->key_len,
+                           .name_len = f->name_len,
                            .virt = f->virt, .base = (uint64_t)(uintptr_t)f->arena,
                            .len = f->arena_len};
     return fmsg_hello_put(p, &h);
@@ -1483,14 +1515,6 @@ static int hello_apply(struct fconn *c, const struct fmsg_hello *h)
     c->rbase = h->base;
     c->rlen = h->len;
     c->rvirt = h->virt;
-    if (f->raw) {
-        int rc = fi_mr_map_raw(f->domain, h->base, (uint8_t *)h->key, h->key_len, &c->rkey, 0);
-        c->rkey_mapped = rc == 0;
-        return rc ? fab_err(rc, "fi_mr_map_raw") : 0;
-    }
-    if (h->key_len != 8)
-        return err_set(FERRY_EPROTO, "a memory key of %zu bytes", h->key_len);
-    c->rkey = fmsg_get64(h->key);
     return 0;
 }
 
@@ -1533,7 +1557,7 @@ static void printable(struct xlistener *f, const uint8_t *name, size_t len, char
 
 static int send_hello(struct fconn *c)
 {
-    uint8_t p[FMSG_HELLO_FIXED + FAB_NAME_MAX + FAB_KEY_MAX];
+    uint8_t p[FMSG_HELLO_FIXED + FAB_NAME_MAX];
     size_t n = hello_put(c->f, c, p);
 
     return post_unsolicited(c, c->state == ST_CONNECTING ? K_CONNECT : K_ACCEPT, p, n);

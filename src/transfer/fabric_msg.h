@@ -6,11 +6,12 @@
  *   receiver's connection id, u32 sequence number (0 for messages outside the sequence)
  * Bodies:
  *   STREAM   stream bytes (frames and eager object bytes)
- *   RDV      u64 offset, u64 length, u64 cookie, u32 lease ms
+ *   RDV      u64 offset, u64 length, u64 cookie, u32 lease ms, u16 key length, key: the key
+ *            travels only here, after the engine has authenticated the peer
  *   DONE     u64 cookie
  *   CREDIT, CLOSE   nothing
  *   CONNECT, ACCEPT u32 magic, u32 version, u32 connection id, u16 window, u16 name length,
- *            u16 key length, u8 virt, u8 0, u64 arena base, u64 arena length, name, key
+ *            u16 0 (no key: see RDV), u8 virt, u8 0, u64 arena base, u64 arena length, name
  * Decoders check every length and field against the message and fail with FERRY_EPROTO and a
  * reason; what they return points into the message.
  */
@@ -21,14 +22,14 @@
 #include <stdint.h>
 
 #define FMSG_HDR 16u
-#define FMSG_RDV 28u
+#define FMSG_RDV_FIXED 30u
 #define FMSG_DONE 8u
 #define FMSG_HELLO_FIXED 36u
 #define FMSG_NAME_MAX 256u
 #define FMSG_KEY_MAX 64u
 #define FMSG_WINDOW_MAX 1024u
 #define FMSG_MAGIC 0x42414646u /* "FFAB" */
-#define FMSG_VERSION 1u
+#define FMSG_VERSION 2u
 #define FMSG_CLASSES 2
 #define FMSG_LEASE_MIN 1000u /* ms: a reader gives up a second before a lease ends */
 
@@ -43,12 +44,14 @@ struct fmsg_hdr {
 struct fmsg_rdv {
     uint64_t offset, len, cookie;
     uint32_t lease_ms;
+    const uint8_t *key; /* the holder's arena key (raw bytes with FI_MR_RAW) */
+    size_t key_len;
 };
 
 struct fmsg_hello {
     uint32_t id, window;
-    const uint8_t *name, *key;
-    size_t name_len, key_len;
+    const uint8_t *name;
+    size_t name_len;
     int virt;
     uint64_t base, len;
 };
@@ -64,12 +67,13 @@ void fmsg_hdr_put(uint8_t *p, const struct fmsg_hdr *h);
 /* A message of n bytes: its header, if n holds one and the kind is known. */
 int fmsg_hdr_get(const uint8_t *p, size_t n, struct fmsg_hdr *out);
 
-void fmsg_rdv_put(uint8_t *p, const struct fmsg_rdv *r);
+/* Returns the body's length (at most FMSG_RDV_FIXED + FMSG_KEY_MAX). */
+size_t fmsg_rdv_put(uint8_t *p, const struct fmsg_rdv *r);
 int fmsg_rdv_get(const uint8_t *p, size_t n, struct fmsg_rdv *out);
 int fmsg_done_get(const uint8_t *p, size_t n, uint64_t *cookie);
 
-/* Writes a CONNECT or ACCEPT body (at most FMSG_HELLO_FIXED + name and key maxima); returns
- * its length. */
+/* Writes a CONNECT or ACCEPT body (at most FMSG_HELLO_FIXED + FMSG_NAME_MAX); returns its
+ * length. */
 size_t fmsg_hello_put(uint8_t *p, const struct fmsg_hello *h);
 int fmsg_hello_get(const uint8_t *p, size_t n, struct fmsg_hello *out);
 
