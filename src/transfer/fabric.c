@@ -54,6 +54,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -367,6 +368,11 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
     struct fconn *c = t->arg;
 
     loop_timer_stop(l, &c->deadline);
+    while (c->leases) { /* the endpoint is closing: nobody reads any more */
+        struct lease *ls = c->leases;
+        lease_end(ls);
+        free(ls);
+    }
     *c->aprev = c->anext;
     if (c->anext)
         c->anext->aprev = c->aprev;
@@ -1875,6 +1881,18 @@ static int is_sockaddr(uint32_t format)
     return format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
 }
 
+/* A name of our own for providers named by strings (shm): theirs is the process id, and a
+ * daemon killed with SIGKILL leaves its shared-memory file behind, so a later process with
+ * the same id could not open its endpoint (EBUSY). */
+static void unique_name(char *name, size_t len)
+{
+    uint32_t r = 0;
+
+    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+        r = (uint32_t)now_ns();
+    snprintf(name, len, "ferry-%d-%08x", (int)getpid(), r);
+}
+
 static int open_domain(struct xlistener *f, const char *provider, const char *addr)
 {
     struct fi_info *hints = hints_for(provider);
@@ -1887,7 +1905,10 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
         return err_set(FERRY_ENOMEM, "fabric hints");
     rc = fi_getinfo(FAB_API, NULL, NULL, 0, hints, &f->info);
     listen_host(addr, host, sizeof(host));
-    if (rc == 0 && host[0] && is_sockaddr(f->info->addr_format)) {
+    if (rc == 0 && f->info->addr_format == FI_ADDR_STR)
+        unique_name(host, sizeof(host));
+    if (rc == 0 && host[0] && (is_sockaddr(f->info->addr_format) ||
+                               f->info->addr_format == FI_ADDR_STR)) {
         struct fi_info *bound = NULL;
         if (fi_getinfo(FAB_API, host, NULL, FI_SOURCE, hints, &bound) == 0) {
             fi_freeinfo(f->info);
