@@ -59,6 +59,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "transfer/fabric_msg.h"
+#include "transfer/framer.h"
 #include "transfer/transport.h"
 #include "transfer/wire.h"
 
@@ -207,10 +208,7 @@ struct fconn {
     uint64_t lent_bytes;        /* of this connection's leases: later leases cover them too */
     uint32_t nleases;           /* leases running, kept after close (the pins wait for them) */
     struct frecv *rq, **rq_tail;
-    uint8_t hdr[PROTO_HEADER_SIZE];
-    size_t hdr_got;
-    struct proto_header h;
-    struct pbuf frame;
+    struct framer fr;
     struct rbuf *held, **held_tail; /* received while paused */
     /* Messages that came before their turn: a provider completes small messages before a
      * large one sent earlier (its own rendezvous), so order is restored by sequence number. */
@@ -384,7 +382,7 @@ static void conn_reap(struct loop *l, struct loop_timer *t)
     }
     if (c->rkey_mapped)
         fi_mr_unmap_key(c->f->domain, c->rkey);
-    pbuf_free(&c->frame);
+    framer_free(&c->fr);
     free(c->early);
     free(c);
 }
@@ -1094,36 +1092,16 @@ static void frecv_pop(struct fconn *c)
     free(r);
 }
 
-/* Takes up to n bytes for the frame being read; returns how many. */
+/* Takes up to n bytes for the frame being read (framer.h); returns how many. */
 static size_t feed_frame(struct fconn *c, const uint8_t *p, size_t n)
 {
-    size_t k;
+    size_t k = framer_wanted(&c->fr) < n ? framer_wanted(&c->fr) : n;
+    int rc = framer_put(&c->fr, p, k, c->base.max_frame);
 
-    if (c->hdr_got < PROTO_HEADER_SIZE) {
-        k = PROTO_HEADER_SIZE - c->hdr_got < n ? PROTO_HEADER_SIZE - c->hdr_got : n;
-        memcpy(c->hdr + c->hdr_got, p, k);
-        c->hdr_got += k;
-        if (c->hdr_got < PROTO_HEADER_SIZE)
-            return k;
-        if (proto_decode_header(c->hdr, c->base.max_frame, &c->h) < 0) {
-            conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
-            return k;
-        }
-        c->frame.len = 0;
-        pbuf_reserve(&c->frame, c->h.length);
-        if (c->frame.oom) {
-            conn_fail(c, "out of memory for a frame");
-            return k;
-        }
-    } else {
-        k = c->h.length - c->frame.len < n ? c->h.length - c->frame.len : n;
-        memcpy(c->frame.data + c->frame.len, p, k);
-        c->frame.len += k;
-    }
-    if (c->frame.len == c->h.length) {
-        c->hdr_got = 0;
-        c->base.ev->frame(&c->base, &c->h, c->frame.data);
-    }
+    if (rc < 0)
+        conn_fail_err(c, rc == FERRY_EPROTO ? FERRY_EPROTO : FERRY_ECONN, ferry_errmsg());
+    else if (rc == 1)
+        c->base.ev->frame(&c->base, &c->fr.h, c->fr.frame.data);
     return k;
 }
 
@@ -1250,7 +1228,7 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
         return;
     }
     lease = d.lease_ms;
-    if (!fr || fr->started || fr->len != d.len || c->hdr_got || d.offset > c->rlen ||
+    if (!fr || fr->started || fr->len != d.len || c->fr.hdr_got || d.offset > c->rlen ||
         d.len > c->rlen - d.offset) {
         conn_fail_err(c, FERRY_EPROTO, "a rendezvous descriptor that matches no object");
         return;

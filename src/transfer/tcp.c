@@ -24,6 +24,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "transfer/framer.h"
 #include "transfer/transport.h"
 #include "transfer/wire.h"
 
@@ -59,12 +60,9 @@ struct tcp_conn {
     struct loop_timer writer; /* writes what was queued, later in the same loop turn */
     struct tcp_seg *sq, **sq_tail;  /* send queue */
     struct tcp_recv *rq, **rq_tail; /* receive-into queue */
-    uint8_t hdr[PROTO_HEADER_SIZE];
-    size_t hdr_got;
+    struct framer fr;
     uint8_t la[TCP_LOOKAHEAD]; /* read but not yet handed out: la[la_off .. la_len) */
     size_t la_off, la_len;
-    struct proto_header h;
-    struct pbuf frame;
 };
 
 struct xlistener {
@@ -135,7 +133,7 @@ static void reap(struct loop *l, struct loop_timer *t)
         c->rq = r->next;
         free(r);
     }
-    pbuf_free(&c->frame);
+    framer_free(&c->fr);
     free(c);
 }
 
@@ -307,39 +305,13 @@ static void payload_advanced(struct tcp_conn *c, size_t n)
     free(r);
 }
 
-/* The frame being read got bytes: delivered when whole. */
-static void frame_advanced(struct tcp_conn *c)
+/* What the framer said of the frame being read (framer.h): delivered when whole. */
+static void frame_advanced(struct tcp_conn *c, int rc)
 {
-    if (c->hdr_got < PROTO_HEADER_SIZE || c->frame.len < c->h.length)
-        return;
-    c->hdr_got = 0;
-    c->base.ev->frame(&c->base, &c->h, c->frame.data);
-}
-
-/* Adds n header or payload bytes at p to the frame being read. */
-static void give_frame(struct tcp_conn *c, const uint8_t *p, size_t n)
-{
-    if (c->hdr_got == PROTO_HEADER_SIZE) {
-        memcpy(c->frame.data + c->frame.len, p, n);
-        c->frame.len += n;
-        frame_advanced(c);
-        return;
-    }
-    memcpy(c->hdr + c->hdr_got, p, n);
-    c->hdr_got += n;
-    if (c->hdr_got < PROTO_HEADER_SIZE)
-        return;
-    if (proto_decode_header(c->hdr, c->base.max_frame, &c->h) < 0) {
-        conn_fail_err(c, FERRY_EPROTO, ferry_errmsg());
-        return;
-    }
-    c->frame.len = 0;
-    pbuf_reserve(&c->frame, c->h.length);
-    if (c->frame.oom) {
-        conn_fail(c, "out of memory for a frame");
-        return;
-    }
-    frame_advanced(c);
+    if (rc < 0)
+        conn_fail_err(c, rc == FERRY_EPROTO ? FERRY_EPROTO : FERRY_ECONN, ferry_errmsg());
+    else if (rc == 1)
+        c->base.ev->frame(&c->base, &c->fr.h, c->fr.frame.data);
 }
 
 /* How many bytes the current consumer takes next. */
@@ -347,9 +319,7 @@ static size_t wanted(const struct tcp_conn *c)
 {
     if (c->rq)
         return c->rq->len > SIZE_MAX ? SIZE_MAX : (size_t)c->rq->len;
-    if (c->hdr_got < PROTO_HEADER_SIZE)
-        return PROTO_HEADER_SIZE - c->hdr_got;
-    return c->h.length - c->frame.len;
+    return framer_wanted(&c->fr);
 }
 
 /* Hands out what the lookahead holds, in order, to frames and receives. */
@@ -363,7 +333,7 @@ static void drain_lookahead(struct tcp_conn *c)
             n = w;
         c->la_off += n;
         if (!c->rq) {
-            give_frame(c, p, n);
+            frame_advanced(c, framer_put(&c->fr, p, n, c->base.max_frame));
             continue;
         }
         if (c->rq->dst)
@@ -380,9 +350,9 @@ static int read_targets(struct tcp_conn *c, struct iovec *iov)
     if (c->rq && c->rq->dst && c->rq->len >= TCP_LOOKAHEAD) {
         for (struct tcp_recv *r = c->rq; r && r->dst && cnt < TCP_IOV_MAX; r = r->next)
             iov[cnt++] = (struct iovec){r->dst, r->len > SIZE_MAX ? SIZE_MAX : (size_t)r->len};
-    } else if (!c->rq && c->hdr_got == PROTO_HEADER_SIZE &&
-               c->h.length - c->frame.len >= TCP_LOOKAHEAD) {
-        iov[cnt++] = (struct iovec){c->frame.data + c->frame.len, c->h.length - c->frame.len};
+    } else if (!c->rq && c->fr.hdr_got == PROTO_HEADER_SIZE &&
+               framer_wanted(&c->fr) >= TCP_LOOKAHEAD) {
+        iov[cnt++] = (struct iovec){c->fr.frame.data + c->fr.frame.len, framer_wanted(&c->fr)};
     } else {
         c->la_off = c->la_len = 0;
         iov[cnt++] = (struct iovec){c->la, sizeof(c->la)};
@@ -415,8 +385,7 @@ static ssize_t read_some(struct tcp_conn *c)
             left -= k;
         }
     } else {
-        c->frame.len += (size_t)n;
-        frame_advanced(c);
+        frame_advanced(c, framer_grew(&c->fr, (size_t)n));
     }
     return c->closed ? -1 : n;
 }
