@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data += FMSG_HDR;
     size -= FMSG_HDR;
     if (h.kind == K_RDV && fmsg_rdv_get(data, size, &r) == 0) {
-        if (r.key < data || r.key + r.key_len > data + size ||
-            fmsg_rdv_put(again, &r) != size || memcmp(again, data, size) != 0 || r.len == 0)
+        if (r.key < data || r.key + r.key_len > data + size || fmsg_rdv_put(again, &r) != size ||
+            memcmp(again, data, size) != 0 || r.len == 0)
             abort();
     }
     if (h.kind == K_DONE && fmsg_done_get(data, size, &cookie) == 0 && size != FMSG_DONE)

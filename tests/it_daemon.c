@@ -282,9 +282,8 @@ static double cpu_seconds(pid_t pid)
     /* Fields 14 and 15, counted after the parenthesised command name. */
     const char *p = strrchr(buf, ')');
     assert_non_null(p);
-    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
-                            &stime),
-                     2);
+    assert_int_equal(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 

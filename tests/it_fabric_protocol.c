@@ -246,9 +246,12 @@ H_CLUSTER_TEST(failing_fabric_peer_goes_over_tcp)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(eager_limit_edges),        T(empty_data_with_metadata),
-        T(one_gib),                  T(credit_window_of_one),
-        T(holder_killed_during_read), T(unpin_that_never_arrives_expires),
+        T(eager_limit_edges),
+        T(empty_data_with_metadata),
+        T(one_gib),
+        T(credit_window_of_one),
+        T(holder_killed_during_read),
+        T(unpin_that_never_arrives_expires),
         T(failing_fabric_peer_goes_over_tcp),
     };
     if (!getenv("FERRY_TEST_TRANSPORT") || strcmp(getenv("FERRY_TEST_TRANSPORT"), "tcp") == 0) {

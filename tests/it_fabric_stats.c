@@ -1,8 +1,9 @@
 /*
  * it_fabric_stats.c - what ferry stat shows of the transports: two nodes on the libfabric
- * provider FERRY_TEST_TRANSPORT names (rxm: tcp;ofi_rxm, or shm), one pulling from the other, count one handshake, two registrations, messages for a
- * small object and one-sided reads for a large one, and list the holder as a fabric peer; a
- * larger eager limit set at run time sends the next large object as messages; a pair on
+ * provider FERRY_TEST_TRANSPORT names (rxm: tcp;ofi_rxm, or shm), one pulling from the other, count
+ * one handshake, two registrations, messages for a small object and one-sided reads for a large
+ * one, and list the holder as a fabric peer; a larger eager limit set at run time sends the next
+ * large object as messages; a pair on
  * --transport tcp lists its peer on tcp and says why; a standalone node has no peers and no
  * eager limit to set.
  *

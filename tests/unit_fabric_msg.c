@@ -38,8 +38,12 @@ static void test_header_round_trip_and_refusals(void **state)
 static void test_rdv_and_done(void **state)
 {
     const uint8_t key[8] = {9, 8, 7};
-    struct fmsg_rdv in = {.offset = 4096, .len = 1 << 20, .cookie = 77, .lease_ms = 5020,
-                          .key = key, .key_len = sizeof(key)},
+    struct fmsg_rdv in = {.offset = 4096,
+                          .len = 1 << 20,
+                          .cookie = 77,
+                          .lease_ms = 5020,
+                          .key = key,
+                          .key_len = sizeof(key)},
                     out = {0};
     uint8_t p[FMSG_RDV_FIXED + FMSG_KEY_MAX];
     size_t n = fmsg_rdv_put(p, &in);
@@ -75,8 +79,13 @@ static void test_rdv_and_done(void **state)
 static void test_hello_round_trip_and_refusals(void **state)
 {
     const uint8_t name[] = "fi_shm://1234";
-    struct fmsg_hello in = {.id = 3, .window = 8, .name = name, .name_len = sizeof(name),
-                            .virt = 1, .base = 1 << 20, .len = 1 << 30},
+    struct fmsg_hello in = {.id = 3,
+                            .window = 8,
+                            .name = name,
+                            .name_len = sizeof(name),
+                            .virt = 1,
+                            .base = 1 << 20,
+                            .len = 1 << 30},
                       out;
     uint8_t p[FMSG_HELLO_FIXED + FMSG_NAME_MAX + 8];
     size_t n = fmsg_hello_put(p, &in);
@@ -88,7 +97,7 @@ static void test_hello_round_trip_and_refusals(void **state)
     assert_memory_equal(out.name, name, sizeof(name));
     assert_int_equal(out.base, 1 << 20);
     assert_int_equal(fmsg_hello_get(p, n - 1, &out), FERRY_EPROTO); /* lengths disagree */
-    fmsg_put16(p + 16, 8);                                           /* a key: not any more */
+    fmsg_put16(p + 16, 8);                                          /* a key: not any more */
     memset(p + n, 1, 8);
     assert_int_equal(fmsg_hello_get(p, n + 8, &out), FERRY_EPROTO);
     fmsg_put16(p + 16, 0);

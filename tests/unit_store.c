@@ -302,8 +302,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_states_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_object_takes_no_space, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hash_depends_on_content_and_boundary, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_hash_depends_on_content_and_boundary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eviction_in_lru_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_referenced_never_evicted_and_no_useless_eviction,
                                         setup, teardown),

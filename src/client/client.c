@@ -58,8 +58,8 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
         return client_broken(c, err_set(FERRY_ENOMEM, "reply of %zu bytes", need));
     while (c->in.len < need) {
         int got = -1, flags = spin_until ? MSG_DONTWAIT : 0;
-        ssize_t n = usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got,
-                                  flags);
+        ssize_t n =
+            usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got, flags);
         if (got >= 0) {
             if (fd && *fd < 0)
                 *fd = got;

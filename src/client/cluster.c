@@ -30,13 +30,13 @@ static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, i
     if ((rc = client_reply_end(c)) < 0)
         return rc;
     if (first)
-        return err_set(first, "%s", first == FERRY_ETIMEDOUT ? "not local before the timeout"
-                                                             : ferry_strerror(first));
+        return err_set(first, "%s",
+                       first == FERRY_ETIMEDOUT ? "not local before the timeout"
+                                                : ferry_strerror(first));
     return 0;
 }
 
-int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
-                int *statuses)
+int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses)
 {
     int rc;
 

@@ -742,7 +742,8 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
 {
     char key[NODE_KEY_MAX], ttl[16];
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *hset[] = {"HSET",       key, "addr", d->self.addr, "transports", d->self.transports,
+    const char *hset[] = {"HSET",       key,           "addr",
+                          d->self.addr, "transports",  d->self.transports,
                           "fabric",     d->self.fabric};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
 
@@ -1018,8 +1019,10 @@ static int configure(struct directory *d, const struct directory_config *cfg)
         return err_set(FERRY_EINVAL, "directory: the transports must have at most %d characters",
                        DIRECTORY_TRANSPORTS_MAX);
     if (!field_valid(self->fabric, sizeof(self->fabric), 1))
-        return err_set(FERRY_EINVAL, "directory: the fabric address must have at most %d "
-                       "characters", DIRECTORY_FABRIC_MAX);
+        return err_set(FERRY_EINVAL,
+                       "directory: the fabric address must have at most %d "
+                       "characters",
+                       DIRECTORY_FABRIC_MAX);
     d->self = *self;
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;

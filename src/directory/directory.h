@@ -4,9 +4,9 @@
  * API on the daemon's event loop (no thread of its own).
  *
  * Redis schema (DB from the URL):
- *   ferry:node:<node-id>   hash {addr, transports, fabric}, with a TTL the node refreshes by heartbeat:
- *                          a node that dies disappears when the TTL runs out (a few seconds)
- *   ferry:obj:<40 hex>     set of node ids holding a sealed copy
+ *   ferry:node:<node-id>   hash {addr, transports, fabric}, with a TTL the node refreshes by
+ * heartbeat: a node that dies disappears when the TTL runs out (a few seconds) ferry:obj:<40 hex>
+ * set of node ids holding a sealed copy
  *
  * Publications (a seal, a fetched copy) and withdrawals (delete, eviction) are queued and
  * written pipelined once per loop turn: no Redis round trip sits on the path of a local seal.
@@ -40,7 +40,7 @@ struct directory_node {
     char id[DIRECTORY_NODE_ID_MAX + 1];
     char addr[DIRECTORY_ADDR_MAX + 1];             /* transfer address, HOST:PORT */
     char transports[DIRECTORY_TRANSPORTS_MAX + 1]; /* comma-separated, e.g. "tcp" */
-    char fabric[DIRECTORY_FABRIC_MAX + 1]; /* PROVIDER@HEX endpoint name, or empty */
+    char fabric[DIRECTORY_FABRIC_MAX + 1];         /* PROVIDER@HEX endpoint name, or empty */
 };
 
 struct directory_config {
@@ -88,8 +88,8 @@ typedef void directory_holders_fn(void *arg, int status, const struct directory_
 
 /* Looks up the holders of id; from the cache unless fresh is set. The callback runs later,
  * never from within this call. Returns 0, or FERRY_ENOMEM. */
-int directory_lookup(struct directory *d, const ferry_id *id, int fresh,
-                     directory_holders_fn *cb, void *arg);
+int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_holders_fn *cb,
+                     void *arg);
 
 /* Cancels the callbacks of pending lookups made with arg (its owner is going away). */
 void directory_cancel(struct directory *d, void *arg);

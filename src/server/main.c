@@ -118,16 +118,23 @@ static int parse_eager(const char *text, uint64_t *out)
 
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
-    static const struct option opts[] = {
-        {"socket", required_argument, NULL, 's'},    {"memory", required_argument, NULL, 'm'},
-        {"socket-mode", required_argument, NULL, 'M'}, {"hugepages", no_argument, NULL, 'H'},
-        {"verbose", no_argument, NULL, 'v'},         {"busy-poll", required_argument, NULL, 'b'},
-        {"node-id", required_argument, NULL, 'n'},   {"listen", required_argument, NULL, 'l'},
-        {"directory", required_argument, NULL, 'd'}, {"secret-file", required_argument, NULL, 'S'},
-        {"verify", no_argument, NULL, 'V'},          {"help", no_argument, NULL, 'h'},
-        {"transport", required_argument, NULL, 't'}, {"fabric-provider", required_argument, NULL, 'P'},
-        {"eager-max", required_argument, NULL, 'E'}, {"fabric-window", required_argument, NULL, 'W'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
+                                         {"memory", required_argument, NULL, 'm'},
+                                         {"socket-mode", required_argument, NULL, 'M'},
+                                         {"hugepages", no_argument, NULL, 'H'},
+                                         {"verbose", no_argument, NULL, 'v'},
+                                         {"busy-poll", required_argument, NULL, 'b'},
+                                         {"node-id", required_argument, NULL, 'n'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"directory", required_argument, NULL, 'd'},
+                                         {"secret-file", required_argument, NULL, 'S'},
+                                         {"verify", no_argument, NULL, 'V'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"transport", required_argument, NULL, 't'},
+                                         {"fabric-provider", required_argument, NULL, 'P'},
+                                         {"eager-max", required_argument, NULL, 'E'},
+                                         {"fabric-window", required_argument, NULL, 'W'},
+                                         {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
 

@@ -356,8 +356,10 @@ static int open_cluster(struct server *s)
         return err_set(FERRY_EINVAL, "node id '%s': at most %d characters, no spaces, ':' or ','",
                        c->node_id, DIRECTORY_NODE_ID_MAX);
     if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
-        return err_set(FERRY_EINVAL, "--listen %s: peers connect to this address, so it must be "
-                       "one they can reach, not a wildcard", c->listen_addr);
+        return err_set(FERRY_EINVAL,
+                       "--listen %s: peers connect to this address, so it must be "
+                       "one they can reach, not a wildcard",
+                       c->listen_addr);
     if (c->secret_file) {
         if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
             return rc;
@@ -373,8 +375,8 @@ static int open_cluster(struct server *s)
     if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
         return rc;
     engine_set_directory(s->engine, s->dir);
-    log_info("node %s: transfers on %s (tcp%s%s), directory %s%s%s", c->node_id,
-             c->listen_addr, engine_fabric_provider(s->engine) ? ", fabric " : "",
+    log_info("node %s: transfers on %s (tcp%s%s), directory %s%s%s", c->node_id, c->listen_addr,
+             engine_fabric_provider(s->engine) ? ", fabric " : "",
              engine_fabric_provider(s->engine) ? engine_fabric_provider(s->engine) : "",
              c->directory_url, ec.secret ? ", secret required" : "",
              c->verify ? ", verifying" : "");

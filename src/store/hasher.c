@@ -12,11 +12,11 @@ struct hasher {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    pthread_cond_t idle;                  /* signalled when pending is empty and busy is 0 */
-    int busy;                             /* guarded by lock: the worker is hashing */
+    pthread_cond_t idle;                        /* signalled when pending is empty and busy is 0 */
+    int busy;                                   /* guarded by lock: the worker is hashing */
     struct hasher_job *pending, **pending_tail; /* guarded by lock */
-    struct hasher_job *done, **done_tail; /* guarded by lock */
-    int stopping;                         /* guarded by lock */
+    struct hasher_job *done, **done_tail;       /* guarded by lock */
+    int stopping;                               /* guarded by lock */
     int efd;
 };
 

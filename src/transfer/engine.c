@@ -138,8 +138,8 @@ struct inconn {
     struct pin *pins;
     uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
     int paused;
-    uint64_t stall_bytes;     /* conn->bytes_out when the send watchdog was armed */
-    struct loop_timer stall;  /* a receiver that stops reading what it asked for */
+    uint64_t stall_bytes;    /* conn->bytes_out when the send watchdog was armed */
+    struct loop_timer stall; /* a receiver that stops reading what it asked for */
     struct inconn *next, **pprev;
 };
 
@@ -216,17 +216,16 @@ static void breaker_ok(struct engine *e, const char *node)
 }
 
 /* The transport for a peer, and why (for ferry stat). */
-static const struct transport *transport_for(struct engine *e,
-                                             const struct directory_node *node,
-                                      char *why, size_t len)
+static const struct transport *transport_for(struct engine *e, const struct directory_node *node,
+                                             char *why, size_t len)
 {
     const char *at = strchr(node->fabric, '@');
     const char *mine = e->fab_l ? fabric->provider(e->fab_l) : NULL;
     struct breaker *b = breaker_find(e, node->id, 0);
 
     if (!mine) {
-        snprintf(why, len, "%s", e->cfg.transport == ENGINE_TCP ? "--transport tcp"
-                                                                 : "no fabric on this node");
+        snprintf(why, len, "%s",
+                 e->cfg.transport == ENGINE_TCP ? "--transport tcp" : "no fabric on this node");
     } else if (!at) {
         snprintf(why, len, "the peer has no fabric");
     } else if ((size_t)(at - node->fabric) != strlen(mine) ||
@@ -811,8 +810,8 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         complete_entry(p, pe);
         return 0;
     }
-    return p->conn->type->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL,
-                                    len, pe);
+    return p->conn->type->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL, len,
+                                    pe);
 }
 
 static void peer_on_reply(struct peer *p, const struct wire_msg *m)
@@ -863,9 +862,7 @@ static void peer_received(struct xconn *c, void *arg)
     complete_entry(c->owner, arg);
 }
 
-static void peer_sent(struct xconn *c, void *arg)
-{
-}
+static void peer_sent(struct xconn *c, void *arg) {}
 
 static const struct xconn_events peer_events = {
     .frame = peer_frame,
@@ -888,8 +885,8 @@ static void on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
         if (job->digest == w->digest) {
             want_seal(w);
         } else {
-            log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64
-                     ")",
+            log_warn("object from %s failed verification (digest %016" PRIx64
+                     ", expected %016" PRIx64 ")",
                      w->holder, job->digest, w->digest);
             store_abort(e->store, w->obj);
             w->obj = NULL;
@@ -930,8 +927,8 @@ static void on_holders(void *arg, int status, const struct directory_node *h, si
     }
     if (!(pick = choose(w->e, w, h, n))) {
         if (n)
-            want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)",
-                                   w->ntried, w->holder));
+            want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)", w->ntried,
+                                   w->holder));
         else
             want_retry(w); /* sealed nowhere (any more): a holder may still come */
         return;
@@ -1044,8 +1041,8 @@ static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
     memcpy(ic->nonce_c, m->nonce, WIRE_NONCE);
     snprintf(ic->node, sizeof(ic->node), "%s", m->node);
     if (RAND_bytes(ic->nonce_a, WIRE_NONCE) != 1 ||
-        (e->secret && wire_mac(e->secret, e->cfg.secret_len, "acceptor", ic->nonce_c,
-                               ic->nonce_a, mac) < 0)) {
+        (e->secret &&
+         wire_mac(e->secret, e->cfg.secret_len, "acceptor", ic->nonce_c, ic->nonce_a, mac) < 0)) {
         in_abort(ic, "cannot make a challenge");
         return;
     }
@@ -1062,8 +1059,8 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
     struct engine *e = ic->e;
     uint8_t expect[WIRE_MAC] = {0};
 
-    if (e->secret && wire_mac(e->secret, e->cfg.secret_len, "connector", ic->nonce_c,
-                              ic->nonce_a, expect) < 0) {
+    if (e->secret &&
+        wire_mac(e->secret, e->cfg.secret_len, "connector", ic->nonce_c, ic->nonce_a, expect) < 0) {
         in_abort(ic, "cannot check the proof");
         return;
     }
@@ -1253,9 +1250,7 @@ static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_
                                            : "message before authentication");
 }
 
-static void in_received(struct xconn *c, void *arg)
-{
-}
+static void in_received(struct xconn *c, void *arg) {}
 
 static void in_sent(struct xconn *c, void *arg)
 {
@@ -1366,8 +1361,8 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->cfg.fabric_provider = NULL; /* not kept: the endpoint knows its provider */
     if ((rc = hasher_start(&e->verifier)) < 0)
         goto free_secret;
-    if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), EPOLLIN,
-                             on_verified, e)) < 0)
+    if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), EPOLLIN, on_verified,
+                             e)) < 0)
         goto stop_verifier;
     if ((rc = tcp->listen(l, &tc, &in_events, on_accept, e, &e->tcp_l)) < 0)
         goto unwatch_verifier;

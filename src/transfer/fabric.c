@@ -65,15 +65,15 @@
 
 #define FAB_API FI_VERSION(1, 9)
 #define FAB_HDR FMSG_HDR
-#define FAB_SMALL 4096u         /* small class: control messages, frames, small objects */
+#define FAB_SMALL 4096u       /* small class: control messages, frames, small objects */
 #define FAB_LARGE (64u << 10) /* large class: eager object chunks */
 #define FAB_SMALL_BUFS 1024u
 #define FAB_LARGE_BUFS 512u
-#define FAB_RESERVE 16u         /* small buffers for CONNECT, ACCEPT, CLOSE from anyone */
-#define FAB_EXTRA 2u            /* per connection and class, for CREDIT messages */
-#define FAB_TX_MAX 256u         /* registered send buffers (header and copied frame bytes) */
-#define FAB_SLOTS 4096u         /* connection ids */
-#define FAB_AV_MAX 4096u        /* peer addresses kept (one per node that ever connected) */
+#define FAB_RESERVE 16u  /* small buffers for CONNECT, ACCEPT, CLOSE from anyone */
+#define FAB_EXTRA 2u     /* per connection and class, for CREDIT messages */
+#define FAB_TX_MAX 256u  /* registered send buffers (header and copied frame bytes) */
+#define FAB_SLOTS 4096u  /* connection ids */
+#define FAB_AV_MAX 4096u /* peer addresses kept (one per node that ever connected) */
 #define FAB_CQ_BATCH 64
 #define FAB_CQ_PER_TURN 4096
 #define FAB_READ_CHUNK (4u << 20)
@@ -115,10 +115,10 @@ struct fseg;
 struct txop {
     struct fop op;
     struct fconn *c;
-    uint8_t *buf;        /* FAB_SMALL bytes in the registered buffer region */
-    struct fseg *range;  /* the eager range it carries a piece of, or NULL */
-    int abandoned;       /* given up on (on_zombie): already uncounted */
-    struct txop *next;   /* free list */
+    uint8_t *buf;       /* FAB_SMALL bytes in the registered buffer region */
+    struct fseg *range; /* the eager range it carries a piece of, or NULL */
+    int abandoned;      /* given up on (on_zombie): already uncounted */
+    struct txop *next;  /* free list */
 };
 
 struct rread;
@@ -128,7 +128,7 @@ struct rdop {
     struct rread *r;
     struct fconn *c; /* the connection that issued it (its record waits for this) */
     uint64_t len;
-    int abandoned;   /* given up on (on_zombie): already uncounted */
+    int abandoned;              /* given up on (on_zombie): already uncounted */
     struct rdop *next, **pprev; /* in the endpoint's reads in flight */
 };
 
@@ -190,16 +190,16 @@ struct fconn {
     uint32_t id, peer_id;
     fi_addr_t addr;
     int state, closed, paused, dirty;
-    uint32_t window;         /* buffers per class we reserved for the peer */
-    uint32_t credits[CL_N];  /* messages of each class we may still send */
-    uint32_t owed[CL_N];     /* the peer's messages we consumed and have not credited */
+    uint32_t window;        /* buffers per class we reserved for the peer */
+    uint32_t credits[CL_N]; /* messages of each class we may still send */
+    uint32_t owed[CL_N];    /* the peer's messages we consumed and have not credited */
     uint32_t peer_window;
     uint32_t tx_seq, rx_seq;
     int need_credit;
-    int stalled; /* waits for the peer's credits (counted in nstalled) */
-    int hello_due; /* our CONNECT or ACCEPT is still to be sent */
-    uint64_t rbase, rlen, rkey; /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
-    int rvirt, rkey_mapped; /* rkey came from fi_mr_map_raw (unmapped with the record) */
+    int stalled;                 /* waits for the peer's credits (counted in nstalled) */
+    int hello_due;               /* our CONNECT or ACCEPT is still to be sent */
+    uint64_t rbase, rlen, rkey;  /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
+    int rvirt, rkey_mapped;      /* rkey came from fi_mr_map_raw (unmapped with the record) */
     uint8_t rawkey[FAB_KEY_MAX]; /* the raw key rkey was mapped from */
     size_t rawkey_len;
     uint64_t connect_ns;
@@ -219,7 +219,7 @@ struct fconn {
     uint32_t inflight; /* sends and reads issued and not completed */
     struct drain *drains;
     struct loop_timer reaper, deadline;
-    struct fconn *dnext; /* in the endpoint's list of connections with something to send */
+    struct fconn *dnext;          /* in the endpoint's list of connections with something to send */
     struct fconn *anext, **aprev; /* every record, closed ones included, until freed */
 };
 
@@ -666,8 +666,8 @@ static void owed_undo(struct fconn *c, const uint8_t *h)
 
 /* Posts t (len bytes of its buffer, then an optional arena range) to the peer with tag cls.
  * 0, or -FI_EAGAIN (t is back in the free list), or another negative fi error. */
-static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *range,
-                   uint64_t rlen, int cls)
+static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *range, uint64_t rlen,
+                   int cls)
 {
     struct xlistener *f = c->f;
     struct iovec iov[2] = {{t->buf, len}, {(void *)range, (size_t)rlen}};
@@ -759,9 +759,12 @@ static int push_control(struct fconn *c, struct fseg *s)
     p = t->buf + FAB_HDR;
     if (s->kind == SEG_RDV) {
         /* The lease covers the bytes already lent on this connection: they are read first. */
-        struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena), .len = s->len,
-                             .cookie = s->cookie, .lease_ms = lease_ms(s->len + c->lent_bytes),
-                             .key = f->key, .key_len = f->key_len};
+        struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena),
+                             .len = s->len,
+                             .cookie = s->cookie,
+                             .lease_ms = lease_ms(s->len + c->lent_bytes),
+                             .key = f->key,
+                             .key_len = f->key_len};
         s->lease_ms = r.lease_ms;
         body = fmsg_rdv_put(p, &r);
     } else {
@@ -830,8 +833,7 @@ static void lease_expired(struct loop *l, struct loop_timer *t)
         return;
     }
     c->f->stats.leases_expired++;
-    log_warn("fabric: %s never said it was done reading a lent object; unpinning it",
-             c->base.peer);
+    log_warn("fabric: %s never said it was done reading a lent object; unpinning it", c->base.peer);
     c->base.ev->sent(&c->base, arg);
 }
 
@@ -1023,8 +1025,8 @@ static struct fseg *enqueue(struct fconn *c, int kind, const uint8_t *p, uint64_
         err_set(FERRY_ENOMEM, "send segment");
         return NULL;
     }
-    *s = (struct fseg){.kind = kind, .p = p, .len = len, .owned = owned, .arg = arg,
-                       .queued = kind == SEG_RANGE};
+    *s = (struct fseg){
+        .kind = kind, .p = p, .len = len, .owned = owned, .arg = arg, .queued = kind == SEG_RANGE};
     if (kind == SEG_RDV)
         s->cookie = ++c->f->next_cookie;
     *c->sq_tail = s;
@@ -1059,9 +1061,8 @@ static int fab_send_range(struct xconn *xc, const uint8_t *p, uint64_t len, void
         return err_set(FERRY_ECONN, "connection to %s closed", xc->peer);
     if (p < f->arena || len > f->arena_len || (uint64_t)(p - f->arena) > f->arena_len - len)
         return err_set(FERRY_EINVAL, "fabric: a range outside the registered arena");
-    return enqueue(c, len > xc->eager_max ? SEG_RDV : SEG_RANGE, p, len, NULL, arg)
-               ? 0
-               : FERRY_ENOMEM;
+    return enqueue(c, len > xc->eager_max ? SEG_RDV : SEG_RANGE, p, len, NULL, arg) ? 0
+                                                                                    : FERRY_ENOMEM;
 }
 
 /* ---- receiving: the stream ---- */
@@ -1201,8 +1202,7 @@ static int rdv_key(struct fconn *c, const struct fmsg_rdv *d)
         c->rkey = fmsg_get64(d->key);
         return 0;
     }
-    if (c->rkey_mapped && c->rawkey_len == d->key_len &&
-        memcmp(c->rawkey, d->key, d->key_len) == 0)
+    if (c->rkey_mapped && c->rawkey_len == d->key_len && memcmp(c->rawkey, d->key, d->key_len) == 0)
         return 0;
     if (c->rkey_mapped)
         fi_mr_unmap_key(f->domain, c->rkey);
@@ -1241,8 +1241,12 @@ static void on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms)
         conn_fail(c, "out of memory for a read");
         return;
     }
-    *r = (struct rread){.c = c, .dst = fr->dst, .len = d.len, .cookie = d.cookie,
-                        .raddr = (c->rvirt ? c->rbase : 0) + d.offset, .arg = fr->arg};
+    *r = (struct rread){.c = c,
+                        .dst = fr->dst,
+                        .len = d.len,
+                        .cookie = d.cookie,
+                        .raddr = (c->rvirt ? c->rbase : 0) + d.offset,
+                        .arg = fr->arg};
     /* From the RDV's arrival (it may have waited for its turn): never past the lease. */
     r->deadline_ms = at_ms + lease - (lease / 5 > FMSG_LEASE_MIN ? lease / 5 : FMSG_LEASE_MIN);
     c->rq = fr->next;
@@ -1280,8 +1284,8 @@ static void reads_push(struct xlistener *f)
         if (!op)
             return;
         *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .len = k};
-        rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr,
-                     r->raddr + r->issued, r->c->rkey, &op->op.ctx);
+        rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
+                     r->c->rkey, &op->op.ctx);
         if (rc < 0) {
             free(op);
             if (rc == -FI_EAGAIN) {
@@ -1473,9 +1477,12 @@ static void on_message(struct fconn *c, struct rbuf *b)
 /* Our CONNECT or ACCEPT body for c. */
 static size_t hello_put(const struct xlistener *f, const struct fconn *c, uint8_t *p)
 {
-    struct fmsg_hello h = {.id = c->id, .window = c->window, .name = f->name,
+    struct fmsg_hello h = {.id = c->id,
+                           .window = c->window,
+                           .name = f->name,
                            .name_len = f->name_len,
-                           .virt = f->virt, .base = (uint64_t)(uintptr_t)f->arena,
+                           .virt = f->virt,
+                           .base = (uint64_t)(uintptr_t)f->arena,
                            .len = f->arena_len};
     return fmsg_hello_put(p, &h);
 }
@@ -1687,7 +1694,8 @@ static void unattributed(struct xlistener *f, int err)
         return;
     f->unattributed_log_ms = now;
     log_warn("fabric: the provider reports a failed operation without saying which (%s); "
-             "deadlines will end what it was", fi_strerror(err));
+             "deadlines will end what it was",
+             fi_strerror(err));
 }
 
 /* Drives the provider (manual progress) and handles what completed; bounded per call. */
@@ -1885,8 +1893,8 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
     listen_host(addr, host, sizeof(host));
     if (rc == 0 && f->info->addr_format == FI_ADDR_STR)
         unique_name(host, sizeof(host));
-    if (rc == 0 && host[0] && (is_sockaddr(f->info->addr_format) ||
-                               f->info->addr_format == FI_ADDR_STR)) {
+    if (rc == 0 && host[0] &&
+        (is_sockaddr(f->info->addr_format) || f->info->addr_format == FI_ADDR_STR)) {
         struct fi_info *bound = NULL;
         if (fi_getinfo(FAB_API, host, NULL, FI_SOURCE, hints, &bound) == 0) {
             fi_freeinfo(f->info);
@@ -1895,9 +1903,10 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
     }
     fi_freeinfo(hints);
     if (rc)
-        return err_set(FERRY_ETRANSFER, "no libfabric provider%s%s with reliable messages and "
-                       "one-sided reads: %s", provider ? " named " : "", provider ? provider : "",
-                       fi_strerror(-rc));
+        return err_set(FERRY_ETRANSFER,
+                       "no libfabric provider%s%s with reliable messages and "
+                       "one-sided reads: %s",
+                       provider ? " named " : "", provider ? provider : "", fi_strerror(-rc));
     snprintf(f->provider, sizeof(f->provider), "%s", f->info->fabric_attr->prov_name);
     if (f->info->tx_attr->iov_limit < 2) /* header and arena piece go in one message */
         return err_set(FERRY_ETRANSFER, "fabric provider %s sends only one buffer per message",
@@ -2006,13 +2015,13 @@ static int open_buffers(struct xlistener *f)
         return err_set(FERRY_ETRANSFER, "fabric: the provider takes only %u posted receives",
                        nrecv);
 
-    f->tx_max = f->info->tx_attr->size / 2 < FAB_TX_MAX ? (uint32_t)f->info->tx_attr->size / 2
-                                                         : FAB_TX_MAX;
+    f->tx_max =
+        f->info->tx_attr->size / 2 < FAB_TX_MAX ? (uint32_t)f->info->tx_attr->size / 2 : FAB_TX_MAX;
     f->read_max = f->info->tx_attr->size / 2 ? (uint32_t)f->info->tx_attr->size / 2 : 1;
     if (f->tx_max == 0)
         f->tx_max = 1;
-    f->bufs_len = (size_t)(f->nsmall + FAB_RESERVE + f->tx_max) * FAB_SMALL +
-                  (size_t)f->nlarge * FAB_LARGE;
+    f->bufs_len =
+        (size_t)(f->nsmall + FAB_RESERVE + f->tx_max) * FAB_SMALL + (size_t)f->nlarge * FAB_LARGE;
     f->bufs = mmap(NULL, f->bufs_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (f->bufs == MAP_FAILED) {
         f->bufs = NULL;
@@ -2082,8 +2091,14 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
                        FAB_LARGE_BUFS - FAB_EXTRA);
     if (!(f = calloc(1, sizeof(*f))))
         return err_set(FERRY_ENOMEM, "fabric endpoint");
-    *f = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg, .arena = cfg->arena,
-                            .arena_len = cfg->arena_len, .window = cfg->window, .wait_fd = -1};
+    *f = (struct xlistener){.loop = loop,
+                            .ev = ev,
+                            .fn = fn,
+                            .arg = arg,
+                            .arena = cfg->arena,
+                            .arena_len = cfg->arena_len,
+                            .window = cfg->window,
+                            .wait_fd = -1};
     f->readq_tail = &f->readq;
     for (uint32_t i = 0; i < FAB_SLOTS; i++)
         f->gen[i] = random_gen();

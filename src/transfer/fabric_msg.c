@@ -78,9 +78,12 @@ int fmsg_rdv_get(const uint8_t *p, size_t n, struct fmsg_rdv *out)
 {
     if (n < FMSG_RDV_FIXED)
         return err_set(FERRY_EPROTO, "a rendezvous descriptor of %zu bytes", n);
-    *out = (struct fmsg_rdv){.offset = fmsg_get64(p), .len = fmsg_get64(p + 8),
-                             .cookie = fmsg_get64(p + 16), .lease_ms = fmsg_get32(p + 24),
-                             .key = p + FMSG_RDV_FIXED, .key_len = fmsg_get16(p + 28)};
+    *out = (struct fmsg_rdv){.offset = fmsg_get64(p),
+                             .len = fmsg_get64(p + 8),
+                             .cookie = fmsg_get64(p + 16),
+                             .lease_ms = fmsg_get32(p + 24),
+                             .key = p + FMSG_RDV_FIXED,
+                             .key_len = fmsg_get16(p + 28)};
     if (out->key_len == 0 || out->key_len > FMSG_KEY_MAX || FMSG_RDV_FIXED + out->key_len != n)
         return err_set(FERRY_EPROTO, "a rendezvous descriptor with a key of %zu bytes in %zu",
                        out->key_len, n);
@@ -117,9 +120,12 @@ int fmsg_hello_get(const uint8_t *p, size_t n, struct fmsg_hello *out)
 {
     if (n < FMSG_HELLO_FIXED || fmsg_get32(p) != FMSG_MAGIC || fmsg_get32(p + 4) != FMSG_VERSION)
         return err_set(FERRY_EPROTO, "a fabric hello with a wrong size, magic or version");
-    *out = (struct fmsg_hello){.id = fmsg_get32(p + 8), .window = fmsg_get16(p + 12),
-                               .name_len = fmsg_get16(p + 14), .virt = p[18],
-                               .base = fmsg_get64(p + 20), .len = fmsg_get64(p + 28)};
+    *out = (struct fmsg_hello){.id = fmsg_get32(p + 8),
+                               .window = fmsg_get16(p + 12),
+                               .name_len = fmsg_get16(p + 14),
+                               .virt = p[18],
+                               .base = fmsg_get64(p + 20),
+                               .len = fmsg_get64(p + 28)};
     out->name = p + FMSG_HELLO_FIXED;
     if (out->window == 0 || out->window > FMSG_WINDOW_MAX || out->name_len == 0 ||
         out->name_len > FMSG_NAME_MAX || fmsg_get16(p + 16) != 0 ||

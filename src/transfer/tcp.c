@@ -57,7 +57,7 @@ struct tcp_conn {
     int paused; /* reading stopped by the engine */
     struct loop_watch watch;
     struct loop_timer reaper;
-    struct loop_timer writer; /* writes what was queued, later in the same loop turn */
+    struct loop_timer writer;       /* writes what was queued, later in the same loop turn */
     struct tcp_seg *sq, **sq_tail;  /* send queue */
     struct tcp_recv *rq, **rq_tail; /* receive-into queue */
     struct framer fr;
@@ -78,8 +78,7 @@ struct xlistener {
 
 /* ---- addresses ---- */
 
-int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,
-                         size_t port_len)
+int transport_split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
 {
     const char *colon = addr ? strrchr(addr, ':') : NULL;
     const char *h = addr;
@@ -111,8 +110,8 @@ static int resolve(const char *addr, int passive, struct addrinfo **out)
         return rc;
     hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
     if ((rc = getaddrinfo(host, port, &hints, out)) != 0)
-        return err_set(FERRY_EINVAL, "address '%s': %s (numeric IP address and port needed)",
-                       addr, gai_strerror(rc));
+        return err_set(FERRY_EINVAL, "address '%s': %s (numeric IP address and port needed)", addr,
+                       gai_strerror(rc));
     return 0;
 }
 

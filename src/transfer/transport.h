@@ -65,15 +65,15 @@ struct xconfig {
 
 /* Counters of an endpoint (the fabric transport's; tcp has none). */
 struct xstats {
-    uint64_t registrations;     /* memory regions registered (at start only) */
-    uint64_t av_inserts;        /* peer addresses resolved (first contact only) */
+    uint64_t registrations;        /* memory regions registered (at start only) */
+    uint64_t av_inserts;           /* peer addresses resolved (first contact only) */
     uint64_t connects, connect_us; /* handshakes completed, and their total time */
     uint64_t eager_msgs, eager_bytes;
     uint64_t rdv_reads, rdv_bytes; /* one-sided reads issued, bytes they moved */
-    uint64_t leases_expired;    /* pins lent to a reader that never said it was done */
-    uint64_t credit_stalls;     /* sends that waited for the receiver's credits */
-    uint64_t retries;           /* operations the provider refused for now (-FI_EAGAIN) */
-    uint64_t unattributed_errors; /* failures the provider reported without their operation */
+    uint64_t leases_expired;       /* pins lent to a reader that never said it was done */
+    uint64_t credit_stalls;        /* sends that waited for the receiver's credits */
+    uint64_t retries;              /* operations the provider refused for now (-FI_EAGAIN) */
+    uint64_t unattributed_errors;  /* failures the provider reported without their operation */
 };
 
 struct transport {

@@ -96,15 +96,14 @@ int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wir
         return err_set(FERRY_EPROTO, "transfer message type %u truncated (%u bytes)", h->type,
                        h->length);
     if (r.left)
-        return err_set(FERRY_EPROTO, "transfer message type %u has %zu trailing bytes",
-                       h->type, r.left);
+        return err_set(FERRY_EPROTO, "transfer message type %u has %zu trailing bytes", h->type,
+                       r.left);
     return 0;
 }
 
 void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out)
 {
-    struct preader r = {m->entries + (size_t)i * WIRE_REPLY_ENTRY_SIZE, WIRE_REPLY_ENTRY_SIZE,
-                        0};
+    struct preader r = {m->entries + (size_t)i * WIRE_REPLY_ENTRY_SIZE, WIRE_REPLY_ENTRY_SIZE, 0};
 
     out->status = (int32_t)prd_u32(&r);
     out->data_size = prd_u64(&r);
@@ -140,8 +139,8 @@ void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC])
     proto_frame_end(b, start);
 }
 
-void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max,
-               const ferry_id *ids, uint32_t n)
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
+               uint32_t n)
 {
     size_t start = proto_frame_begin(b, WIRE_PULL, tag);
     pbuf_u8(b, flags);

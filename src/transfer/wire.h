@@ -73,8 +73,8 @@ void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE
 void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
                     const uint8_t mac[WIRE_MAC]);
 void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
-void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max,
-               const ferry_id *ids, uint32_t n);
+void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
+               uint32_t n);
 /* A reply is built in place: begin, n entries, end. */
 size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
 void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);
