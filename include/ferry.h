@@ -27,6 +27,8 @@ extern "C" {
 #endif
 
 #define FERRY_ID_SIZE 20
+/* Most ids one ferry_get, ferry_fetch or ferry_refresh takes. */
+#define FERRY_MAX_IDS 65536u
 #define FERRY_DEFAULT_SOCKET "/tmp/ferry.sock"
 
 /* While a call waits for the daemon's reply, the calling thread polls for this many
@@ -125,6 +127,11 @@ int ferry_delete(ferry_client *c, const ferry_id *id);
 int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
               const void *metadata, uint64_t metadata_size);
 
+/* Objects up to this size (data + metadata) are put through the client's staging area in the
+ * arena: one message exchange for a whole batch, at the price of one copy inside the daemon.
+ * Larger ones are created, copied into by the caller's thread and sealed. */
+#define FERRY_SMALL_PUT_MAX (64u << 10)
+
 /* One object of a batched put. */
 typedef struct ferry_put_item {
     ferry_id id;
@@ -201,25 +208,35 @@ typedef struct ferry_stats {
     uint64_t directory_reconnects; /* connections to Redis re-established */
     /* Fabric (libfabric) transfers: all 0 on a standalone node, the fabric_ ones also on a
      * node without a fabric (--transport tcp, or none opened). */
-    uint64_t eager_max;             /* objects up to this size are pulled as messages (eager),
-                                     * larger ones by one-sided reads (ferry_set_eager_max) */
-    uint64_t fabric_registrations;  /* memory regions registered (the arena, bounce buffers) */
-    uint64_t fabric_av_inserts;     /* peer addresses resolved (first contact only) */
-    uint64_t fabric_connects;       /* fabric handshakes this node completed */
-    uint64_t fabric_connect_us;     /* their total time, in microseconds */
-    uint64_t fabric_eager_msgs;     /* messages that carried object bytes (sent) */
-    uint64_t fabric_eager_bytes;    /* object bytes they carried */
-    uint64_t fabric_rdv_reads;      /* one-sided reads issued (rendezvous) */
-    uint64_t fabric_rdv_bytes;      /* object bytes they moved */
-    uint64_t fabric_leases_expired; /* pins lent to a reader that never said it was done */
-    uint64_t fabric_credit_stalls;  /* sends that waited for the receiver's credits */
-    uint64_t fabric_retries;        /* operations the provider refused for the moment */
-    uint64_t fabric_failures;       /* fabric connections to peers that failed */
-    uint64_t fabric_fallbacks;      /* times a peer was put on tcp after repeated failures */
+    uint64_t eager_max;                  /* objects up to this size are pulled as messages (eager),
+                                          * larger ones by one-sided reads (ferry_set_eager_max) */
+    uint64_t fabric_registrations;       /* memory regions registered (the arena, bounce buffers) */
+    uint64_t fabric_av_inserts;          /* peer addresses resolved (first contact only) */
+    uint64_t fabric_connects;            /* fabric handshakes this node completed */
+    uint64_t fabric_connect_us;          /* their total time, in microseconds */
+    uint64_t fabric_eager_msgs;          /* messages that carried object bytes (sent) */
+    uint64_t fabric_eager_bytes;         /* object bytes they carried */
+    uint64_t fabric_rdv_reads;           /* one-sided reads issued (rendezvous) */
+    uint64_t fabric_rdv_bytes;           /* object bytes they moved */
+    uint64_t fabric_leases_expired;      /* pins lent to a reader that never said it was done */
+    uint64_t fabric_credit_stalls;       /* sends that waited for the receiver's credits */
+    uint64_t fabric_retries;             /* operations the provider refused for the moment */
+    uint64_t fabric_failures;            /* fabric connections to peers that failed */
+    uint64_t fabric_fallbacks;           /* times a peer was put on tcp after repeated failures */
     uint64_t fabric_unattributed_errors; /* failures a provider reported without the operation */
 } ferry_stats;
 
 int ferry_stats_get(ferry_client *c, ferry_stats *out);
+
+/* A field of struct ferry_stats: its name and the byte offset of its uint64_t. */
+typedef struct ferry_stat_field {
+    const char *name;
+    size_t offset;
+} ferry_stat_field;
+
+/* Every field of struct ferry_stats, in order, under its own name (what `ferry stat` prints and
+ * the Python module's stats() returns); *n receives the count. */
+const ferry_stat_field *ferry_stat_fields(size_t *n);
 
 enum ferry_event { FERRY_EVENT_SEALED = 1, FERRY_EVENT_DELETED = 2, FERRY_EVENT_EVICTED = 3 };
 
@@ -243,8 +260,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
 /* Makes each of the n objects local: one already local counts at once; otherwise it is
  * pulled from a node that holds it (another holder is tried if one fails), and an id that no
  * node holds yet is waited for until timeout_ms (-1 forever; 0 answers at once, with
- * FERRY_ETIMEDOUT for what is not local yet, while transfers it started go on). Several clients of a
- * node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
+ * FERRY_ETIMEDOUT for what is not local yet, while transfers it started go on). Several clients of
+ * a node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
  * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
  * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure.
  * Takes no references: follow with ferry_get, or use ferry_get_fetch. */
@@ -303,6 +320,10 @@ int ferry_set_eager_max(ferry_client *c, uint64_t bytes);
 /* Parses a printable id: exactly 40 hex digits are the raw id, any other string is hashed
  * to 20 bytes with SHA-1. */
 int ferry_id_parse(const char *text, ferry_id *out);
+
+/* The id of a name of len bytes (any bytes, NUL included): their SHA-1 digest. This is the rule
+ * ferry_id_parse applies to a string that is not 40 hex digits. */
+int ferry_id_from_name(const void *name, size_t len, ferry_id *out);
 
 /* Writes the 40 hex digits of id and a NUL to out (41 bytes). */
 void ferry_id_format(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1]);

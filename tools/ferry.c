@@ -716,68 +716,10 @@ static int cmd_ls(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
-/* The fields of struct ferry_stats, all uint64_t, under their own names. */
-#define STAT_FIELD(f) #f, offsetof(struct ferry_stats, f)
-static const struct {
-    const char *name;
-    size_t offset;
-} stat_fields[] = {
-    {STAT_FIELD(capacity_bytes)},
-    {STAT_FIELD(used_bytes)},
-    {STAT_FIELD(staging_bytes)},
-    {STAT_FIELD(objects)},
-    {STAT_FIELD(sealed_objects)},
-    {STAT_FIELD(clients)},
-    {STAT_FIELD(evicted_objects)},
-    {STAT_FIELD(evicted_bytes)},
-    {STAT_FIELD(created_objects)},
-    {STAT_FIELD(sealed_total)},
-    {STAT_FIELD(aborted_objects)},
-    {STAT_FIELD(deleted_objects)},
-    {STAT_FIELD(gets)},
-    {STAT_FIELD(get_timeouts)},
-    {STAT_FIELD(refused_creates)},
-    {STAT_FIELD(protocol_errors)},
-    {STAT_FIELD(connections_total)},
-    {STAT_FIELD(subscribers)},
-    {STAT_FIELD(notifications_dropped)},
-    {STAT_FIELD(connections_opened)},
-    {STAT_FIELD(connections_accepted)},
-    {STAT_FIELD(fetches)},
-    {STAT_FIELD(transfers_in)},
-    {STAT_FIELD(transfers_out)},
-    {STAT_FIELD(transfer_failures)},
-    {STAT_FIELD(bytes_in)},
-    {STAT_FIELD(bytes_out)},
-    {STAT_FIELD(peer_errors)},
-    {STAT_FIELD(directory_up)},
-    {STAT_FIELD(directory_lookups)},
-    {STAT_FIELD(directory_cache_hits)},
-    {STAT_FIELD(directory_reconnects)},
-    {STAT_FIELD(eager_max)},
-    {STAT_FIELD(fabric_registrations)},
-    {STAT_FIELD(fabric_av_inserts)},
-    {STAT_FIELD(fabric_connects)},
-    {STAT_FIELD(fabric_connect_us)},
-    {STAT_FIELD(fabric_eager_msgs)},
-    {STAT_FIELD(fabric_eager_bytes)},
-    {STAT_FIELD(fabric_rdv_reads)},
-    {STAT_FIELD(fabric_rdv_bytes)},
-    {STAT_FIELD(fabric_leases_expired)},
-    {STAT_FIELD(fabric_credit_stalls)},
-    {STAT_FIELD(fabric_retries)},
-    {STAT_FIELD(fabric_failures)},
-    {STAT_FIELD(fabric_fallbacks)},
-    {STAT_FIELD(fabric_unattributed_errors)},
-};
-#define N_STAT_FIELDS (sizeof(stat_fields) / sizeof(stat_fields[0]))
-_Static_assert(N_STAT_FIELDS * sizeof(uint64_t) == sizeof(ferry_stats),
-               "a field of struct ferry_stats is missing from stat_fields");
-
-static uint64_t stat_value(const ferry_stats *st, size_t i)
+static uint64_t stat_value(const ferry_stats *st, const ferry_stat_field *f)
 {
     uint64_t v;
-    memcpy(&v, (const char *)st + stat_fields[i].offset, sizeof(v));
+    memcpy(&v, (const char *)st + f->offset, sizeof(v));
     return v;
 }
 
@@ -810,9 +752,12 @@ static void print_peers_json(const ferry_peer *peers, size_t n)
 /* One object: the counters, then "fabric_provider" and "peers". */
 static void print_stats_json(const struct stat_view *v)
 {
+    size_t n;
+    const ferry_stat_field *f = ferry_stat_fields(&n);
+
     fputs("{", stdout);
-    for (size_t i = 0; i < N_STAT_FIELDS; i++)
-        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", stat_fields[i].name, stat_value(&v->st, i));
+    for (size_t i = 0; i < n; i++)
+        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", f[i].name, stat_value(&v->st, &f[i]));
     fputs(",\n  \"fabric_provider\": ", stdout);
     print_json_string(v->provider);
     fputs(",\n  \"peers\": ", stdout);
@@ -842,8 +787,11 @@ static void print_peers_table(const ferry_peer *peers, size_t n)
 /* name value lines (the provider "-" when there is none), then the peers section. */
 static void print_stats_table(const struct stat_view *v)
 {
-    for (size_t i = 0; i < N_STAT_FIELDS; i++)
-        printf("%-22s %" PRIu64 "\n", stat_fields[i].name, stat_value(&v->st, i));
+    size_t n;
+    const ferry_stat_field *f = ferry_stat_fields(&n);
+
+    for (size_t i = 0; i < n; i++)
+        printf("%-22s %" PRIu64 "\n", f[i].name, stat_value(&v->st, &f[i]));
     printf("%-22s %s\n", "fabric_provider", v->provider[0] ? v->provider : "-");
     print_peers_table(v->peers, v->n_peers);
 }

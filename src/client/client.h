@@ -15,10 +15,6 @@
 #include "common/idmap.h"
 #include "common/proto.h"
 
-/* Objects up to this size (data + metadata) are put through the staging area: one message
- * exchange for a whole batch, at the price of one copy inside the daemon. */
-#define SMALL_PUT_MAX (64u << 10)
-
 /* What this handle holds under one id: references, and whether it is our unsealed object. */
 struct cheld {
     uint32_t refs;
@@ -37,7 +33,7 @@ struct ferry_client {
     struct preader rd; /* over `in`, after the status */
     idmap held;
     uint64_t staging_offset, staging_size;
-    uint64_t spin_ns; /* how long to poll for a reply before sleeping ($FERRY_SPIN_US) */
+    uint64_t spin_ns;  /* how long to poll for a reply before sleeping ($FERRY_SPIN_US) */
     int staging_state; /* 0 not asked yet, 1 have one, -1 the daemon had no room */
 };
 

@@ -287,31 +287,6 @@ int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n)
     return client_leave(c, rc);
 }
 
-int ferry_stats_get(ferry_client *c, ferry_stats *out)
-{
-    uint64_t *fields = (uint64_t *)out;
-    size_t nfields = sizeof(*out) / sizeof(uint64_t);
-    uint32_t n;
-    int rc;
-
-    if (!out)
-        return err_set(FERRY_EINVAL, "stats: NULL argument");
-    if ((rc = client_enter(c)) < 0)
-        return rc;
-    client_req_begin(c, PROTO_STATS);
-    if ((rc = client_call(c, PROTO_STATS)) < 0)
-        return client_leave(c, rc);
-    /* A newer daemon may send more fields, an older one fewer: take what both know. */
-    n = prd_u32(&c->rd);
-    memset(out, 0, sizeof(*out));
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t v = prd_u64(&c->rd);
-        if (i < nfields)
-            fields[i] = v;
-    }
-    return client_leave(c, client_reply_end(c));
-}
-
 int ferry_subscribe(ferry_client *c, int *fd)
 {
     int rc, got = -1;

@@ -10,8 +10,6 @@
 #include "client/client.h"
 #include "common/err.h"
 
-#define SMALL_PUT_MAX (64u << 10)
-
 /* Asks for the staging area once; a daemon without room now is asked again next time. */
 static int staging_ready(struct ferry_client *c)
 {
@@ -40,7 +38,7 @@ static uint64_t item_bytes(const ferry_put_item *it)
 static int item_small(struct ferry_client *c, const ferry_put_item *it)
 {
     uint64_t n = item_bytes(it);
-    return n >= it->data_size && n <= SMALL_PUT_MAX && staging_ready(c) == 0 &&
+    return n >= it->data_size && n <= FERRY_SMALL_PUT_MAX && staging_ready(c) == 0 &&
            n <= c->staging_size;
 }
 

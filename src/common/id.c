@@ -34,8 +34,16 @@ int ferry_id_parse(const char *text, ferry_id *out)
         return err_set(FERRY_EINVAL, "id: empty string");
     if (strlen(text) == 2 * FERRY_ID_SIZE && id_parse_hex(text, out) == 0)
         return 0;
-    unsigned int len = 0;
-    if (!EVP_Digest(text, strlen(text), out->bytes, &len, EVP_sha1(), NULL) || len != FERRY_ID_SIZE)
+    return ferry_id_from_name(text, strlen(text), out);
+}
+
+int ferry_id_from_name(const void *name, size_t len, ferry_id *out)
+{
+    unsigned int got = 0;
+
+    if ((len && !name) || !out)
+        return err_set(FERRY_EINVAL, "id: NULL argument");
+    if (!EVP_Digest(name, len, out->bytes, &got, EVP_sha1(), NULL) || got != FERRY_ID_SIZE)
         return err_set(FERRY_ESYS, "id: SHA-1 failed");
     return 0;
 }

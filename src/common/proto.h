@@ -27,7 +27,7 @@
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
-#define PROTO_MAX_IDS 65536u         /* ids in one GET or REFRESH */
+#define PROTO_MAX_IDS FERRY_MAX_IDS  /* ids in one GET, FETCH or REFRESH */
 #define PROTO_MAX_BATCH 4096u        /* objects in one PUT_BATCH */
 #define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
 #define PROTO_MAX_PEERS 1024u        /* peers in one PEERS reply */
