@@ -48,7 +48,8 @@ bench: build
 	$(BUILD)/bin/ferry-bench local
 
 format:
-	clang-format -i include/*.h src/*/*.[ch] tools/*.c tools/bench/*.[ch] tests/*.[ch] fuzz/*.c bench/*.c
+	clang-format -i include/*.h src/*/*.[ch] tools/*.c tools/bench/*.[ch] tests/*.[ch] fuzz/*.c bench/*.c \
+	    python/_ferry/*.[ch]
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

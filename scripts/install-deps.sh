@@ -4,7 +4,8 @@
 set -eu
 PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev libxxhash-dev
 libssl-dev libhiredis-dev redis-server gnuplot-nox libmimalloc-dev procps libfabric-dev
-libfabric-bin openmpi-bin libopenmpi-dev"
+libfabric-bin openmpi-bin libopenmpi-dev python3-dev python3-numpy python3-pytest python3-setuptools
+python3-wheel python3-venv python3-redis"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,0 +1,253 @@
+/* buffer.c - ferry.Buffer (rules in buffer.h). */
+#include "buffer.h"
+
+#include "errors.h"
+#include "objectid.h"
+
+static PyObject *released_error(void)
+{
+    PyErr_SetString(PyExc_ValueError, "operation forbidden on released Buffer object");
+    return NULL;
+}
+
+static BufferObject *buffer_alloc(struct pyf_conn *k, const ferry_id *id)
+{
+    BufferObject *self = PyObject_New(BufferObject, &Buffer_Type);
+
+    if (!self)
+        return NULL;
+    self->conn = k;
+    self->id = *id;
+    self->exports = 0;
+    self->unsealed = 0;
+    self->weakreflist = NULL;
+    return self;
+}
+
+PyObject *pyf_buffer_new(struct pyf_conn *k, const ferry_id *id, const ferry_buffer *b)
+{
+    BufferObject *self = buffer_alloc(k, id);
+
+    if (!self) {
+        conn_give_back(k, id, PYF_RELEASE);
+        conn_decref(k);
+        return NULL;
+    }
+    /* Sealed bytes are never written through a get: the cast drops const for the struct only. */
+    self->data = (uint8_t *)b->data;
+    self->size = b->data_size;
+    self->meta = b->metadata;
+    self->meta_size = b->metadata_size;
+    return (PyObject *)self;
+}
+
+PyObject *pyf_buffer_new_unsealed(struct pyf_conn *k, const ferry_id *id, uint8_t *data,
+                                  uint64_t size, const uint8_t *meta, uint64_t meta_size)
+{
+    BufferObject *self = buffer_alloc(k, id);
+
+    if (!self) {
+        conn_give_back(k, id, PYF_ABORT);
+        conn_decref(k);
+        return NULL;
+    }
+    self->data = data;
+    self->size = size;
+    self->meta = meta;
+    self->meta_size = meta_size;
+    self->unsealed = 1;
+    return (PyObject *)self;
+}
+
+void pyf_buffer_sealed(BufferObject *b)
+{
+    b->unsealed = 0;
+}
+
+void pyf_buffer_aborted(BufferObject *b)
+{
+    if (b->conn)
+        conn_decref(b->conn);
+    b->conn = NULL;
+    b->unsealed = 0;
+}
+
+/* Gives back the object's reference (or drops our unsealed object) and the handle's. */
+static void buffer_drop(BufferObject *self)
+{
+    struct pyf_conn *k = self->conn;
+
+    self->conn = NULL;
+    conn_give_back(k, &self->id, self->unsealed ? PYF_ABORT : PYF_RELEASE);
+    conn_decref(k);
+}
+
+static void buffer_dealloc(BufferObject *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    if (self->conn)
+        buffer_drop(self);
+    PyObject_Free(self);
+}
+
+/* ---- the buffer protocol ---- */
+
+static int buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags)
+{
+    if (!self->conn) {
+        released_error();
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)self, self->data, (Py_ssize_t)self->size,
+                          !self->unsealed, flags) < 0)
+        return -1;
+    self->exports++;
+    return 0;
+}
+
+static void buffer_releasebuffer(BufferObject *self, Py_buffer *view)
+{
+    self->exports--;
+}
+
+static PyBufferProcs buffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)buffer_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
+};
+
+/* ---- methods ---- */
+
+static PyObject *buffer_release(BufferObject *self, PyObject *unused)
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+
+    if (!self->conn)
+        Py_RETURN_NONE;
+    if (self->exports) {
+        PyErr_Format(PyExc_BufferError,
+                     "Buffer has %zd exported view%s: drop them (and the arrays made from them) "
+                     "before releasing it",
+                     self->exports, self->exports == 1 ? "" : "s");
+        return NULL;
+    }
+    if (self->unsealed) {
+        ferry_id_format(&self->id, hex);
+        return pyf_raise_msg(FERRY_ENOTSEALED, "object %s is not sealed: seal or abort it", hex);
+    }
+    buffer_drop(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *buffer_enter(BufferObject *self, PyObject *unused)
+{
+    if (!self->conn)
+        return released_error();
+    return Py_NewRef(self);
+}
+
+static PyObject *buffer_exit(BufferObject *self, PyObject *args)
+{
+    return buffer_release(self, NULL);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"release", (PyCFunction)buffer_release, METH_NOARGS,
+     "release()\n\nGives the object's reference back now. BufferError while views made from "
+     "this Buffer are alive; afterwards nothing can be read through it."},
+    {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+/* ---- attributes ---- */
+
+static PyObject *buffer_get_id(BufferObject *self, void *unused)
+{
+    return pyf_id_new(&self->id);
+}
+
+static PyObject *buffer_get_size(BufferObject *self, void *unused)
+{
+    if (!self->conn)
+        return released_error();
+    return PyLong_FromUnsignedLongLong(self->size);
+}
+
+static PyObject *buffer_get_metadata(BufferObject *self, void *unused)
+{
+    if (!self->conn)
+        return released_error();
+    return PyBytes_FromStringAndSize((const char *)self->meta, (Py_ssize_t)self->meta_size);
+}
+
+static PyObject *buffer_get_released(BufferObject *self, void *unused)
+{
+    return PyBool_FromLong(self->conn == NULL);
+}
+
+static PyObject *buffer_get_readonly(BufferObject *self, void *unused)
+{
+    if (!self->conn)
+        return released_error();
+    return PyBool_FromLong(!self->unsealed);
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"id", (getter)buffer_get_id, NULL, "The object's ObjectID.", NULL},
+    {"size", (getter)buffer_get_size, NULL, "Bytes of data (the metadata not included).", NULL},
+    {"metadata", (getter)buffer_get_metadata, NULL, "A copy of the object's metadata (bytes).",
+     NULL},
+    {"released", (getter)buffer_get_released, NULL, "True once release() gave the object back.",
+     NULL},
+    {"readonly", (getter)buffer_get_readonly, NULL,
+     "False only for an object being created (create() until seal()).", NULL},
+    {NULL},
+};
+
+static Py_ssize_t buffer_length(BufferObject *self)
+{
+    if (!self->conn) {
+        released_error();
+        return -1;
+    }
+    return (Py_ssize_t)self->size;
+}
+
+static PySequenceMethods buffer_as_sequence = {
+    .sq_length = (lenfunc)buffer_length,
+};
+
+static PyObject *buffer_repr(BufferObject *self)
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+
+    ferry_id_format(&self->id, hex);
+    if (!self->conn)
+        return PyUnicode_FromFormat("<ferry.Buffer %s released>", hex);
+    return PyUnicode_FromFormat("<ferry.Buffer %s, %llu bytes%s>", hex,
+                                (unsigned long long)self->size, self->unsealed ? ", unsealed" : "");
+}
+
+PyTypeObject Buffer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.Buffer",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_repr = (reprfunc)buffer_repr,
+    .tp_as_sequence = &buffer_as_sequence,
+    .tp_as_buffer = &buffer_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An object's bytes in the store, in place (made by Client.get and Client.create).\n\n"
+              "memoryview(buf), numpy.frombuffer(buf, ...) and bytes(buf) (a copy) read it; the "
+              "object stays referenced while the Buffer or any view made from it is alive.",
+    .tp_weaklistoffset = offsetof(BufferObject, weakreflist),
+    .tp_methods = buffer_methods,
+    .tp_getset = buffer_getset,
+};
+
+int pyf_buffer_init(PyObject *m)
+{
+    if (PyType_Ready(&Buffer_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Buffer", (PyObject *)&Buffer_Type);
+}

@@ -1,0 +1,615 @@
+/* client.c - ferry.Client: its life, its handles, and the calls that do not wait. */
+#include "client.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buffer.h"
+#include "errors.h"
+#include "objectid.h"
+#include "subscription.h"
+
+/* ---- handles ---- */
+
+PyObject *pyf_call_failed(struct pyf_conn *k, int rc)
+{
+    pyf_raise(rc);
+    conn_leave(k, rc);
+    return NULL;
+}
+
+static int check_process(ClientObject *self)
+{
+    if (self->pid == getpid())
+        return 0;
+    PyErr_Format(pyf_error_base(),
+                 "this Client was connected by process %ld and cannot be used in process %ld "
+                 "after fork(): connect a new Client in the child",
+                 (long)self->pid, (long)getpid());
+    return -1;
+}
+
+struct pyf_conn *pyf_client_conn(ClientObject *self)
+{
+    struct pyf_conn *k;
+    int rc;
+
+    if (!self->main) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed Client");
+        return NULL;
+    }
+    if (check_process(self) < 0)
+        return NULL;
+    if (!self->main->broken)
+        return self->main;
+    /* The daemon went away (or restarted): a new connection, if one answers. */
+    if ((rc = conn_open(self->path, &k)) < 0)
+        return (struct pyf_conn *)pyf_raise(rc);
+    conn_decref(self->main);
+    self->main = k;
+    return k;
+}
+
+/* Waits, with the GIL released, until a handle comes back or the deadline passes: 0, or -1
+ * with Timeout (or a signal handler's exception). */
+static int wait_for_return(ClientObject *self, const struct pyf_deadline *d)
+{
+    uint64_t seen;
+    int timed_out = 0;
+
+    pthread_mutex_lock(&self->wait_lock);
+    seen = self->returns;
+    pthread_mutex_unlock(&self->wait_lock);
+    Py_BEGIN_ALLOW_THREADS
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        int64_t ms = pyf_deadline_slice_ms(d, PYF_SLICE_MS);
+        until.tv_sec += ms / 1000;
+        until.tv_nsec += (ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&self->wait_lock);
+        while (self->returns == seen && !timed_out)
+            timed_out =
+                pthread_cond_timedwait(&self->wait_cond, &self->wait_lock, &until) == ETIMEDOUT;
+        pthread_mutex_unlock(&self->wait_lock);
+    Py_END_ALLOW_THREADS
+    if (PyErr_CheckSignals() < 0)
+        return -1;
+    if (pyf_deadline_passed(d)) {
+        pyf_raise_msg(FERRY_ETIMEDOUT,
+                      "timed out: all %d waiting connections of this Client are "
+                      "in use",
+                      PYF_MAX_WAITERS);
+        return -1;
+    }
+    return 0;
+}
+
+struct pyf_conn *pyf_waiter_take(ClientObject *self, const struct pyf_deadline *d)
+{
+    for (;;) {
+        struct pyf_conn *k;
+        int rc;
+
+        if (!pyf_client_conn(self))
+            return NULL;
+        while (self->n_idle) {
+            k = self->idle[--self->n_idle];
+            if (!k->broken) {
+                self->n_out++;
+                return k;
+            }
+            conn_decref(k);
+        }
+        if (self->n_out < PYF_MAX_WAITERS) {
+            self->n_out++;
+            if ((rc = conn_open(self->path, &k)) == 0)
+                return k;
+            self->n_out--;
+            return (struct pyf_conn *)pyf_raise(rc);
+        }
+        if (wait_for_return(self, d) < 0)
+            return NULL;
+    }
+}
+
+void pyf_waiter_return(ClientObject *self, struct pyf_conn *k)
+{
+    self->n_out--;
+    if (self->main && !k->broken && self->n_idle < PYF_MAX_WAITERS)
+        self->idle[self->n_idle++] = k;
+    else
+        conn_decref(k);
+    pthread_mutex_lock(&self->wait_lock);
+    self->returns++;
+    pthread_cond_broadcast(&self->wait_cond);
+    pthread_mutex_unlock(&self->wait_lock);
+}
+
+/* ---- life ---- */
+
+static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    ClientObject *self = (ClientObject *)type->tp_alloc(type, 0);
+
+    if (!self)
+        return NULL;
+    if (!(self->creating = PyDict_New())) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    pthread_mutex_init(&self->wait_lock, NULL);
+    pthread_cond_init(&self->wait_cond, NULL);
+    self->pid = getpid();
+    return (PyObject *)self;
+}
+
+/* Drops the handles. Buffers keep theirs; our unsealed objects are aborted. */
+static void client_close_handles(ClientObject *self)
+{
+    if (self->main)
+        conn_decref(self->main);
+    self->main = NULL;
+    while (self->n_idle)
+        conn_decref(self->idle[--self->n_idle]);
+    if (self->creating)
+        PyDict_Clear(self->creating);
+}
+
+static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"socket", NULL};
+    PyObject *path = NULL, *bytes = NULL;
+    const char *env;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Client", kwlist, &path))
+        return -1;
+    client_close_handles(self);
+    PyMem_Free(self->path);
+    self->path = NULL;
+    Py_CLEAR(self->socket);
+    if (path && path != Py_None) {
+        if (!PyUnicode_FSConverter(path, &bytes))
+            return -1;
+        self->path = PyMem_Malloc((size_t)PyBytes_GET_SIZE(bytes) + 1);
+        if (!self->path) {
+            Py_DECREF(bytes);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(self->path, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes) + 1);
+        Py_DECREF(bytes);
+    }
+    env = getenv("FERRY_SOCKET");
+    self->socket = PyUnicode_DecodeFSDefault(self->path    ? self->path
+                                             : env && *env ? env
+                                                           : FERRY_DEFAULT_SOCKET);
+    if (!self->socket)
+        return -1;
+    if ((rc = conn_open(self->path, &self->main)) < 0) {
+        pyf_raise(rc);
+        return -1;
+    }
+    return 0;
+}
+
+static void client_dealloc(ClientObject *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    client_close_handles(self);
+    Py_CLEAR(self->creating);
+    Py_CLEAR(self->socket);
+    PyMem_Free(self->path);
+    pthread_mutex_destroy(&self->wait_lock);
+    pthread_cond_destroy(&self->wait_cond);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *client_close(ClientObject *self, PyObject *unused)
+{
+    client_close_handles(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(ClientObject *self, PyObject *unused)
+{
+    if (!pyf_client_conn(self))
+        return NULL;
+    return Py_NewRef(self);
+}
+
+static PyObject *client_exit(ClientObject *self, PyObject *args)
+{
+    return client_close(self, NULL);
+}
+
+static PyObject *client_get_closed(ClientObject *self, void *unused)
+{
+    return PyBool_FromLong(self->main == NULL);
+}
+
+static PyObject *client_get_socket(ClientObject *self, void *unused)
+{
+    return Py_NewRef(self->socket ? self->socket : Py_None);
+}
+
+static PyObject *client_repr(ClientObject *self)
+{
+    return PyUnicode_FromFormat("<ferry.Client socket=%R%s>", self->socket ? self->socket : Py_None,
+                                self->main ? "" : " closed");
+}
+
+/* ---- the calls that take one id ---- */
+
+/* contains, delete and hash: one id, an int or nothing back. */
+enum id_call { CALL_CONTAINS, CALL_DELETE, CALL_HASH };
+
+static PyObject *id_call(ClientObject *self, PyObject *arg, enum id_call what)
+{
+    struct pyf_conn *k;
+    ferry_id id;
+    uint64_t digest = 0;
+    int rc, present = 0;
+
+    if (pyf_id_from_object(arg, &id) < 0 || !(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        switch (what) {
+        case CALL_CONTAINS:
+            rc = ferry_contains(k->c, &id, &present);
+            break;
+        case CALL_DELETE:
+            rc = ferry_delete(k->c, &id);
+            break;
+        default:
+            rc = ferry_hash(k->c, &id, &digest);
+        }
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    if (what == CALL_CONTAINS)
+        return PyBool_FromLong(present);
+    if (what == CALL_HASH)
+        return PyLong_FromUnsignedLongLong(digest);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_contains(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_CONTAINS);
+}
+
+static int client_sq_contains(ClientObject *self, PyObject *id)
+{
+    PyObject *r = id_call(self, id, CALL_CONTAINS);
+    int yes = r == Py_True;
+
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return yes;
+}
+
+static PyObject *client_delete(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_DELETE);
+}
+
+static PyObject *client_hash(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_HASH);
+}
+
+/* ---- the rest ---- */
+
+static PyObject *client_evict(ClientObject *self, PyObject *arg)
+{
+    struct pyf_conn *k;
+    unsigned long long bytes;
+    uint64_t freed = 0;
+    int rc;
+
+    if (!PyLong_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "evict() takes an int of bytes, not %.100s",
+                            Py_TYPE(arg)->tp_name);
+    bytes = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "evict() takes a non-negative number of bytes");
+        return NULL;
+    }
+    if (!(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_evict(k->c, bytes, &freed);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    return PyLong_FromUnsignedLongLong(freed);
+}
+
+/* Sets d[key] = v and drops v; -1 if v is NULL or the set fails. */
+static int set_item(PyObject *d, const char *key, PyObject *v)
+{
+    int rc = v ? PyDict_SetItemString(d, key, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
+static PyObject *object_info_dict(const ferry_object_info *o)
+{
+    PyObject *d = PyDict_New();
+
+    if (!d || set_item(d, "id", pyf_id_new(&o->id)) < 0 ||
+        set_item(d, "size", PyLong_FromUnsignedLongLong(o->data_size)) < 0 ||
+        set_item(d, "metadata_size", PyLong_FromUnsignedLongLong(o->metadata_size)) < 0 ||
+        set_item(d, "state",
+                 PyUnicode_FromString(o->state == FERRY_STATE_SEALED ? "sealed" : "created")) < 0 ||
+        set_item(d, "refcount", PyLong_FromUnsignedLong(o->refcount)) < 0 ||
+        set_item(d, "age_ms", PyLong_FromUnsignedLongLong(o->age_ms)) < 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *client_list(ClientObject *self, PyObject *unused)
+{
+    struct pyf_conn *k;
+    ferry_object_info *objs = NULL;
+    PyObject *list;
+    size_t n = 0;
+    int rc;
+
+    if (!(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_list(k->c, &objs, &n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    if ((list = PyList_New((Py_ssize_t)n))) {
+        for (size_t i = 0; i < n; i++) {
+            PyObject *d = object_info_dict(&objs[i]);
+            if (!d) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+        }
+    }
+    free(objs);
+    return list;
+}
+
+static PyObject *client_stats(ClientObject *self, PyObject *unused)
+{
+    const ferry_stat_field *fields;
+    struct pyf_conn *k;
+    ferry_stats st;
+    PyObject *d;
+    size_t n;
+    int rc;
+
+    if (!(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_stats_get(k->c, &st);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    fields = ferry_stat_fields(&n);
+    if (!(d = PyDict_New()))
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + fields[i].offset, sizeof(v));
+        if (set_item(d, fields[i].name, PyLong_FromUnsignedLongLong(v)) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* The transports string "tcp,fabric=..." as a list of its comma-separated entries. */
+static PyObject *transports_list(const char *s)
+{
+    PyObject *text = PyUnicode_FromString(s), *sep, *list;
+
+    if (!text)
+        return NULL;
+    if (!*s) {
+        Py_DECREF(text);
+        return PyList_New(0);
+    }
+    if (!(sep = PyUnicode_FromString(","))) {
+        Py_DECREF(text);
+        return NULL;
+    }
+    list = PyUnicode_Split(text, sep, -1);
+    Py_DECREF(text);
+    Py_DECREF(sep);
+    return list;
+}
+
+static PyObject *node_list(const ferry_node_info *nodes, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *d = PyDict_New();
+        if (!d || set_item(d, "id", PyUnicode_FromString(nodes[i].id)) < 0 ||
+            set_item(d, "address", PyUnicode_FromString(nodes[i].address)) < 0 ||
+            set_item(d, "transports", transports_list(nodes[i].transports)) < 0 ||
+            set_item(d, "self", PyBool_FromLong(nodes[i].self)) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    return list;
+}
+
+/* nodes() and where(id). */
+static PyObject *nodes_call(ClientObject *self, PyObject *arg)
+{
+    ferry_node_info *nodes = NULL;
+    struct pyf_conn *k;
+    PyObject *list;
+    ferry_id id;
+    size_t n = 0;
+    int rc;
+
+    if ((arg && pyf_id_from_object(arg, &id) < 0) || !(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = arg ? ferry_where(k->c, &id, &nodes, &n) : ferry_nodes(k->c, &nodes, &n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    list = node_list(nodes, n);
+    free(nodes);
+    return list;
+}
+
+static PyObject *client_nodes(ClientObject *self, PyObject *unused)
+{
+    return nodes_call(self, NULL);
+}
+
+static PyObject *client_where(ClientObject *self, PyObject *id)
+{
+    return nodes_call(self, id);
+}
+
+static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
+{
+    struct pyf_conn *k;
+    int rc, fd = -1;
+
+    if (!(k = pyf_client_conn(self)))
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_subscribe(k->c, &fd);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pyf_call_failed(k, rc);
+    conn_leave(k, rc);
+    return pyf_subscription_new(fd);
+}
+
+/* ---- the type ---- */
+
+#define KW_METHOD(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
+
+static PyMethodDef client_methods[] = {
+    {"put", KW_METHOD(pyf_client_put),
+     "put(id, data, metadata=b'') -> ObjectID\n\nStores the bytes of data (any C-contiguous "
+     "buffer: bytes, bytearray, memoryview, NumPy arrays) as a new sealed object, copied once "
+     "into shared memory with the GIL released."},
+    {"put_many", (PyCFunction)pyf_client_put_many, METH_O,
+     "put_many(items) -> list of ObjectID\n\nput of many (id, data) or (id, data, metadata) "
+     "items; small ones go in batches of one message exchange each. When some fail, raises the "
+     "first failure's exception, whose .failures lists (index, ObjectID, exception) of each."},
+    {"create", KW_METHOD(pyf_client_create),
+     "create(id, size, metadata=b'') -> Buffer\n\nA new object of size bytes, writable in "
+     "place until seal(id) makes it visible (or abort(id) drops it)."},
+    {"seal", (PyCFunction)pyf_client_seal, METH_O,
+     "seal(id)\n\nMakes an object made by create() immutable and visible to all."},
+    {"abort", (PyCFunction)pyf_client_abort, METH_O,
+     "abort(id)\n\nDrops an object made by create() and not sealed; BufferError while views of "
+     "its Buffer are alive."},
+    {"get", KW_METHOD(pyf_client_get),
+     "get(ids, timeout_ms=0, fetch=False) -> Buffer or list of Buffer\n\nZero-copy read-only "
+     "Buffers of sealed objects: one for an id, a list for an iterable of ids. Waits up to "
+     "timeout_ms (-1 or None: no end) for objects not sealed yet, with the GIL released; with "
+     "fetch, pulls what is not local from the cluster first. ObjectNotFound (timeout_ms 0) or "
+     "Timeout when some are missing; the exception's .missing lists them."},
+    {"fetch", KW_METHOD(pyf_client_fetch),
+     "fetch(ids, timeout_ms=0)\n\nMakes objects local, pulling them from nodes that hold them "
+     "and waiting up to timeout_ms for ids no node has sealed yet. Raises the first failure "
+     "(Timeout, TransferFailed, DirectoryUnavailable, StoreFull...); .missing lists the ids "
+     "that are not local."},
+    {"contains", (PyCFunction)client_contains, METH_O,
+     "contains(id) -> bool\n\nTrue when a sealed object with this id is in the store."},
+    {"delete", (PyCFunction)client_delete, METH_O,
+     "delete(id)\n\nDeletes a sealed object; one still referenced goes with its last reference "
+     "(invisible at once)."},
+    {"hash", (PyCFunction)client_hash, METH_O,
+     "hash(id) -> int\n\nThe object's 64-bit XXH3 digest, computed once at seal."},
+    {"evict", (PyCFunction)client_evict, METH_O,
+     "evict(nbytes) -> int\n\nEvicts sealed, unreferenced objects, oldest first, until nbytes "
+     "are freed; returns the bytes freed."},
+    {"list", (PyCFunction)client_list, METH_NOARGS,
+     "list() -> list of dict\n\nEvery object: id, size, metadata_size, state ('sealed' or "
+     "'created'), refcount, age_ms."},
+    {"stats", (PyCFunction)client_stats, METH_NOARGS,
+     "stats() -> dict\n\nThe daemon's counters, under the names `ferry stat` prints."},
+    {"nodes", (PyCFunction)client_nodes, METH_NOARGS,
+     "nodes() -> list of dict\n\nThe live nodes of the cluster: id, address, transports, self."},
+    {"where", (PyCFunction)client_where, METH_O,
+     "where(id) -> list of dict\n\nThe live nodes holding a sealed copy of id (as nodes())."},
+    {"subscribe", (PyCFunction)client_subscribe, METH_NOARGS,
+     "subscribe() -> Subscription\n\nA notification for every seal, delete and eviction from "
+     "now on."},
+    {"close", (PyCFunction)client_close, METH_NOARGS,
+     "close()\n\nDisconnects. Buffers still alive keep their objects and mapping until they "
+     "go; objects created and not sealed are aborted."},
+    {"_put_parts", (PyCFunction)pyf_client_put_parts, METH_VARARGS, NULL},
+    {"__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyGetSetDef client_getset[] = {
+    {"closed", (getter)client_get_closed, NULL, "True after close().", NULL},
+    {"socket", (getter)client_get_socket, NULL, "The daemon's socket path.", NULL},
+    {NULL},
+};
+
+static PySequenceMethods client_as_sequence = {
+    .sq_contains = (objobjproc)client_sq_contains,
+};
+
+PyTypeObject Client_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry._ferry.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_repr = (reprfunc)client_repr,
+    .tp_as_sequence = &client_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Client(socket=None)\n\nA connection to the ferryd of this node at socket "
+              "(default: $FERRY_SOCKET, else /tmp/ferry.sock). Safe to share between threads; "
+              "calls that wait release the GIL. A context manager that closes it.",
+    .tp_weaklistoffset = offsetof(ClientObject, weakreflist),
+    .tp_methods = client_methods,
+    .tp_getset = client_getset,
+    .tp_init = (initproc)client_init,
+    .tp_new = client_new,
+};
+
+int pyf_client_init(PyObject *m)
+{
+    if (PyType_Ready(&Client_Type) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Client", (PyObject *)&Client_Type);
+}

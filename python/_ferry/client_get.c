@@ -1,0 +1,326 @@
+/* client_get.c - Client.get and Client.fetch: take what is there through the main handle,
+ * then wait for the rest on a waiting handle, in slices so that Ctrl-C is heard. */
+#include "client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "errors.h"
+#include "objectid.h"
+
+/* The state of one get or fetch. The found entries hold references on the daemon, each
+ * through the handle in from[i] (a reference to it too), until they become Buffers or are
+ * given back. */
+struct gather {
+    size_t n;
+    ferry_id *ids;
+    ferry_buffer *out;      /* out[i].status 0: found (get) */
+    int *status;            /* fetch: 0 local, FERRY_ETIMEDOUT not yet, else failed */
+    struct pyf_conn **from; /* get: who holds out[i] */
+    ferry_id *sub;          /* the ids still wanted, for one call */
+    size_t *sub_index;      /* their indexes */
+    ferry_buffer *sub_out;  /* that call's entries */
+    int *sub_status;
+    int fail_rc; /* a fetch's first lasting failure */
+    char fail_msg[256];
+};
+
+static int gather_alloc(struct gather *g, size_t n, int get)
+{
+    size_t m = n ? n : 1;
+
+    g->n = n;
+    g->out = get ? PyMem_Calloc(m, sizeof(*g->out)) : NULL;
+    g->from = get ? PyMem_Calloc(m, sizeof(*g->from)) : NULL;
+    g->status = PyMem_Calloc(m, sizeof(*g->status));
+    g->sub = PyMem_Calloc(m, sizeof(*g->sub));
+    g->sub_index = PyMem_Calloc(m, sizeof(*g->sub_index));
+    g->sub_out = get ? PyMem_Calloc(m, sizeof(*g->sub_out)) : NULL;
+    g->sub_status = PyMem_Calloc(m, sizeof(*g->sub_status));
+    if (!g->status || !g->sub || !g->sub_index || !g->sub_status ||
+        (get && (!g->out || !g->from || !g->sub_out))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        g->status[i] = FERRY_ETIMEDOUT;
+    return 0;
+}
+
+/* Gives back every reference still held and frees the state. */
+static void gather_free(struct gather *g)
+{
+    for (size_t i = 0; g->from && i < g->n; i++) {
+        if (g->from[i]) {
+            conn_give_back(g->from[i], &g->ids[i], PYF_RELEASE);
+            conn_decref(g->from[i]);
+        }
+    }
+    PyMem_Free(g->ids);
+    PyMem_Free(g->out);
+    PyMem_Free(g->from);
+    PyMem_Free(g->status);
+    PyMem_Free(g->sub);
+    PyMem_Free(g->sub_index);
+    PyMem_Free(g->sub_out);
+    PyMem_Free(g->sub_status);
+}
+
+/* Lists in g->sub the ids still wanted (status FERRY_ETIMEDOUT); returns their count. */
+static size_t gather_wanted(struct gather *g)
+{
+    size_t m = 0;
+
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->status[i] == FERRY_ETIMEDOUT) {
+            g->sub[m] = g->ids[i];
+            g->sub_index[m++] = i;
+        }
+    }
+    return m;
+}
+
+/* Records what one get of g->sub[0..m) on k found. */
+static void gather_found(struct gather *g, struct pyf_conn *k, size_t m)
+{
+    for (size_t j = 0; j < m; j++) {
+        size_t i = g->sub_index[j];
+        if (g->sub_out[j].status != 0)
+            continue;
+        g->out[i] = g->sub_out[j];
+        g->status[i] = 0;
+        g->from[i] = k;
+        conn_incref(k);
+    }
+}
+
+/* Records one fetch's statuses; lasting failures are kept in fail_rc/fail_msg. */
+static void gather_fetched(struct gather *g, size_t m, const char *detail)
+{
+    for (size_t j = 0; j < m; j++) {
+        int st = g->sub_status[j];
+        g->status[g->sub_index[j]] = st;
+        if (st != 0 && st != FERRY_ETIMEDOUT && !g->fail_rc) {
+            g->fail_rc = st;
+            snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", detail);
+        }
+    }
+}
+
+/* A libferry failure of the call itself (not of some ids): the connection, the arguments. */
+static int call_failure(int rc)
+{
+    return rc < 0 && rc != FERRY_ETIMEDOUT && rc != FERRY_ENOENT && rc != FERRY_ETRANSFER &&
+           rc != FERRY_EDIRECTORY && rc != FERRY_ENOSPACE && rc != FERRY_ETOOBIG;
+}
+
+/* One get of the wanted ids on k, waiting up to wait_ms. 0, or -1 with an exception. */
+static int get_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms)
+{
+    size_t m = gather_wanted(g);
+    int rc;
+
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_get(k->c, g->sub, m, wait_ms, g->sub_out);
+    Py_END_ALLOW_THREADS
+    if (call_failure(rc))
+        return pyf_call_failed(k, rc), -1;
+    gather_found(g, k, m);
+    conn_leave(k, rc);
+    return 0;
+}
+
+/* One fetch of the wanted ids on k, waiting up to wait_ms; with get, the ones now local are
+ * then taken by a get on k. 0, or -1 with an exception. */
+static int fetch_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms, int get)
+{
+    char detail[256];
+    size_t m = gather_wanted(g), local = 0;
+    int rc;
+
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_fetch(k->c, g->sub, m, wait_ms, g->sub_status);
+    Py_END_ALLOW_THREADS
+    if (call_failure(rc))
+        return pyf_call_failed(k, rc), -1;
+    snprintf(detail, sizeof(detail), "%s", ferry_errmsg());
+    conn_leave(k, rc);
+    gather_fetched(g, m, detail);
+    for (size_t j = 0; j < m; j++)
+        local += g->sub_status[j] == 0;
+    if (!get || !local)
+        return 0;
+    /* What is local now is taken at once; one evicted meanwhile is fetched again. */
+    for (size_t i = 0; i < g->n; i++)
+        if (g->status[i] == 0 && !g->from[i])
+            g->status[i] = FERRY_ETIMEDOUT;
+    return get_round(g, k, 0);
+}
+
+static size_t gather_missing(const struct gather *g)
+{
+    size_t missing = 0;
+
+    for (size_t i = 0; i < g->n; i++)
+        missing += g->status[i] != 0;
+    return missing;
+}
+
+/* Waits on a handle of its own for what the first round did not find. */
+static int gather_wait(ClientObject *self, struct gather *g, const struct pyf_deadline *d,
+                       int fetch, int get)
+{
+    struct pyf_conn *w = pyf_waiter_take(self, d);
+    int rc = 0;
+
+    if (!w)
+        return -1;
+    do {
+        int64_t slice = pyf_deadline_slice_ms(d, PYF_SLICE_MS);
+        rc = fetch ? fetch_round(g, w, slice, get) : get_round(g, w, slice);
+        if (rc == 0)
+            rc = PyErr_CheckSignals();
+    } while (rc == 0 && gather_wanted(g) && d->timeout_ms != 0 && !pyf_deadline_passed(d));
+    pyf_waiter_return(self, w);
+    return rc;
+}
+
+/* The list of ObjectIDs not found. */
+static PyObject *missing_list(const struct gather *g)
+{
+    PyObject *list = PyList_New(0);
+
+    for (size_t i = 0; list && i < g->n; i++) {
+        PyObject *id;
+        if (g->status[i] == 0)
+            continue;
+        if (!(id = pyf_id_new(&g->ids[i])) || PyList_Append(list, id) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(id);
+    }
+    return list;
+}
+
+/* Raises what explains the missing ids: a fetch's lasting failure, else ObjectNotFound or
+ * Timeout; the exception's .missing lists them. */
+static PyObject *raise_missing(const struct gather *g, const struct pyf_deadline *d, int fetch,
+                               const char *what)
+{
+    char hex[2 * FERRY_ID_SIZE + 1], msg[512];
+    size_t missing = gather_missing(g), first = 0;
+    int rc = g->fail_rc                     ? g->fail_rc
+             : d->timeout_ms == 0 && !fetch ? FERRY_ENOENT
+                                            : FERRY_ETIMEDOUT;
+    PyObject *exc, *list;
+
+    while (g->status[first] == 0)
+        first++;
+    ferry_id_format(&g->ids[first], hex);
+    if (g->fail_rc && *g->fail_msg && strcmp(g->fail_msg, ferry_strerror(rc)) != 0)
+        snprintf(msg, sizeof(msg), "%s: %s", ferry_strerror(rc), g->fail_msg);
+    else if (g->fail_rc)
+        snprintf(msg, sizeof(msg), "%s", ferry_strerror(rc));
+    else if (rc == FERRY_ENOENT)
+        snprintf(msg, sizeof(msg), "%s: not in the store", ferry_strerror(rc));
+    else
+        snprintf(msg, sizeof(msg), "%s: not %s within %lld ms", ferry_strerror(rc), what,
+                 (long long)d->timeout_ms);
+    if (missing == 1)
+        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (object %s)", hex);
+    else
+        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (%zu of %zu objects, first %s)",
+                 missing, g->n, hex);
+    if (!(exc = pyf_error_new(rc, msg)))
+        return NULL;
+    if ((list = missing_list(g)) && PyObject_SetAttrString(exc, "missing", list) == 0)
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_XDECREF(list);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* Turns every entry into a Buffer (each takes over its references). */
+static PyObject *gather_buffers(struct gather *g, int single)
+{
+    PyObject *list = single ? NULL : PyList_New((Py_ssize_t)g->n), *one = NULL;
+
+    for (size_t i = 0; i < g->n; i++) {
+        struct pyf_conn *k = g->from[i];
+        PyObject *b;
+        g->from[i] = NULL;
+        b = pyf_buffer_new(k, &g->ids[i], &g->out[i]);
+        if (single)
+            one = b;
+        else if (list && b)
+            PyList_SET_ITEM(list, (Py_ssize_t)i, b);
+        else
+            Py_XDECREF(b);
+        if (!b)
+            Py_CLEAR(list);
+    }
+    return single ? one : list;
+}
+
+/* Parses (ids, timeout_ms) into g and d; -1 with an exception. */
+static int parse_ids(PyObject *ids, PyObject *timeout, struct gather *g, struct pyf_deadline *d,
+                     int *single, int get)
+{
+    size_t n;
+
+    memset(g, 0, sizeof(*g));
+    if (pyf_ids_from_object(ids, &g->ids, &n, single) < 0)
+        return -1;
+    if (pyf_deadline_from_object(timeout, 0, d) < 0 || gather_alloc(g, n, get) < 0)
+        return -1;
+    return 0;
+}
+
+PyObject *pyf_client_get(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"ids", "timeout_ms", "fetch", NULL};
+    PyObject *ids, *timeout = NULL, *result = NULL;
+    struct pyf_deadline d;
+    struct pyf_conn *k;
+    struct gather g;
+    int single, fetch = 0;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op:get", kwlist, &ids, &timeout, &fetch))
+        return NULL;
+    if (parse_ids(ids, timeout, &g, &d, &single, 1) < 0 || !(k = pyf_client_conn(self)) ||
+        get_round(&g, k, 0) < 0)
+        goto done;
+    if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
+        gather_wait(self, &g, &d, fetch, 1) < 0)
+        goto done;
+    result =
+        gather_missing(&g) ? raise_missing(&g, &d, fetch, "sealed") : gather_buffers(&g, single);
+done:
+    gather_free(&g);
+    return result;
+}
+
+PyObject *pyf_client_fetch(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"ids", "timeout_ms", NULL};
+    PyObject *ids, *timeout = NULL, *result = NULL;
+    struct pyf_deadline d;
+    struct pyf_conn *k;
+    struct gather g;
+    int single;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:fetch", kwlist, &ids, &timeout))
+        return NULL;
+    if (parse_ids(ids, timeout, &g, &d, &single, 0) < 0 || !(k = pyf_client_conn(self)))
+        goto done;
+    /* A fetch that waits takes a handle of its own; one that does not uses the main one. */
+    if (d.timeout_ms == 0 ? fetch_round(&g, k, 0, 0) < 0 : gather_wait(self, &g, &d, 1, 0) < 0)
+        goto done;
+    result = gather_missing(&g) ? raise_missing(&g, &d, 1, "local") : Py_NewRef(Py_None);
+done:
+    gather_free(&g);
+    return result;
+}

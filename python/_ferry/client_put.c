@@ -1,0 +1,447 @@
+/* client_put.c - Client.put, put_many, create, seal, abort and the put_object primitive. */
+#include "client.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "buffer.h"
+#include "errors.h"
+#include "objectid.h"
+#include "objfmt.h"
+
+/* One piece of a new object's data part: len bytes from src, at offset off. */
+struct piece {
+    const void *src;
+    uint64_t off, len;
+};
+
+/* A failure's code and detail, kept across the calls that clean up after it. */
+struct kept {
+    int rc;
+    char detail[400];
+};
+
+static int keep(struct kept *k, int rc)
+{
+    k->rc = rc;
+    snprintf(k->detail, sizeof(k->detail), "%s", ferry_errmsg());
+    return rc;
+}
+
+/* Copies the pieces into dst (size bytes), zeroing the gaps between them, so that the same
+ * pieces always make the same bytes (and digest). */
+static void fill(uint8_t *dst, uint64_t size, const struct piece *p, size_t n)
+{
+    uint64_t at = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        memset(dst + at, 0, p[i].off - at);
+        memcpy(dst + p[i].off, p[i].src, p[i].len);
+        at = p[i].off + p[i].len;
+    }
+    memset(dst + at, 0, size - at);
+}
+
+/* Stores a new sealed object of size data bytes made of the pieces (in order, not
+ * overlapping), and gives its reference back. Small objects go through libferry's staging area
+ * (one exchange; a gathered copy first when there are several pieces); larger ones are
+ * created, filled by this thread and sealed, so that the handle is not held during the copy.
+ * Runs with the GIL released. */
+static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const Py_buffer *meta,
+                      const struct piece *p, size_t n, struct kept *fail)
+{
+    uint8_t *dst;
+    int rc;
+
+    if (size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
+        uint8_t *tmp = n == 1 && p[0].len == size ? NULL : PyMem_RawMalloc(size ? size : 1);
+        if (tmp)
+            fill(tmp, size, p, n);
+        else if (n != 1 || p[0].len != size)
+            return keep(fail, FERRY_ENOMEM);
+        rc = ferry_put(c, id, tmp ? tmp : p[0].src, size, meta->buf, (uint64_t)meta->len);
+        PyMem_RawFree(tmp);
+        return rc < 0 ? keep(fail, rc) : 0;
+    }
+    if ((rc = ferry_create(c, id, size, meta->buf, (uint64_t)meta->len, &dst)) < 0)
+        return keep(fail, rc);
+    fill(dst, size, p, n);
+    if ((rc = ferry_seal(c, id)) < 0) {
+        keep(fail, rc);
+        ferry_abort(c, id);
+        return rc;
+    }
+    return ferry_release(c, id) < 0 ? keep(fail, FERRY_ECONN) : 0;
+}
+
+/* put_pieces on the main handle with the GIL released; the ObjectID, or NULL. */
+static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
+                          const Py_buffer *meta, const struct piece *p, size_t n)
+{
+    struct pyf_conn *k = pyf_client_conn(self);
+    struct kept fail = {0};
+    int rc;
+
+    if (!k)
+        return NULL;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = put_pieces(k->c, id, size, meta, p, n, &fail);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        pyf_raise_detail(rc, fail.detail);
+    conn_leave(k, rc);
+    return rc < 0 ? NULL : pyf_id_new(id);
+}
+
+/* The bytes of a data or metadata argument: C-contiguous; NULL o is empty. -1 with TypeError
+ * (not a buffer) or BufferError/ValueError (not contiguous). */
+static int get_bytes(PyObject *o, Py_buffer *view, const char *what)
+{
+    if (!o) {
+        memset(view, 0, sizeof(*view));
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a bytes-like object, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    return PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS);
+}
+
+static void drop_bytes(Py_buffer *view)
+{
+    if (view->obj)
+        PyBuffer_Release(view);
+}
+
+PyObject *pyf_client_put(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"id", "data", "metadata", NULL};
+    PyObject *idobj, *data, *metaobj = NULL, *result = NULL;
+    Py_buffer d = {0}, m = {0};
+    ferry_id id;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:put", kwlist, &idobj, &data, &metaobj) ||
+        pyf_id_from_object(idobj, &id) < 0 || get_bytes(data, &d, "data") < 0 ||
+        get_bytes(metaobj, &m, "metadata") < 0)
+        goto done;
+    result = put_call(self, &id, (uint64_t)d.len, &m,
+                      &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1);
+done:
+    drop_bytes(&d);
+    drop_bytes(&m);
+    return result;
+}
+
+/* ---- put_many ---- */
+
+struct many {
+    Py_ssize_t n;
+    ferry_put_item *items;
+    Py_buffer *views; /* 2 per item: data, metadata */
+    int *statuses;
+};
+
+static int many_item(struct many *b, Py_ssize_t i, PyObject *item)
+{
+    Py_ssize_t len = PyTuple_Check(item) ? PyTuple_GET_SIZE(item) : -1;
+    Py_buffer *d = &b->views[2 * i], *m = d + 1;
+
+    if (len != 2 && len != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "put_many() item %zd must be a tuple (id, data) or (id, data, metadata)", i);
+        return -1;
+    }
+    if (pyf_id_from_object(PyTuple_GET_ITEM(item, 0), &b->items[i].id) < 0 ||
+        get_bytes(PyTuple_GET_ITEM(item, 1), d, "data") < 0 ||
+        get_bytes(len == 3 ? PyTuple_GET_ITEM(item, 2) : NULL, m, "metadata") < 0)
+        return -1;
+    b->items[i].data = d->buf;
+    b->items[i].data_size = (uint64_t)d->len;
+    b->items[i].metadata = m->buf;
+    b->items[i].metadata_size = (uint64_t)m->len;
+    return 0;
+}
+
+/* The exception for failed items: the first one's class, with .failures listing each. */
+static PyObject *many_failed(const struct many *b)
+{
+    char hex[2 * FERRY_ID_SIZE + 1], msg[512];
+    PyObject *failures = PyList_New(0), *exc = NULL;
+    Py_ssize_t first = -1, count = 0;
+
+    for (Py_ssize_t i = 0; failures && i < b->n; i++) {
+        int st = b->statuses[i];
+        PyObject *id, *e, *t;
+        if (st == 0)
+            continue;
+        if (first < 0)
+            first = i;
+        count++;
+        ferry_id_format(&b->items[i].id, hex);
+        snprintf(msg, sizeof(msg), "%s (item %zd, object %s)", ferry_strerror(st), i, hex);
+        id = pyf_id_new(&b->items[i].id);
+        e = pyf_error_new(st, msg);
+        t = id && e ? Py_BuildValue("(nOO)", i, id, e) : NULL;
+        if (!t || PyList_Append(failures, t) < 0)
+            Py_CLEAR(failures);
+        Py_XDECREF(id);
+        Py_XDECREF(e);
+        Py_XDECREF(t);
+    }
+    if (!failures)
+        return NULL;
+    ferry_id_format(&b->items[first].id, hex);
+    snprintf(msg, sizeof(msg), "put_many: %zd of %zd objects failed; the first, item %zd (%s): %s",
+             count, b->n, first, hex, ferry_strerror(b->statuses[first]));
+    if ((exc = pyf_error_new(b->statuses[first], msg)) &&
+        PyObject_SetAttrString(exc, "failures", failures) == 0)
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_XDECREF(exc);
+    Py_DECREF(failures);
+    return NULL;
+}
+
+static PyObject *many_ids(const struct many *b)
+{
+    PyObject *list = PyList_New(b->n);
+
+    for (Py_ssize_t i = 0; list && i < b->n; i++) {
+        PyObject *id = pyf_id_new(&b->items[i].id);
+        if (!id)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, id);
+    }
+    return list;
+}
+
+PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "put_many() takes an iterable of (id, data[, metadata])"),
+             *result = NULL;
+    struct many b = {0};
+    struct pyf_conn *k;
+    int rc;
+
+    if (!seq)
+        return NULL;
+    b.n = PySequence_Fast_GET_SIZE(seq);
+    b.items = PyMem_Calloc((size_t)b.n + 1, sizeof(*b.items));
+    b.views = PyMem_Calloc(2 * (size_t)b.n + 1, sizeof(*b.views));
+    b.statuses = PyMem_Calloc((size_t)b.n + 1, sizeof(*b.statuses));
+    if (!b.items || !b.views || !b.statuses) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < b.n; i++)
+        if (many_item(&b, i, PySequence_Fast_GET_ITEM(seq, i)) < 0)
+            goto done;
+    if (!(k = pyf_client_conn(self)))
+        goto done;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_put_many(k->c, b.items, (size_t)b.n, b.statuses);
+    Py_END_ALLOW_THREADS
+    conn_leave(k, rc);
+    result = rc < 0 ? many_failed(&b) : many_ids(&b);
+done:
+    for (Py_ssize_t i = 0; b.views && i < 2 * b.n; i++)
+        drop_bytes(&b.views[i]);
+    PyMem_Free(b.items);
+    PyMem_Free(b.views);
+    PyMem_Free(b.statuses);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* ---- create, seal, abort ---- */
+
+static int parse_size(PyObject *o, uint64_t *out)
+{
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "size must be an int, not %.100s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLongLong(o);
+    if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "size must be a non-negative number of bytes");
+        return -1;
+    }
+    return 0;
+}
+
+/* Records buf as ours to seal or abort; on failure drops it (which aborts). */
+static PyObject *remember(ClientObject *self, PyObject *buf)
+{
+    PyObject *key = pyf_id_new(&((BufferObject *)buf)->id);
+
+    if (!key || PyDict_SetItem(self->creating, key, buf) < 0)
+        Py_CLEAR(buf);
+    Py_XDECREF(key);
+    return buf;
+}
+
+PyObject *pyf_client_create(ClientObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"id", "size", "metadata", NULL};
+    PyObject *idobj, *sizeobj, *metaobj = NULL, *result = NULL;
+    Py_buffer m = {0};
+    struct pyf_conn *k;
+    uint8_t *data = NULL;
+    uint64_t size;
+    ferry_id id;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:create", kwlist, &idobj, &sizeobj,
+                                     &metaobj) ||
+        pyf_id_from_object(idobj, &id) < 0 || parse_size(sizeobj, &size) < 0 ||
+        get_bytes(metaobj, &m, "metadata") < 0 || !(k = pyf_client_conn(self)))
+        goto done;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_create(k->c, &id, size, m.buf, (uint64_t)m.len, &data);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        pyf_call_failed(k, rc);
+        goto done;
+    }
+    conn_incref(k); /* the Buffer's */
+    conn_leave(k, rc);
+    result = pyf_buffer_new_unsealed(k, &id, data, size, data + size, (uint64_t)m.len);
+    if (result)
+        result = remember(self, result);
+done:
+    drop_bytes(&m);
+    return result;
+}
+
+/* Our unsealed object's Buffer under id (a new reference, or NULL when there is none); -1 with
+ * an exception. */
+static int creating_get(ClientObject *self, const ferry_id *id, PyObject **key, BufferObject **buf)
+{
+    PyObject *b;
+
+    *buf = NULL;
+    if (!(*key = pyf_id_new(id)))
+        return -1;
+    b = PyDict_GetItemWithError(self->creating, *key);
+    if (!b && PyErr_Occurred()) {
+        Py_CLEAR(*key);
+        return -1;
+    }
+    *buf = (BufferObject *)Py_XNewRef(b);
+    return 0;
+}
+
+enum seal_or_abort { DO_SEAL, DO_ABORT };
+
+/* seal(id) and abort(id): on the handle that created the object when it was ours. */
+static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort what)
+{
+    PyObject *key = NULL, *result = NULL;
+    BufferObject *buf = NULL;
+    struct pyf_conn *k;
+    ferry_id id;
+    int rc;
+
+    if (pyf_id_from_object(idobj, &id) < 0 || !(k = pyf_client_conn(self)) ||
+        creating_get(self, &id, &key, &buf) < 0)
+        return NULL;
+    if (buf && what == DO_ABORT && buf->exports) {
+        PyErr_Format(PyExc_BufferError,
+                     "cannot abort: %zd view%s of the object's Buffer %s alive (they would "
+                     "point into freed memory); drop them first",
+                     buf->exports, buf->exports == 1 ? "" : "s", buf->exports == 1 ? "is" : "are");
+        goto done;
+    }
+    if (buf)
+        k = buf->conn;
+    conn_enter(k);
+    Py_BEGIN_ALLOW_THREADS
+        rc = what == DO_SEAL ? ferry_seal(k->c, &id) : ferry_abort(k->c, &id);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        pyf_call_failed(k, rc);
+        /* A lost connection took the unsealed object with it. */
+        if (buf && rc == FERRY_ECONN && PyDict_DelItem(self->creating, key) < 0)
+            PyErr_Clear();
+        goto done;
+    }
+    conn_leave(k, rc);
+    if (buf && what == DO_SEAL)
+        pyf_buffer_sealed(buf);
+    else if (buf)
+        pyf_buffer_aborted(buf);
+    if (buf && PyDict_DelItem(self->creating, key) < 0)
+        goto done;
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(buf);
+    Py_XDECREF(key);
+    return result;
+}
+
+PyObject *pyf_client_seal(ClientObject *self, PyObject *id)
+{
+    return finish(self, id, DO_SEAL);
+}
+
+PyObject *pyf_client_abort(ClientObject *self, PyObject *id)
+{
+    return finish(self, id, DO_ABORT);
+}
+
+/* ---- put_object's primitive ---- */
+
+/* _put_parts(id, parts): one object holding the buffers of parts (a list) at the offsets of
+ * objfmt.h, with their header as its metadata; one copy of each. */
+PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
+{
+    PyObject *idobj, *parts, *result = NULL;
+    struct objfmt_part *layout = NULL;
+    struct piece *pieces = NULL;
+    Py_buffer *views = NULL, meta = {0};
+    uint8_t *header = NULL;
+    uint64_t size;
+    Py_ssize_t n;
+    ferry_id id;
+
+    if (!PyArg_ParseTuple(args, "OO!:_put_parts", &idobj, &PyList_Type, &parts) ||
+        pyf_id_from_object(idobj, &id) < 0)
+        return NULL;
+    n = PyList_GET_SIZE(parts);
+    views = PyMem_Calloc((size_t)n + 1, sizeof(*views));
+    layout = PyMem_Calloc((size_t)n + 1, sizeof(*layout));
+    pieces = PyMem_Calloc((size_t)n + 1, sizeof(*pieces));
+    header = PyMem_Malloc(objfmt_header_size((size_t)n));
+    if (!views || !layout || !pieces || !header) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (get_bytes(PyList_GET_ITEM(parts, i), &views[i], "a part") < 0)
+            goto done;
+        layout[i].length = (uint64_t)views[i].len;
+    }
+    if (objfmt_layout(layout, (size_t)n, &size) < 0) {
+        PyErr_Format(PyExc_ValueError, "_put_parts: %zd parts (1 to %u)", n, OBJFMT_MAX_PARTS);
+        goto done;
+    }
+    objfmt_encode(layout, (size_t)n, header);
+    for (Py_ssize_t i = 0; i < n; i++)
+        pieces[i] = (struct piece){views[i].buf, layout[i].offset, layout[i].length};
+    meta.buf = header;
+    meta.len = (Py_ssize_t)objfmt_header_size((size_t)n);
+    result = put_call(self, &id, size, &meta, pieces, (size_t)n);
+done:
+    for (Py_ssize_t i = 0; views && i < n; i++)
+        drop_bytes(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(layout);
+    PyMem_Free(pieces);
+    PyMem_Free(header);
+    return result;
+}

@@ -1,0 +1,114 @@
+/* conn.c - libferry handles shared by a Client and its Buffers (rules in conn.h). */
+#include "conn.h"
+
+#include <unistd.h>
+
+int conn_open(const char *path, struct pyf_conn **out)
+{
+    struct pyf_conn *k = PyMem_Calloc(1, sizeof(*k));
+    int rc;
+
+    if (!k)
+        return FERRY_ENOMEM;
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_connect(path, &k->c);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyMem_Free(k);
+        return rc;
+    }
+    k->refs = 1;
+    k->pid = getpid();
+    *out = k;
+    return 0;
+}
+
+int conn_forked(const struct pyf_conn *k)
+{
+    return k->pid != getpid();
+}
+
+void conn_incref(struct pyf_conn *k)
+{
+    k->refs++;
+}
+
+void conn_decref(struct pyf_conn *k)
+{
+    if (--k->refs > 0)
+        return;
+    /* In a forked child this closes the child's copies only; the parent's session goes on. */
+    ferry_disconnect(k->c);
+    PyMem_Free(k->pending);
+    PyMem_Free(k);
+}
+
+/* Sends one give-back while the handle is free, so that libferry's mutex is free too. A
+ * release only writes to the socket and is sent with the GIL held; an abort waits for the
+ * daemon's reply, so it lets the GIL go, with the handle marked busy meanwhile (give-backs of
+ * other threads queue up behind it). */
+static void give_back_now(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
+{
+    int rc;
+
+    if (op == PYF_RELEASE) {
+        rc = ferry_release(k->c, id);
+    } else {
+        k->busy++;
+        Py_BEGIN_ALLOW_THREADS
+            rc = ferry_abort(k->c, id);
+        Py_END_ALLOW_THREADS
+        k->busy--;
+    }
+    if (rc == FERRY_ECONN)
+        k->broken = 1;
+}
+
+static void flush_pending(struct pyf_conn *k)
+{
+    while (k->n_pending && !k->broken) {
+        struct pyf_pending p = k->pending[--k->n_pending];
+        give_back_now(k, &p.id, p.op);
+    }
+    k->n_pending = 0;
+}
+
+void conn_enter(struct pyf_conn *k)
+{
+    k->refs++;
+    k->busy++;
+}
+
+void conn_leave(struct pyf_conn *k, int rc)
+{
+    if (rc == FERRY_ECONN)
+        k->broken = 1;
+    if (--k->busy == 0 && k->n_pending)
+        flush_pending(k);
+    conn_decref(k);
+}
+
+/* Queues a give-back; 0, or -1 when memory ran out. */
+static int queue(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
+{
+    if (k->n_pending == k->cap_pending) {
+        size_t cap = k->cap_pending ? 2 * k->cap_pending : 16;
+        struct pyf_pending *p = PyMem_Realloc(k->pending, cap * sizeof(*p));
+        if (!p)
+            return -1;
+        k->pending = p;
+        k->cap_pending = cap;
+    }
+    k->pending[k->n_pending++] = (struct pyf_pending){*id, op};
+    return 0;
+}
+
+void conn_give_back(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
+{
+    if (conn_forked(k) || k->broken)
+        return;
+    if (!k->busy)
+        give_back_now(k, id, op);
+    else
+        (void)queue(k, id, op); /* out of memory: kept until the disconnect gives it back */
+}

@@ -1,0 +1,66 @@
+/*
+ * conn.h - a libferry handle shared by a Client and the Buffers made through it.
+ *
+ * Ownership and locking. Every field is read and written only with the GIL held:
+ * - `refs`: the Client's hold, one per Buffer made through the handle and one per call in
+ *   progress. At 0 the handle is disconnected and its arena mapping unmapped, so a Buffer, or
+ *   any view of one, never outlives the mapping it points into.
+ * - `busy`: calls in progress on the handle with the GIL released. libferry serialises the
+ *   calls of a handle on its own mutex; a Buffer let go while the handle is busy must not wait
+ *   for that mutex with the GIL held (the call holding it may take a while), so its release is
+ *   queued in `pending` and sent by the call that brings `busy` back to 0.
+ * - `broken`: a call on it failed with FERRY_ECONN; every later call would too.
+ * - `pid`: the process that connected. A forked child never sends on its parent's socket: it
+ *   may read through Buffers it inherited (the mapping is shared), but gives nothing back.
+ */
+#ifndef PYF_CONN_H
+#define PYF_CONN_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <sys/types.h>
+
+#include "ferry.h"
+
+/* What a queued entry asks the daemon for. */
+enum pyf_pending_op { PYF_RELEASE, PYF_ABORT };
+
+struct pyf_pending {
+    ferry_id id;
+    enum pyf_pending_op op;
+};
+
+struct pyf_conn {
+    ferry_client *c;
+    Py_ssize_t refs;
+    int busy;
+    int broken;
+    pid_t pid;
+    struct pyf_pending *pending;
+    size_t n_pending, cap_pending;
+};
+
+/* Connects to the daemon at path (NULL: $FERRY_SOCKET, else the default) with the GIL
+ * released; *out holds one reference. Returns 0 or libferry's code (the detail in
+ * ferry_errmsg()); raises nothing. */
+int conn_open(const char *path, struct pyf_conn **out);
+
+void conn_incref(struct pyf_conn *k);
+/* Drops a reference; the last one disconnects. */
+void conn_decref(struct pyf_conn *k);
+
+/* 1 in a process other than the one that connected. */
+int conn_forked(const struct pyf_conn *k);
+
+/* Brackets a call made with the GIL released: enter takes a reference and marks the handle
+ * busy; leave records a lost connection (rc FERRY_ECONN), sends what was queued meanwhile if
+ * the handle is free again, and drops the reference. Read ferry_errmsg() before leave. */
+void conn_enter(struct pyf_conn *k);
+void conn_leave(struct pyf_conn *k, int rc);
+
+/* Gives back one reference to id (op PYF_RELEASE) or drops the unsealed object id
+ * (PYF_ABORT): at once when the handle is free, else when its call ends; never in a forked
+ * child. Never raises, never waits for the daemon's other work. */
+void conn_give_back(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op);
+
+#endif

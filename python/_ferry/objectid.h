@@ -1,0 +1,37 @@
+/*
+ * objectid.h - ferry.ObjectID: an object's 20-byte id, and the rule that turns what a caller
+ * passes as an id into one.
+ *
+ * The rule (the ferry command line's, extended to bytes): an ObjectID is itself; bytes of
+ * exactly 20 are the raw id; a str or bytes of exactly 40 hex digits is the raw id in hex;
+ * any other non-empty str (as UTF-8) or bytes is a name, hashed to 20 bytes with SHA-1.
+ */
+#ifndef PYF_OBJECTID_H
+#define PYF_OBJECTID_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "ferry.h"
+
+typedef struct {
+    PyObject_HEAD ferry_id id;
+} ObjectIDObject;
+
+extern PyTypeObject ObjectID_Type;
+
+/* Adds the type to module m; -1 with an exception set. */
+int pyf_objectid_init(PyObject *m);
+
+/* Applies the rule to o; -1 with TypeError (not an id-like type) or ValueError (empty name). */
+int pyf_id_from_object(PyObject *o, ferry_id *out);
+
+/* A new ObjectID holding id. */
+PyObject *pyf_id_new(const ferry_id *id);
+
+/* The ids of o: a single id (ObjectID, str, bytes) gives one and sets *single; any other
+ * iterable gives its items. At most FERRY_MAX_IDS. *out is PyMem_Malloc'ed (free with
+ * PyMem_Free, also when *n is 0); -1 with an exception set. */
+int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single);
+
+#endif

@@ -1,0 +1,113 @@
+"""ferry: the Python client of the ferry object store.
+
+A ferry daemon (ferryd) keeps immutable objects in a shared-memory arena on each node. A
+Client reads them in place: Client.get returns Buffers that expose the stored bytes through
+the buffer protocol (memoryview, numpy.frombuffer) without a copy, and keep their objects
+alive while any view of them lives. Client.put copies any bytes-like object into the arena
+once; Client.put_object and Client.get_object store Python objects with pickle protocol 5,
+their out-of-band buffers (NumPy arrays, ...) in the arena, so that get_object returns arrays
+backed by the arena, read-only, without a copy.
+
+Objects stored by put_object (format version OBJECT_FORMAT_VERSION) hold, in their data part,
+the pickle stream and then each out-of-band buffer, each starting at a multiple of 64 bytes;
+their metadata is b"FERRYPK5", u32 version, u32 count of parts, then (u64 offset, u64 length)
+per part, little-endian.
+"""
+
+import pickle
+
+from . import _ferry
+from ._ferry import (
+    DEFAULT_SOCKET,
+    MAX_IDS,
+    OBJECT_FORMAT_VERSION,
+    AuthenticationFailed,
+    Buffer,
+    Busy,
+    DaemonUnreachable,
+    DirectoryUnavailable,
+    Error,
+    InvalidArgument,
+    Notification,
+    NotSupported,
+    ObjectExists,
+    ObjectID,
+    ObjectNotFound,
+    ObjectNotSealed,
+    ObjectTooLarge,
+    OutOfMemory,
+    PermissionDenied,
+    ProtocolError,
+    StoreFull,
+    Subscription,
+    SystemCallFailed,
+    Timeout,
+    TransferFailed,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "ObjectID",
+    "Buffer",
+    "Subscription",
+    "Notification",
+    "Error",
+    "InvalidArgument",
+    "ObjectNotFound",
+    "ObjectExists",
+    "StoreFull",
+    "ObjectTooLarge",
+    "PermissionDenied",
+    "Timeout",
+    "ObjectNotSealed",
+    "DaemonUnreachable",
+    "ProtocolError",
+    "OutOfMemory",
+    "SystemCallFailed",
+    "NotSupported",
+    "Busy",
+    "DirectoryUnavailable",
+    "TransferFailed",
+    "AuthenticationFailed",
+    "DEFAULT_SOCKET",
+    "MAX_IDS",
+    "OBJECT_FORMAT_VERSION",
+]
+
+
+class Client(_ferry.Client):
+    __slots__ = ()
+    __doc__ = _ferry.Client.__doc__
+
+    def put_object(self, obj, id=None):
+        """Stores obj (pickle protocol 5) and returns its ObjectID (a random one by default).
+
+        Buffers that obj's objects export out of band (NumPy arrays, PickleBuffer, ...) are
+        copied once, straight into the arena; non-contiguous ones go in the pickle stream.
+        """
+        views = []
+
+        def out_of_band(pickle_buffer):
+            try:
+                views.append(pickle_buffer.raw())
+            except BufferError:  # not contiguous: pickle copies it into the stream
+                return True
+            return False
+
+        stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        oid = ObjectID.random() if id is None else ObjectID(id)
+        return self._put_parts(oid, [stream, *views])
+
+    def get_object(self, id, timeout_ms=0, fetch=False):
+        """Returns the object that put_object stored under id (waiting and fetching as get
+        does). Its out-of-band buffers are read-only views of the arena, not copies; the
+        object stays referenced while any of them is alive. ValueError for an object that
+        put_object did not store."""
+        buf = self.get(id, timeout_ms, fetch=fetch)
+        parts = _ferry._decode_parts(buf.metadata, buf.size)
+        view = memoryview(buf)
+        stream_at, stream_len = parts[0]
+        buffers = [view[at : at + length] for at, length in parts[1:]]
+        return pickle.loads(view[stream_at : stream_at + stream_len], buffers=buffers)
