@@ -87,6 +87,7 @@ int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single)
     PyObject *seq;
     Py_ssize_t len;
 
+    *out = NULL;
     *single = is_single_id(o);
     if (*single) {
         if (!(*out = PyMem_Malloc(sizeof(ferry_id))))
@@ -95,6 +96,7 @@ int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single)
         if (pyf_id_from_object(o, *out) == 0)
             return 0;
         PyMem_Free(*out);
+        *out = NULL;
         return -1;
     }
     if (!(seq = PySequence_Fast(o,
@@ -112,6 +114,7 @@ int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single)
     for (Py_ssize_t i = 0; i < len; i++) {
         if (pyf_id_from_object(PySequence_Fast_GET_ITEM(seq, i), &(*out)[i]) < 0) {
             PyMem_Free(*out);
+            *out = NULL;
             goto drop_seq;
         }
     }

@@ -1,0 +1,100 @@
+"""Two daemons and a Redis directory on this host: fetch, get with fetch, nodes, where, and
+notifications read through selectors and asyncio."""
+
+import asyncio
+import os
+import selectors
+
+import numpy as np
+import pytest
+
+import ferry
+from conftest import in_arena
+
+
+def test_fetch_across_two_daemons(cluster):
+    a, b = cluster
+    data = np.random.default_rng(3).standard_normal(1 << 18)
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        ca.put("w", data, metadata=b"float64")
+        oid = ca.put_object({"arr": data, "tag": "t"}, id="obj")
+        assert not cb.contains("w")
+        buf = cb.get("w", timeout_ms=10_000, fetch=True)
+        arr = np.frombuffer(buf, dtype=np.float64)
+        assert np.array_equal(arr, data) and buf.metadata == b"float64"
+        assert in_arena(arr.__array_interface__["data"][0])
+        assert cb.hash("w") == ca.hash("w")
+        cb.fetch(oid, timeout_ms=10_000)
+        assert cb.contains(oid)
+        back = cb.get_object(oid)
+        assert np.array_equal(back["arr"], data) and back["tag"] == "t"
+        holders = sorted(n["id"] for n in cb.where("w"))
+        assert holders == ["a", "b"]
+        nodes = {n["id"]: n for n in cb.nodes()}
+        assert set(nodes) == {"a", "b"} and nodes["b"]["self"] and not nodes["a"]["self"]
+        assert nodes["a"]["address"].startswith("127.0.0.1:") and "tcp" in nodes["a"]["transports"]
+        stats = cb.stats()
+        assert stats["transfers_in"] == 2 and stats["directory_up"] == 1
+
+
+def test_fetch_waits_for_a_later_seal_and_times_out(cluster):
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        with pytest.raises(ferry.Timeout) as e:
+            cb.fetch(["nowhere", "nor-here"], timeout_ms=300)
+        assert len(e.value.missing) == 2
+        with pytest.raises(ferry.Timeout):
+            cb.get("nowhere", timeout_ms=200, fetch=True)
+        ca.put("nowhere", b"late")
+        cb.fetch("nowhere", timeout_ms=10_000)
+        assert bytes(cb.get("nowhere")) == b"late"
+
+
+def test_fetch_on_a_standalone_node(client):
+    with pytest.raises(ferry.DirectoryUnavailable):
+        client.fetch("x", timeout_ms=1000)
+    with pytest.raises(ferry.DirectoryUnavailable):
+        client.nodes()
+    client.put("local", b"1")
+    client.fetch("local")  # already local: nothing to ask anyone
+    assert bytes(client.get("local", fetch=True)) == b"1"
+
+
+def test_subscribe_with_selectors(client, daemon):
+    with client.subscribe() as sub, ferry.Client(daemon.socket) as other:
+        sel = selectors.DefaultSelector()
+        sel.register(sub, selectors.EVENT_READ)
+        assert sel.select(timeout=0) == []
+        assert sub.read(timeout_ms=0) is None
+        other.put("n", b"12345", metadata=b"mm")
+        assert len(sel.select(timeout=10)) == 1
+        note = sub.read(timeout_ms=0)
+        assert note == ("sealed", ferry.ObjectID("n"), 5, 2)
+        assert (note.event, note.id, note.size, note.metadata_size) == note
+        other.delete("n")
+        assert next(iter(sub)).event == "deleted"
+        sel.close()
+    assert sub.closed
+
+
+def test_subscribe_with_asyncio(client, daemon):
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = asyncio.Queue()
+        sub = client.subscribe()
+
+        def readable():
+            while (note := sub.read(timeout_ms=0)) is not None:
+                got.put_nowait(note)
+
+        loop.add_reader(sub.fileno(), readable)
+        with ferry.Client(daemon.socket) as other:
+            for i in range(3):
+                await loop.run_in_executor(None, other.put, f"a{i}", b"x")
+            notes = [await asyncio.wait_for(got.get(), 10) for _ in range(3)]
+        loop.remove_reader(sub.fileno())
+        sub.close()
+        return notes
+
+    notes = asyncio.run(main())
+    assert [n.id for n in notes] == [ferry.ObjectID(f"a{i}") for i in range(3)]
