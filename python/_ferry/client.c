@@ -22,7 +22,7 @@ PyObject *pyf_call_failed(struct pyf_conn *k, int rc)
 
 static int check_process(ClientObject *self)
 {
-    if (self->pid == getpid())
+    if (self->generation == pyf_fork_generation())
         return 0;
     PyErr_Format(pyf_error_base(),
                  "this Client was connected by process %ld and cannot be used in process %ld "
@@ -146,6 +146,7 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     pthread_mutex_init(&self->wait_lock, NULL);
     pthread_cond_init(&self->wait_cond, NULL);
     self->pid = getpid();
+    self->generation = pyf_fork_generation();
     return (PyObject *)self;
 }
 
@@ -519,7 +520,7 @@ static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 
 /* ---- the type ---- */
 
-#define KW_METHOD(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
+#define KW_METHOD(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
 
 static PyMethodDef client_methods[] = {
     {"put", KW_METHOD(pyf_client_put),

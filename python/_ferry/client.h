@@ -38,7 +38,8 @@ typedef struct {
     uint64_t returns;     /* handles given back so far */
     pthread_mutex_t wait_lock;
     pthread_cond_t wait_cond;
-    pid_t pid;
+    pid_t pid;                /* the process that connected, for messages */
+    unsigned long generation; /* its fork generation (conn.h) */
     PyObject *weakreflist;
 } ClientObject;
 
@@ -58,12 +59,16 @@ void pyf_waiter_return(ClientObject *self, struct pyf_conn *k);
 /* Raises libferry's rc (its detail read now) and ends the call on k; NULL. */
 PyObject *pyf_call_failed(struct pyf_conn *k, int rc);
 
-PyObject *pyf_client_get(ClientObject *self, PyObject *args, PyObject *kwds);
-PyObject *pyf_client_fetch(ClientObject *self, PyObject *args, PyObject *kwds);
-PyObject *pyf_client_put(ClientObject *self, PyObject *args, PyObject *kwds);
+PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+PyObject *pyf_client_fetch(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
 PyObject *pyf_client_put_many(ClientObject *self, PyObject *items);
 PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args);
-PyObject *pyf_client_create(ClientObject *self, PyObject *args, PyObject *kwds);
+PyObject *pyf_client_create(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames);
 PyObject *pyf_client_seal(ClientObject *self, PyObject *id);
 PyObject *pyf_client_abort(ClientObject *self, PyObject *id);
 

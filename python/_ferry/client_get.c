@@ -6,18 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "buffer.h"
 #include "errors.h"
 #include "objectid.h"
 
 /* The state of one get or fetch. The found entries hold references on the daemon, each
  * through the handle in from[i] (a reference to it too), until they become Buffers or are
- * given back. */
+ * given back. Its arrays share one block, inside the struct for a few ids (most calls), so
+ * that a get of one id allocates nothing but its Buffer. */
+#define GATHER_SMALL 4
+
 struct gather {
     size_t n;
-    ferry_id *ids;
+    ferry_id *ids, one_id;
     ferry_buffer *out;      /* out[i].status 0: found (get) */
-    int *status;            /* fetch: 0 local, FERRY_ETIMEDOUT not yet, else failed */
+    int *status;            /* 0 done, FERRY_ETIMEDOUT still wanted, else failed (fetch) */
     struct pyf_conn **from; /* get: who holds out[i] */
     ferry_id *sub;          /* the ids still wanted, for one call */
     size_t *sub_index;      /* their indexes */
@@ -25,25 +29,52 @@ struct gather {
     int *sub_status;
     int fail_rc; /* a fetch's first lasting failure */
     char fail_msg[256];
+    void *heap; /* the block of the arrays when they did not fit in small */
+    union {
+        max_align_t align;
+        char bytes[GATHER_SMALL * (2 * sizeof(ferry_buffer) + sizeof(struct pyf_conn *) +
+                                   sizeof(ferry_id) + sizeof(size_t) + 2 * sizeof(int))];
+    } small;
 };
 
-static int gather_alloc(struct gather *g, size_t n, int get)
+/* Carves n elements of size bytes from *at (kept aligned for any type). */
+static void *carve(char **at, size_t n, size_t size)
 {
-    size_t m = n ? n : 1;
+    void *p = *at;
+    size_t bytes = (n * size + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
 
-    g->n = n;
-    g->out = get ? PyMem_Calloc(m, sizeof(*g->out)) : NULL;
-    g->from = get ? PyMem_Calloc(m, sizeof(*g->from)) : NULL;
-    g->status = PyMem_Calloc(m, sizeof(*g->status));
-    g->sub = PyMem_Calloc(m, sizeof(*g->sub));
-    g->sub_index = PyMem_Calloc(m, sizeof(*g->sub_index));
-    g->sub_out = get ? PyMem_Calloc(m, sizeof(*g->sub_out)) : NULL;
-    g->sub_status = PyMem_Calloc(m, sizeof(*g->sub_status));
-    if (!g->status || !g->sub || !g->sub_index || !g->sub_status ||
-        (get && (!g->out || !g->from || !g->sub_out))) {
-        PyErr_NoMemory();
-        return -1;
+    *at += bytes;
+    return p;
+}
+
+static size_t gather_bytes(size_t n)
+{
+    size_t a = sizeof(max_align_t) - 1;
+    return 2 * (n * sizeof(ferry_buffer) + a) + (n * sizeof(struct pyf_conn *) + a) +
+           (n * sizeof(ferry_id) + a) + (n * sizeof(size_t) + a) + 2 * (n * sizeof(int) + a);
+}
+
+static int gather_alloc(struct gather *g, size_t n)
+{
+    size_t bytes = gather_bytes(n ? n : 1);
+    char *at = g->small.bytes;
+
+    if (bytes > sizeof(g->small)) {
+        if (!(g->heap = PyMem_Malloc(bytes))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        at = g->heap;
     }
+    memset(at, 0, bytes);
+    g->n = n;
+    g->out = carve(&at, n, sizeof(*g->out));
+    g->sub_out = carve(&at, n, sizeof(*g->sub_out));
+    g->from = carve(&at, n, sizeof(*g->from));
+    g->sub = carve(&at, n, sizeof(*g->sub));
+    g->sub_index = carve(&at, n, sizeof(*g->sub_index));
+    g->status = carve(&at, n, sizeof(*g->status));
+    g->sub_status = carve(&at, n, sizeof(*g->sub_status));
     for (size_t i = 0; i < n; i++)
         g->status[i] = FERRY_ETIMEDOUT;
     return 0;
@@ -58,14 +89,9 @@ static void gather_free(struct gather *g)
             conn_decref(g->from[i]);
         }
     }
-    PyMem_Free(g->ids);
-    PyMem_Free(g->out);
-    PyMem_Free(g->from);
-    PyMem_Free(g->status);
-    PyMem_Free(g->sub);
-    PyMem_Free(g->sub_index);
-    PyMem_Free(g->sub_out);
-    PyMem_Free(g->sub_status);
+    if (g->ids != &g->one_id)
+        PyMem_Free(g->ids);
+    PyMem_Free(g->heap);
 }
 
 /* Lists in g->sub the ids still wanted (status FERRY_ETIMEDOUT); returns their count. */
@@ -267,30 +293,35 @@ static PyObject *gather_buffers(struct gather *g, int single)
 
 /* Parses (ids, timeout_ms) into g and d; -1 with an exception. */
 static int parse_ids(PyObject *ids, PyObject *timeout, struct gather *g, struct pyf_deadline *d,
-                     int *single, int get)
+                     int *single)
 {
     size_t n;
 
-    memset(g, 0, sizeof(*g));
-    if (pyf_ids_from_object(ids, &g->ids, &n, single) < 0)
+    g->ids = NULL;
+    g->heap = NULL;
+    g->from = NULL;
+    g->fail_rc = 0;
+    if (pyf_ids_from_object(ids, &g->one_id, &g->ids, &n, single) < 0)
         return -1;
-    if (pyf_deadline_from_object(timeout, 0, d) < 0 || gather_alloc(g, n, get) < 0)
+    if (pyf_deadline_from_object(timeout, 0, d) < 0 || gather_alloc(g, n) < 0)
         return -1;
     return 0;
 }
 
-PyObject *pyf_client_get(ClientObject *self, PyObject *args, PyObject *kwds)
+PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
 {
-    static char *kwlist[] = {"ids", "timeout_ms", "fetch", NULL};
-    PyObject *ids, *timeout = NULL, *result = NULL;
+    static const char *const names[] = {"ids", "timeout_ms", "fetch"};
+    PyObject *a[3], *result = NULL;
     struct pyf_deadline d;
     struct pyf_conn *k;
     struct gather g;
-    int single, fetch = 0;
+    int single, fetch;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op:get", kwlist, &ids, &timeout, &fetch))
+    if (pyf_parse_args("get", args, nargs, kwnames, names, 3, 1, a) < 0 ||
+        (fetch = a[2] ? PyObject_IsTrue(a[2]) : 0) < 0)
         return NULL;
-    if (parse_ids(ids, timeout, &g, &d, &single, 1) < 0 || !(k = pyf_client_conn(self)) ||
+    if (parse_ids(a[0], a[1], &g, &d, &single) < 0 || !(k = pyf_client_conn(self)) ||
         get_round(&g, k, 0) < 0)
         goto done;
     if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
@@ -303,18 +334,19 @@ done:
     return result;
 }
 
-PyObject *pyf_client_fetch(ClientObject *self, PyObject *args, PyObject *kwds)
+PyObject *pyf_client_fetch(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
-    static char *kwlist[] = {"ids", "timeout_ms", NULL};
-    PyObject *ids, *timeout = NULL, *result = NULL;
+    static const char *const names[] = {"ids", "timeout_ms"};
+    PyObject *a[2], *result = NULL;
     struct pyf_deadline d;
     struct pyf_conn *k;
     struct gather g;
     int single;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:fetch", kwlist, &ids, &timeout))
+    if (pyf_parse_args("fetch", args, nargs, kwnames, names, 2, 1, a) < 0)
         return NULL;
-    if (parse_ids(ids, timeout, &g, &d, &single, 0) < 0 || !(k = pyf_client_conn(self)))
+    if (parse_ids(a[0], a[1], &g, &d, &single) < 0 || !(k = pyf_client_conn(self)))
         goto done;
     /* A fetch that waits takes a handle of its own; one that does not uses the main one. */
     if (d.timeout_ms == 0 ? fetch_round(&g, k, 0, 0) < 0 : gather_wait(self, &g, &d, 1, 0) < 0)

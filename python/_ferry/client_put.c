@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "buffer.h"
 #include "errors.h"
 #include "objectid.h"
@@ -116,16 +117,17 @@ static void drop_bytes(Py_buffer *view)
         PyBuffer_Release(view);
 }
 
-PyObject *pyf_client_put(ClientObject *self, PyObject *args, PyObject *kwds)
+PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
 {
-    static char *kwlist[] = {"id", "data", "metadata", NULL};
-    PyObject *idobj, *data, *metaobj = NULL, *result = NULL;
+    static const char *const names[] = {"id", "data", "metadata"};
+    PyObject *a[3], *result = NULL;
     Py_buffer d = {0}, m = {0};
     ferry_id id;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:put", kwlist, &idobj, &data, &metaobj) ||
-        pyf_id_from_object(idobj, &id) < 0 || get_bytes(data, &d, "data") < 0 ||
-        get_bytes(metaobj, &m, "metadata") < 0)
+    if (pyf_parse_args("put", args, nargs, kwnames, names, 3, 2, a) < 0 ||
+        pyf_id_from_object(a[0], &id) < 0 || get_bytes(a[1], &d, "data") < 0 ||
+        get_bytes(a[2], &m, "metadata") < 0)
         goto done;
     result = put_call(self, &id, (uint64_t)d.len, &m,
                       &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1);
@@ -284,10 +286,11 @@ static PyObject *remember(ClientObject *self, PyObject *buf)
     return buf;
 }
 
-PyObject *pyf_client_create(ClientObject *self, PyObject *args, PyObject *kwds)
+PyObject *pyf_client_create(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
-    static char *kwlist[] = {"id", "size", "metadata", NULL};
-    PyObject *idobj, *sizeobj, *metaobj = NULL, *result = NULL;
+    static const char *const names[] = {"id", "size", "metadata"};
+    PyObject *a[3], *result = NULL;
     Py_buffer m = {0};
     struct pyf_conn *k;
     uint8_t *data = NULL;
@@ -295,10 +298,9 @@ PyObject *pyf_client_create(ClientObject *self, PyObject *args, PyObject *kwds)
     ferry_id id;
     int rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:create", kwlist, &idobj, &sizeobj,
-                                     &metaobj) ||
-        pyf_id_from_object(idobj, &id) < 0 || parse_size(sizeobj, &size) < 0 ||
-        get_bytes(metaobj, &m, "metadata") < 0 || !(k = pyf_client_conn(self)))
+    if (pyf_parse_args("create", args, nargs, kwnames, names, 3, 2, a) < 0 ||
+        pyf_id_from_object(a[0], &id) < 0 || parse_size(a[1], &size) < 0 ||
+        get_bytes(a[2], &m, "metadata") < 0 || !(k = pyf_client_conn(self)))
         goto done;
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS

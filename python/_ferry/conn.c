@@ -1,7 +1,24 @@
 /* conn.c - libferry handles shared by a Client and its Buffers (rules in conn.h). */
 #include "conn.h"
 
-#include <unistd.h>
+#include <pthread.h>
+
+static unsigned long fork_generation;
+
+static void count_fork(void)
+{
+    fork_generation++;
+}
+
+int pyf_fork_init(void)
+{
+    return pthread_atfork(NULL, NULL, count_fork) == 0 ? 0 : -1;
+}
+
+unsigned long pyf_fork_generation(void)
+{
+    return fork_generation;
+}
 
 int conn_open(const char *path, struct pyf_conn **out)
 {
@@ -18,14 +35,14 @@ int conn_open(const char *path, struct pyf_conn **out)
         return rc;
     }
     k->refs = 1;
-    k->pid = getpid();
+    k->generation = fork_generation;
     *out = k;
     return 0;
 }
 
 int conn_forked(const struct pyf_conn *k)
 {
-    return k->pid != getpid();
+    return k->generation != fork_generation;
 }
 
 void conn_incref(struct pyf_conn *k)

@@ -35,10 +35,15 @@ struct pyf_conn {
     Py_ssize_t refs;
     int busy;
     int broken;
-    pid_t pid;
+    unsigned long generation;
     struct pyf_pending *pending;
     size_t n_pending, cap_pending;
 };
+
+/* Counts the forks this process came out of, from a pthread_atfork handler registered once at
+ * import: comparing it costs a load where getpid() is a system call on every call. */
+int pyf_fork_init(void);
+unsigned long pyf_fork_generation(void);
 
 /* Connects to the daemon at path (NULL: $FERRY_SOCKET, else the default) with the GIL
  * released; *out holds one reference. Returns 0 or libferry's code (the detail in

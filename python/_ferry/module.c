@@ -59,6 +59,11 @@ PyMODINIT_FUNC PyInit__ferry(void)
 
     if (!m)
         return NULL;
+    if (pyf_fork_init() < 0) {
+        PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+        Py_DECREF(m);
+        return NULL;
+    }
     if (pyf_errors_init(m) < 0 || pyf_objectid_init(m) < 0 || pyf_buffer_init(m) < 0 ||
         pyf_subscription_init(m) < 0 || pyf_client_init(m) < 0 ||
         PyModule_AddIntConstant(m, "MAX_IDS", FERRY_MAX_IDS) < 0 ||

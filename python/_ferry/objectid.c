@@ -82,7 +82,7 @@ static int is_single_id(PyObject *o)
     return PyObject_TypeCheck(o, &ObjectID_Type) || PyBytes_Check(o) || PyUnicode_Check(o);
 }
 
-int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single)
+int pyf_ids_from_object(PyObject *o, ferry_id *one, ferry_id **out, size_t *n, int *single)
 {
     PyObject *seq;
     Py_ssize_t len;
@@ -90,14 +90,11 @@ int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single)
     *out = NULL;
     *single = is_single_id(o);
     if (*single) {
-        if (!(*out = PyMem_Malloc(sizeof(ferry_id))))
-            return PyErr_NoMemory(), -1;
+        if (pyf_id_from_object(o, one) < 0)
+            return -1;
+        *out = one;
         *n = 1;
-        if (pyf_id_from_object(o, *out) == 0)
-            return 0;
-        PyMem_Free(*out);
-        *out = NULL;
-        return -1;
+        return 0;
     }
     if (!(seq = PySequence_Fast(o,
                                 "ids must be an id (ObjectID, str, bytes) or an iterable of them")))

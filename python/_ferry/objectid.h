@@ -29,9 +29,10 @@ int pyf_id_from_object(PyObject *o, ferry_id *out);
 /* A new ObjectID holding id. */
 PyObject *pyf_id_new(const ferry_id *id);
 
-/* The ids of o: a single id (ObjectID, str, bytes) gives one and sets *single; any other
- * iterable gives its items. At most FERRY_MAX_IDS. *out is PyMem_Malloc'ed (free with
- * PyMem_Free, also when *n is 0); -1 with an exception set and *out NULL. */
-int pyf_ids_from_object(PyObject *o, ferry_id **out, size_t *n, int *single);
+/* The ids of o: a single id (ObjectID, str, bytes) gives one, stored in *one, and sets
+ * *single; any other iterable gives its items, at most FERRY_MAX_IDS, in a block PyMem_Malloc'ed
+ * for them. *out points at the ids (free it with PyMem_Free unless it is one). -1 with an
+ * exception set and *out NULL. */
+int pyf_ids_from_object(PyObject *o, ferry_id *one, ferry_id **out, size_t *n, int *single);
 
 #endif

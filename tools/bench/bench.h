@@ -393,6 +393,7 @@ size_t stream_peer_ops(enum bench_transport t, const uint8_t *payload, const str
 
 int bench_local(int argc, char **argv);
 int bench_remote(int argc, char **argv);
-int bench_mpi(int argc, char **argv); /* mpi.c, only in a build that found MPI */
+int bench_mpi(int argc, char **argv);    /* mpi.c, only in a build that found MPI */
+int bench_python(int argc, char **argv); /* python.c: runs python_bench.py */
 
 #endif
