@@ -120,5 +120,15 @@ echo "== nodes"
 node_b nodes
 stop_all
 
+echo "== Python: two processes share NumPy arrays through one daemon, without copies"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+start ferryd-py "$bin/ferryd" --socket "$dir/py.sock" --memory 512M
+wait_for ferryd-py "ferryd did not start" "$bin/ferry" --socket "$dir/py.sock" stat
+PYTHONPATH="$(cd "$build" && pwd)/python" "$py" examples/share_arrays.py --socket "$dir/py.sock"
+stop_all
+echo "== Python: a two-node fetch (two daemons and Redis on this host)"
+PYTHONPATH="$(cd "$build" && pwd)/python" "$py" examples/two_node_fetch.py --ferryd "$bin/ferryd"
+
 echo "== fetch benchmark between two nodes (short run; 'ferry-bench remote' for the full one)"
 "$bin/ferry-bench" remote --seconds 0.2 --sizes 1K,1M,64M
