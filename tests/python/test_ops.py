@@ -222,3 +222,24 @@ def test_bad_arguments_never_reach_the_daemon(client, call):
     after = client.stats()
     for key in ("gets", "created_objects", "fetches", "protocol_errors"):
         assert after[key] == before[key], key
+
+
+def test_bad_arguments_of_the_constructor_and_subscriptions(client, daemon):
+    import pickle
+
+    with pytest.raises(TypeError):
+        ferry.Client(socket=5)
+    with pytest.raises(TypeError):
+        ferry.Client(daemon.socket, 5)
+    with client.subscribe() as sub:
+        with pytest.raises(ValueError):
+            sub.read(timeout_ms=-3)
+        with pytest.raises(TypeError):
+            sub.read(timeout_ms="1")
+    with pytest.raises(TypeError):
+        pickle.dumps(client)  # a connection does not travel; ObjectIDs do
+    client.put("p", b"1")
+    with pytest.raises(TypeError):
+        pickle.dumps(client.get("p"))
+    with pytest.raises(TypeError):
+        ferry.Buffer()
