@@ -20,6 +20,7 @@ static BufferObject *buffer_alloc(struct pyf_conn *k, const ferry_id *id)
     self->id = *id;
     self->exports = 0;
     self->unsealed = 0;
+    self->aborting = 0;
     self->weakreflist = NULL;
     return self;
 }
@@ -93,12 +94,31 @@ static void buffer_dealloc(BufferObject *self)
 
 /* ---- the buffer protocol ---- */
 
-static int buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags)
+/* 0 when the bytes may be read now; -1 with an exception otherwise. */
+static int check_readable(BufferObject *self)
 {
     if (!self->conn) {
         released_error();
         return -1;
     }
+    if (self->aborting) {
+        PyErr_SetString(PyExc_BufferError, "the object of this Buffer is being aborted");
+        return -1;
+    }
+    if (conn_forked(self->conn)) {
+        PyErr_SetString(pyf_error_base(),
+                        "this Buffer belongs to the parent process, which may give its object "
+                        "back at any time after fork(): get the object again through a Client "
+                        "of this process");
+        return -1;
+    }
+    return 0;
+}
+
+static int buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags)
+{
+    if (check_readable(self) < 0)
+        return -1;
     if (PyBuffer_FillInfo(view, (PyObject *)self, self->data, (Py_ssize_t)self->size,
                           !self->unsealed, flags) < 0)
         return -1;
@@ -176,8 +196,8 @@ static PyObject *buffer_get_size(BufferObject *self, void *unused)
 
 static PyObject *buffer_get_metadata(BufferObject *self, void *unused)
 {
-    if (!self->conn)
-        return released_error();
+    if (check_readable(self) < 0)
+        return NULL;
     return PyBytes_FromStringAndSize((const char *)self->meta, (Py_ssize_t)self->meta_size);
 }
 

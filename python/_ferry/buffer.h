@@ -13,6 +13,11 @@
  * A Buffer made by create() is writable until its object is sealed; then it is an ordinary,
  * read-only Buffer (views exported before stay writable: sealed objects are immutable by
  * contract, as in C).
+ *
+ * In a child forked after the Buffer was made, it exports nothing (ferry.Error): the reference
+ * is the parent's, which may give it back at any time. Views made before the fork are the
+ * child's own risk, as with any shared mapping; the child gets objects again through a Client
+ * of its own.
  */
 #ifndef PYF_BUFFER_H
 #define PYF_BUFFER_H
@@ -31,6 +36,7 @@ typedef struct {
     uint64_t meta_size;
     Py_ssize_t exports; /* views alive */
     int unsealed;       /* made by create() and neither sealed nor aborted yet */
+    int aborting;       /* abort() of its object is under way: no new views */
     PyObject *weakreflist;
 } BufferObject;
 

@@ -33,23 +33,29 @@ static int check_process(ClientObject *self)
 
 struct pyf_conn *pyf_client_conn(ClientObject *self)
 {
-    struct pyf_conn *k;
-    int rc;
+    for (;;) {
+        struct pyf_conn *old = self->main, *k;
+        int rc;
 
-    if (!self->main) {
-        PyErr_SetString(PyExc_ValueError, "operation on a closed Client");
-        return NULL;
+        if (!old) {
+            PyErr_SetString(PyExc_ValueError, "operation on a closed Client");
+            return NULL;
+        }
+        if (check_process(self) < 0)
+            return NULL;
+        if (!old->broken)
+            return old;
+        /* The daemon went away (or restarted): a new connection, if one answers. */
+        if ((rc = conn_open(self->path, &k)) < 0)
+            return (struct pyf_conn *)pyf_raise(rc);
+        if (self->main != old) { /* closed, or reconnected by another thread, meanwhile */
+            conn_decref(k);
+            continue;
+        }
+        conn_decref(old);
+        self->main = k;
+        return k;
     }
-    if (check_process(self) < 0)
-        return NULL;
-    if (!self->main->broken)
-        return self->main;
-    /* The daemon went away (or restarted): a new connection, if one answers. */
-    if ((rc = conn_open(self->path, &k)) < 0)
-        return (struct pyf_conn *)pyf_raise(rc);
-    conn_decref(self->main);
-    self->main = k;
-    return k;
 }
 
 /* Waits, with the GIL released, until a handle comes back or the deadline passes: 0, or -1
@@ -171,10 +177,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
 
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Client", kwlist, &path))
         return -1;
-    client_close_handles(self);
-    PyMem_Free(self->path);
-    self->path = NULL;
-    Py_CLEAR(self->socket);
+    if (self->socket) {
+        PyErr_SetString(PyExc_RuntimeError, "a Client is initialized once: make a new one");
+        return -1;
+    }
     if (path && path != Py_None) {
         if (!PyUnicode_FSConverter(path, &bytes))
             return -1;
@@ -574,7 +580,8 @@ static PyMethodDef client_methods[] = {
      "now on."},
     {"close", (PyCFunction)client_close, METH_NOARGS,
      "close()\n\nDisconnects. Buffers still alive keep their objects and mapping until they "
-     "go; objects created and not sealed are aborted."},
+     "go; an object created and not sealed is aborted when its Buffer goes (at once when "
+     "nothing else holds it)."},
     {"_put_parts", (PyCFunction)pyf_client_put_parts, METH_VARARGS, NULL},
     {"__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL},

@@ -168,7 +168,7 @@ static int many_item(struct many *b, Py_ssize_t i, PyObject *item)
 }
 
 /* The exception for failed items: the first one's class, with .failures listing each. */
-static PyObject *many_failed(const struct many *b)
+static PyObject *many_failed(const struct many *b, int rc, const char *detail)
 {
     char hex[2 * FERRY_ID_SIZE + 1], msg[512];
     PyObject *failures = PyList_New(0), *exc = NULL;
@@ -195,6 +195,10 @@ static PyObject *many_failed(const struct many *b)
     }
     if (!failures)
         return NULL;
+    if (first < 0) { /* the call failed as a whole: no item has a status of its own */
+        Py_DECREF(failures);
+        return pyf_raise_detail(rc, detail);
+    }
     ferry_id_format(&b->items[first].id, hex);
     snprintf(msg, sizeof(msg), "put_many: %zd of %zd objects failed; the first, item %zd (%s): %s",
              count, b->n, first, hex, ferry_strerror(b->statuses[first]));
@@ -222,15 +226,22 @@ static PyObject *many_ids(const struct many *b)
 
 PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
 {
-    PyObject *seq = PySequence_Fast(arg, "put_many() takes an iterable of (id, data[, metadata])"),
-             *result = NULL;
+    PyObject *seq, *result = NULL;
+    struct kept fail = {0};
     struct many b = {0};
     struct pyf_conn *k;
     int rc;
 
-    if (!seq)
+    /* A tuple of its own: a list could change while its items' buffers are taken. */
+    if (!(seq = PySequence_Tuple(arg))) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError,
+                            "put_many() takes an iterable of (id, data[, metadata]) tuples");
+        }
         return NULL;
-    b.n = PySequence_Fast_GET_SIZE(seq);
+    }
+    b.n = PyTuple_GET_SIZE(seq);
     b.items = PyMem_Calloc((size_t)b.n + 1, sizeof(*b.items));
     b.views = PyMem_Calloc(2 * (size_t)b.n + 1, sizeof(*b.views));
     b.statuses = PyMem_Calloc((size_t)b.n + 1, sizeof(*b.statuses));
@@ -239,7 +250,7 @@ PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
         goto done;
     }
     for (Py_ssize_t i = 0; i < b.n; i++)
-        if (many_item(&b, i, PySequence_Fast_GET_ITEM(seq, i)) < 0)
+        if (many_item(&b, i, PyTuple_GET_ITEM(seq, i)) < 0)
             goto done;
     if (!(k = pyf_client_conn(self)))
         goto done;
@@ -247,8 +258,10 @@ PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
         rc = ferry_put_many(k->c, b.items, (size_t)b.n, b.statuses);
     Py_END_ALLOW_THREADS
+    if (rc < 0)
+        keep(&fail, rc);
     conn_leave(k, rc);
-    result = rc < 0 ? many_failed(&b) : many_ids(&b);
+    result = rc < 0 ? many_failed(&b, rc, fail.detail) : many_ids(&b);
 done:
     for (Py_ssize_t i = 0; b.views && i < 2 * b.n; i++)
         drop_bytes(&b.views[i]);
@@ -338,6 +351,18 @@ static int creating_get(ClientObject *self, const ferry_id *id, PyObject **key, 
     return 0;
 }
 
+/* Forgets our unsealed object under key, if close() has not already: keeps whatever exception
+ * is pending (the call's own failure) and raises none of its own. */
+static void creating_forget(ClientObject *self, PyObject *key)
+{
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyDict_DelItem(self->creating, key) < 0)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
 enum seal_or_abort { DO_SEAL, DO_ABORT };
 
 /* seal(id) and abort(id): on the handle that created the object when it was ours. */
@@ -359,17 +384,21 @@ static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort 
                      buf->exports, buf->exports == 1 ? "" : "s", buf->exports == 1 ? "is" : "are");
         goto done;
     }
-    if (buf)
+    if (buf) {
         k = buf->conn;
+        /* No new views while the GIL is let go for an abort that frees the bytes. */
+        buf->aborting = what == DO_ABORT;
+    }
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
         rc = what == DO_SEAL ? ferry_seal(k->c, &id) : ferry_abort(k->c, &id);
     Py_END_ALLOW_THREADS
+    if (buf)
+        buf->aborting = 0;
     if (rc < 0) {
         pyf_call_failed(k, rc);
-        /* A lost connection took the unsealed object with it. */
-        if (buf && rc == FERRY_ECONN && PyDict_DelItem(self->creating, key) < 0)
-            PyErr_Clear();
+        if (buf && rc == FERRY_ECONN) /* the lost connection took the object with it */
+            creating_forget(self, key);
         goto done;
     }
     conn_leave(k, rc);
@@ -377,8 +406,8 @@ static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort 
         pyf_buffer_sealed(buf);
     else if (buf)
         pyf_buffer_aborted(buf);
-    if (buf && PyDict_DelItem(self->creating, key) < 0)
-        goto done;
+    if (buf)
+        creating_forget(self, key);
     result = Py_NewRef(Py_None);
 done:
     Py_XDECREF(buf);
@@ -398,7 +427,7 @@ PyObject *pyf_client_abort(ClientObject *self, PyObject *id)
 
 /* ---- put_object's primitive ---- */
 
-/* _put_parts(id, parts): one object holding the buffers of parts (a list) at the offsets of
+/* _put_parts(id, parts): one object holding the buffers of parts (a tuple) at the offsets of
  * objfmt.h, with their header as its metadata; one copy of each. */
 PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
 {
@@ -411,10 +440,10 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
     Py_ssize_t n;
     ferry_id id;
 
-    if (!PyArg_ParseTuple(args, "OO!:_put_parts", &idobj, &PyList_Type, &parts) ||
+    if (!PyArg_ParseTuple(args, "OO!:_put_parts", &idobj, &PyTuple_Type, &parts) ||
         pyf_id_from_object(idobj, &id) < 0)
         return NULL;
-    n = PyList_GET_SIZE(parts);
+    n = PyTuple_GET_SIZE(parts);
     views = PyMem_Calloc((size_t)n + 1, sizeof(*views));
     layout = PyMem_Calloc((size_t)n + 1, sizeof(*layout));
     pieces = PyMem_Calloc((size_t)n + 1, sizeof(*pieces));
@@ -424,7 +453,7 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (get_bytes(PyList_GET_ITEM(parts, i), &views[i], "a part") < 0)
+        if (get_bytes(PyTuple_GET_ITEM(parts, i), &views[i], "a part") < 0)
             goto done;
         layout[i].length = (uint64_t)views[i].len;
     }

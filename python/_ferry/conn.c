@@ -60,34 +60,37 @@ void conn_decref(struct pyf_conn *k)
     PyMem_Free(k);
 }
 
-/* Sends one give-back while the handle is free, so that libferry's mutex is free too. A
- * release only writes to the socket and is sent with the GIL held; an abort waits for the
- * daemon's reply, so it lets the GIL go, with the handle marked busy meanwhile (give-backs of
- * other threads queue up behind it). */
-static void give_back_now(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
+/* Sends one give-back with the GIL released: a release only writes to the socket, but a daemon
+ * that stops reading would block that write, and an abort waits for the reply. */
+static void send_one(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
 {
     int rc;
 
-    if (op == PYF_RELEASE) {
-        rc = ferry_release(k->c, id);
-    } else {
-        k->busy++;
-        Py_BEGIN_ALLOW_THREADS
-            rc = ferry_abort(k->c, id);
-        Py_END_ALLOW_THREADS
-        k->busy--;
-    }
+    Py_BEGIN_ALLOW_THREADS
+        rc = op == PYF_RELEASE ? ferry_release(k->c, id) : ferry_abort(k->c, id);
+    Py_END_ALLOW_THREADS
     if (rc == FERRY_ECONN)
         k->broken = 1;
 }
 
-static void flush_pending(struct pyf_conn *k)
+/* Sends what is queued. The caller has marked the handle busy, so that give-backs of other
+ * threads meanwhile queue up here rather than race for the handle. */
+static void drain(struct pyf_conn *k)
 {
     while (k->n_pending && !k->broken) {
         struct pyf_pending p = k->pending[--k->n_pending];
-        give_back_now(k, &p.id, p.op);
+        send_one(k, &p.id, p.op);
     }
-    k->n_pending = 0;
+    if (k->broken)
+        k->n_pending = 0; /* the daemon gave everything back when the connection went */
+}
+
+static void give_back_now(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op)
+{
+    k->busy++;
+    send_one(k, id, op);
+    drain(k);
+    k->busy--;
 }
 
 void conn_enter(struct pyf_conn *k)
@@ -100,8 +103,9 @@ void conn_leave(struct pyf_conn *k, int rc)
 {
     if (rc == FERRY_ECONN)
         k->broken = 1;
-    if (--k->busy == 0 && k->n_pending)
-        flush_pending(k);
+    if (k->busy == 1 && k->n_pending)
+        drain(k);
+    k->busy--;
     conn_decref(k);
 }
 

@@ -5,10 +5,12 @@
  * - `refs`: the Client's hold, one per Buffer made through the handle and one per call in
  *   progress. At 0 the handle is disconnected and its arena mapping unmapped, so a Buffer, or
  *   any view of one, never outlives the mapping it points into.
- * - `busy`: calls in progress on the handle with the GIL released. libferry serialises the
- *   calls of a handle on its own mutex; a Buffer let go while the handle is busy must not wait
- *   for that mutex with the GIL held (the call holding it may take a while), so its release is
- *   queued in `pending` and sent by the call that brings `busy` back to 0.
+ * - `busy`: calls in progress on the handle with the GIL released (give-backs included).
+ *   libferry serialises the calls of a handle on its own mutex; a Buffer let go while the
+ *   handle is busy must not wait for that mutex with the GIL held (the call holding it may take
+ *   a while), so its release is queued in `pending` and sent by the last call to leave. Every
+ *   give-back is sent with the GIL released too: a daemon that stops reading must not freeze
+ *   the whole interpreter.
  * - `broken`: a call on it failed with FERRY_ECONN; every later call would too.
  * - `pid`: the process that connected. A forked child never sends on its parent's socket: it
  *   may read through Buffers it inherited (the mapping is shared), but gives nothing back.
@@ -64,8 +66,8 @@ void conn_enter(struct pyf_conn *k);
 void conn_leave(struct pyf_conn *k, int rc);
 
 /* Gives back one reference to id (op PYF_RELEASE) or drops the unsealed object id
- * (PYF_ABORT): at once when the handle is free, else when its call ends; never in a forked
- * child. Never raises, never waits for the daemon's other work. */
+ * (PYF_ABORT): at once when the handle is free, else when its calls end; never in a forked
+ * child. Never raises; may let the GIL go. */
 void conn_give_back(struct pyf_conn *k, const ferry_id *id, enum pyf_pending_op op);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,12 +96,18 @@ static PyObject *closed_error(void)
 }
 
 /* Waits until the socket is readable or the deadline passes: 1, 0, or -1 with an exception
- * (a signal's handler raised, or poll failed). */
-static int wait_readable(int fd, const struct pyf_deadline *d)
+ * (closed meanwhile, a signal's handler raised, or poll failed). The descriptor is read again
+ * before every poll: another thread may close the subscription whenever the GIL is let go. */
+static int wait_readable(SubscriptionObject *self, const struct pyf_deadline *d)
 {
     for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
+        struct pollfd p = {.fd = self->fd, .events = POLLIN};
         int rc, ms = pyf_deadline_poll_ms(d);
+
+        if (p.fd < 0) {
+            closed_error();
+            return -1;
+        }
         Py_BEGIN_ALLOW_THREADS
             rc = poll(&p, 1, ms);
         Py_END_ALLOW_THREADS
@@ -131,7 +138,7 @@ static PyObject *read_until(SubscriptionObject *self, const struct pyf_deadline 
             return notification_new(&n);
         if (rc != FERRY_ETIMEDOUT)
             return pyf_raise(rc);
-        if ((ready = wait_readable(self->fd, d)) <= 0)
+        if ((ready = wait_readable(self, d)) <= 0)
             return ready < 0 ? NULL : Py_NewRef(Py_None);
     }
 }
@@ -163,10 +170,13 @@ static PyObject *subscription_fileno(SubscriptionObject *self, PyObject *unused)
     return PyLong_FromLong(self->fd);
 }
 
+/* Ends the subscription; a thread waiting in read() wakes (the shutdown) and finds it closed. */
 static PyObject *subscription_close(SubscriptionObject *self, PyObject *unused)
 {
-    if (self->fd >= 0)
+    if (self->fd >= 0) {
+        shutdown(self->fd, SHUT_RDWR);
         close(self->fd);
+    }
     self->fd = -1;
     Py_RETURN_NONE;
 }

@@ -98,7 +98,7 @@ class Client(_ferry.Client):
 
         stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
         oid = ObjectID.random() if id is None else ObjectID(id)
-        return self._put_parts(oid, [stream, *views])
+        return self._put_parts(oid, (stream, *views))
 
     def get_object(self, id, timeout_ms=0, fetch=False):
         """Returns the object that put_object stored under id (waiting and fetching as get

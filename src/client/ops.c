@@ -106,7 +106,8 @@ int ferry_abort(ferry_client *c, const ferry_id *id)
     return client_leave(c, rc);
 }
 
-static int get_entry(struct ferry_client *c, const ferry_id *id, ferry_buffer *b)
+/* Reads one entry of a GET reply into b (no reference recorded yet). */
+static int get_entry(struct ferry_client *c, ferry_buffer *b)
 {
     int32_t status = (int32_t)prd_u32(&c->rd);
     uint64_t offset = prd_u64(&c->rd);
@@ -124,7 +125,38 @@ static int get_entry(struct ferry_client *c, const ferry_id *id, ferry_buffer *b
         return rc;
     b->data = c->base + offset;
     b->metadata = b->data + b->data_size;
-    return client_held_add(c, id, 0);
+    return 0;
+}
+
+/* Sends RELEASE for a reference the daemon holds for us. */
+static int send_release(struct ferry_client *c, const ferry_id *id)
+{
+    client_req_begin(c, PROTO_RELEASE);
+    pbuf_id(&c->out, id);
+    return client_req_send(c);
+}
+
+/* Records a reference per found entry. If one cannot be recorded (out of memory), every found
+ * entry's reference goes back to the daemon, so that a failed get holds nothing. */
+static int get_hold(struct ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out)
+{
+    size_t added = 0;
+    int rc = 0;
+
+    for (; added < n && rc == 0; added++)
+        if (out[added].status == 0)
+            rc = client_held_add(c, &ids[added], 0);
+    if (rc == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out[i].status != 0)
+            continue;
+        if (i + 1 < added)
+            client_held_drop(c, &ids[i]);
+        if (send_release(c, &ids[i]) < 0)
+            break;
+    }
+    return rc;
 }
 
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, ferry_buffer *out)
@@ -146,11 +178,13 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     if (prd_u32(&c->rd) != n)
         return client_leave(c, client_broken(c, err_set(FERRY_EPROTO, "get: reply count")));
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = get_entry(c, &ids[i], &out[i]);
+        rc = get_entry(c, &out[i]);
         missing += out[i].status != 0;
     }
     if (rc == 0)
         rc = client_reply_end(c);
+    if (rc == 0)
+        rc = get_hold(c, ids, n, out);
     if (rc == 0 && missing)
         rc = err_set(FERRY_ETIMEDOUT, "%zu of %zu objects not sealed in time", missing, n);
     return client_leave(c, rc);

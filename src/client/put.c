@@ -123,14 +123,20 @@ static int batch_add(struct ferry_client *c, struct batch *b, size_t i)
     return 0;
 }
 
+/* statuses[i] is ITEM_PENDING until the item's own outcome is known. */
+#define ITEM_PENDING 1
+
 static int put_many_locked(struct ferry_client *c, struct batch *b, size_t n)
 {
     int rc = 0;
 
     for (size_t i = 0; i < n && rc >= 0; i++) {
         const ferry_put_item *it = &b->items[i];
-        if ((b->statuses[i] = item_check(it)) < 0)
+        int st = item_check(it);
+        if (st < 0) {
+            b->statuses[i] = st;
             continue;
+        }
         if (item_small(c, it)) {
             rc = batch_add(c, b, i);
             continue;
@@ -141,6 +147,11 @@ static int put_many_locked(struct ferry_client *c, struct batch *b, size_t n)
     }
     if (rc >= 0)
         rc = batch_flush(c, b);
+    /* A failure of the exchange itself (a lost connection, a bad reply) is every unfinished
+     * item's outcome: none of them can be known to be stored. */
+    for (size_t i = 0; i < n; i++)
+        if (b->statuses[i] == ITEM_PENDING)
+            b->statuses[i] = rc < 0 ? rc : FERRY_EPROTO;
     return rc;
 }
 
@@ -158,9 +169,12 @@ int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *
             return err_set(FERRY_ENOMEM, "put batch of %zu", n);
     }
     for (size_t i = 0; i < n; i++)
-        statuses[i] = FERRY_ECONN;
+        statuses[i] = ITEM_PENDING;
     if ((rc = client_enter(c)) == 0)
         rc = client_leave(c, put_many_locked(c, &b, n));
+    for (size_t i = 0; i < n && rc < 0; i++)
+        if (statuses[i] == ITEM_PENDING) /* client_enter failed: nothing was tried */
+            statuses[i] = rc;
     if (b.idx != one)
         free(b.idx);
     for (size_t i = 0; i < n && rc == 0; i++)
