@@ -2,7 +2,8 @@
  * it_failures.c - clients that go away: a client killed with SIGKILL (a forked child) or
  * disconnected loses every reference and its unsealed objects are aborted at once, its
  * staging area is freed, and the daemon keeps serving; a client killed while blocked in a
- * get or while subscribed leaves nothing behind.
+ * get or while subscribed leaves nothing behind. A daemon that goes away under a batched put
+ * fails every item of it.
  */
 #include "harness.h"
 
@@ -314,6 +315,26 @@ H_TEST(many_killed_clients_are_all_cleaned_up)
     ferry_disconnect(a);
 }
 
+/* Regression: put_many reported the items of a batch whose exchange failed as stored. */
+H_TEST(put_many_after_the_daemon_died_fails_every_item)
+{
+    ferry_client *c = h_connect(d);
+    ferry_put_item items[3];
+    int statuses[3];
+    const char *names[] = {"pm-a", "pm-b", "pm-c"};
+
+    for (int i = 0; i < 3; i++)
+        items[i] = (ferry_put_item){.id = h_id(names[i]), .data = "x", .data_size = 1};
+    H_OK(ferry_put_many(c, items, 1, statuses)); /* the staging area exists from now on */
+    for (int i = 0; i < 3; i++)
+        items[i].id = h_id(names[i] + 1);
+    h_daemon_kill(d);
+    assert_int_equal(ferry_put_many(c, items, 3, statuses), FERRY_ECONN);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(statuses[i], FERRY_ECONN);
+    ferry_disconnect(c);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
 
 int main(void)
@@ -324,6 +345,7 @@ int main(void)
         T(client_killed_while_blocked_in_get_leaves_nothing_behind),
         T(killed_subscriber_is_dropped_and_seals_go_on),
         T(many_killed_clients_are_all_cleaned_up),
+        T(put_many_after_the_daemon_died_fails_every_item),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
