@@ -2,7 +2,18 @@
 #include "common/err.h"
 
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <string.h>
+
+/* SHA-1, fetched once: EVP_sha1() makes OpenSSL 3 look the algorithm up on every digest,
+ * which more than doubles the cost of naming a short id (344 against 148 ns here). */
+static EVP_MD *sha1;
+static pthread_once_t sha1_once = PTHREAD_ONCE_INIT;
+
+static void sha1_fetch(void)
+{
+    sha1 = EVP_MD_fetch(NULL, "SHA1", NULL);
+}
 
 static int hex_value(char c)
 {
@@ -43,7 +54,8 @@ int ferry_id_from_name(const void *name, size_t len, ferry_id *out)
 
     if ((len && !name) || !out)
         return err_set(FERRY_EINVAL, "id: NULL argument");
-    if (!EVP_Digest(name, len, out->bytes, &got, EVP_sha1(), NULL) || got != FERRY_ID_SIZE)
+    pthread_once(&sha1_once, sha1_fetch);
+    if (!sha1 || !EVP_Digest(name, len, out->bytes, &got, sha1, NULL) || got != FERRY_ID_SIZE)
         return err_set(FERRY_ESYS, "id: SHA-1 failed");
     return 0;
 }

@@ -118,10 +118,13 @@ class Workload:
         self.dsts = {n: np.empty(n, dtype=np.uint8) for n in sizes}
         self.pickled = {n: pickle.dumps(a, protocol=5) for n, a in self.arrays.items()}
         self.segments = {}
+        # Ids and keys made once, as a program that reads the same objects again would.
+        self.ids = {(kind, n): ferry.ObjectID(f"{kind}-{n}") for kind in ("get", "getobj")
+                    for n in self.arrays}
         for n, a in self.arrays.items():
-            self.c.put(f"get-{n}", a)
-            self.c.put_object(a, id=f"getobj-{n}")
-            self.r.set(f"get-{n}", memoryview(a))
+            self.c.put(self.ids[("get", n)], a)
+            self.c.put_object(a, id=self.ids[("getobj", n)])
+            self.r.set(self.ids[("get", n)].binary(), memoryview(a))
             seg = shared_memory.SharedMemory(create=True, size=n)
             np.ndarray(n, np.uint8, buffer=seg.buf)[:] = a
             pseg = shared_memory.SharedMemory(create=True, size=len(self.pickled[n]))
@@ -158,7 +161,7 @@ class Workload:
 
     def fresh(self):
         self.seq += 1
-        return f"w{self.seq}"
+        return ferry.ObjectID(f"w{self.seq}")
 
     def op(self, system, name, n):
         """The callables of one measurement: run() is timed, after() is not."""
@@ -170,9 +173,11 @@ class Workload:
             oid = self.fresh()
             return lambda: c.put_object(a, id=oid), lambda: c.delete(oid)
         if (system, name) == ("ferry", "get"):
-            return lambda: c.get(f"get-{n}").release(), None
+            oid = self.ids[("get", n)]
+            return lambda: c.get(oid).release(), None
         if (system, name) == ("ferry", "get_object"):
-            return lambda: c.get_object(f"getobj-{n}"), None
+            oid = self.ids[("getobj", n)]
+            return lambda: c.get_object(oid), None
         if (system, name) == ("ferry", "get_object-dict"):
             return lambda: c.get_object("dict"), None
         if (system, name) == ("pickle", "loads-dict"):
@@ -221,7 +226,8 @@ class Workload:
         if (system, name) == ("redis", "set"):
             return lambda: self.r.set("set", memoryview(a)), None
         if (system, name) == ("redis", "get"):
-            return lambda: np.frombuffer(self.r.get(f"get-{n}"), np.uint8), None
+            key = self.ids[("get", n)].binary()
+            return lambda: np.frombuffer(self.r.get(key), np.uint8), None
         if (system, name) == ("pickle", "dumps"):
             return lambda: pickle.dumps(a, protocol=5), None
         if (system, name) == ("pickle", "loads"):
