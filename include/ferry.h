@@ -321,6 +321,9 @@ int ferry_set_eager_max(ferry_client *c, uint64_t bytes);
  * to 20 bytes with SHA-1. */
 int ferry_id_parse(const char *text, ferry_id *out);
 
+/* ferry_id_parse of text's first len bytes, which may hold any bytes (NUL included). */
+int ferry_id_parse_n(const char *text, size_t len, ferry_id *out);
+
 /* The id of a name of len bytes (any bytes, NUL included): their SHA-1 digest. This is the rule
  * ferry_id_parse applies to a string that is not 40 hex digits. */
 int ferry_id_from_name(const void *name, size_t len, ferry_id *out);

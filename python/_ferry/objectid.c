@@ -4,31 +4,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* 0 when text is 40 hex digits (then *out is their id), -1 otherwise. */
-static int id_from_hex(const char *text, Py_ssize_t len, ferry_id *out)
-{
-    if (len != 2 * FERRY_ID_SIZE)
-        return -1;
-    for (int i = 0; i < FERRY_ID_SIZE; i++) {
-        int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out->bytes[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}
-
 /* A name's id (SHA-1), or the raw id when it is 40 hex digits. */
 static int id_from_text(const char *text, Py_ssize_t len, ferry_id *out)
 {
@@ -36,9 +11,7 @@ static int id_from_text(const char *text, Py_ssize_t len, ferry_id *out)
         PyErr_SetString(PyExc_ValueError, "an object name must not be empty");
         return -1;
     }
-    if (id_from_hex(text, len, out) == 0)
-        return 0;
-    if (ferry_id_from_name(text, (size_t)len, out) < 0) {
+    if (ferry_id_parse_n(text, (size_t)len, out) < 0) {
         PyErr_Format(PyExc_SystemError, "SHA-1 failed: %s", ferry_errmsg());
         return -1;
     }

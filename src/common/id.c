@@ -39,13 +39,20 @@ static int id_parse_hex(const char *text, ferry_id *out)
 
 int ferry_id_parse(const char *text, ferry_id *out)
 {
+    if (!text)
+        return err_set(FERRY_EINVAL, "id: NULL argument");
+    return ferry_id_parse_n(text, strlen(text), out);
+}
+
+int ferry_id_parse_n(const char *text, size_t len, ferry_id *out)
+{
     if (!text || !out)
         return err_set(FERRY_EINVAL, "id: NULL argument");
-    if (*text == '\0')
+    if (len == 0)
         return err_set(FERRY_EINVAL, "id: empty string");
-    if (strlen(text) == 2 * FERRY_ID_SIZE && id_parse_hex(text, out) == 0)
+    if (len == 2 * FERRY_ID_SIZE && id_parse_hex(text, out) == 0)
         return 0;
-    return ferry_id_from_name(text, strlen(text), out);
+    return ferry_id_from_name(text, len, out);
 }
 
 int ferry_id_from_name(const void *name, size_t len, ferry_id *out)
