@@ -5,6 +5,7 @@ where a call must be caught in the middle."""
 import gc
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -112,7 +113,10 @@ def test_seal_racing_close_keeps_its_outcome(client, daemon):
 
 
 def test_releases_never_freeze_the_interpreter(client, daemon):
-    """A daemon that stops reading must not stop every thread: releases let the GIL go."""
+    """A daemon that stops reading must not stop every thread: releases let the GIL go. Here
+    60,000 releases fill the socket while the daemon is paused; another thread must go on
+    running (and it is the one that resumes the daemon)."""
+    pid = daemon.proc.pid
     client.put("a", b"x")
     bufs = client.get(["a"] * 60_000)
     ticks = []
@@ -125,19 +129,25 @@ def test_releases_never_freeze_the_interpreter(client, daemon):
 
     t = threading.Thread(target=ticker)
     t.start()
-    os.kill(daemon.proc.pid, signal.SIGSTOP)
-    resume = threading.Timer(1.0, lambda: os.kill(daemon.proc.pid, signal.SIGCONT))
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(0.5, lambda: os.kill(pid, signal.SIGCONT))
+    # Only if the interpreter froze: resumes the daemon from outside, so the test ends.
+    rescue = subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {pid}"])
     resume.start()
     try:
+        start = time.monotonic()
         del bufs
         gc.collect()
+        end = time.monotonic()
     finally:
+        rescue.kill()
+        rescue.wait()
         resume.join(10)
         stop.set()
         t.join(10)
-        os.kill(daemon.proc.pid, signal.SIGCONT)
-    longest = max(b - a for a, b in zip(ticks, ticks[1:]))
-    assert longest < 0.9, f"other threads stood still for {longest:.2f} s"
+        os.kill(pid, signal.SIGCONT)
+    during = [x for x in ticks if start < x < end]
+    assert end - start < 0.3 or during, f"no other thread ran during {end - start:.1f} s of releases"
     wait_until(lambda: refcount(client, "a") == 0, what="every release sent")
 
 
