@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <xxhash.h>
 
 #include "common/err.h"
@@ -840,22 +839,22 @@ static void ev_update(struct directory *d, uint32_t add, uint32_t del)
 
 static void ev_add_read(void *privdata)
 {
-    ev_update(privdata, EPOLLIN, 0);
+    ev_update(privdata, LOOP_READ, 0);
 }
 
 static void ev_del_read(void *privdata)
 {
-    ev_update(privdata, 0, EPOLLIN);
+    ev_update(privdata, 0, LOOP_READ);
 }
 
 static void ev_add_write(void *privdata)
 {
-    ev_update(privdata, EPOLLOUT, 0);
+    ev_update(privdata, LOOP_WRITE, 0);
 }
 
 static void ev_del_write(void *privdata)
 {
-    ev_update(privdata, 0, EPOLLOUT);
+    ev_update(privdata, 0, LOOP_WRITE);
 }
 
 /* hiredis is freeing the context (whoever started it): the connection is gone. */
@@ -875,9 +874,9 @@ static void on_io(struct loop *l, struct loop_watch *w, uint32_t events)
     struct directory *d = w->arg;
     redisAsyncContext *ac = d->ac;
 
-    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+    if (events & (LOOP_READ | LOOP_HANGUP))
         redisAsyncHandleRead(ac);
-    if ((events & EPOLLOUT) && d->ac == ac)
+    if ((events & LOOP_WRITE) && d->ac == ac)
         redisAsyncHandleWrite(ac);
 }
 

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
-#include "server/loop.h"
+#include "loop/loop.h"
 
 #define DIRECTORY_NODE_ID_MAX 63
 #define DIRECTORY_ADDR_MAX 127

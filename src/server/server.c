@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -78,7 +77,7 @@ static void subscriber_update(struct server *s, struct subscriber *sub)
         subscriber_drop(s, sub, NULL);
         return;
     }
-    loop_watch_mod(&s->loop, &sub->watch, EPOLLIN | (sub->queue.len ? EPOLLOUT : 0));
+    loop_watch_mod(&s->loop, &sub->watch, LOOP_READ | (sub->queue.len ? LOOP_WRITE : 0));
 }
 
 static void subscriber_event(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -90,7 +89,7 @@ static void subscriber_event(struct loop *l, struct loop_watch *w, uint32_t even
     if (sub->fd < 0)
         return;
     /* The client never writes; readable means it closed its end (or misbehaves). */
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    if (events & (LOOP_READ | LOOP_HANGUP)) {
         if (recv(sub->fd, &byte, 1, MSG_DONTWAIT) >= 0 || errno != EAGAIN) {
             subscriber_drop(s, sub, NULL);
             return;
@@ -111,7 +110,7 @@ int server_subscribe(struct server *s, int *client_fd)
         goto close_pair;
     }
     sub->fd = pair[0];
-    if ((rc = loop_watch_add(&s->loop, &sub->watch, sub->fd, EPOLLIN, subscriber_event, sub)) < 0)
+    if ((rc = loop_watch_add(&s->loop, &sub->watch, sub->fd, LOOP_READ, subscriber_event, sub)) < 0)
         goto free_sub;
     sub->next = s->subscribers;
     if (sub->next)
@@ -268,7 +267,7 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
 
 static void on_accept_resume(struct loop *l, struct loop_timer *t)
 {
-    loop_watch_mod(l, &server_of(l)->listen_watch, EPOLLIN);
+    loop_watch_mod(l, &server_of(l)->listen_watch, LOOP_READ);
 }
 
 static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -295,7 +294,7 @@ static int open_signals(struct server *s)
     s->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (s->signal_fd < 0)
         return err_sys("signalfd");
-    return loop_watch_add(&s->loop, &s->signal_watch, s->signal_fd, EPOLLIN, on_signal, s);
+    return loop_watch_add(&s->loop, &s->signal_watch, s->signal_fd, LOOP_READ, on_signal, s);
 }
 
 static int open_socket(struct server *s)
@@ -310,7 +309,7 @@ static int open_socket(struct server *s)
         s->socket_dev = st.st_dev;
         s->socket_ino = st.st_ino;
     }
-    return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, EPOLLIN, on_accept, s);
+    return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, LOOP_READ, on_accept, s);
 }
 
 /* Reads the cluster secret: the file's bytes, less a trailing newline. */
@@ -415,7 +414,7 @@ int server_init(struct server *s, const struct server_config *cfg)
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */
     if ((rc = open_signals(s)) < 0 || (rc = arena_prefault_start(&s->arena)) < 0 ||
         (rc = hasher_start(&s->store.hasher)) < 0 ||
-        (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), EPOLLIN,
+        (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
                              on_hasher, s)) < 0 ||
         (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0)
         goto destroy;

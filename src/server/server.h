@@ -12,7 +12,7 @@
 
 #include "common/idmap.h"
 #include "directory/directory.h"
-#include "server/loop.h"
+#include "loop/loop.h"
 #include "store/arena.h"
 #include "store/store.h"
 

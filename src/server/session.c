@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -986,7 +985,7 @@ static int read_in(struct session *ss, uint32_t events)
     ssize_t n;
 
     if (ss->in.len >= IN_MAX)
-        return (events & (EPOLLHUP | EPOLLERR)) ? -1 : 0;
+        return (events & LOOP_HANGUP) ? -1 : 0;
     pbuf_reserve(&ss->in, READ_CHUNK);
     if (ss->in.oom)
         return -1;
@@ -1001,7 +1000,7 @@ static int read_in(struct session *ss, uint32_t events)
 /* Reading stops while the input buffer is full; writing is watched while replies wait. */
 static void update_interest(struct session *ss)
 {
-    uint32_t ev = (ss->in.len < IN_MAX ? EPOLLIN : 0) | (ss->out.len ? EPOLLOUT : 0);
+    uint32_t ev = (ss->in.len < IN_MAX ? LOOP_READ : 0) | (ss->out.len ? LOOP_WRITE : 0);
     if (loop_watch_mod(&ss->srv->loop, &ss->watch, ev) < 0)
         session_close(ss, ferry_errmsg());
 }
@@ -1041,7 +1040,7 @@ static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
 
     if (ss->closed)
         return;
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && read_in(ss, events) < 0) {
+    if ((events & (LOOP_READ | LOOP_HANGUP)) && read_in(ss, events) < 0) {
         session_close(ss, ss->in.oom ? "out of memory for input" : truncation(ss));
         return;
     }
@@ -1065,7 +1064,7 @@ int session_open(struct server *srv, int fd)
     ss->client_id = ++srv->next_client_id;
     loop_timer_init(&ss->get.timer, get_timeout, ss);
     loop_timer_init(&ss->fetch.timer, fetch_timeout, ss);
-    if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, EPOLLIN, on_event, ss)) < 0) {
+    if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, LOOP_READ, on_event, ss)) < 0) {
         free(ss);
         return rc;
     }

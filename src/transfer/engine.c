@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <xxhash.h>
 
 #include "common/err.h"
@@ -1361,7 +1360,7 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->cfg.fabric_provider = NULL; /* not kept: the endpoint knows its provider */
     if ((rc = hasher_start(&e->verifier)) < 0)
         goto free_secret;
-    if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), EPOLLIN, on_verified,
+    if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), LOOP_READ, on_verified,
                              e)) < 0)
         goto stop_verifier;
     if ((rc = tcp->listen(l, &tc, &in_events, on_accept, e, &e->tcp_l)) < 0)

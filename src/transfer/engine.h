@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "directory/directory.h"
-#include "server/loop.h"
+#include "loop/loop.h"
 #include "store/store.h"
 #include "transfer/transport.h"
 

@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sched.h>
 #include <sys/random.h>
@@ -2113,7 +2112,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     if (f->info->ep_attr->max_msg_size < f->read_chunk)
         f->read_chunk = f->info->ep_attr->max_msg_size;
     if (f->wait_fd >= 0)
-        rc = loop_watch_add(loop, &f->watch, f->wait_fd, EPOLLIN, on_cq, f);
+        rc = loop_watch_add(loop, &f->watch, f->wait_fd, LOOP_READ, on_cq, f);
     else
         rc = loop_timer_start(loop, &f->poll, loop_now_ms() + 1);
     if (rc < 0)

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -164,7 +163,8 @@ static void conn_fail(struct tcp_conn *c, const char *reason)
 
 static void conn_interest(struct tcp_conn *c)
 {
-    uint32_t ev = c->connecting ? EPOLLOUT : (c->paused ? 0 : EPOLLIN) | (c->sq ? EPOLLOUT : 0);
+    uint32_t ev =
+        c->connecting ? LOOP_WRITE : (c->paused ? 0 : LOOP_READ) | (c->sq ? LOOP_WRITE : 0);
     if (!c->closed && loop_watch_mod(c->loop, &c->watch, ev) < 0)
         conn_fail(c, "epoll_ctl failed");
 }
@@ -218,7 +218,7 @@ static void on_write_timer(struct loop *l, struct loop_timer *t)
     struct tcp_conn *c = t->arg;
 
     if (!c->closed && c->connecting == 0 && flush(c) == 0)
-        conn_interest(c); /* EPOLLOUT only if the socket did not take it all */
+        conn_interest(c); /* LOOP_WRITE only if the socket did not take it all */
 }
 
 static int enqueue(struct tcp_conn *c, const uint8_t *p, uint64_t len, uint8_t *owned, void *arg)
@@ -428,11 +428,11 @@ static void on_event(struct loop *l, struct loop_watch *w, uint32_t events)
         if (c->closed)
             return;
     }
-    if ((events & (EPOLLHUP | EPOLLERR)) && c->paused) {
+    if ((events & LOOP_HANGUP) && c->paused) {
         conn_fail(c, "peer hung up"); /* reported even while not reading: would spin */
         return;
     }
-    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->paused)
+    if ((events & (LOOP_READ | LOOP_HANGUP)) && !c->paused)
         on_readable(c);
     if (!c->closed && c->sq && flush(c) < 0)
         return;
@@ -465,7 +465,7 @@ static struct tcp_conn *conn_new(struct xlistener *ls, int fd, const struct xcon
     c->rq_tail = &c->rq;
     loop_timer_init(&c->reaper, reap, c);
     loop_timer_init(&c->writer, on_write_timer, c);
-    if (loop_watch_add(c->loop, &c->watch, fd, EPOLLIN, on_event, c) < 0) {
+    if (loop_watch_add(c->loop, &c->watch, fd, LOOP_READ, on_event, c) < 0) {
         free(c);
         return NULL;
     }
@@ -570,7 +570,7 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
 static void on_resume(struct loop *l, struct loop_timer *t)
 {
     struct xlistener *ls = t->arg;
-    loop_watch_mod(l, &ls->watch, EPOLLIN);
+    loop_watch_mod(l, &ls->watch, LOOP_READ);
 }
 
 static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
@@ -600,7 +600,7 @@ static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct
         rc = err_set(FERRY_ESYS, "listen on %s: %s", addr, strerror(errno));
         goto close_fd;
     }
-    if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, EPOLLIN, on_accept, ls)) < 0)
+    if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, LOOP_READ, on_accept, ls)) < 0)
         goto close_fd;
     freeaddrinfo(ai);
     *out = ls;

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "common/proto.h"
-#include "server/loop.h"
+#include "loop/loop.h"
 
 struct xconn;
 struct xlistener;

@@ -1,4 +1,4 @@
-#include "server/loop.h"
+#include "loop/loop.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -31,9 +31,20 @@ void loop_destroy(struct loop *l)
     l->epfd = -1;
 }
 
+static uint32_t to_epoll(uint32_t flags)
+{
+    return (flags & LOOP_READ ? EPOLLIN : 0) | (flags & LOOP_WRITE ? EPOLLOUT : 0);
+}
+
+static uint32_t from_epoll(uint32_t events)
+{
+    return (events & EPOLLIN ? LOOP_READ : 0) | (events & EPOLLOUT ? LOOP_WRITE : 0) |
+           (events & (EPOLLHUP | EPOLLERR) ? LOOP_HANGUP : 0);
+}
+
 static int watch_ctl(struct loop *l, int op, struct loop_watch *w)
 {
-    struct epoll_event ev = {.events = w->events, .data.ptr = w};
+    struct epoll_event ev = {.events = to_epoll(w->events), .data.ptr = w};
     if (epoll_ctl(l->epfd, op, w->fd, &ev) < 0)
         return err_sys("epoll_ctl");
     return 0;
@@ -206,7 +217,7 @@ int loop_run(struct loop *l)
             l->last_event_ns = now_ns();
         for (int i = 0; i < n; i++) {
             struct loop_watch *w = events[i].data.ptr;
-            w->fn(l, w, events[i].events);
+            w->fn(l, w, from_epoll(events[i].events));
         }
         loop_fire_due(l);
         if (l->after_turn)

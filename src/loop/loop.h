@@ -1,7 +1,8 @@
 /*
  * loop.h - the daemon's event loop: epoll for file descriptors (level-triggered) and a binary
  * heap of timers, on one thread. Watches and timers are owned and embedded by their users;
- * the loop only links them.
+ * the loop only links them. Every module of the daemon that waits for something (sessions, the
+ * directory, the transports, the engine) runs on it; it depends on nothing but src/common.
  */
 #ifndef FERRY_LOOP_H
 #define FERRY_LOOP_H
@@ -12,6 +13,10 @@
 struct loop;
 struct loop_watch;
 struct loop_timer;
+
+/* Readiness of a watch, the loop's own flags: READ and WRITE are asked for and reported;
+ * HANGUP (an error or a hang-up of the peer) is reported whether asked for or not. */
+enum loop_flags { LOOP_READ = 1u, LOOP_WRITE = 2u, LOOP_HANGUP = 4u };
 
 typedef void loop_fd_fn(struct loop *l, struct loop_watch *w, uint32_t events);
 typedef void loop_timer_fn(struct loop *l, struct loop_timer *t);
@@ -25,7 +30,7 @@ typedef int loop_poll_fn(struct loop *l, void *arg);
 
 struct loop_watch {
     int fd;
-    uint32_t events; /* EPOLLIN | EPOLLOUT as registered */
+    uint32_t events; /* enum loop_flags, as registered */
     loop_fd_fn *fn;
     void *arg;
 };
