@@ -8,6 +8,12 @@
  * Errors: every function returns 0 (FERRY_OK) or a negative code from enum ferry_error;
  * ferry_strerror() names a code and ferry_errmsg() gives the calling thread's detailed
  * reason for its last failure (with figures where there are any, e.g. for FERRY_ENOSPACE).
+ * A call about many objects (get, fetch, put_many) also gives each one's status; the call
+ * returns the first failed one's.
+ *
+ * Results: a result of a size the caller cannot know beforehand (list, nodes, where, peers) is
+ * a new array that the caller frees with ferry_free(); fixed-size results go to the caller's
+ * memory.
  *
  * Threads: a ferry_client may be shared by threads. Calls on one handle are serialised
  * by a mutex inside the handle, so a blocking ferry_get() holds up the handle's other
@@ -63,7 +69,8 @@ enum ferry_error {
     FERRY_EDIRECTORY = -15, /* the cluster directory (Redis) is unavailable */
     FERRY_ETRANSFER = -16,  /* every holder failed to deliver the object */
     FERRY_EAUTH = -17,      /* a peer failed the cluster secret's challenge */
-    FERRY_ERROR_MIN = -17
+    FERRY_EAGAIN = -18,     /* nothing is there now (a non-blocking read); try again later */
+    FERRY_ERROR_MIN = -18
 };
 
 /* Name of an error code ("no such object"); never NULL. */
@@ -97,7 +104,7 @@ int ferry_abort(ferry_client *c, const ferry_id *id);
 
 /* A read-only view of a sealed object. */
 typedef struct ferry_buffer {
-    int status; /* FERRY_OK, or FERRY_ENOENT when the object was not there in time */
+    int status; /* FERRY_OK; else FERRY_ENOENT (get without waiting) or FERRY_ETIMEDOUT */
     const uint8_t *data;
     uint64_t data_size;
     const uint8_t *metadata;
@@ -106,13 +113,14 @@ typedef struct ferry_buffer {
 
 /* Waits until all n objects are sealed or timeout_ms ends (0 polls, -1 waits forever).
  * out[i] is filled for each id; every entry with status FERRY_OK holds a reference until
- * ferry_release(). Returns 0 when all were found, FERRY_ETIMEDOUT when some were not (the
- * found ones are still held), another code when the call failed (nothing held). An id listed
- * twice is returned, and held, twice. */
+ * ferry_release(). An entry not found has status FERRY_ENOENT when timeout_ms is 0 (nothing
+ * was waited for) and FERRY_ETIMEDOUT otherwise, and the call returns that code (the found
+ * ones are still held); another code when the call failed (nothing held). An id listed twice
+ * is returned, and held, twice. */
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
               ferry_buffer *out);
 
-/* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_ENOENT when this
+/* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_EINVAL when this
  * handle holds none for id. Does not wait for the daemon. */
 int ferry_release(ferry_client *c, const ferry_id *id);
 
@@ -157,7 +165,7 @@ typedef struct ferry_object_info {
     uint64_t age_ms;   /* since creation */
 } ferry_object_info;
 
-/* Every object in the store (sealed, and unsealed ones of any client). Free with free(). */
+/* Every object in the store (sealed, and unsealed ones of any client). Free with ferry_free(). */
 int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n);
 
 /* Evicts sealed, unreferenced objects in LRU order until at least bytes are freed or none is
@@ -252,7 +260,7 @@ typedef struct ferry_notification {
 int ferry_subscribe(ferry_client *c, int *fd);
 
 /* Reads the next notification from a subscription fd; blocks when none is pending unless
- * the fd is non-blocking (then FERRY_ETIMEDOUT). FERRY_ECONN when the daemon closed it. */
+ * the fd is non-blocking (then FERRY_EAGAIN). FERRY_ECONN when the daemon closed it. */
 int ferry_notification_read(int fd, ferry_notification *out);
 
 /* ---- cluster ---- */
@@ -268,8 +276,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
 int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses);
 
 /* ferry_get that first fetches the objects that are not local, within the same timeout.
- * When some are missing, returns the fetch's reason (FERRY_EDIRECTORY, FERRY_ETRANSFER, ...)
- * rather than FERRY_ETIMEDOUT; entries found hold references, as with ferry_get. */
+ * A missing entry's status, and the call's return, is why its fetch failed (FERRY_ETIMEDOUT,
+ * FERRY_EDIRECTORY, FERRY_ETRANSFER, ...); entries found hold references, as with ferry_get. */
 int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
                     ferry_buffer *out);
 
@@ -280,10 +288,10 @@ typedef struct ferry_node_info {
     int self;            /* 1 for the node that answered */
 } ferry_node_info;
 
-/* The live nodes of the cluster, as the directory has them. Free with free(). */
+/* The live nodes of the cluster, as the directory has them. Free with ferry_free(). */
 int ferry_nodes(ferry_client *c, ferry_node_info **out, size_t *n);
 
-/* The live nodes that hold a sealed copy of id. Free with free(). */
+/* The live nodes that hold a sealed copy of id. Free with ferry_free(). */
 int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size_t *n);
 
 /* ---- transports ---- */
@@ -301,9 +309,9 @@ typedef struct ferry_peer {
     char why[112];     /* why this transport ("both on shm", "--transport tcp", ...) */
 } ferry_peer;
 
-/* Fills out[0..*n) with up to max (at most FERRY_PEERS_MAX) of the peers this node has
- * connected to for pulls; out may be NULL when max is 0. A standalone node has none. */
-int ferry_peers(ferry_client *c, ferry_peer *out, size_t max, size_t *n);
+/* The peers this node has connected to for pulls (at most FERRY_PEERS_MAX): a new array in
+ * *out (free with ferry_free), its length in *n. A standalone node has none. */
+int ferry_peers(ferry_client *c, ferry_peer **out, size_t *n);
 
 /* The libfabric provider this node's fabric runs on, into provider (32 bytes, NUL-terminated);
  * "" when it has no fabric (standalone, --transport tcp, or a fabric that did not open). It
@@ -316,6 +324,10 @@ int ferry_fabric_info(ferry_client *c, char provider[32]);
  * ferry_stats.eager_max. FERRY_EINVAL on a standalone node (no transfer engine); a node on tcp
  * only keeps the value, unused. Not persistent: a restart takes --eager-max. */
 int ferry_set_eager_max(ferry_client *c, uint64_t bytes);
+
+/* Frees a result the library allocated (ferry_list, ferry_nodes, ferry_where, ferry_peers);
+ * NULL is a no-op. */
+void ferry_free(void *p);
 
 /* Parses a printable id: exactly 40 hex digits are the raw id, any other string is hashed
  * to 20 bytes with SHA-1. */

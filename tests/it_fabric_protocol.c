@@ -197,14 +197,17 @@ H_CLUSTER_TEST(unpin_that_never_arrives_expires)
 /* The peers line of c for node, or fails. */
 static ferry_peer peer_of(ferry_client *c, const char *node)
 {
-    ferry_peer peers[4];
-    size_t n = 0;
-    H_OK(ferry_peers(c, peers, 4, &n));
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(peers[i].node, node) == 0)
-            return peers[i];
-    fail_msg("no peer %s", node);
-    return peers[0]; /* not reached: fail_msg does not return */
+    ferry_peer *peers = NULL, found = {0};
+    size_t n = 0, i = 0;
+    H_OK(ferry_peers(c, &peers, &n));
+    while (i < n && strcmp(peers[i].node, node) != 0)
+        i++;
+    if (i < n)
+        found = peers[i];
+    ferry_free(peers);
+    if (i == n)
+        fail_msg("no peer %s", node);
+    return found;
 }
 
 /* Every one-sided read of B fails: after three failures in a row A is put on tcp (counted,

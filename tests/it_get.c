@@ -86,17 +86,18 @@ static void getter_finish(struct getter *g)
     free(g);
 }
 
-/* A poll (timeout 0) of a missing id answers ETIMEDOUT / ENOENT at once and holds nothing. */
+/* A poll (timeout 0) of a missing id answers ENOENT (the call and the entry alike) at once and
+ * holds nothing. */
 H_TEST(get_poll_of_missing_id_times_out_at_once)
 {
     ferry_client *a = h_connect(d);
     const char *names[] = {"missing"};
     struct getter *g = getter_start(d, a, names, 1, 0);
     getter_join(d, g);
-    H_RC(g->rc, FERRY_ETIMEDOUT);
+    H_RC(g->rc, FERRY_ENOENT);
     assert_true(g->elapsed_ms < 1000);
     assert_int_equal(g->out[0].status, FERRY_ENOENT);
-    H_RC(ferry_release(g->c, &g->ids[0]), FERRY_ENOENT);
+    H_RC(ferry_release(g->c, &g->ids[0]), FERRY_EINVAL);
     ferry_stats s = h_stats(a);
     assert_int_equal(s.gets, 1);
     assert_int_equal(s.get_timeouts, 1);
@@ -112,7 +113,7 @@ H_TEST(get_with_200ms_timeout_waits_its_timeout)
     struct getter *g = getter_start(d, a, names, 1, 200);
     getter_join(d, g);
     H_RC(g->rc, FERRY_ETIMEDOUT);
-    assert_int_equal(g->out[0].status, FERRY_ENOENT);
+    assert_int_equal(g->out[0].status, FERRY_ETIMEDOUT);
     assert_true(g->elapsed_ms >= 195);
     assert_true(g->elapsed_ms < 3000);
     getter_finish(g);
@@ -188,14 +189,14 @@ H_TEST(timed_out_get_holds_the_objects_it_found)
     getter_join(d, g);
     H_RC(g->rc, FERRY_ETIMEDOUT);
     h_assert_buffer(&g->out[0], &fa, 10, 0);
-    assert_int_equal(g->out[1].status, FERRY_ENOENT);
+    assert_int_equal(g->out[1].status, FERRY_ETIMEDOUT);
     h_assert_buffer(&g->out[2], &fb, 20, 0);
     ferry_object_info info;
     assert_true(h_list_find(a, &fa, &info));
     assert_int_equal(info.refcount, 1);
     assert_true(h_list_find(a, &fb, &info));
     assert_int_equal(info.refcount, 1);
-    H_RC(ferry_release(g->c, &g->ids[1]), FERRY_ENOENT);
+    H_RC(ferry_release(g->c, &g->ids[1]), FERRY_EINVAL);
     getter_finish(g); /* releases the two found */
     assert_true(h_list_find(a, &fa, &info));
     assert_int_equal(info.refcount, 0);
@@ -217,7 +218,7 @@ H_TEST(get_waiting_on_aborted_object_times_out)
     H_OK(ferry_abort(a, &id));
     getter_join(d, g);
     H_RC(g->rc, FERRY_ETIMEDOUT);
-    assert_int_equal(g->out[0].status, FERRY_ENOENT);
+    assert_int_equal(g->out[0].status, FERRY_ETIMEDOUT);
     assert_true(g->elapsed_ms >= 590);
     getter_finish(g);
     ferry_disconnect(a);

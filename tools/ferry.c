@@ -598,7 +598,7 @@ static int print_nodes(const struct cli *cli, int err, ferry_node_info *nodes, s
         print_nodes_json(nodes, n);
     else
         print_nodes_table(nodes, n);
-    free(nodes);
+    ferry_free(nodes);
     return STATUS_OK;
 }
 
@@ -712,7 +712,7 @@ static int cmd_ls(struct cli *cli, int argc, char **argv)
         print_objects_json(objs, n);
     else
         print_objects_table(objs, n);
-    free(objs);
+    ferry_free(objs);
     return STATUS_OK;
 }
 
@@ -800,10 +800,8 @@ static void print_stats_table(const struct stat_view *v)
 static int stat_fetch(const struct cli *cli, struct stat_view *v)
 {
     int err = ferry_stats_get(cli->client, &v->st);
-    if (err == FERRY_OK && !(v->peers = calloc(FERRY_PEERS_MAX, sizeof(*v->peers))))
-        return report(cli, FERRY_ENOMEM, "no memory for %d peers", FERRY_PEERS_MAX);
     if (err == FERRY_OK)
-        err = ferry_peers(cli->client, v->peers, FERRY_PEERS_MAX, &v->n_peers);
+        err = ferry_peers(cli->client, &v->peers, &v->n_peers);
     if (err == FERRY_OK)
         err = ferry_fabric_info(cli->client, v->provider);
     return err != FERRY_OK ? fail(cli, err) : STATUS_OK;
@@ -822,7 +820,7 @@ static int cmd_stat(struct cli *cli, int argc, char **argv)
         print_stats_json(&v);
     else if (status == STATUS_OK)
         print_stats_table(&v);
-    free(v.peers);
+    ferry_free(v.peers);
     return status;
 }
 
@@ -1101,7 +1099,7 @@ static int cal_check_node(struct cli *cli, struct calibrate *c)
         status = report(cli, FERRY_ENOSYS,
                         "%s is reached over tcp (it offers %s, no fabric): nothing to calibrate",
                         c->from, nodes[i].transports);
-    free(nodes);
+    ferry_free(nodes);
     if (status == STATUS_OK && (err = ferry_fabric_info(cli->client, c->provider)) != FERRY_OK)
         return fail(cli, err);
     if (status == STATUS_OK && !c->provider[0])
@@ -1115,11 +1113,9 @@ static int cal_check_node(struct cli *cli, struct calibrate *c)
 /* After a first fetch from NODE: failure unless this node pulls from it over the fabric. */
 static int cal_check_peer(const struct cli *cli, const struct calibrate *c)
 {
-    ferry_peer *peers = calloc(FERRY_PEERS_MAX, sizeof(*peers));
+    ferry_peer *peers = NULL;
     size_t n = 0, i = 0;
-    if (!peers)
-        return report(cli, FERRY_ENOMEM, "no memory for %d peers", FERRY_PEERS_MAX);
-    int err = ferry_peers(cli->client, peers, FERRY_PEERS_MAX, &n);
+    int err = ferry_peers(cli->client, &peers, &n);
     while (err == FERRY_OK && i < n && strcmp(peers[i].node, c->from) != 0)
         i++;
     int status = STATUS_OK;
@@ -1131,7 +1127,7 @@ static int cal_check_peer(const struct cli *cli, const struct calibrate *c)
     else if (strcmp(peers[i].transport, "fabric") != 0)
         status = report(cli, FERRY_ENOSYS, "%s is reached over %s (%s): nothing to calibrate",
                         c->from, peers[i].transport, peers[i].why);
-    free(peers);
+    ferry_free(peers);
     return status;
 }
 

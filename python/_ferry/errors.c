@@ -39,6 +39,8 @@ static const struct error_kind kinds[] = {
      NULL, 0},
     {FERRY_ETRANSFER, "TransferFailed", "Every holder failed to deliver the object.", NULL, 0},
     {FERRY_EAUTH, "AuthenticationFailed", "A peer failed the cluster secret's challenge.", NULL, 0},
+    {FERRY_EAGAIN, "WouldBlock", "Nothing is there now; try again later.", &PyExc_BlockingIOError,
+     0},
 };
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 

@@ -136,7 +136,7 @@ static PyObject *read_until(SubscriptionObject *self, const struct pyf_deadline 
         rc = ferry_notification_read(self->fd, &n);
         if (rc == 0)
             return notification_new(&n);
-        if (rc != FERRY_ETIMEDOUT)
+        if (rc != FERRY_EAGAIN)
             return pyf_raise(rc);
         if ((ready = wait_readable(self, d)) <= 0)
             return ready < 0 ? NULL : Py_NewRef(Py_None);

@@ -43,9 +43,10 @@ from ._ferry import (
     SystemCallFailed,
     Timeout,
     TransferFailed,
+    WouldBlock,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Client",
@@ -71,6 +72,7 @@ __all__ = [
     "DirectoryUnavailable",
     "TransferFailed",
     "AuthenticationFailed",
+    "WouldBlock",
     "DEFAULT_SOCKET",
     "MAX_IDS",
     "OBJECT_FORMAT_VERSION",

@@ -59,13 +59,18 @@ int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t time
         return err_set(FERRY_ENOMEM, "get_fetch of %zu ids", n);
     /* The fetch spends the time budget; the get then takes what is local. */
     rc = ferry_fetch(c, ids, n, timeout_ms, statuses);
-    free(statuses);
-    if (rc == FERRY_EINVAL || rc == FERRY_ECONN || rc == FERRY_EPROTO || rc == FERRY_ENOMEM)
+    if (rc == FERRY_EINVAL || rc == FERRY_ECONN || rc == FERRY_EPROTO || rc == FERRY_ENOMEM) {
+        free(statuses);
         return rc;
+    }
     snprintf(why, sizeof(why), "%s", ferry_errmsg());
     got = ferry_get(c, ids, n, 0, out);
-    /* What was missing is better explained by why the fetch failed than by "timed out". */
-    if (got == FERRY_ETIMEDOUT && rc < 0)
+    /* What is missing is better explained by why its fetch failed than by "not there". */
+    for (size_t i = 0; got == FERRY_ENOENT && i < n; i++)
+        if (out[i].status != 0 && statuses[i] != 0)
+            out[i].status = statuses[i];
+    free(statuses);
+    if (got == FERRY_ENOENT && rc < 0)
         return err_set(rc, "%s", why);
     return got;
 }
@@ -126,10 +131,11 @@ int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size
 }
 
 /* Sends PEERS for up to max peers and reads the reply: the provider into provider (32
- * bytes), the peers into out (room for max) and their count into *n. */
-static int peers_call(struct ferry_client *c, uint32_t max, char *provider, ferry_peer *out,
+ * bytes), the peers into a new array *out (when out is not NULL) and their count into *n. */
+static int peers_call(struct ferry_client *c, uint32_t max, char *provider, ferry_peer **out,
                       size_t *n)
 {
+    ferry_peer *v;
     uint32_t count;
     int rc;
 
@@ -137,32 +143,40 @@ static int peers_call(struct ferry_client *c, uint32_t max, char *provider, ferr
     pbuf_u32(&c->out, max);
     if ((rc = client_call(c, PROTO_PEERS)) < 0)
         return rc;
-    proto_get_str(&c->rd, provider, sizeof(out->provider));
+    proto_get_str(&c->rd, provider, sizeof(v->provider));
     count = prd_u32(&c->rd);
     if (c->rd.bad || count > max)
         return client_broken(c, err_set(FERRY_EPROTO, "peers: %u of at most %u", count, max));
+    if (!(v = calloc(count ? count : 1, sizeof(*v))))
+        return err_set(FERRY_ENOMEM, "%u peers", count);
     for (uint32_t i = 0; i < count; i++) {
-        if (proto_get_peer(&c->rd, &out[i]) < 0)
+        if (proto_get_peer(&c->rd, &v[i]) < 0) {
+            free(v);
             return client_broken(c, FERRY_EPROTO);
+        }
     }
-    if ((rc = client_reply_end(c)) < 0)
+    if ((rc = client_reply_end(c)) < 0) {
+        free(v);
         return rc;
+    }
+    if (out)
+        *out = v;
+    else
+        free(v);
     *n = count;
     return 0;
 }
 
-int ferry_peers(ferry_client *c, ferry_peer *out, size_t max, size_t *n)
+int ferry_peers(ferry_client *c, ferry_peer **out, size_t *n)
 {
-    char provider[sizeof(out->provider)];
+    char provider[sizeof((*out)->provider)];
     int rc;
 
-    if (!n || (max && !out))
+    if (!out || !n)
         return err_set(FERRY_EINVAL, "peers: NULL argument");
-    if (max > PROTO_MAX_PEERS)
-        max = PROTO_MAX_PEERS;
     if ((rc = client_enter(c)) < 0)
         return rc;
-    return client_leave(c, peers_call(c, (uint32_t)max, provider, out, n));
+    return client_leave(c, peers_call(c, PROTO_MAX_PEERS, provider, out, n));
 }
 
 int ferry_fabric_info(ferry_client *c, char provider[32])

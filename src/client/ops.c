@@ -106,8 +106,9 @@ int ferry_abort(ferry_client *c, const ferry_id *id)
     return client_leave(c, rc);
 }
 
-/* Reads one entry of a GET reply into b (no reference recorded yet). */
-static int get_entry(struct ferry_client *c, ferry_buffer *b)
+/* Reads one entry of a GET reply into b (no reference recorded yet); one not found gets
+ * missing as its status. */
+static int get_entry(struct ferry_client *c, ferry_buffer *b, int missing)
 {
     int32_t status = (int32_t)prd_u32(&c->rd);
     uint64_t offset = prd_u64(&c->rd);
@@ -118,7 +119,7 @@ static int get_entry(struct ferry_client *c, ferry_buffer *b)
     b->metadata_size = prd_u64(&c->rd);
     if (c->rd.bad || (status != 0 && status != FERRY_ENOENT))
         return client_broken(c, err_set(FERRY_EPROTO, "get: malformed entry"));
-    b->status = status;
+    b->status = status ? missing : 0;
     if (status != 0)
         return 0;
     if ((rc = client_check_range(c, offset, b->data_size, b->metadata_size)) < 0)
@@ -161,6 +162,7 @@ static int get_hold(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
 
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, ferry_buffer *out)
 {
+    int absent = timeout_ms == 0 ? FERRY_ENOENT : FERRY_ETIMEDOUT;
     size_t missing = 0;
     int rc;
 
@@ -178,7 +180,7 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     if (prd_u32(&c->rd) != n)
         return client_leave(c, client_broken(c, err_set(FERRY_EPROTO, "get: reply count")));
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = get_entry(c, &out[i]);
+        rc = get_entry(c, &out[i], absent);
         missing += out[i].status != 0;
     }
     if (rc == 0)
@@ -186,7 +188,8 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     if (rc == 0)
         rc = get_hold(c, ids, n, out);
     if (rc == 0 && missing)
-        rc = err_set(FERRY_ETIMEDOUT, "%zu of %zu objects not sealed in time", missing, n);
+        rc = err_set(absent, "%zu of %zu objects %s", missing, n,
+                     absent == FERRY_ENOENT ? "not in the store" : "not sealed in time");
     return client_leave(c, rc);
 }
 
@@ -201,7 +204,7 @@ int ferry_release(ferry_client *c, const ferry_id *id)
         return rc;
     h = idmap_get(&c->held, id);
     if (!h)
-        return client_leave(c, err_set(FERRY_ENOENT, "release: this client holds no reference"));
+        return client_leave(c, err_set(FERRY_EINVAL, "release: this client holds no reference"));
     if (h->unsealed && h->refs == 1)
         return client_leave(c, err_set(FERRY_ENOTSEALED, "release: seal or abort it first"));
     client_req_begin(c, PROTO_RELEASE);
@@ -307,6 +310,11 @@ static int list_entries(struct ferry_client *c, ferry_object_info **out, size_t 
     return 0;
 }
 
+void ferry_free(void *p)
+{
+    free(p);
+}
+
 int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n)
 {
     int rc;
@@ -351,7 +359,7 @@ int ferry_notification_read(int fd, ferry_notification *out)
     while ((n = recv(fd, rec, sizeof(rec), 0)) < 0 && errno == EINTR)
         ;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return err_set(FERRY_ETIMEDOUT, "no notification pending");
+        return err_set(FERRY_EAGAIN, "no notification pending");
     if (n < 0)
         return err_sys("recv(subscription)");
     if (n == 0)

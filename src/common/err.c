@@ -26,6 +26,7 @@ static const char *const err_names[] = {
     [-FERRY_EDIRECTORY] = "directory unavailable",
     [-FERRY_ETRANSFER] = "transfer failed from every holder",
     [-FERRY_EAUTH] = "peer authentication failed",
+    [-FERRY_EAGAIN] = "nothing there now, try again",
 };
 
 const char *ferry_strerror(int err)

@@ -637,12 +637,12 @@ static const char *tcp_provider(const struct xlistener *ls)
 
 static int tcp_stats(const struct xlistener *ls, struct xstats *out)
 {
-    return -ENOSYS;
+    return err_set(FERRY_ENOSYS, "tcp: no counters of its own");
 }
 
 static int tcp_drain(struct xconn *xc, void (*fn)(void *arg), void *arg)
 {
-    return -ENOSYS;
+    return err_set(FERRY_ENOSYS, "tcp: nothing to drain");
 }
 
 const struct transport transport_tcp = {

@@ -5,7 +5,7 @@
  * A transport is a const table of operations. Each of its connections embeds struct xconn
  * first. The engine speaks frames (common/proto.h headers, transfer/wire.h payloads) and asks
  * the transport to move object bytes out of and into the arena without copying them in user
- * space. A transport that cannot do an operation returns -ENOSYS from it (never NULL).
+ * space. A transport that cannot do an operation returns FERRY_ENOSYS from it (never NULL).
  *
  * Everything runs on the daemon's loop thread. Callbacks may close the connection; after
  * on_close the engine must not touch it (the transport frees it after the loop turn).
@@ -103,7 +103,7 @@ struct transport {
     /* Closes at once, without ev->closed; pending callbacks are dropped. */
     void (*close)(struct xconn *c);
     /* After close (or ev->closed): calls fn(arg) from the loop once no operation of c can
-     * still write into memory given to recv_into (a one-sided read in flight). -ENOSYS where
+     * still write into memory given to recv_into (a one-sided read in flight). FERRY_ENOSYS where
      * nothing is ever written after the fact (tcp): that memory is free at once. */
     int (*drain)(struct xconn *c, void (*fn)(void *arg), void *arg);
 };

@@ -53,7 +53,7 @@ static int both_listed(const struct fetch_pair *p, size_t *seen)
         a |= strcmp(nodes[i].id, p->a_id) == 0;
         b |= strcmp(nodes[i].id, p->b_id) == 0;
     }
-    free(nodes);
+    ferry_free(nodes);
     *seen = n;
     return a && b;
 }
@@ -94,11 +94,12 @@ void cluster_peer_start(struct fetch_pair *p, const char *tag, const char *id_pr
 
 void cluster_peer_check_transport(const struct fetch_pair *p)
 {
-    ferry_peer peers[8];
+    ferry_peer *peers;
     size_t n;
     const char *transport = p->provider != NULL ? "fabric" : "tcp";
     const char *provider = p->provider != NULL ? p->provider : "tcp";
-    bench_check_ferry(ferry_peers(p->b, peers, 8, &n), "ferry_peers on %s", p->b_id);
+    bench_check_ferry(ferry_peers(p->b, &peers, &n), "ferry_peers on %s", p->b_id);
+    bench_free_at_exit(peers);
     for (size_t i = 0; i < n; i++) {
         if (strcmp(peers[i].node, p->a_id) != 0)
             continue;

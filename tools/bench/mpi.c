@@ -250,7 +250,7 @@ static void wait_nodes(struct mpi_run *r,
         ferry_node_info *nodes;
         size_t n = list_nodes(r, &nodes);
         int done = found(r, nodes, n);
-        free(nodes);
+        ferry_free(nodes);
         if (done)
             return;
         if (waited >= NODES_TIMEOUT_MS)
