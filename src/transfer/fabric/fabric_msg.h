@@ -1,5 +1,5 @@
 /*
- * fabric_msg.h - the fabric transport's message codec (transfer/fabric.c has the protocol).
+ * fabric_msg.h - the fabric transport's message codec (fabric_int.h has the protocol).
  *
  * Every message starts with a 16-byte header, little-endian:
  *   u8 kind, u8 0, u16 credits returned per size class (small, large), u16 0, u32 the
