@@ -1,0 +1,206 @@
+/*
+ * engine_int.h - the transfer engine's internals, shared by its files (engine.h has the protocol
+ * and its guarantees).
+ *
+ * Records and who owns them (all on the loop's thread):
+ * - want: one per id being fetched, in e->wants while unfinished. Waiters hang off it. While a
+ *   pull names it (w->entry != NULL) it outlives its finish; the entry frees it.
+ * - peer: an outgoing connection to a holder, in e->peers until its connection closes. Its
+ *   pulls are answered in order; the head pull may be receiving bytes.
+ * - inconn: an incoming connection from a receiver, in e->inconns. Objects it is sending
+ *   are pinned (one reference each) until the transport says the bytes left (fabric
+ *   rendezvous: the reader said it is done, or its lease ran out), or it closes.
+ * - breaker: a peer whose fabric connections keep failing; while open, that peer is reached
+ *   over tcp. Kept in e->breakers for as long as the engine lives (one per such peer).
+ *
+ * Transports: every peer is reached over fabric when this node opened one and the peer
+ * advertises the same provider, else tcp; each connection carries its transport (c->type).
+ *
+ * Files: engine.c (open, close, counters, what is advertised, the release of objects a closed
+ * connection was moving), engine_recv.c (the receiving side: wants, peers, pulls, replies,
+ * verification, lookups), engine_hold.c (the holding side: incoming connections, pins, answers
+ * to PULLs), engine_route.c (which transport reaches a peer, and the circuit breaker).
+ */
+#ifndef FERRY_ENGINE_INT_H
+#define FERRY_ENGINE_INT_H
+
+#include "transfer/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "store/hasher.h"
+#include "transfer/transport.h"
+#include "transfer/wire.h"
+
+#define MAX_TRIED 8
+#define RETRY_FIRST_MS 10
+#define RETRY_MAX_MS 200
+/* A peer that owes bytes and sends none for this long is given up on; so is one that has
+ * not finished the handshake in HANDSHAKE_MS. */
+#define STALL_MS 30000
+#define HANDSHAKE_MS 10000
+/* Before authentication a peer may send only small frames (HELLO, AUTH). */
+#define UNAUTH_MAX_FRAME 256
+/* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
+#define MAX_INCONNS 1024
+/* A peer whose fabric connection fails this often in a row is reached over tcp for a while. */
+#define BREAKER_FAILS 3
+#define BREAKER_MS 30000
+/* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
+ * providers start from the generic one. */
+#define EAGER_DEFAULT (64u << 10)
+
+enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
+
+struct waiter {
+    engine_fetch_fn *fn;
+    void *ctx;
+    uint32_t index;
+    struct waiter *next;
+};
+
+struct pull;
+
+struct pentry {
+    struct pull *pull;
+    struct want *w;
+    int receiving; /* bytes are on their way into w->obj (or are being dropped) */
+};
+
+struct want {
+    struct engine *e;
+    ferry_id id;
+    int state, done;
+    int busy; /* being sealed or verified: finishing must not free it */
+    struct waiter *waiters;
+    char tried[MAX_TRIED][DIRECTORY_NODE_ID_MAX + 1];
+    int ntried;
+    uint32_t retries;
+    struct loop_timer retry;
+    struct pentry *entry; /* the pull entry naming this want, if any */
+    struct peer *queued;  /* the peer whose next PULL will name it, if any */
+    struct object *obj;   /* the local object being filled */
+    uint64_t digest;      /* the holder's, with verify */
+    char holder[DIRECTORY_NODE_ID_MAX + 1];
+};
+
+struct pull {
+    uint64_t tag;
+    uint32_t n, pending; /* entries, and those still receiving */
+    int replied;
+    struct pentry *entries;
+    struct pull *next;
+};
+
+struct peer {
+    struct engine *e;
+    struct directory_node node;
+    struct xconn *conn;
+    int authed;
+    uint8_t nonce[WIRE_NONCE];
+    struct want **queue; /* wants for the next PULL */
+    uint32_t nqueue, capqueue;
+    struct pull *pulls, **pulls_tail;
+    uint64_t next_tag;
+    char why[112];        /* why this transport */
+    uint64_t stall_bytes; /* conn->bytes_in when the watchdog was armed */
+    struct loop_timer flush, stall;
+    struct peer *next;
+};
+
+struct pin {
+    struct object *o;
+    uint64_t len;
+    struct inconn *ic;
+    struct pin *next, **pprev;
+};
+
+struct hpull {
+    uint64_t tag;
+    uint64_t eager_max; /* the receiver's */
+    uint8_t flags;
+    uint32_t n;
+    struct object **objs; /* pinned sealed objects; NULL for the ids we do not have */
+    struct hpull *next;
+};
+
+enum inconn_state { IN_HELLO, IN_AUTH, IN_READY };
+
+struct inconn {
+    struct engine *e;
+    struct xconn *conn;
+    int state;
+    struct loop_timer deadline; /* authenticate within HANDSHAKE_MS */
+    char node[WIRE_NODE_MAX + 1];
+    uint8_t nonce_c[WIRE_NONCE], nonce_a[WIRE_NONCE];
+    struct hpull *queue, **queue_tail;
+    struct pin *pins;
+    uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
+    int paused;
+    uint64_t stall_bytes;    /* conn->bytes_out when the send watchdog was armed */
+    struct loop_timer stall; /* a receiver that stops reading what it asked for */
+    struct inconn *next, **pprev;
+};
+
+struct breaker {
+    char node[DIRECTORY_NODE_ID_MAX + 1];
+    uint32_t fails;
+    uint64_t open_until; /* ms; tcp until then */
+    char last[96];       /* the last failure */
+    struct breaker *next;
+};
+
+struct engine {
+    struct loop *loop;
+    struct store *store;
+    struct directory *dir;
+    struct engine_config cfg;
+    char node_id[DIRECTORY_NODE_ID_MAX + 1];
+    uint8_t *secret;
+    struct xlistener *tcp_l, *fab_l;
+    uint64_t eager_max;
+    struct breaker *breakers;
+    idmap wants;
+    struct peer *peers;
+    struct inconn *inconns;
+    int inconn_count;
+    struct hasher *verifier;
+    struct loop_watch verifier_watch;
+    struct engine_counters counters;
+};
+
+static const struct transport *const tcp = &transport_tcp;
+static const struct transport *const fabric = &transport_fabric;
+
+/* engine.c */
+void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);
+
+/* engine_route.c: transports per peer */
+void eng_breaker_fail(struct engine *e, const char *node, const char *why);
+void eng_breaker_ok(struct engine *e, const char *node);
+const struct transport *eng_transport_for(struct engine *e, const struct directory_node *node,
+                                          char *why, size_t len);
+
+/* engine_recv.c: the receiving side */
+void eng_want_free(struct want *w);
+void eng_peer_free(struct peer *p);
+void eng_pull_free(struct pull *pl);
+void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events);
+
+/* engine_hold.c: the holding side */
+void eng_inconn_free(struct inconn *ic);
+void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg);
+
+/* engine_hold.c: the events of incoming connections */
+extern const struct xconn_events eng_in_events;
+
+#endif

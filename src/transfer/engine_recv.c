@@ -1,0 +1,737 @@
+/*
+ * engine_recv.c - the receiving side of the transfer engine: wants (one per id being
+ * fetched), lookups of holders, peers (outgoing connections), pulls and their replies, the bytes
+ * received into new objects, verification, and the fetch API.
+ */
+#include "transfer/engine_int.h"
+
+void eng_want_free(struct want *w)
+{
+    struct engine *e = w->e;
+
+    loop_timer_stop(e->loop, &w->retry);
+    if (e->dir)
+        directory_cancel(e->dir, w);
+    while (w->waiters) {
+        struct waiter *x = w->waiters;
+        w->waiters = x->next;
+        free(x);
+    }
+    free(w);
+}
+
+/* Answers every waiter and retires the want; its record lives on while a pull names it. */
+static void want_finish(struct want *w, int status)
+{
+    struct waiter *x;
+
+    if (w->done)
+        return;
+    w->done = 1;
+    idmap_remove(&w->e->wants, &w->id);
+    while ((x = w->waiters)) {
+        w->waiters = x->next;
+        x->fn(x->ctx, x->index, status);
+        free(x);
+    }
+    if (!w->entry && !w->queued && !w->busy)
+        eng_want_free(w);
+}
+
+static int want_tried(const struct want *w, const char *node)
+{
+    for (int i = 0; i < w->ntried; i++) {
+        if (strcmp(w->tried[i], node) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void want_lookup(struct want *w, int fresh);
+
+/* The holder in w->holder failed: note it and ask for the next one. */
+static void want_next_holder(struct want *w, const char *why)
+{
+    struct engine *e = w->e;
+
+    e->counters.transfer_failures++;
+    log_warn("transfer from %s failed: %s; trying the next holder", w->holder, why);
+    if (w->done) {
+        eng_want_free(w);
+        return;
+    }
+    if (w->ntried == MAX_TRIED) {
+        want_finish(w, err_set(FERRY_ETRANSFER, "%d holders failed (last: %s: %s)", MAX_TRIED,
+                               w->holder, why));
+        return;
+    }
+    snprintf(w->tried[w->ntried++], sizeof(w->tried[0]), "%s", w->holder);
+    want_lookup(w, 1);
+}
+
+static void on_retry(struct loop *l, struct loop_timer *t)
+{
+    want_lookup(t->arg, 1);
+}
+
+/* Nobody holds the object yet: ask again later (with backoff), until the waiters give up. */
+static void want_retry(struct want *w)
+{
+    uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
+
+    w->retries++;
+    w->state = WANT_RETRY;
+    if (loop_timer_start(w->e->loop, &w->retry,
+                         loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
+        want_finish(w, FERRY_ENOMEM);
+}
+
+static const struct xconn_events peer_events;
+
+void eng_peer_free(struct peer *p)
+{
+    loop_timer_stop(p->e->loop, &p->flush);
+    loop_timer_stop(p->e->loop, &p->stall);
+    free(p->queue);
+    free(p);
+}
+
+void eng_pull_free(struct pull *pl)
+{
+    free(pl->entries);
+    free(pl);
+}
+
+/* Detaches every want the peer had in hand and sends each on to its next holder. */
+static void peer_fail_wants(struct peer *p, const char *why)
+{
+    struct engine *e = p->e;
+    struct pull *pl;
+
+    while ((pl = p->pulls)) {
+        p->pulls = pl->next;
+        for (uint32_t i = 0; i < pl->n; i++) {
+            struct want *w = pl->entries[i].w;
+            if (!w)
+                continue;
+            w->entry = NULL;
+            if (w->obj) {
+                eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
+                w->obj = NULL;
+            }
+            want_next_holder(w, why);
+        }
+        eng_pull_free(pl);
+    }
+    for (uint32_t i = 0; i < p->nqueue; i++) {
+        p->queue[i]->queued = NULL;
+        want_next_holder(p->queue[i], why);
+    }
+    p->nqueue = 0;
+}
+
+static void peer_remove(struct peer *p, const char *why)
+{
+    struct engine *e = p->e;
+    struct peer **pp;
+
+    for (pp = &e->peers; *pp && *pp != p; pp = &(*pp)->next)
+        ;
+    if (*pp)
+        *pp = p->next;
+    if (e->dir)
+        directory_forget_node(e->dir, p->node.id);
+    peer_fail_wants(p, why);
+    eng_peer_free(p);
+}
+
+static void peer_closed(struct xconn *c, int err, const char *reason)
+{
+    struct peer *p = c->owner;
+
+    if (err == FERRY_EPROTO)
+        p->e->counters.peer_errors++;
+    log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
+    if (c->type == fabric)
+        eng_breaker_fail(p->e, p->node.id, reason);
+    peer_remove(p, reason);
+}
+
+/* Drops a peer that broke the protocol. */
+static void peer_abort(struct peer *p, const char *why)
+{
+    p->e->counters.peer_errors++;
+    log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
+    p->conn->type->close(p->conn);
+    if (p->conn->type == fabric)
+        eng_breaker_fail(p->e, p->node.id, why);
+    peer_remove(p, why);
+}
+
+/* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
+ * It is armed once, not pushed back by our own sends. */
+static void peer_stall_arm(struct peer *p)
+{
+    if (!p->authed || p->pulls) {
+        if (p->stall.heap_index == SIZE_MAX) {
+            p->stall_bytes = p->conn->bytes_in;
+            loop_timer_start(p->e->loop, &p->stall,
+                             loop_now_ms() + (p->authed ? STALL_MS : HANDSHAKE_MS));
+        }
+    } else {
+        loop_timer_stop(p->e->loop, &p->stall);
+    }
+}
+
+static void on_stall(struct loop *l, struct loop_timer *t)
+{
+    struct peer *p = t->arg;
+
+    if (!p->authed) {
+        peer_abort(p, "no handshake within 10 s");
+        return;
+    }
+    if (p->conn->bytes_in == p->stall_bytes) {
+        peer_abort(p, "no bytes for 30 s");
+        return;
+    }
+    peer_stall_arm(p); /* bytes are coming: look again in 30 s */
+}
+
+/* Sends one PULL with every queued want. */
+/* Drops the queued wants that finished while they waited (a local put, say). */
+static void peer_prune_queue(struct peer *p)
+{
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < p->nqueue; i++) {
+        struct want *w = p->queue[i];
+        if (w->done) {
+            w->queued = NULL;
+            eng_want_free(w);
+        } else {
+            p->queue[k++] = w;
+        }
+    }
+    p->nqueue = k;
+}
+
+static void peer_flush(struct peer *p)
+{
+    struct pbuf b = {0};
+    struct pull *pl;
+    ferry_id *ids;
+    uint32_t n;
+
+    if (!p->authed)
+        return;
+    peer_prune_queue(p);
+    n = p->nqueue < WIRE_MAX_IDS ? p->nqueue : WIRE_MAX_IDS;
+    if (n == 0)
+        return;
+    pl = calloc(1, sizeof(*pl));
+    ids = malloc((size_t)n * sizeof(*ids));
+    if (pl)
+        pl->entries = calloc(n, sizeof(*pl->entries));
+    if (!pl || !ids || !pl->entries) {
+        free(ids);
+        if (pl)
+            eng_pull_free(pl);
+        peer_abort(p, "out of memory for a pull");
+        return;
+    }
+    pl->tag = ++p->next_tag;
+    pl->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        struct want *w = p->queue[i];
+        w->queued = NULL;
+        ids[i] = w->id;
+        pl->entries[i] = (struct pentry){.pull = pl, .w = w};
+        w->entry = &pl->entries[i];
+        w->state = WANT_PULLING;
+    }
+    memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
+    p->nqueue -= n;
+    wire_pull(&b, pl->tag, p->e->cfg.verify ? WIRE_PULL_VERIFY : 0, p->e->eager_max, ids, n);
+    free(ids);
+    *p->pulls_tail = pl;
+    p->pulls_tail = &pl->next;
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        peer_abort(p, "cannot send a pull");
+        return;
+    }
+    pbuf_free(&b);
+    peer_stall_arm(p);
+    if (p->nqueue)
+        loop_timer_start(p->e->loop, &p->flush, 0);
+}
+
+static void on_flush(struct loop *l, struct loop_timer *t)
+{
+    peer_flush(t->arg);
+}
+
+/* Queues w for the next PULL to p (sent at the end of this loop turn, with the others). */
+static void peer_enqueue(struct peer *p, struct want *w)
+{
+    if (p->nqueue == p->capqueue) {
+        uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
+        struct want **q = realloc(p->queue, cap * sizeof(*q));
+        if (!q) {
+            want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
+            return;
+        }
+        p->queue = q;
+        p->capqueue = cap;
+    }
+    p->queue[p->nqueue++] = w;
+    w->state = WANT_QUEUED;
+    w->entry = NULL;
+    w->queued = p;
+    snprintf(w->holder, sizeof(w->holder), "%s", p->node.id);
+    loop_timer_start(p->e->loop, &p->flush, 0);
+}
+
+static struct peer *peer_find(struct engine *e, const char *node)
+{
+    struct peer *p;
+
+    for (p = e->peers; p && strcmp(p->node.id, node) != 0; p = p->next)
+        ;
+    return p;
+}
+
+/* Connects p over the transport chosen for it; a fabric that refuses falls back to tcp. */
+static int peer_connect(struct peer *p)
+{
+    struct engine *e = p->e;
+    const struct transport *t = eng_transport_for(e, &p->node, p->why, sizeof(p->why));
+    const char *at = strchr(p->node.fabric, '@');
+
+    if (t == fabric) {
+        if (fabric->connect(e->fab_l, at + 1, &peer_events, &p->conn) == 0)
+            return 0;
+        log_warn("fabric to %s: %s; using tcp", p->node.id, ferry_errmsg());
+        eng_breaker_fail(e, p->node.id, ferry_errmsg());
+        snprintf(p->why, sizeof(p->why), "fabric refused: %.90s", ferry_errmsg());
+    }
+    return tcp->connect(e->tcp_l, p->node.addr, &peer_events, &p->conn);
+}
+
+/* The connection to node, opened (and authentication started) on first use. */
+static struct peer *peer_get(struct engine *e, const struct directory_node *node)
+{
+    struct peer *p = peer_find(e, node->id);
+    struct pbuf b = {0};
+
+    /* The same node id at new addresses is a new incarnation of the node (a restart): the
+     * connection to the old one may look alive (RDM endpoints hear of no death when idle). */
+    if (p && (strcmp(p->node.addr, node->addr) != 0 || strcmp(p->node.fabric, node->fabric) != 0)) {
+        log_info("%s is at a new address (restarted): reconnecting", node->id);
+        p->conn->type->close(p->conn);
+        peer_remove(p, "the node restarted at a new address");
+    } else if (p) {
+        return p;
+    }
+    if (!(p = calloc(1, sizeof(*p))))
+        return NULL;
+    p->e = e;
+    p->node = *node;
+    p->pulls_tail = &p->pulls;
+    loop_timer_init(&p->flush, on_flush, p);
+    loop_timer_init(&p->stall, on_stall, p);
+    if (RAND_bytes(p->nonce, WIRE_NONCE) != 1 || peer_connect(p) < 0) {
+        log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
+        free(p);
+        return NULL;
+    }
+    p->conn->owner = p;
+    p->conn->max_frame = UNAUTH_MAX_FRAME;
+    e->counters.connections_opened++;
+    wire_hello(&b, e->node_id, p->nonce);
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        p->conn->type->close(p->conn);
+        free(p);
+        return NULL;
+    }
+    pbuf_free(&b);
+    p->next = e->peers;
+    e->peers = p;
+    peer_stall_arm(p);
+    return p;
+}
+
+/* CHALLENGE from the holder: check its proof of the secret, give ours, start pulling. */
+static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
+{
+    struct engine *e = p->e;
+    uint8_t expect[WIRE_MAC] = {0}, mine[WIRE_MAC] = {0};
+    struct pbuf b = {0};
+
+    if (m->keyed != (e->secret != NULL)) {
+        peer_abort(p, m->keyed ? "the holder has a cluster secret and we have none"
+                               : "the holder has no cluster secret and we have one");
+        return;
+    }
+    if (e->secret &&
+        (wire_mac(e->secret, e->cfg.secret_len, "acceptor", p->nonce, m->nonce, expect) < 0 ||
+         CRYPTO_memcmp(expect, m->mac, WIRE_MAC) != 0 ||
+         wire_mac(e->secret, e->cfg.secret_len, "connector", p->nonce, m->nonce, mine) < 0)) {
+        peer_abort(p, "the holder failed the cluster secret's challenge");
+        return;
+    }
+    wire_auth(&b, mine);
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+        pbuf_free(&b);
+        peer_abort(p, "cannot send our proof");
+        return;
+    }
+    pbuf_free(&b);
+    p->authed = 1;
+    p->conn->max_frame = WIRE_MAX_FRAME;
+    loop_timer_stop(e->loop, &p->stall);
+    peer_flush(p);
+}
+
+/* The bytes of w's object are all in (or w was dropped). */
+static void complete_entry(struct peer *p, struct pentry *pe);
+
+/* Seals a received object: the store's seal hook then finishes the want. */
+static void want_seal(struct want *w)
+{
+    struct engine *e = w->e;
+    struct object *o = w->obj;
+
+    w->obj = NULL;
+    e->counters.transfers_in++;
+    e->counters.bytes_in += o->data_size + o->metadata_size;
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. With
+     * --verify the copy keeps the digest it was checked against; otherwise it is hashed here,
+     * rather than trusting a digest nobody checked. */
+    w->busy = 1;
+    if (e->cfg.verify)
+        store_seal_digest(e->store, o, w->digest);
+    else
+        store_seal(e->store, o);
+    store_unref(e->store, o);
+    w->busy = 0;
+    if (w->done)
+        eng_want_free(w);
+    else
+        want_finish(w, 0);
+}
+
+static void want_received(struct want *w)
+{
+    struct engine *e = w->e;
+    struct hasher_job *job;
+
+    if (!e->cfg.verify || !w->obj) {
+        want_seal(w);
+        return;
+    }
+    if (!(job = calloc(1, sizeof(*job)))) {
+        /* Cannot check it: refuse the object rather than seal it unchecked. */
+        store_abort(e->store, w->obj);
+        w->obj = NULL;
+        want_finish(w, err_set(FERRY_ENOMEM, "verification job"));
+        return;
+    }
+    job->bytes = e->store->base + w->obj->offset;
+    job->len = w->obj->data_size + w->obj->metadata_size;
+    job->seed = w->obj->data_size;
+    job->arg = w;
+    w->state = WANT_VERIFY;
+    w->busy = 1;
+    hasher_submit(e->verifier, job);
+}
+
+/* Retires the head pull once it is answered and all its bytes are in. */
+static void pull_maybe_pop(struct peer *p)
+{
+    struct pull *pl;
+
+    while ((pl = p->pulls) && pl->replied && !pl->pending) {
+        p->pulls = pl->next;
+        if (!p->pulls)
+            p->pulls_tail = &p->pulls;
+        eng_pull_free(pl);
+    }
+}
+
+static void complete_entry(struct peer *p, struct pentry *pe)
+{
+    struct want *w = pe->w;
+
+    pe->w = NULL;
+    if (pe->receiving) {
+        pe->receiving = 0;
+        pe->pull->pending--;
+    }
+    if (w) {
+        struct object *here = store_find(p->e->store, &w->id);
+        w->entry = NULL;
+        if (w->obj && p->conn->type == fabric)
+            eng_breaker_ok(p->e, p->node.id);
+        if (w->obj)
+            want_received(w);
+        else if (w->done)
+            eng_want_free(w);
+        else if (here && here->state == FERRY_STATE_SEALED)
+            want_finish(w, 0);
+        else
+            want_retry(w); /* it was being created here; if that is aborted, fetch again */
+    }
+    pull_maybe_pop(p);
+    peer_stall_arm(p);
+}
+
+/* One entry of a REPLY: create the object and let the bytes come into it, or move on. */
+static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_reply_entry *re)
+{
+    struct engine *e = p->e;
+    struct want *w = pe->w;
+    uint64_t len = re->data_size + re->metadata_size;
+    int rc;
+
+    if (re->status != 0) {
+        if (re->status != FERRY_ENOENT)
+            return err_set(FERRY_EPROTO, "reply status %d", re->status);
+        pe->w = NULL;
+        w->entry = NULL;
+        if (e->dir)
+            directory_forget_holder(e->dir, &w->id, p->node.id);
+        want_next_holder(w, "it no longer holds the object");
+        return 0;
+    }
+    if (len < re->data_size)
+        return err_set(FERRY_EPROTO, "reply sizes overflow");
+    if (!w->done) {
+        rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
+        if (rc == FERRY_EEXIST) {
+            w->obj = NULL; /* being created here too: its seal will finish the want */
+        } else if (rc < 0) {
+            w->obj = NULL;
+            want_finish(w, rc);
+        }
+    }
+    w->digest = re->digest;
+    w->state = WANT_RECEIVING;
+    pe->receiving = 1;
+    pe->pull->pending++;
+    if (len == 0) {
+        complete_entry(p, pe);
+        return 0;
+    }
+    return p->conn->type->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL, len,
+                                    pe);
+}
+
+static void peer_on_reply(struct peer *p, const struct wire_msg *m)
+{
+    struct pull *pl;
+    struct wire_reply_entry re;
+
+    /* Replies come in order, each after the bytes of the one before on tcp (fabric: reads of
+     * earlier replies may still be under way). */
+    for (pl = p->pulls; pl && pl->replied; pl = pl->next)
+        ;
+    if (!pl || pl->tag != m->tag || pl->n != m->n) {
+        peer_abort(p, "a reply that answers no pull");
+        return;
+    }
+    for (uint32_t i = 0; i < m->n; i++) {
+        wire_reply_entry(m, i, &re);
+        if (pl->entries[i].w && reply_entry(p, &pl->entries[i], &re) < 0) {
+            peer_abort(p, ferry_errmsg());
+            return;
+        }
+    }
+    /* Only now may the pull retire: entries of 0 bytes completed during the loop. */
+    pl->replied = 1;
+    pull_maybe_pop(p);
+    peer_stall_arm(p);
+}
+
+static void peer_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
+{
+    struct peer *p = c->owner;
+    struct wire_msg m;
+
+    if (wire_decode(h, payload, &m) < 0) {
+        peer_abort(p, ferry_errmsg());
+        return;
+    }
+    if (!p->authed && m.type == WIRE_CHALLENGE)
+        peer_on_challenge(p, &m);
+    else if (p->authed && m.type == WIRE_REPLY)
+        peer_on_reply(p, &m);
+    else
+        peer_abort(p, "unexpected message from the holder");
+}
+
+static void peer_received(struct xconn *c, void *arg)
+{
+    complete_entry(c->owner, arg);
+}
+
+static void peer_sent(struct xconn *c, void *arg) {}
+
+static const struct xconn_events peer_events = {
+    .frame = peer_frame,
+    .received = peer_received,
+    .sent = peer_sent,
+    .closed = peer_closed,
+};
+
+void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
+{
+    struct engine *e = lw->arg;
+    struct hasher_job *job = hasher_take_done(e->verifier), *next;
+
+    for (; job; job = next) {
+        struct want *w = job->arg;
+        next = job->next;
+        w->busy = 0;
+        if (job->digest == w->digest) {
+            want_seal(w);
+        } else {
+            log_warn("object from %s failed verification (digest %016" PRIx64
+                     ", expected %016" PRIx64 ")",
+                     w->holder, job->digest, w->digest);
+            store_abort(e->store, w->obj);
+            w->obj = NULL;
+            want_next_holder(w, "digest mismatch");
+        }
+        free(job);
+    }
+}
+
+/* Prefers a holder we are connected to; skips those that failed this want. */
+static const struct directory_node *choose(struct engine *e, const struct want *w,
+                                           const struct directory_node *h, size_t n)
+{
+    const struct directory_node *pick = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        if (want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
+            continue;
+        if (peer_find(e, h[i].id))
+            return &h[i];
+        if (!pick)
+            pick = &h[i];
+    }
+    return pick;
+}
+
+static void on_holders(void *arg, int status, const struct directory_node *h, size_t n)
+{
+    struct want *w = arg;
+    const struct directory_node *pick;
+    struct peer *p;
+
+    if (status < 0) {
+        want_finish(w, err_set(status, "cannot look up holders: %s", ferry_errmsg()));
+        return;
+    }
+    if (!(pick = choose(w->e, w, h, n))) {
+        if (n)
+            want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)", w->ntried,
+                                   w->holder));
+        else
+            want_retry(w); /* sealed nowhere (any more): a holder may still come */
+        return;
+    }
+    if (!(p = peer_get(w->e, pick))) {
+        snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
+        want_next_holder(w, "cannot connect");
+        return;
+    }
+    peer_enqueue(p, w);
+}
+
+/* Asks the directory (or its cache) for holders; a want nobody waits for any more stops. */
+static void want_lookup(struct want *w, int fresh)
+{
+    w->state = WANT_LOOKUP;
+    if (!w->waiters) {
+        want_finish(w, FERRY_ETIMEDOUT);
+        return;
+    }
+    if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
+        want_finish(w, FERRY_ENOMEM);
+}
+
+/* A new want for id, its lookup started. */
+static struct want *want_new(struct engine *e, const ferry_id *id)
+{
+    struct want *w = calloc(1, sizeof(*w));
+
+    if (!w || idmap_put(&e->wants, id, w) < 0) {
+        free(w);
+        return NULL;
+    }
+    w->e = e;
+    w->id = *id;
+    loop_timer_init(&w->retry, on_retry, w);
+    if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
+        idmap_remove(&e->wants, id);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
+                 uint32_t index)
+{
+    struct want *w = idmap_get(&e->wants, id);
+    struct waiter *x;
+
+    if (!e->dir)
+        return err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)");
+    if (!(x = calloc(1, sizeof(*x))))
+        return err_set(FERRY_ENOMEM, "fetch waiter");
+    if (!w && !(w = want_new(e, id))) {
+        free(x);
+        return err_set(FERRY_ENOMEM, "fetch record");
+    }
+    *x = (struct waiter){.fn = fn, .ctx = ctx, .index = index, .next = w->waiters};
+    w->waiters = x;
+    return 0;
+}
+
+void engine_cancel(struct engine *e, void *ctx)
+{
+    struct want *w, **idle = calloc(e->wants.count ? e->wants.count : 1, sizeof(*idle));
+    size_t pos = 0, nidle = 0;
+
+    while ((w = idmap_next(&e->wants, &pos, NULL))) {
+        for (struct waiter **pp = &w->waiters; *pp;) {
+            struct waiter *x = *pp;
+            if (x->ctx == ctx) {
+                *pp = x->next;
+                free(x);
+            } else {
+                pp = &x->next;
+            }
+        }
+        /* Nobody waits and nothing is under way: stop asking the directory. (Without
+         * memory for the list, such wants stop at their next lookup instead.) */
+        if (idle && !w->waiters && (w->state == WANT_RETRY || w->state == WANT_QUEUED))
+            idle[nidle++] = w;
+    }
+    for (size_t i = 0; i < nidle; i++)
+        want_finish(idle[i], FERRY_ETIMEDOUT);
+    free(idle);
+}
+
+void engine_on_sealed(struct engine *e, const struct object *o)
+{
+    struct want *w = idmap_get(&e->wants, &o->id);
+
+    if (w)
+        want_finish(w, 0);
+}
