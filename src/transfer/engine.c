@@ -82,14 +82,9 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->store = st;
     e->cfg = *cfg;
     snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
-    if (cfg->secret && cfg->secret_len) {
-        if (!(e->secret = malloc(cfg->secret_len))) {
-            rc = err_set(FERRY_ENOMEM, "secret");
-            goto free_e;
-        }
-        memcpy(e->secret, cfg->secret, cfg->secret_len);
-    }
-    e->cfg.secret = e->secret;
+    if ((rc = auth_init(&e->auth, cfg->secret, cfg->secret_len)) < 0)
+        goto free_e;
+    e->cfg.secret = NULL;          /* not kept: the auth module has its copy */
     e->cfg.fabric_provider = NULL; /* not kept: the endpoint knows its provider */
     if ((rc = hasher_start(&e->verifier)) < 0)
         goto free_secret;
@@ -117,7 +112,7 @@ unwatch_verifier:
 stop_verifier:
     free(hasher_stop(e->verifier));
 free_secret:
-    free(e->secret);
+    auth_free(&e->auth);
 free_e:
     free(e);
     return rc;
@@ -192,7 +187,7 @@ void engine_close(struct engine *e)
         e->breakers = b->next;
         free(b);
     }
-    free(e->secret);
+    auth_free(&e->auth);
     free(e);
     loop_fire_due(l); /* the transport frees closed connections from a 0 ms timer */
 }

@@ -87,13 +87,12 @@ static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
     }
     memcpy(ic->nonce_c, m->nonce, WIRE_NONCE);
     snprintf(ic->node, sizeof(ic->node), "%s", m->node);
-    if (RAND_bytes(ic->nonce_a, WIRE_NONCE) != 1 ||
-        (e->secret &&
-         wire_mac(e->secret, e->cfg.secret_len, "acceptor", ic->nonce_c, ic->nonce_a, mac) < 0)) {
+    if (auth_nonce(ic->nonce_a) < 0 ||
+        auth_acceptor_proof(&e->auth, ic->nonce_c, ic->nonce_a, mac) < 0) {
         in_abort(ic, "cannot make a challenge");
         return;
     }
-    wire_challenge(&b, e->node_id, ic->nonce_a, e->secret != NULL, mac);
+    wire_challenge(&b, e->node_id, ic->nonce_a, auth_keyed(&e->auth), mac);
     if (in_send(ic, &b) < 0) {
         in_abort(ic, "cannot send the challenge");
         return;
@@ -104,15 +103,10 @@ static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
 static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
 {
     struct engine *e = ic->e;
-    uint8_t expect[WIRE_MAC] = {0};
+    const char *why;
 
-    if (e->secret &&
-        wire_mac(e->secret, e->cfg.secret_len, "connector", ic->nonce_c, ic->nonce_a, expect) < 0) {
-        in_abort(ic, "cannot check the proof");
-        return;
-    }
-    if (CRYPTO_memcmp(expect, m->mac, WIRE_MAC) != 0) {
-        in_abort(ic, "authentication failed (wrong or missing cluster secret)");
+    if (auth_check(&e->auth, ic->nonce_c, ic->nonce_a, m->mac, &why) < 0) {
+        in_abort(ic, why);
         return;
     }
     ic->state = IN_READY;

@@ -28,8 +28,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +36,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "store/hasher.h"
+#include "transfer/auth.h"
 #include "transfer/transport.h"
 #include "transfer/wire.h"
 
@@ -165,7 +164,7 @@ struct engine {
     struct directory *dir;
     struct engine_config cfg;
     char node_id[DIRECTORY_NODE_ID_MAX + 1];
-    uint8_t *secret;
+    struct auth auth; /* the cluster secret and its proofs */
     struct xlistener *tcp_l, *fab_l;
     uint64_t eager_max;
     struct breaker *breakers;

@@ -341,7 +341,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
     loop_timer_init(&p->stall, on_stall, p);
-    if (RAND_bytes(p->nonce, WIRE_NONCE) != 1 || peer_connect(p) < 0) {
+    if (auth_nonce(p->nonce) < 0 || peer_connect(p) < 0) {
         log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
         free(p);
         return NULL;
@@ -367,19 +367,12 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
 static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
 {
     struct engine *e = p->e;
-    uint8_t expect[WIRE_MAC] = {0}, mine[WIRE_MAC] = {0};
+    uint8_t mine[WIRE_MAC];
     struct pbuf b = {0};
+    const char *why;
 
-    if (m->keyed != (e->secret != NULL)) {
-        peer_abort(p, m->keyed ? "the holder has a cluster secret and we have none"
-                               : "the holder has no cluster secret and we have one");
-        return;
-    }
-    if (e->secret &&
-        (wire_mac(e->secret, e->cfg.secret_len, "acceptor", p->nonce, m->nonce, expect) < 0 ||
-         CRYPTO_memcmp(expect, m->mac, WIRE_MAC) != 0 ||
-         wire_mac(e->secret, e->cfg.secret_len, "connector", p->nonce, m->nonce, mine) < 0)) {
-        peer_abort(p, "the holder failed the cluster secret's challenge");
+    if (auth_answer(&e->auth, p->nonce, m->nonce, m->keyed, m->mac, mine, &why) < 0) {
+        peer_abort(p, why);
         return;
     }
     wire_auth(&b, mine);
