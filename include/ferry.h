@@ -180,71 +180,85 @@ int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n);
  * then the metadata (contiguous), seeded with data_size so that where the data ends counts. */
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 
+/* What a counter measures: a total since the daemon started (counter), or a level now (gauge). */
+enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
+
+/* The daemon's own counters, one table: X(name, kind, help) for each, in order. struct
+ * ferry_stats, the daemon's STATS reply, `ferry stat`, its JSON and the Python module's stats()
+ * are all made from it. The transports' counters (fabric_*, ...) are not in it: they come,
+ * named by the transport, only from ferry_stats_list. Names carry their unit (_bytes, _us). */
+#define FERRY_STATS_FIELDS(X)                                                                      \
+    X(capacity_bytes, GAUGE, "bytes of the arena")                                                 \
+    X(used_bytes, GAUGE, "bytes allocated: objects (sizes rounded to 64 B) and staging areas")     \
+    X(staging_bytes, GAUGE, "bytes of used_bytes in staging areas of connected clients")           \
+    X(objects, GAUGE, "objects in the table, sealed or not")                                       \
+    X(sealed_objects, GAUGE, "sealed objects in the table")                                        \
+    X(clients, GAUGE, "connected clients")                                                         \
+    X(evicted_objects, COUNTER, "objects evicted to make room")                                    \
+    X(evicted_bytes, COUNTER, "bytes of the objects evicted")                                      \
+    X(created_objects, COUNTER, "objects created")                                                 \
+    X(sealed_total, COUNTER, "objects sealed")                                                     \
+    X(aborted_objects, COUNTER, "unsealed objects aborted")                                        \
+    X(deleted_objects, COUNTER, "objects deleted")                                                 \
+    X(gets, COUNTER, "get requests")                                                               \
+    X(get_timeouts, COUNTER, "get requests that ended with something missing")                     \
+    X(refused_creates, COUNTER, "creates refused for lack of room (ENOSPACE, ETOOBIG)")            \
+    X(protocol_errors, COUNTER, "client connections closed for a bad message")                     \
+    X(connections_total, COUNTER, "client connections accepted")                                   \
+    X(subscribers, GAUGE, "subscriptions open")                                                    \
+    X(notifications_dropped, COUNTER, "subscribers cut off for falling behind")                    \
+    X(connections_opened, COUNTER, "transfer connections this node opened to peers")               \
+    X(connections_accepted, COUNTER, "transfer connections peers opened to this node")             \
+    X(fetches, COUNTER, "fetch requests from local clients")                                       \
+    X(transfers_in, COUNTER, "objects received from peers")                                        \
+    X(transfers_out, COUNTER, "objects sent to peers")                                             \
+    X(transfer_failures, COUNTER, "objects whose transfer from one holder failed")                 \
+    X(bytes_in, COUNTER, "object bytes received from peers")                                       \
+    X(bytes_out, COUNTER, "object bytes sent to peers")                                            \
+    X(peer_errors, COUNTER, "transfer connections closed for a bad message or authentication")     \
+    X(directory_up, GAUGE, "1 while connected to the directory")                                   \
+    X(directory_lookups, COUNTER, "holder lookups sent to the directory")                          \
+    X(directory_cache_hits, COUNTER, "holder lookups answered from the local cache")               \
+    X(directory_reconnects, COUNTER, "connections to the directory re-established")                \
+    X(eager_max, GAUGE, "bytes up to which objects are pulled as messages on one-sided transports")
+
 typedef struct ferry_stats {
-    uint64_t capacity_bytes; /* arena size */
-    uint64_t used_bytes;     /* allocated: objects (sizes rounded to 64 B) and staging areas */
-    uint64_t staging_bytes;  /* of which staging areas of connected clients (small puts) */
-    uint64_t objects;        /* objects in the table, sealed or not */
-    uint64_t sealed_objects;
-    uint64_t clients;         /* connected clients */
-    uint64_t evicted_objects; /* since start */
-    uint64_t evicted_bytes;
-    uint64_t created_objects;
-    uint64_t sealed_total;
-    uint64_t aborted_objects;
-    uint64_t deleted_objects;
-    uint64_t gets;            /* get requests */
-    uint64_t get_timeouts;    /* get requests that ended with something missing */
-    uint64_t refused_creates; /* ENOSPACE / ETOOBIG answers */
-    uint64_t protocol_errors; /* connections closed for a bad message */
-    uint64_t connections_total;
-    uint64_t subscribers;
-    uint64_t notifications_dropped; /* subscribers cut off for falling behind */
-    /* Cluster (all 0 on a standalone node). */
-    uint64_t connections_opened;   /* transfer connections this node opened to peers */
-    uint64_t connections_accepted; /* transfer connections peers opened to this node */
-    uint64_t fetches;              /* fetch requests from local clients */
-    uint64_t transfers_in;         /* objects received from peers */
-    uint64_t transfers_out;        /* objects sent to peers */
-    uint64_t transfer_failures;    /* objects whose transfer from one holder failed */
-    uint64_t bytes_in;             /* object bytes received from peers */
-    uint64_t bytes_out;            /* object bytes sent to peers */
-    uint64_t peer_errors;          /* transfer connections closed for a bad message or auth */
-    uint64_t directory_up;         /* 1 while connected to the directory */
-    uint64_t directory_lookups;    /* holder lookups sent to Redis */
-    uint64_t directory_cache_hits; /* holder lookups answered from the local cache */
-    uint64_t directory_reconnects; /* connections to Redis re-established */
-    /* Fabric (libfabric) transfers: all 0 on a standalone node, the fabric_ ones also on a
-     * node without a fabric (--transport tcp, or none opened). */
-    uint64_t eager_max;                  /* objects up to this size are pulled as messages (eager),
-                                          * larger ones by one-sided reads (ferry_set_eager_max) */
-    uint64_t fabric_registrations;       /* memory regions registered (the arena, bounce buffers) */
-    uint64_t fabric_av_inserts;          /* peer addresses resolved (first contact only) */
-    uint64_t fabric_connects;            /* fabric handshakes this node completed */
-    uint64_t fabric_connect_us;          /* their total time, in microseconds */
-    uint64_t fabric_eager_msgs;          /* messages that carried object bytes (sent) */
-    uint64_t fabric_eager_bytes;         /* object bytes they carried */
-    uint64_t fabric_rdv_reads;           /* one-sided reads issued (rendezvous) */
-    uint64_t fabric_rdv_bytes;           /* object bytes they moved */
-    uint64_t fabric_leases_expired;      /* pins lent to a reader that never said it was done */
-    uint64_t fabric_credit_stalls;       /* sends that waited for the receiver's credits */
-    uint64_t fabric_retries;             /* operations the provider refused for the moment */
-    uint64_t fabric_failures;            /* fabric connections to peers that failed */
-    uint64_t fabric_fallbacks;           /* times a peer was put on tcp after repeated failures */
-    uint64_t fabric_unattributed_errors; /* failures a provider reported without the operation */
+#define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;
+    FERRY_STATS_FIELDS(FERRY_STATS_MEMBER)
+#undef FERRY_STATS_MEMBER
 } ferry_stats;
 
+/* The daemon's counters by the table's names (see ferry_stats_list for the transports' too). */
 int ferry_stats_get(ferry_client *c, ferry_stats *out);
 
-/* A field of struct ferry_stats: its name and the byte offset of its uint64_t. */
+/* A field of struct ferry_stats: its name, the byte offset of its uint64_t, its kind (enum
+ * ferry_stat_kind) and what it counts. */
 typedef struct ferry_stat_field {
     const char *name;
     size_t offset;
+    int kind;
+    const char *help;
 } ferry_stat_field;
 
-/* Every field of struct ferry_stats, in order, under its own name (what `ferry stat` prints and
- * the Python module's stats() returns); *n receives the count. */
+/* Every field of struct ferry_stats, in order (the table above); *n receives the count. */
 const ferry_stat_field *ferry_stat_fields(size_t *n);
+
+/* A counter as the daemon reports it. */
+#define FERRY_STAT_NAME_MAX 47
+typedef struct ferry_stat {
+    char name[FERRY_STAT_NAME_MAX + 1];
+    int kind; /* enum ferry_stat_kind */
+    uint64_t value;
+} ferry_stat;
+
+/* Every counter of the daemon, its own (the table above, in order) then its transports' (named
+ * by each transport: fabric_eager_msgs, ...): a new array in *out (free with ferry_free), its
+ * length in *n. */
+int ferry_stats_list(ferry_client *c, ferry_stat **out, size_t *n);
+
+/* The value of the counter called name in v[0..n) (a ferry_stats_list result); 0 when it is not
+ * there (a transport this node does not run). */
+uint64_t ferry_stat_value(const ferry_stat *v, size_t n, const char *name);
 
 enum ferry_event { FERRY_EVENT_SEALED = 1, FERRY_EVENT_DELETED = 2, FERRY_EVENT_EVICTED = 3 };
 
@@ -303,10 +317,10 @@ int ferry_where(ferry_client *c, const ferry_id *id, ferry_node_info **out, size
 
 /* A peer this node pulls objects from, and how. Strings are NUL-terminated (truncated to fit). */
 typedef struct ferry_peer {
-    char node[64];     /* the peer's --node-id */
-    char transport[8]; /* "tcp" or "fabric" */
-    char provider[32]; /* the libfabric provider ("shm", "tcp;ofi_rxm"), "tcp" for tcp */
-    char why[112];     /* why this transport ("both on shm", "--transport tcp", ...) */
+    char node[64];      /* the peer's --node-id */
+    char transport[16]; /* the transport's name: "tcp", "fabric" */
+    char provider[32];  /* the libfabric provider ("shm", "tcp;ofi_rxm"), "tcp" for tcp */
+    char why[112];      /* why this transport ("both on shm", "--transport tcp", ...) */
 } ferry_peer;
 
 /* The peers this node has connected to for pulls (at most FERRY_PEERS_MAX): a new array in

@@ -82,8 +82,10 @@ test_nodes() {
     eventually "nodes --json on b lists a and b, b as self" nodes_json_ok b
     expect "nodes" 0 fy a nodes
     ok "nodes prints a header and a row per node" test "$(wc -l <"$OUT")" -eq 3
-    ok "nodes marks node a with * on a" grep -Eq "^\* node-a +127\.0\.0\.1:${PORT[a]} +tcp" "$OUT"
-    ok "nodes lists node b unmarked on a" grep -Eq "^  node-b +127\.0\.0\.1:${PORT[b]} +tcp" "$OUT"
+    ok "nodes marks node a with * on a" \
+        grep -Eq "^\* node-a +127\.0\.0\.1:${PORT[a]} +([a-z]+,)*tcp(,|$)" "$OUT"
+    ok "nodes lists node b unmarked on a" \
+        grep -Eq "^  node-b +127\.0\.0\.1:${PORT[b]} +([a-z]+,)*tcp(,|$)" "$OUT"
 }
 
 test_fetch() {

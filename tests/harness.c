@@ -374,13 +374,24 @@ uint64_t h_object_bytes(ferry_client *c)
     return s.used_bytes - s.staging_bytes;
 }
 
-uint64_t h_wait_stat(ferry_client *c, size_t field_offset, uint64_t want)
+uint64_t h_stat(ferry_client *c, const char *name)
+{
+    ferry_stat *all = NULL;
+    size_t n = 0;
+    int rc = ferry_stats_list(c, &all, &n);
+    if (rc != FERRY_OK)
+        fail_msg("ferry_stats_list: %s: %s", ferry_strerror(rc), ferry_errmsg());
+    uint64_t v = ferry_stat_value(all, n, name);
+    ferry_free(all);
+    return v;
+}
+
+uint64_t h_wait_stat(ferry_client *c, const char *name, uint64_t want)
 {
     struct h_wait w;
     uint64_t value;
     for (h_wait_begin(&w, H_EVENT_MS);;) {
-        ferry_stats s = h_stats(c);
-        memcpy(&value, (const char *)&s + field_offset, sizeof(value));
+        value = h_stat(c, name);
         if (value == want || !h_wait_next(&w))
             return value;
     }
@@ -1013,13 +1024,12 @@ void h_assert_where(ferry_client *c, const struct h_cluster *cl, const ferry_id 
              timeout_ms, seen);
 }
 
-uint64_t h_wait_stat_min(ferry_client *c, size_t field_offset, uint64_t want, int timeout_ms)
+uint64_t h_wait_stat_min(ferry_client *c, const char *name, uint64_t want, int timeout_ms)
 {
     struct h_wait w;
     uint64_t value;
     for (h_wait_begin(&w, timeout_ms);;) {
-        ferry_stats s = h_stats(c);
-        memcpy(&value, (const char *)&s + field_offset, sizeof(value));
+        value = h_stat(c, name);
         if (value >= want || !h_wait_next(&w))
             return value;
     }

@@ -91,6 +91,9 @@ ferry_client *h_connect(const struct ferryd *d);
 ferry_id h_id(const char *name);
 ferry_id h_idf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 ferry_stats h_stats(ferry_client *c);
+/* The counter called name (the daemon's table or a transport's); fails the test when the call
+ * fails; 0 when the node has no counter of that name. */
+uint64_t h_stat(ferry_client *c, const char *name);
 /* Bytes of the arena held by objects: used_bytes - staging_bytes. */
 uint64_t h_object_bytes(ferry_client *c);
 /* The list() entry of id: 1 and *out when present, 0 when not. */
@@ -137,8 +140,8 @@ int h_read_exact(int fd, uint8_t *buf, size_t n);
 int h_wait_next(struct h_wait *w);
 
 /* Polls stats until field(stats) == want or H_EVENT_MS passes; returns the last value. */
-uint64_t h_wait_stat(ferry_client *c, size_t field_offset, uint64_t want);
-#define H_WAIT_STAT(c, field, want) h_wait_stat((c), offsetof(ferry_stats, field), (want))
+uint64_t h_wait_stat(ferry_client *c, const char *name, uint64_t want);
+#define H_WAIT_STAT(c, field, want) h_wait_stat((c), #field, (want))
 
 /* Raw protocol connections (bad-input tests). */
 int h_raw_connect(const char *sock);
@@ -251,9 +254,8 @@ void h_assert_where(ferry_client *c, const struct h_cluster *cl, const ferry_id 
                     int timeout_ms);
 
 /* Polls stats until field(stats) >= want or timeout_ms passes; returns the last value. */
-uint64_t h_wait_stat_min(ferry_client *c, size_t field_offset, uint64_t want, int timeout_ms);
-#define H_WAIT_STAT_MIN(c, field, want, ms)                                                        \
-    h_wait_stat_min((c), offsetof(ferry_stats, field), (want), (ms))
+uint64_t h_wait_stat_min(ferry_client *c, const char *name, uint64_t want, int timeout_ms);
+#define H_WAIT_STAT_MIN(c, field, want, ms) h_wait_stat_min((c), #field, (want), (ms))
 
 /* Checks that c1 and c2 (two nodes) hold the same sealed object id: equal digests, sizes
  * and bytes, data and metadata. */

@@ -83,8 +83,7 @@ static void register_fake(const struct h_cluster *cl, int port, const ferry_id *
 {
     char addr[32], key[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    redis_cmd(cl,
-              (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "transports", "tcp", NULL});
+    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "t:tcp", addr, NULL});
     redis_cmd(cl, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
     snprintf(key, sizeof(key), "ferry:obj:");
     id_hex(id, key + strlen(key));

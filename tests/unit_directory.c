@@ -218,7 +218,8 @@ static struct directory *open_node(struct loop *l, const char *id, const char *u
 
     snprintf(cfg.self.id, sizeof(cfg.self.id), "%s", id);
     snprintf(cfg.self.addr, sizeof(cfg.self.addr), "10.0.0.%d:7000", id[0]);
-    snprintf(cfg.self.transports, sizeof(cfg.self.transports), "tcp");
+    assert_int_equal(directory_node_set(&cfg.self, "tcp", cfg.self.addr), 0);
+    assert_int_equal(directory_node_set(&cfg.self, "other", "x@0123"), 0);
     assert_int_equal(directory_open(&d, l, &cfg, rep ? &hooks : NULL), 0);
     assert_non_null(d);
     if (rep)
@@ -286,7 +287,7 @@ static void test_bad_configuration(void **state)
         "redis://127.0.0.1:6379/one",
         "redis://no-such-host.invalid:6379",
     };
-    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     struct directory *d = (void *)&cfg; /* must be reset */
     char good[64];
 
@@ -311,7 +312,7 @@ static void test_bad_configuration(void **state)
 static void test_select_refused(void **state)
 {
     struct loop *l = *state;
-    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     ferry_id x = make_id("x");
     struct directory *d;
     struct answer ans = {0};
@@ -350,8 +351,11 @@ static void test_registration_and_heartbeat(void **state)
     assert_non_null(r);
     assert_string_equal(r->str, "10.0.0.97:7000");
     freeReplyObject(r);
-    r = redisCommand(c, "HGET ferry:node:a transports");
-    assert_string_equal(r->str, "tcp");
+    r = redisCommand(c, "HGET ferry:node:a t:tcp"); /* a field per transport: t:<name> */
+    assert_string_equal(r->str, "10.0.0.97:7000");
+    freeReplyObject(r);
+    r = redisCommand(c, "HGET ferry:node:a t:other");
+    assert_string_equal(r->str, "x@0123");
     freeReplyObject(r);
     redisFree(c);
     assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 0);
@@ -381,7 +385,10 @@ static void test_nodes(void **state)
     assert_int_equal(ans.n, 2);
     assert_string_equal(ans.nodes[0].id, "a");
     assert_string_equal(ans.nodes[0].addr, "10.0.0.97:7000");
-    assert_string_equal(ans.nodes[0].transports, "tcp");
+    assert_int_equal(ans.nodes[0].nxp, 2); /* every transport, with its own address */
+    assert_string_equal(directory_node_addr(&ans.nodes[0], "tcp"), "10.0.0.97:7000");
+    assert_string_equal(directory_node_addr(&ans.nodes[0], "other"), "x@0123");
+    assert_null(directory_node_addr(&ans.nodes[0], "fabric"));
     assert_string_equal(ans.nodes[1].id, "b");
     assert_string_equal(ans.nodes[1].addr, "10.0.0.98:7000");
     directory_close(a);
@@ -411,7 +418,7 @@ static void test_publish_lookup_withdraw(void **state)
     assert_int_equal(ans.n, 1);
     assert_string_equal(ans.nodes[0].id, "a");
     assert_string_equal(ans.nodes[0].addr, "10.0.0.97:7000");
-    assert_string_equal(ans.nodes[0].transports, "tcp");
+    assert_string_equal(directory_node_addr(&ans.nodes[0], "tcp"), "10.0.0.97:7000");
     assert_int_equal(bc->lookups, 1);
     assert_int_equal(bc->cache_hits, 0);
 
@@ -658,7 +665,7 @@ static void test_large_republish(void **state)
 {
     struct loop *l = *state;
     struct republisher rep = {0};
-    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1", .transports = "tcp"}};
+    struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     struct directory_hooks hooks = {.republish = republish_bulk, .ctx = &rep};
     long long keys = BULK + 1; /* and the node's entry */
     char u[64];

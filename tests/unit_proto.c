@@ -271,7 +271,7 @@ static void test_peer_entry_round_trip(void **state)
  * every field stays a terminated string. */
 static void test_peer_entry_malformed_rejected(void **state)
 {
-    static const char too_long[] = "fabric!!"; /* 8 bytes: no room for the NUL in transport[8] */
+    static const char too_long[] = "transport-name!!"; /* no room for its NUL in transport[16] */
     ferry_peer in = {.node = "n", .transport = "tcp", .provider = "tcp", .why = "w"}, out;
     struct pbuf b = {0};
     struct preader r;
@@ -300,6 +300,63 @@ static void test_peer_entry_malformed_rejected(void **state)
     pbuf_free(&b);
 }
 
+/* STATS entries: a name, a kind and a value round-trip; an empty or too long name, an unknown
+ * kind or a cut record are refused. */
+static void test_stat_entries(void **state)
+{
+    char long_name[FERRY_STAT_NAME_MAX + 2];
+    struct pbuf b = {0};
+    struct preader r;
+    ferry_stat out;
+
+    proto_put_stat(&b, "fabric_rdv_bytes", FERRY_STAT_COUNTER, 123456789012ull);
+    r = (struct preader){b.data, b.len, 0};
+    assert_int_equal(proto_get_stat(&r, &out), 0);
+    assert_string_equal(out.name, "fabric_rdv_bytes");
+    assert_int_equal(out.kind, FERRY_STAT_COUNTER);
+    assert_true(out.value == 123456789012ull);
+    assert_int_equal(r.left, 0);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        r = (struct preader){b.data, cut, 0};
+        assert_int_equal(proto_get_stat(&r, &out), FERRY_EPROTO);
+    }
+    b.len = 0;
+    proto_put_stat(&b, "x", 3, 1); /* no such kind */
+    r = (struct preader){b.data, b.len, 0};
+    assert_int_equal(proto_get_stat(&r, &out), FERRY_EPROTO);
+    b.len = 0;
+    proto_put_stat(&b, "", FERRY_STAT_GAUGE, 1);
+    r = (struct preader){b.data, b.len, 0};
+    assert_int_equal(proto_get_stat(&r, &out), FERRY_EPROTO);
+    /* A name longer than FERRY_STAT_NAME_MAX, sent by hand (the encoder cuts it): refused. */
+    memset(long_name, 'n', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    b.len = 0;
+    proto_put_str(&b, long_name, sizeof(long_name));
+    pbuf_u8(&b, FERRY_STAT_GAUGE);
+    pbuf_u64(&b, 1);
+    r = (struct preader){b.data, b.len, 0};
+    assert_int_equal(proto_get_stat(&r, &out), FERRY_EPROTO);
+    pbuf_free(&b);
+}
+
+/* The table of the daemon's counters names every field of struct ferry_stats, in order. */
+static void test_stats_table_covers_the_struct(void **state)
+{
+    size_t n;
+    const ferry_stat_field *f = ferry_stat_fields(&n);
+
+    assert_int_equal(n * sizeof(uint64_t), sizeof(ferry_stats));
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(f[i].offset, i * sizeof(uint64_t));
+        assert_true(f[i].kind == FERRY_STAT_COUNTER || f[i].kind == FERRY_STAT_GAUGE);
+        assert_true(strlen(f[i].name) > 0 && strlen(f[i].name) <= FERRY_STAT_NAME_MAX);
+        assert_true(strlen(f[i].help) > 0);
+    }
+    assert_string_equal(f[0].name, "capacity_bytes");
+    assert_int_equal(f[offsetof(ferry_stats, gets) / sizeof(uint64_t)].kind, FERRY_STAT_COUNTER);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +372,8 @@ int main(void)
         cmocka_unit_test(test_peers_and_eager_max_malformed_rejected),
         cmocka_unit_test(test_peer_entry_round_trip),
         cmocka_unit_test(test_peer_entry_malformed_rejected),
+        cmocka_unit_test(test_stat_entries),
+        cmocka_unit_test(test_stats_table_covers_the_struct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

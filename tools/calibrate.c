@@ -286,10 +286,10 @@ static int cal_drop_all(const struct cli *cli, const struct calibrate *c)
 
 /* Fails unless the rendezvous counters moved as protocol p must: by the size for a one-sided
  * read, not at all for messages. */
-static int cal_check_path(const struct cli *cli, int p, uint64_t size, const ferry_stats *before,
-                          const ferry_stats *after)
+static int cal_check_path(const struct cli *cli, int p, uint64_t size, uint64_t before,
+                          uint64_t after)
 {
-    uint64_t read = after->fabric_rdv_bytes - before->fabric_rdv_bytes;
+    uint64_t read = after - before;
     if (p == CAL_RENDEZVOUS ? read == size : read == 0)
         return STATUS_OK;
     return cli_report(cli, FERRY_EPROTO,
@@ -298,18 +298,30 @@ static int cal_check_path(const struct cli *cli, int p, uint64_t size, const fer
                       size, p == CAL_RENDEZVOUS ? "by rendezvous" : "as messages", read);
 }
 
+/* The bytes this node's fabric has read one-sided so far. */
+static int rdv_bytes(ferry_client *fc, uint64_t *out)
+{
+    ferry_stat *all;
+    size_t n;
+    int err = ferry_stats_list(fc, &all, &n);
+    if (err == FERRY_OK)
+        *out = ferry_stat_value(all, n, "fabric_rdv_bytes");
+    ferry_free(all);
+    return err;
+}
+
 /* Fetches copy i of the probe of size bytes by protocol p, checks its path and size, drops
  * it again; *seconds receives the fetch's time. */
 static int cal_fetch(const struct cli *cli, int p, uint64_t size, uint64_t i, double *seconds)
 {
     ferry_client *fc = cli->client;
     ferry_id id = cal_probe_id(size, i);
-    ferry_stats before, after;
+    uint64_t before, after;
     ferry_buffer b;
     int st = 1;
     int err = ferry_set_eager_max(fc, p == CAL_EAGER ? CAL_EAGER_ALL : 0);
     if (err == FERRY_OK)
-        err = ferry_stats_get(fc, &before);
+        err = rdv_bytes(fc, &before);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
     double t0 = now_seconds();
@@ -320,11 +332,11 @@ static int cal_fetch(const struct cli *cli, int p, uint64_t size, uint64_t i, do
                           "probe ferry-calibrate/%" PRIu64 "/%" PRIu64 ": %s (is ferry "
                           "calibrate --serve with these sizes done on the node?)",
                           size, i, ferry_errmsg());
-    if ((err = ferry_stats_get(fc, &after)) != FERRY_OK || (err = ferry_get(fc, &id, 1, 0, &b)))
+    if ((err = rdv_bytes(fc, &after)) != FERRY_OK || (err = ferry_get(fc, &id, 1, 0, &b)))
         return cli_fail(cli, err);
     uint64_t got = b.data_size;
     ferry_release(fc, &id);
-    int status = cal_check_path(cli, p, size, &before, &after);
+    int status = cal_check_path(cli, p, size, before, after);
     if (status == STATUS_OK && got != size)
         status =
             cli_report(cli, FERRY_EPROTO, "probe of %" PRIu64 " bytes holds %" PRIu64, size, got);

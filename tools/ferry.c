@@ -484,16 +484,10 @@ static int cmd_ls(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
-static uint64_t stat_value(const ferry_stats *st, const ferry_stat_field *f)
-{
-    uint64_t v;
-    memcpy(&v, (const char *)st + f->offset, sizeof(v));
-    return v;
-}
-
 /* What stat shows: the counters, the fabric's provider ("" without one) and the peers. */
 struct stat_view {
-    ferry_stats st;
+    ferry_stat *stats; /* every counter, the daemon's table first, then its transports' */
+    size_t n_stats;
     char provider[32];
     ferry_peer *peers;
     size_t n_peers;
@@ -520,12 +514,9 @@ static void print_peers_json(const ferry_peer *peers, size_t n)
 /* One object: the counters, then "fabric_provider" and "peers". */
 static void print_stats_json(const struct stat_view *v)
 {
-    size_t n;
-    const ferry_stat_field *f = ferry_stat_fields(&n);
-
     fputs("{", stdout);
-    for (size_t i = 0; i < n; i++)
-        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", f[i].name, stat_value(&v->st, &f[i]));
+    for (size_t i = 0; i < v->n_stats; i++)
+        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", v->stats[i].name, v->stats[i].value);
     fputs(",\n  \"fabric_provider\": ", stdout);
     print_json_string(v->provider);
     fputs(",\n  \"peers\": ", stdout);
@@ -546,28 +537,25 @@ static void print_peers_table(const ferry_peer *peers, size_t n)
         provider_width = provider_len > provider_width ? provider_len : provider_width;
     }
     if (n == 0)
-        printf("%-22s -\n", "peers");
+        printf("%-26s -\n", "peers");
     for (size_t i = 0; i < n; i++)
-        printf("%-22s %-*s %-6s %-*s %s\n", "peers", node_width, peers[i].node, peers[i].transport,
+        printf("%-26s %-*s %-6s %-*s %s\n", "peers", node_width, peers[i].node, peers[i].transport,
                provider_width, peers[i].provider, peers[i].why);
 }
 
 /* name value lines (the provider "-" when there is none), then the peers section. */
 static void print_stats_table(const struct stat_view *v)
 {
-    size_t n;
-    const ferry_stat_field *f = ferry_stat_fields(&n);
-
-    for (size_t i = 0; i < n; i++)
-        printf("%-22s %" PRIu64 "\n", f[i].name, stat_value(&v->st, &f[i]));
-    printf("%-22s %s\n", "fabric_provider", v->provider[0] ? v->provider : "-");
+    for (size_t i = 0; i < v->n_stats; i++)
+        printf("%-26s %" PRIu64 "\n", v->stats[i].name, v->stats[i].value);
+    printf("%-26s %s\n", "fabric_provider", v->provider[0] ? v->provider : "-");
     print_peers_table(v->peers, v->n_peers);
 }
 
 /* Asks the daemon for everything stat shows; v->peers is to free even on failure. */
 static int stat_fetch(const struct cli *cli, struct stat_view *v)
 {
-    int err = ferry_stats_get(cli->client, &v->st);
+    int err = ferry_stats_list(cli->client, &v->stats, &v->n_stats);
     if (err == FERRY_OK)
         err = ferry_peers(cli->client, &v->peers, &v->n_peers);
     if (err == FERRY_OK)
@@ -582,12 +570,13 @@ static int cmd_stat(struct cli *cli, int argc, char **argv)
     int status = cli_start_json(cli, argc, argv, NULL, &json);
     if (status != STATUS_OK)
         return status;
-    struct stat_view v = {.peers = NULL};
+    struct stat_view v = {.stats = NULL, .peers = NULL};
     status = stat_fetch(cli, &v);
     if (status == STATUS_OK && json)
         print_stats_json(&v);
     else if (status == STATUS_OK)
         print_stats_table(&v);
+    ferry_free(v.stats);
     ferry_free(v.peers);
     return status;
 }

@@ -403,33 +403,30 @@ static PyObject *client_list(ClientObject *self, PyObject *unused)
 
 static PyObject *client_stats(ClientObject *self, PyObject *unused)
 {
-    const ferry_stat_field *fields;
     struct pyf_conn *k;
-    ferry_stats st;
+    ferry_stat *all = NULL;
     PyObject *d;
-    size_t n;
+    size_t n = 0;
     int rc;
 
     if (!(k = pyf_client_conn(self)))
         return NULL;
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
-        rc = ferry_stats_get(k->c, &st);
+        rc = ferry_stats_list(k->c, &all, &n);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return pyf_call_failed(k, rc);
     conn_leave(k, rc);
-    fields = ferry_stat_fields(&n);
-    if (!(d = PyDict_New()))
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t v;
-        memcpy(&v, (const char *)&st + fields[i].offset, sizeof(v));
-        if (set_item(d, fields[i].name, PyLong_FromUnsignedLongLong(v)) < 0) {
-            Py_DECREF(d);
-            return NULL;
+    if ((d = PyDict_New())) {
+        for (size_t i = 0; i < n; i++) {
+            if (set_item(d, all[i].name, PyLong_FromUnsignedLongLong(all[i].value)) < 0) {
+                Py_CLEAR(d);
+                break;
+            }
         }
     }
+    ferry_free(all);
     return d;
 }
 
@@ -570,7 +567,8 @@ static PyMethodDef client_methods[] = {
      "list() -> list of dict\n\nEvery object: id, size, metadata_size, state ('sealed' or "
      "'created'), refcount, age_ms."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS,
-     "stats() -> dict\n\nThe daemon's counters, under the names `ferry stat` prints."},
+     "stats() -> dict\n\nEvery counter of the daemon, its transports' included, under the names "
+     "`ferry stat` prints."},
     {"nodes", (PyCFunction)client_nodes, METH_NOARGS,
      "nodes() -> list of dict\n\nThe live nodes of the cluster: id, address, transports, self."},
     {"where", (PyCFunction)client_where, METH_O,

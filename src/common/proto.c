@@ -303,6 +303,24 @@ int proto_get_node(struct preader *r, ferry_node_info *out)
     return r->bad ? err_set(FERRY_EPROTO, "malformed node entry") : 0;
 }
 
+void proto_put_stat(struct pbuf *b, const char *name, int kind, uint64_t value)
+{
+    proto_put_str(b, name, FERRY_STAT_NAME_MAX);
+    pbuf_u8(b, (uint8_t)kind);
+    pbuf_u64(b, value);
+}
+
+int proto_get_stat(struct preader *r, ferry_stat *out)
+{
+    proto_get_str(r, out->name, sizeof(out->name));
+    out->kind = prd_u8(r);
+    out->value = prd_u64(r);
+    if (r->bad || !out->name[0] ||
+        (out->kind != FERRY_STAT_COUNTER && out->kind != FERRY_STAT_GAUGE))
+        return err_set(FERRY_EPROTO, "malformed stat entry");
+    return 0;
+}
+
 void proto_put_peer(struct pbuf *b, const ferry_peer *p)
 {
     proto_put_str(b, p->node, sizeof(p->node) - 1);

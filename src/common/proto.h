@@ -23,7 +23,7 @@
 #include "ferry.h"
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u        /* 2: STATS entries keyed by name */
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
@@ -46,7 +46,7 @@ enum proto_type {
     PROTO_EVICT = 10,     /* u64 bytes -> u64 freed */
     PROTO_REFRESH = 11,   /* u32 n, n ids -> status */
     PROTO_HASH = 12,      /* id -> u64 digest */
-    PROTO_STATS = 13,     /* - -> u32 n, n u64 in the order of struct ferry_stats */
+    PROTO_STATS = 13,     /* - -> u32 n, n stat entries: the daemon's table, then its transports' */
     PROTO_SUBSCRIBE = 14, /* - -> status, with the subscription socket as SCM_RIGHTS */
     PROTO_STAGE = 15,     /* - -> u64 offset, u64 size: this client's staging area */
     PROTO_PUT_BATCH = 16, /* u32 n, n batch entries -> u32 n, n i32 statuses */
@@ -188,6 +188,11 @@ void proto_put_node(struct pbuf *b, const ferry_node_info *n);
 int proto_get_node(struct preader *r, ferry_node_info *out);
 
 /* A peer in PEERS replies: node, transport, provider and why as u8 length + bytes each. */
+/* STATS entry: str name, u8 kind (enum ferry_stat_kind), u64 value. */
+void proto_put_stat(struct pbuf *b, const char *name, int kind, uint64_t value);
+/* FERRY_EPROTO for a name too long or empty, or an unknown kind. */
+int proto_get_stat(struct preader *r, ferry_stat *out);
+
 void proto_put_peer(struct pbuf *b, const ferry_peer *p);
 int proto_get_peer(struct preader *r, ferry_peer *out);
 

@@ -60,6 +60,8 @@
 #define SCAN_COUNT "1000"
 #define NODE_PREFIX "ferry:node:"
 #define OBJ_PREFIX "ferry:obj:"
+/* The hash field of a transport's address in a node entry: t:<name>. */
+#define XPORT_FIELD "t:"
 #define NODE_KEY_MAX (sizeof(NODE_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
 #define HOST_MAX 256
@@ -184,6 +186,41 @@ static int string_copy(char *out, size_t cap, const redisReply *v)
     memcpy(out, v->str, v->len);
     out[v->len] = '\0';
     return 1;
+}
+
+const char *directory_node_addr(const struct directory_node *n, const char *transport)
+{
+    for (uint32_t i = 0; i < n->nxp; i++)
+        if (strcmp(n->xp[i].name, transport) == 0)
+            return n->xp[i].addr;
+    return NULL;
+}
+
+int directory_node_set(struct directory_node *n, const char *transport, const char *addr)
+{
+    uint32_t i = 0;
+
+    if (strlen(transport) > DIRECTORY_XPORT_NAME_MAX || strlen(addr) > DIRECTORY_XPORT_ADDR_MAX)
+        return err_set(FERRY_EINVAL, "directory: transport %.16s: name or address too long",
+                       transport);
+    while (i < n->nxp && strcmp(n->xp[i].name, transport) != 0)
+        i++;
+    if (i == DIRECTORY_XPORTS)
+        return err_set(FERRY_EINVAL, "directory: more than %d transports", DIRECTORY_XPORTS);
+    snprintf(n->xp[i].name, sizeof(n->xp[i].name), "%s", transport);
+    snprintf(n->xp[i].addr, sizeof(n->xp[i].addr), "%s", addr);
+    if (i == n->nxp)
+        n->nxp++;
+    return 0;
+}
+
+void directory_node_names(const struct directory_node *n, char *buf, size_t len)
+{
+    size_t at = 0;
+
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n->nxp && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? "," : "", n->xp[i].name);
 }
 
 /* The error a reply reports, also among its elements (EXEC's replies); NULL when none. */
@@ -494,21 +531,27 @@ static void on_checked(redisAsyncContext *ac, void *reply, void *priv)
 }
 
 /* The node's entry (copied out of a reply to HGETALL) when it has an address; 0 when it is
- * missing (the node is dead) or unusable. */
+ * missing (the node is dead) or unusable. Transports beyond what a node entry holds, and
+ * fields too long, are left out. */
 static int parse_entry(const redisReply *r, struct directory_node *node)
 {
+    char xp[DIRECTORY_XPORT_NAME_MAX + 1], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
+    size_t pre = strlen(XPORT_FIELD);
+
     if (r->type != REDIS_REPLY_ARRAY)
         return 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *field = r->element[i], *value = r->element[i + 1];
-        if (field->type != REDIS_REPLY_STRING)
+        if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
             continue;
-        if (strcmp(field->str, "addr") == 0)
+        if (strcmp(field->str, "addr") == 0) {
             string_copy(node->addr, sizeof(node->addr), value);
-        else if (strcmp(field->str, "transports") == 0)
-            string_copy(node->transports, sizeof(node->transports), value);
-        else if (strcmp(field->str, "fabric") == 0)
-            string_copy(node->fabric, sizeof(node->fabric), value);
+        } else if (field->len > pre && strncmp(field->str, XPORT_FIELD, pre) == 0 &&
+                   field->len - pre < sizeof(xp) && value->len < sizeof(addr)) {
+            snprintf(xp, sizeof(xp), "%s", field->str + pre);
+            snprintf(addr, sizeof(addr), "%.*s", (int)value->len, value->str);
+            (void)directory_node_set(node, xp, addr);
+        }
     }
     return node->addr[0] != '\0';
 }
@@ -740,16 +783,23 @@ static void on_turn(struct loop *l, struct loop_timer *t)
 static int send_registration(struct directory *d, redisCallbackFn *done)
 {
     char key[NODE_KEY_MAX], ttl[16];
-    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"};
-    const char *hset[] = {"HSET",       key,           "addr",
-                          d->self.addr, "transports",  d->self.transports,
-                          "fabric",     d->self.fabric};
+    char fields[DIRECTORY_XPORTS][sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX];
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
+    const char *hset[4 + 2 * DIRECTORY_XPORTS] = {"HSET", key, "addr", d->self.addr};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
+    int nhset = 4;
 
     entry_key(key, d->self.id);
     snprintf(ttl, sizeof(ttl), "%u", (unsigned)d->ttl_ms);
+    for (uint32_t i = 0; i < d->self.nxp; i++) {
+        snprintf(fields[i], sizeof(fields[i]), "%s%s", XPORT_FIELD, d->self.xp[i].name);
+        hset[nhset++] = fields[i];
+        hset[nhset++] = d->self.xp[i].addr;
+    }
+    /* DEL first: the fields of an earlier run (a transport not open now) must not linger. */
     if (send_command(d, on_checked, "MULTI", 1, multi) < 0 ||
-        send_command(d, on_checked, "HSET", 8, hset) < 0 ||
+        send_command(d, on_checked, "DEL", 2, del) < 0 ||
+        send_command(d, on_checked, "HSET", nhset, hset) < 0 ||
         send_command(d, on_checked, "PEXPIRE", 3, pexpire) < 0 ||
         send_command(d, done, "heartbeat", 1, exec) < 0)
         return FERRY_EDIRECTORY;
@@ -1014,14 +1064,13 @@ static int configure(struct directory *d, const struct directory_config *cfg)
     if (!field_valid(self->addr, sizeof(self->addr), 0))
         return err_set(FERRY_EINVAL, "directory: the node address must have 1 to %d characters",
                        DIRECTORY_ADDR_MAX);
-    if (!field_valid(self->transports, sizeof(self->transports), 1))
-        return err_set(FERRY_EINVAL, "directory: the transports must have at most %d characters",
-                       DIRECTORY_TRANSPORTS_MAX);
-    if (!field_valid(self->fabric, sizeof(self->fabric), 1))
-        return err_set(FERRY_EINVAL,
-                       "directory: the fabric address must have at most %d "
-                       "characters",
-                       DIRECTORY_FABRIC_MAX);
+    if (self->nxp > DIRECTORY_XPORTS)
+        return err_set(FERRY_EINVAL, "directory: %u transports, at most %d", (unsigned)self->nxp,
+                       DIRECTORY_XPORTS);
+    for (uint32_t i = 0; i < self->nxp; i++)
+        if (!field_valid(self->xp[i].name, sizeof(self->xp[i].name), 0) ||
+            !field_valid(self->xp[i].addr, sizeof(self->xp[i].addr), 0))
+            return err_set(FERRY_EINVAL, "directory: transport %u: empty or too long", i);
     d->self = *self;
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;

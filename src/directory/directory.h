@@ -4,9 +4,10 @@
  * API on the daemon's event loop (no thread of its own).
  *
  * Redis schema (DB from the URL):
- *   ferry:node:<node-id>   hash {addr, transports, fabric}, with a TTL the node refreshes by
- * heartbeat: a node that dies disappears when the TTL runs out (a few seconds) ferry:obj:<40 hex>
- * set of node ids holding a sealed copy
+ *   ferry:node:<node-id>   hash {addr, t:<transport> = its address, one per transport}, with a
+ *                          TTL the node refreshes by heartbeat: a node that dies disappears
+ *                          when the TTL runs out (a few seconds)
+ *   ferry:obj:<40 hex>     set of node ids holding a sealed copy
  *
  * Publications (a seal, a fetched copy) and withdrawals (delete, eviction) are queued and
  * written pipelined once per loop turn: no Redis round trip sits on the path of a local seal.
@@ -31,17 +32,33 @@
 
 #define DIRECTORY_NODE_ID_MAX 63
 #define DIRECTORY_ADDR_MAX 127
-#define DIRECTORY_TRANSPORTS_MAX 63
-#define DIRECTORY_FABRIC_MAX 639
+#define DIRECTORY_XPORTS 4 /* transports a node entry lists, at most */
+#define DIRECTORY_XPORT_NAME_MAX 15
+#define DIRECTORY_XPORT_ADDR_MAX 639
 
 struct directory;
 
+/* How to reach a node on one transport: the name the transport goes by, and the address its
+ * endpoint published (opaque to the directory). */
+struct directory_xport {
+    char name[DIRECTORY_XPORT_NAME_MAX + 1];
+    char addr[DIRECTORY_XPORT_ADDR_MAX + 1];
+};
+
 struct directory_node {
     char id[DIRECTORY_NODE_ID_MAX + 1];
-    char addr[DIRECTORY_ADDR_MAX + 1];             /* transfer address, HOST:PORT */
-    char transports[DIRECTORY_TRANSPORTS_MAX + 1]; /* comma-separated, e.g. "tcp" */
-    char fabric[DIRECTORY_FABRIC_MAX + 1];         /* PROVIDER@HEX endpoint name, or empty */
+    char addr[DIRECTORY_ADDR_MAX + 1]; /* the node's transfer address (--listen), for people */
+    struct directory_xport xp[DIRECTORY_XPORTS];
+    uint32_t nxp;
 };
+
+/* The address n published for transport, or NULL. */
+const char *directory_node_addr(const struct directory_node *n, const char *transport);
+/* Adds (or replaces) n's address for transport. FERRY_EINVAL when a field is too long or n
+ * lists DIRECTORY_XPORTS transports already. */
+int directory_node_set(struct directory_node *n, const char *transport, const char *addr);
+/* The names of n's transports, comma-separated ("tcp,fabric"), into buf. */
+void directory_node_names(const struct directory_node *n, char *buf, size_t len);
 
 struct directory_config {
     const char *url; /* redis://HOST:PORT[/DB] */

@@ -10,6 +10,19 @@
 #include "common/size.h"
 #include "server/server.h"
 #include "transfer/engine.h"
+#include "transfer/registry.h"
+
+/* The names of this build's transports, preferred first: "fabric|tcp". */
+static const char *transport_names(void)
+{
+    static char names[128];
+    size_t n, at = 0;
+    const struct transport *const *t = registry_transports(&n);
+
+    for (size_t i = 0; i < n && at < sizeof(names); i++)
+        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "|" : "", t[i]->name);
+    return names;
+}
 
 static void usage(FILE *f)
 {
@@ -17,7 +30,7 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--verbose]\n"
             "              [--node-id NAME --listen HOST:PORT --directory redis://HOST:PORT[/DB]\n"
-            "               [--secret-file PATH] [--verify] [--transport auto|tcp|fabric]\n"
+            "               [--secret-file PATH] [--verify] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
@@ -32,9 +45,10 @@ static void usage(FILE *f)
             "  --directory URL     the Redis that holds the node registry and object locations\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256)\n"
             "  --verify            check an XXH3 digest of every fetched object before sealing\n"
-            "  --transport MODE    auto (default): libfabric where peers share a provider, else\n"
-            "                      tcp; fabric: as auto, but refuse to start without a fabric;\n"
-            "                      tcp: never libfabric\n"
+            "  --transport NAME    auto (default): open every transport of this build that can\n"
+            "                      be (%s, preferred first), and reach each peer by the\n"
+            "                      first both have; NAME: that one (refuse to start without\n"
+            "                      it) and tcp; tcp: tcp only\n"
             "  --fabric-provider P libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm\n"
             "                      (default: the first suitable one fi_getinfo offers)\n"
             "  --eager-max SIZE    fabric: objects up to SIZE go two-sided through bounce\n"
@@ -42,7 +56,8 @@ static void usage(FILE *f)
             "                      provider's measured crossover; @FILE: the size saved by\n"
             "                      ferry calibrate --save FILE)\n"
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
-            FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US);
+            transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
+            transport_names());
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -68,18 +83,12 @@ static int parse_busy_poll(const char *text, uint32_t *out)
     return 0;
 }
 
-static int parse_transport(const char *text, int *out)
+static int parse_transport(const char *text, const char **out)
 {
-    static const char *const names[] = {"auto", "tcp", "fabric"};
-    static const int modes[] = {ENGINE_AUTO, ENGINE_TCP, ENGINE_FABRIC};
-
-    for (size_t i = 0; i < 3; i++) {
-        if (strcmp(text, names[i]) == 0) {
-            *out = modes[i];
-            return 0;
-        }
-    }
-    return err_set(FERRY_EINVAL, "transport '%s': expected auto, tcp or fabric", text);
+    if (strcmp(text, "auto") != 0 && !registry_find(text))
+        return err_set(FERRY_EINVAL, "transport '%s': expected auto|%s", text, transport_names());
+    *out = text;
+    return 0;
 }
 
 static int parse_window(const char *text, uint32_t *out)

@@ -345,6 +345,7 @@ static int open_cluster(struct server *s)
                                .eager_max = c->eager_max,
                                .fabric_window = c->fabric_window};
     uint8_t secret[1024];
+    char names[64];
     int rc;
 
     if (!c->directory_url && !c->listen_addr && !c->node_id)
@@ -374,11 +375,11 @@ static int open_cluster(struct server *s)
     if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
         return rc;
     engine_set_directory(s->engine, s->dir);
-    log_info("node %s: transfers on %s (tcp%s%s), directory %s%s%s", c->node_id, c->listen_addr,
-             engine_fabric_provider(s->engine) ? ", fabric " : "",
-             engine_fabric_provider(s->engine) ? engine_fabric_provider(s->engine) : "",
-             c->directory_url, ec.secret ? ", secret required" : "",
-             c->verify ? ", verifying" : "");
+    directory_node_names(&dc.self, names, sizeof(names));
+    log_info("node %s: transfers on %s (%s%s%s), directory %s%s%s", c->node_id, c->listen_addr,
+             names, engine_provider(s->engine) ? " on " : "",
+             engine_provider(s->engine) ? engine_provider(s->engine) : "", c->directory_url,
+             ec.secret ? ", secret required" : "", c->verify ? ", verifying" : "");
     return 0;
 }
 

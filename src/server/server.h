@@ -36,7 +36,7 @@ struct server_config {
     const char *directory_url; /* redis://HOST:PORT[/DB] */
     const char *secret_file;
     int verify;
-    int transport;               /* enum engine_transport */
+    const char *transport;       /* auto (or NULL), or a transport's name (registry.h) */
     const char *fabric_provider; /* NULL: any */
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;

@@ -1,4 +1,5 @@
 #include "server/session.h"
+#include "server/stats.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -361,67 +362,25 @@ static int handle_list(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
+static void count_stat(void *arg, const char *name, int kind, const char *help, uint64_t value)
+{
+    (*(uint32_t *)arg)++;
+}
+
+static void put_stat(void *arg, const char *name, int kind, const char *help, uint64_t value)
+{
+    proto_put_stat(arg, name, kind, value);
+}
+
+/* Every counter, keyed by name: a client takes the ones it knows. */
 static int handle_stats(struct session *ss, const struct proto_request *q)
 {
-    struct server *srv = ss->srv;
-    struct store *st = &srv->store;
-    const struct engine_counters *ec = srv->engine ? engine_counters(srv->engine) : NULL;
-    const struct directory_counters *dc = srv->dir ? directory_counters(srv->dir) : NULL;
-    const uint64_t v[] = {
-        store_capacity(st),
-        store_used(st),
-        srv->staging_bytes,
-        st->table.count,
-        st->sealed_objects,
-        srv->clients,
-        st->counters.evicted_objects,
-        st->counters.evicted_bytes,
-        st->counters.created,
-        st->counters.sealed,
-        st->counters.aborted,
-        st->counters.deleted,
-        srv->counters.gets,
-        srv->counters.get_timeouts,
-        st->counters.refused,
-        srv->counters.protocol_errors,
-        srv->counters.connections_total,
-        srv->subscriber_count,
-        srv->counters.notifications_dropped,
-        ec ? ec->connections_opened : 0,
-        ec ? ec->connections_accepted : 0,
-        srv->counters.fetches,
-        ec ? ec->transfers_in : 0,
-        ec ? ec->transfers_out : 0,
-        ec ? ec->transfer_failures : 0,
-        ec ? ec->bytes_in : 0,
-        ec ? ec->bytes_out : 0,
-        ec ? ec->peer_errors : 0,
-        srv->dir ? (uint64_t)directory_connected(srv->dir) : 0,
-        dc ? dc->lookups : 0,
-        dc ? dc->cache_hits : 0,
-        dc ? dc->reconnects : 0,
-        srv->engine ? engine_eager_max(srv->engine) : 0,
-        ec ? ec->fabric.registrations : 0,
-        ec ? ec->fabric.av_inserts : 0,
-        ec ? ec->fabric.connects : 0,
-        ec ? ec->fabric.connect_us : 0,
-        ec ? ec->fabric.eager_msgs : 0,
-        ec ? ec->fabric.eager_bytes : 0,
-        ec ? ec->fabric.rdv_reads : 0,
-        ec ? ec->fabric.rdv_bytes : 0,
-        ec ? ec->fabric.leases_expired : 0,
-        ec ? ec->fabric.credit_stalls : 0,
-        ec ? ec->fabric.retries : 0,
-        ec ? ec->fabric_failures : 0,
-        ec ? ec->fabric_fallbacks : 0,
-        ec ? ec->fabric.unattributed_errors : 0,
-    };
-    size_t start = reply_begin(ss, q, 0), n = sizeof(v) / sizeof(v[0]);
-    _Static_assert(sizeof(v) == sizeof(ferry_stats), "stats reply matches struct ferry_stats");
+    size_t start = reply_begin(ss, q, 0);
+    uint32_t n = 0;
 
-    pbuf_u32(&ss->out, (uint32_t)n);
-    for (size_t i = 0; i < n; i++)
-        pbuf_u64(&ss->out, v[i]);
+    server_stats_report(ss->srv, count_stat, &n);
+    pbuf_u32(&ss->out, n);
+    server_stats_report(ss->srv, put_stat, &ss->out);
     proto_frame_end(&ss->out, start);
     return 0;
 }
@@ -782,7 +741,7 @@ static void put_dir_node(struct session *ss, const struct directory_node *d, int
 
     snprintf(n.id, sizeof(n.id), "%s", d->id);
     snprintf(n.address, sizeof(n.address), "%s", d->addr);
-    snprintf(n.transports, sizeof(n.transports), "%s", d->transports);
+    directory_node_names(d, n.transports, sizeof(n.transports));
     proto_put_node(&ss->out, &n);
 }
 
@@ -812,7 +771,8 @@ static void dir_done(void *arg, int status, const struct directory_node *nodes, 
         memset(&me, 0, sizeof(me));
         snprintf(me.id, sizeof(me.id), "%s", self);
         snprintf(me.addr, sizeof(me.addr), "%s", srv->cfg.listen_addr);
-        snprintf(me.transports, sizeof(me.transports), "tcp");
+        if (srv->engine)
+            engine_advertise(srv->engine, &me);
         put_dir_node(ss, &me, 1);
     }
     proto_frame_end(&ss->out, start);
@@ -858,7 +818,7 @@ static void put_engine_peer(struct session *ss, const struct engine_peer_info *e
 static int handle_peers(struct session *ss, const struct proto_request *q)
 {
     struct engine *e = ss->srv->engine;
-    const char *provider = e ? engine_fabric_provider(e) : NULL;
+    const char *provider = e ? engine_provider(e) : NULL;
     struct engine_peer_info *v = NULL;
     size_t n = 0, start;
 

@@ -35,8 +35,8 @@ void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int 
             return;
         free(r);
     }
-    if (c->type == fabric) {
-        /* Keeping it is safe, letting it go is not. */
+    if (c->type->flags & XPORT_ONE_SIDED) {
+        /* A one-sided read may still land: keeping it is safe, letting it go is not. */
         log_error("out of memory: keeping an object a peer may still be reading or writing");
         return;
     }
@@ -46,34 +46,60 @@ void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int 
         store_unref(e->store, o);
 }
 
-/* Opens the fabric as the configuration says; with auto, a fabric that does not open is
- * logged once and left out. */
-static int open_fabric(struct engine *e)
+/* 1 when the configuration asks for transport t to be opened. */
+static int wanted(const struct engine *e, const struct transport *t)
+{
+    const char *want = e->cfg.transport;
+
+    return !want || strcmp(want, "auto") == 0 || strcmp(want, t->name) == 0 ||
+           (t->flags & XPORT_FALLBACK);
+}
+
+/* Opens an endpoint on every transport the configuration asks for. A transport that does not
+ * open is logged and left out, unless it was asked for by name or is the fallback: then the
+ * engine does not open. */
+static int open_transports(struct engine *e)
 {
     struct xconfig xc = {.addr = e->cfg.listen_addr,
                          .provider = e->cfg.fabric_provider,
                          .arena = e->store->base,
                          .arena_len = store_capacity(e->store),
                          .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8};
-    int rc;
 
-    if (e->cfg.transport == ENGINE_TCP)
-        return 0;
-    rc = fabric->listen(e->loop, &xc, &eng_in_events, eng_on_accept, e, &e->fab_l);
-    if (rc < 0 && e->cfg.transport == ENGINE_FABRIC)
-        return rc;
-    if (rc < 0) {
-        log_warn("no fabric (%s): transfers run on tcp", ferry_errmsg());
-        return 0;
+    e->reg = registry_transports(&e->nreg);
+    for (size_t i = 0; i < e->nreg; i++) {
+        const struct transport *t = e->reg[i];
+        int required = (t->flags & XPORT_FALLBACK) ||
+                       (e->cfg.transport && strcmp(e->cfg.transport, t->name) == 0);
+        int rc;
+        if (!wanted(e, t))
+            continue;
+        if ((rc = t->listen(e->loop, &xc, &eng_in_events, eng_on_accept, e, &e->ls[i])) == 0)
+            continue;
+        e->ls[i] = NULL;
+        if (required)
+            return rc; /* its reason is in ferry_errmsg() */
+        log_warn("no %s (%s): transfers run on the others", t->name, ferry_errmsg());
     }
     return 0;
+}
+
+/* Closes the endpoints, preferred first: one-sided transports before the others, so that no
+ * read can land in what is aborted after. */
+static void close_transports(struct engine *e)
+{
+    for (size_t i = 0; i < e->nreg; i++) {
+        if (e->ls[i])
+            e->reg[i]->listener_close(e->ls[i]);
+        e->ls[i] = NULL;
+    }
 }
 
 int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg)
 {
     struct engine *e = calloc(1, sizeof(*e));
-    struct xconfig tc = {.addr = cfg->listen_addr};
+    const char *provider;
     int rc;
 
     if (!e)
@@ -84,30 +110,30 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
     if ((rc = auth_init(&e->auth, cfg->secret, cfg->secret_len)) < 0)
         goto free_e;
-    e->cfg.secret = NULL;          /* not kept: the auth module has its copy */
-    e->cfg.fabric_provider = NULL; /* not kept: the endpoint knows its provider */
+    e->cfg.secret = NULL; /* not kept: the auth module has its copy */
+    if (cfg->transport && strcmp(cfg->transport, "auto") != 0)
+        snprintf(e->only, sizeof(e->only), "%s", cfg->transport);
     if ((rc = hasher_start(&e->verifier)) < 0)
         goto free_secret;
     if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), LOOP_READ,
                              eng_on_verified, e)) < 0)
         goto stop_verifier;
-    if ((rc = tcp->listen(l, &tc, &eng_in_events, eng_on_accept, e, &e->tcp_l)) < 0)
-        goto unwatch_verifier;
-    e->cfg.fabric_provider = cfg->fabric_provider;
-    rc = open_fabric(e);
+    rc = open_transports(e);
+    /* Not kept: the configuration's strings belong to the caller. */
     e->cfg.fabric_provider = NULL;
+    e->cfg.transport = NULL;
     if (rc < 0)
-        goto close_tcp;
+        goto close_transports;
     engine_set_eager_max(e, cfg->eager_max);
-    if (e->fab_l)
-        log_info("fabric: provider %s, eager up to %" PRIu64 " bytes, one-sided reads above",
-                 fabric->provider(e->fab_l), e->eager_max);
+    if ((provider = engine_provider(e)))
+        log_info("one-sided transport on %s: eager up to %" PRIu64 " bytes, one-sided reads "
+                 "above",
+                 provider, e->eager_max);
     *out = e;
     return 0;
 
-close_tcp:
-    tcp->listener_close(e->tcp_l);
-unwatch_verifier:
+close_transports:
+    close_transports(e);
     loop_watch_del(l, &e->verifier_watch);
 stop_verifier:
     free(hasher_stop(e->verifier));
@@ -156,10 +182,8 @@ void engine_close(struct engine *e)
         }
         eng_peer_free(p);
     }
-    /* The fabric's endpoint closes first: then no read can land in what is aborted below. */
-    if (e->fab_l)
-        fabric->listener_close(e->fab_l);
-    tcp->listener_close(e->tcp_l);
+    /* The endpoints close first: then no one-sided read can land in what is aborted below. */
+    close_transports(e);
     loop_watch_del(l, &e->verifier_watch);
     for (job = hasher_stop(e->verifier); job; job = next) {
         struct want *v = job->arg;
@@ -194,9 +218,28 @@ void engine_close(struct engine *e)
 
 const struct engine_counters *engine_counters(struct engine *e)
 {
-    if (e->fab_l)
-        fabric->stats(e->fab_l, &e->counters.fabric);
     return &e->counters;
+}
+
+void engine_report(struct engine *e, xcounter_fn *fn, void *arg)
+{
+    char name[FERRY_STAT_NAME_MAX + 1];
+
+    for (size_t i = 0; i < e->nreg; i++) {
+        const struct transport *t = e->reg[i];
+        if (!e->ls[i])
+            continue;
+        t->counters(e->ls[i], fn, arg);
+        if (t->flags & XPORT_FALLBACK)
+            continue;
+        snprintf(name, sizeof(name), "%s_failures", t->name);
+        fn(arg, name, FERRY_STAT_COUNTER, "connections to peers on this transport that failed",
+           e->failures[i]);
+        snprintf(name, sizeof(name), "%s_fallbacks", t->name);
+        fn(arg, name, FERRY_STAT_COUNTER,
+           "times a peer was taken off this transport for a while after repeated failures",
+           e->fallbacks[i]);
+    }
 }
 
 void engine_set_directory(struct engine *e, struct directory *dir)
@@ -206,36 +249,25 @@ void engine_set_directory(struct engine *e, struct directory *dir)
 
 void engine_advertise(const struct engine *e, struct directory_node *self)
 {
-    snprintf(self->transports, sizeof(self->transports), "%s", e->fab_l ? "tcp,fabric" : "tcp");
-    if (e->fab_l)
-        snprintf(self->fabric, sizeof(self->fabric), "%s@%s", fabric->provider(e->fab_l),
-                 fabric->address(e->fab_l));
-    else
-        self->fabric[0] = '\0';
+    self->nxp = 0;
+    for (size_t i = 0; i < e->nreg; i++)
+        if (e->ls[i] && directory_node_set(self, e->reg[i]->name, e->reg[i]->address(e->ls[i])) < 0)
+            log_warn("%s: not advertised: %s", e->reg[i]->name, ferry_errmsg());
 }
 
-const char *engine_fabric_provider(const struct engine *e)
+/* The endpoint of the node's one-sided transport, or -1. */
+static int one_sided(const struct engine *e)
 {
-    return e->fab_l ? fabric->provider(e->fab_l) : NULL;
+    for (size_t i = 0; i < e->nreg; i++)
+        if (e->ls[i] && (e->reg[i]->flags & XPORT_ONE_SIDED))
+            return (int)i;
+    return -1;
 }
 
-/* Where one-sided reads start to pay, per provider, from `ferry calibrate` runs on our
- * 2-core VMs (docs/architecture.md): other providers start from EAGER_DEFAULT. */
-static uint64_t eager_default(const char *provider)
+const char *engine_provider(const struct engine *e)
 {
-    static const struct {
-        const char *provider;
-        uint64_t eager_max;
-    } measured[] = {
-        {"shm", 16u << 10},
-        {"tcp;ofi_rxm", 16u << 10},
-    };
-
-    for (size_t i = 0; provider && i < sizeof(measured) / sizeof(measured[0]); i++) {
-        if (strcmp(provider, measured[i].provider) == 0)
-            return measured[i].eager_max;
-    }
-    return EAGER_DEFAULT;
+    int i = one_sided(e);
+    return i < 0 ? NULL : e->reg[i]->provider(e->ls[i]);
 }
 
 uint64_t engine_eager_max(const struct engine *e)
@@ -245,7 +277,12 @@ uint64_t engine_eager_max(const struct engine *e)
 
 void engine_set_eager_max(struct engine *e, uint64_t v)
 {
-    e->eager_max = v == ENGINE_EAGER_AUTO ? eager_default(engine_fabric_provider(e)) : v;
+    int i = one_sided(e);
+    uint64_t dflt = EAGER_DEFAULT;
+
+    if (v == ENGINE_EAGER_AUTO && i >= 0)
+        (void)e->reg[i]->eager_default(e->ls[i], &dflt);
+    e->eager_max = v == ENGINE_EAGER_AUTO ? dflt : v;
 }
 
 size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max)

@@ -28,19 +28,18 @@
 
 struct engine;
 
-/* Which transport peers are reached by: fabric where both sides have the same provider
- * (auto: if the fabric opens here), else tcp. */
-enum engine_transport { ENGINE_AUTO, ENGINE_TCP, ENGINE_FABRIC };
-
-#define ENGINE_EAGER_AUTO UINT64_MAX /* the measured default of the provider */
+#define ENGINE_EAGER_AUTO UINT64_MAX /* the measured default of the one-sided transport */
 
 struct engine_config {
     const char *node_id;
     const char *listen_addr; /* HOST:PORT for peers */
     const uint8_t *secret;   /* the cluster secret, or NULL */
     size_t secret_len;
-    int verify;                  /* ask holders for digests and check them before sealing */
-    int transport;               /* enum engine_transport */
+    int verify; /* ask holders for digests and check them before sealing */
+    /* Which transports to open: NULL or "auto", every one of the registry (those that do not
+     * open are logged and left out); a transport's name, that one (it must open) and the
+     * fallback (tcp), which is always open. */
+    const char *transport;
     const char *fabric_provider; /* NULL: the first suitable one libfabric offers */
     uint64_t eager_max;          /* fabric: objects up to this go two-sided, larger one-sided */
     uint32_t fabric_window;      /* fabric: credits per connection and size class (0: 8) */
@@ -51,15 +50,12 @@ struct engine_counters {
     uint64_t transfers_in, transfers_out, transfer_failures;
     uint64_t bytes_in, bytes_out;
     uint64_t peer_errors;
-    uint64_t fabric_failures;  /* fabric connections to peers that failed */
-    uint64_t fabric_fallbacks; /* times a peer was put on tcp after repeated fabric failures */
-    struct xstats fabric;
 };
 
 /* What ferry stat shows per peer this node pulls from. */
 struct engine_peer_info {
     char node[DIRECTORY_NODE_ID_MAX + 1];
-    char transport[8]; /* tcp or fabric */
+    char transport[16]; /* the transport's name (registry.h) */
     char provider[32];
     char why[112];
 };
@@ -73,10 +69,10 @@ typedef void engine_fetch_fn(void *ctx, uint32_t index, int status);
 int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg);
 void engine_set_directory(struct engine *e, struct directory *dir);
-/* This node's transports for the directory: "tcp" or "tcp,fabric", and provider@address. */
+/* This node's open transports and their addresses, for the directory. */
 void engine_advertise(const struct engine *e, struct directory_node *self);
-/* The fabric provider in use, or NULL. */
-const char *engine_fabric_provider(const struct engine *e);
+/* The provider of the node's one-sided transport (its fabric), or NULL when none is open. */
+const char *engine_provider(const struct engine *e);
 uint64_t engine_eager_max(const struct engine *e);
 /* Changes the eager limit for pulls from now on (ENGINE_EAGER_AUTO: the provider default). */
 void engine_set_eager_max(struct engine *e, uint64_t v);
@@ -97,7 +93,10 @@ void engine_on_sealed(struct engine *e, const struct object *o);
 /* o's digest is in: replies that waited for it can go. */
 void engine_on_hashed(struct engine *e, const struct object *o);
 
-/* The counters, the fabric's included (refreshed by the call). */
+/* The engine's own counters. */
 const struct engine_counters *engine_counters(struct engine *e);
+/* Reports every open transport's counters, and the engine's per transport (<name>_failures,
+ * <name>_fallbacks for each but the fallback), to fn. */
+void engine_report(struct engine *e, xcounter_fn *fn, void *arg);
 
 #endif

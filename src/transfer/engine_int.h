@@ -10,11 +10,12 @@
  * - inconn: an incoming connection from a receiver, in e->inconns. Objects it is sending
  *   are pinned (one reference each) until the transport says the bytes left (fabric
  *   rendezvous: the reader said it is done, or its lease ran out), or it closes.
- * - breaker: a peer whose fabric connections keep failing; while open, that peer is reached
- *   over tcp. Kept in e->breakers for as long as the engine lives (one per such peer).
+ * - breaker: a peer whose connections on a transport keep failing; while open, that peer is
+ *   reached by the next transport. Kept in e->breakers while the engine lives (one per pair).
  *
- * Transports: every peer is reached over fabric when this node opened one and the peer
- * advertises the same provider, else tcp; each connection carries its transport (c->type).
+ * Transports: the engine names none. It opens every transport of the registry (registry.h)
+ * that the configuration allows, and reaches each peer by the first that reaches it
+ * (engine_route.c); each connection carries its transport (c->type).
  *
  * Files: engine.c (open, close, counters, what is advertised, the release of objects a closed
  * connection was moving), engine_recv.c (the receiving side: wants, peers, pulls, replies,
@@ -37,7 +38,7 @@
 #include "common/log.h"
 #include "store/hasher.h"
 #include "transfer/auth.h"
-#include "transfer/transport.h"
+#include "transfer/registry.h"
 #include "transfer/wire.h"
 
 #define MAX_TRIED 8
@@ -152,8 +153,9 @@ struct inconn {
 
 struct breaker {
     char node[DIRECTORY_NODE_ID_MAX + 1];
+    int xp; /* the transport's index in the registry */
     uint32_t fails;
-    uint64_t open_until; /* ms; tcp until then */
+    uint64_t open_until; /* ms; the next transport until then */
     char last[96];       /* the last failure */
     struct breaker *next;
 };
@@ -164,8 +166,13 @@ struct engine {
     struct directory *dir;
     struct engine_config cfg;
     char node_id[DIRECTORY_NODE_ID_MAX + 1];
-    struct auth auth; /* the cluster secret and its proofs */
-    struct xlistener *tcp_l, *fab_l;
+    struct auth auth;                        /* the cluster secret and its proofs */
+    char only[DIRECTORY_XPORT_NAME_MAX + 1]; /* --transport NAME ("" for auto) */
+    const struct transport *const *reg;      /* the registry's transports, preferred first */
+    size_t nreg;
+    struct xlistener *ls[REGISTRY_MAX]; /* this node's endpoint on each, NULL when not open */
+    uint64_t failures[REGISTRY_MAX];    /* connections on each that failed */
+    uint64_t fallbacks[REGISTRY_MAX];   /* times a peer was taken off each for a while */
     uint64_t eager_max;
     struct breaker *breakers;
     idmap wants;
@@ -177,17 +184,20 @@ struct engine {
     struct engine_counters counters;
 };
 
-static const struct transport *const tcp = &transport_tcp;
-static const struct transport *const fabric = &transport_fabric;
-
 /* engine.c */
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);
 
 /* engine_route.c: transports per peer */
-void eng_breaker_fail(struct engine *e, const char *node, const char *why);
-void eng_breaker_ok(struct engine *e, const char *node);
-const struct transport *eng_transport_for(struct engine *e, const struct directory_node *node,
-                                          char *why, size_t len);
+/* A connection to node on t failed: after BREAKER_FAILS in a row, t is not used for node for
+ * BREAKER_MS (never for the fallback, which is the last resort). */
+void eng_breaker_fail(struct engine *e, const char *node, const struct transport *t,
+                      const char *why);
+/* Something arrived whole on t from node: its count of failures starts again. */
+void eng_breaker_ok(struct engine *e, const char *node, const struct transport *t);
+/* The index (in e->reg) of the transport that reaches node, with why in why; e->nreg when
+ * none does (a node that advertises no transport we have). */
+size_t eng_transport_for(struct engine *e, const struct directory_node *node, char *why,
+                         size_t len);
 
 /* engine_recv.c: the receiving side */
 void eng_want_free(struct want *w);

@@ -152,8 +152,7 @@ static void peer_closed(struct xconn *c, int err, const char *reason)
     if (err == FERRY_EPROTO)
         p->e->counters.peer_errors++;
     log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
-    if (c->type == fabric)
-        eng_breaker_fail(p->e, p->node.id, reason);
+    eng_breaker_fail(p->e, p->node.id, c->type, reason);
     peer_remove(p, reason);
 }
 
@@ -163,8 +162,7 @@ static void peer_abort(struct peer *p, const char *why)
     p->e->counters.peer_errors++;
     log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
     p->conn->type->close(p->conn);
-    if (p->conn->type == fabric)
-        eng_breaker_fail(p->e, p->node.id, why);
+    eng_breaker_fail(p->e, p->node.id, p->conn->type, why);
     peer_remove(p, why);
 }
 
@@ -303,23 +301,51 @@ static struct peer *peer_find(struct engine *e, const char *node)
 }
 
 /* Connects p over the transport chosen for it; a fabric that refuses falls back to tcp. */
+/* Takes transport off the list of n's. */
+static void remove_transport(struct directory_node *n, const char *transport)
+{
+    for (uint32_t i = 0; i < n->nxp; i++) {
+        if (strcmp(n->xp[i].name, transport) == 0) {
+            memmove(&n->xp[i], &n->xp[i + 1], (n->nxp - i - 1) * sizeof(n->xp[0]));
+            n->nxp--;
+            return;
+        }
+    }
+}
+
+/* Connects on the transport that reaches the node; if that one refuses at once, on the next
+ * that reaches it (the fallback at worst), with the refusal counted against the first. */
 static int peer_connect(struct peer *p)
 {
     struct engine *e = p->e;
-    const struct transport *t = eng_transport_for(e, &p->node, p->why, sizeof(p->why));
-    const char *at = strchr(p->node.fabric, '@');
+    struct directory_node left = p->node; /* the transports not yet tried */
+    size_t i;
 
-    if (t == fabric) {
-        if (fabric->connect(e->fab_l, at + 1, &peer_events, &p->conn) == 0)
+    while ((i = eng_transport_for(e, &left, p->why, sizeof(p->why))) < e->nreg) {
+        const struct transport *t = e->reg[i];
+        const char *addr = directory_node_addr(&left, t->name);
+        if (t->connect(e->ls[i], addr, &peer_events, &p->conn) == 0)
             return 0;
-        log_warn("fabric to %s: %s; using tcp", p->node.id, ferry_errmsg());
-        eng_breaker_fail(e, p->node.id, ferry_errmsg());
-        snprintf(p->why, sizeof(p->why), "fabric refused: %.90s", ferry_errmsg());
+        log_warn("%s to %s: %s", t->name, p->node.id, ferry_errmsg());
+        eng_breaker_fail(e, p->node.id, t, ferry_errmsg());
+        remove_transport(&left, t->name);
     }
-    return tcp->connect(e->tcp_l, p->node.addr, &peer_events, &p->conn);
+    return err_set(FERRY_ECONN, "%s: %s", p->node.id, p->why);
 }
 
-/* The connection to node, opened (and authentication started) on first use. */
+/* 1 when both entries of a node list the same transports at the same addresses. */
+static int same_addresses(const struct directory_node *a, const struct directory_node *b)
+{
+    if (strcmp(a->addr, b->addr) != 0 || a->nxp != b->nxp)
+        return 0;
+    for (uint32_t i = 0; i < a->nxp; i++) {
+        const char *there = directory_node_addr(b, a->xp[i].name);
+        if (!there || strcmp(there, a->xp[i].addr) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static struct peer *peer_get(struct engine *e, const struct directory_node *node)
 {
     struct peer *p = peer_find(e, node->id);
@@ -327,7 +353,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
 
     /* The same node id at new addresses is a new incarnation of the node (a restart): the
      * connection to the old one may look alive (RDM endpoints hear of no death when idle). */
-    if (p && (strcmp(p->node.addr, node->addr) != 0 || strcmp(p->node.fabric, node->fabric) != 0)) {
+    if (p && !same_addresses(&p->node, node)) {
         log_info("%s is at a new address (restarted): reconnecting", node->id);
         p->conn->type->close(p->conn);
         peer_remove(p, "the node restarted at a new address");
@@ -466,8 +492,8 @@ static void complete_entry(struct peer *p, struct pentry *pe)
     if (w) {
         struct object *here = store_find(p->e->store, &w->id);
         w->entry = NULL;
-        if (w->obj && p->conn->type == fabric)
-            eng_breaker_ok(p->e, p->node.id);
+        if (w->obj)
+            eng_breaker_ok(p->e, p->node.id, p->conn->type);
         if (w->obj)
             want_received(w);
         else if (w->done)

@@ -1,72 +1,99 @@
 /*
- * engine_route.c - which transport reaches a peer, and why; the circuit breaker that puts a
- * peer whose fabric keeps failing on tcp for a while.
+ * engine_route.c - which transport reaches a peer, and why (for ferry stat's peers); the
+ * circuit breaker that puts a peer whose connections on a transport keep failing on the next
+ * one for a while. Transports are tried in the registry's order; the last one, the fallback,
+ * reaches every node.
  */
 #include "transfer/engine_int.h"
 
-static struct breaker *breaker_find(struct engine *e, const char *node, int create)
+static struct breaker *breaker_find(struct engine *e, const char *node, int xp, int create)
 {
     struct breaker *b;
 
-    for (b = e->breakers; b && strcmp(b->node, node) != 0; b = b->next)
+    for (b = e->breakers; b && (b->xp != xp || strcmp(b->node, node) != 0); b = b->next)
         ;
     if (!b && create && (b = calloc(1, sizeof(*b)))) {
         snprintf(b->node, sizeof(b->node), "%s", node);
+        b->xp = xp;
         b->next = e->breakers;
         e->breakers = b;
     }
     return b;
 }
 
-/* A fabric connection to node failed: after BREAKER_FAILS in a row, tcp for a while. */
-void eng_breaker_fail(struct engine *e, const char *node, const char *why)
+void eng_breaker_fail(struct engine *e, const char *node, const struct transport *t,
+                      const char *why)
 {
-    struct breaker *b = breaker_find(e, node, 1);
+    int xp = registry_index(t);
+    struct breaker *b;
 
-    e->counters.fabric_failures++;
-    if (!b)
+    if (xp < 0 || (t->flags & XPORT_FALLBACK))
+        return; /* nothing to fall back to */
+    e->failures[xp]++;
+    if (!(b = breaker_find(e, node, xp, 1)))
         return;
     snprintf(b->last, sizeof(b->last), "%s", why);
     if (++b->fails < BREAKER_FAILS)
         return;
     b->fails = 0;
     b->open_until = loop_now_ms() + BREAKER_MS;
-    e->counters.fabric_fallbacks++;
-    log_warn("fabric to %s failed %d times in a row (last: %s): using tcp for %d s", node,
+    e->fallbacks[xp]++;
+    log_warn("%s to %s failed %d times in a row (last: %s): not used for %d s", t->name, node,
              BREAKER_FAILS, why, BREAKER_MS / 1000);
 }
 
-void eng_breaker_ok(struct engine *e, const char *node)
+void eng_breaker_ok(struct engine *e, const char *node, const struct transport *t)
 {
-    struct breaker *b = breaker_find(e, node, 0);
+    struct breaker *b = breaker_find(e, node, registry_index(t), 0);
 
     if (b)
         b->fails = 0;
 }
 
-/* The transport for a peer, and why (for ferry stat). */
-const struct transport *eng_transport_for(struct engine *e, const struct directory_node *node,
-                                          char *why, size_t len)
+/* Why transport i is not used for node, into why; 0 when it can be. */
+static int passed_over(struct engine *e, size_t i, const struct directory_node *node, char *why,
+                       size_t len)
 {
-    const char *at = strchr(node->fabric, '@');
-    const char *mine = e->fab_l ? fabric->provider(e->fab_l) : NULL;
-    struct breaker *b = breaker_find(e, node->id, 0);
+    const struct transport *t = e->reg[i];
+    const char *addr = directory_node_addr(node, t->name);
+    struct breaker *b;
 
-    if (!mine) {
-        snprintf(why, len, "%s",
-                 e->cfg.transport == ENGINE_TCP ? "--transport tcp" : "no fabric on this node");
-    } else if (!at) {
-        snprintf(why, len, "the peer has no fabric");
-    } else if ((size_t)(at - node->fabric) != strlen(mine) ||
-               strncmp(node->fabric, mine, strlen(mine)) != 0) {
-        snprintf(why, len, "the peer's fabric is %.*s, ours %s", (int)(at - node->fabric),
-                 node->fabric, mine);
-    } else if (b && b->open_until > loop_now_ms()) {
-        snprintf(why, len, "fabric failed %d times (%.60s); tcp for %u s", BREAKER_FAILS, b->last,
-                 (unsigned)((b->open_until - loop_now_ms()) / 1000 + 1));
-    } else {
-        snprintf(why, len, "both on %s", mine);
-        return fabric;
+    if (!e->ls[i]) {
+        if (e->only[0])
+            snprintf(why, len, "--transport %s", e->only);
+        else
+            snprintf(why, len, "no %s on this node", t->name);
+        return 1;
     }
-    return tcp;
+    if (!addr) {
+        snprintf(why, len, "the peer has no %s", t->name);
+        return 1;
+    }
+    if (!t->reaches(e->ls[i], addr, why, len))
+        return 1;
+    b = breaker_find(e, node->id, (int)i, 0);
+    if (b && b->open_until > loop_now_ms()) {
+        snprintf(why, len, "%s failed %d times (%.60s); not used for %u s", t->name, BREAKER_FAILS,
+                 b->last, (unsigned)((b->open_until - loop_now_ms()) / 1000 + 1));
+        return 1;
+    }
+    return 0;
+}
+
+size_t eng_transport_for(struct engine *e, const struct directory_node *node, char *why, size_t len)
+{
+    char first[112] = "";
+
+    for (size_t i = 0; i < e->nreg; i++) {
+        if (!passed_over(e, i, node, why, len)) {
+            /* The reason to report is why the preferred transports were passed over. */
+            if (first[0])
+                snprintf(why, len, "%s", first);
+            return i;
+        }
+        if (!first[0])
+            snprintf(first, sizeof(first), "%s", why);
+    }
+    snprintf(why, len, "%s", first[0] ? first : "no transport reaches it");
+    return e->nreg;
 }

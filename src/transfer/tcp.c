@@ -24,7 +24,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "transfer/framer.h"
-#include "transfer/transport.h"
+#include "transfer/registry.h"
 #include "transfer/wire.h"
 
 #define TCP_IOV_MAX 64
@@ -635,9 +635,20 @@ static const char *tcp_provider(const struct xlistener *ls)
     return "tcp";
 }
 
-static int tcp_stats(const struct xlistener *ls, struct xstats *out)
+/* tcp reaches every node (it is the fallback); what makes it the choice is said by whoever
+ * passed over the others. */
+static int tcp_reaches(const struct xlistener *ls, const char *addr, char *why, size_t len)
 {
-    return err_set(FERRY_ENOSYS, "tcp: no counters of its own");
+    snprintf(why, len, "tcp");
+    return 1;
+}
+
+/* The engine counts tcp's connections and bytes itself: nothing of its own to add. */
+static void tcp_counters(const struct xlistener *ls, xcounter_fn *fn, void *arg) {}
+
+static int tcp_eager_default(const struct xlistener *ls, uint64_t *out)
+{
+    return err_set(FERRY_ENOSYS, "tcp moves every object as a stream");
 }
 
 static int tcp_drain(struct xconn *xc, void (*fn)(void *arg), void *arg)
@@ -647,11 +658,14 @@ static int tcp_drain(struct xconn *xc, void (*fn)(void *arg), void *arg)
 
 const struct transport transport_tcp = {
     .name = "tcp",
+    .flags = XPORT_FALLBACK,
     .listen = tcp_listen,
     .listener_close = tcp_listener_close,
     .address = tcp_address,
     .provider = tcp_provider,
-    .stats = tcp_stats,
+    .reaches = tcp_reaches,
+    .counters = tcp_counters,
+    .eager_default = tcp_eager_default,
     .connect = tcp_connect,
     .send_frame = tcp_send_frame,
     .send_range = tcp_send_range,

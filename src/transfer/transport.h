@@ -12,6 +12,11 @@
  *
  * An xlistener is this node's endpoint on a transport: it accepts connections and is what
  * outgoing connections are made from (the fabric transport has one endpoint for all peers).
+ *
+ * The engine never names a transport: it opens every one the registry lists (registry.h),
+ * publishes each endpoint's address in the directory under the transport's name, reaches a
+ * peer by the first transport whose endpoint says it reaches the peer's address, and reports
+ * each endpoint's counters under the names it gives them.
  */
 #ifndef FERRY_TRANSPORT_H
 #define FERRY_TRANSPORT_H
@@ -63,30 +68,37 @@ struct xconfig {
     uint32_t window; /* fabric: receive buffers (credits) per connection and size class */
 };
 
-/* Counters of an endpoint (the fabric transport's; tcp has none). */
-struct xstats {
-    uint64_t registrations;        /* memory regions registered (at start only) */
-    uint64_t av_inserts;           /* peer addresses resolved (first contact only) */
-    uint64_t connects, connect_us; /* handshakes completed, and their total time */
-    uint64_t eager_msgs, eager_bytes;
-    uint64_t rdv_reads, rdv_bytes; /* one-sided reads issued, bytes they moved */
-    uint64_t leases_expired;       /* pins lent to a reader that never said it was done */
-    uint64_t credit_stalls;        /* sends that waited for the receiver's credits */
-    uint64_t retries;              /* operations the provider refused for now (-FI_EAGAIN) */
-    uint64_t unattributed_errors;  /* failures the provider reported without their operation */
+/* What a transport does beyond moving frames and arena bytes in order. */
+enum transport_flags {
+    /* Moves objects above the engine's eager limit by one-sided reads (the limit applies). */
+    XPORT_ONE_SIDED = 1u << 0,
+    /* Reaches every peer that advertises it: the last resort, tried after the others. */
+    XPORT_FALLBACK = 1u << 1,
 };
 
+/* One counter of an endpoint: name (prefixed with the transport's), enum ferry_stat_kind, what
+ * it counts, and its value. */
+typedef void xcounter_fn(void *arg, const char *name, int kind, const char *help, uint64_t value);
+
 struct transport {
-    const char *name;
+    const char *name; /* in the directory, on --transport, in ferry stat's peers */
+    unsigned flags;   /* enum transport_flags */
     /* Opens this node's endpoint; every accepted connection is handed to fn. */
     int (*listen)(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
                   xaccept_fn *fn, void *arg, struct xlistener **out);
     void (*listener_close)(struct xlistener *l);
-    /* The address peers connect to (published in the directory), and the provider behind it
-     * (the transport's name when it has none). */
+    /* The address peers connect to (published in the directory under the transport's name),
+     * and the provider behind it (the transport's name when it has none). */
     const char *(*address)(const struct xlistener *l);
     const char *(*provider)(const struct xlistener *l);
-    int (*stats)(const struct xlistener *l, struct xstats *out);
+    /* 1 when this endpoint can reach a peer that published addr; else 0, and why (for
+     * ferry stat's peers). */
+    int (*reaches)(const struct xlistener *l, const char *addr, char *why, size_t len);
+    /* Calls fn for each counter of the endpoint. */
+    void (*counters)(const struct xlistener *l, xcounter_fn *fn, void *arg);
+    /* XPORT_ONE_SIDED: the size up to which objects had better go as messages on this
+     * endpoint (measured per provider); FERRY_ENOSYS for the others. */
+    int (*eager_default)(const struct xlistener *l, uint64_t *out);
     /* Starts connecting to a peer's address; frames may be sent at once (they wait for the
      * connection). A failure to connect arrives as ev->closed. */
     int (*connect)(struct xlistener *l, const char *addr, const struct xconn_events *ev,
@@ -107,9 +119,6 @@ struct transport {
      * nothing is ever written after the fact (tcp): that memory is free at once. */
     int (*drain)(struct xconn *c, void (*fn)(void *arg), void *arg);
 };
-
-extern const struct transport transport_tcp;
-extern const struct transport transport_fabric;
 
 /* Splits "HOST:PORT" (HOST may be [v6]) into host and port strings. FERRY_EINVAL if not. */
 int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,

@@ -68,6 +68,19 @@ int bench_loopback_socket(int *port);
  * kernel's picks, all bound at once so that they differ). */
 void bench_free_ports(int *ports, size_t n);
 
+/* A node's counters at one moment: the daemon's own (st) and every one, the transports'
+ * included, by name (all; freed at exit). */
+struct bench_counters {
+    ferry_stats st;
+    ferry_stat *all;
+    size_t n;
+};
+
+/* Reads c's counters (who names it in a failure). */
+void bench_counters_get(ferry_client *c, const char *who, struct bench_counters *out);
+/* The counter called name; 0 when the node has none of that name. */
+uint64_t bench_counter(const struct bench_counters *s, const char *name);
+
 /* ---- child processes and the scratch directory (proc.c) ---- */
 
 /* A process started by ferry-bench, with its output in a log file. */

@@ -29,7 +29,7 @@ struct fetch_ctx {
      * and what the counters showed of them. */
     int protocol;
     uint64_t eager_max;
-    ferry_stats a0, b0;
+    struct bench_counters a0, b0;
     uint64_t timed;
     struct fetch_path path;
 };
@@ -132,10 +132,10 @@ static void fetch_after(void *ctx, uint64_t size, uint64_t iter)
     x->timed++; /* reset when the timed runs begin */
 }
 
-static void sample(const struct fetch_ctx *x, ferry_stats *a, ferry_stats *b)
+static void sample(const struct fetch_ctx *x, struct bench_counters *a, struct bench_counters *b)
 {
-    bench_check_ferry(ferry_stats_get(x->pair->a, a), "stats of %s", x->pair->a_id);
-    bench_check_ferry(ferry_stats_get(x->pair->b, b), "stats of %s", x->pair->b_id);
+    bench_counters_get(x->pair->a, x->pair->a_id, a);
+    bench_counters_get(x->pair->b, x->pair->b_id, b);
 }
 
 static void fetch_begin(void *ctx, uint64_t size)
@@ -153,24 +153,27 @@ static void fetch_begin(void *ctx, uint64_t size)
  * no message; hybrid by whichever B's limit picks for the size. */
 static void check_path(struct fetch_ctx *x, uint64_t size)
 {
-    ferry_stats a1, b1;
+    struct bench_counters a1, b1;
     sample(x, &a1, &b1);
     struct fetch_path d = {
         .fetches = x->timed,
-        .eager_bytes = a1.fabric_eager_bytes - x->a0.fabric_eager_bytes,
-        .rdv_reads = b1.fabric_rdv_reads - x->b0.fabric_rdv_reads,
-        .rdv_bytes = b1.fabric_rdv_bytes - x->b0.fabric_rdv_bytes,
+        .eager_bytes =
+            bench_counter(&a1, "fabric_eager_bytes") - bench_counter(&x->a0, "fabric_eager_bytes"),
+        .rdv_reads =
+            bench_counter(&b1, "fabric_rdv_reads") - bench_counter(&x->b0, "fabric_rdv_reads"),
+        .rdv_bytes =
+            bench_counter(&b1, "fabric_rdv_bytes") - bench_counter(&x->b0, "fabric_rdv_bytes"),
     };
     uint64_t bytes = x->timed * size;
     int two_sided =
-        x->protocol == FETCH_EAGER || (x->protocol == FETCH_HYBRID && size <= b1.eager_max);
+        x->protocol == FETCH_EAGER || (x->protocol == FETCH_HYBRID && size <= b1.st.eager_max);
     if (two_sided ? d.eager_bytes != bytes || d.rdv_reads != 0
                   : d.rdv_bytes != bytes || d.eager_bytes != 0)
         bench_fail("%s %s at %llu bytes (eager limit %llu) did not take the %s path: in %llu "
                    "timed fetches, %s sent %llu bytes as messages and %s read %llu bytes in %llu "
                    "one-sided reads",
                    x->pair->system, fetch_protocol_ops[x->protocol], (unsigned long long)size,
-                   (unsigned long long)b1.eager_max, two_sided ? "two-sided" : "one-sided",
+                   (unsigned long long)b1.st.eager_max, two_sided ? "two-sided" : "one-sided",
                    (unsigned long long)d.fetches, x->pair->a_id, (unsigned long long)d.eager_bytes,
                    x->pair->b_id, (unsigned long long)d.rdv_bytes, (unsigned long long)d.rdv_reads);
     x->path.fetches += d.fetches;

@@ -165,9 +165,9 @@ static void start_pairs(struct remote_run *run, void *redis)
         snprintf(proc, sizeof(proc), "ferryd-%s", rp->tag);
         cluster_peer_start(&rp->p, proc, prefix, FABRIC_MEMORY, run->redis_port, (int)i + 1,
                            verify);
-        ferry_stats st;
-        bench_check_ferry(ferry_stats_get(rp->p.b, &st), "stats of %s", rp->p.b_id);
-        rp->hybrid_limit = o->hybrid_max == FERRY_EAGER_AUTO ? st.eager_max : o->hybrid_max;
+        struct bench_counters now;
+        bench_counters_get(rp->p.b, rp->p.b_id, &now);
+        rp->hybrid_limit = o->hybrid_max == FERRY_EAGER_AUTO ? now.st.eager_max : o->hybrid_max;
     }
 }
 
@@ -260,7 +260,7 @@ static struct bench_ratio connections_ratio(const struct remote_sample *b)
         .name = "new_connections_steady_state",
         .description = "transfer connections bench-b opened once warm",
         .measured = 1,
-        .value = (double)(b[1].b.connections_opened - b[0].b.connections_opened),
+        .value = (double)(b[1].b.st.connections_opened - b[0].b.st.connections_opened),
         .target = 0,
         .at_most = 1,
     };
@@ -329,7 +329,7 @@ static void describe_setup(FILE *f, const struct remote_run *run)
 
 static void describe_counters(FILE *f, const struct remote_run *run)
 {
-    const ferry_stats *s0 = &run->tcp.s[0].b, *s1 = &run->tcp.s[1].b;
+    const ferry_stats *s0 = &run->tcp.s[0].b.st, *s1 = &run->tcp.s[1].b.st;
     struct bench_ratio ref = bench_ratio_of(&raw_over_redis_def, run->results, run->nresults);
     if (!(run->o->transports & 1u << REMOTE_TCP))
         return;
@@ -407,8 +407,8 @@ static void output(const struct remote_run *run)
 
 static void sample_pair(struct remote_pair *rp, int k)
 {
-    bench_check_ferry(ferry_stats_get(rp->p.a, &rp->s[k].a), "stats of %s", rp->p.a_id);
-    bench_check_ferry(ferry_stats_get(rp->p.b, &rp->s[k].b), "stats of %s", rp->p.b_id);
+    bench_counters_get(rp->p.a, rp->p.a_id, &rp->s[k].a);
+    bench_counters_get(rp->p.b, rp->p.b_id, &rp->s[k].b);
     rp->s[k].b_faults = bench_proc_minor_faults(rp->p.pb);
 }
 

@@ -24,7 +24,7 @@ struct remote_options {
 
 /* A pair's counters at one moment: before and after the measurements. */
 struct remote_sample {
-    ferry_stats a, b;
+    struct bench_counters a, b;
     uint64_t b_faults; /* minor page faults of b's process */
 };
 

@@ -118,15 +118,15 @@ static struct bench_ratio target_at(const struct remote_run *run, const struct f
 /* What the counters of the steady state count, both nodes of a pair added up. */
 enum steady { STEADY_CONNECTIONS, STEADY_REGISTRATIONS, STEADY_AV_INSERTS, STEADY_COUNTERS };
 
-static uint64_t node_counter(const ferry_stats *s, int c)
+static uint64_t node_counter(const struct bench_counters *s, int c)
 {
     switch (c) {
     case STEADY_CONNECTIONS:
-        return s->connections_opened + s->fabric_connects;
+        return s->st.connections_opened + bench_counter(s, "fabric_connects");
     case STEADY_REGISTRATIONS:
-        return s->fabric_registrations;
+        return bench_counter(s, "fabric_registrations");
     default:
-        return s->fabric_av_inserts;
+        return bench_counter(s, "fabric_av_inserts");
     }
 }
 
@@ -324,33 +324,21 @@ static void print_paths(FILE *f, const struct remote_run *run)
     }
 }
 
-#define COUNTER(f)                                                                                 \
-    {                                                                                              \
-#f, offsetof(ferry_stats, f)                                                               \
-    }
-static const struct {
-    const char *name;
-    size_t offset;
-} counters[] = {COUNTER(connections_opened), COUNTER(fabric_connects),
-                COUNTER(fabric_registrations), COUNTER(fabric_av_inserts)};
+/* The counters shown before and after the measurements, by name. */
+static const char *const counters[] = {"connections_opened", "fabric_connects",
+                                       "fabric_registrations", "fabric_av_inserts"};
 #define NCOUNTERS (sizeof(counters) / sizeof(counters[0]))
 
-static uint64_t counter_of(const ferry_stats *s, size_t k)
-{
-    uint64_t v;
-    memcpy(&v, (const char *)s + counters[k].offset, sizeof(v));
-    return v;
-}
-
-static void print_node_counters(FILE *f, const char *node, const ferry_stats *before,
-                                const ferry_stats *after)
+static void print_node_counters(FILE *f, const char *node, const struct bench_counters *before,
+                                const struct bench_counters *after)
 {
     char cell[48];
     fprintf(f, "  %-22s", node);
     for (size_t k = 0; k < NCOUNTERS; k++) {
-        snprintf(cell, sizeof(cell), "%llu -> %llu", (unsigned long long)counter_of(before, k),
-                 (unsigned long long)counter_of(after, k));
-        fprintf(f, " %*s", (int)strlen(counters[k].name), cell);
+        snprintf(cell, sizeof(cell), "%llu -> %llu",
+                 (unsigned long long)bench_counter(before, counters[k]),
+                 (unsigned long long)bench_counter(after, counters[k]));
+        fprintf(f, " %*s", (int)strlen(counters[k]), cell);
     }
     fputc('\n', f);
 }
@@ -362,7 +350,7 @@ static void print_counters(FILE *f, const struct remote_run *run)
     fprintf(f, "\nfabric nodes before -> after the measurements (warm-up done before):\n  %-22s",
             "node");
     for (size_t k = 0; k < NCOUNTERS; k++)
-        fprintf(f, " %s", counters[k].name);
+        fprintf(f, " %s", counters[k]);
     fputc('\n', f);
     for (size_t i = 0; i < run->nfabric; i++) {
         const struct remote_pair *rp = &run->fabric[i];

@@ -214,3 +214,15 @@ void bench_free_ports(int *ports, size_t n)
     for (size_t i = 0; i < n; i++)
         close(fds[i]);
 }
+
+void bench_counters_get(ferry_client *c, const char *who, struct bench_counters *out)
+{
+    bench_check_ferry(ferry_stats_get(c, &out->st), "stats of %s", who);
+    bench_check_ferry(ferry_stats_list(c, &out->all, &out->n), "stats of %s", who);
+    bench_free_at_exit(out->all);
+}
+
+uint64_t bench_counter(const struct bench_counters *s, const char *name)
+{
+    return ferry_stat_value(s->all, s->n, name);
+}

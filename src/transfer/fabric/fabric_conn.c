@@ -284,13 +284,19 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer
 int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events *ev,
                        struct xconn **out)
 {
+    const char *at = strchr(addr, '@');
     uint8_t name[FAB_NAME_MAX];
-    size_t len = strlen(addr) / 2;
+    size_t len;
     char peer[128];
     fi_addr_t fa;
     struct fconn *c;
     int rc;
 
+    /* PROVIDER@HEX, as fab_address publishes it: the name is the hex digits. */
+    if (!at)
+        return err_set(FERRY_EINVAL, "fabric address '%.32s': expected PROVIDER@HEX", addr);
+    addr = at + 1;
+    len = strlen(addr) / 2;
     if (len == 0 || len > FAB_NAME_MAX || strlen(addr) % 2)
         return err_set(FERRY_EINVAL, "fabric address '%.32s...': expected hex", addr);
     for (size_t i = 0; i < len; i++) {

@@ -232,8 +232,10 @@ static int open_name(struct xlistener *f)
     f->name_len = sizeof(f->name);
     if ((rc = fi_getname(&f->ep->fid, f->name, &f->name_len)))
         return fab_err(rc, "fi_getname");
-    for (size_t i = 0; i < f->name_len; i++)
-        sprintf(f->address + 2 * i, "%02x", f->name[i]);
+    /* The provider goes with the name: a peer on another provider cannot use it. */
+    size_t at = (size_t)snprintf(f->address, sizeof(f->address), "%s@", f->provider);
+    for (size_t i = 0; i < f->name_len && at + 2 < sizeof(f->address); i++, at += 2)
+        sprintf(f->address + at, "%02x", f->name[i]);
     return 0;
 }
 
@@ -390,19 +392,59 @@ static const char *fab_provider(const struct xlistener *f)
     return f->provider;
 }
 
-static int fab_stats(const struct xlistener *f, struct xstats *out)
+/* Another node's fabric is reachable when it runs the same provider as ours. */
+static int fab_reaches(const struct xlistener *f, const char *addr, char *why, size_t len)
 {
-    *out = f->stats;
+    const char *at = strchr(addr, '@');
+    size_t plen = strlen(f->provider);
+
+    if (at && (size_t)(at - addr) == plen && strncmp(addr, f->provider, plen) == 0) {
+        snprintf(why, len, "both on %s", f->provider);
+        return 1;
+    }
+    snprintf(why, len, "the peer's fabric is %.*s, ours %s", at ? (int)(at - addr) : 0, addr,
+             f->provider);
     return 0;
+}
+
+/* Where one-sided reads start to pay, per provider, from `ferry calibrate` runs on our 2-core
+ * VMs (docs/architecture.md); other providers start from the engine's generic default. */
+static int fab_eager_default(const struct xlistener *f, uint64_t *out)
+{
+    static const struct {
+        const char *provider;
+        uint64_t eager_max;
+    } measured[] = {
+        {"shm", 16u << 10},
+        {"tcp;ofi_rxm", 16u << 10},
+    };
+
+    for (size_t i = 0; i < sizeof(measured) / sizeof(measured[0]); i++) {
+        if (strcmp(f->provider, measured[i].provider) == 0) {
+            *out = measured[i].eager_max;
+            return 0;
+        }
+    }
+    return err_set(FERRY_ENOSYS, "no measured eager limit for %s", f->provider);
+}
+
+static void fab_counters(const struct xlistener *f, xcounter_fn *fn, void *arg)
+{
+#define FAB_REPORT(name, kind, help) fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, f->stats.name);
+    FAB_COUNTERS(FAB_REPORT)
+#undef FAB_REPORT
 }
 
 const struct transport transport_fabric = {
     .name = "fabric",
+    .flags = XPORT_ONE_SIDED,
     .listen = fab_listen,
     .listener_close = fab_listener_close,
     .address = fab_address,
     .provider = fab_provider,
-    .stats = fab_stats,
+    .reaches = fab_reaches,
+    .counters = fab_counters,
+    .eager_default = fab_eager_default,
     .connect = fab_connect,
     .send_frame = fab_send_frame,
     .send_range = fab_send_range,

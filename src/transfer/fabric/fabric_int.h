@@ -73,7 +73,7 @@
 #include "common/log.h"
 #include "transfer/fabric/fabric_msg.h"
 #include "transfer/framer.h"
-#include "transfer/transport.h"
+#include "transfer/registry.h"
 #include "transfer/wire.h"
 
 #define FAB_API FI_VERSION(1, 9)
@@ -102,6 +102,27 @@
  * under way and for this long after: an answer to what we sent comes without the 1 ms wait. */
 #define FAB_SPIN_NS 200000u
 #define FAB_STALL_SPIN_NS 10000000u /* and while waiting for credits, up to 10 ms */
+
+/* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
+#define FAB_COUNTERS(X)                                                                            \
+    X(registrations, COUNTER, "memory regions registered (the arena and the bounce buffers)")     \
+    X(av_inserts, COUNTER, "peer addresses resolved (first contact only)")                       \
+    X(connects, COUNTER, "fabric handshakes this node completed")                                \
+    X(connect_us, COUNTER, "their total time, in microseconds")                                  \
+    X(eager_msgs, COUNTER, "messages that carried object bytes (sent)")                          \
+    X(eager_bytes, COUNTER, "object bytes they carried")                                         \
+    X(rdv_reads, COUNTER, "one-sided reads issued (rendezvous)")                                 \
+    X(rdv_bytes, COUNTER, "object bytes they moved")                                             \
+    X(leases_expired, COUNTER, "ranges lent to a reader that never said it was done")            \
+    X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                    \
+    X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")           \
+    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
+
+struct fab_counters {
+#define FAB_COUNTER_MEMBER(name, kind, help) uint64_t name;
+    FAB_COUNTERS(FAB_COUNTER_MEMBER)
+#undef FAB_COUNTER_MEMBER
+};
 
 enum { CL_SMALL, CL_LARGE, CL_N };
 enum { OP_RECV, OP_SEND, OP_READ };
@@ -284,8 +305,8 @@ struct xlistener {
     char provider[64];
     uint8_t name[FAB_NAME_MAX];
     size_t name_len;
-    char address[2 * FAB_NAME_MAX + 1];
-    struct xstats stats;
+    char address[64 + 2 * FAB_NAME_MAX + 2]; /* what peers connect to: PROVIDER@HEX */
+    struct fab_counters stats;
     uint64_t unattributed_log_ms;
     uint64_t active_ns; /* when a completion last came or an operation was last posted */
     uint32_t lent;      /* ranges lent to readers (leases running): peers may be reading */

@@ -1,0 +1,68 @@
+/* stats.c - the daemon's counters by name (stats.h). */
+#include "server/stats.h"
+
+#include <string.h>
+
+#include "transfer/engine.h"
+
+void server_stats(struct server *srv, ferry_stats *out)
+{
+    const struct store *st = &srv->store;
+    const struct engine_counters *ec = srv->engine ? engine_counters(srv->engine) : NULL;
+    const struct directory_counters *dc = srv->dir ? directory_counters(srv->dir) : NULL;
+
+    memset(out, 0, sizeof(*out));
+    out->capacity_bytes = store_capacity(st);
+    out->used_bytes = store_used(st);
+    out->staging_bytes = srv->staging_bytes;
+    out->objects = st->table.count;
+    out->sealed_objects = st->sealed_objects;
+    out->clients = srv->clients;
+    out->evicted_objects = st->counters.evicted_objects;
+    out->evicted_bytes = st->counters.evicted_bytes;
+    out->created_objects = st->counters.created;
+    out->sealed_total = st->counters.sealed;
+    out->aborted_objects = st->counters.aborted;
+    out->deleted_objects = st->counters.deleted;
+    out->gets = srv->counters.gets;
+    out->get_timeouts = srv->counters.get_timeouts;
+    out->refused_creates = st->counters.refused;
+    out->protocol_errors = srv->counters.protocol_errors;
+    out->connections_total = srv->counters.connections_total;
+    out->subscribers = srv->subscriber_count;
+    out->notifications_dropped = srv->counters.notifications_dropped;
+    out->fetches = srv->counters.fetches;
+    if (ec) {
+        out->connections_opened = ec->connections_opened;
+        out->connections_accepted = ec->connections_accepted;
+        out->transfers_in = ec->transfers_in;
+        out->transfers_out = ec->transfers_out;
+        out->transfer_failures = ec->transfer_failures;
+        out->bytes_in = ec->bytes_in;
+        out->bytes_out = ec->bytes_out;
+        out->peer_errors = ec->peer_errors;
+        out->eager_max = engine_eager_max(srv->engine);
+    }
+    if (dc) {
+        out->directory_up = (uint64_t)directory_connected(srv->dir);
+        out->directory_lookups = dc->lookups;
+        out->directory_cache_hits = dc->cache_hits;
+        out->directory_reconnects = dc->reconnects;
+    }
+}
+
+void server_stats_report(struct server *srv, xcounter_fn *fn, void *arg)
+{
+    ferry_stats st;
+    size_t n;
+    const ferry_stat_field *f = ferry_stat_fields(&n);
+
+    server_stats(srv, &st);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + f[i].offset, sizeof(v));
+        fn(arg, f[i].name, f[i].kind, f[i].help, v);
+    }
+    if (srv->engine)
+        engine_report(srv->engine, fn, arg);
+}
