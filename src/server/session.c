@@ -142,9 +142,16 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
     size_t start;
     ssize_t n;
 
-    if (q->u.hello.magic != PROTO_MAGIC || q->u.hello.version != PROTO_VERSION)
-        return err_set(FERRY_EPROTO, "hello: magic 0x%x version %u, expected 0x%x version %u",
-                       q->u.hello.magic, q->u.hello.version, PROTO_MAGIC, PROTO_VERSION);
+    if (q->u.hello.magic != PROTO_MAGIC)
+        return err_set(FERRY_EPROTO, "hello: magic 0x%x, expected 0x%x", q->u.hello.magic,
+                       PROTO_MAGIC);
+    /* Another release's library: told why (it stays ungreeted; anything else closes it). */
+    if (q->u.hello.version != PROTO_VERSION)
+        return reply_status(ss, q,
+                            err_set(FERRY_EPROTO,
+                                    "this ferryd speaks client protocol %u, the library %u: use "
+                                    "the libferry of ferryd's release",
+                                    PROTO_VERSION, q->u.hello.version));
     ss->pid = (pid_t)q->u.hello.pid;
     ss->greeted = 1;
     start = reply_begin(ss, q, 0);
