@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "directory/directory.h"
+#include "loop_driver.h"
 #include "redis_fixture.h"
 
 #define HEARTBEAT_MS 100
@@ -23,53 +24,6 @@
 #define MAX_ANSWER 8
 
 static struct redis_fixture redis;
-
-/* ---- driving the loop ---- */
-
-typedef int condition_fn(void *arg);
-
-struct waiter {
-    struct loop_timer timer;
-    condition_fn *cond;
-    void *arg;
-    uint64_t deadline_ms;
-    int met;
-};
-
-static void waiter_tick(struct loop *l, struct loop_timer *t)
-{
-    struct waiter *w = t->arg;
-
-    w->met = w->cond(w->arg);
-    if (w->met || loop_now_ms() >= w->deadline_ms)
-        loop_stop(l);
-    else
-        loop_timer_start(l, t, loop_now_ms() + 5);
-}
-
-/* Runs the loop until cond holds (1) or ms pass (0). */
-static int run_until(struct loop *l, condition_fn *cond, void *arg, uint64_t ms)
-{
-    struct waiter w = {.cond = cond, .arg = arg, .deadline_ms = loop_now_ms() + ms};
-
-    loop_timer_init(&w.timer, waiter_tick, &w);
-    assert_int_equal(loop_timer_start(l, &w.timer, loop_now_ms()), 0);
-    l->stop = 0;
-    assert_int_equal(loop_run(l), 0);
-    loop_timer_stop(l, &w.timer);
-    return w.met;
-}
-
-static int never(void *arg)
-{
-    (void)arg;
-    return 0;
-}
-
-static void run_for(struct loop *l, uint64_t ms)
-{
-    run_until(l, never, NULL, ms);
-}
 
 static int is_connected(void *d)
 {
