@@ -6,7 +6,13 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build asan fuzz test test-unit test-asan test-fuzz demo bench clean format
+.PHONY: all deps build asan fuzz test test-unit test-asan test-fuzz demo bench clean format \
+	format-check
+
+# What clang-format keeps in shape; the version is Debian's (14), whose output make format-check
+# holds the tree to.
+FORMATTED = include/*.h src/*/*.[ch] src/*/*/*.[ch] tools/*.[ch] tools/bench/*.[ch] tests/*.[ch] \
+	fuzz/*.c bench/*.c python/_ferry/*.[ch]
 
 all: build
 
@@ -26,10 +32,10 @@ fuzz:
 	    -DBUILD_TESTING=OFF >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
 
-# The whole suite: the normal build, then the same suite under ASan+UBSan, then every fuzz
-# target for a bounded time.
+# The whole suite: the format check, the normal build, then the same suite under ASan+UBSan,
+# then every fuzz target for a bounded time.
 test: deps
-	$(MAKE) test-unit test-asan test-fuzz
+	$(MAKE) format-check test-unit test-asan test-fuzz
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
@@ -48,8 +54,12 @@ bench: build
 	$(BUILD)/bin/ferry-bench local
 
 format:
-	clang-format -i include/*.h src/*/*.[ch] tools/*.c tools/bench/*.[ch] tests/*.[ch] fuzz/*.c bench/*.c \
-	    python/_ferry/*.[ch]
+	clang-format -i $(FORMATTED)
+
+format-check:
+	@clang-format --version | grep -q 'version 14\.' || \
+	    { echo "format-check: needs Debian's clang-format 14 (apt-get install clang-format)"; exit 1; }
+	clang-format --dry-run --Werror $(FORMATTED)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

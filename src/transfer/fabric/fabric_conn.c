@@ -119,7 +119,6 @@ static void free_queues(struct fconn *c)
         f->readq_tail = &r->qnext;
 }
 
-
 /* Forgets the operations of a closed connection that never completed: their completions,
  * if they ever come, find no connection. */
 void fab_on_zombie(struct loop *l, struct loop_timer *t)
@@ -280,9 +279,8 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer
     return c;
 }
 
-
 int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events *ev,
-                       struct xconn **out)
+                struct xconn **out)
 {
     const char *at = strchr(addr, '@');
     uint8_t name[FAB_NAME_MAX];

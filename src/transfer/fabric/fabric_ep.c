@@ -430,7 +430,8 @@ static int fab_eager_default(const struct xlistener *f, uint64_t *out)
 
 static void fab_counters(const struct xlistener *f, xcounter_fn *fn, void *arg)
 {
-#define FAB_REPORT(name, kind, help) fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, f->stats.name);
+#define FAB_REPORT(name, kind, help)                                                               \
+    fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, f->stats.name);
     FAB_COUNTERS(FAB_REPORT)
 #undef FAB_REPORT
 }

@@ -105,17 +105,17 @@
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
-    X(registrations, COUNTER, "memory regions registered (the arena and the bounce buffers)")     \
-    X(av_inserts, COUNTER, "peer addresses resolved (first contact only)")                       \
-    X(connects, COUNTER, "fabric handshakes this node completed")                                \
-    X(connect_us, COUNTER, "their total time, in microseconds")                                  \
-    X(eager_msgs, COUNTER, "messages that carried object bytes (sent)")                          \
-    X(eager_bytes, COUNTER, "object bytes they carried")                                         \
-    X(rdv_reads, COUNTER, "one-sided reads issued (rendezvous)")                                 \
-    X(rdv_bytes, COUNTER, "object bytes they moved")                                             \
-    X(leases_expired, COUNTER, "ranges lent to a reader that never said it was done")            \
-    X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                    \
-    X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")           \
+    X(registrations, COUNTER, "memory regions registered (the arena and the bounce buffers)")      \
+    X(av_inserts, COUNTER, "peer addresses resolved (first contact only)")                         \
+    X(connects, COUNTER, "fabric handshakes this node completed")                                  \
+    X(connect_us, COUNTER, "their total time, in microseconds")                                    \
+    X(eager_msgs, COUNTER, "messages that carried object bytes (sent)")                            \
+    X(eager_bytes, COUNTER, "object bytes they carried")                                           \
+    X(rdv_reads, COUNTER, "one-sided reads issued (rendezvous)")                                   \
+    X(rdv_bytes, COUNTER, "object bytes they moved")                                               \
+    X(leases_expired, COUNTER, "ranges lent to a reader that never said it was done")              \
+    X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                      \
+    X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")             \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
 
 struct fab_counters {
@@ -316,7 +316,6 @@ struct xlistener {
     uint32_t fault_read_delay_ms;
 };
 
-
 static inline uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -349,7 +348,7 @@ void fab_push_dirty(struct xlistener *f);
 void fab_on_kick(struct loop *l, struct loop_timer *t);
 struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer);
 int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events *ev,
-                       struct xconn **out);
+                struct xconn **out);
 void fab_pause(struct xconn *xc, int paused);
 void fab_close(struct xconn *xc);
 int fab_drain(struct xconn *xc, void (*fn)(void *arg), void *arg);

@@ -31,7 +31,6 @@ void fab_repost_pending(struct xlistener *f)
     }
 }
 
-
 int fab_recv_into(struct xconn *xc, uint8_t *dst, uint64_t len, void *arg)
 {
     struct fconn *c = (struct fconn *)xc;
@@ -96,7 +95,6 @@ static void feed(struct fconn *c, const uint8_t *p, size_t n)
         n -= k;
     }
 }
-
 
 static void on_done(struct fconn *c, const uint8_t *p, size_t n)
 {

@@ -353,7 +353,6 @@ static int push_stream(struct fconn *c)
     return 1;
 }
 
-
 void fab_conn_push(struct fconn *c)
 {
     if (!c->closed && c->hello_due) {
