@@ -1,0 +1,282 @@
+/*
+ * dir_conn.c - the directory's connection to Redis: registration and heartbeat, queued
+ * publications, the hiredis adapter on the daemon's loop, the watchdog and reconnection.
+ */
+#include "directory/directory_int.h"
+
+static int send_publication(struct directory *d, const struct pubop *op)
+{
+    char key[OBJ_KEY_MAX], *cmd = op->add ? "SADD" : "SREM";
+    const char *argv[] = {cmd, key, d->self.id};
+
+    dir_holders_key(key, &op->id);
+    if (dir_send_command(d, dir_on_checked, cmd, 3, argv) < 0)
+        return FERRY_EDIRECTORY;
+    if (op->add)
+        d->counters.published++;
+    else
+        d->counters.withdrawn++;
+    return 0;
+}
+
+/* Sends up to FLUSH_BATCH queued publications, pipelined, and leaves the rest to the next
+ * turn; drops them all when the directory is not up. */
+static void flush_queue(struct directory *d)
+{
+    size_t end =
+        d->queue_len - d->queue_head > FLUSH_BATCH ? d->queue_head + FLUSH_BATCH : d->queue_len;
+
+    while (d->up && d->queue_head < end && send_publication(d, &d->queue[d->queue_head]) == 0)
+        d->queue_head++;
+    if (d->queue_head == end && end < d->queue_len) {
+        dir_turn_soon(d);
+        return;
+    }
+    d->queue_head = d->queue_len = 0;
+    if (d->queue_cap > QUEUE_KEEP) {
+        free(d->queue);
+        d->queue = NULL;
+        d->queue_cap = 0;
+    }
+}
+
+void dir_queue_push(struct directory *d, const ferry_id *id, int add)
+{
+    if (!d->up)
+        return; /* the republish hook restores the truth after the next registration */
+    if (d->queue_len == d->queue_cap) {
+        struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
+        if (!p) {
+            dir_command_failed(d, add ? "publish" : "withdraw", "out of memory");
+            return;
+        }
+        d->queue = p;
+    }
+    d->queue[d->queue_len].id = *id;
+    d->queue[d->queue_len++].add = add;
+    dir_turn_soon(d);
+}
+
+/* The deferred work: the republish hook, then the queued publications, then the answers. */
+void dir_on_turn(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+
+    if (d->republish_due) {
+        d->republish_due = 0;
+        if (d->up && d->hooks.republish)
+            d->hooks.republish(d->hooks.ctx);
+    }
+    flush_queue(d);
+    dir_deliver(d);
+}
+
+/* Writes the node's entry and its TTL in one transaction: an entry must never be left without
+ * a TTL (by a failure between two commands), or a dead node would stay listed for ever. */
+static int send_registration(struct directory *d, redisCallbackFn *done)
+{
+    char key[NODE_KEY_MAX], ttl[16];
+    char fields[DIRECTORY_XPORTS][sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX];
+    const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
+    const char *hset[4 + 2 * DIRECTORY_XPORTS] = {"HSET", key, "addr", d->self.addr};
+    const char *pexpire[] = {"PEXPIRE", key, ttl};
+    int nhset = 4;
+
+    dir_entry_key(key, d->self.id);
+    snprintf(ttl, sizeof(ttl), "%u", (unsigned)d->ttl_ms);
+    for (uint32_t i = 0; i < d->self.nxp; i++) {
+        snprintf(fields[i], sizeof(fields[i]), "%s%s", XPORT_FIELD, d->self.xp[i].name);
+        hset[nhset++] = fields[i];
+        hset[nhset++] = d->self.xp[i].addr;
+    }
+    /* DEL first: the fields of an earlier run (a transport not open now) must not linger. */
+    if (dir_send_command(d, dir_on_checked, "MULTI", 1, multi) < 0 ||
+        dir_send_command(d, dir_on_checked, "DEL", 2, del) < 0 ||
+        dir_send_command(d, dir_on_checked, "HSET", nhset, hset) < 0 ||
+        dir_send_command(d, dir_on_checked, "PEXPIRE", 3, pexpire) < 0 ||
+        dir_send_command(d, done, "heartbeat", 1, exec) < 0)
+        return FERRY_EDIRECTORY;
+    return 0;
+}
+
+void dir_on_heartbeat(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+
+    if (send_registration(d, dir_on_checked) < 0)
+        dir_command_failed(d, "heartbeat", ferry_errmsg());
+    dir_arm(d, t, loop_now_ms() + d->heartbeat_ms);
+}
+
+/* The reply to the registration's EXEC: the directory is up. */
+static void on_registered(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const char *why;
+
+    if (!reply)
+        return;
+    why = dir_reply_error(reply);
+    if (why) {
+        dir_drop(d, "registration refused: %s", why);
+        return;
+    }
+    d->up = 1;
+    if (d->ever_up)
+        d->counters.reconnects++;
+    d->ever_up = 1;
+    d->failures = 0;
+    d->backoff_ms = BACKOFF_MIN_MS;
+    log_info("directory: registered as %s at Redis %s", d->self.id, d->where);
+    dir_arm(d, &d->heartbeat, loop_now_ms() + d->heartbeat_ms);
+    d->republish_due = 1;
+    dir_turn_soon(d);
+}
+
+static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const char *why;
+
+    if (!reply)
+        return;
+    why = dir_reply_error(reply);
+    if (why)
+        dir_drop(d, "SELECT %d refused: %s", d->db, why);
+    else if (send_registration(d, on_registered) < 0)
+        dir_drop(d, "cannot send the registration");
+}
+
+/* The connection is gone or never came up. hiredis has failed every command that was due, so
+ * nothing waits on it any more. Schedules the next attempt. */
+static void connection_lost(struct directory *d, const char *why)
+{
+    int was_up = d->up;
+
+    d->ac = NULL;
+    d->up = 0;
+    d->inflight = 0;
+    loop_timer_stop(d->loop, &d->watchdog);
+    loop_timer_stop(d->loop, &d->heartbeat);
+    if (d->closing)
+        return;
+    d->counters.errors++;
+    if (was_up) {
+        log_warn("directory: lost Redis at %s: %s; reconnecting", d->where, why);
+        d->failures = 1;
+    } else if (d->failures++ == 0) {
+        log_warn("directory: cannot use Redis at %s: %s; retrying", d->where, why);
+    } else {
+        log_debug("directory: cannot use Redis at %s: %s", d->where, why);
+    }
+    dir_arm(d, &d->reconnect, loop_now_ms() + d->backoff_ms);
+    d->backoff_ms = d->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : d->backoff_ms * 2;
+}
+
+/* The adapter: hiredis's event hooks drive the one watch of the connection's socket. */
+static void ev_update(struct directory *d, uint32_t add, uint32_t del)
+{
+    if (loop_watch_mod(d->loop, &d->watch, (d->watch.events | add) & ~del) < 0)
+        log_warn("directory: %s; the watchdog will reconnect", ferry_errmsg());
+}
+
+static void ev_add_read(void *privdata)
+{
+    ev_update(privdata, LOOP_READ, 0);
+}
+
+static void ev_del_read(void *privdata)
+{
+    ev_update(privdata, 0, LOOP_READ);
+}
+
+static void ev_add_write(void *privdata)
+{
+    ev_update(privdata, LOOP_WRITE, 0);
+}
+
+static void ev_del_write(void *privdata)
+{
+    ev_update(privdata, 0, LOOP_WRITE);
+}
+
+/* hiredis is freeing the context (whoever started it): the connection is gone. */
+static void ev_cleanup(void *privdata)
+{
+    struct directory *d = privdata;
+
+    loop_watch_del(d->loop, &d->watch);
+    d->watch.fd = -1;
+    connection_lost(d, d->ac->err ? d->ac->errstr : d->why);
+}
+
+/* Errors and hang-ups go to the read handler, which reports them (or a failed connect). The
+ * context may be gone after a handler: hiredis frees it on errors. */
+static void on_io(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    struct directory *d = w->arg;
+    redisAsyncContext *ac = d->ac;
+
+    if (events & (LOOP_READ | LOOP_HANGUP))
+        redisAsyncHandleRead(ac);
+    if ((events & LOOP_WRITE) && d->ac == ac)
+        redisAsyncHandleWrite(ac);
+}
+
+static void attach(struct directory *d, redisAsyncContext *ac)
+{
+    ac->data = d;
+    ac->ev.data = d;
+    ac->ev.addRead = ev_add_read;
+    ac->ev.delRead = ev_del_read;
+    ac->ev.addWrite = ev_add_write;
+    ac->ev.delWrite = ev_del_write;
+    ac->ev.cleanup = ev_cleanup;
+    d->ac = ac;
+}
+
+/* Starts a connection attempt. SELECT is sent at once: hiredis holds it until the TCP
+ * connection completes, and the watchdog bounds that wait. */
+void dir_connect_start(struct directory *d)
+{
+    redisAsyncContext *ac = redisAsyncConnect(d->ip, d->port);
+    char db[16];
+    const char *argv[] = {"SELECT", db};
+
+    if (!ac || ac->err) {
+        snprintf(d->why, sizeof(d->why), "%s", ac ? ac->errstr : "out of memory");
+        if (ac)
+            redisAsyncFree(ac);
+        connection_lost(d, d->why);
+        return;
+    }
+    if (loop_watch_add(d->loop, &d->watch, ac->c.fd, 0, on_io, d) < 0) {
+        d->watch.fd = -1;
+        redisAsyncFree(ac);
+        connection_lost(d, ferry_errmsg());
+        return;
+    }
+    attach(d, ac);
+    snprintf(db, sizeof(db), "%d", d->db);
+    if (dir_send_command(d, on_selected, NULL, 2, argv) < 0)
+        dir_drop(d, "cannot send SELECT");
+}
+
+void dir_on_reconnect(struct loop *l, struct loop_timer *t)
+{
+    dir_connect_start(t->arg);
+}
+
+/* Liveness (see the top of the file). Re-armed lazily: replies only record their time. */
+void dir_on_watchdog(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+    uint64_t due = d->progress_ms + d->timeout_ms;
+
+    if (!d->inflight)
+        return;
+    if (loop_now_ms() < due)
+        dir_arm(d, t, due);
+    else
+        dir_drop(d, "no answer in %u ms", (unsigned)d->timeout_ms);
+}
