@@ -253,40 +253,86 @@ static PyObject *client_repr(ClientObject *self)
                                 self->main ? "" : " closed");
 }
 
-/* ---- the calls that take one id ---- */
+/* ---- the calls that answer at once ---- */
 
-/* contains, delete and hash: one id, an int or nothing back. */
-enum id_call { CALL_CONTAINS, CALL_DELETE, CALL_HASH };
+/* One of the calls below: what it takes and what it gives back. */
+enum small_call {
+    CALL_CONTAINS,
+    CALL_DELETE,
+    CALL_HASH,
+    CALL_EVICT,
+    CALL_LIST,
+    CALL_STATS,
+    CALL_NODES,
+    CALL_WHERE,
+    CALL_SUBSCRIBE
+};
 
-static PyObject *id_call(ClientObject *self, PyObject *arg, enum id_call what)
-{
-    struct pyf_conn *k;
+struct call {
+    enum small_call op;
     ferry_id id;
-    uint64_t digest = 0;
-    int rc, present = 0;
+    uint64_t u64; /* evict: bytes in, freed out; hash: the digest */
+    int flag;     /* contains: present; subscribe: the descriptor */
+    void *array;  /* list, stats, nodes, where: the result (ferry_free) */
+    size_t n;
+};
 
-    if (pyf_id_from_object(arg, &id) < 0 || !(k = pyf_client_conn(self)))
-        return NULL;
+static int run_call(ferry_client *c, struct call *x)
+{
+    switch (x->op) {
+    case CALL_CONTAINS:
+        return ferry_contains(c, &x->id, &x->flag);
+    case CALL_DELETE:
+        return ferry_delete(c, &x->id);
+    case CALL_HASH:
+        return ferry_hash(c, &x->id, &x->u64);
+    case CALL_EVICT:
+        return ferry_evict(c, x->u64, &x->u64);
+    case CALL_LIST:
+        return ferry_list(c, (ferry_object_info **)&x->array, &x->n);
+    case CALL_STATS:
+        return ferry_stats_list(c, (ferry_stat **)&x->array, &x->n);
+    case CALL_NODES:
+        return ferry_nodes(c, (ferry_node_info **)&x->array, &x->n);
+    case CALL_WHERE:
+        return ferry_where(c, &x->id, (ferry_node_info **)&x->array, &x->n);
+    case CALL_SUBSCRIBE:
+        return ferry_subscribe(c, &x->flag);
+    }
+    return FERRY_EINVAL; /* not reached: every call is above */
+}
+
+/* Runs x on the main handle with the GIL released: 0, or -1 with libferry's exception raised. */
+static int call_main(ClientObject *self, struct call *x)
+{
+    struct pyf_conn *k = pyf_client_conn(self);
+    int rc;
+
+    if (!k)
+        return -1;
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
-        switch (what) {
-        case CALL_CONTAINS:
-            rc = ferry_contains(k->c, &id, &present);
-            break;
-        case CALL_DELETE:
-            rc = ferry_delete(k->c, &id);
-            break;
-        default:
-            rc = ferry_hash(k->c, &id, &digest);
-        }
+        rc = run_call(k->c, x);
     Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
+    if (rc < 0) {
+        pyf_call_failed(k, rc);
+        return -1;
+    }
     conn_leave(k, rc);
-    if (what == CALL_CONTAINS)
-        return PyBool_FromLong(present);
-    if (what == CALL_HASH)
-        return PyLong_FromUnsignedLongLong(digest);
+    return 0;
+}
+
+/* contains, delete and hash: one id, an int or nothing back. */
+static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
+{
+    struct call x = {.op = op};
+
+    if (pyf_id_from_object(arg, &x.id) < 0 || call_main(self, &x) < 0)
+        return NULL;
+    if (op == CALL_CONTAINS)
+        return PyBool_FromLong(x.flag);
+    if (op == CALL_HASH)
+        return PyLong_FromUnsignedLongLong(x.u64);
     Py_RETURN_NONE;
 }
 
@@ -320,29 +366,19 @@ static PyObject *client_hash(ClientObject *self, PyObject *id)
 
 static PyObject *client_evict(ClientObject *self, PyObject *arg)
 {
-    struct pyf_conn *k;
-    unsigned long long bytes;
-    uint64_t freed = 0;
-    int rc;
+    struct call x = {.op = CALL_EVICT};
 
     if (!PyLong_Check(arg))
         return PyErr_Format(PyExc_TypeError, "evict() takes an int of bytes, not %.100s",
                             Py_TYPE(arg)->tp_name);
-    bytes = PyLong_AsUnsignedLongLong(arg);
+    x.u64 = PyLong_AsUnsignedLongLong(arg);
     if (PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "evict() takes a non-negative number of bytes");
         return NULL;
     }
-    if (!(k = pyf_client_conn(self)))
+    if (call_main(self, &x) < 0)
         return NULL;
-    conn_enter(k);
-    Py_BEGIN_ALLOW_THREADS
-        rc = ferry_evict(k->c, bytes, &freed);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
-    conn_leave(k, rc);
-    return PyLong_FromUnsignedLongLong(freed);
+    return PyLong_FromUnsignedLongLong(x.u64);
 }
 
 /* Sets d[key] = v and drops v; -1 if v is NULL or the set fails. */
@@ -372,23 +408,15 @@ static PyObject *object_info_dict(const ferry_object_info *o)
 
 static PyObject *client_list(ClientObject *self, PyObject *unused)
 {
-    struct pyf_conn *k;
-    ferry_object_info *objs = NULL;
+    struct call x = {.op = CALL_LIST};
+    const ferry_object_info *objs;
     PyObject *list;
-    size_t n = 0;
-    int rc;
 
-    if (!(k = pyf_client_conn(self)))
+    if (call_main(self, &x) < 0)
         return NULL;
-    conn_enter(k);
-    Py_BEGIN_ALLOW_THREADS
-        rc = ferry_list(k->c, &objs, &n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
-    conn_leave(k, rc);
-    if ((list = PyList_New((Py_ssize_t)n))) {
-        for (size_t i = 0; i < n; i++) {
+    objs = x.array;
+    if ((list = PyList_New((Py_ssize_t)x.n))) {
+        for (size_t i = 0; i < x.n; i++) {
             PyObject *d = object_info_dict(&objs[i]);
             if (!d) {
                 Py_CLEAR(list);
@@ -397,36 +425,28 @@ static PyObject *client_list(ClientObject *self, PyObject *unused)
             PyList_SET_ITEM(list, (Py_ssize_t)i, d);
         }
     }
-    free(objs);
+    ferry_free(x.array);
     return list;
 }
 
 static PyObject *client_stats(ClientObject *self, PyObject *unused)
 {
-    struct pyf_conn *k;
-    ferry_stat *all = NULL;
+    struct call x = {.op = CALL_STATS};
+    const ferry_stat *all;
     PyObject *d;
-    size_t n = 0;
-    int rc;
 
-    if (!(k = pyf_client_conn(self)))
+    if (call_main(self, &x) < 0)
         return NULL;
-    conn_enter(k);
-    Py_BEGIN_ALLOW_THREADS
-        rc = ferry_stats_list(k->c, &all, &n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
-    conn_leave(k, rc);
+    all = x.array;
     if ((d = PyDict_New())) {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < x.n; i++) {
             if (set_item(d, all[i].name, PyLong_FromUnsignedLongLong(all[i].value)) < 0) {
                 Py_CLEAR(d);
                 break;
             }
         }
     }
-    ferry_free(all);
+    ferry_free(x.array);
     return d;
 }
 
@@ -473,24 +493,13 @@ static PyObject *node_list(const ferry_node_info *nodes, size_t n)
 /* nodes() and where(id). */
 static PyObject *nodes_call(ClientObject *self, PyObject *arg)
 {
-    ferry_node_info *nodes = NULL;
-    struct pyf_conn *k;
+    struct call x = {.op = arg ? CALL_WHERE : CALL_NODES};
     PyObject *list;
-    ferry_id id;
-    size_t n = 0;
-    int rc;
 
-    if ((arg && pyf_id_from_object(arg, &id) < 0) || !(k = pyf_client_conn(self)))
+    if ((arg && pyf_id_from_object(arg, &x.id) < 0) || call_main(self, &x) < 0)
         return NULL;
-    conn_enter(k);
-    Py_BEGIN_ALLOW_THREADS
-        rc = arg ? ferry_where(k->c, &id, &nodes, &n) : ferry_nodes(k->c, &nodes, &n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
-    conn_leave(k, rc);
-    list = node_list(nodes, n);
-    free(nodes);
+    list = node_list(x.array, x.n);
+    ferry_free(x.array);
     return list;
 }
 
@@ -506,19 +515,11 @@ static PyObject *client_where(ClientObject *self, PyObject *id)
 
 static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 {
-    struct pyf_conn *k;
-    int rc, fd = -1;
+    struct call x = {.op = CALL_SUBSCRIBE};
 
-    if (!(k = pyf_client_conn(self)))
+    if (call_main(self, &x) < 0)
         return NULL;
-    conn_enter(k);
-    Py_BEGIN_ALLOW_THREADS
-        rc = ferry_subscribe(k->c, &fd);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return pyf_call_failed(k, rc);
-    conn_leave(k, rc);
-    return pyf_subscription_new(fd);
+    return pyf_subscription_new(x.flag);
 }
 
 /* ---- the type ---- */
