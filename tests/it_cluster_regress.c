@@ -78,16 +78,24 @@ static void id_hex(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1])
         snprintf(out + 2 * i, 3, "%02x", id->bytes[i]);
 }
 
-/* Registers node "fake" at 127.0.0.1:port as a holder of id, the way a node publishes. */
-static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
+/* Registers node "fake" at 127.0.0.1:port as a holder of id, the way a node publishes, with
+ * a fabric address too when fabric is not NULL. */
+static void register_fake_on(const struct h_cluster *cl, int port, const char *fabric,
+                             const ferry_id *id)
 {
     char addr[32], key[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "t:tcp", addr, NULL});
+    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "t:tcp", addr,
+                                   fabric ? "t:fabric" : NULL, fabric, NULL});
     redis_cmd(cl, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
     snprintf(key, sizeof(key), "ferry:obj:");
     id_hex(id, key + strlen(key));
     redis_cmd(cl, (const char *[]){"SADD", key, "fake", NULL});
+}
+
+static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
+{
+    register_fake_on(cl, port, NULL, id);
 }
 
 /* Removes "fake" from the holders of id. */
@@ -414,6 +422,40 @@ H_CLUSTER_TEST(large_frame_before_authentication_is_dropped)
     ferry_disconnect(a);
 }
 
+/* A holder whose fabric address this node's fabric refuses at once (not hex) is reached over
+ * tcp, and the peers line says why: the refusal, not "the peer has no fabric" (the engine
+ * had taken fabric off its copy of the entry when it said so). */
+H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+    char fabric[64];
+    if (!t || strcmp(t, "tcp") == 0)
+        skip(); /* no fabric to refuse */
+    snprintf(fabric, sizeof(fabric), "%s@zz", strcmp(t, "rxm") == 0 ? "tcp;ofi_rxm" : t);
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    int port, lfd = fake_listen(&port);
+    ferry_id x = h_id("refused-fabric");
+    register_fake_on(cl, port, fabric, &x);
+    int status = 1;
+    H_RC(ferry_fetch(a, &x, 1, 500, &status), FERRY_ETIMEDOUT); /* the fake never answers */
+
+    ferry_peer *peers = NULL;
+    size_t n = 0, i = 0;
+    H_OK(ferry_peers(a, &peers, &n));
+    while (i < n && strcmp(peers[i].node, "fake") != 0)
+        i++;
+    if (i == n)
+        fail_msg("no peer \"fake\" in A's peers line");
+    assert_string_equal(peers[i].transport, "tcp");
+    if (!strstr(peers[i].why, "fabric refused: ") || !strstr(peers[i].why, "hex"))
+        fail_msg("why: \"%s\"", peers[i].why);
+    ferry_free(peers);
+    assert_int_equal(h_stat(a, "fabric_failures"), 1);
+    close(lfd);
+    ferry_disconnect(a);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -424,6 +466,7 @@ int main(void)
         T(silent_holder_is_given_up_within_the_handshake_deadline),
         T(slow_but_moving_transfer_is_not_cut_off),
         T(large_frame_before_authentication_is_dropped),
+        T(refused_fabric_says_why_in_the_peers_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -349,6 +349,78 @@ static void test_nodes(void **state)
     directory_close(b);
 }
 
+/* A node with as many transports as an entry holds registers them all (regression: the
+ * registration's arguments once overflowed a fixed array of 8). */
+static void test_entry_full(void **state)
+{
+    struct loop *l = *state;
+    char u[64], name[16], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
+    struct directory_config cfg = {
+        .url = u, .heartbeat_ms = HEARTBEAT_MS, .ttl_ms = TTL_MS, .timeout_ms = TIMEOUT_MS};
+    struct directory *a = NULL, *b;
+    struct answer ans;
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    snprintf(cfg.self.id, sizeof(cfg.self.id), "full");
+    snprintf(cfg.self.addr, sizeof(cfg.self.addr), "10.0.0.1:7000");
+    memset(addr, 'z', sizeof(addr) - 1); /* the longest address too */
+    addr[sizeof(addr) - 1] = '\0';
+    for (int i = 0; i < DIRECTORY_XPORTS; i++) {
+        snprintf(name, sizeof(name), "x%d", i);
+        assert_int_equal(directory_node_set(&cfg.self, name, addr), 0);
+    }
+    assert_int_equal(directory_node_set(&cfg.self, "one-more", "a"), FERRY_EINVAL);
+    assert_int_equal(directory_open(&a, l, &cfg, NULL), 0);
+    assert_true(run_until(l, is_connected, a, WAIT_MS));
+    b = open_node(l, "b", u, NULL);
+    ans = nodes(l, b);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 2);
+    assert_string_equal(ans.nodes[1].id, "full");
+    assert_int_equal(ans.nodes[1].nxp, DIRECTORY_XPORTS);
+    assert_string_equal(directory_node_addr(&ans.nodes[1], "x3"), addr);
+    directory_close(a);
+    directory_close(b);
+}
+
+/* An entry written by someone else is read within its bounds: transports beyond what an entry
+ * holds, too long or empty names and addresses, NULs and non-strings are left out. */
+static void test_entry_hostile(void **state)
+{
+    struct loop *l = *state;
+    struct directory *b;
+    struct answer ans;
+    redisContext *c;
+    char u[64], big[2048];
+
+    memset(big, 'y', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    c = redis_fixture_connect(&redis, 0);
+    assert_non_null(c);
+    freeReplyObject(
+        redisCommand(c, "HSET ferry:node:h addr 10.9.9.9:1 t:long %s t: e t:e1 %s", big, ""));
+    freeReplyObject(redisCommand(c, "HSET ferry:node:h t:n%b a t:%s b", "\0x", (size_t)2, big));
+    for (int i = 0; i < 3 * DIRECTORY_XPORTS; i++)
+        freeReplyObject(redisCommand(c, "HSET ferry:node:h t:k%d v%d", i, i));
+    freeReplyObject(redisCommand(c, "HSET ferry:node:noaddr t:tcp 10.0.0.1:1"));
+    freeReplyObject(redisCommand(c, "SET ferry:node:string x"));
+    redisFree(c);
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    b = open_node(l, "b", u, NULL);
+    ans = nodes(l, b);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 2); /* b and h: no address or not a hash, no node */
+    assert_string_equal(ans.nodes[1].id, "h");
+    assert_string_equal(ans.nodes[1].addr, "10.9.9.9:1");
+    assert_int_equal(ans.nodes[1].nxp, DIRECTORY_XPORTS);
+    for (uint32_t i = 0; i < ans.nodes[1].nxp; i++) {
+        assert_int_equal(ans.nodes[1].xp[i].name[0], 'k');
+        assert_true(strlen(ans.nodes[1].xp[i].addr) >= 2);
+    }
+    directory_close(b);
+}
+
 static void test_publish_lookup_withdraw(void **state)
 {
     struct loop *l = *state;
@@ -641,6 +713,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_select_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_and_heartbeat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_lookup_withdraw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cached_address_expires, setup, teardown),

@@ -301,7 +301,7 @@ static int cal_check_path(const struct cli *cli, int p, uint64_t size, uint64_t 
 /* The bytes this node's fabric has read one-sided so far. */
 static int rdv_bytes(ferry_client *fc, uint64_t *out)
 {
-    ferry_stat *all;
+    ferry_stat *all = NULL;
     size_t n;
     int err = ferry_stats_list(fc, &all, &n);
     if (err == FERRY_OK)

@@ -19,7 +19,7 @@ static int stats_call(struct ferry_client *c, ferry_stat **out, size_t *n)
         return rc;
     count = prd_u32(&c->rd);
     /* Each entry takes at least 11 bytes: a bound on the count before allocating. */
-    if (count > c->rd.left / 11)
+    if (count > PROTO_STATS_MAX || count > c->rd.left / 11)
         return client_broken(
             c, err_set(FERRY_EPROTO, "stats: %u entries in %zu bytes", count, c->rd.left));
     if (!(v = calloc(count ? count : 1, sizeof(*v))))

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char err_detail[512];
+static _Thread_local char err_detail[ERR_DETAIL_MAX];
 
 static const char *const err_names[] = {
     [0] = "success",

@@ -5,6 +5,10 @@
 
 #include "ferry.h"
 
+/* The longest detail kept, with its NUL: copy a detail into a buffer this large before calls
+ * that may record their own. */
+#define ERR_DETAIL_MAX 512
+
 /* Records a printf-style detail for the calling thread and returns err, so that a failure
  * path reads `return err_set(FERRY_ENOSPACE, "need %zu bytes", n);`. */
 int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -188,7 +188,9 @@ void proto_put_node(struct pbuf *b, const ferry_node_info *n);
 int proto_get_node(struct preader *r, ferry_node_info *out);
 
 /* A peer in PEERS replies: node, transport, provider and why as u8 length + bytes each. */
-/* STATS entry: str name, u8 kind (enum ferry_stat_kind), u64 value. */
+/* STATS entry: str name, u8 kind (enum ferry_stat_kind), u64 value. A reply holds at most
+ * PROTO_STATS_MAX entries (the daemon has about a hundred). */
+#define PROTO_STATS_MAX 4096
 void proto_put_stat(struct pbuf *b, const char *name, int kind, uint64_t value);
 /* FERRY_EPROTO for a name too long or empty, or an unknown kind. */
 int proto_get_stat(struct preader *r, ferry_stat *out);

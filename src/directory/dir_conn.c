@@ -78,7 +78,7 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     char key[NODE_KEY_MAX], ttl[16];
     char fields[DIRECTORY_XPORTS][sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX];
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
-    const char *hset[4 + 2 * DIRECTORY_XPORTS] = {"HSET", key, "addr", d->self.addr};
+    const char *hset[ARGV_MAX] = {"HSET", key, "addr", d->self.addr};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
     int nhset = 4;
 

@@ -123,6 +123,9 @@ int dir_send_command(struct directory *d, redisCallbackFn *fn, void *priv, int a
 {
     size_t lens[ARGV_MAX];
 
+    if (argc < 1 || argc > ARGV_MAX)
+        return err_set(FERRY_EINVAL, "directory: a command of %d arguments (at most %d)", argc,
+                       ARGV_MAX);
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     if (!d->ac || redisAsyncCommandArgv(d->ac, fn, priv, argc, argv, lens) != REDIS_OK)
@@ -170,27 +173,23 @@ void dir_on_checked(redisAsyncContext *ac, void *reply, void *priv)
 }
 
 /* The node's entry (copied out of a reply to HGETALL) when it has an address; 0 when it is
- * missing (the node is dead) or unusable. Transports beyond what a node entry holds, and
- * fields too long, are left out. */
+ * missing (the node is dead) or unusable. Fields that are not strings, too long, hold a NUL
+ * or name no transport, and transports beyond what a node entry holds, are left out. */
 static int parse_entry(const redisReply *r, struct directory_node *node)
 {
-    char xp[DIRECTORY_XPORT_NAME_MAX + 1], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
+    char field[sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
     size_t pre = strlen(XPORT_FIELD);
 
     if (r->type != REDIS_REPLY_ARRAY)
         return 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        const redisReply *field = r->element[i], *value = r->element[i + 1];
-        if (field->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
+        if (!dir_string_copy(field, sizeof(field), r->element[i]))
             continue;
-        if (strcmp(field->str, "addr") == 0) {
-            dir_string_copy(node->addr, sizeof(node->addr), value);
-        } else if (field->len > pre && strncmp(field->str, XPORT_FIELD, pre) == 0 &&
-                   field->len - pre < sizeof(xp) && value->len < sizeof(addr)) {
-            snprintf(xp, sizeof(xp), "%s", field->str + pre);
-            snprintf(addr, sizeof(addr), "%.*s", (int)value->len, value->str);
-            (void)directory_node_set(node, xp, addr);
-        }
+        if (strcmp(field, "addr") == 0)
+            (void)dir_string_copy(node->addr, sizeof(node->addr), r->element[i + 1]);
+        else if (strncmp(field, XPORT_FIELD, pre) == 0 && field[pre] &&
+                 dir_string_copy(addr, sizeof(addr), r->element[i + 1]) && addr[0])
+            (void)directory_node_set(node, field + pre, addr);
     }
     return node->addr[0] != '\0';
 }

@@ -74,7 +74,8 @@
 #define NODE_KEY_MAX (sizeof(NODE_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
 #define HOST_MAX 256
-#define ARGV_MAX 8
+/* Arguments of one command, at most: the registration's HSET is the longest. */
+#define ARGV_MAX (4 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 

@@ -67,31 +67,38 @@ static int open_transports(struct engine *e)
                          .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8};
 
     e->reg = registry_transports(&e->nreg);
-    for (size_t i = 0; i < e->nreg; i++) {
-        const struct transport *t = e->reg[i];
-        int required = (t->flags & XPORT_FALLBACK) ||
-                       (e->cfg.transport && strcmp(e->cfg.transport, t->name) == 0);
-        int rc;
-        if (!wanted(e, t))
-            continue;
-        if ((rc = t->listen(e->loop, &xc, &eng_in_events, eng_on_accept, e, &e->ls[i])) == 0)
-            continue;
-        e->ls[i] = NULL;
-        if (required)
-            return rc; /* its reason is in ferry_errmsg() */
-        log_warn("no %s (%s): transfers run on the others", t->name, ferry_errmsg());
+    /* The required ones first (the fallback, and the one --transport names): when one of them
+     * cannot open, the daemon stops before it has set up the others. */
+    for (int pass = 1; pass >= 0; pass--) {
+        for (size_t i = 0; i < e->nreg; i++) {
+            const struct transport *t = e->reg[i];
+            int required = (t->flags & XPORT_FALLBACK) ||
+                           (e->cfg.transport && strcmp(e->cfg.transport, t->name) == 0);
+            int rc;
+            if (required != pass || !wanted(e, t))
+                continue;
+            if ((rc = t->listen(e->loop, &xc, &eng_in_events, eng_on_accept, e, &e->ls[i])) == 0)
+                continue;
+            e->ls[i] = NULL;
+            if (required)
+                return rc; /* its reason is in ferry_errmsg() */
+            log_warn("no %s (%s): transfers run on the others", t->name, ferry_errmsg());
+        }
     }
     return 0;
 }
 
-/* Closes the endpoints, preferred first: one-sided transports before the others, so that no
- * read can land in what is aborted after. */
+/* Closes the endpoints: the one-sided transports before the others, so that no read can
+ * land in what is aborted after. */
 static void close_transports(struct engine *e)
 {
-    for (size_t i = 0; i < e->nreg; i++) {
-        if (e->ls[i])
-            e->reg[i]->listener_close(e->ls[i]);
-        e->ls[i] = NULL;
+    for (int pass = 1; pass >= 0; pass--) {
+        for (size_t i = 0; i < e->nreg; i++) {
+            if (e->ls[i] && !!(e->reg[i]->flags & XPORT_ONE_SIDED) == pass) {
+                e->reg[i]->listener_close(e->ls[i]);
+                e->ls[i] = NULL;
+            }
+        }
     }
 }
 
@@ -246,6 +253,9 @@ void engine_set_directory(struct engine *e, struct directory *dir)
 {
     e->dir = dir;
 }
+
+/* Every transport open here fits in the node's directory entry. */
+_Static_assert(REGISTRY_MAX <= DIRECTORY_XPORTS, "a node entry lists every registered transport");
 
 void engine_advertise(const struct engine *e, struct directory_node *self)
 {

@@ -52,7 +52,8 @@
 #define UNAUTH_MAX_FRAME 256
 /* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
 #define MAX_INCONNS 1024
-/* A peer whose fabric connection fails this often in a row is reached over tcp for a while. */
+/* A peer whose connection on a transport fails this often in a row is reached on the next one
+ * (the fallback at worst) for BREAKER_MS. */
 #define BREAKER_FAILS 3
 #define BREAKER_MS 30000
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other

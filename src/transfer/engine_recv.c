@@ -145,10 +145,13 @@ static void peer_remove(struct peer *p, const char *why)
     eng_peer_free(p);
 }
 
-static void peer_closed(struct xconn *c, int err, const char *reason)
+/* The reason is copied first: it may be ferry_errmsg(), which the calls below overwrite. */
+static void peer_closed(struct xconn *c, int err, const char *why)
 {
     struct peer *p = c->owner;
+    char reason[ERR_DETAIL_MAX];
 
+    snprintf(reason, sizeof(reason), "%s", why);
     if (err == FERRY_EPROTO)
         p->e->counters.peer_errors++;
     log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
@@ -156,9 +159,12 @@ static void peer_closed(struct xconn *c, int err, const char *reason)
     peer_remove(p, reason);
 }
 
-/* Drops a peer that broke the protocol. */
-static void peer_abort(struct peer *p, const char *why)
+/* Drops a peer that broke the protocol. why is copied first, as in peer_closed. */
+static void peer_abort(struct peer *p, const char *reason)
 {
+    char why[ERR_DETAIL_MAX];
+
+    snprintf(why, sizeof(why), "%s", reason);
     p->e->counters.peer_errors++;
     log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
     p->conn->type->close(p->conn);
@@ -300,7 +306,6 @@ static struct peer *peer_find(struct engine *e, const char *node)
     return p;
 }
 
-/* Connects p over the transport chosen for it; a fabric that refuses falls back to tcp. */
 /* Takes transport off the list of n's. */
 static void remove_transport(struct directory_node *n, const char *transport)
 {
@@ -314,23 +319,31 @@ static void remove_transport(struct directory_node *n, const char *transport)
 }
 
 /* Connects on the transport that reaches the node; if that one refuses at once, on the next
- * that reaches it (the fallback at worst), with the refusal counted against the first. */
+ * that reaches it (the fallback at worst), with the refusal counted against the first and
+ * given as the reason for the transport used. */
 static int peer_connect(struct peer *p)
 {
     struct engine *e = p->e;
     struct directory_node left = p->node; /* the transports not yet tried */
+    char first[sizeof(p->why)] = "", last[sizeof(p->why)] = "";
     size_t i;
 
     while ((i = eng_transport_for(e, &left, p->why, sizeof(p->why))) < e->nreg) {
         const struct transport *t = e->reg[i];
         const char *addr = directory_node_addr(&left, t->name);
-        if (t->connect(e->ls[i], addr, &peer_events, &p->conn) == 0)
+        if (t->connect(e->ls[i], addr, &peer_events, &p->conn) == 0) {
+            if (first[0])
+                snprintf(p->why, sizeof(p->why), "%s", first);
             return 0;
+        }
+        snprintf(last, sizeof(last), "%s refused: %s", t->name, ferry_errmsg());
+        if (!first[0])
+            snprintf(first, sizeof(first), "%s", last);
         log_warn("%s to %s: %s", t->name, p->node.id, ferry_errmsg());
         eng_breaker_fail(e, p->node.id, t, ferry_errmsg());
         remove_transport(&left, t->name);
     }
-    return err_set(FERRY_ECONN, "%s: %s", p->node.id, p->why);
+    return err_set(FERRY_ECONN, "%s: %s", p->node.id, last[0] ? last : p->why);
 }
 
 /* 1 when both entries of a node list the same transports at the same addresses. */

@@ -5,7 +5,7 @@
  *
  * Adding a transport: its own file (a const struct transport with designated initialisers, its
  * connections embedding struct xconn first, FERRY_ENOSYS for what it cannot do), a line in
- * registry.c, and, for the options it needs, a field of struct xconfig. Nothing else names it.
+ * registry.c, and, for the options it needs, a field of struct xconfig. The engine never names it.
  */
 #ifndef FERRY_REGISTRY_H
 #define FERRY_REGISTRY_H
@@ -15,7 +15,7 @@
 #include "transfer/transport.h"
 
 /* Most transports a build has (the engine keeps an endpoint slot per registered one). */
-#define REGISTRY_MAX 8
+#define REGISTRY_MAX 4
 
 extern const struct transport transport_tcp;
 extern const struct transport transport_fabric;
