@@ -40,19 +40,32 @@ static int is_disconnected(void *d)
 struct answer {
     int calls;
     int status;
-    size_t n;
+    size_t n, ngone;
     struct directory_node nodes[MAX_ANSWER];
+    struct directory_gone gone[MAX_ANSWER];
+    int has_content;
+    uint64_t size, digest, count;
+    char other[DIRECTORY_NODE_ID_MAX + 1];
 };
 
-static void on_answer(void *arg, int status, const struct directory_node *nodes, size_t n)
+static void on_answer(void *arg, const struct directory_answer *d)
 {
     struct answer *a = arg;
 
     a->calls++;
-    a->status = status;
-    a->n = n;
-    if (n) /* nodes may be NULL then */
-        memcpy(a->nodes, nodes, (n < MAX_ANSWER ? n : MAX_ANSWER) * sizeof(*nodes));
+    a->status = d->status;
+    a->n = d->n;
+    if (d->n) /* nodes may be NULL then */
+        memcpy(a->nodes, d->nodes, (d->n < MAX_ANSWER ? d->n : MAX_ANSWER) * sizeof(*d->nodes));
+    a->ngone = d->ngone;
+    if (d->ngone)
+        memcpy(a->gone, d->gone,
+               (d->ngone < MAX_ANSWER ? d->ngone : MAX_ANSWER) * sizeof(*d->gone));
+    a->has_content = d->has_content;
+    a->size = d->size;
+    a->digest = d->digest;
+    snprintf(a->other, sizeof(a->other), "%s", d->other ? d->other : "");
+    a->count = d->count;
 }
 
 static int answered(void *arg)
@@ -124,7 +137,7 @@ static void obj_key(const ferry_id *id, char key[64])
     snprintf(key, 64, "ferry:obj:%s", hex);
 }
 
-/* Waits until SISMEMBER ferry:obj:<id> node (database 0) is want. */
+/* Waits until HEXISTS ferry:obj:<id> h:<node> (database 0) is want. */
 struct membership {
     const ferry_id *id;
     const char *node;
@@ -137,7 +150,7 @@ static int membership_is(void *arg)
     char key[64];
 
     obj_key(m->id, key);
-    return query_int(0, "SISMEMBER %s %s", key, m->node) == m->want;
+    return query_int(0, "HEXISTS %s h:%s", key, m->node) == m->want;
 }
 
 static int node_key_gone(void *node_id)
@@ -151,6 +164,9 @@ struct republisher {
     struct directory *d;
     ferry_id id; /* published at each call */
     int calls;
+    int deletes; /* deletes heard */
+    ferry_id deleted;
+    char by[DIRECTORY_NODE_ID_MAX + 1];
 };
 
 static void republish(void *ctx)
@@ -159,7 +175,16 @@ static void republish(void *ctx)
 
     r->calls++;
     if (r->d)
-        directory_publish(r->d, &r->id);
+        directory_publish(r->d, &r->id, 10, 0xabc);
+}
+
+static void deleted(void *ctx, const ferry_id *id, const char *node)
+{
+    struct republisher *r = ctx;
+
+    r->deletes++;
+    r->deleted = *id;
+    snprintf(r->by, sizeof(r->by), "%s", node);
 }
 
 static struct directory *open_node(struct loop *l, const char *id, const char *url,
@@ -167,7 +192,7 @@ static struct directory *open_node(struct loop *l, const char *id, const char *u
 {
     struct directory_config cfg = {
         .url = url, .heartbeat_ms = HEARTBEAT_MS, .ttl_ms = TTL_MS, .timeout_ms = TIMEOUT_MS};
-    struct directory_hooks hooks = {.republish = republish, .ctx = rep};
+    struct directory_hooks hooks = {.republish = republish, .deleted = deleted, .ctx = rep};
     struct directory *d = NULL;
 
     snprintf(cfg.self.id, sizeof(cfg.self.id), "%s", id);
@@ -435,7 +460,7 @@ static void test_publish_lookup_withdraw(void **state)
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
     bc = directory_counters(b);
-    directory_publish(a, &x);
+    directory_publish(a, &x, 10, 0xabc);
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     assert_int_equal(directory_counters(a)->published, 1);
 
@@ -487,7 +512,7 @@ static void test_publish_lookup_withdraw(void **state)
     assert_int_equal(bc->cache_hits, 1);
 
     /* A node proved unreachable is forgotten with its holdings. */
-    directory_publish(a, &x);
+    directory_publish(a, &x, 10, 0xabc);
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -515,7 +540,7 @@ static void test_dead_node(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x);
+    directory_publish(a, &x, 10, 0xabc);
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -546,7 +571,7 @@ static void test_cached_address_expires(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x);
+    directory_publish(a, &x, 10, 0xabc);
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -573,7 +598,7 @@ static void test_cancel_and_close(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x);
+    directory_publish(a, &x, 10, 0xabc);
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
 
     assert_int_equal(directory_lookup(b, &x, 1, on_answer, &cancelled), 0);
@@ -654,7 +679,7 @@ static void test_redis_restart(void **state)
     assert_true(run_until(l, is_disconnected, a, TIMEOUT_MS + 200));
     ans = lookup(l, a, &x, 1);
     assert_int_equal(ans.status, FERRY_EDIRECTORY);
-    directory_publish(a, &x); /* dropped: the republish hook restores the truth */
+    directory_publish(a, &x, 10, 0xabc); /* dropped: the republish hook restores the truth */
     run_for(l, 300);
 
     assert_int_equal(redis_fixture_start(&redis), 0);
@@ -664,6 +689,259 @@ static void test_redis_restart(void **state)
     assert_true(run_until(l, membership_is, &back, WAIT_MS));
     assert_int_equal(rep.calls, 2);
     assert_true(membership_is(&dropped));
+    directory_close(a);
+}
+
+/* ---- incarnations, content, deletes, leaving ---- */
+
+/* A request of another kind than lookups and listings, waited for. */
+static struct answer claim(struct loop *l, struct directory *d, const ferry_id *id, uint64_t digest)
+{
+    struct answer a = {0};
+
+    assert_int_equal(directory_claim(d, id, 10, digest, on_answer, &a), 0);
+    assert_int_equal(a.calls, 0);
+    assert_true(run_until(l, answered, &a, WAIT_MS));
+    return a;
+}
+
+static int conflicts_are(void *arg)
+{
+    struct directory **d = arg;
+    return directory_counters(d[0])->id_conflicts == (uint64_t)(uintptr_t)d[1];
+}
+
+/* A holder whose node runs another incarnation than the one that published is left out, with
+ * why; a node that starts again removes what its earlier run published, before it registers. */
+static void test_incarnations(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct membership added = {&x, "a", 1}, removed = {&x, "a", 0};
+    struct directory *a, *b;
+    struct answer ans;
+    char u[64];
+    uint64_t first;
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    first = directory_incarnation(a);
+    assert_true(first >> 12 > 1700000000000ull); /* the start time in ms, 2023 or later */
+    directory_publish(a, &x, 10, 0xabc);
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.n, 1);
+    assert_int_equal(ans.nodes[0].inc, first);
+    assert_true(ans.has_content);
+    assert_int_equal(ans.size, 10);
+    assert_int_equal(ans.digest, 0xabc);
+
+    /* Another run of a (its entry says so; a stopped, so no heartbeat rewrites it): a's
+     * holding is gone, and said why. */
+    directory_close(a);
+    assert_int_equal(query_int(0, "HSET ferry:node:a inc %llu", (unsigned long long)first + 1), 0);
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.n, 0);
+    assert_int_equal(ans.ngone, 1);
+    assert_string_equal(ans.gone[0].id, "a");
+    assert_non_null(strstr(ans.gone[0].why, "run of"));
+    /* ...and not from the cache either: the cached entry is of the old run. */
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.n, 0);
+
+    /* a starts again: its earlier run's holding is removed before it registers. */
+    a = open_node(l, "a", u, NULL);
+    assert_true(directory_incarnation(a) != first);
+    assert_true(membership_is(&removed));
+    assert_int_equal(directory_counters(a)->cleaned, 1);
+    ans = lookup(l, b, &x, 1);
+    assert_int_equal(ans.n, 0);
+    assert_int_equal(ans.ngone, 0);
+    assert_false(ans.has_content); /* its last holder went with it */
+    directory_close(a);
+    directory_close(b);
+}
+
+/* One content per id: another content is refused while a live node holds the first, counted
+ * and not listed; a claim says who holds what; once no live node holds it, it may change. */
+static void test_one_content_per_id(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x"), y = make_id("y");
+    struct membership a_has = {&x, "a", 1}, b_has = {&x, "b", 1};
+    struct directory *a, *b, *c;
+    struct directory *wait_b[2];
+    struct answer ans;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    c = open_node(l, "c", u, NULL);
+    directory_publish(a, &x, 10, 0xabc);
+    assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
+    directory_publish(b, &x, 10, 0xdef);
+    wait_b[0] = b;
+    wait_b[1] = (struct directory *)(uintptr_t)1;
+    assert_true(run_until(l, conflicts_are, wait_b, WAIT_MS));
+    b_has.want = 0;
+    assert_true(membership_is(&b_has));
+    ans = lookup(l, c, &x, 1);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_int_equal(ans.digest, 0xabc);
+
+    /* A claim of other content: refused, with the holder and its content. */
+    ans = claim(l, b, &x, 0xdef);
+    assert_int_equal(ans.status, FERRY_EEXIST);
+    assert_string_equal(ans.other, "a");
+    assert_int_equal(ans.digest, 0xabc);
+    assert_int_equal(directory_counters(b)->id_conflicts, 2);
+    /* Of the same content: b is a holder now. */
+    ans = claim(l, b, &x, 0xabc);
+    assert_int_equal(ans.status, 0);
+    b_has.want = 1;
+    assert_true(membership_is(&b_has));
+
+    /* y's only holder dies: its content no longer binds anyone. */
+    directory_publish(a, &y, 10, 0x111);
+    struct membership a_has_y = {&y, "a", 1};
+    assert_true(run_until(l, membership_is, &a_has_y, WAIT_MS));
+    directory_close(a);
+    assert_int_equal(query_int(0, "DEL ferry:node:a"), 1);
+    ans = claim(l, b, &y, 0x222);
+    assert_int_equal(ans.status, 0);
+    ans = lookup(l, c, &y, 1);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "b");
+    assert_int_equal(ans.digest, 0x222);
+    directory_close(b);
+    directory_close(c);
+}
+
+static int heard_delete(void *arg)
+{
+    return ((struct republisher *)arg)->deletes > 0;
+}
+
+/* A cluster-wide delete removes the entry and the holders' index entries, and every other
+ * node hears of it, not the one that deleted. */
+static void test_delete(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct republisher ra = {.id = make_id("ra")}, rb = {.id = make_id("rb")}, rc = {0};
+    struct membership a_has = {&x, "a", 1}, b_has = {&x, "b", 1};
+    struct directory *a, *b, *c;
+    struct answer ans = {0};
+    char u[64], hex[2 * FERRY_ID_SIZE + 1];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, &ra);
+    b = open_node(l, "b", u, &rb);
+    c = open_node(l, "c", u, &rc);
+    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(b, &x, 10, 0xabc);
+    assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
+    assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
+    run_for(l, 3 * 100); /* every node has read where the events stream starts */
+
+    assert_int_equal(directory_delete(c, &x, on_answer, &ans), 0);
+    assert_true(run_until(l, answered, &ans, WAIT_MS));
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.count, 2);
+    assert_true(run_until(l, heard_delete, &ra, WAIT_MS));
+    assert_true(run_until(l, heard_delete, &rb, WAIT_MS));
+    assert_memory_equal(&ra.deleted, &x, sizeof(x));
+    assert_string_equal(ra.by, "c");
+    run_for(l, 300);
+    assert_int_equal(rc.deletes, 0);
+    assert_int_equal(ra.deletes, 1);
+    ferry_id_format(&x, hex);
+    assert_int_equal(query_int(0, "SISMEMBER ferry:held:a %s", hex), 0);
+    ans = lookup(l, c, &x, 1);
+    assert_int_equal(ans.n, 0);
+    assert_false(ans.has_content);
+    assert_int_equal(directory_counters(a)->deletes_heard, 1);
+    directory_close(a);
+    directory_close(b);
+    directory_close(c);
+}
+
+static void on_left(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static int is_set(void *arg)
+{
+    return *(int *)arg != 0;
+}
+
+/* Leaving: the entry goes at once, the holdings follow; without Redis it ends at once. */
+static void test_leave(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x"), y = make_id("y");
+    struct membership a_has = {&x, "a", 1}, gone_x = {&x, "a", 0}, gone_y = {&y, "a", 0};
+    struct directory *a, *b;
+    struct answer ans;
+    int left = 0;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &y, 10, 0xabc);
+    assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
+    directory_leave(a, 2000, on_left, &left);
+    assert_int_equal(left, 0);
+    assert_true(run_until(l, is_set, &left, WAIT_MS));
+    assert_int_equal(left, 1);
+    assert_int_equal(directory_connected(a), 0);
+    assert_true(node_key_gone("a"));
+    assert_true(membership_is(&gone_x));
+    assert_true(membership_is(&gone_y));
+    assert_int_equal(query_int(0, "EXISTS ferry:held:a"), 0);
+    ans = nodes(l, b);
+    assert_int_equal(ans.n, 1);
+    run_for(l, 2 * HEARTBEAT_MS); /* no heartbeat brings it back */
+    assert_true(node_key_gone("a"));
+    directory_close(a);
+
+    /* Without Redis: over at once, through the loop. */
+    redis_fixture_kill(&redis);
+    assert_true(run_until(l, is_disconnected, b, TIMEOUT_MS + 500));
+    left = 0;
+    directory_leave(b, 2000, on_left, &left);
+    assert_int_equal(left, 0);
+    assert_true(run_until(l, is_set, &left, 200));
+    directory_close(b);
+    assert_int_equal(redis_fixture_start(&redis), 0);
+}
+
+static int republished_twice(void *arg)
+{
+    return ((struct republisher *)arg)->calls >= 2;
+}
+
+/* A heartbeat that finds the node's entry gone (it expired) publishes everything again. */
+static void test_expired_entry_republishes(void **state)
+{
+    struct loop *l = *state;
+    struct republisher rep = {.id = make_id("r")};
+    struct directory *a;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, &rep);
+    run_for(l, 50);
+    assert_int_equal(rep.calls, 1);
+    assert_int_equal(query_int(0, "DEL ferry:node:a"), 1);
+    assert_true(run_until(l, republished_twice, &rep, 3 * HEARTBEAT_MS));
+    assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 1);
     directory_close(a);
 }
 
@@ -677,7 +955,7 @@ static void republish_bulk(void *ctx)
     r->calls++;
     for (uint32_t i = 0; i < BULK; i++) {
         memcpy(id.bytes, &i, sizeof(i));
-        directory_publish(r->d, &id);
+        directory_publish(r->d, &id, 10, 0xabc);
     }
 }
 
@@ -693,7 +971,7 @@ static void test_large_republish(void **state)
     struct republisher rep = {0};
     struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     struct directory_hooks hooks = {.republish = republish_bulk, .ctx = &rep};
-    long long keys = BULK + 1; /* and the node's entry */
+    long long keys = BULK + 2; /* and the node's entry and index */
     char u[64];
 
     url(u, sizeof(u), "127.0.0.1", 0);
@@ -716,6 +994,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_entry_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_lookup_withdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_incarnations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_content_per_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expired_entry_republishes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cached_address_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_close, setup, teardown),

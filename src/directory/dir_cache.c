@@ -61,23 +61,28 @@ void dir_node_remember(struct directory *d, const struct directory_node *node)
     c->expires_ms = loop_now_ms() + d->ttl_ms;
 }
 
-/* Caches the holders a lookup found, replacing what was cached for the id; none found leaves
- * nothing cached (the next lookup asks Redis again). */
+/* Caches the live holders a lookup found and the id's content, replacing what was cached for
+ * the id; none found, or holders left out, leaves nothing cached (the next lookup asks Redis
+ * again). */
 void dir_holders_remember(struct directory *d, const struct request *r)
 {
     struct cached_holders *h;
 
     free(idmap_remove(&d->holders, &r->id));
-    if (!r->n)
+    if (!r->a.n || r->a.ngone || !r->a.has_content)
         return;
     if (d->holders.count >= HOLDER_CACHE_MAX)
         dir_cache_clear(&d->holders);
-    h = malloc(sizeof(*h) + r->n * sizeof(h->ids[0]));
+    h = malloc(sizeof(*h) + r->a.n * sizeof(h->h[0]));
     if (!h)
         return;
-    h->n = r->n;
-    for (size_t i = 0; i < r->n; i++)
-        memcpy(h->ids[i], r->nodes[i].id, sizeof(h->ids[i]));
+    h->size = r->a.size;
+    h->digest = r->a.digest;
+    h->n = r->a.n;
+    for (size_t i = 0; i < r->a.n; i++) {
+        memcpy(h->h[i].id, r->nodes[i].id, sizeof(h->h[i].id));
+        h->h[i].inc = r->nodes[i].inc;
+    }
     if (idmap_put(&d->holders, &r->id, h) < 0)
         free(h);
 }
@@ -86,15 +91,15 @@ void dir_holders_remember(struct directory *d, const struct request *r)
 void dir_holders_drop(struct cached_holders *h, const char *node_id)
 {
     for (size_t i = 0; i < h->n; i++) {
-        if (strcmp(h->ids[i], node_id) == 0) {
-            memcpy(h->ids[i], h->ids[--h->n], sizeof(h->ids[i]));
+        if (strcmp(h->h[i].id, node_id) == 0) {
+            h->h[i] = h->h[--h->n];
             return;
         }
     }
 }
 
-/* Fills r's answer from the cache: 1 when every cached holder of the id has a trusted entry,
- * else 0 (a miss: Redis is asked). */
+/* Fills r's answer from the cache: 1 when every cached holder of the id has a trusted entry
+ * of the same incarnation, else 0 (a miss: Redis is asked). */
 int dir_answer_from_cache(const struct directory *d, struct request *r)
 {
     const struct cached_holders *h = idmap_get(&d->holders, &r->id);
@@ -106,11 +111,14 @@ int dir_answer_from_cache(const struct directory *d, struct request *r)
         return 0;
     r->cap = h->n;
     for (size_t i = 0; i < h->n; i++) {
-        const struct directory_node *node = dir_node_cached(d, h->ids[i]);
-        if (!node)
+        const struct directory_node *node = dir_node_cached(d, h->h[i].id);
+        if (!node || node->inc != h->h[i].inc)
             return 0;
         r->nodes[i] = *node;
     }
-    r->n = h->n;
+    r->a.n = h->n;
+    r->a.has_content = 1;
+    r->a.size = h->size;
+    r->a.digest = h->digest;
     return 1;
 }

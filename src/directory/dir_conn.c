@@ -1,23 +1,9 @@
 /*
- * dir_conn.c - the directory's connection to Redis: registration and heartbeat, queued
- * publications, the hiredis adapter on the daemon's loop, the watchdog and reconnection.
+ * dir_conn.c - the directory's connection to Redis: the cleanup of earlier incarnations,
+ * registration and heartbeat, queued publications, the turn, the hiredis adapter on the
+ * daemon's loop, the watchdog and reconnection.
  */
 #include "directory/directory_int.h"
-
-static int send_publication(struct directory *d, const struct pubop *op)
-{
-    char key[OBJ_KEY_MAX], *cmd = op->add ? "SADD" : "SREM";
-    const char *argv[] = {cmd, key, d->self.id};
-
-    dir_holders_key(key, &op->id);
-    if (dir_send_command(d, dir_on_checked, cmd, 3, argv) < 0)
-        return FERRY_EDIRECTORY;
-    if (op->add)
-        d->counters.published++;
-    else
-        d->counters.withdrawn++;
-    return 0;
-}
 
 /* Sends up to FLUSH_BATCH queued publications, pipelined, and leaves the rest to the next
  * turn; drops them all when the directory is not up. */
@@ -26,9 +12,9 @@ static void flush_queue(struct directory *d)
     size_t end =
         d->queue_len - d->queue_head > FLUSH_BATCH ? d->queue_head + FLUSH_BATCH : d->queue_len;
 
-    while (d->up && d->queue_head < end && send_publication(d, &d->queue[d->queue_head]) == 0)
+    while (d->up && d->queue_head < end && dir_send_pubop(d, &d->queue[d->queue_head]) == 0)
         d->queue_head++;
-    if (d->queue_head == end && end < d->queue_len) {
+    if (d->up && d->queue_head == end && end < d->queue_len) {
         dir_turn_soon(d);
         return;
     }
@@ -40,24 +26,24 @@ static void flush_queue(struct directory *d)
     }
 }
 
-void dir_queue_push(struct directory *d, const ferry_id *id, int add)
+void dir_queue_push(struct directory *d, const struct pubop *op)
 {
     if (!d->up)
         return; /* the republish hook restores the truth after the next registration */
     if (d->queue_len == d->queue_cap) {
         struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
         if (!p) {
-            dir_command_failed(d, add ? "publish" : "withdraw", "out of memory");
+            dir_command_failed(d, op->add ? "publish" : "withdraw", "out of memory");
             return;
         }
         d->queue = p;
     }
-    d->queue[d->queue_len].id = *id;
-    d->queue[d->queue_len++].add = add;
+    d->queue[d->queue_len++] = *op;
     dir_turn_soon(d);
 }
 
-/* The deferred work: the republish hook, then the queued publications, then the answers. */
+/* The deferred work: the republish hook, the queued publications, the answers, the deletes
+ * heard, the end of a leave. */
 void dir_on_turn(struct loop *l, struct loop_timer *t)
 {
     struct directory *d = t->arg;
@@ -69,6 +55,8 @@ void dir_on_turn(struct loop *l, struct loop_timer *t)
     }
     flush_queue(d);
     dir_deliver(d);
+    dir_events_deliver(d);
+    dir_leave_deliver(d);
 }
 
 /* Writes the node's entry and its TTL in one transaction: an entry must never be left without
@@ -78,9 +66,9 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     char key[NODE_KEY_MAX], ttl[16];
     char fields[DIRECTORY_XPORTS][sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX];
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
-    const char *hset[ARGV_MAX] = {"HSET", key, "addr", d->self.addr};
+    const char *hset[ARGV_MAX] = {"HSET", key, "addr", d->self.addr, "inc", d->inc_text};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
-    int nhset = 4;
+    int nhset = 6;
 
     dir_entry_key(key, d->self.id);
     snprintf(ttl, sizeof(ttl), "%u", (unsigned)d->ttl_ms);
@@ -99,11 +87,34 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     return 0;
 }
 
+/* The reply to a heartbeat's EXEC: [DEL, HSET, PEXPIRE]. A DEL that found no entry means it
+ * had expired: others took this node for dead meanwhile, so it publishes everything again. */
+static void on_heartbeat(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const redisReply *rep = reply;
+
+    if (!rep)
+        return;
+    if (dir_reply_error(rep)) {
+        dir_check_reply(d, rep, "heartbeat");
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
+        rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == 0 && d->up) {
+        log_warn("directory: this node's entry had expired (no heartbeat for %u ms): "
+                 "publishing again",
+                 (unsigned)d->ttl_ms);
+        d->republish_due = 1;
+        dir_turn_soon(d);
+    }
+}
+
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t)
 {
     struct directory *d = t->arg;
 
-    if (send_registration(d, dir_on_checked) < 0)
+    if (send_registration(d, on_heartbeat) < 0)
         dir_command_failed(d, "heartbeat", ferry_errmsg());
     dir_arm(d, t, loop_now_ms() + d->heartbeat_ms);
 }
@@ -129,8 +140,43 @@ static void on_registered(redisAsyncContext *ac, void *reply, void *priv)
     d->backoff_ms = BACKOFF_MIN_MS;
     log_info("directory: registered as %s at Redis %s", d->self.id, d->where);
     dir_arm(d, &d->heartbeat, loop_now_ms() + d->heartbeat_ms);
+    dir_events_start(d);
     d->republish_due = 1;
     dir_turn_soon(d);
+}
+
+static void register_node(struct directory *d)
+{
+    if (send_registration(d, on_registered) < 0)
+        dir_drop(d, "cannot send the registration");
+}
+
+/* A batch of the cleanup of earlier incarnations: {ids taken, fields removed}; the next one,
+ * or the registration once the index is empty. */
+static void on_cleanup(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const redisReply *rep = reply;
+
+    if (!rep)
+        return;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_INTEGER ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+        dir_drop(d, "cleanup: %s", dir_reply_error(rep) ? dir_reply_error(rep) : "bad reply");
+        return;
+    }
+    d->counters.cleaned += (uint64_t)rep->element[1]->integer;
+    if (rep->element[0]->integer > 0) {
+        if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
+            dir_drop(d, "cannot send the cleanup");
+        return;
+    }
+    if (d->counters.cleaned)
+        log_info("directory: removed %" PRIu64 " holder entries of earlier runs of %s",
+                 d->counters.cleaned, d->self.id);
+    d->cleaned = 1;
+    register_node(d);
 }
 
 static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
@@ -143,8 +189,10 @@ static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
     why = dir_reply_error(reply);
     if (why)
         dir_drop(d, "SELECT %d refused: %s", d->db, why);
-    else if (send_registration(d, on_registered) < 0)
-        dir_drop(d, "cannot send the registration");
+    else if (d->cleaned)
+        register_node(d);
+    else if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
+        dir_drop(d, "cannot send the cleanup");
 }
 
 /* The connection is gone or never came up. hiredis has failed every command that was due, so
@@ -156,9 +204,13 @@ static void connection_lost(struct directory *d, const char *why)
     d->ac = NULL;
     d->up = 0;
     d->inflight = 0;
+    d->events_reading = 0;
     loop_timer_stop(d->loop, &d->watchdog);
     loop_timer_stop(d->loop, &d->heartbeat);
-    if (d->closing)
+    loop_timer_stop(d->loop, &d->events);
+    if (d->leaving)
+        dir_leave_finish(d);
+    if (d->closing || d->leaving)
         return;
     d->counters.errors++;
     if (was_up) {
@@ -258,8 +310,8 @@ void dir_connect_start(struct directory *d)
     }
     attach(d, ac);
     snprintf(db, sizeof(db), "%d", d->db);
-    if (dir_send_command(d, on_selected, NULL, 2, argv) < 0)
-        dir_drop(d, "cannot send SELECT");
+    if (dir_send_command(d, on_selected, NULL, 2, argv) < 0 || dir_scripts_load(d) < 0)
+        dir_drop(d, "cannot send SELECT and the scripts");
 }
 
 void dir_on_reconnect(struct loop *l, struct loop_timer *t)

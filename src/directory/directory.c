@@ -4,6 +4,9 @@
  */
 #include "directory/directory_int.h"
 
+#include <sys/random.h>
+#include <time.h>
+
 /* Doubles an array's capacity (*cap elements of elem bytes). NULL, the array unchanged, when
  * out of memory. */
 void *dir_grow(void *array, size_t *cap, size_t elem)
@@ -35,6 +38,11 @@ void dir_entry_key(char key[NODE_KEY_MAX], const char *node_id)
     snprintf(key, NODE_KEY_MAX, NODE_PREFIX "%s", node_id);
 }
 
+void dir_held_key(char key[HELD_KEY_MAX], const char *node_id)
+{
+    snprintf(key, HELD_KEY_MAX, HELD_PREFIX "%s", node_id);
+}
+
 void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id)
 {
     char hex[2 * FERRY_ID_SIZE + 1];
@@ -52,6 +60,41 @@ int dir_string_copy(char *out, size_t cap, const redisReply *v)
     memcpy(out, v->str, v->len);
     out[v->len] = '\0';
     return 1;
+}
+
+/* A string reply holding a u64 in base (10, or 16 for digests) into *out; 0 when it is not one. */
+int dir_reply_u64(const redisReply *v, int base, uint64_t *out)
+{
+    char text[U64_TEXT], *end;
+
+    if (!dir_string_copy(text, sizeof(text), v) || !text[0] || text[0] == '-' || text[0] == '+')
+        return 0;
+    errno = 0;
+    *out = strtoull(text, &end, base);
+    return !errno && *end == '\0';
+}
+
+void directory_inc_time(uint64_t inc, char *buf, size_t len)
+{
+    time_t t = (time_t)((inc >> 12) / 1000);
+    struct tm tm;
+
+    if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, len, "%" PRIu64, inc);
+}
+
+/* This run's incarnation: the start time in ms, times 4096, plus 12 random bits (two runs
+ * of a node started in the same millisecond still differ). */
+static int make_incarnation(uint64_t *inc)
+{
+    struct timespec ts;
+    uint16_t noise;
+
+    if (getrandom(&noise, sizeof(noise), 0) != sizeof(noise))
+        return err_sys("getrandom");
+    clock_gettime(CLOCK_REALTIME, &ts);
+    *inc = ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000) << 12 | (noise & 0xfff);
+    return 0;
 }
 
 const char *directory_node_addr(const struct directory_node *n, const char *transport)
@@ -181,6 +224,7 @@ static int field_valid(const char *s, size_t cap, int may_be_empty)
 static int configure(struct directory *d, const struct directory_config *cfg)
 {
     const struct directory_node *self = &cfg->self;
+    int rc;
 
     if (!field_valid(self->id, sizeof(self->id), 0))
         return err_set(FERRY_EINVAL, "directory: the node id must have 1 to %d characters",
@@ -196,6 +240,9 @@ static int configure(struct directory *d, const struct directory_config *cfg)
             !field_valid(self->xp[i].addr, sizeof(self->xp[i].addr), 0))
             return err_set(FERRY_EINVAL, "directory: transport %u: empty or too long", i);
     d->self = *self;
+    if ((rc = make_incarnation(&d->self.inc)) < 0)
+        return rc;
+    snprintf(d->inc_text, sizeof(d->inc_text), "%" PRIu64, d->self.inc);
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;
     d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -214,8 +261,7 @@ int directory_open(struct directory **out, struct loop *l, const struct director
     *out = NULL;
     if (!d)
         return err_set(FERRY_ENOMEM, "directory");
-    rc = configure(d, cfg);
-    if (rc < 0)
+    if ((rc = dir_scripts_init()) < 0 || (rc = configure(d, cfg)) < 0)
         goto free_directory;
     d->loop = l;
     if (hooks)
@@ -227,6 +273,8 @@ int directory_open(struct directory **out, struct loop *l, const struct director
     loop_timer_init(&d->watchdog, dir_on_watchdog, d);
     loop_timer_init(&d->heartbeat, dir_on_heartbeat, d);
     loop_timer_init(&d->turn, dir_on_turn, d);
+    loop_timer_init(&d->events, dir_on_events_timer, d);
+    loop_timer_init(&d->leave_timer, dir_on_leave_timer, d);
     dir_connect_start(d);
     *out = d;
     return 0;
@@ -245,8 +293,10 @@ void directory_close(struct directory *d)
         redisAsyncFree(d->ac); /* fails the pending requests: they join the done list */
     loop_timer_stop(d->loop, &d->reconnect);
     loop_timer_stop(d->loop, &d->turn);
+    loop_timer_stop(d->loop, &d->leave_timer);
     while (d->done)
         dir_request_free(dir_done_pop(d));
+    free(d->heard);
     free(d->queue);
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->nodes);
@@ -263,24 +313,32 @@ const struct directory_counters *directory_counters(const struct directory *d)
     return &d->counters;
 }
 
-void directory_publish(struct directory *d, const ferry_id *id)
+uint64_t directory_incarnation(const struct directory *d)
 {
-    dir_queue_push(d, id, 1);
+    return d->self.inc;
+}
+
+void directory_publish(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest)
+{
+    struct pubop op = {.id = *id, .add = 1, .size = size, .digest = digest};
+
+    dir_queue_push(d, &op);
 }
 
 void directory_withdraw(struct directory *d, const ferry_id *id)
 {
-    dir_queue_push(d, id, 0);
+    struct pubop op = {.id = *id, .add = 0};
+
+    dir_queue_push(d, &op);
 }
 
-int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_holders_fn *cb,
+int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,
                      void *arg)
 {
-    struct request *r = dir_request_new(cb, arg);
+    struct request *r = dir_request_new(REQ_LOOKUP, cb, arg);
 
     if (!r)
         return err_set(FERRY_ENOMEM, "directory lookup");
-    r->lookup = 1;
     r->id = *id;
     r->fresh = fresh;
     if (!fresh && dir_answer_from_cache(d, r)) {
@@ -288,24 +346,57 @@ int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directo
         dir_done_push(d, r);
         return 0;
     }
-    dir_request_start(d, r);
+    dir_lookup_start(d, r);
     return 0;
+}
+
+int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg)
+{
+    struct request *r = dir_request_new(REQ_NODES, cb, arg);
+
+    if (!r)
+        return err_set(FERRY_ENOMEM, "directory node listing");
+    dir_nodes_start(d, r);
+    return 0;
+}
+
+int directory_claim(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest,
+                    directory_answer_fn *cb, void *arg)
+{
+    struct request *r = dir_request_new(REQ_CLAIM, cb, arg);
+
+    if (!r)
+        return err_set(FERRY_ENOMEM, "directory claim");
+    r->id = *id;
+    dir_claim_start(d, r, size, digest);
+    return 0;
+}
+
+int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg)
+{
+    struct request *r = dir_request_new(REQ_DELETE, cb, arg);
+
+    if (!r)
+        return err_set(FERRY_ENOMEM, "directory delete");
+    r->id = *id;
+    free(idmap_remove(&d->holders, id));
+    dir_delete_start(d, r);
+    return 0;
+}
+
+void directory_leave(struct directory *d, uint32_t deadline_ms, void (*cb)(void *arg), void *arg)
+{
+    d->leave_cb = cb;
+    d->leave_arg = arg;
+    d->left = 0;
+    d->leave_deadline_ms = loop_now_ms() + deadline_ms;
+    dir_leave_start(d);
 }
 
 void directory_cancel(struct directory *d, void *arg)
 {
     dir_cancel_in(d->pending, arg);
     dir_cancel_in(d->done, arg);
-}
-
-int directory_nodes(struct directory *d, directory_holders_fn *cb, void *arg)
-{
-    struct request *r = dir_request_new(cb, arg);
-
-    if (!r)
-        return err_set(FERRY_ENOMEM, "directory node listing");
-    dir_request_start(d, r);
-    return 0;
 }
 
 void directory_forget_holder(struct directory *d, const ferry_id *id, const char *node_id)

@@ -1,23 +1,38 @@
 /*
- * directory.h - the cluster directory: which nodes are alive (and how to reach them) and
- * which nodes hold which sealed objects, kept in a Redis server reached with hiredis's async
- * API on the daemon's event loop (no thread of its own).
+ * directory.h - the cluster directory: which nodes are alive (and how to reach them), which
+ * nodes hold which sealed objects, and what content each id has; kept in a Redis server reached
+ * with hiredis's async API on the daemon's event loop (no thread of its own).
  *
  * Redis schema (DB from the URL):
- *   ferry:node:<node-id>   hash {addr, t:<transport> = its address, one per transport}, with a
- *                          TTL the node refreshes by heartbeat: a node that dies disappears
- *                          when the TTL runs out (a few seconds)
- *   ferry:obj:<40 hex>     set of node ids holding a sealed copy
+ *   ferry:node:<node-id>  hash {addr, inc, t:<transport> = its address, one per transport},
+ *                         with a TTL the node refreshes by heartbeat: a node that dies
+ *                         disappears when the TTL runs out (a few seconds); one that leaves
+ *                         cleanly deletes it
+ *   ferry:obj:<40 hex>    hash {size, digest (16 hex), h:<node-id> = incarnation} - the content
+ *                         of the id's first seal and its holders; gone with its last holder
+ *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
+ *                         leave removes, in O(objects of that node)
+ *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc}, capped
  *
- * Publications (a seal, a fetched copy) and withdrawals (delete, eviction) are queued and
- * written pipelined once per loop turn: no Redis round trip sits on the path of a local seal.
- * After the connection to Redis drops (or Redis restarts), the module reconnects with backoff,
- * re-registers the node and asks its owner to re-publish everything it holds (the republish
- * hook), so nothing is lost for long.
+ * Incarnations: each run of a node has its own (directory_open makes it: the start time in ms
+ * times 4096 plus 12 random bits, so it grows across restarts and tells when the run began). A
+ * holder entry names the incarnation that published it; an entry whose node is gone or runs
+ * another incarnation is never offered (lookups give it in `gone`, with why). A node's first
+ * connection removes what its earlier incarnations left, before it registers.
  *
- * Lookups consult a local cache first (holders per id, addresses per node): a repeated fetch
- * from a known holder costs no Redis round trip. The engine drops a cache entry when it proves
- * wrong (directory_forget_holder / directory_forget_node).
+ * One content per id: a publication carries the object's size and digest. The first one
+ * records them; one with other content while a live holder has the recorded content is refused
+ * (counted in id_conflicts, logged with both nodes, and the copy stays unlisted). Lookups give
+ * the recorded content, so that a fetch takes only bytes that match it. directory_claim does
+ * the same check for a seal that waits for it (ferryd --strict-ids).
+ *
+ * Publications and withdrawals are queued and written pipelined once per loop turn (Lua
+ * scripts, EVALSHA), so no Redis round trip sits on the path of a local seal. After the
+ * connection drops (or Redis restarts, or a Sentinel fails over), the module reconnects with
+ * backoff, re-registers and asks its owner to republish everything it holds.
+ *
+ * Lookups consult a local cache first (holders per id, entries per node); the engine drops a
+ * cache entry when it proves wrong (directory_forget_holder, directory_forget_node).
  *
  * Not thread-safe: the loop's thread only.
  */
@@ -35,6 +50,7 @@
 #define DIRECTORY_XPORTS 4 /* transports a node entry lists, at most */
 #define DIRECTORY_XPORT_NAME_MAX 15
 #define DIRECTORY_XPORT_ADDR_MAX 639
+#define DIRECTORY_WHY_MAX 95 /* a gone holder's reason */
 
 struct directory;
 
@@ -48,8 +64,15 @@ struct directory_xport {
 struct directory_node {
     char id[DIRECTORY_NODE_ID_MAX + 1];
     char addr[DIRECTORY_ADDR_MAX + 1]; /* the node's transfer address (--listen), for people */
+    uint64_t inc;                      /* its incarnation (0: unknown) */
     struct directory_xport xp[DIRECTORY_XPORTS];
     uint32_t nxp;
+};
+
+/* A holder left out of a lookup's answer, and why ("gone (its run of 20:31:07 ended)"). */
+struct directory_gone {
+    char id[DIRECTORY_NODE_ID_MAX + 1];
+    char why[DIRECTORY_WHY_MAX + 1];
 };
 
 /* The address n published for transport, or NULL. */
@@ -59,19 +82,24 @@ const char *directory_node_addr(const struct directory_node *n, const char *tran
 int directory_node_set(struct directory_node *n, const char *transport, const char *addr);
 /* The names of n's transports, comma-separated ("tcp,fabric"), into buf. */
 void directory_node_names(const struct directory_node *n, char *buf, size_t len);
+/* When incarnation inc began, as "YYYY-MM-DD HH:MM:SS" (UTC), into buf. */
+void directory_inc_time(uint64_t inc, char *buf, size_t len);
 
 struct directory_config {
-    const char *url; /* redis://HOST:PORT[/DB] */
-    struct directory_node self;
-    uint32_t heartbeat_ms; /* how often the node entry's TTL is refreshed (default 1000) */
-    uint32_t ttl_ms;       /* the node entry's TTL (default 3000) */
-    uint32_t timeout_ms;   /* a request unanswered this long means Redis is down (default 1000) */
+    const char *url;            /* redis://HOST:PORT[/DB] */
+    struct directory_node self; /* its inc is made by directory_open */
+    uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (default 1000) */
+    uint32_t ttl_ms;            /* the node entry's TTL (default 3000) */
+    uint32_t timeout_ms;        /* a request unanswered this long means Redis is down (1000) */
 };
 
 struct directory_hooks {
     /* Called after every (re)connection, once the node is registered: the owner calls
      * directory_publish for every sealed object it holds. */
     void (*republish)(void *ctx);
+    /* Another node deleted id cluster-wide (node names it): drop the local copy, fail the
+     * fetches of it. */
+    void (*deleted)(void *ctx, const ferry_id *id, const char *node);
     void *ctx;
 };
 
@@ -80,43 +108,76 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
-    uint64_t errors; /* failed commands and lost connections */
+    uint64_t id_conflicts;  /* publications refused: the id has other content elsewhere */
+    uint64_t deletes_heard; /* cluster-wide deletes read from the events stream */
+    uint64_t cleaned;       /* entries of earlier incarnations removed at start or leave */
+    uint64_t errors;        /* failed commands and lost connections */
 };
 
-/* Parses cfg->url and starts connecting (asynchronously: a Redis that is down at start is
- * retried like a lost one). FERRY_EINVAL (with a reason) for a bad URL or node id. */
+/* What a request gives its callback; valid only during the call. */
+struct directory_answer {
+    int status; /* 0, FERRY_EDIRECTORY (Redis not reachable), FERRY_EEXIST (claim), ENOMEM */
+    /* Lookups: the live holders other than this node; listings: the live nodes. */
+    const struct directory_node *nodes;
+    size_t n;
+    /* Lookups: holders left out (dead, or of an ended incarnation), with why. */
+    const struct directory_gone *gone;
+    size_t ngone;
+    /* Lookups: the content recorded for the id (has_content 0: none recorded). Claims that
+     * failed with FERRY_EEXIST: the content recorded, and a node (other) that holds it. */
+    int has_content;
+    uint64_t size, digest;
+    const char *other;
+    uint64_t count; /* deletes: the holders the id was removed from */
+};
+
+typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
+
+/* Parses cfg->url, makes this run's incarnation and starts connecting (asynchronously: a Redis
+ * that is down at start is retried like a lost one). FERRY_EINVAL (with a reason) for a bad
+ * URL or node id. */
 int directory_open(struct directory **out, struct loop *l, const struct directory_config *cfg,
                    const struct directory_hooks *hooks);
-/* Withdraws nothing (the TTL retires the node), closes the connection, frees. */
+/* Withdraws nothing (the TTL retires the node: see directory_leave), closes, frees. Pending
+ * callbacks are not called. */
 void directory_close(struct directory *d);
 
 int directory_connected(const struct directory *d);
 const struct directory_counters *directory_counters(const struct directory *d);
+/* This run's incarnation. */
+uint64_t directory_incarnation(const struct directory *d);
 
-/* Queue a publication or withdrawal of this node as a holder of id. */
-void directory_publish(struct directory *d, const ferry_id *id);
+/* Queue a publication (with the object's size, data and metadata, and XXH3 digest) or a
+ * withdrawal of this node as a holder of id. */
+void directory_publish(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest);
 void directory_withdraw(struct directory *d, const ferry_id *id);
 
-/* Answers lookups: status 0 with the live holders other than this node (possibly none), or
- * FERRY_EDIRECTORY when Redis cannot be asked (disconnected, or no answer in timeout_ms).
- * The array is valid only during the call. */
-typedef void directory_holders_fn(void *arg, int status, const struct directory_node *holders,
-                                  size_t n);
+/* Every callback runs later, never from within the call that asked; each returns 0 or
+ * FERRY_ENOMEM. Without a connection to Redis the answer is FERRY_EDIRECTORY. */
 
-/* Looks up the holders of id; from the cache unless fresh is set. The callback runs later,
- * never from within this call. Returns 0, or FERRY_ENOMEM. */
-int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_holders_fn *cb,
+/* Looks up the holders of id and its recorded content; from the cache unless fresh is set. */
+int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,
                      void *arg);
+/* The live nodes, this one included. */
+int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
+/* Publishes this node as a holder of id with this content now, unless another live node holds
+ * other content for it: then FERRY_EEXIST with that node and content. */
+int directory_claim(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest,
+                    directory_answer_fn *cb, void *arg);
+/* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook). */
+int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg);
+/* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its
+ * holdings, as far as they go before the deadline (ms from now); the rest goes at the next
+ * start. cb(arg) when done or given up (at once without a connection). The directory stays
+ * open (close it after). */
+void directory_leave(struct directory *d, uint32_t deadline_ms, void (*cb)(void *arg), void *arg);
 
-/* Cancels the callbacks of pending lookups made with arg (its owner is going away). */
+/* Cancels the callbacks of pending requests made with arg (its owner is going away). */
 void directory_cancel(struct directory *d, void *arg);
-
-/* The live nodes, this one included (holders callback shape, same rules). */
-int directory_nodes(struct directory *d, directory_holders_fn *cb, void *arg);
 
 /* The holder proved wrong (it answered that it has no such object): forget it for id. */
 void directory_forget_holder(struct directory *d, const ferry_id *id, const char *node_id);
-/* The node proved unreachable: forget its cached address and every cached holding of it. */
+/* The node proved unreachable: forget its cached entry and every cached holding of it. */
 void directory_forget_node(struct directory *d, const char *node_id);
 
 #endif

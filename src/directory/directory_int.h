@@ -3,10 +3,12 @@
  * directory.h), shared by its files. The directory works through
  * hiredis's async API attached to the daemon's loop by a small adapter (one loop_watch).
  *
- * A connection's life: connect_start() sends SELECT at once (hiredis holds it until the TCP
- * connection completes, so it precedes every other command); its reply sends the registration;
- * the registration's reply makes the directory up (directory_connected), starts the heartbeat
- * and asks the owner to republish. Whatever ends a connection - an error hiredis sees, the
+ * A connection's life: connect_start() sends SELECT and SCRIPT LOAD of the scripts at once
+ * (hiredis holds them until the TCP connection completes, so they precede every other
+ * command); SELECT's reply starts the cleanup of earlier incarnations (the first connection of
+ * the run only, batch after batch), then the registration; the registration's reply makes
+ * the directory up (directory_connected), starts the heartbeat and the events poll, and asks
+ * the owner to republish. Whatever ends a connection - an error hiredis sees, the
  * watchdog, a refused SELECT, directory_close - ends in hiredis freeing the context, which
  * first calls every pending command callback with a NULL reply and then the adapter's cleanup
  * hook: ev_cleanup() is the one place that learns the connection is gone and schedules the
@@ -23,13 +25,17 @@
  * Publications are dropped while the directory is not up: the republish hook restores the
  * truth after the next registration. A withdrawal lost so leaves this node listed as a holder
  * of an object it no longer has; fetchers tolerate that (the holder answers "no such object"
- * and they call directory_forget_holder). Dead nodes are never removed from the holder sets
- * either: a holder whose node entry has expired is left out of answers.
+ * and they call directory_forget_holder). A heartbeat that finds the node's entry gone (it
+ * expired: the node was taken for dead) republishes too. Holder fields of dead nodes stay
+ * until that node starts again (or a publication of other content finds no live holder of
+ * the recorded one); answers leave them out.
  *
  * Files: directory.c (opening, the interface, node entries' fields), dir_cache.c (the holder
- * and address caches), dir_lookup.c (lookups and node listings: requests, commands and their
- * replies), dir_conn.c (the connection: registration, heartbeat, publications, the hiredis
- * adapter on the loop, reconnection).
+ * and node caches), dir_request.c (requests from call to callback, sending commands),
+ * dir_lookup.c (lookups and node listings), dir_script.c (the Lua scripts and what uses them:
+ * publications, claims, deletes, cleanup), dir_events.c (the events stream, leaving),
+ * dir_conn.c (the connection: registration, heartbeat, the hiredis adapter on the loop,
+ * reconnection).
  */
 #ifndef FERRY_DIRECTORY_INT_H
 #define FERRY_DIRECTORY_INT_H
@@ -64,18 +70,32 @@
 #define FLUSH_BATCH 4096
 /* A publication queue larger than this is freed once flushed (after a republish). */
 #define QUEUE_KEEP 4096
+/* Ids of earlier incarnations removed per cleanup script (each is one short Redis call). */
+#define CLEANUP_BATCH "1000"
+/* The events stream is read this often, at most EVENTS_BATCH entries per read, and keeps
+ * about EVENTS_KEEP entries. */
+#define EVENTS_MS 100
+#define EVENTS_BATCH "256"
+#define EVENTS_KEEP "100000"
 /* Failed commands are counted, but logged at most this often. */
 #define WARN_INTERVAL_MS 1000
 #define SCAN_COUNT "1000"
 #define NODE_PREFIX "ferry:node:"
 #define OBJ_PREFIX "ferry:obj:"
-/* The hash field of a transport's address in a node entry: t:<name>. */
+#define HELD_PREFIX "ferry:held:"
+#define EVENTS_KEY "ferry:events"
+/* The hash field of a transport's address in a node entry: t:<name>; of a holder in an
+ * object's entry: h:<node>. */
 #define XPORT_FIELD "t:"
+#define HOLDER_FIELD "h:"
 #define NODE_KEY_MAX (sizeof(NODE_PREFIX) + DIRECTORY_NODE_ID_MAX)
+#define HELD_KEY_MAX (sizeof(HELD_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
+#define HEX_ID_MAX (2 * FERRY_ID_SIZE + 1)
+#define U64_TEXT 24
 #define HOST_MAX 256
 /* Arguments of one command, at most: the registration's HSET is the longest. */
-#define ARGV_MAX (4 + 2 * DIRECTORY_XPORTS)
+#define ARGV_MAX (6 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -83,12 +103,26 @@ typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 struct pubop {
     ferry_id id;
     int add;
+    uint64_t size, digest;
 };
 
-/* The holders (other than this node) a lookup found for an id. */
+/* A cluster-wide delete by another node, waiting for the turn to reach the owner. */
+struct heard {
+    ferry_id id;
+    node_name node;
+};
+
+/* A holder as an object's entry names it. */
+struct holder {
+    node_name id;
+    uint64_t inc;
+};
+
+/* The holders (other than this node) a lookup found live for an id, and its content. */
 struct cached_holders {
+    uint64_t size, digest;
     size_t n;
-    node_name ids[];
+    struct holder h[];
 };
 
 /* A node's entry, trusted until expires_ms. */
@@ -97,20 +131,25 @@ struct cached_node {
     uint64_t expires_ms;
 };
 
-/* A lookup or a node listing, from its call until its callback. */
+enum request_kind { REQ_LOOKUP, REQ_NODES, REQ_CLAIM, REQ_DELETE };
+
+/* A request from its call until its callback. */
 struct request {
     struct request *next, **pprev; /* in d->pending while replies are due, then in d->done */
-    directory_holders_fn *cb;      /* NULL once cancelled */
+    directory_answer_fn *cb;       /* NULL once cancelled */
     void *arg;
-    ferry_id id;       /* lookups */
-    int lookup;        /* 1: the holders of id; 0: every node */
-    int fresh;         /* lookups: ask Redis for the holders' entries too, not the cache */
-    int status;        /* 0, or the first failure */
-    unsigned awaiting; /* replies due (plus one while the request is being started) */
-    node_name *asked;  /* the nodes whose entries were asked for, in order (HGETALL) */
+    int kind;             /* enum request_kind */
+    ferry_id id;          /* lookups, claims, deletes */
+    int fresh;            /* lookups: ask Redis for the holders' entries too, not the cache */
+    unsigned awaiting;    /* replies due (plus one while the request is being started) */
+    struct holder *asked; /* the holders (or nodes) whose entries were asked for, in order */
     size_t asked_head, asked_len, asked_cap;
-    struct directory_node *nodes; /* the answer so far */
-    size_t n, cap;
+    struct directory_answer a; /* the answer so far; its arrays below */
+    struct directory_node *nodes;
+    size_t cap;
+    struct directory_gone *gone;
+    size_t gone_cap;
+    node_name other;
 };
 
 struct directory {
@@ -121,12 +160,14 @@ struct directory {
     char ip[INET_ADDRSTRLEN]; /* resolved once, at open */
     int port, db;
     char where[HOST_MAX + 32]; /* the URL's HOST:PORT/DB, for the log */
+    char inc_text[U64_TEXT];   /* self.inc in decimal */
 
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
-    struct loop_timer reconnect, watchdog, heartbeat, turn;
+    struct loop_timer reconnect, watchdog, heartbeat, turn, events;
     int up;            /* registered on the current connection */
     int ever_up;       /* a connection was up before: the next one is a reconnection */
+    int cleaned;       /* the earlier incarnations' entries are gone */
     int closing;       /* in directory_close: a lost connection is not retried */
     int republish_due; /* the turn calls the republish hook */
     unsigned failures; /* failed attempts since the last up, for the log */
@@ -135,6 +176,18 @@ struct directory {
     uint64_t progress_ms;  /* when the last reply came, or the first command of a burst left */
     uint64_t last_warn_ms; /* when a failed command was last logged */
     char why[256];         /* why this side gave the connection up */
+
+    char events_last[48]; /* the id of the last event read ("" before the first read) */
+    int events_reading;   /* an XREAD (or the first XREVRANGE) is out */
+    struct heard *heard;  /* deletes read, for the turn to deliver */
+    size_t nheard;
+
+    int leaving;                 /* in directory_leave: nothing is published or retried */
+    int left;                    /* the leave is over: its callback is due */
+    void (*leave_cb)(void *arg); /* directory_leave's, until called */
+    void *leave_arg;
+    uint64_t leave_deadline_ms;
+    struct loop_timer leave_timer;
 
     struct pubop *queue; /* [queue_head, queue_len) are still to be sent */
     size_t queue_head, queue_len, queue_cap;
@@ -151,8 +204,10 @@ void *dir_grow(void *array, size_t *cap, size_t elem);
 void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms);
 void dir_turn_soon(struct directory *d);
 void dir_entry_key(char key[NODE_KEY_MAX], const char *node_id);
+void dir_held_key(char key[HELD_KEY_MAX], const char *node_id);
 void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id);
 int dir_string_copy(char *out, size_t cap, const redisReply *v);
+int dir_reply_u64(const redisReply *v, int base, uint64_t *out);
 const char *dir_reply_error(const redisReply *r);
 void dir_command_failed(struct directory *d, const char *what, const char *why);
 
@@ -165,22 +220,48 @@ void dir_holders_remember(struct directory *d, const struct request *r);
 void dir_holders_drop(struct cached_holders *h, const char *node_id);
 int dir_answer_from_cache(const struct directory *d, struct request *r);
 
-/* dir_lookup.c: lookups */
-struct request *dir_request_new(directory_holders_fn *cb, void *arg);
+/* dir_request.c: requests and commands */
+struct request *dir_request_new(int kind, directory_answer_fn *cb, void *arg);
 void dir_request_free(struct request *r);
 void dir_done_push(struct directory *d, struct request *r);
 struct request *dir_done_pop(struct directory *d);
+void dir_pending_add(struct directory *d, struct request *r);
+void dir_request_settle(struct directory *d, struct request *r);
+void dir_request_fail(struct directory *d, struct request *r, int status);
 void dir_cancel_in(struct request *list, void *arg);
 void dir_deliver(struct directory *d);
 int dir_send_command(struct directory *d, redisCallbackFn *fn, void *priv, int argc,
                      const char **argv);
 struct directory *dir_reply_begin(redisAsyncContext *ac, const redisReply *reply);
 void dir_drop(struct directory *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dir_check_reply(struct directory *d, const redisReply *reply, const char *what);
 void dir_on_checked(redisAsyncContext *ac, void *reply, void *priv);
-void dir_request_start(struct directory *d, struct request *r);
+
+/* dir_lookup.c: lookups and listings */
+void dir_lookup_start(struct directory *d, struct request *r);
+void dir_nodes_start(struct directory *d, struct request *r);
+void dir_answer_add(struct request *r, const struct directory_node *node);
+
+/* dir_script.c: the scripts and their uses */
+enum dir_script { SCRIPT_PUBLISH, SCRIPT_WITHDRAW, SCRIPT_CLEANUP, SCRIPT_DELETE, N_SCRIPTS };
+int dir_scripts_init(void);
+int dir_scripts_load(struct directory *d);
+int dir_send_pubop(struct directory *d, const struct pubop *op);
+void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest);
+void dir_delete_start(struct directory *d, struct request *r);
+int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
+
+/* dir_events.c: the events stream and leaving */
+void dir_events_start(struct directory *d);
+void dir_events_deliver(struct directory *d);
+void dir_on_events_timer(struct loop *l, struct loop_timer *t);
+void dir_leave_start(struct directory *d);
+void dir_leave_finish(struct directory *d);
+void dir_leave_deliver(struct directory *d);
+void dir_on_leave_timer(struct loop *l, struct loop_timer *t);
 
 /* dir_conn.c: the connection */
-void dir_queue_push(struct directory *d, const ferry_id *id, int add);
+void dir_queue_push(struct directory *d, const struct pubop *op);
 void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);

@@ -1,0 +1,223 @@
+/*
+ * dir_events.c - the events stream (cluster-wide deletes: every node reads what the others
+ * add, every EVENTS_MS while up, from where it stopped, across reconnections) and leaving the
+ * cluster (the node entry, then the holdings, before a deadline).
+ */
+#include "directory/directory_int.h"
+
+/* The fields of one stream entry ([id, [field, value, ...]]) that matter: a delete by another
+ * incarnation than this one is kept for the owner. */
+static void take_entry(struct directory *d, const redisReply *e)
+{
+    const redisReply *f;
+    char type[8] = "", hex[HEX_ID_MAX] = "";
+    struct heard *h = &d->heard[d->nheard];
+    uint64_t inc = 0;
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+        !dir_string_copy(d->events_last, sizeof(d->events_last), e->element[0]))
+        return;
+    memset(h, 0, sizeof(*h));
+    f = e->element[1];
+    for (size_t i = 0; f->type == REDIS_REPLY_ARRAY && i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        if (k->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(k->str, "type") == 0)
+            (void)dir_string_copy(type, sizeof(type), v);
+        else if (strcmp(k->str, "id") == 0)
+            (void)dir_string_copy(hex, sizeof(hex), v);
+        else if (strcmp(k->str, "node") == 0)
+            (void)dir_string_copy(h->node, sizeof(h->node), v);
+        else if (strcmp(k->str, "inc") == 0)
+            (void)dir_reply_u64(v, 10, &inc);
+    }
+    if (strcmp(type, "del") != 0 || ferry_id_parse(hex, &h->id) != 0 ||
+        (strcmp(h->node, d->self.id) == 0 && inc == d->self.inc))
+        return;
+    d->nheard++;
+    d->counters.deletes_heard++;
+}
+
+/* The reply to XREAD: [[stream, [entry, ...]]], or nil when nothing is new. */
+static void on_events(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const redisReply *rep = reply, *entries = NULL;
+
+    d->events_reading = 0;
+    if (!rep || rep->type == REDIS_REPLY_NIL)
+        return;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+        rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2)
+        entries = rep->element[0]->element[1];
+    if (!entries || entries->type != REDIS_REPLY_ARRAY) {
+        dir_command_failed(d, "XREAD", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        return;
+    }
+    if (!entries->elements || !(d->heard = calloc(entries->elements, sizeof(*d->heard))))
+        return;
+    for (size_t i = 0; i < entries->elements; i++)
+        take_entry(d, entries->element[i]);
+    dir_turn_soon(d);
+}
+
+/* The reply to XREVRANGE ... COUNT 1: where this run starts reading (older deletes were
+ * before its time). */
+static void on_events_start(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const redisReply *rep = reply;
+
+    d->events_reading = 0;
+    if (!rep)
+        return;
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        dir_command_failed(d, "XREVRANGE", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        return;
+    }
+    if (rep->elements == 0 || rep->element[0]->type != REDIS_REPLY_ARRAY ||
+        rep->element[0]->elements < 1 ||
+        !dir_string_copy(d->events_last, sizeof(d->events_last), rep->element[0]->element[0]))
+        snprintf(d->events_last, sizeof(d->events_last), "0-0");
+}
+
+/* Reads what was added since the last read; the first read of the run asks where to start. */
+static void events_read(struct directory *d)
+{
+    const char *first[] = {"XREVRANGE", EVENTS_KEY, "+", "-", "COUNT", "1"};
+    const char *next[] = {"XREAD", "COUNT", EVENTS_BATCH, "STREAMS", EVENTS_KEY, d->events_last};
+    int rc;
+
+    if (d->events_reading || d->heard || !d->up)
+        return;
+    if (!d->events_last[0])
+        rc = dir_send_command(d, on_events_start, NULL, 6, first);
+    else
+        rc = dir_send_command(d, on_events, NULL, 6, next);
+    d->events_reading = rc == 0;
+}
+
+void dir_on_events_timer(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+
+    if (!d->up)
+        return;
+    events_read(d);
+    dir_arm(d, t, loop_now_ms() + EVENTS_MS);
+}
+
+void dir_events_start(struct directory *d)
+{
+    d->events_reading = 0;
+    dir_arm(d, &d->events, loop_now_ms());
+}
+
+/* Gives the owner the deletes read (from the turn). */
+void dir_events_deliver(struct directory *d)
+{
+    struct heard *h = d->heard;
+    size_t n = d->nheard;
+
+    d->heard = NULL;
+    d->nheard = 0;
+    for (size_t i = 0; i < n && d->hooks.deleted; i++)
+        d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].node);
+    free(h);
+}
+
+/* ---- leaving ---- */
+
+static void on_leave_cleanup(redisAsyncContext *ac, void *reply, void *priv);
+
+/* The next batch of this node's holdings, or the end. */
+static void leave_step(struct directory *d)
+{
+    if (loop_now_ms() >= d->leave_deadline_ms || dir_cleanup_send(d, "", on_leave_cleanup) < 0)
+        dir_leave_finish(d);
+}
+
+static void on_leave_cleanup(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const redisReply *rep = reply;
+
+    if (!rep)
+        return; /* connection_lost finishes the leave */
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_INTEGER ||
+        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+        dir_command_failed(d, "leave", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_leave_finish(d);
+        return;
+    }
+    d->counters.cleaned += (uint64_t)rep->element[1]->integer;
+    if (rep->element[0]->integer > 0)
+        leave_step(d);
+    else
+        dir_leave_finish(d);
+}
+
+/* The node entry is gone: nobody is offered this node any more. */
+static void on_left_entry(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+
+    if (!reply)
+        return;
+    if (dir_reply_error(reply))
+        dir_command_failed(d, "leave", dir_reply_error(reply));
+    leave_step(d);
+}
+
+void dir_leave_start(struct directory *d)
+{
+    char key[NODE_KEY_MAX];
+    const char *argv[] = {"DEL", key};
+
+    d->leaving = 1;
+    loop_timer_stop(d->loop, &d->heartbeat);
+    loop_timer_stop(d->loop, &d->events);
+    d->queue_head = d->queue_len = 0;
+    dir_arm(d, &d->leave_timer, d->leave_deadline_ms);
+    if (!d->up) {
+        dir_leave_finish(d);
+        return;
+    }
+    d->up = 0;
+    dir_entry_key(key, d->self.id);
+    if (dir_send_command(d, on_left_entry, NULL, 2, argv) < 0)
+        dir_leave_finish(d);
+    else
+        log_info("directory: leaving (node %s)", d->self.id);
+}
+
+/* The leave is over (done, given up at the deadline, or the connection lost): its callback
+ * runs from the turn. */
+void dir_leave_finish(struct directory *d)
+{
+    if (!d->leave_cb || d->left)
+        return;
+    d->left = 1;
+    loop_timer_stop(d->loop, &d->leave_timer);
+    dir_turn_soon(d);
+}
+
+void dir_leave_deliver(struct directory *d)
+{
+    void (*cb)(void *) = d->leave_cb;
+
+    if (!d->left || !cb)
+        return;
+    d->leave_cb = NULL;
+    cb(d->leave_arg);
+}
+
+void dir_on_leave_timer(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+
+    log_warn("directory: leaving: deadline passed; the rest goes at the next start");
+    dir_leave_finish(d);
+}
