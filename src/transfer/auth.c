@@ -72,7 +72,7 @@ int auth_answer(const struct auth *a, const uint8_t nonce_c[WIRE_NONCE],
     if (proof(a, "acceptor", nonce_c, nonce_a, expect) < 0 ||
         CRYPTO_memcmp(expect, mac, WIRE_MAC) != 0 ||
         proof(a, "connector", nonce_c, nonce_a, mine) < 0) {
-        *why = "the holder failed the cluster secret's challenge";
+        *why = "the holder proved another cluster secret than ours";
         return -1;
     }
     return 0;
@@ -89,7 +89,7 @@ int auth_check(const struct auth *a, const uint8_t nonce_c[WIRE_NONCE],
         return -1;
     }
     if (CRYPTO_memcmp(expect, proof_in, WIRE_MAC) != 0) {
-        *why = "authentication failed (wrong or missing cluster secret)";
+        *why = "wrong cluster secret";
         return -1;
     }
     return 0;

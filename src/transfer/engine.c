@@ -295,6 +295,15 @@ void engine_set_eager_max(struct engine *e, uint64_t v)
     e->eager_max = v == ENGINE_EAGER_AUTO ? dflt : v;
 }
 
+static int is_peer(const struct engine *e, const char *node)
+{
+    for (const struct peer *p = e->peers; p; p = p->next) {
+        if (strcmp(p->node.id, node) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max)
 {
     size_t n = 0;
@@ -306,6 +315,18 @@ size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t
         snprintf(out[n].provider, sizeof(out[n].provider), "%s",
                  p->conn->type->provider(p->conn->local));
         snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
+    }
+    /* Holders that failed lately and are not connected now: transport "-", why the failure. */
+    for (size_t i = 0; i < RECENT_FAILURES && n < max; i++) {
+        const struct recent_failure *f = &e->recent[i];
+        if (!f->at || is_peer(e, f->node))
+            continue;
+        out[n] = (struct engine_peer_info){0};
+        snprintf(out[n].node, sizeof(out[n].node), "%s", f->node);
+        snprintf(out[n].transport, sizeof(out[n].transport), "-");
+        snprintf(out[n].why, sizeof(out[n].why), "failed %" PRIu64 " s ago: %.70s",
+                 (loop_now_ms() - f->at) / 1000, f->why);
+        n++;
     }
     return n;
 }

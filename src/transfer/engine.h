@@ -76,7 +76,8 @@ const char *engine_provider(const struct engine *e);
 uint64_t engine_eager_max(const struct engine *e);
 /* Changes the eager limit for pulls from now on (ENGINE_EAGER_AUTO: the provider default). */
 void engine_set_eager_max(struct engine *e, uint64_t v);
-/* Fills up to max records, one per peer this node pulls from; returns how many. */
+/* Fills up to max records, one per peer this node pulls from, then one per holder whose
+ * transfer failed lately and is not connected now (transport "-"); returns how many. */
 size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max);
 /* Closes every connection (aborting partial objects, unpinning served ones) and frees. */
 void engine_close(struct engine *e);
@@ -87,6 +88,13 @@ int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void
                  uint32_t index);
 /* Forgets every callback registered with ctx. A transfer already under way finishes. */
 void engine_cancel(struct engine *e, void *ctx);
+
+/* id was deleted cluster-wide by node: its fetches fail (FERRY_ENOENT, "deleted"), and bytes
+ * on their way are dropped. */
+void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node);
+/* Why a fetch of id has not succeeded yet (the holders tried and left out), into buf; "" when
+ * there is nothing to say. */
+void engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len);
 
 /* The store sealed o (a local put or a finished transfer): fetches of its id are done. */
 void engine_on_sealed(struct engine *e, const struct object *o);

@@ -47,7 +47,9 @@ static void in_closed(struct xconn *c, int err, const char *reason)
     struct inconn *ic = c->owner;
 
     /* Broken framing, or gone before proving the secret: a bad peer, not a finished one. */
-    if (err == FERRY_EPROTO || ic->state != IN_READY) {
+    if (ic->state == IN_REFUSED) {
+        log_debug("refused transfer connection from %s closed", c->peer);
+    } else if (err == FERRY_EPROTO || ic->state != IN_READY) {
         ic->e->counters.peer_errors++;
         log_warn("transfer connection from %s (%s) dropped%s: %s", ic->node[0] ? ic->node : "?",
                  c->peer, ic->state != IN_READY ? " before authenticating" : "", reason);
@@ -75,6 +77,25 @@ static int in_send(struct inconn *ic, struct pbuf *b)
     return rc;
 }
 
+/* Refuses a connector that failed the handshake, telling it why (REFUSE), then waits up to
+ * REFUSE_LINGER_MS for it to close: closing at once could drop the frame unsent. */
+static void in_refuse(struct inconn *ic, const char *why)
+{
+    struct pbuf b = {0};
+
+    ic->e->counters.peer_errors++;
+    log_warn("refusing the transfer connection from %s (%s): %s", ic->node[0] ? ic->node : "?",
+             ic->conn->peer, why);
+    wire_refuse(&b, why);
+    if (in_send(ic, &b) < 0) {
+        ic->conn->type->close(ic->conn);
+        eng_inconn_free(ic);
+        return;
+    }
+    ic->state = IN_REFUSED;
+    loop_timer_start(ic->e->loop, &ic->deadline, loop_now_ms() + REFUSE_LINGER_MS);
+}
+
 static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
 {
     struct engine *e = ic->e;
@@ -82,7 +103,10 @@ static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
     struct pbuf b = {0};
 
     if (m->magic != WIRE_MAGIC || m->version != WIRE_VERSION) {
-        in_abort(ic, "hello with a wrong magic or version");
+        char why[64];
+        snprintf(why, sizeof(why), "transfer protocol %u expected, got %u", WIRE_VERSION,
+                 m->version);
+        in_refuse(ic, m->magic != WIRE_MAGIC ? "not a ferry transfer connection" : why);
         return;
     }
     memcpy(ic->nonce_c, m->nonce, WIRE_NONCE);
@@ -106,7 +130,7 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
     const char *why;
 
     if (auth_check(&e->auth, ic->nonce_c, ic->nonce_a, m->mac, &why) < 0) {
-        in_abort(ic, why);
+        in_refuse(ic, why);
         return;
     }
     ic->state = IN_READY;
@@ -276,6 +300,10 @@ static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_
     struct inconn *ic = c->owner;
     struct wire_msg m;
 
+    if (ic->state == IN_REFUSED) {
+        in_abort(ic, "a message after its refusal");
+        return;
+    }
     if (wire_decode(h, payload, &m) < 0) {
         in_abort(ic, ferry_errmsg());
         return;
@@ -318,7 +346,14 @@ const struct xconn_events eng_in_events = {
 
 static void on_handshake_deadline(struct loop *l, struct loop_timer *t)
 {
-    in_abort(t->arg, "no handshake within 10 s");
+    struct inconn *ic = t->arg;
+
+    if (ic->state == IN_REFUSED) { /* counted when refused */
+        ic->conn->type->close(ic->conn);
+        eng_inconn_free(ic);
+        return;
+    }
+    in_abort(ic, "no handshake within 10 s");
 }
 
 void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)

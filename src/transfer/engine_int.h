@@ -44,16 +44,23 @@
 #define MAX_TRIED 8
 #define RETRY_FIRST_MS 10
 #define RETRY_MAX_MS 200
-/* A peer that owes bytes and sends none for this long is given up on; so is one that has
- * not finished the handshake in HANDSHAKE_MS. */
+/* A peer that owes bytes and sends none for this long is given up on; so is a connector that
+ * has not finished the handshake in HANDSHAKE_MS, and a holder that has not answered our hello
+ * in ANSWER_MS: some transports (shm, rxm) never report a dead peer, and a fetch should move on
+ * to the next holder in seconds, not wait out the dead one's directory entry. */
 #define STALL_MS 30000
 #define HANDSHAKE_MS 10000
+#define ANSWER_MS 3000
+/* A refused connector is given this long to read why and close. */
+#define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
 #define UNAUTH_MAX_FRAME 256
 /* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
 #define MAX_INCONNS 1024
 /* A peer whose connection on a transport fails this often in a row is reached on the next one
  * (the fallback at worst) for BREAKER_MS. */
+/* Holders whose transfers failed lately, one line each in ferry stat's peers view. */
+#define RECENT_FAILURES 16
 #define BREAKER_FAILS 3
 #define BREAKER_MS 30000
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
@@ -74,7 +81,16 @@ struct pull;
 struct pentry {
     struct pull *pull;
     struct want *w;
-    int receiving; /* bytes are on their way into w->obj (or are being dropped) */
+    int receiving;   /* bytes are on their way into w->obj (or are being dropped) */
+    int other;       /* the holder has other content than the recorded one: dropped */
+    uint64_t digest; /* the holder's, when other */
+};
+
+/* A holder a want tried, and why it failed. */
+struct tried {
+    char node[DIRECTORY_NODE_ID_MAX + 1];
+    char why[96];
+    int lost; /* it no longer holds the object: it may again, or another node may */
 };
 
 struct want {
@@ -83,8 +99,12 @@ struct want {
     int state, done;
     int busy; /* being sealed or verified: finishing must not free it */
     struct waiter *waiters;
-    char tried[MAX_TRIED][DIRECTORY_NODE_ID_MAX + 1];
+    struct tried tried[MAX_TRIED];
     int ntried;
+    char gone[160];      /* the holders the last lookup left out, and why */
+    int has_content;     /* the directory recorded the id's content: */
+    uint64_t size, hash; /* only bytes of this size and digest are taken */
+    int deleted;         /* deleted cluster-wide: what arrives is dropped */
     uint32_t retries;
     struct loop_timer retry;
     struct pentry *entry; /* the pull entry naming this want, if any */
@@ -134,7 +154,7 @@ struct hpull {
     struct hpull *next;
 };
 
-enum inconn_state { IN_HELLO, IN_AUTH, IN_READY };
+enum inconn_state { IN_HELLO, IN_AUTH, IN_READY, IN_REFUSED };
 
 struct inconn {
     struct engine *e;
@@ -161,6 +181,13 @@ struct breaker {
     struct breaker *next;
 };
 
+/* A holder's last failed transfer; the oldest is replaced when the table is full. */
+struct recent_failure {
+    char node[DIRECTORY_NODE_ID_MAX + 1];
+    char why[112];
+    uint64_t at; /* loop_now_ms(); 0 for an empty slot */
+};
+
 struct engine {
     struct loop *loop;
     struct store *store;
@@ -176,6 +203,7 @@ struct engine {
     uint64_t fallbacks[REGISTRY_MAX];   /* times a peer was taken off each for a while */
     uint64_t eager_max;
     struct breaker *breakers;
+    struct recent_failure recent[RECENT_FAILURES];
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;
@@ -184,6 +212,9 @@ struct engine {
     struct loop_watch verifier_watch;
     struct engine_counters counters;
 };
+
+/* engine_route.c */
+void eng_note_failure(struct engine *e, const char *node, const char *why);
 
 /* engine.c */
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);

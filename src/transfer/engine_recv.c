@@ -41,31 +41,58 @@ static void want_finish(struct want *w, int status)
 static int want_tried(const struct want *w, const char *node)
 {
     for (int i = 0; i < w->ntried; i++) {
-        if (strcmp(w->tried[i], node) == 0)
+        if (strcmp(w->tried[i].node, node) == 0)
             return 1;
     }
     return 0;
 }
 
+/* What went wrong so far, for the user: "a: refused: wrong cluster secret; b: gone (...)". */
+static void want_reasons(const struct want *w, char *buf, size_t len)
+{
+    size_t at = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < w->ntried && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s: %s", at ? "; " : "", w->tried[i].node,
+                               w->tried[i].why);
+    if (w->gone[0] && at < len)
+        snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
+}
+
+/* Fails w with FERRY_ETRANSFER and every reason. */
+static void want_fail_all(struct want *w)
+{
+    char why[512];
+
+    want_reasons(w, why, sizeof(why));
+    want_finish(w, err_set(FERRY_ETRANSFER, "transfer failed from every holder: %s", why));
+}
+
 static void want_lookup(struct want *w, int fresh);
 
-/* The holder in w->holder failed: note it and ask for the next one. */
-static void want_next_holder(struct want *w, const char *why)
+/* The holder in w->holder failed (lost: it answered that it no longer holds the object):
+ * note why, and ask for the next one. */
+static void want_failed_holder(struct want *w, const char *why, int lost)
 {
     struct engine *e = w->e;
+    struct tried *t;
 
     e->counters.transfer_failures++;
-    log_warn("transfer from %s failed: %s; trying the next holder", w->holder, why);
+    log_warn("transfer of an object from %s failed: %s; trying the next holder", w->holder, why);
+    eng_note_failure(e, w->holder, why);
     if (w->done) {
         eng_want_free(w);
         return;
     }
+    t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
+    snprintf(t->node, sizeof(t->node), "%s", w->holder);
+    snprintf(t->why, sizeof(t->why), "%s", why);
+    t->lost = lost;
     if (w->ntried == MAX_TRIED) {
-        want_finish(w, err_set(FERRY_ETRANSFER, "%d holders failed (last: %s: %s)", MAX_TRIED,
-                               w->holder, why));
+        want_fail_all(w);
         return;
     }
-    snprintf(w->tried[w->ntried++], sizeof(w->tried[0]), "%s", w->holder);
     want_lookup(w, 1);
 }
 
@@ -74,11 +101,17 @@ static void on_retry(struct loop *l, struct loop_timer *t)
     want_lookup(t->arg, 1);
 }
 
-/* Nobody holds the object yet: ask again later (with backoff), until the waiters give up. */
+/* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
+ * Holders that had lost it may be asked again then. */
 static void want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
+    int kept = 0;
 
+    for (int i = 0; i < w->ntried; i++)
+        if (!w->tried[i].lost)
+            w->tried[kept++] = w->tried[i];
+    w->ntried = kept;
     w->retries++;
     w->state = WANT_RETRY;
     if (loop_timer_start(w->e->loop, &w->retry,
@@ -119,13 +152,13 @@ static void peer_fail_wants(struct peer *p, const char *why)
                 eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
-            want_next_holder(w, why);
+            want_failed_holder(w, why, 0);
         }
         eng_pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
         p->queue[i]->queued = NULL;
-        want_next_holder(p->queue[i], why);
+        want_failed_holder(p->queue[i], why, 0);
     }
     p->nqueue = 0;
 }
@@ -180,7 +213,7 @@ static void peer_stall_arm(struct peer *p)
         if (p->stall.heap_index == SIZE_MAX) {
             p->stall_bytes = p->conn->bytes_in;
             loop_timer_start(p->e->loop, &p->stall,
-                             loop_now_ms() + (p->authed ? STALL_MS : HANDSHAKE_MS));
+                             loop_now_ms() + (p->authed ? STALL_MS : ANSWER_MS));
         }
     } else {
         loop_timer_stop(p->e->loop, &p->stall);
@@ -192,7 +225,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     struct peer *p = t->arg;
 
     if (!p->authed) {
-        peer_abort(p, "no handshake within 10 s");
+        peer_abort(p, "no answer to our hello within 3 s (dead or unreachable)");
         return;
     }
     if (p->conn->bytes_in == p->stall_bytes) {
@@ -256,7 +289,7 @@ static void peer_flush(struct peer *p)
     }
     memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
     p->nqueue -= n;
-    wire_pull(&b, pl->tag, p->e->cfg.verify ? WIRE_PULL_VERIFY : 0, p->e->eager_max, ids, n);
+    wire_pull(&b, pl->tag, WIRE_PULL_VERIFY, p->e->eager_max, ids, n);
     free(ids);
     *p->pulls_tail = pl;
     p->pulls_tail = &pl->next;
@@ -437,6 +470,11 @@ static void want_seal(struct want *w)
     struct object *o = w->obj;
 
     w->obj = NULL;
+    if (w->deleted) { /* deleted cluster-wide while on its way (so w is done) */
+        store_abort(e->store, o);
+        eng_want_free(w);
+        return;
+    }
     e->counters.transfers_in++;
     e->counters.bytes_in += o->data_size + o->metadata_size;
     /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. With
@@ -507,7 +545,14 @@ static void complete_entry(struct peer *p, struct pentry *pe)
         w->entry = NULL;
         if (w->obj)
             eng_breaker_ok(p->e, p->node.id, p->conn->type);
-        if (w->obj)
+        if (pe->other) {
+            char why[96];
+            snprintf(why, sizeof(why),
+                     "holds other content (digest %016" PRIx64 "; the first seal's is %016" PRIx64
+                     ")",
+                     pe->digest, w->hash);
+            want_failed_holder(w, why, 0);
+        } else if (w->obj)
             want_received(w);
         else if (w->done)
             eng_want_free(w);
@@ -535,12 +580,15 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         w->entry = NULL;
         if (e->dir)
             directory_forget_holder(e->dir, &w->id, p->node.id);
-        want_next_holder(w, "it no longer holds the object");
+        want_failed_holder(w, "listed, but no longer holds it", 1);
         return 0;
     }
     if (len < re->data_size)
         return err_set(FERRY_EPROTO, "reply sizes overflow");
-    if (!w->done) {
+    /* Other bytes than the content the directory recorded for the id: never taken. */
+    pe->other = w->has_content && (re->digest != w->hash || len != w->size);
+    pe->digest = re->digest;
+    if (!w->done && !pe->other) {
         rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
         if (rc == FERRY_EEXIST) {
             w->obj = NULL; /* being created here too: its seal will finish the want */
@@ -596,7 +644,11 @@ static void peer_frame(struct xconn *c, const struct proto_header *h, const uint
         peer_abort(p, ferry_errmsg());
         return;
     }
-    if (!p->authed && m.type == WIRE_CHALLENGE)
+    if (m.type == WIRE_REFUSE) {
+        char why[sizeof(m.reason) + 16];
+        snprintf(why, sizeof(why), "refused: %s", m.reason);
+        peer_abort(p, why);
+    } else if (!p->authed && m.type == WIRE_CHALLENGE)
         peer_on_challenge(p, &m);
     else if (p->authed && m.type == WIRE_REPLY)
         peer_on_reply(p, &m);
@@ -635,7 +687,7 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
                      w->holder, job->digest, w->digest);
             store_abort(e->store, w->obj);
             w->obj = NULL;
-            want_next_holder(w, "digest mismatch");
+            want_failed_holder(w, "its bytes do not match its digest", 0);
         }
         free(job);
     }
@@ -658,27 +710,54 @@ static const struct directory_node *choose(struct engine *e, const struct want *
     return pick;
 }
 
-static void on_holders(void *arg, int status, const struct directory_node *h, size_t n)
+/* Notes the holders a lookup left out (dead, or of an ended run), for the reasons. */
+static void note_gone(struct want *w, const struct directory_answer *a)
+{
+    size_t at = 0;
+
+    w->gone[0] = '\0';
+    for (size_t i = 0; i < a->ngone && at < sizeof(w->gone); i++)
+        at += (size_t)snprintf(w->gone + at, sizeof(w->gone) - at, "%s%s: %s", at ? "; " : "",
+                               a->gone[i].id, a->gone[i].why);
+}
+
+/* 1 when a holder failed for another reason than having lost the object. */
+static int failed_for_real(const struct want *w)
+{
+    for (int i = 0; i < w->ntried; i++)
+        if (!w->tried[i].lost)
+            return 1;
+    return 0;
+}
+
+static void on_holders(void *arg, const struct directory_answer *a)
 {
     struct want *w = arg;
     const struct directory_node *pick;
     struct peer *p;
 
-    if (status < 0) {
-        want_finish(w, err_set(status, "cannot look up holders: %s", ferry_errmsg()));
+    if (a->status < 0) {
+        want_finish(w, err_set(a->status, "cannot look up holders: %s", ferry_strerror(a->status)));
         return;
     }
-    if (!(pick = choose(w->e, w, h, n))) {
-        if (n)
-            want_finish(w, err_set(FERRY_ETRANSFER, "all %d holders failed (last: %s)", w->ntried,
-                                   w->holder));
+    note_gone(w, a);
+    if (a->has_content) {
+        w->has_content = 1;
+        w->size = a->size;
+        w->hash = a->digest;
+    }
+    if (!(pick = choose(w->e, w, a->nodes, a->n))) {
+        if (a->n && failed_for_real(w))
+            want_fail_all(w); /* every live holder was tried */
         else
-            want_retry(w); /* sealed nowhere (any more): a holder may still come */
+            want_retry(w); /* sealed nowhere live (any more): a holder may still come */
         return;
     }
     if (!(p = peer_get(w->e, pick))) {
+        char why[96];
+        snprintf(why, sizeof(why), "cannot connect: %s", ferry_errmsg());
         snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
-        want_next_holder(w, "cannot connect");
+        want_failed_holder(w, why, 0);
         return;
     }
     peer_enqueue(p, w);
@@ -758,6 +837,25 @@ void engine_cancel(struct engine *e, void *ctx)
     for (size_t i = 0; i < nidle; i++)
         want_finish(idle[i], FERRY_ETIMEDOUT);
     free(idle);
+}
+
+void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
+{
+    struct want *w = idmap_get(&e->wants, id);
+
+    if (!w)
+        return;
+    w->deleted = 1;
+    want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", node));
+}
+
+void engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len)
+{
+    const struct want *w = idmap_get(&e->wants, id);
+
+    buf[0] = '\0';
+    if (w)
+        want_reasons(w, buf, len);
 }
 
 void engine_on_sealed(struct engine *e, const struct object *o)

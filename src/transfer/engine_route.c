@@ -50,6 +50,25 @@ void eng_breaker_ok(struct engine *e, const char *node, const struct transport *
         b->fails = 0;
 }
 
+void eng_note_failure(struct engine *e, const char *node, const char *why)
+{
+    struct recent_failure *f = &e->recent[0];
+
+    for (size_t i = 0; i < RECENT_FAILURES; i++) {
+        if (strcmp(e->recent[i].node, node) == 0) {
+            f = &e->recent[i];
+            break;
+        }
+        if (e->recent[i].at < f->at)
+            f = &e->recent[i];
+    }
+    snprintf(f->node, sizeof(f->node), "%s", node);
+    snprintf(f->why, sizeof(f->why), "%s", why);
+    f->at = loop_now_ms();
+    if (!f->at)
+        f->at = 1;
+}
+
 /* Why transport i is not used for node, into why; 0 when it can be. */
 static int passed_over(struct engine *e, size_t i, const struct directory_node *node, char *why,
                        size_t len)

@@ -6,30 +6,41 @@
 
 #include "common/err.h"
 
-/* A node id on the wire: u8 length, then that many bytes of printable text. */
-static void put_node(struct pbuf *b, const char *node)
+/* Text on the wire: u8 length, then that many bytes of printable text. */
+static void put_text(struct pbuf *b, const char *text, size_t max)
 {
-    size_t len = strnlen(node, WIRE_NODE_MAX);
+    size_t len = strnlen(text, max);
     pbuf_u8(b, (uint8_t)len);
-    pbuf_put(b, node, len);
+    pbuf_put(b, text, len);
 }
 
-static int get_node(struct preader *r, char out[WIRE_NODE_MAX + 1])
+/* Text of at most max bytes, each in [low, 0x7e] (node ids: no spaces). */
+static int get_text(struct preader *r, char *out, size_t max, uint8_t low, const char *what)
 {
     uint8_t len = prd_u8(r);
     const uint8_t *p;
 
-    if (len > WIRE_NODE_MAX)
-        return err_set(FERRY_EPROTO, "node id of %u bytes", len);
+    if (len > max)
+        return err_set(FERRY_EPROTO, "%s of %u bytes", what, len);
     if (!(p = prd_bytes(r, len)))
         return 0; /* truncation is reported by the caller */
     for (uint8_t i = 0; i < len; i++) {
-        if (p[i] < 0x21 || p[i] > 0x7e)
-            return err_set(FERRY_EPROTO, "node id with a non-printable byte");
+        if (p[i] < low || p[i] > 0x7e)
+            return err_set(FERRY_EPROTO, "%s with a non-printable byte", what);
     }
     memcpy(out, p, len);
     out[len] = '\0';
     return 0;
+}
+
+static void put_node(struct pbuf *b, const char *node)
+{
+    put_text(b, node, WIRE_NODE_MAX);
+}
+
+static int get_node(struct preader *r, char out[WIRE_NODE_MAX + 1])
+{
+    return get_text(r, out, WIRE_NODE_MAX, 0x21, "node id");
 }
 
 static void get_fixed(struct preader *r, uint8_t *out, size_t n)
@@ -77,6 +88,8 @@ static int decode_body(struct preader *r, struct wire_msg *m)
             return err_set(FERRY_EPROTO, "reply of %u entries exceeds %u", m->n, WIRE_MAX_IDS);
         m->entries = prd_bytes(r, (size_t)m->n * WIRE_REPLY_ENTRY_SIZE);
         return 0;
+    case WIRE_REFUSE:
+        return get_text(r, m->reason, WIRE_REASON_MAX, 0x20, "refusal");
     default:
         return err_set(FERRY_EPROTO, "unknown transfer message type %u", m->type);
     }
@@ -136,6 +149,13 @@ void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC])
 {
     size_t start = proto_frame_begin(b, WIRE_AUTH, 0);
     pbuf_put(b, mac, WIRE_MAC);
+    proto_frame_end(b, start);
+}
+
+void wire_refuse(struct pbuf *b, const char *reason)
+{
+    size_t start = proto_frame_begin(b, WIRE_REFUSE, 0);
+    put_text(b, reason, WIRE_REASON_MAX);
     proto_frame_end(b, start);
 }
 

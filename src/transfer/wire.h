@@ -10,6 +10,8 @@
  *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
  *              u64 metadata_size, u64 digest}; on the tcp transport the bytes (data then
  *              metadata) of every entry with status 0 follow the frame on the stream, in order
+ *   REFUSE     acceptor -> connector, before it closes a connection it refuses: u8 length,
+ *              that many bytes of printable text (why: "wrong cluster secret", ...)
  * Mutual authentication with the cluster secret: each side proves it knows the secret with
  * HMAC-SHA256 over both nonces and its role; with no secret configured the macs are zero and
  * `keyed` is 0, and a keyed node refuses an unkeyed peer. The acceptor handles nothing but
@@ -27,12 +29,13 @@
 #include "common/proto.h"
 
 #define WIRE_MAGIC 0x58595246u /* "FRYX" */
-#define WIRE_VERSION 2u
+#define WIRE_VERSION 3u
 #define WIRE_MAX_FRAME (4u << 20)
 #define WIRE_MAX_IDS 65536u
 #define WIRE_NONCE 32u
 #define WIRE_MAC 32u
 #define WIRE_NODE_MAX 63u
+#define WIRE_REASON_MAX 120u
 #define WIRE_PULL_VERIFY 1u /* the holder must give each object's digest */
 #define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + 8u)
 
@@ -42,6 +45,7 @@ enum wire_type {
     WIRE_AUTH = 3,
     WIRE_PULL = 4,
     WIRE_REPLY = 5,
+    WIRE_REFUSE = 6,
 };
 
 struct wire_reply_entry {
@@ -52,16 +56,17 @@ struct wire_reply_entry {
 struct wire_msg {
     uint16_t type;
     uint64_t tag;
-    char node[WIRE_NODE_MAX + 1]; /* HELLO, CHALLENGE */
-    uint8_t nonce[WIRE_NONCE];    /* HELLO, CHALLENGE */
-    uint8_t mac[WIRE_MAC];        /* CHALLENGE, AUTH */
-    uint8_t keyed;                /* CHALLENGE */
-    uint32_t magic, version;      /* HELLO */
-    uint8_t flags;                /* PULL */
-    uint64_t eager_max;           /* PULL */
-    uint32_t n;                   /* PULL, REPLY */
-    const ferry_id *ids;          /* PULL: n ids inside the payload */
-    const uint8_t *entries;       /* REPLY: n entries inside the payload */
+    char node[WIRE_NODE_MAX + 1];     /* HELLO, CHALLENGE */
+    uint8_t nonce[WIRE_NONCE];        /* HELLO, CHALLENGE */
+    uint8_t mac[WIRE_MAC];            /* CHALLENGE, AUTH */
+    uint8_t keyed;                    /* CHALLENGE */
+    uint32_t magic, version;          /* HELLO */
+    uint8_t flags;                    /* PULL */
+    uint64_t eager_max;               /* PULL */
+    uint32_t n;                       /* PULL, REPLY */
+    const ferry_id *ids;              /* PULL: n ids inside the payload */
+    const uint8_t *entries;           /* REPLY: n entries inside the payload */
+    char reason[WIRE_REASON_MAX + 1]; /* REFUSE */
 };
 
 int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wire_msg *out);
@@ -73,6 +78,8 @@ void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE
 void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
                     const uint8_t mac[WIRE_MAC]);
 void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
+/* reason is cut at WIRE_REASON_MAX bytes. */
+void wire_refuse(struct pbuf *b, const char *reason);
 void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
                uint32_t n);
 /* A reply is built in place: begin, n entries, end. */
