@@ -52,25 +52,26 @@ typedef struct ferry_id {
 /* The one error scheme: 0 or one of these. */
 enum ferry_error {
     FERRY_OK = 0,
-    FERRY_EINVAL = -1,      /* an argument is invalid */
-    FERRY_ENOENT = -2,      /* no such object */
-    FERRY_EEXIST = -3,      /* an object with this id exists already */
-    FERRY_ETOOBIG = -4,     /* larger than the whole arena */
-    FERRY_ENOSPACE = -5,    /* no room even after eviction */
-    FERRY_EPERM = -6,       /* only the creator may seal or abort */
-    FERRY_ETIMEDOUT = -7,   /* the timeout ended first */
-    FERRY_ENOTSEALED = -8,  /* the object is still being created */
-    FERRY_ECONN = -9,       /* daemon unreachable, or the connection was lost */
-    FERRY_EPROTO = -10,     /* malformed or unexpected message */
-    FERRY_ENOMEM = -11,     /* out of memory in this process */
-    FERRY_ESYS = -12,       /* a system call failed (ferry_errmsg() tells which) */
-    FERRY_ENOSYS = -13,     /* operation not supported */
-    FERRY_EBUSY = -14,      /* resource in use */
-    FERRY_EDIRECTORY = -15, /* the cluster directory (Redis) is unavailable */
-    FERRY_ETRANSFER = -16,  /* every holder failed to deliver the object */
-    FERRY_EAUTH = -17,      /* a peer failed the cluster secret's challenge */
-    FERRY_EAGAIN = -18,     /* nothing is there now (a non-blocking read); try again later */
-    FERRY_ERROR_MIN = -18
+    FERRY_EINVAL = -1,       /* an argument is invalid */
+    FERRY_ENOENT = -2,       /* no such object */
+    FERRY_EEXIST = -3,       /* an object with this id exists already */
+    FERRY_ETOOBIG = -4,      /* larger than the whole arena */
+    FERRY_ENOSPACE = -5,     /* no room even after eviction */
+    FERRY_EPERM = -6,        /* only the creator may seal or abort */
+    FERRY_ETIMEDOUT = -7,    /* the timeout ended first */
+    FERRY_ENOTSEALED = -8,   /* the object is still being created */
+    FERRY_ECONN = -9,        /* daemon unreachable, or the connection was lost */
+    FERRY_EPROTO = -10,      /* malformed or unexpected message */
+    FERRY_ENOMEM = -11,      /* out of memory in this process */
+    FERRY_ESYS = -12,        /* a system call failed (ferry_errmsg() tells which) */
+    FERRY_ENOSYS = -13,      /* operation not supported */
+    FERRY_EBUSY = -14,       /* resource in use */
+    FERRY_EDIRECTORY = -15,  /* the cluster directory (Redis) is unavailable */
+    FERRY_ETRANSFER = -16,   /* every holder failed to deliver the object */
+    FERRY_EAUTH = -17,       /* a peer failed the cluster secret's challenge */
+    FERRY_EAGAIN = -18,      /* nothing is there now (a non-blocking read); try again later */
+    FERRY_ESTANDALONE = -19, /* a cluster call on a node started without --directory */
+    FERRY_ERROR_MIN = -19
 };
 
 /* Name of an error code ("no such object"); never NULL. */
@@ -130,6 +131,13 @@ int ferry_contains(ferry_client *c, const ferry_id *id, int *present);
 /* Deletes a sealed object; one still referenced goes when its last reference does (it is
  * invisible at once). FERRY_ENOENT if absent, FERRY_ENOTSEALED for one's own unsealed object. */
 int ferry_delete(ferry_client *c, const ferry_id *id);
+
+/* Deletes id on every node of the cluster: each holder drops its copy (one still referenced
+ * goes when its last reference does), the directory forgets the id, and fetches waiting for it
+ * fail (FERRY_ENOENT, "deleted"). Returns once the directory has recorded the delete; other
+ * nodes drop their copies as they hear of it (within about 100 ms). Succeeds when no node
+ * holds id. FERRY_ESTANDALONE without a directory, FERRY_EDIRECTORY when it is down. */
+int ferry_delete_cluster(ferry_client *c, const ferry_id *id);
 
 /* Creates, fills and seals an object, and releases it. */
 int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
@@ -220,6 +228,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(directory_lookups, COUNTER, "holder lookups sent to the directory")                          \
     X(directory_cache_hits, COUNTER, "holder lookups answered from the local cache")               \
     X(directory_reconnects, COUNTER, "connections to the directory re-established")                \
+    X(id_conflicts, COUNTER, "seals of an id whose recorded content (elsewhere) differs")          \
+    X(deletes_heard, COUNTER, "cluster-wide deletes of other nodes heard from the directory")      \
+    X(directory_cleaned, COUNTER, "holdings of this node's past runs removed from the directory")  \
     X(eager_max, GAUGE, "bytes up to which objects are pulled as messages on one-sided transports")
 
 typedef struct ferry_stats {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cli_cluster.sh - the ferry command line's cluster commands against a real Redis and real
 # ferryd nodes: fetch, get --fetch, where and nodes (tables and --json), the per-id failure
-# lines of fetch, and the exit statuses of a fetch that times out (1) and of a node without a
-# directory (4).
+# lines of fetch, and the exit statuses of a fetch that times out (1), of where with no holder
+# (1) and of a node without a directory (6).
 #
 # Needs FERRY_BIN_DIR (the directory holding ferryd and ferry), redis-server and python3.
 # Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
@@ -106,8 +106,9 @@ test_fetch() {
     expect "where (table)" 0 fy b where alpha
     ok "where prints a header and both holders" test "$(wc -l <"$OUT")" -eq 3
     ok "where marks b itself as a holder" grep -Eq '^\* node-b ' "$OUT"
-    expect "where of an id nobody holds" 0 fy b where nobody --json
+    expect "where of an id nobody holds: status 1" 1 fy b where nobody --json
     ok "where of an id nobody holds is an empty list" pyjson "$OUT" "j == []"
+    ok "where of an id nobody holds says so" grep -q 'no live node holds' "$ERR"
     expect "fetch of a local object" 0 fy a fetch alpha
 }
 
@@ -163,10 +164,12 @@ test_fetch_waits() {
 }
 
 test_standalone() {
-    expect_lines "fetch on a node without a directory" 4 \
-        "ferry: fetch: alpha: directory unavailable" -- fy s fetch alpha
-    expect "nodes on a node without a directory" 4 fy s nodes
-    expect "where on a node without a directory" 4 fy s where alpha
+    expect_lines "fetch on a node without a directory" 6 \
+        "ferry: fetch: alpha: standalone node (started without --directory)" -- fy s fetch alpha
+    expect "nodes on a node without a directory" 6 fy s nodes
+    ok "nodes on a standalone node says so" grep -q 'standalone node' "$ERR"
+    expect "where on a node without a directory" 6 fy s where alpha
+    expect "rm --cluster on a node without a directory" 6 fy s rm --cluster here
     expect "put on a node without a directory" 0 fy s put here "$DIR/gamma.bin"
     expect "fetch of a local object on a node without a directory" 0 fy s fetch here
     expect "fetch with no daemon" 4 "$FERRY" --socket "$DIR/nothing.sock" fetch alpha
@@ -177,7 +180,8 @@ test_stat() {
     cp "$OUT" "$DIR/stat.json"
     ok "stat --json has the cluster counters" pyjson "$DIR/stat.json" \
         "{'fetches', 'transfers_in', 'bytes_in', 'peer_errors', 'directory_up',
-          'directory_cache_hits', 'connections_opened'} <= set(j)"
+          'directory_cache_hits', 'connections_opened', 'id_conflicts', 'deletes_heard',
+          'directory_cleaned'} <= set(j)"
     ok "b counted its transfers and is connected to the directory" pyjson "$DIR/stat.json" \
         "j['transfers_in'] >= 5 and j['bytes_in'] >= 300000 and j['directory_up'] == 1"
     expect "stat" 0 fy b stat

@@ -233,10 +233,10 @@ test_eager_max() {
     expect "eager-max with a bad word" 2 fy eager-max automatic
     expect "eager-max reads the limit" 0 fy eager-max
     ok "eager-max of a standalone node is 0" stdout_is 0
-    # A standalone node has no transfers to tune: the daemon refuses (FERRY_EINVAL), status 5.
-    expect "eager-max 1M on a standalone node" 5 fy eager-max 1M
-    ok "eager-max 1M names the reason" grep -q 'invalid argument.*standalone' "$ERR"
-    expect "eager-max auto on a standalone node" 5 fy eager-max auto
+    # A standalone node has no transfers to tune: the daemon refuses (FERRY_ESTANDALONE), 6.
+    expect "eager-max 1M on a standalone node" 6 fy eager-max 1M
+    ok "eager-max 1M names the reason" grep -q 'standalone node' "$ERR"
+    expect "eager-max auto on a standalone node" 6 fy eager-max auto
     ok "the refusal leaves the connection usable" test "$(stat_field eager_max)" = 0
 }
 

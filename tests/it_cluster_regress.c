@@ -13,7 +13,8 @@
  *   at once (both sides), and is counted in peer_errors.
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
- * in Redis by hand as a node "fake" (ferry:node:fake) holding the object (ferry:obj:<hex>).
+ * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
+ * (field h:fake of ferry:obj:<hex>, with no content recorded).
  */
 #include "harness.h"
 
@@ -85,12 +86,12 @@ static void register_fake_on(const struct h_cluster *cl, int port, const char *f
 {
     char addr[32], key[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "t:tcp", addr,
-                                   fabric ? "t:fabric" : NULL, fabric, NULL});
+    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "inc", "1", "t:tcp",
+                                   addr, fabric ? "t:fabric" : NULL, fabric, NULL});
     redis_cmd(cl, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
     snprintf(key, sizeof(key), "ferry:obj:");
     id_hex(id, key + strlen(key));
-    redis_cmd(cl, (const char *[]){"SADD", key, "fake", NULL});
+    redis_cmd(cl, (const char *[]){"HSET", key, "h:fake", "1", NULL}); /* no content recorded */
 }
 
 static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
@@ -104,7 +105,7 @@ static void unregister_fake_holder(const struct h_cluster *cl, const ferry_id *i
     char key[64];
     snprintf(key, sizeof(key), "ferry:obj:");
     id_hex(id, key + strlen(key));
-    redis_cmd(cl, (const char *[]){"SREM", key, "fake", NULL});
+    redis_cmd(cl, (const char *[]){"HDEL", key, "h:fake", NULL});
 }
 
 /* ---- fake holders ---- */

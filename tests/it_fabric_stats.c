@@ -175,8 +175,8 @@ H_TEST(standalone_has_no_peers_and_refuses_an_eager_limit)
     H_OK(ferry_fabric_info(c, provider));
     assert_string_equal(provider, "");
     H_RC(ferry_fabric_info(c, NULL), FERRY_EINVAL);
-    H_RC(ferry_set_eager_max(c, MIB), FERRY_EINVAL);
-    H_RC(ferry_set_eager_max(c, FERRY_EAGER_AUTO), FERRY_EINVAL);
+    H_RC(ferry_set_eager_max(c, MIB), FERRY_ESTANDALONE);
+    H_RC(ferry_set_eager_max(c, FERRY_EAGER_AUTO), FERRY_ESTANDALONE);
     assert_int_equal(h_stats(c).eager_max, 0); /* and the handle still works */
     ferry_disconnect(c);
 }

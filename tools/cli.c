@@ -34,6 +34,8 @@ int cli_exit_status(int err)
         return STATUS_NOSPACE;
     case FERRY_EDIRECTORY: /* the cluster's directory is as unreachable as a daemon */
         return STATUS_UNREACHABLE;
+    case FERRY_ESTANDALONE:
+        return STATUS_STANDALONE;
     default:
         return STATUS_FAILED;
     }

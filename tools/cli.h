@@ -18,6 +18,7 @@ enum status {
     STATUS_NOSPACE = 3,     /* FERRY_ENOSPACE, FERRY_ETOOBIG */
     STATUS_UNREACHABLE = 4, /* FERRY_ECONN from ferry_connect(), FERRY_EDIRECTORY */
     STATUS_FAILED = 5,      /* anything else (FERRY_ETRANSFER, FERRY_EAUTH, ...) */
+    STATUS_STANDALONE = 6,  /* FERRY_ESTANDALONE: a cluster command on a standalone node */
 };
 
 /* Most named positional arguments a subcommand takes (a list of ids goes to params.rest). */

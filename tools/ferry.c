@@ -383,7 +383,8 @@ static int cmd_nodes(struct cli *cli, int argc, char **argv)
     return print_nodes(cli, err, nodes, n, json);
 }
 
-/* where ID [--json]: lists the live nodes that hold ID (none: only the table's header). */
+/* where ID [--json]: lists the live nodes that hold ID; none: the empty listing, a line on
+ * stderr and status 1. */
 static int cmd_where(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
@@ -394,7 +395,11 @@ static int cmd_where(struct cli *cli, int argc, char **argv)
     ferry_node_info *nodes = NULL;
     size_t n = 0;
     int err = ferry_where(cli->client, &id, &nodes, &n);
-    return print_nodes(cli, err, nodes, n, json);
+    if ((status = print_nodes(cli, err, nodes, n, json)) != STATUS_OK || n > 0)
+        return status;
+    char hex[2 * FERRY_ID_SIZE + 1];
+    ferry_id_format(&id, hex);
+    return cli_report(cli, FERRY_ENOENT, "no live node holds %s", hex);
 }
 
 /* contains ID: prints true (status 0) when a sealed object ID is stored, else false (1). */
@@ -413,15 +418,17 @@ static int cmd_contains(struct cli *cli, int argc, char **argv)
     return present ? STATUS_OK : STATUS_MISSING;
 }
 
-/* rm ID: deletes the object. */
+/* rm [--cluster] ID: deletes the object here, or on every node. */
 static int cmd_rm(struct cli *cli, int argc, char **argv)
 {
+    int cluster = 0;
+    const struct opt opts[] = {{"--cluster", NULL, &cluster}, {NULL}};
     struct params p = {.names = {"ID"}, .min = 1};
     ferry_id id;
-    int status = cli_start(cli, argc, argv, NULL, &p, &id);
+    int status = cli_start(cli, argc, argv, opts, &p, &id);
     if (status != STATUS_OK)
         return status;
-    int err = ferry_delete(cli->client, &id);
+    int err = cluster ? ferry_delete_cluster(cli->client, &id) : ferry_delete(cli->client, &id);
     return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
 }
 
@@ -649,7 +656,7 @@ static const struct command {
     {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put},
     {"get", "ID [-o FILE] [--timeout MS] [--fetch]", "write ID to FILE or stdout", cmd_get},
     {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
-    {"rm", "ID", "delete ID", cmd_rm},
+    {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm},
     {"ls", "[--json]", "list every object", cmd_ls},
     {"stat", "[--json]", "print the daemon's counters, fabric and peers", cmd_stat},
     {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) freed", cmd_evict},
@@ -676,7 +683,7 @@ static void print_usage(void)
            "node holds yet. fetch prints nothing on success and a line per failed ID.\n",
            FETCH_TIMEOUT_MS);
     puts("eager-max: objects up to SIZE are pulled as messages, larger ones by one-sided\n"
-         "reads; auto is the provider's default. A standalone node has none to set (status 5).");
+         "reads; auto is the provider's default. A standalone node has none to set (status 6).");
     puts("calibrate --serve [--sizes LIST]: puts probe objects (ferry-calibrate/SIZE/I) on this\n"
          "node. calibrate --from NODE [--sizes LIST] [--reps N] [--save FILE] [--apply]\n"
          "[--peer-socket PATH]: pulls them from NODE over the fabric as messages (eager) and by\n"
@@ -687,8 +694,9 @@ static void print_usage(void)
          "ferryd --eager-max @FILE); --peer-socket does NODE's --serve through its socket\n"
          "first. Other pulls of this node meanwhile run with the limits calibrate sets. A NODE\n"
          "reached over tcp has nothing to calibrate (status 5).");
-    puts("Exit status: 0 ok, 1 not found or timed out, 2 usage error, 3 no space or too big,\n"
-         "4 daemon or cluster directory unreachable, 5 any other failure (a failed transfer).");
+    puts("Exit status: 0 ok, 1 not found or timed out (where: no node holds ID), 2 usage error,\n"
+         "3 no space or too big, 4 daemon or cluster directory unreachable, 5 any other failure\n"
+         "(a failed transfer), 6 a cluster command on a standalone node (no --directory).");
 }
 
 static const struct command *find_command(const char *name)

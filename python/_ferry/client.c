@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "buffer.h"
 #include "errors.h"
 #include "objectid.h"
@@ -259,6 +260,7 @@ static PyObject *client_repr(ClientObject *self)
 enum small_call {
     CALL_CONTAINS,
     CALL_DELETE,
+    CALL_DELETE_CLUSTER,
     CALL_HASH,
     CALL_EVICT,
     CALL_LIST,
@@ -284,6 +286,8 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_contains(c, &x->id, &x->flag);
     case CALL_DELETE:
         return ferry_delete(c, &x->id);
+    case CALL_DELETE_CLUSTER:
+        return ferry_delete_cluster(c, &x->id);
     case CALL_HASH:
         return ferry_hash(c, &x->id, &x->u64);
     case CALL_EVICT:
@@ -352,9 +356,18 @@ static int client_sq_contains(ClientObject *self, PyObject *id)
     return yes;
 }
 
-static PyObject *client_delete(ClientObject *self, PyObject *id)
+static PyObject *client_delete(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
 {
-    return id_call(self, id, CALL_DELETE);
+    static const char *const names[] = {"id", "cluster"};
+    PyObject *a[2];
+    int cluster = 0;
+
+    if (pyf_parse_args("delete", args, nargs, kwnames, names, 2, 1, a) < 0)
+        return NULL;
+    if (a[1] && (cluster = PyObject_IsTrue(a[1])) < 0)
+        return NULL;
+    return id_call(self, a[0], cluster ? CALL_DELETE_CLUSTER : CALL_DELETE);
 }
 
 static PyObject *client_hash(ClientObject *self, PyObject *id)
@@ -556,9 +569,10 @@ static PyMethodDef client_methods[] = {
      "that are not local."},
     {"contains", (PyCFunction)client_contains, METH_O,
      "contains(id) -> bool\n\nTrue when a sealed object with this id is in the store."},
-    {"delete", (PyCFunction)client_delete, METH_O,
-     "delete(id)\n\nDeletes a sealed object; one still referenced goes with its last reference "
-     "(invisible at once)."},
+    {"delete", KW_METHOD(client_delete),
+     "delete(id, cluster=False)\n\nDeletes a sealed object; one still referenced goes with its "
+     "last reference (invisible at once). cluster=True deletes it on every node and in the "
+     "directory, and fails fetches waiting for it; StandaloneNode without a directory."},
     {"hash", (PyCFunction)client_hash, METH_O,
      "hash(id) -> int\n\nThe object's 64-bit XXH3 digest, computed once at seal."},
     {"evict", (PyCFunction)client_evict, METH_O,

@@ -41,6 +41,8 @@ static const struct error_kind kinds[] = {
     {FERRY_EAUTH, "AuthenticationFailed", "A peer failed the cluster secret's challenge.", NULL, 0},
     {FERRY_EAGAIN, "WouldBlock", "Nothing is there now; try again later.", &PyExc_BlockingIOError,
      0},
+    {FERRY_ESTANDALONE, "StandaloneNode", "A cluster call on a node started without --directory.",
+     NULL, 0},
 };
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 

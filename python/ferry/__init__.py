@@ -38,6 +38,7 @@ from ._ferry import (
     OutOfMemory,
     PermissionDenied,
     ProtocolError,
+    StandaloneNode,
     StoreFull,
     Subscription,
     SystemCallFailed,
@@ -46,7 +47,7 @@ from ._ferry import (
     WouldBlock,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Client",
@@ -73,6 +74,7 @@ __all__ = [
     "TransferFailed",
     "AuthenticationFailed",
     "WouldBlock",
+    "StandaloneNode",
     "DEFAULT_SOCKET",
     "MAX_IDS",
     "OBJECT_FORMAT_VERSION",

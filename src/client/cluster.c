@@ -11,6 +11,9 @@
 static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
                         int *statuses)
 {
+    char text[PROTO_MAX_DETAIL + 1];
+    const char *why;
+    uint16_t wlen;
     int rc, first = 0;
 
     client_req_begin(c, PROTO_FETCH);
@@ -27,12 +30,15 @@ static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, i
         if (st != 0 && first == 0)
             first = statuses[i];
     }
+    /* The first failure's reason: which holders were tried, and why each failed. */
+    wlen = prd_u16(&c->rd);
+    if (wlen > PROTO_MAX_DETAIL || !(why = (const char *)prd_bytes(&c->rd, wlen)))
+        return client_broken(c, err_set(FERRY_EPROTO, "fetch: reply reason"));
+    snprintf(text, sizeof(text), "%.*s", (int)wlen, why);
     if ((rc = client_reply_end(c)) < 0)
         return rc;
     if (first)
-        return err_set(first, "%s",
-                       first == FERRY_ETIMEDOUT ? "not local before the timeout"
-                                                : ferry_strerror(first));
+        return err_set(first, "%s", text[0] ? text : ferry_strerror(first));
     return 0;
 }
 

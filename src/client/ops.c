@@ -229,7 +229,7 @@ int ferry_contains(ferry_client *c, const ferry_id *id, int *present)
     return client_leave(c, rc);
 }
 
-int ferry_delete(ferry_client *c, const ferry_id *id)
+static int delete_request(ferry_client *c, uint16_t type, const ferry_id *id)
 {
     int rc;
 
@@ -237,7 +237,17 @@ int ferry_delete(ferry_client *c, const ferry_id *id)
         return err_set(FERRY_EINVAL, "delete: NULL id");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    return client_leave(c, id_request(c, PROTO_DELETE, id));
+    return client_leave(c, id_request(c, type, id));
+}
+
+int ferry_delete(ferry_client *c, const ferry_id *id)
+{
+    return delete_request(c, PROTO_DELETE, id);
+}
+
+int ferry_delete_cluster(ferry_client *c, const ferry_id *id)
+{
+    return delete_request(c, PROTO_DELETE_CLUSTER, id);
 }
 
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)

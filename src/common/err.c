@@ -27,6 +27,7 @@ static const char *const err_names[] = {
     [-FERRY_ETRANSFER] = "transfer failed from every holder",
     [-FERRY_EAUTH] = "peer authentication failed",
     [-FERRY_EAGAIN] = "nothing there now, try again",
+    [-FERRY_ESTANDALONE] = "standalone node (started without --directory)",
 };
 
 const char *ferry_strerror(int err)

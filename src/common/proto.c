@@ -189,6 +189,7 @@ static int decode_body(struct preader *r, struct proto_request *q)
     case PROTO_RELEASE:
     case PROTO_CONTAINS:
     case PROTO_DELETE:
+    case PROTO_DELETE_CLUSTER:
     case PROTO_HASH:
     case PROTO_WHERE:
         prd_id(r, &q->u.one.id);

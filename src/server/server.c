@@ -154,13 +154,19 @@ void server_notify(struct server *s, int event, const struct object *o)
 
 /* ---- store events ---- */
 
+/* Publishes a sealed object with its content (size and digest): once it is hashed. */
+static void publish(struct server *s, const struct object *o)
+{
+    if (s->dir && o->hashed && o->state == FERRY_STATE_SEALED && !o->deleted)
+        directory_publish(s->dir, &o->id, o->data_size + o->metadata_size, o->hash);
+}
+
 static void on_sealed(void *ctx, const struct object *o)
 {
     struct server *s = ctx;
     server_notify(s, FERRY_EVENT_SEALED, o);
     session_wake_waiters(s, (struct object *)o);
-    if (s->dir)
-        directory_publish(s->dir, &o->id);
+    publish(s, o);
     if (s->engine)
         engine_on_sealed(s->engine, o);
 }
@@ -176,22 +182,39 @@ static void on_removed(void *ctx, const struct object *o, int event)
 static void on_hashed(void *ctx, struct object *o)
 {
     struct server *s = ctx;
+    publish(s, o);
     session_hash_ready(s, o);
     if (s->engine)
         engine_on_hashed(s->engine, o);
 }
 
-/* After (re)connecting to the directory: every sealed object here is published again. */
+/* After (re)connecting to the directory: every sealed object here is published again (those
+ * being hashed are, when their digest is in). */
 static void republish(void *ctx)
 {
     struct server *s = ctx;
     const struct object *o;
     size_t pos = 0;
 
-    while ((o = idmap_next(&s->store.table, &pos, NULL))) {
-        if (o->state == FERRY_STATE_SEALED)
-            directory_publish(s->dir, &o->id);
-    }
+    while ((o = idmap_next(&s->store.table, &pos, NULL)))
+        publish(s, o);
+}
+
+/* Another node deleted id cluster-wide: the copy here goes (with its last reader), and the
+ * fetches of it fail. */
+void server_drop_deleted(struct server *s, const ferry_id *id, const char *node)
+{
+    struct object *o = store_find(&s->store, id);
+
+    if (o && o->state == FERRY_STATE_SEALED)
+        store_delete(&s->store, o);
+    if (s->engine)
+        engine_on_deleted(s->engine, id, node);
+}
+
+static void on_deleted(void *ctx, const ferry_id *id, const char *node)
+{
+    server_drop_deleted(ctx, id, node);
 }
 
 static void on_hasher(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -270,12 +293,27 @@ static void on_accept_resume(struct loop *l, struct loop_timer *t)
     loop_watch_mod(l, &server_of(l)->listen_watch, LOOP_READ);
 }
 
+static void on_left(void *arg)
+{
+    struct server *s = arg;
+
+    loop_stop(&s->loop);
+}
+
+/* SIGTERM or SIGINT: a cluster node leaves the directory first (LEAVE_MS at most), so that no
+ * node is offered it from now on; a second signal stops at once. */
 static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
 {
+    struct server *s = server_of(l);
     struct signalfd_siginfo si;
 
     if (read(w->fd, &si, sizeof(si)) == sizeof(si))
         log_info("signal %u: shutting down", si.ssi_signo);
+    if (s->dir && !s->leaving) {
+        s->leaving = 1;
+        directory_leave(s->dir, LEAVE_MS, on_left, s);
+        return;
+    }
     loop_stop(l);
 }
 
@@ -336,7 +374,7 @@ static int open_cluster(struct server *s)
 {
     const struct server_config *c = &s->cfg;
     struct directory_config dc = {.url = c->directory_url};
-    struct directory_hooks hooks = {.republish = republish, .ctx = s};
+    struct directory_hooks hooks = {.republish = republish, .deleted = on_deleted, .ctx = s};
     struct engine_config ec = {.node_id = c->node_id,
                                .listen_addr = c->listen_addr,
                                .verify = c->verify,

@@ -24,6 +24,10 @@ struct subscriber;
  * most 50 us of CPU per burst of requests (docs/architecture.md has the figures). */
 #define FERRYD_DEFAULT_BUSY_POLL_US 50
 
+/* A cluster node stopped by a signal leaves the directory within this long, or stops anyway
+ * (a Redis that is gone costs nothing: there is no connection to wait on). */
+#define LEAVE_MS 2000
+
 struct server_config {
     const char *socket_path;
     mode_t socket_mode;
@@ -63,6 +67,7 @@ struct server {
     struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
     struct directory *dir;          /* NULL when standalone */
+    int leaving;                    /* a signal came: leaving the directory, then stopping */
     struct engine *engine;          /* NULL when standalone */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
@@ -87,6 +92,9 @@ void server_destroy(struct server *s);
 void server_notify(struct server *s, int event, const struct object *o);
 /* A new subscription: *client_fd is the end to hand to the client (the caller closes it). */
 int server_subscribe(struct server *s, int *client_fd);
+/* id was deleted cluster-wide by node: drops the local copy (a referenced one goes with its
+ * last reference) and fails the fetches waiting for it. */
+void server_drop_deleted(struct server *s, const ferry_id *id, const char *node);
 /* Makes the loop process ss's buffered input after this turn. */
 void server_schedule(struct server *s, struct session *ss);
 

@@ -653,16 +653,29 @@ static void fetch_finish(struct session *ss)
 {
     struct pending_fetch *f = &ss->fetch;
     struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
-    size_t start = reply_begin(ss, &q, 0);
+    size_t start = reply_begin(ss, &q, 0), len = strnlen(f->why, PROTO_MAX_DETAIL);
 
     pbuf_u32(&ss->out, f->n);
     for (uint32_t i = 0; i < f->n; i++)
         pbuf_u32(&ss->out, (uint32_t)f->statuses[i]);
+    pbuf_u16(&ss->out, (uint16_t)len);
+    pbuf_put(&ss->out, f->why, len);
     proto_frame_end(&ss->out, start);
     loop_timer_stop(&ss->srv->loop, &f->timer);
     free(f->statuses);
+    free(f->why);
+    free(f->ids);
     f->statuses = NULL;
+    f->why = NULL;
+    f->ids = NULL;
     f->active = 0;
+}
+
+/* Keeps the first failure's reason (ferry_errmsg() when status came). */
+static void fetch_note(struct pending_fetch *f, int status, const char *why)
+{
+    if (status < 0 && !f->why[0])
+        snprintf(f->why, PROTO_MAX_DETAIL + 1, "%s", why);
 }
 
 static void fetch_done(void *ctx, uint32_t index, int status)
@@ -673,23 +686,33 @@ static void fetch_done(void *ctx, uint32_t index, int status)
     if (!f->active || f->statuses[index] != FETCH_PENDING)
         return;
     f->statuses[index] = status;
+    fetch_note(f, status, ferry_errmsg());
     if (--f->missing == 0) {
         fetch_finish(ss);
         server_schedule(ss->srv, ss);
     }
 }
 
-/* The time is up: what is not local by now times out (transfers under way go on). */
-static void fetch_expire(struct session *ss)
+/* The time is up: what is not local by now times out (transfers under way go on), with what
+ * the engine knows of why. */
+static void fetch_expire(struct session *ss, const ferry_id *ids)
 {
     struct pending_fetch *f = &ss->fetch;
+    char why[320], first[PROTO_MAX_DETAIL + 1] = "";
 
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (f->statuses[i] != FETCH_PENDING)
+            continue;
+        f->statuses[i] = FERRY_ETIMEDOUT;
+        if (!first[0] && ss->srv->engine) {
+            engine_fetch_why(ss->srv->engine, &ids[i], why, sizeof(why));
+            snprintf(first, sizeof(first), "not local within %" PRId64 " ms: %s", f->timeout_ms,
+                     why[0] ? why : "no live node holds it");
+        }
+    }
+    fetch_note(f, FERRY_ETIMEDOUT, first);
     if (ss->srv->engine)
         engine_cancel(ss->srv->engine, ss);
-    for (uint32_t i = 0; i < f->n; i++) {
-        if (f->statuses[i] == FETCH_PENDING)
-            f->statuses[i] = FERRY_ETIMEDOUT;
-    }
     f->missing = 0;
     fetch_finish(ss);
 }
@@ -698,7 +721,7 @@ static void fetch_timeout(struct loop *l, struct loop_timer *t)
 {
     struct session *ss = t->arg;
 
-    fetch_expire(ss);
+    fetch_expire(ss, ss->fetch.ids);
     server_schedule(ss->srv, ss);
 }
 
@@ -709,7 +732,7 @@ static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t 
     if (find_sealed(ss, id))
         return 0;
     if (!e)
-        return err_set(FERRY_EDIRECTORY, "standalone node: no directory to fetch from");
+        return err_set(FERRY_ESTANDALONE, "no other node to fetch from");
     return engine_fetch(e, id, fetch_done, ss, i) < 0 ? (int32_t)FERRY_ENOMEM : FETCH_PENDING;
 }
 
@@ -719,24 +742,37 @@ static int handle_fetch(struct session *ss, const struct proto_request *q)
     uint32_t n = q->u.ids.n;
 
     ss->srv->counters.fetches++;
-    if (!(f->statuses = calloc(n ? n : 1, sizeof(*f->statuses))))
+    f->statuses = calloc(n ? n : 1, sizeof(*f->statuses));
+    f->why = calloc(1, PROTO_MAX_DETAIL + 1);
+    f->ids = n ? malloc((size_t)n * sizeof(*f->ids)) : NULL;
+    if (!f->statuses || !f->why || (n && !f->ids)) {
+        free(f->statuses);
+        free(f->why);
+        free(f->ids);
+        f->statuses = NULL;
+        f->why = NULL;
+        f->ids = NULL;
         return reply_status(ss, q, err_set(FERRY_ENOMEM, "fetch of %u ids", n));
+    }
+    memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
     f->active = 1;
     f->tag = q->tag;
     f->n = n;
     f->missing = 0;
+    f->timeout_ms = q->u.ids.timeout_ms;
     for (uint32_t i = 0; i < n; i++) {
         f->statuses[i] = fetch_start_one(ss, &q->u.ids.ids[i], i);
+        fetch_note(f, f->statuses[i], ferry_errmsg());
         f->missing += f->statuses[i] == FETCH_PENDING;
     }
     if (f->missing == 0)
         fetch_finish(ss);
     else if (q->u.ids.timeout_ms == 0)
-        fetch_expire(ss);
+        fetch_expire(ss, f->ids);
     else if (q->u.ids.timeout_ms > 0 &&
              loop_timer_start(&ss->srv->loop, &f->timer,
                               loop_now_ms() + (uint64_t)q->u.ids.timeout_ms) < 0)
-        fetch_expire(ss);
+        fetch_expire(ss, f->ids);
     return 0;
 }
 
@@ -753,8 +789,8 @@ static void put_dir_node(struct session *ss, const struct directory_node *d, int
 }
 
 /* Answers NODES or WHERE with the directory's nodes (and, for WHERE, this node if it holds
- * the object). */
-static void dir_done(void *arg, int status, const struct directory_node *nodes, size_t n)
+ * the object), or DELETE_CLUSTER with a status. */
+static void dir_done(void *arg, const struct directory_answer *a)
 {
     struct session *ss = arg;
     struct server *srv = ss->srv;
@@ -765,14 +801,15 @@ static void dir_done(void *arg, int status, const struct directory_node *nodes, 
 
     ss->dir.active = 0;
     server_schedule(srv, ss);
-    if (status < 0) {
-        reply_status(ss, &q, status);
+    if (a->status < 0 || q.type == PROTO_DELETE_CLUSTER) {
+        reply_status(ss, &q,
+                     a->status < 0 ? err_set(a->status, "%s", ferry_strerror(a->status)) : 0);
         return;
     }
     start = reply_begin(ss, &q, 0);
-    pbuf_u32(&ss->out, (uint32_t)(n + (size_t)here));
-    for (size_t i = 0; i < n; i++)
-        put_dir_node(ss, &nodes[i], strcmp(nodes[i].id, self) == 0);
+    pbuf_u32(&ss->out, (uint32_t)(a->n + (size_t)here));
+    for (size_t i = 0; i < a->n; i++)
+        put_dir_node(ss, &a->nodes[i], strcmp(a->nodes[i].id, self) == 0);
     if (here) {
         struct directory_node me;
         memset(&me, 0, sizeof(me));
@@ -785,13 +822,31 @@ static void dir_done(void *arg, int status, const struct directory_node *nodes, 
     proto_frame_end(&ss->out, start);
 }
 
+/* Deletes id here and cluster-wide; answers once the directory has recorded it. */
+static int handle_delete_cluster(struct session *ss, const struct proto_request *q)
+{
+    struct server *srv = ss->srv;
+    int rc;
+
+    if (!srv->dir)
+        return reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no cluster to delete from"));
+    server_drop_deleted(srv, &q->u.one.id, srv->cfg.node_id);
+    ss->dir = (struct pending_dir){.active = 1, .type = q->type, .tag = q->tag};
+    if ((rc = directory_delete(srv->dir, &q->u.one.id, dir_done, ss)) < 0) {
+        ss->dir.active = 0;
+        return reply_status(ss, q, rc);
+    }
+    log_info("client %" PRIu64 " deleted an object cluster-wide", ss->client_id);
+    return 0;
+}
+
 static int handle_dir(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
     int rc;
 
     if (!srv->dir)
-        return reply_status(ss, q, err_set(FERRY_EDIRECTORY, "standalone node: no directory"));
+        return reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no directory to ask"));
     ss->dir = (struct pending_dir){.active = 1, .type = q->type, .tag = q->tag};
     if (q->type == PROTO_WHERE) {
         ss->dir.id = q->u.one.id;
@@ -849,7 +904,7 @@ static int handle_eager_max(struct session *ss, const struct proto_request *q)
     struct engine *e = ss->srv->engine;
 
     if (!e)
-        return reply_status(ss, q, err_set(FERRY_EINVAL, "standalone node: no transfers to tune"));
+        return reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no transfers to tune"));
     engine_set_eager_max(e, q->u.eager.bytes);
     log_info("eager limit set to %" PRIu64 " bytes by client %" PRIu64, engine_eager_max(e),
              ss->client_id);
@@ -880,6 +935,7 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_WHERE] = handle_dir,
     [PROTO_PEERS] = handle_peers,
     [PROTO_EAGER_MAX] = handle_eager_max,
+    [PROTO_DELETE_CLUSTER] = handle_delete_cluster,
 };
 
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)
@@ -1086,6 +1142,8 @@ void session_close(struct session *ss, const char *reason)
         if (srv->engine)
             engine_cancel(srv->engine, ss);
         free(ss->fetch.statuses);
+        free(ss->fetch.why);
+        free(ss->fetch.ids);
         loop_timer_stop(&srv->loop, &ss->fetch.timer);
         ss->fetch.active = 0;
     }

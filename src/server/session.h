@@ -46,6 +46,9 @@ struct pending_fetch {
     uint64_t tag;
     uint32_t n, missing;
     int32_t *statuses; /* FETCH_PENDING until answered */
+    ferry_id *ids;     /* the ids asked for */
+    char *why;         /* the first failure's reason (PROTO_MAX_DETAIL + 1 bytes) */
+    int64_t timeout_ms;
     struct loop_timer timer;
 };
 

@@ -48,6 +48,9 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->directory_lookups = dc->lookups;
         out->directory_cache_hits = dc->cache_hits;
         out->directory_reconnects = dc->reconnects;
+        out->id_conflicts = dc->id_conflicts;
+        out->deletes_heard = dc->deletes_heard;
+        out->directory_cleaned = dc->cleaned;
     }
 }
 

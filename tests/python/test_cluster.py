@@ -4,6 +4,8 @@ notifications read through selectors and asyncio."""
 import asyncio
 import os
 import selectors
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -51,13 +53,66 @@ def test_fetch_waits_for_a_later_seal_and_times_out(cluster):
 
 
 def test_fetch_on_a_standalone_node(client):
-    with pytest.raises(ferry.DirectoryUnavailable):
+    with pytest.raises(ferry.StandaloneNode, match="started without --directory"):
         client.fetch("x", timeout_ms=1000)
-    with pytest.raises(ferry.DirectoryUnavailable):
+    with pytest.raises(ferry.StandaloneNode):
         client.nodes()
+    with pytest.raises(ferry.StandaloneNode):
+        client.delete("x", cluster=True)
     client.put("local", b"1")
     client.fetch("local")  # already local: nothing to ask anyone
     assert bytes(client.get("local", fetch=True)) == b"1"
+
+
+def until(cond, seconds=10.0):
+    """True once cond() is, polling every 20 ms for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_cluster_delete_with_a_reader_holding_a_reference(cluster):
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        ca.put("doomed", b"d" * 5000)
+        held = cb.get("doomed", timeout_ms=10_000, fetch=True)
+        assert until(lambda: len(ca.where("doomed")) == 2)
+        heard = cb.stats()["deletes_heard"]
+        ca.delete("doomed", cluster=True)
+        assert not ca.contains("doomed")
+        assert until(lambda: not cb.contains("doomed")), "b never dropped its copy"
+        assert bytes(held) == b"d" * 5000  # the reader's copy lives until released
+        assert ca.where("doomed") == [] and cb.where("doomed") == []
+        assert cb.stats()["deletes_heard"] == heard + 1
+        held.release()
+        with pytest.raises(ferry.ObjectNotFound):
+            cb.get("doomed", timeout_ms=0)
+
+
+def test_cluster_delete_fails_a_waiting_fetch(cluster):
+    a, b = cluster
+    errors = []
+
+    def wait_for_it():
+        with ferry.Client(b.socket) as cb:
+            try:
+                cb.fetch("awaited", timeout_ms=20_000)
+            except ferry.Error as e:
+                errors.append(e)
+
+    with ferry.Client(b.socket) as cb, ferry.Client(a.socket) as ca:
+        before = cb.stats()["fetches"]
+        t = threading.Thread(target=wait_for_it)
+        t.start()
+        assert until(lambda: cb.stats()["fetches"] > before)
+        ca.delete("awaited", cluster=True)
+        t.join(15)
+        assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ferry.ObjectNotFound)
+    assert "deleted" in str(errors[0])
 
 
 def test_subscribe_with_selectors(client, daemon):

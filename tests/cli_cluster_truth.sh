@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# cli_cluster_truth.sh - the directory tells the truth after ordinary events, seen through the
+# ferry command line against a real Redis and real ferryd nodes:
+# - a node killed (-9) and restarted with the same node id: within a heartbeat period no `where`
+#   lists what it lost, and fetches go to the remaining holder or wait for one;
+# - a node stopped with SIGTERM leaves `nodes` and `where` at once;
+# - a second put of an id with other bytes elsewhere is counted and logged, not listed, and a
+#   third node receives the first content;
+# - rm --cluster with a reader holding a reference;
+# - the reasons of a failed fetch, per holder, on stderr and in stat's peers view.
+#
+# Needs FERRY_BIN_DIR (the directory holding ferryd and ferry), redis-server and python3.
+# Prints each failed check, then "N passed, M failed"; exits non-zero when any check failed.
+set -u
+
+# shellcheck source-path=SCRIPTDIR source=lib_cli.sh
+. "$(dirname "$0")/lib_cli.sh"
+
+CMD_LIMIT=30
+LOGS_ON_FAILURE=1
+
+fy() {
+    local node=$1
+    shift
+    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
+}
+
+# start_cluster_node NAME [ARGS...]: node-NAME with its pid in PID[NAME].
+declare -A PID
+start_cluster_node() {
+    local name=$1 port
+    shift
+    port=$(free_port) || return 1
+    start_node "$name" --node-id "node-$name" --listen "127.0.0.1:$port" \
+        --directory "redis://127.0.0.1:$REDIS_PORT" "$@" || return 1
+    PID[$name]=${PIDS[-1]}
+}
+
+# holders NODE ID: the ids of the nodes `where` on NODE lists for ID, sorted, on one line.
+holders() {
+    fy "$1" where "$2" --json 2>/dev/null >"$DIR/where.json"
+    python3 -c 'import json, sys
+print(" ".join(sorted(n["id"] for n in json.load(open(sys.argv[1])))))' "$DIR/where.json"
+}
+holders_are() { [ "$(holders "$1" "$2")" = "$3" ]; }
+node_listed() { fy "$1" nodes --json 2>/dev/null | grep -q "\"node-$2\""; }
+not_listed() { ! node_listed "$@"; }
+stat_field() { fy "$1" stat --json >"$DIR/stat.json" && json_field "$DIR/stat.json" "$2"; }
+stat_is() { [ "$(stat_field "$1" "$2")" = "$3" ]; }
+
+# within_ms NAME MS CMD...: CMD succeeds within MS milliseconds (polls every 50 ms).
+within_ms() {
+    local name=$1 polls=$(($2 / 50)) n
+    shift 2
+    for ((n = 0; n <= polls; n++)); do
+        if "$@"; then
+            pass
+            return
+        fi
+        sleep 0.05
+    done
+    fail "$name (not within $((polls * 50)) ms)"
+}
+
+make_data() {
+    head -c 200000 /dev/urandom >"$DIR/one.bin"
+    head -c 200000 /dev/urandom >"$DIR/two.bin"
+    head -c 3000 /dev/urandom >"$DIR/small.bin"
+}
+
+# a holds lost (alone) and kept (with b); a is killed and restarted with its node id.
+test_restart_same_node_id() {
+    expect "put lost on a" 0 fy a put lost "$DIR/one.bin"
+    expect "put kept on a" 0 fy a put kept "$DIR/two.bin"
+    expect "fetch kept on b" 0 fy b fetch kept
+    eventually "where lists a for lost" holders_are c lost "node-a"
+    eventually "where lists a and b for kept" holders_are c kept "node-a node-b"
+    kill -KILL "${PID[a]}"
+    wait "${PID[a]}" 2>/dev/null
+    # Killed, a is still in the directory until its TTL runs out; a fetch goes to b meanwhile.
+    expect "fetch kept on c while a's entry is live but a is dead" 0 fy c fetch kept
+    expect "get kept on c" 0 fy c get kept -o "$DIR/kept.out"
+    ok "c received kept's bytes" cmp -s "$DIR/two.bin" "$DIR/kept.out"
+    start_cluster_node a || return
+    within_ms "within a heartbeat of the restart, where of lost lists nobody" 1500 \
+        holders_are c lost ""
+    ok "where of kept lists only b and c" holders_are c kept "node-b node-c"
+    expect "where of lost exits 1" 1 fy c where lost
+    ok "a counted what it cleaned" test "$(stat_field a directory_cleaned)" -ge 2
+    expect "fetch kept on the restarted a goes to another holder" 0 fy a fetch kept
+    # lost is nowhere: a fetch waits for it instead of failing, and takes it when it comes.
+    fy c fetch lost --timeout 15000 >"$DIR/lost.out" 2>"$DIR/lost.err" &
+    local waiter=$!
+    sleep 0.3
+    ok "the fetch of lost waits" kill -0 "$waiter"
+    expect "put lost again on b" 0 fy b put lost "$DIR/one.bin"
+    wait "$waiter"
+    ok "the waiting fetch of lost succeeds" test $? -eq 0 -a ! -s "$DIR/lost.err"
+}
+
+test_sigterm_leaves_at_once() {
+    start_cluster_node d || return
+    expect "put leaving on d" 0 fy d put leaving "$DIR/small.bin"
+    eventually "c sees d" node_listed c d
+    eventually "where lists d for leaving" holders_are c leaving "node-d"
+    kill -TERM "${PID[d]}"
+    wait "${PID[d]}"
+    ok "d exits 0 on SIGTERM" test $? -eq 0
+    ok "d is not listed by nodes as soon as it is gone" not_listed c d
+    ok "where of leaving lists nobody as soon as d is gone" holders_are c leaving ""
+    ok "d logged its leave" grep -q 'leaving' "$DIR/d.log"
+}
+
+test_conflicting_puts() {
+    expect "put twin on a" 0 fy a put twin "$DIR/one.bin"
+    eventually "where lists a for twin" holders_are c twin "node-a"
+    expect "put twin on b with other bytes: the local put succeeds" 0 fy b put twin "$DIR/two.bin"
+    eventually "b counts the conflict" stat_is b id_conflicts 1
+    ok "b's log names both nodes" grep -q 'sealed here (node-b) with other content.*than node node-a' "$DIR/b.log"
+    ok "where still lists only a" holders_are c twin "node-a"
+    expect "fetch twin on c" 0 fy c fetch twin
+    expect "get twin on c" 0 fy c get twin -o "$DIR/twin.out"
+    ok "c received the first content" cmp -s "$DIR/one.bin" "$DIR/twin.out"
+}
+
+test_delete_cluster() {
+    expect "put doomed on a" 0 fy a put doomed "$DIR/small.bin"
+    expect "fetch doomed on b" 0 fy b fetch doomed
+    # A reader on b holds a reference while the delete goes round.
+    python3 - "$DIR/b.sock" >"$DIR/reader.out" 2>&1 <<'EOF' &
+import sys, time
+sys.path.insert(0, __import__("os").environ["FERRY_PYTHONPATH"])
+import ferry
+with ferry.Client(sys.argv[1]) as c:
+    buf = c.get("doomed")
+    print("holding", flush=True)
+    deadline = time.monotonic() + 10
+    while c.contains("doomed") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print("gone" if not c.contains("doomed") else "still there", len(bytes(buf)), flush=True)
+EOF
+    local reader=$!
+    eventually "the reader holds doomed" grep -q holding "$DIR/reader.out"
+    expect "rm --cluster doomed on a" 0 fy a rm --cluster doomed
+    expect_answer "doomed is gone from a at once" 1 fy a contains doomed
+    wait "$reader"
+    ok "b dropped doomed while the reader held its bytes" grep -q "^gone 3000$" "$DIR/reader.out"
+    ok "where of doomed lists nobody" holders_are c doomed ""
+    expect "rm --cluster of an id nobody holds succeeds" 0 fy c rm --cluster nobody
+}
+
+test_failure_reasons() {
+    printf 'another secret\n' >"$DIR/secret"
+    chmod 600 "$DIR/secret"
+    start_cluster_node e --secret-file "$DIR/secret" || return
+    expect "put guarded on e" 0 fy e put guarded "$DIR/small.bin"
+    eventually "where lists e for guarded" holders_are c guarded "node-e"
+    run "fetch guarded on c fails" 5 fy c fetch guarded --timeout 5000 && pass
+    ok "the failure names e and the secret" grep -q 'node-e: .*cluster secret' "$ERR"
+    expect "stat on c" 0 fy c stat
+    ok "stat's peers view shows e's failure" grep -q 'node-e.*failed .*cluster secret' "$OUT"
+    stop_process "${PID[e]}"
+    # A node whose entry is live but which does not answer: connection refused.
+    start_cluster_node f || return
+    expect "put mute on f" 0 fy f put mute "$DIR/small.bin"
+    eventually "where lists f for mute" holders_are c mute "node-f"
+    kill -KILL "${PID[f]}"
+    wait "${PID[f]}" 2>/dev/null
+    run "fetch mute on c fails while f's entry lives" 5 fy c fetch mute --timeout 5000 && pass
+    ok "the failure names f and why" grep -q 'node-f: cannot connect' "$ERR"
+}
+
+main() {
+    export FERRY_PYTHONPATH=${FERRY_PYTHONPATH:-$BIN/../python}
+    make_data || exit 1
+    start_redis || exit 1
+    start_cluster_node a || exit 1
+    start_cluster_node b || exit 1
+    start_cluster_node c || exit 1
+    test_restart_same_node_id
+    test_sigterm_leaves_at_once
+    test_conflicting_puts
+    test_delete_cluster
+    test_failure_reasons
+    summary
+}
+
+main
