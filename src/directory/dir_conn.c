@@ -212,6 +212,14 @@ static void connection_lost(struct directory *d, const char *why)
         dir_leave_finish(d);
     if (d->closing || d->leaving)
         return;
+    if (d->asking) {
+        d->asking = 0;
+        if (dir_sentinel_next(d))
+            return;
+        why = "no sentinel told where the master is";
+    } else {
+        d->resolved = 0; /* ask the sentinels again (redis-sentinel://) */
+    }
     d->counters.errors++;
     if (was_up) {
         log_warn("directory: lost Redis at %s: %s; reconnecting", d->where, why);
@@ -287,14 +295,18 @@ static void attach(struct directory *d, redisAsyncContext *ac)
     d->ac = ac;
 }
 
-/* Starts a connection attempt. SELECT is sent at once: hiredis holds it until the TCP
+/* Starts a connection attempt: to a sentinel, when the master's address is to be asked for,
+ * else to Redis. The first commands are sent at once: hiredis holds them until the TCP
  * connection completes, and the watchdog bounds that wait. */
 void dir_connect_start(struct directory *d)
 {
-    redisAsyncContext *ac = redisAsyncConnect(d->ip, d->port);
+    int asking = d->nsentinels && !d->resolved;
+    const struct sentinel_addr *s = &d->sentinels[d->sentinel_at];
+    redisAsyncContext *ac = redisAsyncConnect(asking ? s->ip : d->ip, asking ? s->port : d->port);
     char db[16];
     const char *argv[] = {"SELECT", db};
 
+    d->asking = asking;
     if (!ac || ac->err) {
         snprintf(d->why, sizeof(d->why), "%s", ac ? ac->errstr : "out of memory");
         if (ac)
@@ -309,8 +321,14 @@ void dir_connect_start(struct directory *d)
         return;
     }
     attach(d, ac);
+    if (asking) {
+        if (dir_sentinel_ask(d) < 0)
+            dir_drop(d, "cannot ask the sentinel");
+        return;
+    }
     snprintf(db, sizeof(db), "%d", d->db);
-    if (dir_send_command(d, on_selected, NULL, 2, argv) < 0 || dir_scripts_load(d) < 0)
+    if ((d->nsentinels && dir_sentinel_check_role(d) < 0) ||
+        dir_send_command(d, on_selected, NULL, 2, argv) < 0 || dir_scripts_load(d) < 0)
         dir_drop(d, "cannot send SELECT and the scripts");
 }
 

@@ -169,9 +169,9 @@ static int parse_number(const char *s, const char *end, long min, long max, long
     return stop == end && !errno && *out >= min && *out <= max ? 0 : -1;
 }
 
-/* Resolves host to an IPv4 address, once: getaddrinfo blocks, which the loop cannot afford
- * on every reconnection. */
-static int resolve(struct directory *d, const char *host)
+/* Resolves host to an IPv4 address into ip, once: getaddrinfo blocks, which the loop cannot
+ * afford on every reconnection. */
+static int resolve(const char *host, char ip[INET_ADDRSTRLEN])
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
     int rc = getaddrinfo(host, NULL, &hints, &res);
@@ -179,38 +179,104 @@ static int resolve(struct directory *d, const char *host)
     if (rc != 0)
         return err_set(FERRY_EINVAL, "directory URL: cannot resolve %s: %s", host,
                        gai_strerror(rc));
-    inet_ntop(AF_INET, &((const struct sockaddr_in *)res->ai_addr)->sin_addr, d->ip, sizeof(d->ip));
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)res->ai_addr)->sin_addr, ip, INET_ADDRSTRLEN);
     freeaddrinfo(res);
     return 0;
 }
 
+/* HOST:PORT in [s, end), resolved into ip and port. */
+static int parse_hostport(const char *url, const char *s, const char *end, char ip[INET_ADDRSTRLEN],
+                          int *port)
+{
+    const char *colon = memchr(s, ':', (size_t)(end - s));
+    char name[HOST_MAX];
+    long p;
+
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof(name))
+        return err_set(FERRY_EINVAL, "directory URL %s: expected HOST:PORT", url);
+    if (parse_number(colon + 1, end, 1, 65535, &p) < 0)
+        return err_set(FERRY_EINVAL, "directory URL %s: bad port", url);
+    memcpy(name, s, (size_t)(colon - s));
+    name[colon - s] = '\0';
+    *port = (int)p;
+    return resolve(name, ip);
+}
+
+/* [/DB] at s (end of string or "/N"). */
+static int parse_db(struct directory *d, const char *url, const char *s)
+{
+    long db = 0;
+
+    if (*s && parse_number(s + 1, s + strlen(s), 0, 1000000, &db) < 0)
+        return err_set(FERRY_EINVAL, "directory URL %s: bad database number", url);
+    d->db = (int)db;
+    return 0;
+}
+
 /* redis://HOST:PORT[/DB] */
+static int parse_redis(struct directory *d, const char *url, const char *rest)
+{
+    const char *slash = strchr(rest, '/');
+    const char *end = slash ? slash : rest + strlen(rest);
+    int rc;
+
+    if ((rc = parse_hostport(url, rest, end, d->ip, &d->port)) < 0 ||
+        (rc = parse_db(d, url, end)) < 0)
+        return rc;
+    snprintf(d->where, sizeof(d->where), "%.*s/%d", (int)(end - rest), rest, d->db);
+    return 0;
+}
+
+/* redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] */
+static int parse_sentinel(struct directory *d, const char *url, const char *rest)
+{
+    const char *slash = strchr(rest, '/'), *s = rest, *name, *name_end;
+    int rc;
+
+    if (!slash)
+        return err_set(FERRY_EINVAL, "directory URL %s: expected /MASTERNAME after the sentinels",
+                       url);
+    while (s < slash) {
+        const char *comma = memchr(s, ',', (size_t)(slash - s));
+        const char *end = comma ? comma : slash;
+        struct sentinel_addr *a = &d->sentinels[d->nsentinels];
+        if (d->nsentinels == SENTINELS_MAX)
+            return err_set(FERRY_EINVAL, "directory URL %s: more than %d sentinels", url,
+                           SENTINELS_MAX);
+        if ((rc = parse_hostport(url, s, end, a->ip, &a->port)) < 0)
+            return rc;
+        d->nsentinels++;
+        s = end + (comma != NULL);
+    }
+    name = slash + 1;
+    name_end = strchr(name, '/');
+    if (!name_end)
+        name_end = name + strlen(name);
+    if (name_end == name || (size_t)(name_end - name) > MASTER_NAME_MAX ||
+        memchr(name, ' ', (size_t)(name_end - name)))
+        return err_set(FERRY_EINVAL, "directory URL %s: a master name of 1 to %d characters", url,
+                       MASTER_NAME_MAX);
+    memcpy(d->master, name, (size_t)(name_end - name));
+    d->master[name_end - name] = '\0';
+    if ((rc = parse_db(d, url, name_end)) < 0)
+        return rc;
+    snprintf(d->where, sizeof(d->where), "master %s/%d (by %d sentinels)", d->master, d->db,
+             d->nsentinels);
+    return 0;
+}
+
 static int parse_url(struct directory *d, const char *url)
 {
-    static const char scheme[] = "redis://";
-    const char *host, *colon, *slash, *end;
-    char name[HOST_MAX];
-    long port, db = 0;
+    static const char redis[] = "redis://", sentinel[] = "redis-sentinel://";
 
-    if (!url || strncmp(url, scheme, strlen(scheme)) != 0)
-        return err_set(FERRY_EINVAL, "directory URL %s: expected redis://HOST:PORT[/DB]",
-                       url ? url : "(none)");
-    host = url + strlen(scheme);
-    end = host + strlen(host);
-    slash = strchr(host, '/');
-    colon = memchr(host, ':', (size_t)((slash ? slash : end) - host));
-    if (!colon || colon == host || (size_t)(colon - host) >= sizeof(name))
-        return err_set(FERRY_EINVAL, "directory URL %s: expected HOST:PORT after redis://", url);
-    if (parse_number(colon + 1, slash ? slash : end, 1, 65535, &port) < 0)
-        return err_set(FERRY_EINVAL, "directory URL %s: bad port", url);
-    if (slash && parse_number(slash + 1, end, 0, 1000000, &db) < 0)
-        return err_set(FERRY_EINVAL, "directory URL %s: bad database number", url);
-    memcpy(name, host, (size_t)(colon - host));
-    name[colon - host] = '\0';
-    d->port = (int)port;
-    d->db = (int)db;
-    snprintf(d->where, sizeof(d->where), "%s:%d/%d", name, d->port, d->db);
-    return resolve(d, name);
+    if (url && strncmp(url, redis, strlen(redis)) == 0)
+        return parse_redis(d, url, url + strlen(redis));
+    if (url && strncmp(url, sentinel, strlen(sentinel)) == 0)
+        return parse_sentinel(d, url, url + strlen(sentinel));
+    return err_set(FERRY_EINVAL,
+                   "directory URL %s: expected redis://HOST:PORT[/DB] or "
+                   "redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]",
+                   url ? url : "(none)");
 }
 
 static int field_valid(const char *s, size_t cap, int may_be_empty)

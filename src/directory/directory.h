@@ -86,7 +86,7 @@ void directory_node_names(const struct directory_node *n, char *buf, size_t len)
 void directory_inc_time(uint64_t inc, char *buf, size_t len);
 
 struct directory_config {
-    const char *url;            /* redis://HOST:PORT[/DB] */
+    const char *url; /* redis://HOST:PORT[/DB] or redis-sentinel://H:P[,H:P...]/MASTER[/DB] */
     struct directory_node self; /* its inc is made by directory_open */
     uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (default 1000) */
     uint32_t ttl_ms;            /* the node entry's TTL (default 3000) */

@@ -35,7 +35,7 @@
  * dir_lookup.c (lookups and node listings), dir_script.c (the Lua scripts and what uses them:
  * publications, claims, deletes, cleanup), dir_events.c (the events stream, leaving),
  * dir_conn.c (the connection: registration, heartbeat, the hiredis adapter on the loop,
- * reconnection).
+ * reconnection), dir_sentinel.c (asking Redis Sentinel for the master before a connection).
  */
 #ifndef FERRY_DIRECTORY_INT_H
 #define FERRY_DIRECTORY_INT_H
@@ -94,6 +94,8 @@
 #define HEX_ID_MAX (2 * FERRY_ID_SIZE + 1)
 #define U64_TEXT 24
 #define HOST_MAX 256
+#define SENTINELS_MAX 8
+#define MASTER_NAME_MAX 64
 /* Arguments of one command, at most: the registration's HSET is the longest. */
 #define ARGV_MAX (6 + 2 * DIRECTORY_XPORTS)
 
@@ -152,15 +154,26 @@ struct request {
     node_name other;
 };
 
+struct sentinel_addr {
+    char ip[INET_ADDRSTRLEN];
+    int port;
+};
+
 struct directory {
     struct loop *loop;
     struct directory_node self;
     struct directory_hooks hooks;
     uint32_t heartbeat_ms, ttl_ms, timeout_ms;
-    char ip[INET_ADDRSTRLEN]; /* resolved once, at open */
+    char ip[INET_ADDRSTRLEN]; /* redis://: resolved once, at open; sentinel: the master's */
     int port, db;
-    char where[HOST_MAX + 32]; /* the URL's HOST:PORT/DB, for the log */
-    char inc_text[U64_TEXT];   /* self.inc in decimal */
+    char where[HOST_MAX + 32]; /* HOST:PORT/DB, or the master's name and address, for the log */
+    /* redis-sentinel://: before each connection to the master the sentinels are asked where it
+     * is, in turn from sentinel_at (asking: d->ac is a connection to that sentinel); resolved
+     * once ip and port are the answer, until that master's connection ends. */
+    struct sentinel_addr sentinels[SENTINELS_MAX];
+    int nsentinels, sentinel_at, asking, resolved;
+    char master[MASTER_NAME_MAX + 1];
+    char inc_text[U64_TEXT]; /* self.inc in decimal */
 
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
@@ -259,6 +272,11 @@ void dir_leave_start(struct directory *d);
 void dir_leave_finish(struct directory *d);
 void dir_leave_deliver(struct directory *d);
 void dir_on_leave_timer(struct loop *l, struct loop_timer *t);
+
+/* dir_sentinel.c: finding the master */
+int dir_sentinel_ask(struct directory *d);
+int dir_sentinel_check_role(struct directory *d);
+int dir_sentinel_next(struct directory *d);
 
 /* dir_conn.c: the connection */
 void dir_queue_push(struct directory *d, const struct pubop *op);

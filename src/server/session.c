@@ -703,12 +703,12 @@ static void fetch_expire(struct session *ss, const ferry_id *ids)
     for (uint32_t i = 0; i < f->n; i++) {
         if (f->statuses[i] != FETCH_PENDING)
             continue;
-        f->statuses[i] = FERRY_ETIMEDOUT;
-        if (!first[0] && ss->srv->engine) {
-            engine_fetch_why(ss->srv->engine, &ids[i], why, sizeof(why));
+        f->statuses[i] = ss->srv->engine
+                             ? engine_fetch_why(ss->srv->engine, &ids[i], why, sizeof(why))
+                             : FERRY_ETIMEDOUT;
+        if (!first[0])
             snprintf(first, sizeof(first), "not local within %" PRId64 " ms: %s", f->timeout_ms,
-                     why[0] ? why : "no live node holds it");
-        }
+                     ss->srv->engine && why[0] ? why : "no live node holds it");
     }
     fetch_note(f, FERRY_ETIMEDOUT, first);
     if (ss->srv->engine)

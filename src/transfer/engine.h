@@ -92,9 +92,10 @@ void engine_cancel(struct engine *e, void *ctx);
 /* id was deleted cluster-wide by node: its fetches fail (FERRY_ENOENT, "deleted"), and bytes
  * on their way are dropped. */
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node);
-/* Why a fetch of id has not succeeded yet (the holders tried and left out), into buf; "" when
- * there is nothing to say. */
-void engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len);
+/* Why a fetch of id has not succeeded yet (the holders tried and left out, a directory that is
+ * down), into buf ("" when there is nothing to say); returns the status to give it when its
+ * time is up: FERRY_EDIRECTORY while the directory is unreachable, else FERRY_ETIMEDOUT. */
+int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len);
 
 /* The store sealed o (a local put or a finished transfer): fetches of its id are done. */
 void engine_on_sealed(struct engine *e, const struct object *o);

@@ -105,6 +105,7 @@ struct want {
     int has_content;     /* the directory recorded the id's content: */
     uint64_t size, hash; /* only bytes of this size and digest are taken */
     int deleted;         /* deleted cluster-wide: what arrives is dropped */
+    int dir_down;        /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
     struct pentry *entry; /* the pull entry naming this want, if any */

@@ -57,7 +57,9 @@ static void want_reasons(const struct want *w, char *buf, size_t len)
         at += (size_t)snprintf(buf + at, len - at, "%s%s: %s", at ? "; " : "", w->tried[i].node,
                                w->tried[i].why);
     if (w->gone[0] && at < len)
-        snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
+    if (w->dir_down && at < len)
+        snprintf(buf + at, len - at, "%sthe directory is unreachable", at ? "; " : "");
 }
 
 /* Fails w with FERRY_ETRANSFER and every reason. */
@@ -736,6 +738,12 @@ static void on_holders(void *arg, const struct directory_answer *a)
     const struct directory_node *pick;
     struct peer *p;
 
+    /* A directory that is down (a failover, a restart) is waited for like a holder. */
+    w->dir_down = a->status == FERRY_EDIRECTORY;
+    if (w->dir_down) {
+        want_retry(w);
+        return;
+    }
     if (a->status < 0) {
         want_finish(w, err_set(a->status, "cannot look up holders: %s", ferry_strerror(a->status)));
         return;
@@ -849,13 +857,14 @@ void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
     want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", node));
 }
 
-void engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len)
+int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len)
 {
     const struct want *w = idmap_get(&e->wants, id);
 
     buf[0] = '\0';
     if (w)
         want_reasons(w, buf, len);
+    return w && w->dir_down ? FERRY_EDIRECTORY : FERRY_ETIMEDOUT;
 }
 
 void engine_on_sealed(struct engine *e, const struct object *o)
