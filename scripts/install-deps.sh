@@ -3,7 +3,7 @@
 # not on this machine yet. Does nothing (and asks for nothing) when all is present.
 set -eu
 PKGS="build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libcmocka-dev libxxhash-dev
-libssl-dev libhiredis-dev redis-server gnuplot-nox libmimalloc-dev procps libfabric-dev
+libssl-dev libhiredis-dev redis-server redis-sentinel gnuplot-nox libmimalloc-dev procps libfabric-dev
 libfabric-bin openmpi-bin libopenmpi-dev python3-dev python3-numpy python3-pytest python3-setuptools
 python3-wheel python3-venv python3-redis"
 missing=""
