@@ -6,6 +6,7 @@
 # - a node stopped with SIGTERM leaves `nodes` and `where` at once;
 # - a second put of an id with other bytes elsewhere is counted and logged, not listed, and a
 #   third node receives the first content;
+# - with --strict-ids, such a put fails (FERRY_EEXIST, naming the holder) and leaves nothing;
 # - rm --cluster with a reader holding a reference;
 # - the reasons of a failed fetch, per holder, on stderr and in stat's peers view.
 #
@@ -66,6 +67,10 @@ make_data() {
     head -c 200000 /dev/urandom >"$DIR/one.bin"
     head -c 200000 /dev/urandom >"$DIR/two.bin"
     head -c 3000 /dev/urandom >"$DIR/small.bin"
+    head -c 3000 /dev/urandom >"$DIR/small2.bin"
+    # Past the size hashed on the loop: these go through the hasher thread.
+    head -c 700000 /dev/urandom >"$DIR/big.bin"
+    head -c 700000 /dev/urandom >"$DIR/big2.bin"
 }
 
 # a holds lost (alone) and kept (with b); a is killed and restarted with its node id.
@@ -121,6 +126,36 @@ test_conflicting_puts() {
     expect "fetch twin on c" 0 fy c fetch twin
     expect "get twin on c" 0 fy c get twin -o "$DIR/twin.out"
     ok "c received the first content" cmp -s "$DIR/one.bin" "$DIR/twin.out"
+}
+
+# g seals only what the directory confirms: small (a batch), medium (hashed on the loop) and
+# big (hashed on the hasher thread) objects.
+test_strict_ids() {
+    start_cluster_node g --strict-ids || return
+    expect "put sm on a" 0 fy a put sm "$DIR/small.bin"
+    expect "put big on a" 0 fy a put big "$DIR/big.bin"
+    eventually "where lists a for big" holders_are c big "node-a"
+    local id file
+    for id in twin sm big; do
+        case $id in
+        twin) file=two.bin ;;
+        sm) file=small2.bin ;;
+        big) file=big2.bin ;;
+        esac
+        run "strict put of $id with other content fails" 5 fy g put "$id" "$DIR/$file" && pass
+        ok "the failure of $id names the holder" \
+            grep -q "exists on node node-a with other content" "$ERR"
+        expect_answer "the refused $id is not on g" 1 fy g contains "$id"
+    done
+    expect "strict put of twin with the same content" 0 fy g put twin "$DIR/one.bin"
+    expect "strict put of a new big object" 0 fy g put newbig "$DIR/big2.bin"
+    expect "strict put of a new small object" 0 fy g put newsm "$DIR/small2.bin"
+    ok "where lists g for the new objects at once" holders_are c newbig "node-g"
+    ok "where lists g for newsm at once" holders_are c newsm "node-g"
+    expect "g's objects" 0 fy g ls
+    ok "g holds exactly twin, newbig and newsm, sealed" \
+        test "$(grep -c sealed "$OUT")" -eq 3
+    stop_process "${PID[g]}"
 }
 
 test_delete_cluster() {
@@ -180,6 +215,7 @@ main() {
     test_restart_same_node_id
     test_sigterm_leaves_at_once
     test_conflicting_puts
+    test_strict_ids
     test_delete_cluster
     test_failure_reasons
     summary

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -144,6 +145,29 @@ int client_reply_end(struct ferry_client *c)
     if (c->rd.bad || c->rd.left)
         return client_broken(c, err_set(FERRY_EPROTO, "reply of the wrong size"));
     return 0;
+}
+
+int client_read_statuses(struct ferry_client *c, const char *what, size_t n, const size_t *idx,
+                         int *statuses, int *first, char why[PROTO_MAX_DETAIL + 1])
+{
+    const char *text;
+    uint16_t len;
+
+    *first = 0;
+    if (prd_u32(&c->rd) != n)
+        return client_broken(c, err_set(FERRY_EPROTO, "%s: reply count", what));
+    for (size_t k = 0; k < n; k++) {
+        int32_t st = (int32_t)prd_u32(&c->rd);
+        st = st > 0 || st < FERRY_ERROR_MIN ? FERRY_EPROTO : st;
+        statuses[idx ? idx[k] : k] = st;
+        if (st != 0 && *first == 0)
+            *first = st;
+    }
+    len = prd_u16(&c->rd);
+    if (len > PROTO_MAX_DETAIL || !(text = (const char *)prd_bytes(&c->rd, len)))
+        return client_broken(c, err_set(FERRY_EPROTO, "%s: reply reason", what));
+    snprintf(why, PROTO_MAX_DETAIL + 1, "%.*s", (int)len, text);
+    return client_reply_end(c);
 }
 
 /* An object's place as the daemon gave it, checked against the mapping before any use. */

@@ -47,8 +47,11 @@ int client_broken(struct ferry_client *c, int err);
 /* ferry_create under the lock. */
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
                   const void *metadata, uint64_t metadata_size, uint8_t **data);
-/* Seals our object (and releases the creator's reference with release), under the lock. */
+/* Seals our object (and releases the creator's reference with release), under the lock. A
+ * daemon with --strict-ids aborts it when the id has other content elsewhere (FERRY_EEXIST). */
 int client_seal(struct ferry_client *c, const ferry_id *id, int release);
+/* Aborts our unsealed object, under the lock. */
+int client_abort(struct ferry_client *c, const ferry_id *id);
 
 /* Starts a request of the given type in c->out. */
 void client_req_begin(struct ferry_client *c, uint16_t type);
@@ -62,6 +65,11 @@ int client_reply_read(struct ferry_client *c, uint16_t type, int *fd);
 int client_call(struct ferry_client *c, uint16_t type);
 /* FERRY_EPROTO unless the reply was consumed exactly. */
 int client_reply_end(struct ferry_client *c);
+/* Reads a reply of n statuses and a reason (FETCH, PUT_BATCH: u32 n, n i32, u16 length and
+ * text) to its end: status k goes to statuses[idx ? idx[k] : k], the first failure to *first
+ * (0 when none) and its reason to why. 0, or FERRY_EPROTO (the connection is then broken). */
+int client_read_statuses(struct ferry_client *c, const char *what, size_t n, const size_t *idx,
+                         int *statuses, int *first, char why[PROTO_MAX_DETAIL + 1]);
 /* FERRY_EPROTO unless [offset, offset + a + b) lies inside the arena. */
 int client_check_range(struct ferry_client *c, uint64_t offset, uint64_t a, uint64_t b);
 

@@ -12,30 +12,15 @@ static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, i
                         int *statuses)
 {
     char text[PROTO_MAX_DETAIL + 1];
-    const char *why;
-    uint16_t wlen;
-    int rc, first = 0;
+    int rc, first;
 
     client_req_begin(c, PROTO_FETCH);
     pbuf_u64(&c->out, (uint64_t)timeout_ms);
     pbuf_u32(&c->out, (uint32_t)n);
     pbuf_put(&c->out, ids, n * sizeof(ferry_id));
-    if ((rc = client_call(c, PROTO_FETCH)) < 0)
-        return rc;
-    if (prd_u32(&c->rd) != n)
-        return client_broken(c, err_set(FERRY_EPROTO, "fetch: reply count"));
-    for (size_t i = 0; i < n; i++) {
-        int32_t st = (int32_t)prd_u32(&c->rd);
-        statuses[i] = st > 0 || st < FERRY_ERROR_MIN ? FERRY_EPROTO : st;
-        if (st != 0 && first == 0)
-            first = statuses[i];
-    }
     /* The first failure's reason: which holders were tried, and why each failed. */
-    wlen = prd_u16(&c->rd);
-    if (wlen > PROTO_MAX_DETAIL || !(why = (const char *)prd_bytes(&c->rd, wlen)))
-        return client_broken(c, err_set(FERRY_EPROTO, "fetch: reply reason"));
-    snprintf(text, sizeof(text), "%.*s", (int)wlen, why);
-    if ((rc = client_reply_end(c)) < 0)
+    if ((rc = client_call(c, PROTO_FETCH)) < 0 ||
+        (rc = client_read_statuses(c, "fetch", n, NULL, statuses, &first, text)) < 0)
         return rc;
     if (first)
         return err_set(first, "%s", text[0] ? text : ferry_strerror(first));

@@ -60,6 +60,17 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
 }
 
 /* Seals our unsealed object, and gives back the creator's reference with release. */
+/* The daemon dropped our unsealed object id, and our creator's reference with it. */
+static void unsealed_gone(struct ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h = idmap_get(&c->held, id);
+
+    if (h && h->unsealed) {
+        h->unsealed = 0;
+        client_held_drop(c, id);
+    }
+}
+
 int client_seal(struct ferry_client *c, const ferry_id *id, int release)
 {
     struct cheld *h;
@@ -68,7 +79,9 @@ int client_seal(struct ferry_client *c, const ferry_id *id, int release)
     client_req_begin(c, PROTO_SEAL);
     pbuf_id(&c->out, id);
     pbuf_u8(&c->out, (uint8_t)release);
-    if ((rc = client_call(c, PROTO_SEAL)) < 0 || (rc = client_reply_end(c)) < 0)
+    if ((rc = client_call(c, PROTO_SEAL)) == FERRY_EEXIST)
+        unsealed_gone(c, id); /* --strict-ids: another node holds other content: aborted */
+    if (rc < 0 || (rc = client_reply_end(c)) < 0)
         return rc;
     if ((h = idmap_get(&c->held, id)))
         h->unsealed = 0;
@@ -88,21 +101,24 @@ int ferry_seal(ferry_client *c, const ferry_id *id)
     return client_leave(c, client_seal(c, id, 0));
 }
 
+int client_abort(struct ferry_client *c, const ferry_id *id)
+{
+    int rc = id_request(c, PROTO_ABORT, id);
+
+    if (rc == 0)
+        unsealed_gone(c, id);
+    return rc;
+}
+
 int ferry_abort(ferry_client *c, const ferry_id *id)
 {
-    struct cheld *h;
     int rc;
 
     if (!id)
         return err_set(FERRY_EINVAL, "abort: NULL id");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    if ((rc = id_request(c, PROTO_ABORT, id)) == 0 && (h = idmap_get(&c->held, id)) &&
-        h->unsealed) {
-        /* The daemon dropped our creator's reference with the object. */
-        h->unsealed = 0;
-        client_held_drop(c, id);
-    }
+    rc = client_abort(c, id);
     return client_leave(c, rc);
 }
 

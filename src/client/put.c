@@ -4,6 +4,7 @@
  * each into its object and seals it); larger ones take create + copy + seal-and-release,
  * two exchanges and no copy but the caller's.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,14 @@ static int put_large(struct ferry_client *c, const ferry_put_item *it)
         return rc;
     if (it->data_size)
         memcpy(dst, it->data, it->data_size);
-    return client_seal(c, &it->id, 1);
+    if ((rc = client_seal(c, &it->id, 1)) < 0 && rc != FERRY_EEXIST && !c->broken) {
+        /* Not sealed (--strict-ids without its directory): a put that failed leaves nothing. */
+        char why[PROTO_MAX_DETAIL + 1];
+        snprintf(why, sizeof(why), "%s", ferry_errmsg());
+        client_abort(c, &it->id);
+        err_set(rc, "%s", why);
+    }
+    return rc;
 }
 
 /* A batch being packed into the staging area. */
@@ -68,6 +76,7 @@ struct batch {
     size_t *idx; /* indexes of the items packed so far, in order */
     size_t count, max;
     uint64_t used;
+    char why[PROTO_MAX_DETAIL + 1]; /* the first failure's reason the daemon gave */
 };
 
 /* Sends the packed batch and records each object's status. */
@@ -75,7 +84,8 @@ static int batch_flush(struct ferry_client *c, struct batch *b)
 {
     size_t count = b->count;
     uint64_t off = 0;
-    int rc;
+    char why[PROTO_MAX_DETAIL + 1];
+    int rc, first;
 
     if (!count)
         return 0;
@@ -91,15 +101,12 @@ static int batch_flush(struct ferry_client *c, struct batch *b)
     }
     b->count = 0;
     b->used = 0;
-    if ((rc = client_call(c, PROTO_PUT_BATCH)) < 0)
+    if ((rc = client_call(c, PROTO_PUT_BATCH)) < 0 ||
+        (rc = client_read_statuses(c, "put batch", count, b->idx, b->statuses, &first, why)) < 0)
         return rc;
-    if (prd_u32(&c->rd) != count)
-        return client_broken(c, err_set(FERRY_EPROTO, "put batch: reply count"));
-    for (size_t k = 0; k < count; k++) {
-        int32_t status = (int32_t)prd_u32(&c->rd);
-        b->statuses[b->idx[k]] = status < FERRY_ERROR_MIN || status > 0 ? FERRY_EPROTO : status;
-    }
-    return client_reply_end(c);
+    if (first && !b->why[0]) /* the first failure's reason, for the caller's ferry_errmsg */
+        snprintf(b->why, sizeof(b->why), "%s", why);
+    return 0;
 }
 
 /* Copies a small item into the staging area, flushing first when it would not fit. */
@@ -142,8 +149,8 @@ static int put_many_locked(struct ferry_client *c, struct batch *b, size_t n)
             continue;
         }
         /* Keep the callers' order: what was packed goes before this one. */
-        if ((rc = batch_flush(c, b)) == 0)
-            b->statuses[i] = put_large(c, it);
+        if ((rc = batch_flush(c, b)) == 0 && (b->statuses[i] = put_large(c, it)) < 0 && !b->why[0])
+            snprintf(b->why, sizeof(b->why), "%s", ferry_errmsg());
     }
     if (rc >= 0)
         rc = batch_flush(c, b);
@@ -177,8 +184,12 @@ int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *
             statuses[i] = rc;
     if (b.idx != one)
         free(b.idx);
+    if (rc < 0)
+        return rc;
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = statuses[i];
+    if (rc < 0 && b.why[0]) /* the first failure's reason: the last call's may be another's */
+        err_set(rc, "%s", b.why);
     return rc;
 }
 

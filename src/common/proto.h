@@ -23,7 +23,7 @@
 #include "ferry.h"
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
-#define PROTO_VERSION 3u        /* 2: STATS by name; 3: FETCH's reason, DELETE_CLUSTER */
+#define PROTO_VERSION 3u        /* 2: STATS by name; 3: reasons, DELETE_CLUSTER */
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
@@ -49,7 +49,7 @@ enum proto_type {
     PROTO_STATS = 13,     /* - -> u32 n, n stat entries: the daemon's table, then its transports' */
     PROTO_SUBSCRIBE = 14, /* - -> status, with the subscription socket as SCM_RIGHTS */
     PROTO_STAGE = 15,     /* - -> u64 offset, u64 size: this client's staging area */
-    PROTO_PUT_BATCH = 16, /* u32 n, n batch entries -> u32 n, n i32 statuses */
+    PROTO_PUT_BATCH = 16, /* u32 n, n batch entries -> u32 n, n i32 statuses, str why */
     PROTO_FETCH = 17,     /* i64 timeout_ms, u32 n, n ids -> u32 n, n i32 statuses, str why */
     PROTO_NODES = 18,     /* - -> u32 n, n nodes */
     PROTO_WHERE = 19,     /* id -> u32 n, n nodes */

@@ -109,6 +109,7 @@ void dir_deliver(struct directory *d)
         r->a.nodes = r->nodes;
         r->a.gone = r->gone;
         r->a.other = r->other[0] ? r->other : NULL;
+        r->a.id = &r->id;
         if (r->cb)
             r->cb(r->arg, &r->a);
         dir_request_free(r);

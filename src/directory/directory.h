@@ -117,6 +117,7 @@ struct directory_counters {
 /* What a request gives its callback; valid only during the call. */
 struct directory_answer {
     int status; /* 0, FERRY_EDIRECTORY (Redis not reachable), FERRY_EEXIST (claim), ENOMEM */
+    const ferry_id *id; /* lookups, claims, deletes: the id asked about */
     /* Lookups: the live holders other than this node; listings: the live nodes. */
     const struct directory_node *nodes;
     size_t n;

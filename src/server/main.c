@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--verbose]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
-            "               [--secret-file PATH] [--verify] [--transport auto|%s]\n"
+            "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
@@ -47,6 +47,9 @@ static void usage(FILE *f)
             "                      PORT...]/MASTER[/DB] to follow the master Sentinel names\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256)\n"
             "  --verify            check an XXH3 digest of every fetched object before sealing\n"
+            "  --strict-ids        a seal waits until the directory confirms that no other node\n"
+            "                      holds other content under the id, and fails (FERRY_EEXIST)\n"
+            "                      if one does; without it such a copy is kept here, unlisted\n"
             "  --transport NAME    auto (default): open every transport of this build that can\n"
             "                      be (%s, preferred first), and reach each peer by the\n"
             "                      first both have; NAME: that one (refuse to start without\n"
@@ -140,6 +143,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"directory", required_argument, NULL, 'd'},
                                          {"secret-file", required_argument, NULL, 'S'},
                                          {"verify", no_argument, NULL, 'V'},
+                                         {"strict-ids", no_argument, NULL, 'I'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"transport", required_argument, NULL, 't'},
                                          {"fabric-provider", required_argument, NULL, 'P'},
@@ -189,6 +193,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         case 'V':
             cfg->verify = 1;
             break;
+        case 'I':
+            cfg->strict_ids = 1;
+            break;
         case 't':
             rc = parse_transport(optarg, &cfg->transport);
             break;
@@ -210,6 +217,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    if (rc == 0 && cfg->strict_ids && !cfg->directory_url)
+        rc = err_set(FERRY_EINVAL, "--strict-ids needs --directory (it asks the directory)");
     if (rc == 0 && cfg->memory < (1u << 20))
         rc = err_set(FERRY_EINVAL, "--memory must be at least 1M");
     return rc;

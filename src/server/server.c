@@ -157,7 +157,7 @@ void server_notify(struct server *s, int event, const struct object *o)
 /* Publishes a sealed object with its content (size and digest): once it is hashed. */
 static void publish(struct server *s, const struct object *o)
 {
-    if (s->dir && o->hashed && o->state == FERRY_STATE_SEALED && !o->deleted)
+    if (s->dir && o->hashed && o->state == FERRY_STATE_SEALED && !o->deleted && o != s->claimed)
         directory_publish(s->dir, &o->id, o->data_size + o->metadata_size, o->hash);
 }
 

@@ -44,6 +44,7 @@ struct server_config {
     const char *fabric_provider; /* NULL: any */
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
+    int strict_ids; /* a seal waits for the directory to confirm the id's content */
 };
 
 struct server_counters {
@@ -67,6 +68,7 @@ struct server {
     struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
     struct directory *dir;          /* NULL when standalone */
+    const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */
     struct engine *engine;          /* NULL when standalone */
     struct subscriber *subscribers, *dead_subscribers;

@@ -48,6 +48,20 @@ static int reply_status(struct session *ss, const struct proto_request *q, int s
     return 0;
 }
 
+/* A reply of n statuses and the first failure's reason (FETCH, PUT_BATCH). */
+static void reply_statuses(struct session *ss, const struct proto_request *q,
+                           const int32_t *statuses, uint32_t n, const char *why)
+{
+    size_t start = reply_begin(ss, q, 0), len = strnlen(why, PROTO_MAX_DETAIL);
+
+    pbuf_u32(&ss->out, n);
+    for (uint32_t i = 0; i < n; i++)
+        pbuf_u32(&ss->out, (uint32_t)statuses[i]);
+    pbuf_u16(&ss->out, (uint16_t)len);
+    pbuf_put(&ss->out, why, len);
+    proto_frame_end(&ss->out, start);
+}
+
 static int reply_u64(struct session *ss, const struct proto_request *q, uint64_t v)
 {
     size_t start = reply_begin(ss, q, 0);
@@ -210,6 +224,172 @@ static int own_unsealed(struct session *ss, const ferry_id *id, struct object **
     return 0;
 }
 
+/* ---- seals under --strict-ids (see struct pending_seal) ---- */
+
+#define SEAL_PENDING INT32_MIN
+
+static int strict(const struct session *ss)
+{
+    return ss->srv->cfg.strict_ids && ss->srv->dir;
+}
+
+static void seal_reset(struct session *ss)
+{
+    free(ss->seal.ids);
+    free(ss->seal.statuses);
+    free(ss->seal.why);
+    memset(&ss->seal, 0, sizeof(ss->seal));
+}
+
+/* Blocks the session in q (of n objects) until each object is answered. */
+static int seal_start(struct session *ss, const struct proto_request *q, uint32_t n)
+{
+    struct pending_seal *p = &ss->seal;
+
+    p->ids = calloc(n ? n : 1, sizeof(*p->ids));
+    p->statuses = calloc(n ? n : 1, sizeof(*p->statuses));
+    p->why = calloc(1, PROTO_MAX_DETAIL + 1);
+    if (!p->ids || !p->statuses || !p->why) {
+        seal_reset(ss);
+        return err_set(FERRY_ENOMEM, "seal of %u objects", n);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        p->statuses[i] = SEAL_PENDING;
+    p->active = 1;
+    p->type = q->type;
+    p->tag = q->tag;
+    p->n = p->left = n;
+    return 0;
+}
+
+/* Answers the SEAL (a status) or PUT_BATCH (a status per object, and the first failure's
+ * reason) once every object is answered. */
+static void seal_reply(struct session *ss)
+{
+    struct pending_seal *p = &ss->seal;
+    struct proto_request q = {.type = p->type, .tag = p->tag};
+
+    if (p->type == PROTO_SEAL)
+        reply_status(ss, &q, p->statuses[0] < 0 ? err_set(p->statuses[0], "%s", p->why) : 0);
+    else
+        reply_statuses(ss, &q, p->statuses, p->n, p->why);
+    seal_reset(ss);
+    server_schedule(ss->srv, ss);
+}
+
+static void seal_settle(struct session *ss, uint32_t i, int32_t status, const char *why)
+{
+    struct pending_seal *p = &ss->seal;
+
+    p->statuses[i] = status;
+    if (status < 0 && !p->why[0])
+        snprintf(p->why, PROTO_MAX_DETAIL + 1, "%s", why);
+    if (--p->left == 0)
+        seal_reply(ss);
+}
+
+/* The index of id among the objects not answered yet (n when none), looked for from where
+ * the last was found: claims are answered in the order they were sent. */
+static uint32_t seal_find(struct pending_seal *p, const ferry_id *id)
+{
+    for (uint32_t k = 0; k < p->n; k++) {
+        uint32_t i = (p->cursor + k) % p->n;
+        if (p->statuses[i] == SEAL_PENDING && memcmp(&p->ids[i], id, sizeof(*id)) == 0) {
+            p->cursor = i + 1;
+            return i;
+        }
+    }
+    return p->n;
+}
+
+/* The claim confirmed o's content: sealed (the claim published it) and, for a batch or a
+ * SEAL with release, given back. */
+static void seal_commit(struct session *ss, struct object *o)
+{
+    struct server *srv = ss->srv;
+
+    srv->claimed = o;
+    store_seal_digest(&srv->store, o, o->hash);
+    srv->claimed = NULL;
+    if (ss->seal.type == PROTO_PUT_BATCH)
+        store_unref(&srv->store, o);
+    else if (ss->seal.release)
+        held_release(ss, &o->id);
+}
+
+/* The claim failed: a batch's object goes (the client never held it), and so does a SEAL's
+ * whose id has other content; a SEAL's that the directory could not confirm stays unsealed,
+ * for the client to seal again or abort. */
+static void seal_drop(struct session *ss, struct object *o, int status)
+{
+    if (ss->seal.type == PROTO_SEAL && status != FERRY_EEXIST)
+        return;
+    if (ss->seal.type == PROTO_SEAL)
+        held_forget(ss, o);
+    store_abort(&ss->srv->store, o);
+}
+
+static void seal_claimed(void *arg, const struct directory_answer *a)
+{
+    struct session *ss = arg;
+    uint32_t i = seal_find(&ss->seal, a->id);
+    struct object *o = store_find(&ss->srv->store, a->id);
+    char why[PROTO_MAX_DETAIL + 1];
+    int status = a->status;
+
+    if (i == ss->seal.n || !o || o->state != FERRY_STATE_CREATED || o->creator != ss)
+        return; /* not possible: the session waits, and its close cancels the claims */
+    if (status == 0) {
+        seal_commit(ss, o);
+        seal_settle(ss, i, 0, "");
+        return;
+    }
+    if (status == FERRY_EEXIST)
+        snprintf(why, sizeof(why),
+                 "exists on node %s with other content (%" PRIu64 " bytes, digest %016" PRIx64 ")",
+                 a->other ? a->other : "(unknown)", a->size, a->digest);
+    else
+        snprintf(why, sizeof(why), "not sealed: --strict-ids needs the directory: %s",
+                 ferry_strerror(status));
+    seal_drop(ss, o, status);
+    seal_settle(ss, i, status, why);
+}
+
+/* Object i, hashed: asks the directory to confirm its content as the id's. */
+static void seal_claim(struct session *ss, struct object *o, uint32_t i)
+{
+    const struct server *srv = ss->srv;
+
+    if (directory_claim(srv->dir, &o->id, o->data_size + o->metadata_size, o->hash, seal_claimed,
+                        ss) < 0)
+        seal_settle(ss, i, FERRY_ENOMEM, ferry_errmsg());
+}
+
+/* Object i of the pending seal, created and filled: its digest, then its claim (now, or when
+ * the hasher has it: session_hash_ready). */
+static void seal_begin(struct session *ss, uint32_t i, struct object *o)
+{
+    ss->seal.ids[i] = o->id;
+    if (store_hash_created(&ss->srv->store, o))
+        seal_claim(ss, o, i);
+}
+
+/* The session closes: the claims are forgotten, a batch's objects aborted (a SEAL's object is
+ * the client's, aborted with its holdings). */
+static void seal_abandon(struct session *ss)
+{
+    struct pending_seal *p = &ss->seal;
+
+    directory_cancel(ss->srv->dir, ss);
+    for (uint32_t i = 0; i < p->n && p->type == PROTO_PUT_BATCH; i++) {
+        struct object *o = store_find(&ss->srv->store, &p->ids[i]);
+        if (p->statuses[i] == SEAL_PENDING && o && o->state == FERRY_STATE_CREATED &&
+            o->creator == ss)
+            store_abort(&ss->srv->store, o);
+    }
+    seal_reset(ss);
+}
+
 static int handle_seal(struct session *ss, const struct proto_request *q)
 {
     struct object *o;
@@ -217,6 +397,13 @@ static int handle_seal(struct session *ss, const struct proto_request *q)
 
     if (rc < 0)
         return reply_status(ss, q, rc);
+    if (strict(ss)) {
+        if ((rc = seal_start(ss, q, 1)) < 0)
+            return reply_status(ss, q, rc);
+        ss->seal.release = q->u.seal.release;
+        seal_begin(ss, 0, o);
+        return 0;
+    }
     store_seal(&ss->srv->store, o);
     if (q->u.seal.release)
         held_release(ss, &o->id); /* o is the live object under its id */
@@ -300,6 +487,15 @@ void session_hash_ready(struct server *srv, struct object *o)
 {
     struct session *ss, *next;
 
+    if (o->state == FERRY_STATE_CREATED) { /* only a pending strict seal hashes one */
+        ss = o->creator; /* alive: its close aborts (deletes) its unsealed objects */
+        if (!o->deleted && ss && ss->seal.active) {
+            uint32_t i = seal_find(&ss->seal, &o->id);
+            if (i < ss->seal.n)
+                seal_claim(ss, o, i);
+        }
+        return;
+    }
     for (ss = srv->hash_waiters; ss; ss = next) {
         next = ss->hash_next;
         if (ss->hash_wait != o)
@@ -452,36 +648,66 @@ static int batch_check(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
-static int batch_put_one(struct session *ss, const struct proto_batch_entry *e)
+/* Creates and fills the object of entry e; *out is it, unsealed. */
+static int batch_create(struct session *ss, const struct proto_batch_entry *e, struct object **out)
 {
     struct store *st = &ss->srv->store;
     uint64_t from = alloc_block_offset(ss->staging) + e->offset;
-    struct object *o;
-    int rc = store_create(st, &e->id, e->data_size, e->metadata_size, ss, &o);
+    int rc = store_create(st, &e->id, e->data_size, e->metadata_size, ss, out);
 
     if (rc < 0)
         return rc;
-    memcpy(st->base + o->offset, st->base + from, e->data_size + e->metadata_size);
-    store_seal(st, o);
-    store_unref(st, o);
+    memcpy(st->base + (*out)->offset, st->base + from, e->data_size + e->metadata_size);
+    return 0;
+}
+
+/* --strict-ids: each object is sealed once its claim is answered (struct pending_seal). */
+static int put_batch_strict(struct session *ss, const struct proto_request *q)
+{
+    struct proto_batch_entry e;
+    struct object *o;
+    int rc = seal_start(ss, q, q->u.batch.n);
+
+    if (rc < 0)
+        return reply_status(ss, q, rc);
+    for (uint32_t i = 0; i < q->u.batch.n; i++) {
+        proto_batch_entry(q, i, &e);
+        ss->seal.ids[i] = e.id;
+        if ((rc = batch_create(ss, &e, &o)) < 0)
+            seal_settle(ss, i, rc, ferry_errmsg());
+        else
+            seal_begin(ss, i, o);
+    }
     return 0;
 }
 
 static int handle_put_batch(struct session *ss, const struct proto_request *q)
 {
+    struct store *st = &ss->srv->store;
+    char why[PROTO_MAX_DETAIL + 1] = "";
     struct proto_batch_entry e;
-    size_t start;
+    struct object *o;
+    int32_t *statuses;
     int rc = batch_check(ss, q);
 
     if (rc < 0)
         return rc;
-    start = reply_begin(ss, q, 0);
-    pbuf_u32(&ss->out, q->u.batch.n);
+    if (strict(ss))
+        return put_batch_strict(ss, q);
+    if (!(statuses = calloc(q->u.batch.n ? q->u.batch.n : 1, sizeof(*statuses))))
+        return reply_status(ss, q, err_set(FERRY_ENOMEM, "put batch of %u", q->u.batch.n));
     for (uint32_t i = 0; i < q->u.batch.n; i++) {
         proto_batch_entry(q, i, &e);
-        pbuf_u32(&ss->out, (uint32_t)batch_put_one(ss, &e));
+        if ((statuses[i] = batch_create(ss, &e, &o)) < 0) {
+            if (!why[0])
+                snprintf(why, sizeof(why), "%s", ferry_errmsg());
+            continue;
+        }
+        store_seal(st, o);
+        store_unref(st, o);
     }
-    proto_frame_end(&ss->out, start);
+    reply_statuses(ss, q, statuses, q->u.batch.n, why);
+    free(statuses);
     return 0;
 }
 
@@ -653,14 +879,8 @@ static void fetch_finish(struct session *ss)
 {
     struct pending_fetch *f = &ss->fetch;
     struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
-    size_t start = reply_begin(ss, &q, 0), len = strnlen(f->why, PROTO_MAX_DETAIL);
 
-    pbuf_u32(&ss->out, f->n);
-    for (uint32_t i = 0; i < f->n; i++)
-        pbuf_u32(&ss->out, (uint32_t)f->statuses[i]);
-    pbuf_u16(&ss->out, (uint16_t)len);
-    pbuf_put(&ss->out, f->why, len);
-    proto_frame_end(&ss->out, start);
+    reply_statuses(ss, &q, f->statuses, f->n, f->why);
     loop_timer_stop(&ss->srv->loop, &f->timer);
     free(f->statuses);
     free(f->why);
@@ -971,8 +1191,8 @@ static int flush_out(struct session *ss)
  * processing (the protocol is request-reply); so does a queue of unread replies. */
 static int can_process(struct session *ss, uint16_t type)
 {
-    if (ss->closed || ss->get.active || ss->fetch.active || ss->dir.active || ss->hash_wait ||
-        ss->out.len > OUT_HIGH)
+    if (ss->closed || ss->get.active || ss->fetch.active || ss->dir.active || ss->seal.active ||
+        ss->hash_wait || ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -1149,6 +1369,8 @@ void session_close(struct session *ss, const char *reason)
     }
     if (ss->dir.active)
         directory_cancel(srv->dir, ss);
+    if (ss->seal.active)
+        seal_abandon(ss);
     drop_holdings(ss);
     if (ss->staging) {
         srv->staging_bytes -= alloc_block_size(ss->staging);

@@ -52,6 +52,21 @@ struct pending_fetch {
     struct loop_timer timer;
 };
 
+/* A session blocked in SEAL or PUT_BATCH under ferryd --strict-ids: each object stays
+ * unsealed (invisible) until it is hashed and the directory has confirmed its content as the
+ * id's (a claim), then is sealed, or aborted with FERRY_EEXIST. */
+struct pending_seal {
+    int active;
+    uint16_t type;
+    uint64_t tag;
+    uint8_t release;   /* SEAL: give the creator's reference back once sealed */
+    uint32_t n, left;  /* objects, and those not answered yet */
+    uint32_t cursor;   /* where the next answer is looked for: they come in order */
+    ferry_id *ids;     /* the objects' ids */
+    int32_t *statuses; /* SEAL_PENDING until answered */
+    char *why;         /* the first failure's reason (PROTO_MAX_DETAIL + 1 bytes) */
+};
+
 /* A session blocked in NODES or WHERE until the directory answers. */
 struct pending_dir {
     int active;
@@ -75,6 +90,7 @@ struct session {
     struct pending_get get;
     struct pending_fetch fetch;
     struct pending_dir dir;
+    struct pending_seal seal;
     struct object *hash_wait; /* blocked in HASH until this object's digest is in */
     uint64_t hash_tag;
     struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */
@@ -93,7 +109,8 @@ void session_close(struct session *ss, const char *reason);
 void session_free(struct session *ss);
 /* o was just sealed: completes the gets that waited for it. */
 void session_wake_waiters(struct server *srv, struct object *o);
-/* o's digest is in: answers the HASH requests that waited for it. */
+/* o's digest is in: answers the HASH requests that waited for it, or, for an unsealed
+ * object, sends its claim (--strict-ids). */
 void session_hash_ready(struct server *srv, struct object *o);
 
 #endif

@@ -305,15 +305,21 @@ static void seal_visible(struct store *s, struct object *o)
         lru_push_young(s, o);
 }
 
-void store_seal(struct store *s, struct object *o)
+int store_hash_created(struct store *s, struct object *o)
 {
     uint64_t len = o->data_size + o->metadata_size;
 
+    if (hash_later(s, o, len) == 0)
+        return 0;
     /* The sizes seed the digest so that moving the data/metadata boundary changes it. */
-    if (hash_later(s, o, len) < 0) {
-        o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
-        o->hashed = 1;
-    }
+    o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
+    o->hashed = 1;
+    return 1;
+}
+
+void store_seal(struct store *s, struct object *o)
+{
+    store_hash_created(s, o);
     seal_visible(s, o);
 }
 

@@ -105,6 +105,11 @@ void store_ref(struct store *s, struct object *o);
  * of the LRU. */
 void store_unref(struct store *s, struct object *o);
 
+/* Starts the digest of a created object whose bytes are final, ahead of its seal (a seal that
+ * waits for the directory: ferryd --strict-ids): 1 when it is done (o->hashed), 0 when the
+ * hasher computes it and hashed() follows; o stays unsealed and invisible either way. */
+int store_hash_created(struct store *s, struct object *o);
+
 /* Deletes a sealed object (see the rules above). */
 void store_delete(struct store *s, struct object *o);
 
