@@ -31,6 +31,8 @@ static int mpi_missing(int argc, char **argv)
 static const struct suite suites[] = {
     {"local", bench_local, "ferry put/get against redis set/get and memcpy on this node"},
     {"remote", bench_remote, "ferry fetch between two nodes against redis get and raw TCP"},
+    {"directory", bench_directory,
+     "simulated nodes publishing and looking up against redis-benchmark; --strict-ids' cost"},
     {"python", bench_python,
      "the Python module against shared_memory, redis-py, pickle and np.copyto"},
 #ifdef FERRY_BENCH_MPI

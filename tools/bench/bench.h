@@ -387,6 +387,10 @@ size_t copy_peer_ops(const uint8_t *src, uint64_t max_size, const struct bench_o
  * port; stopped at exit. Returns the redis context (a redisContext *). */
 void *redis_peer_start(int port);
 
+/* Starts a redis-server replicating the one behind master (a context of redis_peer_start());
+ * returns once the master counts it online. Stopped at exit. */
+void redis_peer_start_replica(void *master);
+
 /* The TCP port of the redis-server behind a context of redis_peer_start(). */
 int redis_peer_port(void *redis);
 
@@ -406,7 +410,8 @@ size_t stream_peer_ops(enum bench_transport t, const uint8_t *payload, const str
 
 int bench_local(int argc, char **argv);
 int bench_remote(int argc, char **argv);
-int bench_mpi(int argc, char **argv);    /* mpi.c, only in a build that found MPI */
-int bench_python(int argc, char **argv); /* python.c: runs python_bench.py */
+int bench_mpi(int argc, char **argv);       /* mpi.c, only in a build that found MPI */
+int bench_python(int argc, char **argv);    /* python.c: runs python_bench.py */
+int bench_directory(int argc, char **argv); /* directory.c: links the daemon's directory code */
 
 #endif

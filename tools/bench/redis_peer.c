@@ -101,19 +101,41 @@ size_t redis_peer_ops(void *redis, const char *system, const uint8_t *payload,
     return sizeof(list) / sizeof(list[0]);
 }
 
-static struct bench_proc *start_server(int port)
+/* A redis-server on port; a replica of the one on master_port unless that is 0. */
+static struct bench_proc *start_server(int port, int master_port)
 {
-    char port_arg[16];
+    char port_arg[16], master_arg[16];
     if (bench_which("redis-server") == NULL)
         bench_fail("redis-server is not on $PATH (Debian: apt-get install redis-server); "
                    "or pass --redis-port of a running one");
     snprintf(port_arg, sizeof(port_arg), "%d", port);
+    snprintf(master_arg, sizeof(master_arg), "%d", master_port);
     /* No persistence: the bench's keys are scratch; loopback only. */
     char *dir = (char *)bench_tmpdir();
-    char *argv[] = {
-        "redis-server", "--port", port_arg,           "--bind", "127.0.0.1", "--save", "",
-        "--appendonly", "no",     "--protected-mode", "yes",    "--dir",     dir,      NULL};
-    return bench_proc_start("redis-server", argv);
+    char *argv[] = {"redis-server",
+                    "--port",
+                    port_arg,
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "yes",
+                    "--dir",
+                    dir,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
+    if (master_port) {
+        char **end = &argv[sizeof(argv) / sizeof(argv[0]) - 4];
+        end[0] = "--replicaof";
+        end[1] = "127.0.0.1";
+        end[2] = master_arg;
+    }
+    return bench_proc_start(master_port ? "redis-replica" : "redis-server", argv);
 }
 
 /* A connection that answers PING, or NULL (the server is not up yet). */
@@ -164,10 +186,31 @@ void *redis_peer_start(int port)
             bench_fail("no redis-server answers PING on 127.0.0.1:%d", port);
     } else {
         bench_free_ports(&port, 1);
-        rc = connect_started(start_server(port), port);
+        rc = connect_started(start_server(port, 0), port);
     }
     bench_on_exit(free_at_exit, rc);
     return rc;
+}
+
+void redis_peer_start_replica(void *master)
+{
+    int port, master_port = redis_peer_port(master);
+
+    bench_free_ports(&port, 1);
+    redisFree(connect_started(start_server(port, master_port), port));
+    for (unsigned waited = 0;; waited += START_POLL_MS) {
+        redisReply *r = redisCommand(master, "INFO replication");
+        int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "connected_slaves:1") &&
+                 strstr(r->str, "state=online");
+        freeReplyObject(r);
+        if (up)
+            return;
+        if (waited >= START_TIMEOUT_MS)
+            bench_fail("the replica of 127.0.0.1:%d is not online within %d ms", master_port,
+                       START_TIMEOUT_MS);
+        bench_check_interrupt();
+        bench_sleep_ms(START_POLL_MS);
+    }
 }
 
 int redis_peer_port(void *redis)

@@ -93,6 +93,8 @@ void bench_print_table(FILE *f, const struct bench_result *r, size_t n)
 void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
 {
     int w = 46;
+    if (n == 0)
+        return;
     for (size_t i = 0; i < n; i++)
         if ((int)strlen(q[i].description) > w)
             w = (int)strlen(q[i].description);
