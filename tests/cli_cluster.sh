@@ -11,19 +11,10 @@ set -u
 # shellcheck source-path=SCRIPTDIR source=lib_cli.sh
 . "$(dirname "$0")/lib_cli.sh"
 
-# No single command may take longer than this (seconds): a hang fails the check instead.
-CMD_LIMIT=30
 # A failed check shows the logs of redis-server and of every node.
 LOGS_ON_FAILURE=1
 # eventually's POLLS (about 10 s) leave the cluster ample time to converge: a publication
 # reaches Redis within a loop turn, a registration within 1 s.
-
-# The tool against node a, b or s (standalone), bounded in time.
-fy() {
-    local node=$1
-    shift
-    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
-}
 
 # start_cluster_node NAME: node-NAME, its transfer port in PORT[NAME].
 declare -A PORT

@@ -17,14 +17,7 @@ set -u
 # shellcheck source-path=SCRIPTDIR source=lib_cli.sh
 . "$(dirname "$0")/lib_cli.sh"
 
-CMD_LIMIT=30
 LOGS_ON_FAILURE=1
-
-fy() {
-    local node=$1
-    shift
-    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
-}
 
 # start_cluster_node NAME [ARGS...]: node-NAME with its pid in PID[NAME].
 declare -A PID

@@ -12,18 +12,11 @@ set -u
 # shellcheck source-path=SCRIPTDIR source=lib_cli.sh
 . "$(dirname "$0")/lib_cli.sh"
 
-CMD_LIMIT=30
 LOGS_ON_FAILURE=1
 MASTER=ferrym
 # How many objects a puts before the kill, and after the failover.
 BEFORE=100
 AFTER=100
-
-fy() {
-    local node=$1
-    shift
-    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
-}
 
 # start_redis_on PORT NAME [ARGS...]: a redis-server, its pid in RPID[NAME].
 declare -A RPID

@@ -20,6 +20,16 @@ FAILED=0
 POLLS=200
 LOGS_ON_FAILURE=
 
+# No single command may take longer than this (seconds): a hang fails the check instead.
+CMD_LIMIT=30
+
+# fy NODE ARGS...: the tool against the daemon of start_node NODE, bounded by CMD_LIMIT.
+fy() {
+    local node=$1
+    shift
+    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
+}
+
 # stop_process PID: TERM, then KILL after 5 s.
 stop_process() {
     local pid=$1 n

@@ -875,13 +875,9 @@ static int handle_get(struct session *ss, const struct proto_request *q)
 
 #define FETCH_PENDING 1
 
-static void fetch_finish(struct session *ss)
+/* Frees what a fetch allocated; it is over. */
+static void fetch_free(struct pending_fetch *f)
 {
-    struct pending_fetch *f = &ss->fetch;
-    struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
-
-    reply_statuses(ss, &q, f->statuses, f->n, f->why);
-    loop_timer_stop(&ss->srv->loop, &f->timer);
     free(f->statuses);
     free(f->why);
     free(f->ids);
@@ -889,6 +885,16 @@ static void fetch_finish(struct session *ss)
     f->why = NULL;
     f->ids = NULL;
     f->active = 0;
+}
+
+static void fetch_finish(struct session *ss)
+{
+    struct pending_fetch *f = &ss->fetch;
+    struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
+
+    reply_statuses(ss, &q, f->statuses, f->n, f->why);
+    loop_timer_stop(&ss->srv->loop, &f->timer);
+    fetch_free(f);
 }
 
 /* Keeps the first failure's reason (ferry_errmsg() when status came). */
@@ -966,12 +972,7 @@ static int handle_fetch(struct session *ss, const struct proto_request *q)
     f->why = calloc(1, PROTO_MAX_DETAIL + 1);
     f->ids = n ? malloc((size_t)n * sizeof(*f->ids)) : NULL;
     if (!f->statuses || !f->why || (n && !f->ids)) {
-        free(f->statuses);
-        free(f->why);
-        free(f->ids);
-        f->statuses = NULL;
-        f->why = NULL;
-        f->ids = NULL;
+        fetch_free(f);
         return reply_status(ss, q, err_set(FERRY_ENOMEM, "fetch of %u ids", n));
     }
     memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
@@ -1361,11 +1362,8 @@ void session_close(struct session *ss, const char *reason)
     if (ss->fetch.active) {
         if (srv->engine)
             engine_cancel(srv->engine, ss);
-        free(ss->fetch.statuses);
-        free(ss->fetch.why);
-        free(ss->fetch.ids);
         loop_timer_stop(&srv->loop, &ss->fetch.timer);
-        ss->fetch.active = 0;
+        fetch_free(&ss->fetch);
     }
     if (ss->dir.active)
         directory_cancel(srv->dir, ss);

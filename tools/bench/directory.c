@@ -243,13 +243,28 @@ static double phase_rate(const struct dir_run *r, enum phase p)
     return (double)(r->o->nodes * r->o->objects) / (last - first);
 }
 
-/* Runs the simulated nodes; their rates into rate[]. */
-static void run_nodes(struct dir_run *r, double rate[PHASES])
+/* The server's used_memory (INFO memory). */
+static uint64_t redis_used_memory(void *redis)
 {
-    uint64_t n = r->o->nodes;
+    redisReply *rep = redisCommand(redis, "INFO memory");
+    const char *at =
+        rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, "used_memory:") : NULL;
+    uint64_t v = at ? strtoull(at + strlen("used_memory:"), NULL, 10) : 0;
+
+    freeReplyObject(rep);
+    if (!v)
+        bench_fail("INFO memory gave no used_memory");
+    return v;
+}
+
+/* Runs the simulated nodes (this thread meets them at their barriers): their rates into
+ * rate[], and the directory's bytes per published object into *per_object. */
+static void run_nodes(struct dir_run *r, void *redis, double rate[PHASES], double *per_object)
+{
+    uint64_t n = r->o->nodes, before;
 
     r->sims = calloc(n, sizeof(*r->sims));
-    if (!r->sims || pthread_barrier_init(&r->barrier, NULL, (unsigned)n) != 0)
+    if (!r->sims || pthread_barrier_init(&r->barrier, NULL, (unsigned)n + 1) != 0)
         bench_fail("out of memory for %" PRIu64 " simulated nodes", n);
     for (uint64_t i = 0; i < n; i++) {
         struct sim *s = &r->sims[i];
@@ -265,6 +280,11 @@ static void run_nodes(struct dir_run *r, double rate[PHASES])
     for (uint64_t i = 0; i < n; i++)
         if (pthread_create(&r->sims[i].thread, NULL, sim_main, &r->sims[i]) != 0)
             bench_fail("cannot start a thread per simulated node");
+    pthread_barrier_wait(&r->barrier); /* registered */
+    before = redis_used_memory(redis);
+    pthread_barrier_wait(&r->barrier); /* published */
+    *per_object = ((double)redis_used_memory(redis) - (double)before) / (double)(n * r->o->objects);
+    pthread_barrier_wait(&r->barrier); /* looked up */
     for (uint64_t i = 0; i < n; i++)
         pthread_join(r->sims[i].thread, NULL);
     for (uint64_t i = 0; i < n; i++) {
@@ -472,7 +492,7 @@ int bench_directory(int argc, char **argv)
     struct bench_options common;
     struct dir_options o;
     struct dir_run run = {.o = &o, .nonce = bench_nonce()};
-    double rate[PHASES], hset, hgetall;
+    double rate[PHASES], hset, hgetall, per_object;
     char preamble[1024], command[128], url[64];
     int status = parse_options(argc, argv, &common, &o), ports[MAX_OPS];
 
@@ -487,7 +507,7 @@ int bench_directory(int argc, char **argv)
         redis_peer_start_replica(redis);
     snprintf(run.url, sizeof(run.url), "redis://127.0.0.1:%d/%d", port, DB);
 
-    run_nodes(&run, rate);
+    run_nodes(&run, redis, rate, &per_object);
     snprintf(command, sizeof(command), "HSET ferry:bench:%" PRIx64 ":__rand_int__ h:node 1",
              run.nonce);
     hset = redis_benchmark(&run, port, command);
@@ -518,10 +538,11 @@ int bench_directory(int argc, char **argv)
              "  lookups/s   (real directory code)   %12.0f   redis-benchmark HGETALL %12.0f"
              "   ratio %.2f\n"
              "  (a publication is one script of a few commands; a lookup is two reads, the"
-             " object's entry and its holder's)\n\n"
+             " object's entry and its holder's)\n"
+             "  directory memory: %.0f bytes per published object (used_memory of redis-server)\n\n"
              "ferry put on a cluster node, with --strict-ids (ferry-strict) and without:\n",
              port, o.replica ? " with a replica" : "", o.nodes, o.objects, o.window, rate[PUBLISH],
-             hset, rate[PUBLISH] / hset, rate[LOOKUP], hgetall, rate[LOOKUP] / hgetall);
+             hset, rate[PUBLISH] / hset, rate[LOOKUP], hgetall, rate[LOOKUP] / hgetall, per_object);
     bench_report(&(struct bench_report){
         .suite = "directory",
         .opts = &common,
