@@ -74,14 +74,25 @@ put_range() {
     done
 }
 
-# a puts, and b fetches what a put, until $DIR/stop exists (at most 2000 each).
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# a puts, and b fetches what a put, until $DIR/stop exists (at most 2000 each); each fetch
+# that succeeds is noted with the time it started.
 churn() {
-    local i
+    local i t
     for ((i = 1; i <= 2000; i++)); do
         [ -e "$DIR/stop" ] && break
         put_range during "$i" "$i"
-        fy b fetch "during-$i" --timeout 20000 2>>"$DIR/churn.err" && echo "during-$i" >>"$DIR/churn.fetched"
+        t=$(now_ms)
+        fy b fetch "during-$i" --timeout 20000 2>>"$DIR/churn.err" &&
+            echo "$t during-$i" >>"$DIR/churn.fetched"
     done
+}
+
+# True when a fetch that succeeded started while the directory had no master.
+fetched_during_outage() {
+    awk -v a="$KILLED_MS" -v b="$PROMOTED_MS" '$1 > a && $1 < b { n++ } END { exit !n }' \
+        "$DIR/churn.fetched"
 }
 
 # Counts on the master now in charge.
@@ -121,8 +132,10 @@ main() {
     churn &
     churner=$!
     sleep 1
+    KILLED_MS=$(now_ms)
     kill -KILL "${RPID[master]}"
     POLLS=600 eventually "the sentinels promote the replica" master_is_replica
+    PROMOTED_MS=$(now_ms)
     ok "the replica is the master now" replica_is_master
     sleep 1
     touch "$DIR/stop"
@@ -134,7 +147,12 @@ main() {
     ok "every fetch during the failover waited for the directory and succeeded" \
         test ! -s "$DIR/churn.err"
     ok "every object put before, during and after is fetchable from b" every_object_fetchable
-    ok "a followed the failover" grep -q "master $MASTER" "$DIR/a.log"
+    ok "a fetch started while there was no master, and succeeded" fetched_during_outage
+    ok "a lost its directory" grep -q "lost Redis" "$DIR/a.log"
+    ok "a registered on the new master" \
+        grep -q "registered as node-a at Redis 127.0.0.1:$REPLICA_PORT/0 (master $MASTER)" "$DIR/a.log"
+    ok "b registered on the new master" \
+        grep -q "registered as node-b at Redis 127.0.0.1:$REPLICA_PORT/0 (master $MASTER)" "$DIR/b.log"
     echo "objects: $(wc -l <"$DIR/put.ids") put, $(obj_keys) in the new master's directory"
     summary
 }

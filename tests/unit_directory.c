@@ -869,6 +869,55 @@ static void test_delete(void **state)
     directory_close(c);
 }
 
+/* A delete and a claim do not overtake the publications queued before them: publish old
+ * content, delete, claim new content, all in one turn, ends with the new content recorded and
+ * the node its holder (a claim sent at once used to be undone by the queued publication). */
+static void test_claim_and_delete_keep_their_place(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct directory *a;
+    struct answer del = {0}, ans;
+    char u[64], key[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    directory_publish(a, &x, 10, 0xa1);
+    assert_int_equal(directory_delete(a, &x, on_answer, &del), 0);
+    ans = claim(l, a, &x, 0xb2);
+    assert_int_equal(ans.status, 0);
+    assert_true(run_until(l, answered, &del, WAIT_MS));
+    assert_int_equal(del.status, 0);
+    obj_key(&x, key);
+    assert_int_equal(query_int(0, "HEXISTS %s h:a", key), 1);
+    ans = lookup(l, a, &x, 1);
+    assert_true(ans.has_content);
+    assert_int_equal(ans.digest, 0xb2);
+    directory_close(a);
+}
+
+/* A withdrawal made while Redis does not answer is kept and sent once it is back. */
+static void test_withdrawal_while_down_is_kept(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct membership listed = {&x, "a", 1}, gone = {&x, "a", 0};
+    struct directory *a;
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    directory_publish(a, &x, 10, 0xabc);
+    assert_true(run_until(l, membership_is, &listed, WAIT_MS));
+    redis_fixture_freeze(&redis, 1);
+    assert_true(run_until(l, is_disconnected, a, HEARTBEAT_MS + TIMEOUT_MS + 500));
+    directory_withdraw(a, &x);
+    redis_fixture_freeze(&redis, 0);
+    assert_true(run_until(l, is_connected, a, WAIT_MS));
+    assert_true(run_until(l, membership_is, &gone, WAIT_MS));
+    directory_close(a);
+}
+
 static void on_left(void *arg)
 {
     (*(int *)arg)++;
@@ -997,6 +1046,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_incarnations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_content_per_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_and_delete_keep_their_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_withdrawal_while_down_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_entry_republishes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_node, setup, teardown),

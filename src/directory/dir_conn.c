@@ -5,8 +5,27 @@
  */
 #include "directory/directory_int.h"
 
-/* Sends up to FLUSH_BATCH queued publications, pipelined, and leaves the rest to the next
- * turn; drops them all when the directory is not up. */
+/* Empties the queue: what was not sent is dropped (the republish restores publications; the
+ * requests among them fail with FERRY_EDIRECTORY). */
+void dir_queue_drop(struct directory *d)
+{
+    for (size_t i = d->queue_head; i < d->queue_len; i++) {
+        struct request *r = d->queue[i].r;
+        if (r) {
+            dir_request_fail(d, r, FERRY_EDIRECTORY);
+            dir_request_settle(d, r);
+        }
+    }
+    d->queue_head = d->queue_len = 0;
+    if (d->queue_cap > QUEUE_KEEP) {
+        free(d->queue);
+        d->queue = NULL;
+        d->queue_cap = 0;
+    }
+}
+
+/* Sends up to FLUSH_BATCH queued operations, pipelined, and leaves the rest to the next turn;
+ * drops them all when the directory is not up. */
 static void flush_queue(struct directory *d)
 {
     size_t end =
@@ -18,28 +37,41 @@ static void flush_queue(struct directory *d)
         dir_turn_soon(d);
         return;
     }
-    d->queue_head = d->queue_len = 0;
-    if (d->queue_cap > QUEUE_KEEP) {
-        free(d->queue);
-        d->queue = NULL;
-        d->queue_cap = 0;
-    }
+    dir_queue_drop(d);
 }
 
-void dir_queue_push(struct directory *d, const struct pubop *op)
+/* Queues op; FERRY_EDIRECTORY when the directory is not up (publications are then left to the
+ * republish hook after the next registration), FERRY_ENOMEM. */
+int dir_queue_push(struct directory *d, const struct pubop *op)
 {
     if (!d->up)
-        return; /* the republish hook restores the truth after the next registration */
+        return FERRY_EDIRECTORY;
     if (d->queue_len == d->queue_cap) {
         struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
         if (!p) {
-            dir_command_failed(d, op->add ? "publish" : "withdraw", "out of memory");
-            return;
+            dir_command_failed(d, "queue", "out of memory");
+            return FERRY_ENOMEM;
         }
         d->queue = p;
     }
     d->queue[d->queue_len++] = *op;
     dir_turn_soon(d);
+    return 0;
+}
+
+/* Queues the withdrawals owed since the last connection (before the republish's publications,
+ * so that an id sealed again meanwhile ends up published). */
+static void pay_owed(struct directory *d)
+{
+    const ferry_id *id;
+    size_t pos = 0;
+
+    while (idmap_next(&d->owed, &pos, &id)) {
+        struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
+        if (dir_queue_push(d, &op) < 0)
+            break;
+    }
+    idmap_free(&d->owed);
 }
 
 /* The deferred work: the republish hook, the queued publications, the answers, the deletes
@@ -50,6 +82,8 @@ void dir_on_turn(struct loop *l, struct loop_timer *t)
 
     if (d->republish_due) {
         d->republish_due = 0;
+        if (d->up)
+            pay_owed(d);
         if (d->up && d->hooks.republish)
             d->hooks.republish(d->hooks.ctx);
     }

@@ -44,6 +44,7 @@ static void on_events(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *rep = reply, *entries = NULL;
+    size_t n;
 
     d->events_reading = 0;
     if (!rep || rep->type == REDIS_REPLY_NIL)
@@ -52,13 +53,16 @@ static void on_events(redisAsyncContext *ac, void *reply, void *priv)
         rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2)
         entries = rep->element[0]->element[1];
     if (!entries || entries->type != REDIS_REPLY_ARRAY) {
-        dir_command_failed(d, "XREAD", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "XREAD", dir_reply_why(rep));
         return;
     }
-    if (!entries->elements || !(d->heard = calloc(entries->elements, sizeof(*d->heard))))
+    n = entries->elements < EVENTS_BATCH_N ? entries->elements : EVENTS_BATCH_N;
+    if (!n || !(d->heard = calloc(n, sizeof(*d->heard))))
         return;
-    for (size_t i = 0; i < entries->elements; i++)
+    for (size_t i = 0; i < n; i++)
         take_entry(d, entries->element[i]);
+    if (n == EVENTS_BATCH_N) /* behind: read on without waiting */
+        dir_arm(d, &d->events, loop_now_ms());
     dir_turn_soon(d);
 }
 
@@ -73,7 +77,7 @@ static void on_events_start(redisAsyncContext *ac, void *reply, void *priv)
     if (!rep)
         return;
     if (rep->type != REDIS_REPLY_ARRAY) {
-        dir_command_failed(d, "XREVRANGE", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "XREVRANGE", dir_reply_why(rep));
         return;
     }
     if (rep->elements == 0 || rep->element[0]->type != REDIS_REPLY_ARRAY ||
@@ -122,8 +126,11 @@ void dir_events_deliver(struct directory *d)
 
     d->heard = NULL;
     d->nheard = 0;
-    for (size_t i = 0; i < n && d->hooks.deleted; i++)
-        d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].node);
+    for (size_t i = 0; i < n; i++) {
+        free(idmap_remove(&d->holders, &h[i].id)); /* its holders and content are history */
+        if (d->hooks.deleted)
+            d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].node);
+    }
     free(h);
 }
 
@@ -148,7 +155,7 @@ static void on_leave_cleanup(redisAsyncContext *ac, void *reply, void *priv)
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[0]->type != REDIS_REPLY_INTEGER ||
         rep->element[1]->type != REDIS_REPLY_INTEGER) {
-        dir_command_failed(d, "leave", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "leave", dir_reply_why(rep));
         dir_leave_finish(d);
         return;
     }
@@ -179,7 +186,7 @@ void dir_leave_start(struct directory *d)
     d->leaving = 1;
     loop_timer_stop(d->loop, &d->heartbeat);
     loop_timer_stop(d->loop, &d->events);
-    d->queue_head = d->queue_len = 0;
+    dir_queue_drop(d);
     dir_arm(d, &d->leave_timer, d->leave_deadline_ms);
     if (!d->up) {
         dir_leave_finish(d);

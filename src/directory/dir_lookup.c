@@ -157,7 +157,7 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else if (rep->type != REDIS_REPLY_ARRAY) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-        dir_command_failed(d, "HGETALL", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "HGETALL", dir_reply_why(rep));
     } else {
         int sized = 0, digested = 0;
         for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2) {
@@ -223,12 +223,13 @@ static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else if (!scan_reply_valid(rep)) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-        dir_command_failed(d, "SCAN", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "SCAN", dir_reply_why(rep));
     } else {
         const redisReply *keys = rep->element[1];
         char key[NODE_KEY_MAX];
         size_t pre = strlen(NODE_PREFIX);
-        for (size_t i = 0; i < keys->elements && r->a.status == 0; i++) {
+        for (size_t i = 0;
+             i < keys->elements && r->a.status == 0 && r->asked_len < LISTING_NODES_MAX; i++) {
             struct holder h = {.inc = 0};
             if (dir_string_copy(key, sizeof(key), keys->element[i]) &&
                 strncmp(key, NODE_PREFIX, pre) == 0 && key[pre]) {
@@ -236,8 +237,12 @@ static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
                 ask_node(d, r, &h);
             }
         }
-        if (r->a.status == 0 && strcmp(rep->element[0]->str, "0") != 0)
-            send_scan(d, r, rep->element[0]->str);
+        if (r->a.status == 0 && strcmp(rep->element[0]->str, "0") != 0) {
+            if (++r->rounds < LISTING_ROUNDS_MAX && r->asked_len < LISTING_NODES_MAX)
+                send_scan(d, r, rep->element[0]->str);
+            else
+                dir_command_failed(d, "SCAN", "listing cut short: too many nodes or rounds");
+        }
     }
     dir_request_settle(d, r);
 }

@@ -159,6 +159,9 @@ void dir_drop(struct directory *d, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(d->why, sizeof(d->why), fmt, ap);
     va_end(ap);
+    for (char *c = d->why; *c; c++) /* it may quote Redis, and goes to the log */
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
     redisAsyncFree(d->ac);
 }
 

@@ -118,7 +118,7 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *priv)
     if (!rep)
         return;
     if (rep->type != REDIS_REPLY_STRING || strcmp(rep->str, want) != 0)
-        dir_drop(d, "SCRIPT LOAD: %s", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_drop(d, "SCRIPT LOAD: %s", dir_reply_why(rep));
 }
 
 int dir_scripts_load(struct directory *d)
@@ -213,13 +213,20 @@ static void publish_args(const struct directory *d, const ferry_id *id, uint64_t
     snprintf(p->digest, sizeof(p->digest), "%016" PRIx64, digest);
 }
 
+static int send_claim(struct directory *d, const struct pubop *op);
+static int send_delete(struct directory *d, const struct pubop *op);
+
 int dir_send_pubop(struct directory *d, const struct pubop *op)
 {
     struct publish_args p;
     int rc;
 
+    if (op->kind == OP_CLAIM)
+        return send_claim(d, op);
+    if (op->kind == OP_DELETE)
+        return send_delete(d, op);
     publish_args(d, &op->id, op->size, op->digest, &p);
-    if (op->add) {
+    if (op->kind == OP_PUBLISH) {
         const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex};
         rc = evalsha(d, SCRIPT_PUBLISH, on_published, NULL, 2, args, 7);
     } else {
@@ -228,11 +235,23 @@ int dir_send_pubop(struct directory *d, const struct pubop *op)
     }
     if (rc < 0)
         return rc;
-    if (op->add)
+    if (op->kind == OP_PUBLISH)
         d->counters.published++;
     else
         d->counters.withdrawn++;
     return 0;
+}
+
+/* Queues a request's operation (a claim, a delete) behind the publications already queued. */
+static void request_queue(struct directory *d, struct request *r, const struct pubop *op)
+{
+    dir_pending_add(d, r);
+    r->awaiting = 2; /* the queue's, and the one dropped just below */
+    if (dir_queue_push(d, op) < 0) {
+        dir_request_fail(d, r, FERRY_EDIRECTORY);
+        r->awaiting--;
+    }
+    dir_request_settle(d, r);
 }
 
 /* The reply to a claim: published, or refused for a live holder's other content. */
@@ -250,7 +269,7 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
         conflict_report(d, &r->a, r->other, hex, size, digest);
         dir_request_fail(d, r, FERRY_EEXIST);
     } else if (!published(rep)) {
-        dir_command_failed(d, "claim", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "claim", dir_reply_why(rep));
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
         d->counters.published++;
@@ -258,19 +277,20 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
     dir_request_settle(d, r);
 }
 
-void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest)
+static int send_claim(struct directory *d, const struct pubop *op)
 {
     struct publish_args p;
     const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex};
 
-    dir_pending_add(d, r);
-    r->awaiting = 1;
-    publish_args(d, &r->id, size, digest, &p);
-    if (!d->up || evalsha(d, SCRIPT_PUBLISH, on_claimed, r, 2, args, 7) < 0)
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
-    else
-        r->awaiting++;
-    dir_request_settle(d, r);
+    publish_args(d, &op->id, op->size, op->digest, &p);
+    return evalsha(d, SCRIPT_PUBLISH, on_claimed, op->r, 2, args, 7);
+}
+
+void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest)
+{
+    struct pubop op = {.id = r->id, .kind = OP_CLAIM, .size = size, .digest = digest, .r = r};
+
+    request_queue(d, r, &op);
 }
 
 /* The reply to a delete: how many holders the id had. */
@@ -283,7 +303,7 @@ static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
     if (!rep) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else if (rep->type != REDIS_REPLY_INTEGER) {
-        dir_command_failed(d, "delete", dir_reply_error(rep) ? rep->str : "unexpected reply");
+        dir_command_failed(d, "delete", dir_reply_why(rep));
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
         r->a.count = rep->integer > 0 ? (uint64_t)rep->integer : 0;
@@ -291,20 +311,21 @@ static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
     dir_request_settle(d, r);
 }
 
-void dir_delete_start(struct directory *d, struct request *r)
+static int send_delete(struct directory *d, const struct pubop *op)
 {
     char key[OBJ_KEY_MAX], hex[HEX_ID_MAX];
     const char *args[] = {key, EVENTS_KEY, hex, d->self.id, d->inc_text, EVENTS_KEEP};
 
-    dir_pending_add(d, r);
-    r->awaiting = 1;
-    dir_holders_key(key, &r->id);
-    ferry_id_format(&r->id, hex);
-    if (!d->up || evalsha(d, SCRIPT_DELETE, on_deleted, r, 2, args, 6) < 0)
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
-    else
-        r->awaiting++;
-    dir_request_settle(d, r);
+    dir_holders_key(key, &op->id);
+    ferry_id_format(&op->id, hex);
+    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 6);
+}
+
+void dir_delete_start(struct directory *d, struct request *r)
+{
+    struct pubop op = {.id = r->id, .kind = OP_DELETE, .r = r};
+
+    request_queue(d, r, &op);
 }
 
 /* One batch of the cleanup of this node's index: fields of incarnations other than keep ("":

@@ -17,14 +17,14 @@ static void on_master_addr(redisAsyncContext *ac, void *reply, void *priv)
     const redisReply *r = reply;
     const struct sentinel_addr *s = &d->sentinels[d->sentinel_at];
     struct in_addr ip;
-    uint64_t port;
+    uint64_t port = 0;
 
     if (!r)
         return;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= INET_ADDRSTRLEN ||
         inet_pton(AF_INET, r->element[0]->str, &ip) != 1 ||
-        dir_reply_u64(r->element[1], 10, &port) < 0 || port < 1 || port > 65535) {
+        !dir_reply_u64(r->element[1], 10, &port) || port < 1 || port > 65535) {
         dir_drop(d, "sentinel %s:%d %s master %s", s->ip, s->port,
                  r->type == REDIS_REPLY_NIL ? "knows no" : "gave no usable address for", d->master);
         return;
@@ -47,15 +47,15 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *r = reply;
+    char role[16];
 
     if (!r)
         return;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "master") != 0)
-        dir_drop(d, "%s is not the master (%s)", d->where,
-                 dir_reply_error(r)                            ? dir_reply_error(r)
-                 : r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0]->str
-                                                               : "no role");
+        !dir_string_copy(role, sizeof(role), r->element[0]))
+        snprintf(role, sizeof(role), "no role");
+    if (strcmp(role, "master") != 0)
+        dir_drop(d, "%s is not the master (%s)", d->where, role);
 }
 
 int dir_sentinel_check_role(struct directory *d)

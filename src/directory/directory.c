@@ -51,27 +51,38 @@ void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id)
     snprintf(key, OBJ_KEY_MAX, OBJ_PREFIX "%s", hex);
 }
 
-/* Copies a string reply into out (cap bytes with the NUL). 0 when it is not a string, holds a
- * NUL or does not fit. */
+/* Copies a string reply into out (cap bytes with the NUL); 0 when it is not a string, does
+ * not fit, or holds a byte outside printable ASCII (what Redis gives back ends up in logs and
+ * in messages to users: no control characters). */
 int dir_string_copy(char *out, size_t cap, const redisReply *v)
 {
-    if (v->type != REDIS_REPLY_STRING || v->len >= cap || memchr(v->str, '\0', v->len))
+    if (v->type != REDIS_REPLY_STRING || v->len >= cap)
         return 0;
+    for (size_t i = 0; i < v->len; i++) {
+        if (v->str[i] < 0x20 || v->str[i] > 0x7e)
+            return 0;
+    }
     memcpy(out, v->str, v->len);
     out[v->len] = '\0';
     return 1;
 }
 
-/* A string reply holding a u64 in base (10, or 16 for digests) into *out; 0 when it is not one. */
+/* A string reply of only digits of base (10, or 16 for digests) that fits a u64, into *out
+ * (left alone otherwise); 0 when it is not one. */
 int dir_reply_u64(const redisReply *v, int base, uint64_t *out)
 {
+    const char *digits = base == 16 ? "0123456789abcdefABCDEF" : "0123456789";
     char text[U64_TEXT], *end;
+    uint64_t x;
 
-    if (!dir_string_copy(text, sizeof(text), v) || !text[0] || text[0] == '-' || text[0] == '+')
+    if (!dir_string_copy(text, sizeof(text), v) || !text[0] || strspn(text, digits) != strlen(text))
         return 0;
     errno = 0;
-    *out = strtoull(text, &end, base);
-    return !errno && *end == '\0';
+    x = strtoull(text, &end, base);
+    if (errno || *end != '\0')
+        return 0;
+    *out = x;
+    return 1;
 }
 
 void directory_inc_time(uint64_t inc, char *buf, size_t len)
@@ -144,17 +155,32 @@ const char *dir_reply_error(const redisReply *r)
     return NULL;
 }
 
+const char *dir_reply_why(const redisReply *r)
+{
+    const char *why = dir_reply_error(r);
+
+    return why ? why : "unexpected reply";
+}
+
 /* A failed command: counted, and logged at most once per WARN_INTERVAL_MS (a Redis refusing
  * every write, e.g. for want of memory, would flood the log). */
 void dir_command_failed(struct directory *d, const char *what, const char *why)
 {
     uint64_t now = loop_now_ms();
 
+    char text[128];
+    size_t i;
+
     d->counters.errors++;
     if (now - d->last_warn_ms < WARN_INTERVAL_MS)
         return;
     d->last_warn_ms = now;
-    log_warn("directory: %s failed: %s (%" PRIu64 " errors so far)", what, why, d->counters.errors);
+    /* Redis's text, printable only: it goes to the log as it is. */
+    for (i = 0; why[i] && i < sizeof(text) - 1; i++)
+        text[i] = why[i] >= 0x20 && why[i] <= 0x7e ? why[i] : '?';
+    text[i] = '\0';
+    log_warn("directory: %s failed: %s (%" PRIu64 " errors so far)", what, text,
+             d->counters.errors);
 }
 
 /* A decimal number in [s, end) within [min, max]; -1 otherwise. */
@@ -360,10 +386,12 @@ void directory_close(struct directory *d)
     loop_timer_stop(d->loop, &d->reconnect);
     loop_timer_stop(d->loop, &d->turn);
     loop_timer_stop(d->loop, &d->leave_timer);
+    dir_queue_drop(d); /* its requests join the done list */
     while (d->done)
         dir_request_free(dir_done_pop(d));
     free(d->heard);
     free(d->queue);
+    idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->nodes);
     free(d);
@@ -386,16 +414,20 @@ uint64_t directory_incarnation(const struct directory *d)
 
 void directory_publish(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest)
 {
-    struct pubop op = {.id = *id, .add = 1, .size = size, .digest = digest};
+    struct pubop op = {.id = *id, .kind = OP_PUBLISH, .size = size, .digest = digest};
 
-    dir_queue_push(d, &op);
+    (void)dir_queue_push(d, &op); /* while down: the republish after the next registration */
 }
 
 void directory_withdraw(struct directory *d, const ferry_id *id)
 {
-    struct pubop op = {.id = *id, .add = 0};
+    struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
+    static char owed_mark;
 
-    dir_queue_push(d, &op);
+    if (dir_queue_push(d, &op) == FERRY_EDIRECTORY && !d->leaving && !d->closing &&
+        (d->owed.count < OWED_MAX || idmap_get(&d->owed, id)) &&
+        idmap_put(&d->owed, id, &owed_mark) < 0)
+        dir_command_failed(d, "withdraw", "out of memory to keep it for the next connection");
 }
 
 int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,

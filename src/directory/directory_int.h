@@ -72,14 +72,22 @@
 #define QUEUE_KEEP 4096
 /* Ids of earlier incarnations removed per cleanup script (each is one short Redis call). */
 #define CLEANUP_BATCH "1000"
-/* The events stream is read this often, at most EVENTS_BATCH entries per read, and keeps
- * about EVENTS_KEEP entries. */
+/* The events stream is read this often, at most EVENTS_BATCH entries per read (a full read is
+ * followed by the next at once), and keeps about EVENTS_KEEP entries. */
 #define EVENTS_MS 100
 #define EVENTS_BATCH "256"
+#define EVENTS_BATCH_N 256
 #define EVENTS_KEEP "100000"
 /* Failed commands are counted, but logged at most this often. */
 #define WARN_INTERVAL_MS 1000
 #define SCAN_COUNT "1000"
+/* A node listing stops at this many nodes, and after this many SCAN rounds (a Redis that
+ * never ends its SCAN, or holds millions of node keys, cannot grow a listing without bound). */
+#define LISTING_NODES_MAX 65536
+/* Withdrawals made while the directory is down are kept for the next connection, up to this
+ * many (past it, a stale holder field stays until this node's next start). */
+#define OWED_MAX 65536
+#define LISTING_ROUNDS_MAX 100000
 #define NODE_PREFIX "ferry:node:"
 #define OBJ_PREFIX "ferry:obj:"
 #define HELD_PREFIX "ferry:held:"
@@ -102,10 +110,16 @@
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
 /* A publication or withdrawal waiting for the turn's flush. */
+/* What the queue sends, in order, on the one connection: publications and withdrawals, and
+ * the claims and cluster-wide deletes that must not overtake them (a delete and a new claim of
+ * an id must not be undone by a republish queued before them). */
+enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE };
+
 struct pubop {
     ferry_id id;
-    int add;
-    uint64_t size, digest;
+    int kind;
+    uint64_t size, digest; /* publish, claim */
+    struct request *r;     /* claim, delete: answered when Redis answers, failed if dropped */
 };
 
 /* A cluster-wide delete by another node, waiting for the turn to reach the owner. */
@@ -144,6 +158,7 @@ struct request {
     ferry_id id;          /* lookups, claims, deletes */
     int fresh;            /* lookups: ask Redis for the holders' entries too, not the cache */
     unsigned awaiting;    /* replies due (plus one while the request is being started) */
+    unsigned rounds;      /* listings: SCAN rounds so far */
     struct holder *asked; /* the holders (or nodes) whose entries were asked for, in order */
     size_t asked_head, asked_len, asked_cap;
     struct directory_answer a; /* the answer so far; its arrays below */
@@ -204,6 +219,7 @@ struct directory {
 
     struct pubop *queue; /* [queue_head, queue_len) are still to be sent */
     size_t queue_head, queue_len, queue_cap;
+    idmap owed; /* ids withdrawn while down (value: owed_mark), sent before the next republish */
     struct request *pending;
     struct request *done, **done_tail;
     size_t done_len;
@@ -222,6 +238,8 @@ void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id);
 int dir_string_copy(char *out, size_t cap, const redisReply *v);
 int dir_reply_u64(const redisReply *v, int base, uint64_t *out);
 const char *dir_reply_error(const redisReply *r);
+/* dir_reply_error, or "unexpected reply" when the reply holds no error. */
+const char *dir_reply_why(const redisReply *r);
 void dir_command_failed(struct directory *d, const char *what, const char *why);
 
 /* dir_cache.c: the caches */
@@ -279,7 +297,8 @@ int dir_sentinel_check_role(struct directory *d);
 int dir_sentinel_next(struct directory *d);
 
 /* dir_conn.c: the connection */
-void dir_queue_push(struct directory *d, const struct pubop *op);
+int dir_queue_push(struct directory *d, const struct pubop *op);
+void dir_queue_drop(struct directory *d);
 void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);

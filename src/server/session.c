@@ -344,13 +344,16 @@ static void seal_claimed(void *arg, const struct directory_answer *a)
         seal_settle(ss, i, 0, "");
         return;
     }
-    if (status == FERRY_EEXIST)
+    if (status == FERRY_EEXIST) {
         snprintf(why, sizeof(why),
                  "exists on node %s with other content (%" PRIu64 " bytes, digest %016" PRIx64 ")",
                  a->other ? a->other : "(unknown)", a->size, a->digest);
-    else
+    } else {
         snprintf(why, sizeof(why), "not sealed: --strict-ids needs the directory: %s",
                  ferry_strerror(status));
+        /* The claim may have run with its answer lost: this node must not stay listed. */
+        directory_withdraw(ss->srv->dir, &o->id);
+    }
     seal_drop(ss, o, status);
     seal_settle(ss, i, status, why);
 }
@@ -361,8 +364,10 @@ static void seal_claim(struct session *ss, struct object *o, uint32_t i)
     const struct server *srv = ss->srv;
 
     if (directory_claim(srv->dir, &o->id, o->data_size + o->metadata_size, o->hash, seal_claimed,
-                        ss) < 0)
+                        ss) < 0) {
+        seal_drop(ss, o, FERRY_ENOMEM);
         seal_settle(ss, i, FERRY_ENOMEM, ferry_errmsg());
+    }
 }
 
 /* Object i of the pending seal, created and filled: its digest, then its claim (now, or when
@@ -374,17 +379,20 @@ static void seal_begin(struct session *ss, uint32_t i, struct object *o)
         seal_claim(ss, o, i);
 }
 
-/* The session closes: the claims are forgotten, a batch's objects aborted (a SEAL's object is
- * the client's, aborted with its holdings). */
+/* The session closes: the claims are forgotten and withdrawn (queued behind them, so whatever
+ * they published goes), a batch's objects aborted (a SEAL's object is the client's, aborted
+ * with its holdings). */
 static void seal_abandon(struct session *ss)
 {
     struct pending_seal *p = &ss->seal;
 
     directory_cancel(ss->srv->dir, ss);
-    for (uint32_t i = 0; i < p->n && p->type == PROTO_PUT_BATCH; i++) {
+    for (uint32_t i = 0; i < p->n; i++) {
         struct object *o = store_find(&ss->srv->store, &p->ids[i]);
-        if (p->statuses[i] == SEAL_PENDING && o && o->state == FERRY_STATE_CREATED &&
-            o->creator == ss)
+        if (p->statuses[i] != SEAL_PENDING)
+            continue;
+        directory_withdraw(ss->srv->dir, &p->ids[i]);
+        if (p->type == PROTO_PUT_BATCH && o && o->state == FERRY_STATE_CREATED && o->creator == ss)
             store_abort(&ss->srv->store, o);
     }
     seal_reset(ss);
@@ -678,6 +686,8 @@ static int put_batch_strict(struct session *ss, const struct proto_request *q)
         else
             seal_begin(ss, i, o);
     }
+    if (q->u.batch.n == 0)
+        seal_reply(ss); /* nothing to wait for */
     return 0;
 }
 

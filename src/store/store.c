@@ -99,7 +99,9 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         free(job);
         o->hashed = 1;
         o->hashing = 0;
-        s->hashing_bytes -= block_size(o);
+        if (o->hash_counted)
+            s->hashing_bytes -= block_size(o);
+        o->hash_counted = 0;
         /* A reference across the hook: what it does with o (answer and unpin replies that
          * waited for the digest) cannot free it or put it in the LRU under our feet. */
         o->refcount++;
@@ -276,7 +278,9 @@ free_object:
 }
 
 /* Starts the digest of o on the hasher, pinning o until it is in; 0 when started. */
-static int hash_later(struct store *s, struct object *o, uint64_t len)
+/* Submits o to the hasher; evictable: o will be evictable once hashed (a seal), so that its
+ * bytes count in hashing_bytes, which eviction may wait for. */
+static int hash_later(struct store *s, struct object *o, uint64_t len, int evictable)
 {
     struct hasher_job *job;
 
@@ -287,7 +291,9 @@ static int hash_later(struct store *s, struct object *o, uint64_t len)
     job->seed = o->data_size;
     job->arg = o;
     o->hashing = 1;
-    s->hashing_bytes += block_size(o);
+    o->hash_counted = (uint8_t)evictable;
+    if (evictable)
+        s->hashing_bytes += block_size(o);
     hasher_submit(s->hasher, job);
     return 0;
 }
@@ -305,11 +311,12 @@ static void seal_visible(struct store *s, struct object *o)
         lru_push_young(s, o);
 }
 
-int store_hash_created(struct store *s, struct object *o)
+/* o's digest, now (1) or from the hasher (0). */
+static int hash_object(struct store *s, struct object *o, int evictable)
 {
     uint64_t len = o->data_size + o->metadata_size;
 
-    if (hash_later(s, o, len) == 0)
+    if (hash_later(s, o, len, evictable) == 0)
         return 0;
     /* The sizes seed the digest so that moving the data/metadata boundary changes it. */
     o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
@@ -317,9 +324,14 @@ int store_hash_created(struct store *s, struct object *o)
     return 1;
 }
 
+int store_hash_created(struct store *s, struct object *o)
+{
+    return hash_object(s, o, 0); /* unsealed and referenced: not evictable once hashed */
+}
+
 void store_seal(struct store *s, struct object *o)
 {
-    store_hash_created(s, o);
+    hash_object(s, o, 1);
     seal_visible(s, o);
 }
 

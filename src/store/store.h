@@ -36,12 +36,13 @@ struct object {
     uint64_t created_ns;
     alloc_block *block; /* NULL when data and metadata are both empty */
     uint32_t refcount;
-    uint8_t state;    /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
-    uint8_t deleted;  /* unlinked from the table, waiting for its last reference */
-    uint8_t hashed;   /* `hash` is set */
-    uint8_t hashing;  /* the hasher thread is reading the bytes */
-    uint64_t lru_seq; /* logical time of last use (seal, release to zero, refresh) */
-    void *creator;    /* opaque owner while unsealed (the client session) */
+    uint8_t state;        /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
+    uint8_t deleted;      /* unlinked from the table, waiting for its last reference */
+    uint8_t hashed;       /* `hash` is set */
+    uint8_t hashing;      /* the hasher thread is reading the bytes */
+    uint8_t hash_counted; /* while hashing: its bytes are in hashing_bytes (sealed, evictable) */
+    uint64_t lru_seq;     /* logical time of last use (seal, release to zero, refresh) */
+    void *creator;        /* opaque owner while unsealed (the client session) */
     struct object *lru_prev, *lru_next;
 };
 

@@ -61,6 +61,9 @@
  * (the fallback at worst) for BREAKER_MS. */
 /* Holders whose transfers failed lately, one line each in ferry stat's peers view. */
 #define RECENT_FAILURES 16
+/* Cluster-wide deletes remembered, for transfers that outlive their want's entry in the map
+ * (its fetchers gave up, its bytes still coming): what they bring is not sealed. */
+#define RECENT_DELETES 256
 #define BREAKER_FAILS 3
 #define BREAKER_MS 30000
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
@@ -96,6 +99,7 @@ struct tried {
 struct want {
     struct engine *e;
     ferry_id id;
+    uint64_t born_ms; /* a delete heard after this undoes what it receives */
     int state, done;
     int busy; /* being sealed or verified: finishing must not free it */
     struct waiter *waiters;
@@ -205,6 +209,11 @@ struct engine {
     uint64_t eager_max;
     struct breaker *breakers;
     struct recent_failure recent[RECENT_FAILURES];
+    struct recent_delete {
+        ferry_id id;
+        uint64_t at; /* loop_now_ms(); 0 for an empty slot */
+    } deletes[RECENT_DELETES];
+    uint32_t next_delete; /* the slot the next delete takes */
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;

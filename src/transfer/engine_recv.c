@@ -5,6 +5,14 @@
  */
 #include "transfer/engine_int.h"
 
+/* Whether w's bytes are hashed and checked against the holder's digest before the seal: with
+ * --verify, and whenever the directory recorded the id's content (the holder's digest was
+ * compared with the record, so this checks the bytes against the record). */
+static int checked(const struct engine *e, const struct want *w)
+{
+    return e->cfg.verify || w->has_content;
+}
+
 void eng_want_free(struct want *w)
 {
     struct engine *e = w->e;
@@ -466,24 +474,38 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
 static void complete_entry(struct peer *p, struct pentry *pe);
 
 /* Seals a received object: the store's seal hook then finishes the want. */
+/* Whether id was deleted cluster-wide after since (ms), as far as the ring remembers. */
+static int deleted_since(const struct engine *e, const ferry_id *id, uint64_t since)
+{
+    for (size_t i = 0; i < RECENT_DELETES; i++) {
+        const struct recent_delete *r = &e->deletes[i];
+        if (r->at > since && memcmp(&r->id, id, sizeof(*id)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static void want_seal(struct want *w)
 {
     struct engine *e = w->e;
     struct object *o = w->obj;
 
     w->obj = NULL;
-    if (w->deleted) { /* deleted cluster-wide while on its way (so w is done) */
+    if (w->deleted || deleted_since(e, &w->id, w->born_ms)) { /* deleted while on its way */
         store_abort(e->store, o);
-        eng_want_free(w);
+        if (w->done)
+            eng_want_free(w);
+        else
+            want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide while it was on its way"));
         return;
     }
     e->counters.transfers_in++;
     e->counters.bytes_in += o->data_size + o->metadata_size;
-    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. With
-     * --verify the copy keeps the digest it was checked against; otherwise it is hashed here,
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. A
+     * checked copy keeps the digest it was checked against; otherwise it is hashed here,
      * rather than trusting a digest nobody checked. */
     w->busy = 1;
-    if (e->cfg.verify)
+    if (checked(e, w))
         store_seal_digest(e->store, o, w->digest);
     else
         store_seal(e->store, o);
@@ -495,13 +517,35 @@ static void want_seal(struct want *w)
         want_finish(w, 0);
 }
 
+/* The digest of w's bytes is in: sealed when it is the holder's (which is the recorded one, when
+ * there is a record), else refused. */
+static void want_checked(struct want *w, uint64_t digest)
+{
+    if (digest == w->digest) {
+        want_seal(w);
+        return;
+    }
+    log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64 ")",
+             w->holder, digest, w->digest);
+    store_abort(w->e->store, w->obj);
+    w->obj = NULL;
+    want_failed_holder(w, "its bytes do not match its digest", 0);
+}
+
 static void want_received(struct want *w)
 {
     struct engine *e = w->e;
     struct hasher_job *job;
+    uint64_t len;
 
-    if (!e->cfg.verify || !w->obj) {
+    if (!checked(e, w) || !w->obj) {
         want_seal(w);
+        return;
+    }
+    len = w->obj->data_size + w->obj->metadata_size;
+    if (len <= STORE_INLINE_HASH_MAX) { /* as the store would at seal, on the loop */
+        want_checked(w,
+                     XXH3_64bits_withSeed(e->store->base + w->obj->offset, len, w->obj->data_size));
         return;
     }
     if (!(job = calloc(1, sizeof(*job)))) {
@@ -553,7 +597,9 @@ static void complete_entry(struct peer *p, struct pentry *pe)
                      "holds other content (digest %016" PRIx64 "; the first seal's is %016" PRIx64
                      ")",
                      pe->digest, w->hash);
-            want_failed_holder(w, why, 0);
+            /* Not counted as a real failure: a stale record (the id deleted and put again)
+             * shows so; the retry's fresh lookup does not list a holder of other content. */
+            want_failed_holder(w, why, 1);
         } else if (w->obj)
             want_received(w);
         else if (w->done)
@@ -681,16 +727,7 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
         struct want *w = job->arg;
         next = job->next;
         w->busy = 0;
-        if (job->digest == w->digest) {
-            want_seal(w);
-        } else {
-            log_warn("object from %s failed verification (digest %016" PRIx64
-                     ", expected %016" PRIx64 ")",
-                     w->holder, job->digest, w->digest);
-            store_abort(e->store, w->obj);
-            w->obj = NULL;
-            want_failed_holder(w, "its bytes do not match its digest", 0);
-        }
+        want_checked(w, job->digest);
         free(job);
     }
 }
@@ -794,6 +831,7 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     }
     w->e = e;
     w->id = *id;
+    w->born_ms = loop_now_ms();
     loop_timer_init(&w->retry, on_retry, w);
     if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
         idmap_remove(&e->wants, id);
@@ -850,7 +888,10 @@ void engine_cancel(struct engine *e, void *ctx)
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
 {
     struct want *w = idmap_get(&e->wants, id);
+    struct recent_delete *r = &e->deletes[e->next_delete++ % RECENT_DELETES];
 
+    r->id = *id;
+    r->at = loop_now_ms();
     if (!w)
         return;
     w->deleted = 1;
