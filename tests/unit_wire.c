@@ -39,6 +39,30 @@ static void test_handshake_round_trip(void **state)
     pbuf_free(&b);
 }
 
+/* A refusal carries printable text, cut to WIRE_REASON_MAX; control bytes are refused. */
+static void test_refuse_round_trip(void **state)
+{
+    char long_reason[300];
+    struct pbuf b = {0};
+    struct wire_msg m;
+
+    wire_refuse(&b, "wrong cluster secret");
+    assert_int_equal(decode(&b, &m), 0);
+    assert_int_equal(m.type, WIRE_REFUSE);
+    assert_string_equal(m.reason, "wrong cluster secret");
+    memset(long_reason, 'x', sizeof(long_reason) - 1);
+    long_reason[sizeof(long_reason) - 1] = '\0';
+    b.len = 0;
+    wire_refuse(&b, long_reason);
+    assert_int_equal(decode(&b, &m), 0);
+    assert_int_equal(strlen(m.reason), WIRE_REASON_MAX);
+    b.len = 0;
+    wire_refuse(&b, "bad");
+    b.data[PROTO_HEADER_SIZE + 2] = '\n'; /* after the length byte: 'b', then 'a' */
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+    pbuf_free(&b);
+}
+
 static void test_pull_and_reply_round_trip(void **state)
 {
     ferry_id ids[2];
@@ -121,6 +145,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handshake_round_trip),
+        cmocka_unit_test(test_refuse_round_trip),
         cmocka_unit_test(test_pull_and_reply_round_trip),
         cmocka_unit_test(test_malformed_rejected),
         cmocka_unit_test(test_mac_binds_secret_role_and_nonces),
