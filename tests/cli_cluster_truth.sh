@@ -55,6 +55,17 @@ stat_is() { [ "$(stat_field "$1" "$2")" = "$3" ]; }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
+# py_ferry ARGS...: python3 with this build's module (FERRY_PYTHONPATH); in a sanitizer build
+# with its runtimes preloaded (FERRY_PY_PRELOAD), as tests/CMakeLists.txt does for pytest.
+py_ferry() {
+    if [ -n "${FERRY_PY_PRELOAD:-}" ]; then
+        LD_PRELOAD=$FERRY_PY_PRELOAD ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+            PYTHONMALLOC=malloc PYTHONPATH=$FERRY_PYTHONPATH python3 "$@"
+    else
+        PYTHONPATH=$FERRY_PYTHONPATH python3 "$@"
+    fi
+}
+
 # within_ms NAME MS CMD...: CMD succeeds before MS milliseconds have passed (by the clock; a
 # check that began in time and succeeds counts).
 within_ms() {
@@ -199,9 +210,8 @@ test_delete_cluster() {
     expect "put doomed on a" 0 fy a put doomed "$DIR/small.bin"
     expect "fetch doomed on b" 0 fy b fetch doomed
     # A reader on b holds a reference while the delete goes round.
-    python3 - "$DIR/b.sock" >"$DIR/reader.out" 2>&1 <<'EOF' &
+    py_ferry - "$DIR/b.sock" >"$DIR/reader.out" 2>&1 <<'EOF' &
 import sys, time
-sys.path.insert(0, __import__("os").environ["FERRY_PYTHONPATH"])
 import ferry
 with ferry.Client(sys.argv[1]) as c:
     buf = c.get("doomed")

@@ -337,8 +337,12 @@ static void seal_claimed(void *arg, const struct directory_answer *a)
     char why[PROTO_MAX_DETAIL + 1];
     int status = a->status;
 
-    if (i == ss->seal.n || !o || o->state != FERRY_STATE_CREATED || o->creator != ss)
+    if (i == ss->seal.n)
         return; /* not possible: the session waits, and its close cancels the claims */
+    if (!o || o->state != FERRY_STATE_CREATED || o->creator != ss) { /* nor this: answered */
+        seal_settle(ss, i, FERRY_ENOENT, "the object went while its claim was out");
+        return;
+    }
     if (status == 0) {
         seal_commit(ss, o);
         seal_settle(ss, i, 0, "");
