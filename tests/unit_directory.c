@@ -265,6 +265,16 @@ static void test_bad_configuration(void **state)
         "redis://127.0.0.1:6379/",
         "redis://127.0.0.1:6379/one",
         "redis://no-such-host.invalid:6379",
+        "redis-sentinel:///m",
+        "redis-sentinel://127.0.0.1:26379",
+        "redis-sentinel://127.0.0.1:26379/",
+        "redis-sentinel://127.0.0.1:26379,/m",
+        "redis-sentinel://,127.0.0.1:26379/m",
+        "redis-sentinel://127.0.0.1:x/m",
+        "redis-sentinel://127.0.0.1:26379/m/x",
+        "redis-sentinel://127.0.0.1:26379/m m",
+        "redis-sentinel://1.1.1.1:1,1.1.1.1:2,1.1.1.1:3,1.1.1.1:4,1.1.1.1:5,1.1.1.1:6,1.1.1.1:7,"
+        "1.1.1.1:8,1.1.1.1:9/m",
     };
     struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     struct directory *d = (void *)&cfg; /* must be reset */
@@ -284,6 +294,10 @@ static void test_bad_configuration(void **state)
     cfg.heartbeat_ms = 1000;
     cfg.ttl_ms = 1000;
     assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
+    cfg.heartbeat_ms = cfg.ttl_ms = 0;
+    cfg.url = "redis-sentinel://127.0.0.1:1,127.0.0.1:2/master-1/3"; /* well formed */
+    assert_int_equal(directory_open(&d, *state, &cfg, NULL), 0);
+    directory_close(d);
 }
 
 /* A database Redis does not have (it has 16): the connection is given up from within a reply

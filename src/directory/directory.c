@@ -262,7 +262,7 @@ static int parse_sentinel(struct directory *d, const char *url, const char *rest
     if (!slash)
         return err_set(FERRY_EINVAL, "directory URL %s: expected /MASTERNAME after the sentinels",
                        url);
-    while (s < slash) {
+    for (;;) { /* at least one HOST:PORT, and none empty */
         const char *comma = memchr(s, ',', (size_t)(slash - s));
         const char *end = comma ? comma : slash;
         struct sentinel_addr *a = &d->sentinels[d->nsentinels];
@@ -272,7 +272,9 @@ static int parse_sentinel(struct directory *d, const char *url, const char *rest
         if ((rc = parse_hostport(url, s, end, a->ip, &a->port)) < 0)
             return rc;
         d->nsentinels++;
-        s = end + (comma != NULL);
+        if (!comma)
+            break;
+        s = comma + 1;
     }
     name = slash + 1;
     name_end = strchr(name, '/');
