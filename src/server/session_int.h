@@ -1,0 +1,49 @@
+/*
+ * session_int.h - what the files of the session module share (session.c: replies, references,
+ * the local requests, dispatch and I/O; session_put.c: seals and batched puts, strict ids;
+ * session_cluster.c: fetch, nodes, where, cluster deletes, peers). Everything runs on the
+ * loop's thread.
+ */
+#ifndef FERRY_SESSION_INT_H
+#define FERRY_SESSION_INT_H
+
+#include "server/session.h"
+
+/* A handler returns 0, or FERRY_EPROTO (with err_set) to close the connection. A request
+ * that fails for a legitimate reason gets an error reply and returns 0. */
+typedef int handler_fn(struct session *ss, const struct proto_request *q);
+
+/* Replies (session.c): begin one (status in its header), a bare status (a failure carries
+ * ferry_errmsg()), n statuses and the first failure's reason (FETCH, PUT_BATCH). */
+size_t session_reply_begin(struct session *ss, const struct proto_request *q, int32_t status);
+int session_reply_status(struct session *ss, const struct proto_request *q, int status);
+void session_reply_statuses(struct session *ss, const struct proto_request *q,
+                            const int32_t *statuses, uint32_t n, const char *why);
+
+/* References (session.c): give back one held on id (0, or -1 when none is held); forget o's
+ * (its object is being aborted). */
+int session_held_release(struct session *ss, const ferry_id *id);
+void session_held_forget(struct session *ss, struct object *o);
+
+/* Objects (session.c): the sealed one with this id, or NULL; the session's own unsealed one
+ * (or an error status with its detail); FERRY_ENOENT naming the id. */
+struct object *session_find_sealed(struct session *ss, const ferry_id *id);
+int session_own_unsealed(struct session *ss, const ferry_id *id, struct object **out);
+int session_not_found(const ferry_id *id, const char *what);
+
+/* session_put.c */
+handler_fn session_handle_seal, session_handle_put_batch;
+/* The session closes with a strict seal pending: its claims are withdrawn, its batch's
+ * objects aborted. */
+void session_seal_abandon(struct session *ss);
+/* o, unsealed, has its digest: its strict seal sends the claim. */
+void session_seal_hashed(struct object *o);
+
+/* session_cluster.c */
+handler_fn session_handle_fetch, session_handle_dir, session_handle_delete_cluster,
+    session_handle_peers, session_handle_eager_max;
+/* A new session's fetch state; at its close with a fetch pending, the engine forgets it. */
+void session_fetch_init(struct session *ss);
+void session_fetch_cancel(struct session *ss);
+
+#endif
