@@ -4,10 +4,14 @@
  * payload, a release of an id never got, PUT_BATCH offsets outside the staging area. Each
  * such connection is closed by the daemon with a logged reason and counted in
  * stats.protocol_errors, while a libferry client keeps being served. Silent or stalled
- * connections must not hold anyone up.
+ * connections must not hold anyone up, and the arena a client holds cannot be resized.
  */
 #include "harness.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -98,6 +102,42 @@ static void random_bytes(uint8_t *buf, size_t n, uint32_t seed)
     }
     if (buf[6] == 0 && buf[7] == 0)
         buf[6] = 1;
+}
+
+/* The arena's memfd is in every client's hands, writable: truncating it (or growing it) must
+ * fail, and the daemon go on serving. The test reopens it through /proc, as the same file. */
+H_TEST(arena_size_cannot_be_changed_by_a_client)
+{
+    ferry_client *c = client(d);
+    ferry_id x = h_id("survives-truncate");
+    char dir[64], link[256], path[320];
+    struct dirent *e;
+    int fd = -1;
+
+    H_OK(h_put_direct(c, &x, 4096, 0));
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)d->pid);
+    DIR *fds = opendir(dir);
+    assert_non_null(fds);
+    while (fd < 0 && (e = readdir(fds))) {
+        ssize_t n;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n > 0 && (link[n] = '\0', strstr(link, "memfd:ferry-arena")))
+            fd = open(path, O_RDWR | O_CLOEXEC);
+    }
+    closedir(fds);
+    assert_true(fd >= 0);
+    int seals = fcntl(fd, F_GET_SEALS);
+    assert_true(seals >= 0);
+    assert_true((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+                (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+    assert_int_equal(ftruncate(fd, 0), -1);
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(fd, 1ll << 40), -1);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, 0), -1); /* sealed for good */
+    close(fd);
+    h_assert_object(c, &x, 4096, 0);
+    ferry_disconnect(c);
 }
 
 /* Random bytes as the first thing on a connection. */
@@ -386,6 +426,7 @@ H_TEST(silent_and_stalled_connections_do_not_block_others)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        T(arena_size_cannot_be_changed_by_a_client),
         T(random_bytes_are_rejected),
         T(header_longer_than_max_request_is_rejected),
         T(truncated_frame_then_eof_is_rejected),

@@ -90,7 +90,8 @@ int arena_open(struct arena *a, uint64_t size, int hugepages)
         return rc;
     if (a->size > (uint64_t)INT64_MAX)
         return err_set(FERRY_EINVAL, "arena size %" PRIu64 " out of range", size);
-    a->fd = memfd_create("ferry-arena", MFD_CLOEXEC | (hugepages ? MFD_HUGETLB : 0));
+    a->fd = memfd_create("ferry-arena",
+                         MFD_CLOEXEC | MFD_ALLOW_SEALING | (hugepages ? MFD_HUGETLB : 0));
     if (a->fd < 0) {
         rc = err_sys(hugepages ? "memfd_create(MFD_HUGETLB)" : "memfd_create");
         goto fail;
@@ -101,6 +102,12 @@ int arena_open(struct arena *a, uint64_t size, int hugepages)
     }
     if ((rc = reserve(a)) < 0)
         goto close_fd;
+    /* Every client gets this fd, writable: its size is sealed, so that no client can shrink
+     * the arena under the others (SIGBUS for every mapping) or grow it. */
+    if (fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        rc = err_sys("sealing the arena's size");
+        goto close_fd;
+    }
     a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
     if (a->base == MAP_FAILED) {
         a->base = NULL;

@@ -1,7 +1,8 @@
 /*
  * arena.h - the shared-memory arena: one memfd (or hugetlbfs memfd) of a fixed size, with all
  * of its memory reserved at start so that clients never take SIGBUS from an overcommitted
- * /dev/shm, mapped once by the daemon and once by each client (the fd goes by SCM_RIGHTS).
+ * /dev/shm, mapped once by the daemon and once by each client (the fd goes by SCM_RIGHTS). Its
+ * size is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): a client cannot truncate it.
  */
 #ifndef FERRY_ARENA_H
 #define FERRY_ARENA_H
