@@ -41,10 +41,11 @@ static void flush_queue(struct directory *d)
 }
 
 /* Queues op; FERRY_EDIRECTORY when the directory is not up (publications are then left to the
- * republish hook after the next registration), FERRY_ENOMEM. */
+ * republish hook after the next registration) or the node is leaving (nothing is published
+ * once its entry is going), FERRY_ENOMEM. */
 int dir_queue_push(struct directory *d, const struct pubop *op)
 {
-    if (!d->up)
+    if (!d->up || d->leaving)
         return FERRY_EDIRECTORY;
     if (d->queue_len == d->queue_cap) {
         struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
