@@ -63,6 +63,8 @@ static void nodes_sort_unique(struct request *r)
 {
     size_t kept = 0;
 
+    if (r->a.n == 0)
+        return; /* r->nodes is NULL then: qsort must not see it */
     qsort(r->nodes, r->a.n, sizeof(*r->nodes), node_compare);
     for (size_t i = 0; i < r->a.n; i++) {
         if (!kept || strcmp(r->nodes[kept - 1].id, r->nodes[i].id) != 0)
