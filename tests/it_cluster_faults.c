@@ -7,7 +7,9 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,14 +311,26 @@ static int read_frame_type(int fd, uint8_t *payload, size_t cap, uint32_t *len)
     return hdr[4] | hdr[5] << 8;
 }
 
-/* Sends a HELLO as node "intruder" with the given magic. */
+/* Sends a HELLO as node "intruder" (incarnation 1) with the given magic, naming the address
+ * fd is connected to as the one dialled. */
 static int send_hello(int fd, uint32_t magic)
 {
-    uint8_t payload[4 + 4 + 1 + 8 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    char addr[32];
+    if (getpeername(fd, (struct sockaddr *)&sa, &salen) != 0)
+        return -1;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    size_t alen = strlen(addr);
+    uint8_t payload[4 + 4 + 1 + 8 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
     p = h_le32(p, WIRE_VERSION);
     *p++ = 8;
     memcpy(p, "intruder", 8);
-    return h_raw_frame(fd, WIRE_HELLO, 0, payload, sizeof(payload));
+    p = h_le64(p + 8, 1);
+    p = h_le16(p, (uint16_t)alen);
+    memcpy(p, addr, alen);
+    p += alen + WIRE_NONCE;
+    return h_raw_frame(fd, WIRE_HELLO, 0, payload, (size_t)(p - payload));
 }
 
 /* HELLO, then the node's CHALLENGE read: 0, or -1. *keyed receives its keyed flag. */

@@ -150,14 +150,14 @@ static uint32_t read_frame(int fd, uint16_t want, uint8_t *payload, size_t cap, 
     return len;
 }
 
-/* The holder's side of the handshake, as node "fake" without a secret: reads HELLO, sends
- * CHALLENGE, reads AUTH. */
+/* The holder's side of the handshake, as node "fake" (incarnation 1, as registered) without a
+ * secret: reads HELLO, sends CHALLENGE, reads AUTH. */
 static void fake_handshake(int fd)
 {
-    uint8_t buf[512];
+    uint8_t buf[1024];
     read_frame(fd, WIRE_HELLO, buf, sizeof(buf), NULL);
-    uint8_t ch[1 + 4 + WIRE_NONCE + 1 + WIRE_MAC] = {4, 'f', 'a', 'k', 'e'};
-    memset(ch + 5, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
+    uint8_t ch[1 + 4 + 8 + WIRE_NONCE + 1 + WIRE_MAC] = {4, 'f', 'a', 'k', 'e', 1};
+    memset(ch + 13, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
     assert_int_equal(h_raw_frame(fd, WIRE_CHALLENGE, 0, ch, sizeof(ch)), 0);
     read_frame(fd, WIRE_AUTH, buf, sizeof(buf), NULL);
 }

@@ -24,16 +24,19 @@ static void test_handshake_round_trip(void **state)
 
     memset(nonce, 7, sizeof(nonce));
     memset(mac, 9, sizeof(mac));
-    wire_hello(&b, "node-a", nonce);
+    wire_hello(&b, "node-a", 77, "fi_sockaddr_in://127.0.0.1:7001", nonce);
     assert_int_equal(decode(&b, &m), 0);
     assert_int_equal(m.type, WIRE_HELLO);
     assert_int_equal(m.magic, WIRE_MAGIC);
     assert_string_equal(m.node, "node-a");
+    assert_int_equal(m.inc, 77);
+    assert_string_equal(m.addr, "fi_sockaddr_in://127.0.0.1:7001");
     assert_memory_equal(m.nonce, nonce, WIRE_NONCE);
     b.len = 0;
-    wire_challenge(&b, "node-b", nonce, 1, mac);
+    wire_challenge(&b, "node-b", 88, nonce, 1, mac);
     assert_int_equal(decode(&b, &m), 0);
     assert_string_equal(m.node, "node-b");
+    assert_int_equal(m.inc, 88);
     assert_int_equal(m.keyed, 1);
     assert_memory_equal(m.mac, mac, WIRE_MAC);
     pbuf_free(&b);
@@ -108,7 +111,7 @@ static void test_malformed_rejected(void **state)
     wire_pull(&b, 1, 0x80, 0, &id, 1);
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
-    wire_hello(&b, "bad\x01id", nonce);
+    wire_hello(&b, "bad\x01id", 1, "a:1", nonce);
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
     size_t start = proto_frame_begin(&b, 99, 0);
@@ -124,21 +127,44 @@ static void test_malformed_rejected(void **state)
     pbuf_free(&b);
 }
 
-/* The proof depends on the secret, the role and both nonces. */
-static void test_mac_binds_secret_role_and_nonces(void **state)
+/* A HELLO of another protocol version decodes whatever follows, so that the acceptor can say
+ * which version it expected. */
+static void test_other_version_hello_decodes(void **state)
 {
-    const uint8_t s1[] = "0123456789abcdef", s2[] = "0123456789abcdeX";
-    uint8_t nc[WIRE_NONCE] = {1}, na[WIRE_NONCE] = {2}, a[WIRE_MAC], b[WIRE_MAC];
+    struct pbuf b = {0};
+    struct wire_msg m;
+    size_t start = proto_frame_begin(&b, WIRE_HELLO, 0);
 
-    assert_int_equal(wire_mac(s1, 16, "connector", nc, na, a), 0);
-    assert_int_equal(wire_mac(s1, 16, "connector", nc, na, b), 0);
-    assert_memory_equal(a, b, WIRE_MAC);
-    assert_int_equal(wire_mac(s2, 16, "connector", nc, na, b), 0);
-    assert_memory_not_equal(a, b, WIRE_MAC);
-    assert_int_equal(wire_mac(s1, 16, "acceptor", nc, na, b), 0);
-    assert_memory_not_equal(a, b, WIRE_MAC);
-    assert_int_equal(wire_mac(s1, 16, "connector", na, nc, b), 0);
-    assert_memory_not_equal(a, b, WIRE_MAC);
+    pbuf_u32(&b, WIRE_MAGIC);
+    pbuf_u32(&b, 3);
+    pbuf_put(&b, "\x06node-a", 7);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &m), 0);
+    assert_int_equal(m.version, 3);
+    pbuf_free(&b);
+}
+
+/* The dialled address is printable text of at most WIRE_ADDR_MAX bytes. */
+static void test_hello_address_checked(void **state)
+{
+    char addr[WIRE_ADDR_MAX + 2];
+    uint8_t nonce[WIRE_NONCE] = {0};
+    struct pbuf b = {0};
+    struct wire_msg m;
+
+    memset(addr, 'a', sizeof(addr) - 1);
+    addr[sizeof(addr) - 1] = '\0';
+    wire_hello(&b, "n", 1, addr, nonce); /* cut at WIRE_ADDR_MAX */
+    assert_int_equal(decode(&b, &m), 0);
+    assert_int_equal(strlen(m.addr), WIRE_ADDR_MAX);
+    b.len = 0;
+    wire_hello(&b, "n", 1, "a b", nonce);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+    b.len = 0;
+    wire_hello(&b, "n", 1, "ab", nonce);
+    memcpy(b.data + PROTO_HEADER_SIZE + 8 + 2 + 8, &(uint16_t){WIRE_ADDR_MAX + 1}, 2);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+    pbuf_free(&b);
 }
 
 int main(void)
@@ -148,7 +174,8 @@ int main(void)
         cmocka_unit_test(test_refuse_round_trip),
         cmocka_unit_test(test_pull_and_reply_round_trip),
         cmocka_unit_test(test_malformed_rejected),
-        cmocka_unit_test(test_mac_binds_secret_role_and_nonces),
+        cmocka_unit_test(test_other_version_hello_decodes),
+        cmocka_unit_test(test_hello_address_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

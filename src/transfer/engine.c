@@ -25,6 +25,11 @@ static void on_drained(void *arg)
     free(r);
 }
 
+uint64_t eng_incarnation(const struct engine *e)
+{
+    return e->dir ? directory_incarnation(e->dir) : 0;
+}
+
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort)
 {
     struct release *r = malloc(sizeof(*r));

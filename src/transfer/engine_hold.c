@@ -34,6 +34,7 @@ void eng_inconn_free(struct inconn *ic)
     loop_timer_stop(ic->e->loop, &ic->deadline);
     loop_timer_stop(ic->e->loop, &ic->stall);
     ic->e->inconn_count--;
+    auth_session_end(&ic->as);
     pins_drop(ic);
     while ((hp = ic->queue)) {
         ic->queue = hp->next;
@@ -51,10 +52,11 @@ static void in_closed(struct xconn *c, int err, const char *reason)
         log_debug("refused transfer connection from %s closed", c->peer);
     } else if (err == FERRY_EPROTO || ic->state != IN_READY) {
         ic->e->counters.peer_errors++;
-        log_warn("transfer connection from %s (%s) dropped%s: %s", ic->node[0] ? ic->node : "?",
-                 c->peer, ic->state != IN_READY ? " before authenticating" : "", reason);
+        log_warn("transfer connection from %s (%s) dropped%s: %s",
+                 ic->hs.node_c[0] ? ic->hs.node_c : "?", c->peer,
+                 ic->state != IN_READY ? " before authenticating" : "", reason);
     } else {
-        log_info("transfer connection from %s (%s) closed: %s", ic->node, c->peer, reason);
+        log_info("transfer connection from %s (%s) closed: %s", ic->hs.node_c, c->peer, reason);
     }
     eng_inconn_free(ic);
 }
@@ -63,8 +65,8 @@ static void in_closed(struct xconn *c, int err, const char *reason)
 static void in_abort(struct inconn *ic, const char *why)
 {
     ic->e->counters.peer_errors++;
-    log_warn("closing the transfer connection from %s (%s): %s", ic->node[0] ? ic->node : "?",
-             ic->conn->peer, why);
+    log_warn("closing the transfer connection from %s (%s): %s",
+             ic->hs.node_c[0] ? ic->hs.node_c : "?", ic->conn->peer, why);
     ic->conn->type->close(ic->conn);
     eng_inconn_free(ic);
 }
@@ -84,8 +86,8 @@ static void in_refuse(struct inconn *ic, const char *why)
     struct pbuf b = {0};
 
     ic->e->counters.peer_errors++;
-    log_warn("refusing the transfer connection from %s (%s): %s", ic->node[0] ? ic->node : "?",
-             ic->conn->peer, why);
+    log_warn("refusing the transfer connection from %s (%s): %s",
+             ic->hs.node_c[0] ? ic->hs.node_c : "?", ic->conn->peer, why);
     wire_refuse(&b, why);
     if (in_send(ic, &b) < 0) {
         ic->conn->type->close(ic->conn);
@@ -99,6 +101,7 @@ static void in_refuse(struct inconn *ic, const char *why)
 static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
 {
     struct engine *e = ic->e;
+    const char *mine = ic->conn->type->address(ic->conn->local);
     uint8_t mac[WIRE_MAC] = {0};
     struct pbuf b = {0};
 
@@ -109,14 +112,26 @@ static void in_on_hello(struct inconn *ic, const struct wire_msg *m)
         in_refuse(ic, m->magic != WIRE_MAGIC ? "not a ferry transfer connection" : why);
         return;
     }
-    memcpy(ic->nonce_c, m->nonce, WIRE_NONCE);
-    snprintf(ic->node, sizeof(ic->node), "%s", m->node);
-    if (auth_nonce(ic->nonce_a) < 0 ||
-        auth_acceptor_proof(&e->auth, ic->nonce_c, ic->nonce_a, mac) < 0) {
+    memcpy(ic->hs.node_c, m->node, sizeof(m->node));
+    ic->hs.inc_c = m->inc;
+    memcpy(ic->hs.addr, m->addr, sizeof(m->addr));
+    memcpy(ic->hs.nonce_c, m->nonce, WIRE_NONCE);
+    /* A connector that dialled another address reached us through a relay (or a stale
+     * entry): its proof would be bound to that address, so say why rather than fail it. */
+    if (strcmp(m->addr, mine) != 0) {
+        char why[WIRE_REASON_MAX + 1];
+        snprintf(why, sizeof(why), "dialled %.40s, which is not this node's %s address (relayed?)",
+                 m->addr, ic->conn->type->name);
+        in_refuse(ic, why);
+        return;
+    }
+    snprintf(ic->hs.node_a, sizeof(ic->hs.node_a), "%s", e->node_id);
+    ic->hs.inc_a = eng_incarnation(e);
+    if (auth_nonce(ic->hs.nonce_a) < 0 || auth_acceptor_proof(&e->auth, &ic->hs, mac) < 0) {
         in_abort(ic, "cannot make a challenge");
         return;
     }
-    wire_challenge(&b, e->node_id, ic->nonce_a, auth_keyed(&e->auth), mac);
+    wire_challenge(&b, e->node_id, ic->hs.inc_a, ic->hs.nonce_a, auth_keyed(&e->auth), mac);
     if (in_send(ic, &b) < 0) {
         in_abort(ic, "cannot send the challenge");
         return;
@@ -129,8 +144,12 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
     struct engine *e = ic->e;
     const char *why;
 
-    if (auth_check(&e->auth, ic->nonce_c, ic->nonce_a, m->mac, &why) < 0) {
+    if (auth_check(&e->auth, &ic->hs, m->mac, &why) < 0) {
         in_refuse(ic, why);
+        return;
+    }
+    if (auth_session_start(&e->auth, &ic->hs, 0, &ic->as) < 0) {
+        in_abort(ic, "cannot derive the session's keys");
         return;
     }
     ic->state = IN_READY;
@@ -191,7 +210,7 @@ static int hpull_answer(struct inconn *ic, struct hpull *hp)
         }
         wire_reply_add(&b, &re);
     }
-    proto_frame_end(&b, start);
+    auth_seal(&ic->as, &b, start);
     if ((rc = in_send(ic, &b)) < 0)
         return rc;
     ic->conn->eager_max = hp->eager_max;
@@ -298,13 +317,15 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
 static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
 {
     struct inconn *ic = c->owner;
+    struct proto_header hh = *h;
     struct wire_msg m;
 
     if (ic->state == IN_REFUSED) {
         in_abort(ic, "a message after its refusal");
         return;
     }
-    if (wire_decode(h, payload, &m) < 0) {
+    if ((ic->state == IN_READY && auth_open(&ic->as, &hh, payload) < 0) ||
+        wire_decode(&hh, payload, &m) < 0) {
         in_abort(ic, ferry_errmsg());
         return;
     }

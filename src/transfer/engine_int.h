@@ -54,7 +54,7 @@
 /* A refused connector is given this long to read why and close. */
 #define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
-#define UNAUTH_MAX_FRAME 256
+#define UNAUTH_MAX_FRAME 1024
 /* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
 #define MAX_INCONNS 1024
 /* A peer whose connection on a transport fails this often in a row is reached on the next one
@@ -132,8 +132,9 @@ struct peer {
     struct directory_node node;
     struct xconn *conn;
     int authed;
-    uint8_t nonce[WIRE_NONCE];
-    struct want **queue; /* wants for the next PULL */
+    struct auth_hs hs;      /* the handshake, ours first */
+    struct auth_session as; /* the tags of frames after it */
+    struct want **queue;    /* wants for the next PULL */
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
@@ -166,8 +167,8 @@ struct inconn {
     struct xconn *conn;
     int state;
     struct loop_timer deadline; /* authenticate within HANDSHAKE_MS */
-    char node[WIRE_NODE_MAX + 1];
-    uint8_t nonce_c[WIRE_NONCE], nonce_a[WIRE_NONCE];
+    struct auth_hs hs;          /* the handshake; hs.node_c is the peer, once it said hello */
+    struct auth_session as;     /* the tags of frames after it */
     struct hpull *queue, **queue_tail;
     struct pin *pins;
     uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
@@ -227,6 +228,8 @@ struct engine {
 void eng_note_failure(struct engine *e, const char *node, const char *why);
 
 /* engine.c */
+/* This run's incarnation (0 without a directory). */
+uint64_t eng_incarnation(const struct engine *e);
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);
 
 /* engine_route.c: transports per peer */

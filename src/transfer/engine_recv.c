@@ -135,6 +135,7 @@ void eng_peer_free(struct peer *p)
 {
     loop_timer_stop(p->e->loop, &p->flush);
     loop_timer_stop(p->e->loop, &p->stall);
+    auth_session_end(&p->as);
     free(p->queue);
     free(p);
 }
@@ -300,6 +301,7 @@ static void peer_flush(struct peer *p)
     memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
     p->nqueue -= n;
     wire_pull(&b, pl->tag, WIRE_PULL_VERIFY, p->e->eager_max, ids, n);
+    auth_seal(&p->as, &b, 0);
     free(ids);
     *p->pulls_tail = pl;
     p->pulls_tail = &pl->next;
@@ -423,7 +425,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
     loop_timer_init(&p->stall, on_stall, p);
-    if (auth_nonce(p->nonce) < 0 || peer_connect(p) < 0) {
+    if (auth_nonce(p->hs.nonce_c) < 0 || peer_connect(p) < 0) {
         log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
         free(p);
         return NULL;
@@ -431,7 +433,11 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->conn->owner = p;
     p->conn->max_frame = UNAUTH_MAX_FRAME;
     e->counters.connections_opened++;
-    wire_hello(&b, e->node_id, p->nonce);
+    snprintf(p->hs.node_c, sizeof(p->hs.node_c), "%s", e->node_id);
+    p->hs.inc_c = eng_incarnation(e);
+    snprintf(p->hs.addr, sizeof(p->hs.addr), "%s",
+             directory_node_addr(&p->node, p->conn->type->name));
+    wire_hello(&b, e->node_id, p->hs.inc_c, p->hs.addr, p->hs.nonce_c);
     if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
         p->conn->type->close(p->conn);
@@ -453,8 +459,27 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
     struct pbuf b = {0};
     const char *why;
 
-    if (auth_answer(&e->auth, p->nonce, m->nonce, m->keyed, m->mac, mine, &why) < 0) {
+    /* Only the node the directory named, in the run it named: anyone else answering at its
+     * address is a relay, a stale entry or a restart. */
+    if (strcmp(m->node, p->node.id) != 0) {
+        char who[WIRE_NODE_MAX + 64];
+        snprintf(who, sizeof(who), "answered as node %s (relayed or misdirected)", m->node);
+        peer_abort(p, who);
+        return;
+    }
+    if (p->node.inc && m->inc != p->node.inc) {
+        peer_abort(p, "answered from another run than the directory lists (restarted)");
+        return;
+    }
+    memcpy(p->hs.node_a, m->node, sizeof(m->node));
+    p->hs.inc_a = m->inc;
+    memcpy(p->hs.nonce_a, m->nonce, WIRE_NONCE);
+    if (auth_answer(&e->auth, &p->hs, m->keyed, m->mac, mine, &why) < 0) {
         peer_abort(p, why);
+        return;
+    }
+    if (auth_session_start(&e->auth, &p->hs, 1, &p->as) < 0) {
+        peer_abort(p, "cannot derive the session's keys");
         return;
     }
     wire_auth(&b, mine);
@@ -686,9 +711,10 @@ static void peer_on_reply(struct peer *p, const struct wire_msg *m)
 static void peer_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
 {
     struct peer *p = c->owner;
+    struct proto_header hh = *h;
     struct wire_msg m;
 
-    if (wire_decode(h, payload, &m) < 0) {
+    if ((p->authed && auth_open(&p->as, &hh, payload) < 0) || wire_decode(&hh, payload, &m) < 0) {
         peer_abort(p, ferry_errmsg());
         return;
     }

@@ -1,30 +1,32 @@
 #include "transfer/wire.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string.h>
 
 #include "common/err.h"
 
-/* Text on the wire: u8 length, then that many bytes of printable text. */
+/* Text on the wire: its length (u8, or u16 when max exceeds 255), then that many bytes of
+ * printable text. */
 static void put_text(struct pbuf *b, const char *text, size_t max)
 {
     size_t len = strnlen(text, max);
-    pbuf_u8(b, (uint8_t)len);
+    if (max > UINT8_MAX)
+        pbuf_u16(b, (uint16_t)len);
+    else
+        pbuf_u8(b, (uint8_t)len);
     pbuf_put(b, text, len);
 }
 
 /* Text of at most max bytes, each in [low, 0x7e] (node ids: no spaces). */
 static int get_text(struct preader *r, char *out, size_t max, uint8_t low, const char *what)
 {
-    uint8_t len = prd_u8(r);
+    size_t len = max > UINT8_MAX ? prd_u16(r) : prd_u8(r);
     const uint8_t *p;
 
     if (len > max)
-        return err_set(FERRY_EPROTO, "%s of %u bytes", what, len);
+        return err_set(FERRY_EPROTO, "%s of %zu bytes", what, len);
     if (!(p = prd_bytes(r, len)))
         return 0; /* truncation is reported by the caller */
-    for (uint8_t i = 0; i < len; i++) {
+    for (size_t i = 0; i < len; i++) {
         if (p[i] < low || p[i] > 0x7e)
             return err_set(FERRY_EPROTO, "%s with a non-printable byte", what);
     }
@@ -56,13 +58,21 @@ static int decode_body(struct preader *r, struct wire_msg *m)
     case WIRE_HELLO:
         m->magic = prd_u32(r);
         m->version = prd_u32(r);
+        if (m->magic != WIRE_MAGIC || m->version != WIRE_VERSION) {
+            (void)prd_bytes(r, r->left); /* laid out otherwise: the acceptor refuses it */
+            return 0;
+        }
         if (get_node(r, m->node) < 0)
+            return FERRY_EPROTO;
+        m->inc = prd_u64(r);
+        if (get_text(r, m->addr, WIRE_ADDR_MAX, 0x21, "address") < 0)
             return FERRY_EPROTO;
         get_fixed(r, m->nonce, WIRE_NONCE);
         return 0;
     case WIRE_CHALLENGE:
         if (get_node(r, m->node) < 0)
             return FERRY_EPROTO;
+        m->inc = prd_u64(r);
         get_fixed(r, m->nonce, WIRE_NONCE);
         m->keyed = prd_u8(r);
         get_fixed(r, m->mac, WIRE_MAC);
@@ -124,21 +134,25 @@ void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_en
     out->digest = prd_u64(&r);
 }
 
-void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE])
+void wire_hello(struct pbuf *b, const char *node, uint64_t inc, const char *addr,
+                const uint8_t nonce[WIRE_NONCE])
 {
     size_t start = proto_frame_begin(b, WIRE_HELLO, 0);
     pbuf_u32(b, WIRE_MAGIC);
     pbuf_u32(b, WIRE_VERSION);
     put_node(b, node);
+    pbuf_u64(b, inc);
+    put_text(b, addr, WIRE_ADDR_MAX);
     pbuf_put(b, nonce, WIRE_NONCE);
     proto_frame_end(b, start);
 }
 
-void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
-                    const uint8_t mac[WIRE_MAC])
+void wire_challenge(struct pbuf *b, const char *node, uint64_t inc, const uint8_t nonce[WIRE_NONCE],
+                    int keyed, const uint8_t mac[WIRE_MAC])
 {
     size_t start = proto_frame_begin(b, WIRE_CHALLENGE, 0);
     put_node(b, node);
+    pbuf_u64(b, inc);
     pbuf_put(b, nonce, WIRE_NONCE);
     pbuf_u8(b, (uint8_t)keyed);
     pbuf_put(b, mac, WIRE_MAC);
@@ -183,23 +197,4 @@ void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e)
     pbuf_u64(b, e->data_size);
     pbuf_u64(b, e->metadata_size);
     pbuf_u64(b, e->digest);
-}
-
-int wire_mac(const uint8_t *secret, size_t secret_len, const char *role,
-             const uint8_t nonce_c[WIRE_NONCE], const uint8_t nonce_a[WIRE_NONCE],
-             uint8_t mac[WIRE_MAC])
-{
-    uint8_t msg[16 + 2 * WIRE_NONCE];
-    size_t rlen = strlen(role);
-    unsigned int len = 0;
-
-    if (rlen > 16)
-        return err_set(FERRY_EINVAL, "mac role too long");
-    memcpy(msg, role, rlen);
-    memcpy(msg + rlen, nonce_c, WIRE_NONCE);
-    memcpy(msg + rlen + WIRE_NONCE, nonce_a, WIRE_NONCE);
-    if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, rlen + 2 * WIRE_NONCE, mac, &len) ||
-        len != WIRE_MAC)
-        return err_set(FERRY_ESYS, "HMAC-SHA256 failed");
-    return 0;
 }

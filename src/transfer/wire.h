@@ -2,8 +2,10 @@
  * wire.h - the transfer protocol between ferryd nodes, carried by a transport.
  *
  * Frames use the client protocol's 16-byte header (common/proto.h), little-endian payloads:
- *   HELLO      connector -> acceptor: u32 magic, u32 version, node id, 32-byte nonce
- *   CHALLENGE  acceptor -> connector: node id, 32-byte nonce, u8 keyed, 32-byte mac
+ *   HELLO      connector -> acceptor: u32 magic, u32 version, node id, u64 incarnation,
+ *              the address dialled (u16 length, text), 32-byte nonce
+ *   CHALLENGE  acceptor -> connector: node id, u64 incarnation, 32-byte nonce, u8 keyed,
+ *              32-byte mac
  *   AUTH       connector -> acceptor: 32-byte mac
  *   PULL       receiver -> holder: u8 flags, u64 eager max, u32 n, n ids; objects larger
  *              than eager max are sent one-sided where the transport can (fabric rendezvous)
@@ -12,10 +14,13 @@
  *              metadata) of every entry with status 0 follow the frame on the stream, in order
  *   REFUSE     acceptor -> connector, before it closes a connection it refuses: u8 length,
  *              that many bytes of printable text (why: "wrong cluster secret", ...)
- * Mutual authentication with the cluster secret: each side proves it knows the secret with
- * HMAC-SHA256 over both nonces and its role; with no secret configured the macs are zero and
- * `keyed` is 0, and a keyed node refuses an unkeyed peer. The acceptor handles nothing but
- * AUTH before authentication succeeds.
+ * Mutual authentication with the cluster secret (transfer/auth.h): each side proves it knows
+ * the secret with HMAC-SHA256 over everything both HELLO and CHALLENGE said (node ids,
+ * incarnations, the address dialled, nonces) and its role; with no secret configured the macs
+ * are zero and `keyed` is 0, and a keyed node refuses an unkeyed peer. The acceptor handles
+ * nothing but AUTH before authentication succeeds. Between keyed nodes every later frame
+ * (PULL, REPLY) ends with a WIRE_TAG-byte tag under a key of its direction (auth_seal), which
+ * the payload lengths above do not count.
  *
  * Decoders check every length and count against the payload; failures are FERRY_EPROTO with
  * a reason. A holder serves only sealed objects, named by id.
@@ -29,12 +34,14 @@
 #include "common/proto.h"
 
 #define WIRE_MAGIC 0x58595246u /* "FRYX" */
-#define WIRE_VERSION 3u
+#define WIRE_VERSION 4u
 #define WIRE_MAX_FRAME (4u << 20)
 #define WIRE_MAX_IDS 65536u
 #define WIRE_NONCE 32u
 #define WIRE_MAC 32u
 #define WIRE_NODE_MAX 63u
+#define WIRE_ADDR_MAX 639u /* an address dialled (directory.h: DIRECTORY_XPORT_ADDR_MAX) */
+#define WIRE_TAG 16u
 #define WIRE_REASON_MAX 120u
 #define WIRE_PULL_VERIFY 1u /* the holder must give each object's digest */
 #define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + 8u)
@@ -57,6 +64,8 @@ struct wire_msg {
     uint16_t type;
     uint64_t tag;
     char node[WIRE_NODE_MAX + 1];     /* HELLO, CHALLENGE */
+    uint64_t inc;                     /* HELLO, CHALLENGE */
+    char addr[WIRE_ADDR_MAX + 1];     /* HELLO: the address dialled */
     uint8_t nonce[WIRE_NONCE];        /* HELLO, CHALLENGE */
     uint8_t mac[WIRE_MAC];            /* CHALLENGE, AUTH */
     uint8_t keyed;                    /* CHALLENGE */
@@ -74,9 +83,10 @@ int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wir
 void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out);
 
 /* Encoders append one frame to b (check b->oom). */
-void wire_hello(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE]);
-void wire_challenge(struct pbuf *b, const char *node, const uint8_t nonce[WIRE_NONCE], int keyed,
-                    const uint8_t mac[WIRE_MAC]);
+void wire_hello(struct pbuf *b, const char *node, uint64_t inc, const char *addr,
+                const uint8_t nonce[WIRE_NONCE]);
+void wire_challenge(struct pbuf *b, const char *node, uint64_t inc, const uint8_t nonce[WIRE_NONCE],
+                    int keyed, const uint8_t mac[WIRE_MAC]);
 void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
 /* reason is cut at WIRE_REASON_MAX bytes. */
 void wire_refuse(struct pbuf *b, const char *reason);
@@ -85,11 +95,5 @@ void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, 
 /* A reply is built in place: begin, n entries, end. */
 size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
 void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);
-
-/* HMAC-SHA256(secret, role || nonce_connector || nonce_acceptor). role is "connector" or
- * "acceptor". 0, or FERRY_ESYS if OpenSSL fails. */
-int wire_mac(const uint8_t *secret, size_t secret_len, const char *role,
-             const uint8_t nonce_c[WIRE_NONCE], const uint8_t nonce_a[WIRE_NONCE],
-             uint8_t mac[WIRE_MAC]);
 
 #endif
