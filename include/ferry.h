@@ -231,6 +231,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(id_conflicts, COUNTER, "seals of an id whose recorded content (elsewhere) differs")          \
     X(deletes_heard, COUNTER, "cluster-wide deletes of other nodes heard from the directory")      \
     X(directory_cleaned, COUNTER, "holdings of this node's past runs removed from the directory")  \
+    X(unsigned_entries, COUNTER,                                                                   \
+      "node entries in the directory ignored: not signed with our secret")                         \
     X(eager_max, GAUGE, "bytes up to which objects are pulled as messages on one-sided transports")
 
 typedef struct ferry_stats {

@@ -704,6 +704,21 @@ static int tcp_connect(int port)
     return fd;
 }
 
+/* A listening socket on 127.0.0.1 (a free port, in *port). The kernel completes the TCP
+ * handshake of a connecting node even while nobody accepts. */
+int h_tcp_listen(int *port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        fail_msg("bind/listen 127.0.0.1:0: %s", strerror(errno));
+    *port = ntohs(addr.sin_port);
+    return fd;
+}
+
 int h_tcp_connect(int port)
 {
     int fd = tcp_connect(port);
@@ -797,6 +812,39 @@ void h_redis_start(struct h_redis *r, int port)
     h_print_file(r->log);
     h_redis_kill(r);
     fail_msg("redis-server on port %d did not answer PING within %d ms", r->port, H_START_MS);
+}
+
+/* Sends one command (argv NULL-terminated) to r and reads the first line
+ * of its reply; fails the test on an error reply or no reply. */
+void h_redis_cmd(const struct h_redis *redis, const char *const *argv)
+{
+    char req[1024], reply[256] = "";
+    int n = 0, len = 0;
+    while (argv[n])
+        n++;
+    len = snprintf(req, sizeof(req), "*%d\r\n", n);
+    for (int i = 0; i < n && len < (int)sizeof(req); i++)
+        len += snprintf(req + len, sizeof(req) - (size_t)len, "$%zu\r\n%s\r\n", strlen(argv[i]),
+                        argv[i]);
+    assert_true(len < (int)sizeof(req));
+    int fd = h_tcp_connect(redis->port);
+    assert_int_equal(h_raw_write(fd, req, (size_t)len), 0);
+    size_t got = 0;
+    struct h_wait w;
+    for (h_wait_begin(&w, H_EVENT_MS); !strstr(reply, "\r\n") && got + 1 < sizeof(reply);) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int left = (int)(w.deadline_ms - h_now_ms());
+        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
+            break;
+        ssize_t r = recv(fd, reply + got, sizeof(reply) - 1 - got, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        got += r > 0 ? (size_t)r : 0;
+        reply[got] = '\0';
+    }
+    close(fd);
+    if (!strstr(reply, "\r\n") || reply[0] == '-')
+        fail_msg("redis %s: reply \"%s\"", argv[0], reply);
 }
 
 void h_redis_kill(struct h_redis *r)

@@ -206,6 +206,9 @@ int h_redis_ping(int port);
  * until it answers PING; fails the test (with its log) otherwise. r->dir is created on the
  * first start and kept across restarts. */
 void h_redis_start(struct h_redis *r, int port);
+/* Sends one command (argv NULL-terminated) to r and reads the first line of its reply; fails
+ * the test on an error reply or no reply (a minimal client: RESP over a plain socket). */
+void h_redis_cmd(const struct h_redis *r, const char *const *argv);
 /* SIGKILL and reap; the directory stays (for a restart and the log). */
 void h_redis_kill(struct h_redis *r);
 /* Removes r->dir and every file in it (tests may keep files of their own there). */
@@ -287,5 +290,8 @@ int h_join(pthread_t thread, int timeout_ms);
 void h_write_file(const char *path, const char *text);
 /* A TCP connection to 127.0.0.1:port; fails the test on error. */
 int h_tcp_connect(int port);
+/* A listening socket on 127.0.0.1 (a free port, in *port). The kernel completes the TCP
+ * handshake of a connecting peer even while nobody accepts. */
+int h_tcp_listen(int *port);
 
 #endif

@@ -249,13 +249,18 @@ static void start_secret_cluster(struct h_cluster *cl)
     h_node_start(cl, B, "64M", with_x);
     h_node_start(cl, C, "64M", with_y);
     h_node_start(cl, D, "64M", NULL);
-    ferry_client *c = h_node_connect(cl, A);
+    ferry_client *c = h_node_connect(cl, D); /* without a secret, every entry is taken */
     h_assert_nodes(c, cl, BIT(A) | BIT(B) | BIT(C) | BIT(D), H_CLUSTER_MS);
+    ferry_disconnect(c);
+    c = h_node_connect(cl, A); /* with one, only entries signed with it */
+    h_assert_nodes(c, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
     ferry_disconnect(c);
 }
 
 /* A fetch on node `from` of id, held by node `holder` only, across a secret mismatch: it
- * fails, the holder sends nothing and counts the peer that failed its challenge. */
+ * fails and the holder sends nothing. A fetcher with a secret ignores the holder's entry
+ * (signed with another secret: counted in unsigned_entries); a fetcher without one connects,
+ * and the holder counts the peer that failed its challenge. */
 static void assert_refused_between(struct h_cluster *cl, ferry_client *const *c, int from,
                                    int holder, const ferry_id *id)
 {
@@ -264,6 +269,8 @@ static void assert_refused_between(struct h_cluster *cl, ferry_client *const *c,
     ferry_stats h1 = h_stats(c[holder]);
     assert_int_equal(h1.transfers_out, h0.transfers_out);
     assert_int_equal(h1.bytes_out, h0.bytes_out);
+    if (h_stats(c[from]).unsigned_entries > f0.unsigned_entries)
+        return;
     uint64_t errors = H_WAIT_STAT_MIN(c[holder], peer_errors, h0.peer_errors + 1, H_EVENT_MS);
     if (errors <= h0.peer_errors)
         fail_msg("%s's fetch from %s across a secret mismatch: the holder's peer_errors stayed "
@@ -288,13 +295,64 @@ H_CLUSTER_TEST(peers_must_share_the_cluster_secret)
     H_OK(ferry_fetch(c[B], &id, 1, 10000, &status));
     h_assert_same_object(c[A], c[B], &id);
     H_OK(ferry_delete(c[B], &id)); /* A is the only holder again */
-    h_assert_where(c[C], cl, &id, BIT(A), H_CLUSTER_MS);
-    h_assert_where(c[A], cl, &theirs, BIT(C), H_CLUSTER_MS);
+    h_assert_where(c[D], cl, &id, BIT(A), H_CLUSTER_MS);
+    h_assert_where(c[D], cl, &theirs, BIT(C), H_CLUSTER_MS);
     assert_refused_between(cl, c, C, A, &id);     /* another secret */
     assert_refused_between(cl, c, D, A, &id);     /* no secret */
     assert_refused_between(cl, c, A, C, &theirs); /* the other way */
     for (int i = 0; i < 4; i++)
         ferry_disconnect(c[i]);
+}
+
+/* Lists node "fake" in the directory as the holder of id, at 127.0.0.1:port: entry is the
+ * node entry's fields after its key (NULL-terminated). */
+static void plant_node(struct h_cluster *cl, const ferry_id *id, const char *const *fields)
+{
+    const char *argv[16] = {"HSET", "ferry:node:fake"};
+    char key[64] = "ferry:obj:";
+    int n = 2;
+    while (*fields && n < 15)
+        argv[n++] = *fields++;
+    h_redis_cmd(&cl->redis, argv);
+    h_redis_cmd(&cl->redis, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
+    ferry_id_format(id, key + strlen(key));
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "h:fake", "1", NULL});
+}
+
+/* A fetch of id on c that finds no holder it trusts: it fails, its reason names the unsigned
+ * entry, nothing connects to the planted address, and c counts the entry it ignored. */
+static void assert_planted_ignored(ferry_client *c, int lfd, const ferry_id *id)
+{
+    ferry_stats s0 = h_stats(c);
+    int status = 1, rc = ferry_fetch(c, id, 1, 2000, &status);
+    if (rc == FERRY_OK || !strstr(ferry_errmsg(), "not signed"))
+        fail_msg("fetch through a planted node: %d (%s)", rc, ferry_errmsg());
+    struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 300), 0); /* no connection came */
+    assert_true(h_stats(c).unsigned_entries > s0.unsigned_entries);
+}
+
+/* Whoever can write to Redis but lacks the secret cannot make a node dial it: an entry it
+ * wrote, or a real node's signed entry copied under another name and address, is ignored. */
+H_CLUSTER_TEST(nodes_planted_in_the_directory_are_ignored)
+{
+    start_secret_cluster(cl);
+    ferry_client *a = h_node_connect(cl, A);
+    int port, lfd = h_tcp_listen(&port);
+    char addr[32], key[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    ferry_id id = h_id("planted");
+
+    plant_node(cl, &id, (const char *[]){"addr", addr, "inc", "1", "t:tcp", addr, NULL});
+    assert_planted_ignored(a, lfd, &id);
+
+    snprintf(key, sizeof(key), "ferry:node:%s", cl->node[B].id);
+    h_redis_cmd(&cl->redis, (const char *[]){"DEL", "ferry:node:fake", NULL});
+    h_redis_cmd(&cl->redis, (const char *[]){"COPY", key, "ferry:node:fake", NULL});
+    plant_node(cl, &id, (const char *[]){"inc", "1", "addr", addr, "t:tcp", addr, NULL});
+    assert_planted_ignored(a, lfd, &id);
+    close(lfd);
+    ferry_disconnect(a);
 }
 
 /* ---- raw transfer connections ---- */
@@ -519,6 +577,7 @@ int main(void)
         T(fetch_survives_the_death_of_its_sender),
         T(fetch_fails_cleanly_when_its_only_sender_dies),
         T(peers_must_share_the_cluster_secret),
+        T(nodes_planted_in_the_directory_are_ignored),
         T(unauthenticated_connections_get_nothing),
         T(garbage_on_the_transfer_port_is_dropped),
     };

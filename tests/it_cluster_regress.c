@@ -38,47 +38,6 @@ enum { A, B };
 #define ANSWER_MS 3000
 #define STALL_MS 30000
 
-/* ---- a minimal Redis client (RESP over a plain socket) ---- */
-
-/* Sends one command (argv NULL-terminated) to the cluster's Redis and reads the first line
- * of its reply; fails the test on an error reply or no reply. */
-static void redis_cmd(const struct h_cluster *cl, const char *const *argv)
-{
-    char req[1024], reply[256] = "";
-    int n = 0, len = 0;
-    while (argv[n])
-        n++;
-    len = snprintf(req, sizeof(req), "*%d\r\n", n);
-    for (int i = 0; i < n && len < (int)sizeof(req); i++)
-        len += snprintf(req + len, sizeof(req) - (size_t)len, "$%zu\r\n%s\r\n", strlen(argv[i]),
-                        argv[i]);
-    assert_true(len < (int)sizeof(req));
-    int fd = h_tcp_connect(cl->redis.port);
-    assert_int_equal(h_raw_write(fd, req, (size_t)len), 0);
-    size_t got = 0;
-    struct h_wait w;
-    for (h_wait_begin(&w, H_EVENT_MS); !strstr(reply, "\r\n") && got + 1 < sizeof(reply);) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int left = (int)(w.deadline_ms - h_now_ms());
-        if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
-            break;
-        ssize_t r = recv(fd, reply + got, sizeof(reply) - 1 - got, MSG_DONTWAIT);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-            break;
-        got += r > 0 ? (size_t)r : 0;
-        reply[got] = '\0';
-    }
-    close(fd);
-    if (!strstr(reply, "\r\n") || reply[0] == '-')
-        fail_msg("redis %s: reply \"%s\"", argv[0], reply);
-}
-
-static void id_hex(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1])
-{
-    for (int i = 0; i < FERRY_ID_SIZE; i++)
-        snprintf(out + 2 * i, 3, "%02x", id->bytes[i]);
-}
-
 /* Registers node "fake" at 127.0.0.1:port as a holder of id, the way a node publishes, with
  * a fabric address too when fabric is not NULL. */
 static void register_fake_on(const struct h_cluster *cl, int port, const char *fabric,
@@ -86,12 +45,14 @@ static void register_fake_on(const struct h_cluster *cl, int port, const char *f
 {
     char addr[32], key[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    redis_cmd(cl, (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "inc", "1", "t:tcp",
-                                   addr, fabric ? "t:fabric" : NULL, fabric, NULL});
-    redis_cmd(cl, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "inc", "1", "t:tcp", addr,
+                                 fabric ? "t:fabric" : NULL, fabric, NULL});
+    h_redis_cmd(&cl->redis, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
     snprintf(key, sizeof(key), "ferry:obj:");
-    id_hex(id, key + strlen(key));
-    redis_cmd(cl, (const char *[]){"HSET", key, "h:fake", "1", NULL}); /* no content recorded */
+    ferry_id_format(id, key + strlen(key));
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"HSET", key, "h:fake", "1", NULL}); /* no content recorded */
 }
 
 static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
@@ -104,26 +65,11 @@ static void unregister_fake_holder(const struct h_cluster *cl, const ferry_id *i
 {
     char key[64];
     snprintf(key, sizeof(key), "ferry:obj:");
-    id_hex(id, key + strlen(key));
-    redis_cmd(cl, (const char *[]){"HDEL", key, "h:fake", NULL});
+    ferry_id_format(id, key + strlen(key));
+    h_redis_cmd(&cl->redis, (const char *[]){"HDEL", key, "h:fake", NULL});
 }
 
 /* ---- fake holders ---- */
-
-/* A listening socket on 127.0.0.1 (a free port, in *port). The kernel completes the TCP
- * handshake of a connecting node even while nobody accepts. */
-static int fake_listen(int *port)
-{
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(addr);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 8) != 0 ||
-        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
-        fail_msg("fake holder: bind/listen 127.0.0.1:0: %s", strerror(errno));
-    *port = ntohs(addr.sin_port);
-    return fd;
-}
 
 /* Accepts one connection within timeout_ms: its fd, or -1. */
 static int fake_accept(int lfd, int timeout_ms)
@@ -183,7 +129,7 @@ H_CLUSTER_TEST(fetch_queued_on_a_silent_holder_survives_a_local_put)
 {
     h_cluster_start(cl, 2, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
-    int port, lfd = fake_listen(&port);
+    int port, lfd = h_tcp_listen(&port);
     ferry_id x = h_id("queued-on-a-silent-holder");
     register_fake(cl, port, &x);
     ferry_stats a0 = h_stats(a);
@@ -279,7 +225,7 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
 {
     h_cluster_start(cl, 2, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
-    int port, lfd = fake_listen(&port); /* never accepts: the kernel does the TCP handshake */
+    int port, lfd = h_tcp_listen(&port); /* never accepts: the kernel does the TCP handshake */
     ferry_id x = h_id("held-by-a-silent-fake");
     register_fake(cl, port, &x);
     ferry_stats a0 = h_stats(a);
@@ -323,7 +269,7 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     _Static_assert((SLOW_SIZE - 1) * SLOW_EVERY_MS > STALL_MS + 1000, "must outlast the watchdog");
     h_cluster_start(cl, 1, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
-    int port, lfd = fake_listen(&port);
+    int port, lfd = h_tcp_listen(&port);
     ferry_id x = h_id("sent-slowly");
     register_fake(cl, port, &x);
     ferry_stats a0 = h_stats(a);
@@ -395,7 +341,7 @@ H_CLUSTER_TEST(large_frame_before_authentication_is_dropped)
     assert_int_equal(errors, a0.peer_errors + 1);
 
     /* A holder: answers A's HELLO with a 1 MiB CHALLENGE header. */
-    int port, lfd = fake_listen(&port);
+    int port, lfd = h_tcp_listen(&port);
     ferry_id x = h_id("big-challenge");
     register_fake(cl, port, &x);
     ferry_client *fa = h_node_connect(cl, A);
@@ -435,7 +381,7 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     snprintf(fabric, sizeof(fabric), "%s@zz", strcmp(t, "rxm") == 0 ? "tcp;ofi_rxm" : t);
     h_cluster_start(cl, 1, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A);
-    int port, lfd = fake_listen(&port);
+    int port, lfd = h_tcp_listen(&port);
     ferry_id x = h_id("refused-fabric");
     register_fake_on(cl, port, fabric, &x);
     int status = 1;

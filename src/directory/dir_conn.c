@@ -103,6 +103,7 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
     const char *hset[ARGV_MAX] = {"HSET", key, "addr", d->self.addr, "inc", d->inc_text};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
+    char sig[DIR_SIG_HEX];
     int nhset = 6;
 
     dir_entry_key(key, d->self.id);
@@ -111,6 +112,12 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
         snprintf(fields[i], sizeof(fields[i]), "%s%s", XPORT_FIELD, d->self.xp[i].name);
         hset[nhset++] = fields[i];
         hset[nhset++] = d->self.xp[i].addr;
+    }
+    if (d->secret_len) {
+        if (dir_node_sign(d, &d->self, sig) < 0)
+            return FERRY_EDIRECTORY;
+        hset[nhset++] = "sig";
+        hset[nhset++] = sig;
     }
     /* DEL first: the fields of an earlier run (a transport not open now) must not linger. */
     if (dir_send_command(d, dir_on_checked, "MULTI", 1, multi) < 0 ||

@@ -44,16 +44,33 @@ static void gone_add(struct request *r, const struct holder *h, const char *fmt,
     r->a.ngone++;
 }
 
-/* The node's entry (copied out of a reply to HGETALL) when it has an address; 0 when it is
- * missing (the node is dead or left) or unusable. Fields that are not strings, too long, hold
- * a NUL or name no transport, and transports beyond what a node entry holds, are left out. */
-static int parse_entry(const redisReply *r, struct directory_node *node)
+enum entry { ENTRY_MISSING, ENTRY_UNSIGNED, ENTRY_OK };
+
+/* Whether sig (hex) is node's signature under our secret; any entry passes without one. */
+static int entry_signed(const struct directory *d, const struct directory_node *node,
+                        const char *sig)
+{
+    char expect[DIR_SIG_HEX];
+
+    if (!d->secret_len)
+        return 1;
+    return strlen(sig) == DIR_SIG_HEX - 1 && dir_node_sign(d, node, expect) == 0 &&
+           mac_equal((const uint8_t *)expect, (const uint8_t *)sig, DIR_SIG_HEX - 1);
+}
+
+/* The node's entry (copied out of a reply to HGETALL) when it has an address and, with a
+ * secret, our signature; ENTRY_MISSING when it is missing (the node is dead or left) or
+ * unusable. Fields that are not strings, too long, hold a NUL or name no transport, and
+ * transports beyond what a node entry holds, are left out (and so fail the signature). */
+static enum entry parse_entry(const struct directory *d, const redisReply *r,
+                              struct directory_node *node)
 {
     char field[sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
+    char sig[DIR_SIG_HEX] = "";
     size_t pre = strlen(XPORT_FIELD);
 
     if (r->type != REDIS_REPLY_ARRAY)
-        return 0;
+        return ENTRY_MISSING;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *value = r->element[i + 1];
         if (!dir_string_copy(field, sizeof(field), r->element[i]))
@@ -62,11 +79,30 @@ static int parse_entry(const redisReply *r, struct directory_node *node)
             (void)dir_string_copy(node->addr, sizeof(node->addr), value);
         else if (strcmp(field, "inc") == 0)
             (void)dir_reply_u64(value, 10, &node->inc);
+        else if (strcmp(field, "sig") == 0)
+            (void)dir_string_copy(sig, sizeof(sig), value);
         else if (strncmp(field, XPORT_FIELD, pre) == 0 && field[pre] &&
                  dir_string_copy(addr, sizeof(addr), value) && addr[0])
             (void)directory_node_set(node, field + pre, addr);
     }
-    return node->addr[0] != '\0';
+    if (!node->addr[0])
+        return ENTRY_MISSING;
+    return entry_signed(d, node, sig) ? ENTRY_OK : ENTRY_UNSIGNED;
+}
+
+/* An entry that fails our signature: written by someone without the secret (or a node with
+ * another one). Logged once a minute at most: a planted entry is asked about on every lookup. */
+static void entry_refused(struct directory *d, const char *id)
+{
+    uint64_t now = loop_now_ms();
+
+    d->counters.unsigned_entries++;
+    if (now - d->last_unsigned_ms < 60000 && d->last_unsigned_ms)
+        return;
+    d->last_unsigned_ms = now;
+    log_warn("directory: the entry of node %s is not signed with our cluster secret: ignored "
+             "(planted by a writer of the directory, or a node with another secret)",
+             id);
 }
 
 /* A reply to HGETALL ferry:node:<id>, for the oldest holder (or node) r asked about: live when
@@ -78,6 +114,7 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
     struct request *r = priv;
     const struct holder *h = &r->asked[r->asked_head++];
     struct directory_node node = {0};
+    enum entry kind;
     char when[32];
 
     memcpy(node.id, h->id, sizeof(node.id));
@@ -85,9 +122,13 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else if (rep->type == REDIS_REPLY_ERROR) {
         dir_command_failed(d, "HGETALL", rep->str);
-    } else if (!parse_entry(rep, &node)) {
+    } else if ((kind = parse_entry(d, rep, &node)) != ENTRY_OK) {
+        if (kind == ENTRY_UNSIGNED)
+            entry_refused(d, h->id);
         if (r->kind == REQ_LOOKUP)
-            gone_add(r, h, "gone (no heartbeat: dead, or left)");
+            gone_add(r, h,
+                     kind == ENTRY_UNSIGNED ? "its directory entry is not signed with our secret"
+                                            : "gone (no heartbeat: dead, or left)");
     } else {
         dir_node_remember(d, &node);
         if (r->kind == REQ_NODES || node.inc == h->inc) {

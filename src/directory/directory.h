@@ -4,10 +4,14 @@
  * with hiredis's async API on the daemon's event loop (no thread of its own).
  *
  * Redis schema (DB from the URL):
- *   ferry:node:<node-id>  hash {addr, inc, t:<transport> = its address, one per transport},
- *                         with a TTL the node refreshes by heartbeat: a node that dies
+ *   ferry:node:<node-id>  hash {addr, inc, t:<transport> = its address, one per transport,
+ *                         sig}, with a TTL the node refreshes by heartbeat: a node that dies
  *                         disappears when the TTL runs out (a few seconds); one that leaves
- *                         cleanly deletes it
+ *                         cleanly deletes it. sig (nodes with a cluster secret) is
+ *                         HMAC-SHA256 under the secret over the other fields, in hex: a node
+ *                         with a secret ignores entries without a valid one (counted in
+ *                         unsigned_entries), so whoever can write to Redis but does not know
+ *                         the secret cannot invent nodes or move one to another address
  *   ferry:obj:<40 hex>    hash {size, digest (16 hex), h:<node-id> = incarnation} - the content
  *                         of the id's first seal and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
@@ -51,6 +55,7 @@
 #define DIRECTORY_XPORT_NAME_MAX 15
 #define DIRECTORY_XPORT_ADDR_MAX 639
 #define DIRECTORY_WHY_MAX 95 /* a gone holder's reason */
+#define DIRECTORY_SECRET_MAX 1024
 
 struct directory;
 
@@ -86,7 +91,9 @@ void directory_node_names(const struct directory_node *n, char *buf, size_t len)
 void directory_inc_time(uint64_t inc, char *buf, size_t len);
 
 struct directory_config {
-    const char *url; /* redis://HOST:PORT[/DB] or redis-sentinel://H:P[,H:P...]/MASTER[/DB] */
+    const char *url;       /* redis://HOST:PORT[/DB] or redis-sentinel://H:P[,H:P...]/MASTER[/DB] */
+    const uint8_t *secret; /* the cluster secret (copied), or NULL: entries go unsigned */
+    size_t secret_len;     /* at most DIRECTORY_SECRET_MAX */
     struct directory_node self; /* its inc is made by directory_open */
     uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (default 1000) */
     uint32_t ttl_ms;            /* the node entry's TTL (default 3000) */
@@ -108,10 +115,11 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
-    uint64_t id_conflicts;  /* publications refused: the id has other content elsewhere */
-    uint64_t deletes_heard; /* cluster-wide deletes read from the events stream */
-    uint64_t cleaned;       /* entries of earlier incarnations removed at start or leave */
-    uint64_t errors;        /* failed commands and lost connections */
+    uint64_t id_conflicts;     /* publications refused: the id has other content elsewhere */
+    uint64_t deletes_heard;    /* cluster-wide deletes read from the events stream */
+    uint64_t cleaned;          /* entries of earlier incarnations removed at start or leave */
+    uint64_t unsigned_entries; /* node entries ignored: not signed with our secret */
+    uint64_t errors;           /* failed commands and lost connections */
 };
 
 /* What a request gives its callback; valid only during the call. */

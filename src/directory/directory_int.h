@@ -57,6 +57,7 @@
 #include "common/err.h"
 #include "common/idmap.h"
 #include "common/log.h"
+#include "common/mac.h"
 
 #define DEFAULT_HEARTBEAT_MS 1000
 #define DEFAULT_TTL_MS 3000
@@ -105,7 +106,7 @@
 #define SENTINELS_MAX 8
 #define MASTER_NAME_MAX 64
 /* Arguments of one command, at most: the registration's HSET is the longest. */
-#define ARGV_MAX (6 + 2 * DIRECTORY_XPORTS)
+#define ARGV_MAX (8 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -188,7 +189,10 @@ struct directory {
     struct sentinel_addr sentinels[SENTINELS_MAX];
     int nsentinels, sentinel_at, asking, resolved;
     char master[MASTER_NAME_MAX + 1];
-    char inc_text[U64_TEXT]; /* self.inc in decimal */
+    char inc_text[U64_TEXT];              /* self.inc in decimal */
+    uint8_t secret[DIRECTORY_SECRET_MAX]; /* signs and checks node entries (len 0: none) */
+    size_t secret_len;
+    uint64_t last_unsigned_ms; /* when an unsigned entry was last logged */
 
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
@@ -247,6 +251,12 @@ void dir_cache_clear(idmap *m);
 void dir_node_cache_key(const char *node_id, ferry_id *key);
 const struct directory_node *dir_node_cached(const struct directory *d, const char *node_id);
 void dir_node_remember(struct directory *d, const struct directory_node *node);
+
+/* directory.c: signed node entries */
+#define DIR_SIG_HEX (2 * MAC_LEN + 1)
+/* n's signature (HMAC-SHA256 under the secret over id, inc, addr and its transports sorted by
+ * name, each after its length), in hex. FERRY_ESYS. */
+int dir_node_sign(const struct directory *d, const struct directory_node *n, char hex[DIR_SIG_HEX]);
 void dir_holders_remember(struct directory *d, const struct request *r);
 void dir_holders_drop(struct cached_holders *h, const char *node_id);
 int dir_answer_from_cache(const struct directory *d, struct request *r);

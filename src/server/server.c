@@ -402,15 +402,18 @@ static int open_cluster(struct server *s)
         if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
             return rc;
         ec.secret = secret;
+        dc.secret = secret;
+        dc.secret_len = ec.secret_len;
     }
-    rc = engine_open(&s->engine, &s->loop, &s->store, &ec);
-    memset(secret, 0, sizeof(secret));
-    if (rc < 0)
-        return rc;
+    if ((rc = engine_open(&s->engine, &s->loop, &s->store, &ec)) < 0)
+        goto forget_secret;
     snprintf(dc.self.id, sizeof(dc.self.id), "%s", c->node_id);
     snprintf(dc.self.addr, sizeof(dc.self.addr), "%s", c->listen_addr);
     engine_advertise(s->engine, &dc.self);
-    if ((rc = directory_open(&s->dir, &s->loop, &dc, &hooks)) < 0)
+    rc = directory_open(&s->dir, &s->loop, &dc, &hooks);
+forget_secret:
+    memset(secret, 0, sizeof(secret));
+    if (rc < 0)
         return rc;
     engine_set_directory(s->engine, s->dir);
     directory_node_names(&dc.self, names, sizeof(names));

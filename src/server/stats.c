@@ -51,6 +51,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->id_conflicts = dc->id_conflicts;
         out->deletes_heard = dc->deletes_heard;
         out->directory_cleaned = dc->cleaned;
+        out->unsigned_entries = dc->unsigned_entries;
     }
 }
 
