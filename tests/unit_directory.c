@@ -275,6 +275,13 @@ static void test_bad_configuration(void **state)
         "redis-sentinel://127.0.0.1:26379/m m",
         "redis-sentinel://1.1.1.1:1,1.1.1.1:2,1.1.1.1:3,1.1.1.1:4,1.1.1.1:5,1.1.1.1:6,1.1.1.1:7,"
         "1.1.1.1:8,1.1.1.1:9/m",
+        "redis://user@127.0.0.1:6379",
+        "redis://:@127.0.0.1:6379",
+        "redis://u:@127.0.0.1:6379",
+        "redis://:%zz@127.0.0.1:6379",
+        "redis://:a%0@127.0.0.1:6379",
+        "redis://:a%00b@127.0.0.1:6379",
+        "redis-sentinel://user@127.0.0.1:26379/m",
     };
     struct directory_config cfg = {.self = {.id = "a", .addr = "h:1"}};
     struct directory *d = (void *)&cfg; /* must be reset */
@@ -298,6 +305,48 @@ static void test_bad_configuration(void **state)
     cfg.url = "redis-sentinel://127.0.0.1:1,127.0.0.1:2/master-1/3"; /* well formed */
     assert_int_equal(directory_open(&d, *state, &cfg, NULL), 0);
     directory_close(d);
+    cfg.url = "redis-sentinel://u%3A:p%40w@127.0.0.1:1/m"; /* so is this */
+    assert_int_equal(directory_open(&d, *state, &cfg, NULL), 0);
+    assert_null(strstr(directory_where(d), "p@w"));
+    directory_close(d);
+}
+
+/* Whether d registers within WAIT_MS (else it keeps retrying: the password is refused). */
+static int registers(struct loop *l, const char *url_text)
+{
+    struct directory_config cfg = {.url = url_text, .self = {.id = "a", .addr = "h:1"}};
+    struct directory *d;
+    int up;
+
+    assert_int_equal(directory_open(&d, l, &cfg, NULL), 0);
+    up = run_until(l, is_connected, d, 1500);
+    directory_close(d);
+    return up;
+}
+
+/* A Redis with a password for its default user and an ACL user: the URL's credentials (the
+ * password percent-encoded) are sent with AUTH first; wrong ones never register. */
+static void test_auth_from_the_url(void **state)
+{
+    redisContext *c = redis_fixture_connect(&redis, 0);
+    char u[160];
+
+    assert_non_null(c);
+    freeReplyObject(redisCommand(c, "CONFIG SET requirepass %s", "p@ss:/w"));
+    freeReplyObject(redisCommand(c, "ACL SETUSER ferry on >s3cret ~* &* +@all"));
+    snprintf(u, sizeof(u), "redis://127.0.0.1:%d", redis.port);
+    assert_false(registers(*state, u));
+    snprintf(u, sizeof(u), "redis://:p%%40ss%%3A%%2Fw@127.0.0.1:%d", redis.port);
+    assert_true(registers(*state, u));
+    snprintf(u, sizeof(u), "redis://:wrong@127.0.0.1:%d", redis.port);
+    assert_false(registers(*state, u));
+    snprintf(u, sizeof(u), "redis://ferry:s3cret@127.0.0.1:%d/0", redis.port);
+    assert_true(registers(*state, u));
+    snprintf(u, sizeof(u), "redis://ferry:p%%40ss%%3A%%2Fw@127.0.0.1:%d/0", redis.port);
+    assert_false(registers(*state, u)); /* the default user's password is not ferry's */
+    freeReplyObject(redisCommand(c, "ACL DELUSER ferry"));
+    freeReplyObject(redisCommand(c, "CONFIG SET requirepass %s", ""));
+    redisFree(c);
 }
 
 /* A database Redis does not have (it has 16): the connection is given up from within a reply
@@ -1052,6 +1101,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_configuration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_select_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_from_the_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_and_heartbeat, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_full, setup, teardown),

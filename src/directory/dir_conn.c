@@ -340,6 +340,29 @@ static void attach(struct directory *d, redisAsyncContext *ac)
 /* Starts a connection attempt: to a sentinel, when the master's address is to be asked for,
  * else to Redis. The first commands are sent at once: hiredis holds them until the TCP
  * connection completes, and the watchdog bounds that wait. */
+/* The reply to AUTH: a refusal ends the connection (its text names no secret). */
+static void on_authed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    const char *why;
+
+    if (reply && (why = dir_reply_error(reply)))
+        dir_drop(d, "AUTH%s refused: %s", d->user[0] ? " (user and password)" : "", why);
+}
+
+/* AUTH [USER] PASSWORD first, when the URL gave them. */
+static int send_auth(struct directory *d)
+{
+    const char *argv[] = {"AUTH", d->user, d->password};
+
+    if (!d->password[0])
+        return 0;
+    if (d->user[0])
+        return dir_send_command(d, on_authed, NULL, 3, argv);
+    argv[1] = d->password;
+    return dir_send_command(d, on_authed, NULL, 2, argv);
+}
+
 void dir_connect_start(struct directory *d)
 {
     int asking = d->nsentinels && !d->resolved;
@@ -369,7 +392,7 @@ void dir_connect_start(struct directory *d)
         return;
     }
     snprintf(db, sizeof(db), "%d", d->db);
-    if ((d->nsentinels && dir_sentinel_check_role(d) < 0) ||
+    if (send_auth(d) < 0 || (d->nsentinels && dir_sentinel_check_role(d) < 0) ||
         dir_send_command(d, on_selected, NULL, 2, argv) < 0 || dir_scripts_load(d) < 0)
         dir_drop(d, "cannot send SELECT and the scripts");
 }

@@ -241,6 +241,61 @@ static int parse_db(struct directory *d, const char *url, const char *s)
     return 0;
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* [s, end) percent-decoded into out (cap bytes with its NUL); no NUL byte may result. */
+static int decode_part(const char *s, const char *end, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    for (; s < end; s++) {
+        int c = (unsigned char)*s;
+        if (c == '%') {
+            int hi = end - s >= 3 ? hex_digit(s[1]) : -1;
+            int lo = hi >= 0 ? hex_digit(s[2]) : -1;
+            if (lo < 0 || (c = hi << 4 | lo) == 0)
+                return -1;
+            s += 2;
+        }
+        if (n + 1 >= cap)
+            return -1;
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* [[USER]:PASSWORD@] at *rest (before the first '/'; the last '@' ends it), percent-decoded
+ * into d->user and d->password; *rest then points after it. */
+static int parse_credentials(struct directory *d, const char **rest)
+{
+    const char *slash = strchr(*rest, '/'), *end = slash ? slash : *rest + strlen(*rest);
+    const char *at = NULL, *colon;
+
+    for (const char *p = *rest; p < end; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return 0;
+    colon = memchr(*rest, ':', (size_t)(at - *rest));
+    if (!colon)
+        return err_set(FERRY_EINVAL, "directory URL: expected [USER]:PASSWORD@ before the host");
+    if (decode_part(*rest, colon, d->user, sizeof(d->user)) < 0 ||
+        decode_part(colon + 1, at, d->password, sizeof(d->password)) < 0 || !d->password[0])
+        return err_set(FERRY_EINVAL,
+                       "directory URL: a user of at most %d and a password of 1 to %d bytes "
+                       "(percent-encoded, no %%00)",
+                       USER_MAX, PASSWORD_MAX);
+    *rest = at + 1;
+    return 0;
+}
+
 /* redis://HOST:PORT[/DB] */
 static int parse_redis(struct directory *d, const char *url, const char *rest)
 {
@@ -299,14 +354,24 @@ static int parse_url(struct directory *d, const char *url)
 {
     static const char redis[] = "redis://", sentinel[] = "redis-sentinel://";
 
-    if (url && strncmp(url, redis, strlen(redis)) == 0)
-        return parse_redis(d, url, url + strlen(redis));
-    if (url && strncmp(url, sentinel, strlen(sentinel)) == 0)
-        return parse_sentinel(d, url, url + strlen(sentinel));
+    const char *rest;
+    int rc;
+
+    if (url && strncmp(url, redis, strlen(redis)) == 0) {
+        rest = url + strlen(redis);
+        if ((rc = parse_credentials(d, &rest)) < 0)
+            return rc;
+        return parse_redis(d, rest, rest);
+    }
+    if (url && strncmp(url, sentinel, strlen(sentinel)) == 0) {
+        rest = url + strlen(sentinel);
+        if ((rc = parse_credentials(d, &rest)) < 0)
+            return rc;
+        return parse_sentinel(d, rest, rest);
+    }
     return err_set(FERRY_EINVAL,
-                   "directory URL %s: expected redis://HOST:PORT[/DB] or "
-                   "redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]",
-                   url ? url : "(none)");
+                   "directory URL: expected redis://[[USER]:PASSWORD@]HOST:PORT[/DB] or "
+                   "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]");
 }
 
 static int field_valid(const char *s, size_t cap, int may_be_empty)
@@ -406,6 +471,7 @@ void directory_close(struct directory *d)
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->nodes);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
+    OPENSSL_cleanse(d->password, sizeof(d->password));
     free(d);
 }
 
@@ -453,6 +519,11 @@ int dir_node_sign(const struct directory *d, const struct directory_node *n, cha
 int directory_connected(const struct directory *d)
 {
     return d->up;
+}
+
+const char *directory_where(const struct directory *d)
+{
+    return d->where;
 }
 
 const struct directory_counters *directory_counters(const struct directory *d)

@@ -152,6 +152,8 @@ int directory_open(struct directory **out, struct loop *l, const struct director
 void directory_close(struct directory *d);
 
 int directory_connected(const struct directory *d);
+/* Where the directory is, for people: HOST:PORT/DB or the master's name (never credentials). */
+const char *directory_where(const struct directory *d);
 const struct directory_counters *directory_counters(const struct directory *d);
 /* This run's incarnation. */
 uint64_t directory_incarnation(const struct directory *d);

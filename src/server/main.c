@@ -43,8 +43,10 @@ static void usage(FILE *f)
             "  --node-id NAME      this node's name in the cluster\n"
             "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
             "  --directory URL     the Redis that holds the node registry and object locations:\n"
-            "                      redis://HOST:PORT[/DB], or redis-sentinel://HOST:PORT[,HOST:\n"
-            "                      PORT...]/MASTER[/DB] to follow the master Sentinel names\n"
+            "                      redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or redis-sentinel://\n"
+            "                      [[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to\n"
+            "                      follow the master Sentinel names (AUTH to the master;\n"
+            "                      percent-encode '@', ':' and '/'; blanked in ps once read)\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256)\n"
             "  --verify            check an XXH3 digest of every fetched object before sealing\n"
             "  --strict-ids        a seal waits until the directory confirms that no other node\n"
@@ -130,6 +132,23 @@ static int parse_eager(const char *text, uint64_t *out)
     return 0;
 }
 
+/* Keeps a copy of the directory URL and blanks its credentials ([[USER]:PASSWORD@]) in arg:
+ * the process's arguments are visible to every local user (ps). */
+static int keep_url(char *arg, const char **out)
+{
+    static char url[2048];
+    char *creds = strstr(arg, "://"), *at;
+
+    if (strlen(arg) >= sizeof(url))
+        return err_set(FERRY_EINVAL, "--directory: a URL of at most %zu bytes", sizeof(url) - 1);
+    memcpy(url, arg, strlen(arg) + 1);
+    *out = url;
+    if (creds && (at = strrchr(creds, '@')))
+        for (char *p = creds + 3; p < at; p++)
+            *p = 'x';
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -185,7 +204,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             cfg->listen_addr = optarg;
             break;
         case 'd':
-            cfg->directory_url = optarg;
+            rc = keep_url(optarg, &cfg->directory_url);
             break;
         case 'S':
             cfg->secret_file = optarg;

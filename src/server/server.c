@@ -419,7 +419,7 @@ forget_secret:
     directory_node_names(&dc.self, names, sizeof(names));
     log_info("node %s: transfers on %s (%s%s%s), directory %s%s%s", c->node_id, c->listen_addr,
              names, engine_provider(s->engine) ? " on " : "",
-             engine_provider(s->engine) ? engine_provider(s->engine) : "", c->directory_url,
+             engine_provider(s->engine) ? engine_provider(s->engine) : "", directory_where(s->dir),
              ec.secret ? ", secret required" : "", c->verify ? ", verifying" : "");
     return 0;
 }
