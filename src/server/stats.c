@@ -41,6 +41,8 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;
         out->peer_errors = ec->peer_errors;
+        out->pins_deferred = ec->pins_deferred;
+        out->peers_too_slow = ec->peers_too_slow;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

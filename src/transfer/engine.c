@@ -25,6 +25,39 @@ static void on_drained(void *arg)
     free(r);
 }
 
+void eng_watch_start(struct engine *e, struct watch_rate *w, uint64_t value)
+{
+    if (w->timer.heap_index != SIZE_MAX)
+        return;
+    w->bytes = value;
+    w->last_ms = w->window_ms = loop_now_ms();
+    w->window = 0;
+    loop_timer_start(e->loop, &w->timer, w->last_ms + STALL_CHECK_MS);
+}
+
+void eng_watch_stop(struct engine *e, struct watch_rate *w)
+{
+    loop_timer_stop(e->loop, &w->timer);
+}
+
+uint64_t eng_watch_idle(struct watch_rate *w, uint64_t value, uint64_t *rate)
+{
+    uint64_t now = loop_now_ms();
+
+    if (value != w->bytes) {
+        w->window += value - w->bytes;
+        w->bytes = value;
+        w->last_ms = now;
+    }
+    *rate = UINT64_MAX;
+    if (now - w->window_ms >= STALL_MS) {
+        *rate = w->window * 1000 / (now - w->window_ms);
+        w->window = 0;
+        w->window_ms = now;
+    }
+    return now - w->last_ms;
+}
+
 uint64_t eng_incarnation(const struct engine *e)
 {
     return e->dir ? directory_incarnation(e->dir) : 0;

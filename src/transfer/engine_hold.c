@@ -14,13 +14,9 @@ static void pins_drop(struct inconn *ic)
     }
 }
 
-static void hpull_free(struct engine *e, struct hpull *hp)
+static void hpull_free(struct hpull *hp)
 {
-    for (uint32_t i = 0; i < hp->n; i++) {
-        if (hp->objs[i])
-            store_unref(e->store, hp->objs[i]);
-    }
-    free(hp->objs);
+    free(hp->ids);
     free(hp);
 }
 
@@ -32,13 +28,14 @@ void eng_inconn_free(struct inconn *ic)
     if (ic->next)
         ic->next->pprev = ic->pprev;
     loop_timer_stop(ic->e->loop, &ic->deadline);
-    loop_timer_stop(ic->e->loop, &ic->stall);
+    loop_timer_stop(ic->e->loop, &ic->backlog);
+    eng_watch_stop(ic->e, &ic->out);
     ic->e->inconn_count--;
     auth_session_end(&ic->as);
     pins_drop(ic);
     while ((hp = ic->queue)) {
         ic->queue = hp->next;
-        hpull_free(ic->e, hp);
+        hpull_free(hp);
     }
     free(ic);
 }
@@ -75,6 +72,8 @@ static int in_send(struct inconn *ic, struct pbuf *b)
 {
     int rc = b->oom ? err_set(FERRY_ENOMEM, "frame")
                     : ic->conn->type->send_frame(ic->conn, b->data, b->len);
+    if (rc == 0)
+        ic->given += b->len;
     pbuf_free(b);
     return rc;
 }
@@ -157,22 +156,47 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
     loop_timer_stop(e->loop, &ic->deadline);
 }
 
-static int hpull_ready(const struct hpull *hp)
+/* A sealed object by id, or NULL. */
+static struct object *sealed(struct engine *e, const ferry_id *id)
+{
+    struct object *o = store_find(e->store, id);
+    return o && o->state == FERRY_STATE_SEALED ? o : NULL;
+}
+
+/* Whether the digests a pull asks for are known. */
+static int hpull_ready(struct engine *e, const struct hpull *hp)
 {
     if (!(hp->flags & WIRE_PULL_VERIFY))
         return 1;
     for (uint32_t i = 0; i < hp->n; i++) {
-        if (hp->objs[i] && !hp->objs[i]->hashed)
+        struct object *o = sealed(e, &hp->ids[i]);
+        if (o && !o->hashed)
             return 0;
     }
     return 1;
+}
+
+static uint64_t object_bytes(const struct object *o)
+{
+    return o->data_size + o->metadata_size;
+}
+
+/* The bytes a pull would pin now. */
+static uint64_t hpull_bytes(struct engine *e, const struct hpull *hp)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < hp->n; i++) {
+        struct object *o = sealed(e, &hp->ids[i]);
+        sum += o ? object_bytes(o) : 0;
+    }
+    return sum;
 }
 
 /* Queues the bytes of o after the reply; the pin passes to the transport's send. */
 static int send_object(struct inconn *ic, struct object *o)
 {
     struct engine *e = ic->e;
-    uint64_t len = o->data_size + o->metadata_size;
+    uint64_t len = object_bytes(o);
     struct pin *pn;
 
     if (len == 0) {
@@ -189,99 +213,162 @@ static int send_object(struct inconn *ic, struct object *o)
         ic->pins->pprev = &pn->next;
     ic->pins = pn;
     ic->pinned += len;
+    ic->given += len;
     return ic->conn->type->send_range(ic->conn, e->store->base + o->offset, len, pn);
 }
 
-/* Answers one pull: the reply, then the bytes of each object found. */
-static int hpull_answer(struct inconn *ic, struct hpull *hp)
-{
-    struct wire_reply_entry re;
-    struct pbuf b = {0};
-    size_t start = wire_reply_begin(&b, hp->tag, hp->n);
-    int rc = 0;
-
-    for (uint32_t i = 0; i < hp->n; i++) {
-        struct object *o = hp->objs[i];
-        re = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
-        if (o) {
-            re.data_size = o->data_size;
-            re.metadata_size = o->metadata_size;
-            re.digest = o->hashed ? o->hash : 0;
-        }
-        wire_reply_add(&b, &re);
-    }
-    auth_seal(&ic->as, &b, start);
-    if ((rc = in_send(ic, &b)) < 0)
-        return rc;
-    ic->conn->eager_max = hp->eager_max;
-    for (uint32_t i = 0; i < hp->n && rc == 0; i++) {
-        struct object *o = hp->objs[i];
-        hp->objs[i] = NULL;
-        if (o)
-            rc = send_object(ic, o);
-    }
-    return rc;
-}
-
-/* Answers queued pulls in order, as far as their digests allow. */
 /* A receiver that does not read what it asked for would keep the holder's objects pinned
  * without bound: past a quarter of the arena (at least 64 MiB) pinned for one connection, its
- * further requests wait until it has read half of that. */
+ * further pulls wait, and reading stops until it has read half of that. */
 static uint64_t pin_limit(const struct engine *e)
 {
     uint64_t quarter = store_capacity(e->store) / 4;
     return quarter > (64ull << 20) ? quarter : 64ull << 20;
 }
 
-/* While bytes are pinned for the receiver, it must keep reading them: 30 s without any
- * leaving, and its pins go with its connection. */
-static void in_stall_arm(struct inconn *ic)
+/* Pins the objects of a pull, in order, within the pin limit: an entry that would pass it
+ * (after the first pin) is answered FERRY_EBUSY, and its receiver asks again later. */
+static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object **objs,
+                      struct wire_reply_entry *re, uint32_t i, uint64_t *pinning)
 {
-    if (!ic->pinned) {
-        loop_timer_stop(ic->e->loop, &ic->stall);
-    } else if (ic->stall.heap_index == SIZE_MAX) {
-        ic->stall_bytes = ic->conn->bytes_out;
-        loop_timer_start(ic->e->loop, &ic->stall, loop_now_ms() + STALL_MS);
+    struct object *o = sealed(ic->e, &hp->ids[i]);
+    uint64_t len = o ? object_bytes(o) : 0;
+
+    re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
+    if (o && len && ic->pinned + *pinning && ic->pinned + *pinning + len > pin_limit(ic->e)) {
+        re[i].status = FERRY_EBUSY;
+        ic->e->counters.pins_deferred++;
+        return;
     }
+    if (!o)
+        return;
+    store_ref(ic->e->store, o);
+    objs[i] = o;
+    *pinning += len;
+    re[i].data_size = o->data_size;
+    re[i].metadata_size = o->metadata_size;
+    re[i].digest = o->hashed ? o->hash : 0;
 }
 
-static void on_in_stall(struct loop *l, struct loop_timer *t)
+/* Answers one pull: the reply, then the bytes of each object pinned for it. */
+static int hpull_answer(struct inconn *ic, struct hpull *hp)
+{
+    struct object **objs = calloc(hp->n ? hp->n : 1, sizeof(*objs));
+    struct wire_reply_entry *re = calloc(hp->n ? hp->n : 1, sizeof(*re));
+    struct pbuf b = {0};
+    uint64_t pinning = 0;
+    int rc = 0;
+
+    if (!objs || !re) {
+        rc = err_set(FERRY_ENOMEM, "a reply of %u entries", hp->n);
+        goto free_arrays;
+    }
+    for (uint32_t i = 0; i < hp->n; i++)
+        hpull_pin(ic, hp, objs, re, i, &pinning);
+    size_t start = wire_reply_begin(&b, hp->tag, hp->n);
+    for (uint32_t i = 0; i < hp->n; i++)
+        wire_reply_add(&b, &re[i]);
+    auth_seal(&ic->as, &b, start);
+    rc = in_send(ic, &b);
+    ic->conn->eager_max = hp->eager_max;
+    for (uint32_t i = 0; i < hp->n; i++) {
+        if (objs[i] && rc == 0)
+            rc = send_object(ic, objs[i]);
+        else if (objs[i])
+            store_unref(ic->e->store, objs[i]);
+    }
+free_arrays:
+    free(objs);
+    free(re);
+    return rc;
+}
+
+/* The bytes given to the transport that have not left, beyond the pinned ranges: at least
+ * the frames waiting (a fabric lease counts its bytes as left when lent). */
+static uint64_t frame_backlog(const struct inconn *ic)
+{
+    uint64_t out = ic->given - ic->conn->bytes_out;
+    return out > ic->pinned ? out - ic->pinned : 0;
+}
+
+/* The watchdog runs while the receiver owes us reading: pins, or frames. */
+static void in_watch(struct inconn *ic)
+{
+    if (ic->pinned || frame_backlog(ic))
+        eng_watch_start(ic->e, &ic->out, ic->conn->bytes_out);
+    else
+        eng_watch_stop(ic->e, &ic->out);
+}
+
+static void on_out_check(struct loop *l, struct loop_timer *t)
 {
     struct inconn *ic = t->arg;
+    uint64_t rate, idle = eng_watch_idle(&ic->out, ic->conn->bytes_out, &rate);
+    char why[112];
 
-    if (ic->conn->bytes_out == ic->stall_bytes) {
+    if (idle >= STALL_MS) {
+        ic->e->counters.peers_too_slow++;
         in_abort(ic, "read none of what it asked for in 30 s");
         return;
     }
-    in_stall_arm(ic);
+    if (ic->pinned && rate < MIN_RATE) {
+        ic->e->counters.peers_too_slow++;
+        snprintf(why, sizeof(why), "read %" PRIu64 " B/s for 30 s, under the minimum of %u", rate,
+                 MIN_RATE);
+        in_abort(ic, why);
+        return;
+    }
+    loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
 }
 
+static void in_backpressure(struct inconn *ic);
+
+static void on_backlog_poll(struct loop *l, struct loop_timer *t)
+{
+    in_backpressure(t->arg);
+}
+
+/* Reading stops while the receiver has too much pinned, too many ids queued, or too many of
+ * our frames unread; it resumes once all are at half their limits. */
 static void in_backpressure(struct inconn *ic)
 {
-    uint64_t limit = pin_limit(ic->e);
-    int pause = ic->pinned > limit || (ic->paused && ic->pinned > limit / 2);
+    uint64_t limit = pin_limit(ic->e), backlog = frame_backlog(ic);
+    int over = ic->pinned > limit || ic->queued_ids > MAX_QUEUED_IDS || backlog > MAX_FRAME_BACKLOG;
+    int under = ic->pinned <= limit / 2 && ic->queued_ids <= MAX_QUEUED_IDS / 2 &&
+                backlog <= MAX_FRAME_BACKLOG / 2;
+    int pause = over || (ic->paused && !under);
 
     if (pause != ic->paused) {
         ic->paused = pause;
         ic->conn->type->pause(ic->conn, pause);
     }
-    in_stall_arm(ic);
+    /* Nothing tells when frames leave: look again while they hold the reading up. */
+    if (pause && backlog > MAX_FRAME_BACKLOG / 2)
+        loop_timer_start(ic->e->loop, &ic->backlog, loop_now_ms() + BACKLOG_POLL_MS);
+    else
+        loop_timer_stop(ic->e->loop, &ic->backlog);
+    in_watch(ic);
 }
 
+/* Answers queued pulls in order, as far as their digests and the pin limit allow: a pull
+ * waits while what it would pin, on top of what is pinned, passes the limit. */
 static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
 
-    while ((hp = ic->queue) && hpull_ready(hp)) {
+    while ((hp = ic->queue) && hpull_ready(ic->e, hp)) {
+        if (ic->pinned && ic->pinned + hpull_bytes(ic->e, hp) > pin_limit(ic->e))
+            break;
         ic->queue = hp->next;
         if (!ic->queue)
             ic->queue_tail = &ic->queue;
+        ic->queued_ids -= hp->n;
         if (hpull_answer(ic, hp) < 0) {
-            hpull_free(ic->e, hp);
+            hpull_free(hp);
             in_abort(ic, ferry_errmsg());
             return;
         }
-        hpull_free(ic->e, hp);
+        hpull_free(hp);
     }
     in_backpressure(ic);
 }
@@ -291,8 +378,8 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
     struct hpull *hp = calloc(1, sizeof(*hp));
 
     if (hp)
-        hp->objs = calloc(m->n ? m->n : 1, sizeof(*hp->objs));
-    if (!hp || !hp->objs) {
+        hp->ids = malloc((m->n ? m->n : 1) * sizeof(*hp->ids));
+    if (!hp || !hp->ids) {
         free(hp);
         in_abort(ic, "out of memory for a pull");
         return;
@@ -301,14 +388,8 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
     hp->eager_max = m->eager_max;
     hp->flags = m->flags;
     hp->n = m->n;
-    /* Only sealed objects, by id: pinned now, so that none goes before its bytes have. */
-    for (uint32_t i = 0; i < m->n; i++) {
-        struct object *o = store_find(ic->e->store, &m->ids[i]);
-        if (o && o->state == FERRY_STATE_SEALED) {
-            store_ref(ic->e->store, o);
-            hp->objs[i] = o;
-        }
-    }
+    memcpy(hp->ids, m->ids, (size_t)m->n * sizeof(*hp->ids));
+    ic->queued_ids += m->n;
     *ic->queue_tail = hp;
     ic->queue_tail = &hp->next;
     in_process(ic);
@@ -355,7 +436,7 @@ static void in_sent(struct xconn *c, void *arg)
         pn->next->pprev = pn->pprev;
     store_unref(ic->e->store, pn->o);
     free(pn);
-    in_backpressure(ic);
+    in_process(ic);
 }
 
 const struct xconn_events eng_in_events = {
@@ -398,7 +479,9 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     ic->queue_tail = &ic->queue;
     c->owner = ic;
     c->max_frame = UNAUTH_MAX_FRAME;
-    loop_timer_init(&ic->stall, on_in_stall, ic);
+    ic->given = c->bytes_out;
+    loop_timer_init(&ic->out.timer, on_out_check, ic);
+    loop_timer_init(&ic->backlog, on_backlog_poll, ic);
     loop_timer_init(&ic->deadline, on_handshake_deadline, ic);
     loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HANDSHAKE_MS);
     ic->next = e->inconns;

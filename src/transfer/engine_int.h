@@ -49,6 +49,19 @@
  * in ANSWER_MS: some transports (shm, rxm) never report a dead peer, and a fetch should move on
  * to the next holder in seconds, not wait out the dead one's directory entry. */
 #define STALL_MS 30000
+#define STALL_CHECK_MS 1000
+/* A receiver holding pins must read at least this fast (bytes per second, over STALL_MS):
+ * slower, and its pins go with its connection. */
+#define MIN_RATE (64u << 10)
+/* A receiver's PULLs wait, unread, past this many ids queued on its connection. */
+#define MAX_QUEUED_IDS WIRE_MAX_IDS
+/* Frames (replies) written for a receiver and not yet taken by it: past this, its PULLs wait
+ * unread, checked every BACKLOG_POLL_MS until it reads. */
+#define MAX_FRAME_BACKLOG (1u << 20)
+#define BACKLOG_POLL_MS 20
+/* A PULL names objects of at most this many recorded bytes (at least one object): within the
+ * smallest pin limit of a holder, so that honest pulls are not answered busy. */
+#define PULL_BYTES_MAX (64ull << 20)
 #define HANDSHAKE_MS 10000
 #define ANSWER_MS 3000
 /* A refused connector is given this long to read why and close. */
@@ -112,10 +125,11 @@ struct want {
     int dir_down;        /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
-    struct pentry *entry; /* the pull entry naming this want, if any */
-    struct peer *queued;  /* the peer whose next PULL will name it, if any */
-    struct object *obj;   /* the local object being filled */
-    uint64_t digest;      /* the holder's, with verify */
+    struct pentry *entry;  /* the pull entry naming this want, if any */
+    struct peer *queued;   /* the peer whose next PULL will name it, if any */
+    struct object *obj;    /* the local object being filled */
+    alloc_block *reserved; /* room for the recorded size, taken before its PULL goes */
+    uint64_t digest;       /* the holder's, with verify */
     char holder[DIRECTORY_NODE_ID_MAX + 1];
 };
 
@@ -125,6 +139,16 @@ struct pull {
     int replied;
     struct pentry *entries;
     struct pull *next;
+};
+
+/* A stall watchdog: while a connection owes bytes, its counter must move; checked every
+ * STALL_CHECK_MS, so a stall is seen within STALL_MS + STALL_CHECK_MS. */
+struct watch_rate {
+    struct loop_timer timer;
+    uint64_t bytes;   /* the counter at the last check */
+    uint64_t last_ms; /* when it last moved (or the watch started) */
+    uint64_t window;  /* bytes moved since window_ms */
+    uint64_t window_ms;
 };
 
 struct peer {
@@ -138,9 +162,10 @@ struct peer {
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
+    int busy;             /* it answered busy (pin limit): no PULL until its pulls are done */
     char why[112];        /* why this transport */
-    uint64_t stall_bytes; /* conn->bytes_in when the watchdog was armed */
-    struct loop_timer flush, stall;
+    struct watch_rate in; /* a holder that owes bytes and sends none */
+    struct loop_timer flush;
     struct peer *next;
 };
 
@@ -156,7 +181,7 @@ struct hpull {
     uint64_t eager_max; /* the receiver's */
     uint8_t flags;
     uint32_t n;
-    struct object **objs; /* pinned sealed objects; NULL for the ids we do not have */
+    ferry_id *ids; /* looked up, and what is found pinned, when the pull is answered */
     struct hpull *next;
 };
 
@@ -170,11 +195,13 @@ struct inconn {
     struct auth_hs hs;          /* the handshake; hs.node_c is the peer, once it said hello */
     struct auth_session as;     /* the tags of frames after it */
     struct hpull *queue, **queue_tail;
+    uint64_t queued_ids; /* ids in the queue's pulls */
     struct pin *pins;
     uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
+    uint64_t given;  /* bytes given to the transport (frames and ranges), against bytes_out */
     int paused;
-    uint64_t stall_bytes;    /* conn->bytes_out when the send watchdog was armed */
-    struct loop_timer stall; /* a receiver that stops reading what it asked for */
+    struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
+    struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
     struct inconn *next, **pprev;
 };
 
@@ -228,6 +255,12 @@ struct engine {
 void eng_note_failure(struct engine *e, const char *node, const char *why);
 
 /* engine.c */
+/* Watchdogs: start (or keep) watching counter value now; stop. */
+void eng_watch_start(struct engine *e, struct watch_rate *w, uint64_t value);
+void eng_watch_stop(struct engine *e, struct watch_rate *w);
+/* At a check: ms since value last moved (value is noted), and in *rate the bytes per second
+ * over the last window of STALL_MS (0 before one has passed: *rate is then UINT64_MAX). */
+uint64_t eng_watch_idle(struct watch_rate *w, uint64_t value, uint64_t *rate);
 /* This run's incarnation (0 without a directory). */
 uint64_t eng_incarnation(const struct engine *e);
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);

@@ -20,6 +20,8 @@ void eng_want_free(struct want *w)
     loop_timer_stop(e->loop, &w->retry);
     if (e->dir)
         directory_cancel(e->dir, w);
+    if (w->reserved)
+        store_unreserve(e->store, w->reserved);
     while (w->waiters) {
         struct waiter *x = w->waiters;
         w->waiters = x->next;
@@ -134,7 +136,7 @@ static const struct xconn_events peer_events;
 void eng_peer_free(struct peer *p)
 {
     loop_timer_stop(p->e->loop, &p->flush);
-    loop_timer_stop(p->e->loop, &p->stall);
+    eng_watch_stop(p->e, &p->in);
     auth_session_end(&p->as);
     free(p->queue);
     free(p);
@@ -217,33 +219,29 @@ static void peer_abort(struct peer *p, const char *reason)
 }
 
 /* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
- * It is armed once, not pushed back by our own sends. */
+ * Our own sends do not count, only what arrives. */
 static void peer_stall_arm(struct peer *p)
 {
-    if (!p->authed || p->pulls) {
-        if (p->stall.heap_index == SIZE_MAX) {
-            p->stall_bytes = p->conn->bytes_in;
-            loop_timer_start(p->e->loop, &p->stall,
-                             loop_now_ms() + (p->authed ? STALL_MS : ANSWER_MS));
-        }
-    } else {
-        loop_timer_stop(p->e->loop, &p->stall);
-    }
+    if (!p->authed || p->pulls)
+        eng_watch_start(p->e, &p->in, p->conn->bytes_in);
+    else
+        eng_watch_stop(p->e, &p->in);
 }
 
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
     struct peer *p = t->arg;
+    uint64_t rate, idle = eng_watch_idle(&p->in, p->conn->bytes_in, &rate);
 
-    if (!p->authed) {
+    if (!p->authed && idle >= ANSWER_MS) {
         peer_abort(p, "no answer to our hello within 3 s (dead or unreachable)");
         return;
     }
-    if (p->conn->bytes_in == p->stall_bytes) {
+    if (idle >= STALL_MS) {
         peer_abort(p, "no bytes for 30 s");
         return;
     }
-    peer_stall_arm(p); /* bytes are coming: look again in 30 s */
+    loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
 }
 
 /* Sends one PULL with every queued want. */
@@ -264,6 +262,47 @@ static void peer_prune_queue(struct peer *p)
     p->nqueue = k;
 }
 
+/* Takes room for w's recorded size before its bytes are asked for: a fetch that cannot fit
+ * fails here, before anything moves. 0, or the want is finished with why. */
+static int want_reserve(struct want *w)
+{
+    int rc;
+
+    if (!w->has_content || !w->size || w->reserved)
+        return 0;
+    if ((rc = store_reserve(w->e->store, w->size, &w->reserved)) < 0) {
+        w->reserved = NULL;
+        want_finish(w, rc);
+    }
+    return rc;
+}
+
+/* How many queued wants the next PULL takes: up to PULL_BYTES_MAX recorded bytes (at least
+ * one want) and WIRE_MAX_IDS ids; wants that cannot have their room leave the queue. */
+static uint32_t pull_size(struct peer *p)
+{
+    uint64_t bytes = 0;
+    uint32_t n = 0, k = 0;
+
+    for (uint32_t i = 0; i < p->nqueue; i++) {
+        struct want *w = p->queue[i];
+        if (n == WIRE_MAX_IDS || (n && bytes + w->size > PULL_BYTES_MAX)) {
+            p->queue[k++] = w; /* the rest stays in order */
+            continue;
+        }
+        if (want_reserve(w) < 0) { /* finished: it is ours to free */
+            w->queued = NULL;
+            eng_want_free(w);
+            continue;
+        }
+        bytes += w->has_content ? w->size : 0;
+        p->queue[k++] = w;
+        n++;
+    }
+    p->nqueue = k;
+    return n;
+}
+
 static void peer_flush(struct peer *p)
 {
     struct pbuf b = {0};
@@ -271,10 +310,11 @@ static void peer_flush(struct peer *p)
     ferry_id *ids;
     uint32_t n;
 
-    if (!p->authed)
+    if (!p->authed || (p->busy && p->pulls))
         return;
+    p->busy = 0;
     peer_prune_queue(p);
-    n = p->nqueue < WIRE_MAX_IDS ? p->nqueue : WIRE_MAX_IDS;
+    n = pull_size(p);
     if (n == 0)
         return;
     pl = calloc(1, sizeof(*pl));
@@ -424,7 +464,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->node = *node;
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
-    loop_timer_init(&p->stall, on_stall, p);
+    loop_timer_init(&p->in.timer, on_stall, p);
     if (auth_nonce(p->hs.nonce_c) < 0 || peer_connect(p) < 0) {
         log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
         free(p);
@@ -491,7 +531,7 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
     pbuf_free(&b);
     p->authed = 1;
     p->conn->max_frame = WIRE_MAX_FRAME;
-    loop_timer_stop(e->loop, &p->stall);
+    eng_watch_stop(e, &p->in);
     peer_flush(p);
 }
 
@@ -600,6 +640,8 @@ static void pull_maybe_pop(struct peer *p)
             p->pulls_tail = &p->pulls;
         eng_pull_free(pl);
     }
+    if (!p->pulls && p->busy && p->nqueue) /* what was answered busy goes again */
+        loop_timer_start(p->e->loop, &p->flush, 0);
 }
 
 static void complete_entry(struct peer *p, struct pentry *pe)
@@ -646,6 +688,13 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
     uint64_t len = re->data_size + re->metadata_size;
     int rc;
 
+    if (re->status == FERRY_EBUSY) { /* past the holder's pin limit: once our pulls are done */
+        pe->w = NULL;
+        w->entry = NULL;
+        p->busy = 1;
+        peer_enqueue(p, w);
+        return 0;
+    }
     if (re->status != 0) {
         if (re->status != FERRY_ENOENT)
             return err_set(FERRY_EPROTO, "reply status %d", re->status);
@@ -661,6 +710,10 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
     /* Other bytes than the content the directory recorded for the id: never taken. */
     pe->other = w->has_content && (re->digest != w->hash || len != w->size);
     pe->digest = re->digest;
+    if (w->reserved) { /* its room, for the create just below */
+        store_unreserve(e->store, w->reserved);
+        w->reserved = NULL;
+    }
     if (!w->done && !pe->other) {
         rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
         if (rc == FERRY_EEXIST) {
