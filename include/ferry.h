@@ -215,6 +215,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(connections_total, COUNTER, "client connections accepted")                                   \
     X(subscribers, GAUGE, "subscriptions open")                                                    \
     X(notifications_dropped, COUNTER, "subscribers cut off for falling behind")                    \
+    X(subscriptions_refused, COUNTER, "subscriptions refused: too many open")                      \
     X(connections_opened, COUNTER, "transfer connections this node opened to peers")               \
     X(connections_accepted, COUNTER, "transfer connections peers opened to this node")             \
     X(fetches, COUNTER, "fetch requests from local clients")                                       \

@@ -719,6 +719,22 @@ int h_tcp_listen(int *port)
     return fd;
 }
 
+uint64_t h_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    unsigned long long kib = 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("%s: %s", path, strerror(errno));
+    while (fgets(line, sizeof(line), f) && sscanf(line, "VmRSS: %llu kB", &kib) != 1)
+        ;
+    fclose(f);
+    if (!kib)
+        fail_msg("%s: no VmRSS", path);
+    return kib;
+}
+
 int h_tcp_connect(int port)
 {
     int fd = tcp_connect(port);

@@ -58,6 +58,8 @@ void h_daemon_cleanup(struct ferryd *d);
 /* Prints a file (a daemon log) to stderr, framed. */
 void h_print_file(const char *path);
 
+/* The resident memory of process pid (VmRSS), in KiB; fails the test if it cannot be read. */
+uint64_t h_rss_kib(pid_t pid);
 /* Waits up to timeout_ms for pid to exit: 1 and *status when it did, 0 otherwise. */
 int h_wait_exit(pid_t pid, int timeout_ms, int *status);
 

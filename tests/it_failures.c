@@ -335,6 +335,66 @@ H_TEST(put_many_after_the_daemon_died_fails_every_item)
     ferry_disconnect(c);
 }
 
+/* The daemon's limits on subscriptions (server.c). */
+#define SUBS_PER_CLIENT 16
+#define SUBS_MAX 256
+#define SUB_CLIENTS (SUBS_MAX / SUBS_PER_CLIENT)
+
+/* Puts n objects of 1 byte named <prefix>-<i>, in batches. */
+static void put_tiny(ferry_client *c, const char *prefix, int n)
+{
+    static ferry_put_item items[1000];
+    static int statuses[1000];
+    for (int at = 0; at < n; at += 1000) {
+        int k = n - at < 1000 ? n - at : 1000;
+        for (int i = 0; i < k; i++)
+            items[i] =
+                (ferry_put_item){.id = h_idf("%s-%d", prefix, at + i), .data = "x", .data_size = 1};
+        H_OK(ferry_put_many(c, items, (size_t)k, statuses));
+    }
+}
+
+/* One client cannot open more than 16 subscriptions, all clients no more than 256, and the
+ * notifications queued for unread ones stay within 64 MiB in all: 256 unread subscriptions
+ * and 60,000 seals (555 MiB of notifications) grow the daemon by less than 200 MiB, the
+ * furthest behind are cut off, and the daemon goes on serving. */
+H_TEST(subscriptions_are_bounded)
+{
+    ferry_client *c[SUB_CLIENTS + 1];
+    int fd, fds[SUBS_MAX], n = 0;
+    for (int i = 0; i <= SUB_CLIENTS; i++)
+        c[i] = h_connect(d);
+    for (int k = 0; k < SUBS_PER_CLIENT; k++)
+        H_OK(ferry_subscribe(c[0], &fds[n++]));
+    H_RC(ferry_subscribe(c[0], &fd), FERRY_EBUSY);
+    assert_non_null(strstr(ferry_errmsg(), "this client's"));
+    for (int i = 1; i < SUB_CLIENTS; i++)
+        for (int k = 0; k < SUBS_PER_CLIENT; k++)
+            H_OK(ferry_subscribe(c[i], &fds[n++]));
+    H_RC(ferry_subscribe(c[SUB_CLIENTS], &fd), FERRY_EBUSY);
+    assert_non_null(strstr(ferry_errmsg(), "all clients'"));
+    ferry_stats s0 = h_stats(c[SUB_CLIENTS]);
+    assert_int_equal(s0.subscriptions_refused, 2);
+    assert_int_equal(s0.subscribers, SUBS_MAX);
+
+    uint64_t rss0 = h_rss_kib(d->pid);
+    put_tiny(c[SUB_CLIENTS], "tiny", 60000);
+    uint64_t grew = h_rss_kib(d->pid) - rss0;
+    ferry_stats s1 = h_stats(c[SUB_CLIENTS]);
+    printf("256 unread subscriptions, 60000 seals: the daemon grew by %llu KiB, %llu "
+           "subscribers cut off\n",
+           (unsigned long long)grew, (unsigned long long)s1.notifications_dropped);
+    assert_true(grew < 200 * 1024);
+    assert_true(s1.notifications_dropped >= 1);
+    assert_true(s1.subscribers < SUBS_MAX);
+    H_OK(ferry_subscribe(c[SUB_CLIENTS], &fd)); /* room again */
+    close(fd);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    for (int i = 0; i <= SUB_CLIENTS; i++)
+        ferry_disconnect(c[i]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
 
 int main(void)
@@ -346,6 +406,7 @@ int main(void)
         T(killed_subscriber_is_dropped_and_seals_go_on),
         T(many_killed_clients_are_all_cleaned_up),
         T(put_many_after_the_daemon_died_fails_every_item),
+        T(subscriptions_are_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,9 +25,16 @@
 /* A subscriber that falls this far behind is cut off (and counted) rather than let the
  * daemon's memory grow without bound. */
 #define SUBSCRIBER_QUEUE_MAX (16u << 20)
+/* Subscriptions open at once, per client and in all; the notifications queued for all of them
+ * (past it, the one furthest behind is cut off): a client cannot make the daemon hold more
+ * than this for readers that do not read. */
+#define SUBSCRIBERS_PER_CLIENT 16
+#define SUBSCRIBERS_MAX 256
+#define SUBSCRIBER_QUEUES_MAX (64u << 20)
 
 struct subscriber {
     int fd;
+    uint64_t client; /* the client that asked for it */
     struct loop_watch watch;
     struct pbuf queue; /* notifications the socket had no room for, in order */
     struct subscriber *next, **pprev;
@@ -45,6 +52,7 @@ static void subscriber_drop(struct server *s, struct subscriber *sub, const char
     close(sub->fd);
     sub->fd = -1;
     s->subscriber_count--;
+    s->subscriber_queued -= sub->queue.len;
     *sub->pprev = sub->next;
     if (sub->next)
         sub->next->pprev = sub->pprev;
@@ -73,7 +81,11 @@ static int subscriber_drain(struct subscriber *sub)
 
 static void subscriber_update(struct server *s, struct subscriber *sub)
 {
-    if (subscriber_drain(sub) < 0) {
+    size_t before = sub->queue.len;
+    int rc = subscriber_drain(sub);
+
+    s->subscriber_queued -= before - sub->queue.len;
+    if (rc < 0) {
         subscriber_drop(s, sub, NULL);
         return;
     }
@@ -98,11 +110,20 @@ static void subscriber_event(struct loop *l, struct loop_watch *w, uint32_t even
     subscriber_update(s, sub);
 }
 
-int server_subscribe(struct server *s, int *client_fd)
+int server_subscribe(struct server *s, uint64_t client, int *client_fd)
 {
     struct subscriber *sub;
-    int pair[2], rc;
+    int pair[2], rc, mine = 0;
 
+    for (sub = s->subscribers; sub; sub = sub->next)
+        mine += sub->client == client;
+    if (mine >= SUBSCRIBERS_PER_CLIENT || s->subscriber_count >= SUBSCRIBERS_MAX) {
+        s->counters.subscriptions_refused++;
+        return err_set(FERRY_EBUSY, "%d subscriptions are open (%s), at most %d",
+                       mine >= SUBSCRIBERS_PER_CLIENT ? mine : (int)s->subscriber_count,
+                       mine >= SUBSCRIBERS_PER_CLIENT ? "this client's" : "all clients'",
+                       mine >= SUBSCRIBERS_PER_CLIENT ? SUBSCRIBERS_PER_CLIENT : SUBSCRIBERS_MAX);
+    }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
         return err_sys("socketpair(subscription)");
     if (!(sub = calloc(1, sizeof(*sub)))) {
@@ -110,6 +131,7 @@ int server_subscribe(struct server *s, int *client_fd)
         goto close_pair;
     }
     sub->fd = pair[0];
+    sub->client = client;
     if ((rc = loop_watch_add(&s->loop, &sub->watch, sub->fd, LOOP_READ, subscriber_event, sub)) < 0)
         goto free_sub;
     sub->next = s->subscribers;
@@ -129,6 +151,17 @@ close_pair:
     return rc;
 }
 
+/* The subscriber with the most notifications queued (there is one while any are queued). */
+static struct subscriber *furthest_behind(struct server *s)
+{
+    struct subscriber *sub, *worst = s->subscribers;
+
+    for (sub = s->subscribers; sub; sub = sub->next)
+        if (sub->queue.len > worst->queue.len)
+            worst = sub;
+    return worst;
+}
+
 void server_notify(struct server *s, int event, const struct object *o)
 {
     ferry_notification n = {
@@ -143,13 +176,18 @@ void server_notify(struct server *s, int event, const struct object *o)
             subscriber_drop(s, sub, "more than 16 MiB of notifications unread");
             continue;
         }
+        size_t behind = sub->queue.len;
         pbuf_put(&sub->queue, rec, sizeof(rec));
         if (sub->queue.oom) {
             subscriber_drop(s, sub, "out of memory queueing notifications");
             continue;
         }
-        subscriber_update(s, sub);
+        s->subscriber_queued += PROTO_NOTIFY_SIZE;
+        if (!behind) /* else it waits for the socket to say it has room */
+            subscriber_update(s, sub);
     }
+    while (s->subscriber_queued > SUBSCRIBER_QUEUES_MAX)
+        subscriber_drop(s, furthest_behind(s), "the furthest behind when all queues passed 64 MiB");
 }
 
 /* ---- store events ---- */

@@ -49,6 +49,7 @@ struct server_config {
 
 struct server_counters {
     uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
+    uint64_t subscriptions_refused;
     uint64_t fetches;
 };
 
@@ -74,6 +75,7 @@ struct server {
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;
+    uint64_t subscriber_queued; /* bytes of notifications queued for all subscribers */
     struct server_counters counters;
 };
 
@@ -92,8 +94,9 @@ void server_destroy(struct server *s);
 
 /* Queues a notification for every subscriber. */
 void server_notify(struct server *s, int event, const struct object *o);
-/* A new subscription: *client_fd is the end to hand to the client (the caller closes it). */
-int server_subscribe(struct server *s, int *client_fd);
+/* A new subscription for client: *client_fd is the end to hand to the client (the caller
+ * closes it). FERRY_EBUSY past the limits of subscriptions per client and in all. */
+int server_subscribe(struct server *s, uint64_t client, int *client_fd);
 /* id was deleted cluster-wide by node: drops the local copy (a referenced one goes with its
  * last reference) and fails the fetches waiting for it. */
 void server_drop_deleted(struct server *s, const ferry_id *id, const char *node);

@@ -396,7 +396,7 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
 
 static int handle_subscribe(struct session *ss, const struct proto_request *q)
 {
-    int fd, rc = server_subscribe(ss->srv, &fd);
+    int fd, rc = server_subscribe(ss->srv, ss->client_id, &fd);
     size_t start;
     ssize_t n;
 

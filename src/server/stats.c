@@ -31,6 +31,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->connections_total = srv->counters.connections_total;
     out->subscribers = srv->subscriber_count;
     out->notifications_dropped = srv->counters.notifications_dropped;
+    out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
     if (ec) {
         out->connections_opened = ec->connections_opened;
