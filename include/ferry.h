@@ -227,6 +227,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(peer_errors, COUNTER, "transfer connections closed for a bad message or authentication")     \
     X(pins_deferred, COUNTER, "objects a peer asked for past its pin limit, answered busy")        \
     X(peers_too_slow, COUNTER, "peers dropped for reading what they asked for too slowly")         \
+    X(connections_evicted, COUNTER, "transfer connections closed to make room for new ones")       \
     X(directory_up, GAUGE, "1 while connected to the directory")                                   \
     X(directory_lookups, COUNTER, "holder lookups sent to the directory")                          \
     X(directory_cache_hits, COUNTER, "holder lookups answered from the local cache")               \

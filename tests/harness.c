@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/proto.h"
+#include "transfer/wire.h"
 
 /* ---- time and bounded waits ---- */
 
@@ -717,6 +718,90 @@ int h_tcp_listen(int *port)
         fail_msg("bind/listen 127.0.0.1:0: %s", strerror(errno));
     *port = ntohs(addr.sin_port);
     return fd;
+}
+
+/* Reads one transfer frame: its type (the payload is read and dropped), or -1. */
+int h_xfer_read_frame(int fd, uint8_t *payload, size_t cap, uint32_t *len)
+{
+    uint8_t hdr[PROTO_HEADER_SIZE];
+    if (h_read_exact(fd, hdr, sizeof(hdr)) != 0)
+        return -1;
+    *len = h_rd32(hdr);
+    if (*len > cap || h_read_exact(fd, payload, *len) != 0)
+        return -1;
+    return hdr[4] | hdr[5] << 8;
+}
+
+/* Sends a HELLO as node "intruder" (incarnation 1) with the given magic, naming the address
+ * fd is connected to as the one dialled. */
+int h_xfer_hello(int fd, uint32_t magic)
+{
+    struct sockaddr_in sa;
+    socklen_t salen = sizeof(sa);
+    char addr[32];
+    if (getpeername(fd, (struct sockaddr *)&sa, &salen) != 0)
+        return -1;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    size_t alen = strlen(addr);
+    uint8_t payload[4 + 4 + 1 + 8 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
+    p = h_le32(p, WIRE_VERSION);
+    *p++ = 8;
+    memcpy(p, "intruder", 8);
+    p = h_le64(p + 8, 1);
+    p = h_le16(p, (uint16_t)alen);
+    memcpy(p, addr, alen);
+    p += alen + WIRE_NONCE;
+    return h_raw_frame(fd, WIRE_HELLO, 0, payload, (size_t)(p - payload));
+}
+
+/* HELLO, then the node's CHALLENGE read: 0, or -1. *keyed receives its keyed flag. */
+int h_xfer_handshake_start(int fd, int *keyed)
+{
+    uint8_t payload[512];
+    uint32_t len = 0;
+    if (h_xfer_hello(fd, WIRE_MAGIC) != 0)
+        return -1;
+    int type = h_xfer_read_frame(fd, payload, sizeof(payload), &len);
+    if (type != WIRE_CHALLENGE || len < 1 + WIRE_NONCE + 1 + WIRE_MAC)
+        return -1;
+    *keyed = payload[len - WIRE_MAC - 1];
+    return 0;
+}
+
+int h_xfer_handshake(int fd)
+{
+    int keyed = -1;
+    uint8_t zero_mac[WIRE_MAC] = {0};
+    if (h_xfer_handshake_start(fd, &keyed) != 0 || keyed != 0)
+        return -1;
+    return h_raw_frame(fd, WIRE_AUTH, 0, zero_mac, sizeof(zero_mac));
+}
+
+uint8_t *h_xfer_pull_frame(uint64_t tag, const ferry_id *ids, uint32_t n, size_t *len)
+{
+    size_t plen = 1 + 8 + 4 + (size_t)n * FERRY_ID_SIZE;
+    uint8_t *frame = malloc(PROTO_HEADER_SIZE + plen), *p = frame;
+    if (!frame)
+        return NULL;
+    p = h_le32(p, (uint32_t)plen);
+    p = h_le16(p, WIRE_PULL);
+    p = h_le16(p, 0);
+    p = h_le64(p, tag);
+    *p++ = 0;                 /* no digests asked for */
+    p = h_le64(p, 64u << 10); /* eager limit */
+    p = h_le32(p, n);
+    memcpy(p, ids, (size_t)n * FERRY_ID_SIZE);
+    *len = PROTO_HEADER_SIZE + plen;
+    return frame;
+}
+
+int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n)
+{
+    size_t len;
+    uint8_t *frame = h_xfer_pull_frame(tag, ids, n, &len);
+    int rc = frame ? h_raw_write(fd, frame, len) : -1;
+    free(frame);
+    return rc;
 }
 
 uint64_t h_rss_kib(pid_t pid)

@@ -58,6 +58,19 @@ void h_daemon_cleanup(struct ferryd *d);
 /* Prints a file (a daemon log) to stderr, framed. */
 void h_print_file(const char *path);
 
+/* Raw transfer connections (transfer/wire.h), as a peer of a node would speak:
+ * h_xfer_read_frame reads one frame: its type (the payload into payload), or -1;
+ * h_xfer_hello sends a HELLO as node "intruder" (incarnation 1) with magic, naming the
+ * address fd is connected to as the one dialled; h_xfer_handshake_start sends it and reads
+ * the CHALLENGE (0, or -1; *keyed its keyed flag); h_xfer_handshake completes it with a node
+ * without a secret (the proof is zeros); h_xfer_pull sends a PULL of n ids, which
+ * h_xfer_pull_frame makes (malloc'd, *len bytes; NULL when out of memory). */
+int h_xfer_read_frame(int fd, uint8_t *payload, size_t cap, uint32_t *len);
+int h_xfer_hello(int fd, uint32_t magic);
+int h_xfer_handshake_start(int fd, int *keyed);
+int h_xfer_handshake(int fd);
+int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n);
+uint8_t *h_xfer_pull_frame(uint64_t tag, const ferry_id *ids, uint32_t n, size_t *len);
 /* The resident memory of process pid (VmRSS), in KiB; fails the test if it cannot be read. */
 uint64_t h_rss_kib(pid_t pid);
 /* Waits up to timeout_ms for pid to exit: 1 and *status when it did, 0 otherwise. */

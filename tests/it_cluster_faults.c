@@ -357,54 +357,6 @@ H_CLUSTER_TEST(nodes_planted_in_the_directory_are_ignored)
 
 /* ---- raw transfer connections ---- */
 
-/* Reads one transfer frame: its type (the payload is read and dropped), or -1. */
-static int read_frame_type(int fd, uint8_t *payload, size_t cap, uint32_t *len)
-{
-    uint8_t hdr[PROTO_HEADER_SIZE];
-    if (h_read_exact(fd, hdr, sizeof(hdr)) != 0)
-        return -1;
-    *len = h_rd32(hdr);
-    if (*len > cap || h_read_exact(fd, payload, *len) != 0)
-        return -1;
-    return hdr[4] | hdr[5] << 8;
-}
-
-/* Sends a HELLO as node "intruder" (incarnation 1) with the given magic, naming the address
- * fd is connected to as the one dialled. */
-static int send_hello(int fd, uint32_t magic)
-{
-    struct sockaddr_in sa;
-    socklen_t salen = sizeof(sa);
-    char addr[32];
-    if (getpeername(fd, (struct sockaddr *)&sa, &salen) != 0)
-        return -1;
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
-    size_t alen = strlen(addr);
-    uint8_t payload[4 + 4 + 1 + 8 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
-    p = h_le32(p, WIRE_VERSION);
-    *p++ = 8;
-    memcpy(p, "intruder", 8);
-    p = h_le64(p + 8, 1);
-    p = h_le16(p, (uint16_t)alen);
-    memcpy(p, addr, alen);
-    p += alen + WIRE_NONCE;
-    return h_raw_frame(fd, WIRE_HELLO, 0, payload, (size_t)(p - payload));
-}
-
-/* HELLO, then the node's CHALLENGE read: 0, or -1. *keyed receives its keyed flag. */
-static int handshake_start(int fd, int *keyed)
-{
-    uint8_t payload[512];
-    uint32_t len = 0;
-    if (send_hello(fd, WIRE_MAGIC) != 0)
-        return -1;
-    int type = read_frame_type(fd, payload, sizeof(payload), &len);
-    if (type != WIRE_CHALLENGE || len < 1 + WIRE_NONCE + 1 + WIRE_MAC)
-        return -1;
-    *keyed = payload[len - WIRE_MAC - 1];
-    return 0;
-}
-
 /* Sends a PULL of one id. */
 static int send_pull(int fd, const ferry_id *id)
 {
@@ -448,14 +400,14 @@ H_CLUSTER_TEST(unauthenticated_connections_get_nothing)
     ferry_stats a0 = h_stats(a);
 
     int fd = h_tcp_connect(port);
-    assert_int_equal(handshake_start(fd, &keyed), 0);
+    assert_int_equal(h_xfer_handshake_start(fd, &keyed), 0);
     assert_int_equal(keyed, 1);
     uint8_t zero_mac[WIRE_MAC] = {0};
     assert_int_equal(h_raw_frame(fd, WIRE_AUTH, 0, zero_mac, sizeof(zero_mac)), 0);
     assert_dropped(a, fd, a0.peer_errors, "AUTH with a wrong proof");
 
     fd = h_tcp_connect(port);
-    assert_int_equal(handshake_start(fd, &keyed), 0);
+    assert_int_equal(h_xfer_handshake_start(fd, &keyed), 0);
     assert_int_equal(send_pull(fd, &id), 0);
     assert_dropped(a, fd, a0.peer_errors + 1, "PULL before AUTH");
 
@@ -506,7 +458,7 @@ static int send_unknown_type(int fd)
 
 static int send_bad_magic(int fd)
 {
-    return send_hello(fd, WIRE_MAGIC ^ 0xffu);
+    return h_xfer_hello(fd, WIRE_MAGIC ^ 0xffu);
 }
 
 /* A HELLO whose node id length runs past the payload. */
@@ -521,10 +473,8 @@ static int send_truncated_hello(int fd)
 /* A complete handshake (no secret: the proof is zeros), then a frame of an unknown type. */
 static int send_garbage_after_auth(int fd)
 {
-    int keyed = -1;
-    uint8_t zero_mac[WIRE_MAC] = {0}, junk[3] = {9, 9, 9};
-    if (handshake_start(fd, &keyed) != 0 || keyed != 0 ||
-        h_raw_frame(fd, WIRE_AUTH, 0, zero_mac, sizeof(zero_mac)) != 0)
+    uint8_t junk[3] = {9, 9, 9};
+    if (h_xfer_handshake(fd) != 0)
         return -1;
     return h_raw_frame(fd, 0x66, 2, junk, sizeof(junk));
 }

@@ -44,6 +44,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->peer_errors = ec->peer_errors;
         out->pins_deferred = ec->pins_deferred;
         out->peers_too_slow = ec->peers_too_slow;
+        out->connections_evicted = ec->connections_evicted;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

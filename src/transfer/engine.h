@@ -50,8 +50,9 @@ struct engine_counters {
     uint64_t transfers_in, transfers_out, transfer_failures;
     uint64_t bytes_in, bytes_out;
     uint64_t peer_errors;
-    uint64_t pins_deferred;  /* objects a receiver asked for past its pin limit: ask again */
-    uint64_t peers_too_slow; /* receivers dropped for reading nothing, or too slowly */
+    uint64_t pins_deferred;       /* objects a receiver asked for past its pin limit: ask again */
+    uint64_t peers_too_slow;      /* receivers dropped for reading nothing, or too slowly */
+    uint64_t connections_evicted; /* closed to make room: unauthenticated, or idle */
 };
 
 /* What ferry stat shows per peer this node pulls from. */

@@ -153,7 +153,7 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
     }
     ic->state = IN_READY;
     ic->conn->max_frame = WIRE_MAX_FRAME;
-    loop_timer_stop(e->loop, &ic->deadline);
+    loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HOLDER_IDLE_MS);
 }
 
 /* A sealed object by id, or NULL. */
@@ -414,9 +414,10 @@ static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_
         in_on_hello(ic, &m);
     else if (ic->state == IN_AUTH && m.type == WIRE_AUTH)
         in_on_auth(ic, &m);
-    else if (ic->state == IN_READY && m.type == WIRE_PULL)
+    else if (ic->state == IN_READY && m.type == WIRE_PULL) {
+        loop_timer_start(ic->e->loop, &ic->deadline, loop_now_ms() + HOLDER_IDLE_MS);
         in_on_pull(ic, &m);
-    else
+    } else
         in_abort(ic, ic->state == IN_READY ? "unexpected message type"
                                            : "message before authentication");
 }
@@ -455,7 +456,78 @@ static void on_handshake_deadline(struct loop *l, struct loop_timer *t)
         eng_inconn_free(ic);
         return;
     }
-    in_abort(ic, "no handshake within 10 s");
+    if (ic->state != IN_READY) {
+        in_abort(ic, "no handshake within 10 s");
+        return;
+    }
+    if (ic->pinned || ic->queue || frame_backlog(ic)) { /* the stall watchdog has it */
+        loop_timer_start(l, t, loop_now_ms() + HOLDER_IDLE_MS);
+        return;
+    }
+    log_info("closing the transfer connection from %s (%s): idle for 60 s", ic->hs.node_c,
+             ic->conn->peer);
+    ic->conn->type->close(ic->conn);
+    eng_inconn_free(ic);
+}
+
+/* The source of a connection: its peer address without the port. */
+static size_t source_len(const struct xconn *c)
+{
+    const char *colon = strrchr(c->peer, ':');
+    return colon ? (size_t)(colon - c->peer) : strlen(c->peer);
+}
+
+static int same_source(const struct xconn *a, const struct xconn *b)
+{
+    size_t len = source_len(a);
+    return len == source_len(b) && memcmp(a->peer, b->peer, len) == 0;
+}
+
+/* Closes the oldest connection that has not authenticated (from c's source when per_source),
+ * or, when there is none and idle is set, the one idle longest (nothing pinned or queued).
+ * 1 when one was closed. */
+static int make_room(struct engine *e, const struct xconn *c, int per_source, int idle)
+{
+    struct inconn *ic, *oldest = NULL, *idlest = NULL;
+
+    for (ic = e->inconns; ic; ic = ic->next) {
+        if (ic->state != IN_READY) {
+            if ((!per_source || same_source(ic->conn, c)) && (!oldest || ic->born < oldest->born))
+                oldest = ic;
+        } else if (idle && !ic->pinned && !ic->queue &&
+                   (!idlest || ic->deadline.deadline_ms < idlest->deadline.deadline_ms)) {
+            idlest = ic;
+        }
+    }
+    if (!(ic = oldest ? oldest : idlest))
+        return 0;
+    e->counters.connections_evicted++;
+    log_warn("closing the transfer connection from %s (%s) to make room: %s",
+             ic->hs.node_c[0] ? ic->hs.node_c : "?", ic->conn->peer,
+             oldest ? "it has not authenticated, and newer ones came" : "the idlest");
+    ic->conn->type->close(ic->conn);
+    eng_inconn_free(ic);
+    return 1;
+}
+
+/* Room for c among the incoming connections: 0, or -1 when there is none. */
+static int admit(struct engine *e, const struct xconn *c)
+{
+    int unauth = 0, from_source = 0;
+
+    for (struct inconn *ic = e->inconns; ic; ic = ic->next) {
+        if (ic->state == IN_READY)
+            continue;
+        unauth++;
+        from_source += same_source(ic->conn, c);
+    }
+    if (from_source >= MAX_UNAUTH_PER_SOURCE)
+        make_room(e, c, 1, 0);
+    else if (unauth >= MAX_UNAUTH)
+        make_room(e, c, 0, 0);
+    if (e->inconn_count >= MAX_INCONNS && !make_room(e, c, 0, 1))
+        return -1;
+    return 0;
 }
 
 void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
@@ -463,9 +535,10 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     struct engine *e = arg;
     struct inconn *ic;
 
-    if (e->inconn_count >= MAX_INCONNS) {
+    if (admit(e, c) < 0) {
         e->counters.peer_errors++;
-        log_warn("refusing a transfer connection from %s: %d are open", c->peer, MAX_INCONNS);
+        log_warn("refusing a transfer connection from %s: %d are open, all busy", c->peer,
+                 MAX_INCONNS);
         c->type->close(c);
         return;
     }
@@ -476,6 +549,7 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     e->inconn_count++;
     ic->e = e;
     ic->conn = c;
+    ic->born = loop_now_ms();
     ic->queue_tail = &ic->queue;
     c->owner = ic;
     c->max_frame = UNAUTH_MAX_FRAME;

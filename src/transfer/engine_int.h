@@ -68,8 +68,20 @@
 #define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
 #define UNAUTH_MAX_FRAME 1024
-/* Incoming transfer connections beyond this are refused (peers reuse theirs: one per node). */
+/* Incoming transfer connections beyond this make room by closing the oldest that has not
+ * authenticated, else the one idle longest; with none, the new one is refused (peers reuse
+ * theirs: one per node and transport). */
 #define MAX_INCONNS 1024
+/* Connections that have not authenticated yet, in all and per source address: past either,
+ * the oldest of them is closed, so that a flood of silent connections only churns and an
+ * honest peer, which authenticates in a round trip, still gets through. */
+#define MAX_UNAUTH 128
+#define MAX_UNAUTH_PER_SOURCE 16
+/* A receiver closes a connection it has not used for PEER_IDLE_MS; a holder closes one that
+ * sent nothing for HOLDER_IDLE_MS while it owed nothing (later, so that it is the receiver
+ * that closes, between pulls). */
+#define PEER_IDLE_MS 45000
+#define HOLDER_IDLE_MS 60000
 /* A peer whose connection on a transport fails this often in a row is reached on the next one
  * (the fallback at worst) for BREAKER_MS. */
 /* Holders whose transfers failed lately, one line each in ferry stat's peers view. */
@@ -166,6 +178,7 @@ struct peer {
     char why[112];        /* why this transport */
     struct watch_rate in; /* a holder that owes bytes and sends none */
     struct loop_timer flush;
+    struct loop_timer idle; /* closes the connection after PEER_IDLE_MS unused */
     struct peer *next;
 };
 
@@ -191,7 +204,8 @@ struct inconn {
     struct engine *e;
     struct xconn *conn;
     int state;
-    struct loop_timer deadline; /* authenticate within HANDSHAKE_MS */
+    struct loop_timer deadline; /* authenticate within HANDSHAKE_MS, then HOLDER_IDLE_MS idle */
+    uint64_t born;              /* loop_now_ms() at accept */
     struct auth_hs hs;          /* the handshake; hs.node_c is the peer, once it said hello */
     struct auth_session as;     /* the tags of frames after it */
     struct hpull *queue, **queue_tail;

@@ -136,6 +136,7 @@ static const struct xconn_events peer_events;
 void eng_peer_free(struct peer *p)
 {
     loop_timer_stop(p->e->loop, &p->flush);
+    loop_timer_stop(p->e->loop, &p->idle);
     eng_watch_stop(p->e, &p->in);
     auth_session_end(&p->as);
     free(p->queue);
@@ -198,6 +199,11 @@ static void peer_closed(struct xconn *c, int err, const char *why)
     char reason[ERR_DETAIL_MAX];
 
     snprintf(reason, sizeof(reason), "%s", why);
+    if (err != FERRY_EPROTO && p->authed && !p->pulls && !p->nqueue) {
+        log_info("idle transfer connection to %s (%s) closed: %s", p->node.id, c->peer, reason);
+        peer_remove(p, reason); /* nothing was lost: the next fetch connects again */
+        return;
+    }
     if (err == FERRY_EPROTO)
         p->e->counters.peer_errors++;
     log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
@@ -222,10 +228,26 @@ static void peer_abort(struct peer *p, const char *reason)
  * Our own sends do not count, only what arrives. */
 static void peer_stall_arm(struct peer *p)
 {
-    if (!p->authed || p->pulls)
+    if (!p->authed || p->pulls || p->nqueue) {
         eng_watch_start(p->e, &p->in, p->conn->bytes_in);
-    else
+        loop_timer_stop(p->e->loop, &p->idle);
+    } else {
         eng_watch_stop(p->e, &p->in);
+        if (p->idle.heap_index == SIZE_MAX)
+            loop_timer_start(p->e->loop, &p->idle, loop_now_ms() + PEER_IDLE_MS);
+    }
+}
+
+/* Unused for PEER_IDLE_MS: closed, quietly (the next fetch from it connects again). */
+static void on_peer_idle(struct loop *l, struct loop_timer *t)
+{
+    struct peer *p = t->arg;
+
+    if (p->pulls || p->nqueue)
+        return; /* a pull is on its way: the watchdog has it */
+    log_debug("closing the idle transfer connection to %s (%s)", p->node.id, p->conn->peer);
+    p->conn->type->close(p->conn);
+    peer_remove(p, "idle");
 }
 
 static void on_stall(struct loop *l, struct loop_timer *t)
@@ -465,6 +487,7 @@ static struct peer *peer_get(struct engine *e, const struct directory_node *node
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
     loop_timer_init(&p->in.timer, on_stall, p);
+    loop_timer_init(&p->idle, on_peer_idle, p);
     if (auth_nonce(p->hs.nonce_c) < 0 || peer_connect(p) < 0) {
         log_warn("cannot connect to %s (%s): %s", node->id, node->addr, ferry_errmsg());
         free(p);
