@@ -72,6 +72,11 @@ static int held_add(struct session *ss, struct object *o)
 {
     struct held *h = idmap_get(&ss->held, &o->id), *tail = NULL;
 
+    /* Counts are 32 bits: a client that gets an object billions of times without releasing
+     * it must not wrap them (to 0: the object freed under everyone's mapping). */
+    if (o->refcount >= REFS_MAX)
+        return err_set(FERRY_EBUSY, "the object has %u references (at most %u)", o->refcount,
+                       REFS_MAX);
     for (; h; tail = h, h = h->next) {
         if (h->o == o) {
             h->count++;
@@ -535,7 +540,10 @@ void session_wake_waiters(struct server *srv, struct object *o)
         next = w->next;
         get_unwait(srv, w);
         if (get_fill(ss, w->index, o) < 0) {
-            session_close(ss, "out of memory recording a reference");
+            /* Closing frees ss's other waits, next among them when ss waits for this id
+             * twice: start again from what is left. */
+            session_close(ss, ferry_errmsg());
+            next = idmap_get(&srv->waiters, &o->id);
             continue;
         }
         if (ss->get.missing == 0) {

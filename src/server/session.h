@@ -17,6 +17,9 @@
 
 /* References a session holds on objects under one id: usually one entry; more when an id was
  * deleted while held and a new object took it (release then drops the new one's first). */
+/* References one object may have from clients: far below the 32-bit counts' wrap. */
+#define REFS_MAX (1u << 31)
+
 struct held {
     struct object *o;
     uint32_t count;
