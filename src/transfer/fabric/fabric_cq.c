@@ -72,7 +72,12 @@ int fab_progress(struct xlistener *f)
     int total = 0;
 
     while (total < FAB_CQ_PER_TURN) {
-        ssize_t n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
+        ssize_t n;
+        /* libfabric 1.17's tcp provider takes errno for a peer's short read or EOF on its
+         * connection-request socket (rx_cm_data): a stale EAGAIN left it open and readable for
+         * ever, and the loop spinning (fixed upstream in 2.2). */
+        errno = 0;
+        n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry e = {0};
             if (fi_cq_readerr(f->cq, &e, 0) == 1 && e.op_context)
@@ -94,14 +99,73 @@ int fab_progress(struct xlistener *f)
     fab_repost_pending(f);
     fab_push_dirty(f);
     fab_reads_push(f);
-    if (total)
+    if (total) {
         f->active_ns = now_ns();
+        f->backoff_ms = 0;
+    }
     return total;
+}
+
+/* Whether anything of ours is under way: the provider may then need us to spin. */
+static int busy(const struct xlistener *f)
+{
+    return f->tx_inflight || f->read_inflight || f->lent || f->dirty || f->repost;
+}
+
+/* Sets the wait fd aside for backoff_ms (doubling from 1 ms): see FAB_AGAIN_SPIN_NS. */
+static void back_off(struct xlistener *f)
+{
+    uint64_t now = loop_now_ms();
+
+    f->backoff_ms = f->backoff_ms ? f->backoff_ms * 2 : 1;
+    if (f->backoff_ms > FAB_BACKOFF_MAX_MS)
+        f->backoff_ms = FAB_BACKOFF_MAX_MS;
+    f->stats.backoffs++;
+    if (!f->backoff_log_ms || now - f->backoff_log_ms >= 60000) {
+        f->backoff_log_ms = now;
+        log_warn("fabric: the provider keeps waking the loop with nothing to do (garbage on "
+                 "its port?): polling it every %u ms until it settles",
+                 f->backoff_ms);
+    }
+    (void)loop_watch_mod(f->loop, &f->watch, 0);
+    (void)loop_timer_start(f->loop, &f->backoff, now + f->backoff_ms);
+}
+
+void fab_on_backoff(struct loop *l, struct loop_timer *t)
+{
+    struct xlistener *f = t->arg;
+
+    (void)loop_watch_mod(l, &f->watch, LOOP_READ);
+    if (fab_progress(f) > 0 || busy(f)) /* things move again: back to the wait fd */
+        f->backoff_ms = 0;
+    /* else the next fruitless wake-up backs off at once, for twice as long */
+}
+
+/* Notes a wake-up that brought nothing while nothing of ours is under way: FAB_FRUITLESS_MAX
+ * of them within FAB_FRUITLESS_NS (or one, right after a back-off that changed nothing), and
+ * the endpoint backs off. */
+static void fruitless(struct xlistener *f)
+{
+    uint64_t now = now_ns();
+
+    if (f->backoff_ms) {
+        back_off(f);
+        return;
+    }
+    if (now - f->again_ns > FAB_FRUITLESS_NS) {
+        f->again_ns = now;
+        f->fruitless = 0;
+    }
+    if (++f->fruitless >= FAB_FRUITLESS_MAX)
+        back_off(f);
 }
 
 void fab_on_cq(struct loop *l, struct loop_watch *w, uint32_t events)
 {
-    fab_progress(w->arg);
+    struct xlistener *f = w->arg;
+
+    if (fab_progress(f) == 0 && !busy(f)) /* a wait fd readable with nothing behind it */
+        fruitless(f);
 }
 
 /* Before the loop sleeps: progress, then sleep only if the provider says the wait fd will
@@ -124,7 +188,14 @@ int fab_before_wait(struct loop *l, void *arg)
         sched_yield(); /* spinning: let a client on this CPU run */
         return 1;
     }
-    return fi_trywait(f->fabric, fids, 1) == FI_SUCCESS ? 0 : 1;
+    if (f->backoff.heap_index != SIZE_MAX)
+        return 0; /* backing off: the timer progresses */
+    errno = 0;    /* see fab_progress */
+    if (fi_trywait(f->fabric, fids, 1) == FI_SUCCESS)
+        return 0;
+    if (!busy(f))
+        fruitless(f);
+    return f->backoff.heap_index == SIZE_MAX;
 }
 
 /* Without a wait fd, a timer keeps the endpoint progressing while the loop sleeps. */

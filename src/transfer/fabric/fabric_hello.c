@@ -39,6 +39,36 @@ static int hello_apply(struct fconn *c, const struct fmsg_hello *h)
     return 0;
 }
 
+/* Whether a connection record (closed ones too, until freed) uses addr. */
+static int av_in_use(const struct xlistener *f, fi_addr_t addr)
+{
+    for (const struct fconn *c = f->all; c; c = c->anext)
+        if (c->addr == addr)
+            return 1;
+    return 0;
+}
+
+/* Room for one more peer address: the oldest that no connection uses goes (an unauthenticated
+ * CONNECT from a name never seen makes an entry, so entries must not be kept for ever, or a
+ * flood of made-up names would lock every new peer out). */
+static int av_make_room(struct xlistener *f)
+{
+    struct avent **pp, **victim = NULL;
+
+    for (pp = &f->avs; *pp; pp = &(*pp)->next) /* newest first: the last unused is the oldest */
+        if (!av_in_use(f, (*pp)->addr))
+            victim = pp;
+    if (!victim)
+        return err_set(FERRY_ENOMEM, "fabric: %u peer addresses in use", FAB_AV_MAX);
+    struct avent *a = *victim;
+    *victim = a->next;
+    (void)fi_av_remove(f->av, &a->addr, 1, 0);
+    f->navs--;
+    f->stats.av_removals++;
+    free(a);
+    return 0;
+}
+
 /* The fi_addr of a peer's endpoint name, inserted once and cached. */
 int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out)
 {
@@ -50,8 +80,8 @@ int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *
             return 0;
         }
     }
-    if (f->navs >= FAB_AV_MAX)
-        return err_set(FERRY_ENOMEM, "fabric: %u peer addresses known already", FAB_AV_MAX);
+    if (f->navs >= FAB_AV_MAX && av_make_room(f) < 0)
+        return FERRY_ENOMEM;
     if (len > FAB_NAME_MAX || !(a = calloc(1, sizeof(*a))))
         return err_set(FERRY_ENOMEM, "address vector entry");
     memcpy(a->name, name, len);

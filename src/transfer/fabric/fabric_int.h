@@ -102,11 +102,21 @@
  * under way and for this long after: an answer to what we sent comes without the 1 ms wait. */
 #define FAB_SPIN_NS 200000u
 #define FAB_STALL_SPIN_NS 10000000u /* and while waiting for credits, up to 10 ms */
+/* A provider whose wait fd stays readable (or whose fi_trywait keeps saying "again") while
+ * nothing is in flight and nothing completes would keep the loop from ever sleeping: libfabric
+ * 1.17's tcp provider leaves a peer's half-read connection request readable for ever. After
+ * FAB_FRUITLESS_MAX such wake-ups within FAB_FRUITLESS_NS, the wait fd is set aside and a timer
+ * progresses the endpoint, after 1 ms and doubling up to FAB_BACKOFF_MAX_MS while still nothing
+ * completes. */
+#define FAB_FRUITLESS_MAX 64u
+#define FAB_FRUITLESS_NS 10000000u
+#define FAB_BACKOFF_MAX_MS 16u
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
     X(registrations, COUNTER, "memory regions registered (the arena and the bounce buffers)")      \
     X(av_inserts, COUNTER, "peer addresses resolved (first contact only)")                         \
+    X(av_removals, COUNTER, "unused peer addresses dropped to make room (4096 are kept)")          \
     X(connects, COUNTER, "fabric handshakes this node completed")                                  \
     X(connect_us, COUNTER, "their total time, in microseconds")                                    \
     X(eager_msgs, COUNTER, "messages that carried object bytes (sent)")                            \
@@ -116,6 +126,7 @@
     X(leases_expired, COUNTER, "ranges lent to a reader that never said it was done")              \
     X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                      \
     X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")             \
+    X(backoffs, COUNTER, "idle spins cut short: the provider said again with nothing to do")       \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
 
 struct fab_counters {
@@ -301,6 +312,11 @@ struct xlistener {
     int wait_fd;
     struct loop_watch watch;
     struct loop_timer kick, poll, read_pace;
+    struct loop_timer backoff; /* armed while the wait fd is set aside (FAB_AGAIN_SPIN_NS) */
+    uint64_t again_ns;         /* when the current count of fruitless wake-ups began */
+    uint32_t fruitless;        /* fruitless wake-ups since again_ns */
+    uint32_t backoff_ms;       /* the current back-off; 0 when none */
+    uint64_t backoff_log_ms;
     uint64_t next_cookie;
     char provider[64];
     uint8_t name[FAB_NAME_MAX];
@@ -391,5 +407,6 @@ int fab_progress(struct xlistener *f);
 void fab_on_cq(struct loop *l, struct loop_watch *w, uint32_t events);
 int fab_before_wait(struct loop *l, void *arg);
 void fab_on_poll(struct loop *l, struct loop_timer *t);
+void fab_on_backoff(struct loop *l, struct loop_timer *t);
 
 #endif
