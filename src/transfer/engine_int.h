@@ -50,6 +50,10 @@
  * to the next holder in seconds, not wait out the dead one's directory entry. */
 #define STALL_MS 30000
 #define STALL_CHECK_MS 1000
+/* A holder that owes bytes and sent none for this long is looked up in the directory: gone
+ * from it (no heartbeat, or another run), it is dropped at once rather than after STALL_MS
+ * (shm and rxm never report a dead peer). */
+#define LIVENESS_MS 1000
 /* A receiver holding pins must read at least this fast (bytes per second, over STALL_MS):
  * slower, and its pins go with its connection. */
 #define MIN_RATE (64u << 10)
@@ -175,6 +179,7 @@ struct peer {
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
     int busy;             /* it answered busy (pin limit): no PULL until its pulls are done */
+    int asking;           /* a lookup of its liveness is under way (directory_cancel on free) */
     char why[112];        /* why this transport */
     struct watch_rate in; /* a holder that owes bytes and sends none */
     struct loop_timer flush;

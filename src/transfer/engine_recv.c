@@ -138,6 +138,8 @@ void eng_peer_free(struct peer *p)
     loop_timer_stop(p->e->loop, &p->flush);
     loop_timer_stop(p->e->loop, &p->idle);
     eng_watch_stop(p->e, &p->in);
+    if (p->asking && p->e->dir)
+        directory_cancel(p->e->dir, p);
     auth_session_end(&p->as);
     free(p->queue);
     free(p);
@@ -250,6 +252,37 @@ static void on_peer_idle(struct loop *l, struct loop_timer *t)
     peer_remove(p, "idle");
 }
 
+/* The answer to a fresh lookup of what p owes: p is dropped when its node is among the
+ * holders the directory left out (dead, or another run). */
+static void on_liveness(void *arg, const struct directory_answer *a)
+{
+    struct peer *p = arg;
+    char why[DIRECTORY_WHY_MAX + 32];
+
+    p->asking = 0;
+    for (size_t i = 0; a->status == 0 && i < a->ngone; i++) {
+        if (strcmp(a->gone[i].id, p->node.id) == 0) {
+            snprintf(why, sizeof(why), "owes bytes and is %s", a->gone[i].why);
+            peer_abort(p, why);
+            return;
+        }
+    }
+}
+
+/* Asks whether a holder that went quiet is still alive, by a fresh lookup of an object it
+ * owes us. */
+static void peer_check_liveness(struct peer *p)
+{
+    struct pentry *pe = NULL;
+
+    for (uint32_t i = 0; p->pulls && i < p->pulls->n && !pe; i++)
+        pe = p->pulls->entries[i].w ? &p->pulls->entries[i] : NULL;
+    if (!pe || p->asking || !p->e->dir)
+        return;
+    if (directory_lookup(p->e->dir, &pe->w->id, 1, on_liveness, p) == 0)
+        p->asking = 1;
+}
+
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
     struct peer *p = t->arg;
@@ -263,6 +296,8 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         peer_abort(p, "no bytes for 30 s");
         return;
     }
+    if (p->authed && idle >= LIVENESS_MS)
+        peer_check_liveness(p);
     loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
 }
 
@@ -894,8 +929,10 @@ static void on_holders(void *arg, const struct directory_answer *a)
         w->hash = a->digest;
     }
     if (!(pick = choose(w->e, w, a->nodes, a->n))) {
-        if (a->n && failed_for_real(w))
-            want_fail_all(w); /* every live holder was tried */
+        /* Every live holder was tried, or the ones tried died since (a sole holder killed
+         * mid-transfer): a transfer error with the reasons, not a wait for the timeout. */
+        if (failed_for_real(w))
+            want_fail_all(w);
         else
             want_retry(w); /* sealed nowhere live (any more): a holder may still come */
         return;
