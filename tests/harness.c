@@ -804,6 +804,59 @@ int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n)
     return rc;
 }
 
+int h_listen_ports(pid_t pid, int *ports, int max)
+{
+    char path[64], link[64], line[512];
+    unsigned long inodes[256];
+    int ninodes = 0, n = 0;
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        fail_msg("%s: %s", path, strerror(errno));
+    for (struct dirent *de; (de = readdir(dir)) && ninodes < 256;) {
+        char fdpath[400];
+        snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
+        ssize_t len = readlink(fdpath, link, sizeof(link) - 1);
+        if (len > 0) {
+            link[len] = '\0';
+            if (sscanf(link, "socket:[%lu]", &inodes[ninodes]) == 1)
+                ninodes++;
+        }
+    }
+    closedir(dir);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        fail_msg("/proc/net/tcp: %s", strerror(errno));
+    while (fgets(line, sizeof(line), f) && n < max) {
+        unsigned port, state;
+        unsigned long inode;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*d %*d %lu", &port, &state,
+                   &inode) != 3 ||
+            state != 0x0A)
+            continue;
+        for (int i = 0; i < ninodes; i++)
+            if (inodes[i] == inode)
+                ports[n++] = (int)port;
+    }
+    fclose(f);
+    return n;
+}
+
+uint64_t h_cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long ut = 0, st = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, sizeof(buf), f))
+        fail_msg("%s: cannot read", path);
+    fclose(f);
+    const char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        fail_msg("%s: unexpected format", path);
+    return ut + st;
+}
+
 uint64_t h_rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -1217,8 +1270,13 @@ static void *fetch_thread(void *arg)
 {
     struct h_fetch_run *r = arg;
     r->rc = ferry_fetch(r->c, r->ids, r->n, r->timeout_ms, r->statuses);
-    r->ended_ms = h_now_ms();
+    __atomic_store_n(&r->ended_ms, h_now_ms(), __ATOMIC_RELEASE);
     return NULL;
+}
+
+int h_fetch_done(const struct h_fetch *f)
+{
+    return __atomic_load_n(&f->run->ended_ms, __ATOMIC_ACQUIRE) != 0;
 }
 
 void h_fetch_start(struct h_fetch *f, ferry_client *c, const ferry_id *ids, size_t n,

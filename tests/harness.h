@@ -71,6 +71,10 @@ int h_xfer_handshake_start(int fd, int *keyed);
 int h_xfer_handshake(int fd);
 int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n);
 uint8_t *h_xfer_pull_frame(uint64_t tag, const ferry_id *ids, uint32_t n, size_t *len);
+/* The TCP ports process pid listens on (IPv4), at most max of them: how many. */
+int h_listen_ports(pid_t pid, int *ports, int max);
+/* The CPU time process pid used so far (user and system), in clock ticks. */
+uint64_t h_cpu_ticks(pid_t pid);
 /* The resident memory of process pid (VmRSS), in KiB; fails the test if it cannot be read. */
 uint64_t h_rss_kib(pid_t pid);
 /* Waits up to timeout_ms for pid to exit: 1 and *status when it did, 0 otherwise. */
@@ -297,6 +301,8 @@ void h_fetch_start(struct h_fetch *f, ferry_client *c, const ferry_id *ids, size
 /* Joins the thread, waiting at most timeout_ms: fails the test if it is still running (its
  * state is then left to it, so nothing it writes later lands in a dead stack frame). */
 void h_fetch_join(struct h_fetch *f, int timeout_ms);
+/* 1 once the fetch of h_fetch_start has returned (before h_fetch_join). */
+int h_fetch_done(const struct h_fetch *f);
 
 /* pthread_join bounded by timeout_ms (a thread still running is detached): 0 or ETIMEDOUT. */
 int h_join(pthread_t thread, int timeout_ms);

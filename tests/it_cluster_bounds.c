@@ -188,6 +188,54 @@ H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
     ferry_disconnect(c);
 }
 
+/* One short connection of garbage to the port the fabric provider itself listens on (its own
+ * connection manager, before anything of ferry's), each after a client connection has left
+ * EAGAIN in the daemon's errno: libfabric 1.17's tcp provider then kept that socket readable
+ * for ever and A spun at 100 % of a core. A must stay idle, and serve. */
+H_CLUSTER_TEST(garbage_on_the_provider_port_does_not_spin)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+    if (!t || strcmp(t, "rxm") != 0) {
+        printf("skipped: for tcp;ofi_rxm only\n");
+        return;
+    }
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    pid_t pid = cl->node[A].d.pid;
+    int ports[8], n = h_listen_ports(pid, ports, 8), hit = 0;
+    static const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < n; i++) {
+        if (ports[i] == h_node_port(cl, A))
+            continue; /* ferry's own tcp transport */
+        for (int k = 0; k < 4; k++) {
+            ferry_disconnect(h_node_connect(cl, A)); /* its accept ends in EAGAIN */
+            h_sleep_ms(100);
+            int fd = h_tcp_connect(ports[i]);
+            if (k % 2 == 0)
+                assert_int_equal(h_raw_write(fd, http, sizeof(http) - 1), 0);
+            h_sleep_ms(100);
+            close(fd);
+        }
+        hit++;
+    }
+    assert_true(hit >= 1);
+    h_sleep_ms(500);
+    uint64_t t0 = h_cpu_ticks(pid);
+    h_sleep_ms(2000);
+    uint64_t used = h_cpu_ticks(pid) - t0;
+    printf("garbage on the provider's port: A used %llu ticks in 2 s after it\n",
+           (unsigned long long)used);
+    assert_true(used < 40); /* 200 is a whole core */
+    stats_within_1s(a);
+    ferry_id x = h_id("after-provider-garbage");
+    H_OK(h_put_direct(a, &x, 100000, 0));
+    int status = 1;
+    H_OK(ferry_fetch(b, &x, 1, 10000, &status));
+    h_assert_same_object(a, b, &x);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -197,6 +245,7 @@ int main(void)
         T(one_pull_pins_no_more_than_the_limit),
         T(silent_connections_do_not_lock_peers_out),
         T(a_fetch_too_large_moves_no_bytes),
+        T(garbage_on_the_provider_port_does_not_spin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

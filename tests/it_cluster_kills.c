@@ -1,0 +1,107 @@
+/*
+ * it_cluster_kills.c - holders killed with -9 in the middle of transfers, 20 times over, with
+ * real ferryd nodes and a real Redis: the fetching node answers `ferry stat` within 1 s
+ * throughout, every fetch ends (done, or a clear error) within its timeout, and nothing is
+ * left behind in its arena.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { A, B };
+#define BIT(i) (1u << (i))
+#define MIB (1024u * 1024u)
+#define ROUNDS 20
+#define OBJ (128 * MIB)
+#define FETCH_TIMEOUT 15000
+
+/* Waits (bounded) until the arena bytes of c's objects are want: a cut transfer's partial
+ * object goes once the transport says nothing can still write into it. */
+static void wait_object_bytes(ferry_client *c, uint64_t want, int round)
+{
+    struct h_wait w;
+    uint64_t got;
+    for (h_wait_begin(&w, 20000); (got = h_object_bytes(c)) != want;)
+        if (!h_wait_next(&w))
+            fail_msg("round %d: arena bytes of objects %llu, expected %llu (leaked)", round,
+                     (unsigned long long)got, (unsigned long long)want);
+}
+
+/* Polls A's stats every 50 ms until the fetch returns (bounded): the slowest answer, in ms. */
+static int64_t stat_while_fetching(ferry_client *a, const struct h_fetch *f)
+{
+    int64_t worst = 0, end = h_now_ms() + FETCH_TIMEOUT + 5000;
+    while (!h_fetch_done(f) && h_now_ms() < end) {
+        int64_t t0 = h_now_ms();
+        (void)h_stats(a);
+        int64_t took = h_now_ms() - t0;
+        worst = took > worst ? took : worst;
+        h_sleep_ms(50);
+    }
+    return worst;
+}
+
+/* B puts an object, A fetches it, and B is killed a few milliseconds into the transfer
+ * (nothing, or part, or all of it moved); then B is started again. A fetch whose sole holder
+ * died ends with FERRY_ETRANSFER and the reasons, not by waiting out its timeout. */
+H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
+{
+    h_cluster_start(cl, 2, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    uint64_t base = h_object_bytes(a);
+    int done = 0, failed = 0;
+    int64_t worst_stat = 0, worst_end = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        ferry_client *b = h_node_connect(cl, B), *fa = h_node_connect(cl, A);
+        ferry_id id = h_idf("killed-mid-transfer-%d", r);
+        H_OK(h_put_direct(b, &id, OBJ, 0));
+        h_assert_where(a, cl, &id, BIT(B), H_CLUSTER_MS);
+        struct h_fetch f;
+        int status = 1;
+        h_fetch_start(&f, fa, &id, 1, FETCH_TIMEOUT, &status);
+        h_sleep_ms(4 * r); /* from before the transfer starts to well into it */
+        h_node_kill(cl, B);
+        ferry_disconnect(b);
+        int64_t took = stat_while_fetching(a, &f);
+        worst_stat = took > worst_stat ? took : worst_stat;
+        h_fetch_join(&f, 5000);
+        ferry_disconnect(fa);
+        worst_end = f.elapsed_ms > worst_end ? f.elapsed_ms : worst_end;
+        printf("round %d: killed after %d ms: fetch %s in %lld ms\n", r, 4 * r,
+               f.rc == FERRY_OK ? "done" : ferry_strerror(f.rc), (long long)f.elapsed_ms);
+        if (took > 1000)
+            fail_msg("round %d: ferry stat on the fetching node took %lld ms", r, (long long)took);
+        if (f.rc == FERRY_OK) {
+            done++;
+            h_assert_object(a, &id, OBJ, 0);
+            H_OK(ferry_delete(a, &id));
+        } else {
+            failed++;
+            if (f.rc != FERRY_ETRANSFER)
+                fail_msg("round %d: fetch ended with %d (%s)", r, f.rc, ferry_strerror(f.rc));
+            assert_int_equal(h_contains(a, &id), 0);
+        }
+        if (f.elapsed_ms > FETCH_TIMEOUT + 1000)
+            fail_msg("round %d: the fetch took %lld ms (timeout %d)", r, (long long)f.elapsed_ms,
+                     FETCH_TIMEOUT);
+        wait_object_bytes(a, base, r); /* nothing left of the cut transfer */
+        h_node_start(cl, B, "256M", NULL);
+        h_assert_nodes(a, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    }
+    printf("%d holders killed mid-transfer: %d fetches done first, %d failed cleanly; slowest "
+           "stat %lld ms, slowest fetch %lld ms\n",
+           ROUNDS, done, failed, (long long)worst_stat, (long long)worst_end);
+    ferry_disconnect(a);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(holders_killed_mid_transfer_never_stop_the_fetcher),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
