@@ -290,12 +290,20 @@ void h_daemon_cleanup(struct ferryd *d)
     d->dir[0] = '\0';
 }
 
-int h_setup(void **state, const char *memory, const char *const *extra)
+/* What every fixture needs of the test process first. */
+static void process_setup(void)
 {
     /* A client killed mid-test must not kill the test process with SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
+    /* A test that ctest times out still shows how far it came. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (!getenv("FERRY_BIN_DIR"))
         fail_msg("FERRY_BIN_DIR is not set (run the tests through ctest)");
+}
+
+int h_setup(void **state, const char *memory, const char *const *extra)
+{
+    process_setup();
     struct ferryd *d = calloc(1, sizeof(*d));
     assert_non_null(d);
     h_daemon_init(d);
@@ -857,6 +865,17 @@ uint64_t h_cpu_ticks(pid_t pid)
     return ut + st;
 }
 
+void h_rss_asan_quarantine(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    const char *was = getenv("ASAN_OPTIONS");
+    char opts[1024];
+    snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=16", was ? was : "",
+             was && *was ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+#endif
+}
+
 uint64_t h_rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -1023,9 +1042,7 @@ void h_redis_cleanup(struct h_redis *r)
 
 int h_cluster_setup(void **state)
 {
-    signal(SIGPIPE, SIG_IGN);
-    if (!getenv("FERRY_BIN_DIR"))
-        fail_msg("FERRY_BIN_DIR is not set (run the tests through ctest)");
+    process_setup();
     struct h_cluster *cl = calloc(1, sizeof(*cl));
     assert_non_null(cl);
     *state = cl;

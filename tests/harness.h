@@ -77,6 +77,10 @@ int h_listen_ports(pid_t pid, int *ports, int max);
 uint64_t h_cpu_ticks(pid_t pid);
 /* The resident memory of process pid (VmRSS), in KiB; fails the test if it cannot be read. */
 uint64_t h_rss_kib(pid_t pid);
+/* For tests that bound a daemon's RSS: under ASan, daemons started from now on keep at most
+ * 16 MiB of freed memory in quarantine (256 MiB by default, which is not the daemon's doing).
+ * Nothing without ASan. */
+void h_rss_asan_quarantine(void);
 /* Waits up to timeout_ms for pid to exit: 1 and *status when it did, 0 otherwise. */
 int h_wait_exit(pid_t pid, int timeout_ms, int *status);
 

@@ -408,5 +408,6 @@ int main(void)
         T(put_many_after_the_daemon_died_fails_every_item),
         T(subscriptions_are_bounded),
     };
+    h_rss_asan_quarantine();
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
