@@ -46,6 +46,7 @@ void fab_conn_reap(struct loop *l, struct loop_timer *t)
     }
     if (c->rkey_mapped)
         fi_mr_unmap_key(c->f->domain, c->rkey);
+    fab_peer_unmap(c);
     framer_free(&c->fr);
     free(c->early);
     free(c);
@@ -233,7 +234,8 @@ void fab_on_kick(struct loop *l, struct loop_timer *t)
     fab_push_dirty(t->arg);
 }
 
-struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer)
+/* A record for the peer at addr, whose endpoint name is name. */
+struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *name, size_t len)
 {
     struct fconn *c;
     uint32_t slot;
@@ -256,8 +258,10 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer
     c->base.ev = f->ev;
     c->base.max_frame = WIRE_MAX_FRAME;
     c->base.eager_max = UINT64_MAX;
-    snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
+    fab_printable(f, name, len, c->base.peer, sizeof(c->base.peer));
     c->f = f;
+    c->peer_pid = fab_name_pid(f, name, len);
+    fab_peer_map(c, name, len);
     c->id = slot | (uint32_t)f->gen[slot] << 16;
     c->dq_tail = &c->dq;
     c->addr = addr;
@@ -285,7 +289,6 @@ int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events
     const char *at = strchr(addr, '@');
     uint8_t name[FAB_NAME_MAX];
     size_t len;
-    char peer[128];
     fi_addr_t fa;
     struct fconn *c;
     int rc;
@@ -303,8 +306,7 @@ int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events
     }
     if ((rc = fab_av_get(f, name, len, &fa)) < 0)
         return rc;
-    fab_printable(f, name, len, peer, sizeof(peer));
-    if (!(c = fab_conn_new(f, fa, peer)))
+    if (!(c = fab_conn_new(f, fa, name, len)))
         return FERRY_ENOMEM;
     c->base.ev = ev;
     c->state = ST_CONNECTING;

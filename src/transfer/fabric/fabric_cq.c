@@ -71,7 +71,7 @@ int fab_progress(struct xlistener *f)
     struct fi_cq_msg_entry ents[FAB_CQ_BATCH];
     int total = 0;
 
-    while (total < FAB_CQ_PER_TURN) {
+    while (total < FAB_CQ_PER_TURN && !fab_own_locked(f)) {
         ssize_t n;
         /* libfabric 1.17's tcp provider takes errno for a peer's short read or EOF on its
          * connection-request socket (rx_cm_data): a stale EAGAIN left it open and readable for
@@ -96,6 +96,7 @@ int fab_progress(struct xlistener *f)
             fab_complete(f, ents[i].op_context, ents[i].len, 0);
         total += (int)n;
     }
+    fab_peers_check(f);
     fab_repost_pending(f);
     fab_push_dirty(f);
     fab_reads_push(f);

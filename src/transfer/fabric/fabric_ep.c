@@ -42,18 +42,6 @@ static int is_sockaddr(uint32_t format)
     return format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
 }
 
-/* A name of our own for providers named by strings (shm): theirs is the process id, and a
- * daemon killed with SIGKILL leaves its shared-memory file behind, so a later process with
- * the same id could not open its endpoint (EBUSY). */
-static void unique_name(char *name, size_t len)
-{
-    uint32_t r = 0;
-
-    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-        r = (uint32_t)now_ns();
-    snprintf(name, len, "ferry-%d-%08x", (int)getpid(), r);
-}
-
 static int open_domain(struct xlistener *f, const char *provider, const char *addr)
 {
     struct fi_info *hints = hints_for(provider);
@@ -66,8 +54,10 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
         return err_set(FERRY_ENOMEM, "fabric hints");
     rc = fi_getinfo(FAB_API, NULL, NULL, 0, hints, &f->info);
     listen_host(addr, host, sizeof(host));
-    if (rc == 0 && f->info->addr_format == FI_ADDR_STR)
-        unique_name(host, sizeof(host));
+    if (rc == 0 && f->info->addr_format == FI_ADDR_STR) {
+        fab_sweep_regions();
+        fab_local_name(host, sizeof(host));
+    }
     if (rc == 0 && host[0] &&
         (is_sockaddr(f->info->addr_format) || f->info->addr_format == FI_ADDR_STR)) {
         struct fi_info *bound = NULL;
@@ -288,6 +278,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     if ((rc = open_domain(f, cfg->provider, cfg->addr)) < 0 || (rc = open_name(f)) < 0 ||
         (rc = open_buffers(f)) < 0 || (rc = register_arena(f)) < 0)
         goto close_f;
+    fab_lock_guard_init(f);
     if (f->info->ep_attr->max_msg_size < f->read_chunk)
         f->read_chunk = f->info->ep_attr->max_msg_size;
     if (f->wait_fd >= 0)

@@ -126,13 +126,13 @@ static void on_connect_msg(struct xlistener *f, struct rbuf *b)
         log_warn("fabric: refusing a connection: %s", ferry_errmsg());
         return;
     }
-    fab_printable(f, h.name, h.name_len, peer, sizeof(peer));
-    if (!(c = fab_conn_new(f, addr, peer))) {
+    if (!(c = fab_conn_new(f, addr, h.name, h.name_len))) {
+        fab_printable(f, h.name, h.name_len, peer, sizeof(peer));
         log_warn("fabric: refusing %s: %s", peer, ferry_errmsg());
         return;
     }
     if (hello_apply(c, &h) < 0) {
-        log_warn("fabric: refusing %s: %s", peer, ferry_errmsg());
+        log_warn("fabric: refusing %s: %s", c->base.peer, ferry_errmsg());
         fab_conn_shut(c);
         return;
     }

@@ -46,6 +46,7 @@
  *   fabric_rdv.c    rendezvous: one-sided reads of a peer's arena into ours
  *   fabric_cq.c     completions and progress, in the daemon's loop
  *   fabric_msg.c    the message codec (fuzzed on its own)
+ *   fabric_peer.c   peers on this host: liveness, the shm lock guard, regions left by the killed
  */
 #ifndef FERRY_FABRIC_INT_H
 #define FERRY_FABRIC_INT_H
@@ -111,6 +112,11 @@
 #define FAB_FRUITLESS_MAX 64u
 #define FAB_FRUITLESS_NS 10000000u
 #define FAB_BACKOFF_MAX_MS 16u
+/* A shm region lock seen held this long, over at least FAB_LOCK_STUCK_POLLS looks, has lost
+ * its holder (held for microseconds by live processes). */
+#define FAB_LOCK_STUCK_MS 2000u
+#define FAB_LOCK_STUCK_POLLS 200u
+#define FAB_PEER_CHECK_MS 20u
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
@@ -127,6 +133,9 @@
     X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                      \
     X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")             \
     X(backoffs, COUNTER, "idle spins cut short: the provider said again with nothing to do")       \
+    X(peers_exited, COUNTER, "peers on this host whose process exited: no longer posted to")       \
+    X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
+    X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
 
 struct fab_counters {
@@ -243,6 +252,9 @@ struct fconn {
     int need_credit;
     int stalled;                 /* waits for the peer's credits (counted in nstalled) */
     int hello_due;               /* our CONNECT or ACCEPT is still to be sent */
+    pid_t peer_pid;              /* its process, for peers on this host (fabric_peer.c); or 0 */
+    int peer_exited;             /* that process is gone: nothing is posted to the peer */
+    uint8_t *peer_region;        /* the first page of its shared-memory region, mapped; or NULL */
     uint64_t rbase, rlen, rkey;  /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
     int rvirt, rkey_mapped;      /* rkey came from fi_mr_map_raw (unmapped with the record) */
     uint8_t rawkey[FAB_KEY_MAX]; /* the raw key rkey was mapped from */
@@ -330,6 +342,13 @@ struct xlistener {
     uint64_t stall_ns;  /* when one last started waiting */
     int fault_skip_done, fault_fail_reads;
     uint32_t fault_read_delay_ms;
+    /* The shm lock guard (fabric_peer.c): where a region's lock lies in its first page (0: the
+     * guard is off), our own region's lock, and since when it has been seen held. */
+    uint32_t lock_off;
+    volatile int *own_lock;
+    uint64_t own_held_ms;
+    uint32_t own_held_polls;
+    uint64_t peers_checked_ms; /* when fab_peers_check last looked */
 };
 
 static inline uint64_t now_ns(void)
@@ -362,12 +381,36 @@ void fab_conn_fail(struct fconn *c, const char *reason);
 void fab_conn_mark(struct fconn *c);
 void fab_push_dirty(struct xlistener *f);
 void fab_on_kick(struct loop *l, struct loop_timer *t);
-struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const char *peer);
+struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *name, size_t len);
 int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events *ev,
                 struct xconn **out);
 void fab_pause(struct xconn *xc, int paused);
 void fab_close(struct xconn *xc);
 int fab_drain(struct xconn *xc, void (*fn)(void *arg), void *arg);
+
+/* fabric_peer.c: peers on this host */
+/* Our endpoint's name, for providers named by string: our process and pid namespace in it. */
+void fab_local_name(char *name, size_t len);
+/* The process behind a peer's endpoint name when it is one of ours in our pid namespace; or 0. */
+pid_t fab_name_pid(const struct xlistener *f, const uint8_t *name, size_t len);
+/* 1 (said once in the log, counted) when c's peer process is known to have exited. */
+int fab_peer_exited(struct fconn *c);
+/* Removes the shared-memory regions of our daemons whose process has exited. */
+void fab_sweep_regions(void);
+/* Finds where the provider keeps a region's lock, from our own region; leaves the guard off
+ * when the layout is not the one it knows. */
+void fab_lock_guard_init(struct xlistener *f);
+/* Maps the first page of c's peer's region (guard on, peer on this host); unmaps it. */
+void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len);
+void fab_peer_unmap(struct fconn *c);
+/* Every FAB_PEER_CHECK_MS: fails the connections whose peer process has exited (a peer that
+ * dies before it answers, or while we only read from it, is not posted to again for a while). */
+void fab_peers_check(struct xlistener *f);
+/* 1 when posting to c's peer now could spin on its region's lock: try again later. */
+int fab_peer_locked(struct fconn *c);
+/* 1 when our region's lock is held: skip reading completions this turn. A lock held past
+ * FAB_LOCK_STUCK_MS (its holder was killed inside) is freed. */
+int fab_own_locked(struct xlistener *f);
 
 /* fabric_hello.c: the handshake */
 int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out);

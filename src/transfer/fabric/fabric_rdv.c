@@ -151,6 +151,15 @@ void fab_reads_push(struct xlistener *f)
 
         if (!op)
             return;
+        if (fab_peer_exited(r->c)) {
+            free(op);
+            fab_conn_fail(r->c, "its process has exited");
+            continue;
+        }
+        if (fab_peer_locked(r->c)) { /* the next progress tries again */
+            free(op);
+            return;
+        }
         *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .len = k};
         rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
                      r->c->rkey, &op->op.ctx);

@@ -60,6 +60,10 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
     void *desc[2] = {f->buf_desc, f->arena_desc};
     ssize_t rc;
 
+    if (fab_peer_exited(c) || fab_peer_locked(c)) {
+        fab_tx_put(f, t);
+        return c->peer_exited ? -FI_ECONNRESET : -FI_EAGAIN;
+    }
     t->c = c;
     rc = fi_tsendv(f->ep, iov, desc, rlen ? 2 : 1, c->addr, (uint64_t)cls, &t->op.ctx);
     if (rc < 0) {

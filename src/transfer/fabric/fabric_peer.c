@@ -1,0 +1,263 @@
+/*
+ * fabric_peer.c - peers on this host (providers that name endpoints by string: shm). Our
+ * endpoint's name carries our process id and pid namespace, so that a peer in the same
+ * namespace can tell when we are gone, and the shared-memory regions of killed daemons can be
+ * removed.
+ *
+ * Why: libfabric 1.17's shm provider guards each endpoint's region with a spin lock shared
+ * between processes (senders take the receiver's, the receiver its own to progress). A daemon
+ * killed while it holds one leaves it held for ever, and the next send to it, or the next
+ * completion read of the region's owner, spins without end, holding our loop (later releases
+ * made the region lockless). So:
+ *   - nothing is posted to a peer whose process has exited (one kill(pid, 0) per post);
+ *   - the lock guard: where the provider keeps a region's lock is found in our own region
+ *     (checked against what we know of it: our pid, the region's own address, an unlocked
+ *     lock; anything else leaves the guard off). Nothing is posted to a peer while its lock is
+ *     held, and completions are not read while ours is: the loop comes back (1 ms later)
+ *     instead of spinning. Ours held past FAB_LOCK_STUCK_MS has lost its holder (live ones
+ *     hold it for microseconds) and is freed.
+ * What remains: a holder killed in the instant between our look and the provider taking the
+ * lock (architecture.md, "Provider calls that could hold the loop").
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "transfer/fabric/fabric_int.h"
+
+#define NAME_PREFIX "ferry-"
+#define SHM_DIR "/dev/shm"
+
+/* Our pid namespace (its inode): a process id means something only inside it. */
+static unsigned long long pid_ns(void)
+{
+    struct stat st;
+
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+void fab_local_name(char *name, size_t len)
+{
+    uint32_t r = 0;
+
+    /* The random part: a daemon killed with SIGKILL leaves its region behind, and a later
+     * process with the same id must not find its name taken (EBUSY). */
+    if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+        r = (uint32_t)now_ns();
+    snprintf(name, len, NAME_PREFIX "%d-%llu-%08x", (int)getpid(), pid_ns(), r);
+}
+
+/* The process id in s (at a name of ours, as fab_local_name writes it) when its namespace is
+ * ours; else 0. A name a peer made up can only make us check another process. */
+static pid_t name_pid(const char *s)
+{
+    const char *at = strstr(s, NAME_PREFIX);
+    char *end;
+    unsigned long long ns;
+    long pid;
+
+    if (!at)
+        return 0;
+    pid = strtol(at + strlen(NAME_PREFIX), &end, 10);
+    if (*end != '-' || pid <= 1 || pid > INT_MAX)
+        return 0;
+    ns = strtoull(end + 1, &end, 10);
+    if (*end != '-' || ns == 0 || ns != pid_ns())
+        return 0;
+    return (pid_t)pid;
+}
+
+pid_t fab_name_pid(const struct xlistener *f, const uint8_t *name, size_t len)
+{
+    char s[FAB_NAME_MAX + 1];
+
+    if (f->info->addr_format != FI_ADDR_STR || len > FAB_NAME_MAX)
+        return 0;
+    memcpy(s, name, len);
+    s[len] = '\0';
+    return name_pid(s);
+}
+
+static int process_exited(pid_t pid)
+{
+    return pid > 1 && kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+int fab_peer_exited(struct fconn *c)
+{
+    if (!process_exited(c->peer_pid))
+        return 0;
+    if (!c->peer_exited) {
+        c->peer_exited = 1;
+        c->f->stats.peers_exited++;
+        log_warn("fabric: %s: its process %d has exited; nothing more is posted to it",
+                 c->base.peer, (int)c->peer_pid);
+    }
+    return 1;
+}
+
+void fab_peers_check(struct xlistener *f)
+{
+    uint64_t now = loop_now_ms();
+
+    if (f->info->addr_format != FI_ADDR_STR)
+        return;
+    if (now - f->peers_checked_ms < FAB_PEER_CHECK_MS)
+        return;
+    f->peers_checked_ms = now;
+    for (struct fconn *c = f->all; c; c = c->anext)
+        if (!c->closed && fab_peer_exited(c))
+            fab_conn_fail(c, "its process has exited");
+}
+
+void fab_sweep_regions(void)
+{
+    DIR *d = opendir(SHM_DIR);
+    struct dirent *e;
+    char path[sizeof(SHM_DIR) + 256];
+    unsigned removed = 0;
+
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, NAME_PREFIX, strlen(NAME_PREFIX)) ||
+            !process_exited(name_pid(e->d_name)))
+            continue;
+        snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
+        removed += unlink(path) == 0;
+    }
+    closedir(d);
+    if (removed)
+        log_info("fabric: removed %u shared-memory regions left by killed daemons", removed);
+}
+
+/* The region file of an endpoint name ("fi_shm://NAME" or "NAME"): /dev/shm/NAME. */
+static void region_path(const uint8_t *name, size_t len, char *path, size_t n)
+{
+    char s[FAB_NAME_MAX + 1];
+    const char *at;
+
+    memcpy(s, name, len < FAB_NAME_MAX ? len : FAB_NAME_MAX);
+    s[len < FAB_NAME_MAX ? len : FAB_NAME_MAX] = '\0';
+    at = strstr(s, "://");
+    snprintf(path, n, SHM_DIR "/%s", at ? at + 3 : s);
+}
+
+/* Where the provider mapped path in our process (from /proc/self/maps); NULL if it did not. */
+static uint8_t *mapped_at(const char *path)
+{
+    FILE *m = fopen("/proc/self/maps", "r");
+    char line[512 + FAB_NAME_MAX];
+    unsigned long long start = 0;
+    size_t n = strlen(path);
+
+    if (!m)
+        return NULL;
+    while (fgets(line, sizeof(line), m)) {
+        size_t l = strcspn(line, "\n");
+        line[l] = '\0';
+        if (l >= n && strcmp(line + l - n, path) == 0 && sscanf(line, "%llx-", &start) == 1)
+            break;
+        start = 0;
+    }
+    fclose(m);
+    return (uint8_t *)(uintptr_t)start;
+}
+
+/* libfabric 1.17's struct smr_region begins u8 version, u8, u16 flags, int pid, ...; then
+ * void *base_addr (where the owner mapped it) and right after it the spin lock. */
+#define REGION_PID_OFF 4
+#define REGION_SCAN_END 256
+
+void fab_lock_guard_init(struct xlistener *f)
+{
+    char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
+    uint8_t *r;
+
+    if (f->info->addr_format != FI_ADDR_STR || strcmp(f->provider, "shm"))
+        return;
+    region_path(f->name, f->name_len, path, sizeof(path));
+    if (!(r = mapped_at(path)) || *(int *)(r + REGION_PID_OFF) != getpid())
+        goto off;
+    for (uint32_t off = 8; off + 12 <= REGION_SCAN_END; off += 8) {
+        uint64_t base;
+        memcpy(&base, r + off, sizeof(base));
+        if (base == (uintptr_t)r && *(int *)(r + off + 8) == 1) { /* x86-64 glibc: 1 is free */
+            f->lock_off = off + 8;
+            f->own_lock = (volatile int *)(r + off + 8);
+            log_info("fabric: guarding against shm region locks of killed peers");
+            return;
+        }
+    }
+off:
+    log_info("fabric: shm region layout not recognised: no guard against locks of killed peers");
+}
+
+void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len)
+{
+    char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
+    void *p;
+    int fd;
+
+    if (!c->f->lock_off || c->peer_pid <= 0)
+        return;
+    region_path(name, len, path, sizeof(path));
+    if ((fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        return;
+    p = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return;
+    if (*(int *)((uint8_t *)p + REGION_PID_OFF) != c->peer_pid) { /* not the peer's region */
+        munmap(p, (size_t)sysconf(_SC_PAGESIZE));
+        return;
+    }
+    c->peer_region = p;
+}
+
+void fab_peer_unmap(struct fconn *c)
+{
+    if (c->peer_region)
+        munmap(c->peer_region, (size_t)sysconf(_SC_PAGESIZE));
+    c->peer_region = NULL;
+}
+
+int fab_peer_locked(struct fconn *c)
+{
+    volatile int *lock;
+
+    if (!c->peer_region)
+        return 0;
+    lock = (volatile int *)(c->peer_region + c->f->lock_off);
+    if (*lock == 1)
+        return 0;
+    c->f->stats.locks_busy++;
+    return 1;
+}
+
+int fab_own_locked(struct xlistener *f)
+{
+    uint64_t now = loop_now_ms();
+
+    if (!f->own_lock || *f->own_lock == 1) {
+        f->own_held_ms = 0;
+        return 0;
+    }
+    f->stats.locks_busy++;
+    if (!f->own_held_ms) {
+        f->own_held_ms = now;
+        f->own_held_polls = 0;
+    }
+    if (++f->own_held_polls < FAB_LOCK_STUCK_POLLS || now - f->own_held_ms < FAB_LOCK_STUCK_MS)
+        return 1;
+    log_error("fabric: our shared-memory region's lock has been held for %llu ms (%u looks): "
+              "its holder was killed inside it; freeing it",
+              (unsigned long long)(now - f->own_held_ms), f->own_held_polls);
+    atomic_store((_Atomic int *)f->own_lock, 1);
+    f->stats.locks_recovered++;
+    f->own_held_ms = 0;
+    return 0;
+}
