@@ -6,6 +6,7 @@
  */
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,23 @@ static int64_t stat_while_fetching(ferry_client *a, const struct h_fetch *f)
     return worst;
 }
 
+/* How many of the n killed processes' shared-memory regions are still in /dev/shm (shm names
+ * them ferry-PID-...): a daemon started removes those its killed predecessors left. */
+static int regions_left(const pid_t *killed, int n)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int left = 0, pid;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)))
+        for (int i = 0; i < n; i++)
+            left += sscanf(e->d_name, "ferry-%d-", &pid) == 1 && pid == killed[i];
+    closedir(d);
+    return left;
+}
+
 /* B puts an object, A fetches it, and B is killed a few milliseconds into the transfer
  * (nothing, or part, or all of it moved); then B is started again. A fetch whose sole holder
  * died ends with FERRY_ETRANSFER and the reasons, not by waiting out its timeout. */
@@ -53,6 +71,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
     uint64_t base = h_object_bytes(a);
     int done = 0, failed = 0;
     int64_t worst_stat = 0, worst_end = 0;
+    pid_t killed[ROUNDS];
     for (int r = 0; r < ROUNDS; r++) {
         ferry_client *b = h_node_connect(cl, B), *fa = h_node_connect(cl, A);
         ferry_id id = h_idf("killed-mid-transfer-%d", r);
@@ -62,6 +81,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
         int status = 1;
         h_fetch_start(&f, fa, &id, 1, FETCH_TIMEOUT, &status);
         h_sleep_ms(4 * r); /* from before the transfer starts to well into it */
+        killed[r] = cl->node[B].d.pid;
         h_node_kill(cl, B);
         ferry_disconnect(b);
         int64_t took = stat_while_fetching(a, &f);
@@ -93,6 +113,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
     printf("%d holders killed mid-transfer: %d fetches done first, %d failed cleanly; slowest "
            "stat %lld ms, slowest fetch %lld ms\n",
            ROUNDS, done, failed, (long long)worst_stat, (long long)worst_end);
+    assert_int_equal(regions_left(killed, ROUNDS), 0); /* each new B removed the last's */
     ferry_disconnect(a);
 }
 
