@@ -1296,6 +1296,19 @@ int h_fetch_done(const struct h_fetch *f)
     return __atomic_load_n(&f->run->ended_ms, __ATOMIC_ACQUIRE) != 0;
 }
 
+int64_t h_stat_while_fetching(ferry_client *c, const struct h_fetch *f)
+{
+    int64_t worst = 0, end = h_now_ms() + f->timeout_ms + 5000;
+    while (!h_fetch_done(f) && h_now_ms() < end) {
+        int64_t t0 = h_now_ms();
+        (void)h_stats(c);
+        int64_t took = h_now_ms() - t0;
+        worst = took > worst ? took : worst;
+        h_sleep_ms(50);
+    }
+    return worst;
+}
+
 void h_fetch_start(struct h_fetch *f, ferry_client *c, const ferry_id *ids, size_t n,
                    int64_t timeout_ms, int *statuses)
 {

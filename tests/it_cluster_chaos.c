@@ -68,20 +68,6 @@ static void kill_client(struct chaos *ch, int node)
         fail_msg("a killed client did not go");
 }
 
-/* Polls A's stats every 50 ms until the fetch returns (bounded): the slowest answer, in ms. */
-static int64_t stat_while_fetching(ferry_client *a, const struct h_fetch *f)
-{
-    int64_t worst = 0, end = h_now_ms() + FETCH_TIMEOUT + 5000;
-    while (!h_fetch_done(f) && h_now_ms() < end) {
-        int64_t t0 = h_now_ms();
-        (void)h_stats(a);
-        int64_t took = h_now_ms() - t0;
-        worst = took > worst ? took : worst;
-        h_sleep_ms(50);
-    }
-    return worst;
-}
-
 /* One step: holder (B or C) puts an object, A fetches it while ev happens. */
 static void step(struct chaos *ch, ferry_client *a, int n, enum event ev)
 {
@@ -104,7 +90,7 @@ static void step(struct chaos *ch, ferry_client *a, int n, enum event ev)
     else
         h_redis_kill(&cl->redis);
     ferry_disconnect(h);
-    int64_t took = stat_while_fetching(a, &f);
+    int64_t took = h_stat_while_fetching(a, &f);
     h_fetch_join(&f, 5000);
     ferry_disconnect(fa);
     printf("step %d: %s killed, fetch of %llu bytes from node %d: %s in %lld ms\n", n,

@@ -30,20 +30,6 @@ static void wait_object_bytes(ferry_client *c, uint64_t want, int round)
                      (unsigned long long)got, (unsigned long long)want);
 }
 
-/* Polls A's stats every 50 ms until the fetch returns (bounded): the slowest answer, in ms. */
-static int64_t stat_while_fetching(ferry_client *a, const struct h_fetch *f)
-{
-    int64_t worst = 0, end = h_now_ms() + FETCH_TIMEOUT + 5000;
-    while (!h_fetch_done(f) && h_now_ms() < end) {
-        int64_t t0 = h_now_ms();
-        (void)h_stats(a);
-        int64_t took = h_now_ms() - t0;
-        worst = took > worst ? took : worst;
-        h_sleep_ms(50);
-    }
-    return worst;
-}
-
 /* How many of the n killed processes' shared-memory regions are still in /dev/shm (shm names
  * them ferry-PID-...): a daemon started removes those its killed predecessors left. */
 static int regions_left(const pid_t *killed, int n)
@@ -84,7 +70,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
         killed[r] = cl->node[B].d.pid;
         h_node_kill(cl, B);
         ferry_disconnect(b);
-        int64_t took = stat_while_fetching(a, &f);
+        int64_t took = h_stat_while_fetching(a, &f);
         worst_stat = took > worst_stat ? took : worst_stat;
         h_fetch_join(&f, 5000);
         ferry_disconnect(fa);
