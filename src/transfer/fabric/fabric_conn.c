@@ -177,6 +177,7 @@ void fab_conn_shut(struct fconn *c)
         loop_timer_start(f->loop, &c->deadline, loop_now_ms() + FAB_ZOMBIE_MS);
     }
     free_queues(c);
+    fab_probe_end(c);
     while (c->reads) {
         struct rread *r = c->reads;
         c->reads = r->next;
@@ -262,6 +263,9 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *n
     c->f = f;
     c->peer_pid = fab_name_pid(f, name, len);
     fab_peer_map(c, name, len);
+    fab_probe_init(c, name, len);
+    c->heard_ns = now_ns();
+    fab_peer_timer_arm(f);
     c->id = slot | (uint32_t)f->gen[slot] << 16;
     c->dq_tail = &c->dq;
     c->addr = addr;

@@ -273,6 +273,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     loop_timer_init(&f->poll, fab_on_poll, f);
     loop_timer_init(&f->read_pace, fab_on_read_pace, f);
     loop_timer_init(&f->backoff, fab_on_backoff, f);
+    loop_timer_init(&f->peer_timer, fab_on_peer_timer, f);
     read_faults(f);
     f->read_chunk = f->fault_read_delay_ms ? (1u << 20) : FAB_READ_CHUNK;
     if ((rc = open_domain(f, cfg->provider, cfg->addr)) < 0 || (rc = open_name(f)) < 0 ||
@@ -326,6 +327,7 @@ static void fab_listener_close(struct xlistener *f)
     loop_timer_stop(f->loop, &f->kick);
     loop_timer_stop(f->loop, &f->read_pace);
     loop_timer_stop(f->loop, &f->backoff);
+    loop_timer_stop(f->loop, &f->peer_timer);
     for (uint32_t i = 0; i < FAB_SLOTS; i++) {
         if (f->slots[i])
             fab_conn_shut(f->slots[i]);

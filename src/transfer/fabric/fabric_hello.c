@@ -182,6 +182,8 @@ void fab_process(struct xlistener *f, struct rbuf *b)
         fab_rbuf_post(f, b); /* for a connection closed since: nobody to tell */
         return;
     }
+    c->heard_ns = now_ns();
+    c->probes = 0;
     if (kind == K_ACCEPT || kind == K_CLOSE || c->state != ST_OPEN) {
         if (kind == K_ACCEPT)
             on_accept_msg(c, b);

@@ -67,6 +67,7 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,6 +118,10 @@
 #define FAB_LOCK_STUCK_MS 2000u
 #define FAB_LOCK_STUCK_POLLS 200u
 #define FAB_PEER_CHECK_MS 20u
+/* A peer of a tcp-based provider that has sent nothing for 100 ms, and again after 1 s, is
+ * probed: a refused TCP connect to its address means its process is gone. */
+#define FAB_PROBE_FIRST_MS 100u
+#define FAB_PROBE_AGAIN_MS 1000u
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
@@ -133,7 +138,7 @@
     X(credit_stalls, COUNTER, "sends that waited for the receiver's credits")                      \
     X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")             \
     X(backoffs, COUNTER, "idle spins cut short: the provider said again with nothing to do")       \
-    X(peers_exited, COUNTER, "peers on this host whose process exited: no longer posted to")       \
+    X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
@@ -250,14 +255,19 @@ struct fconn {
     uint32_t peer_window;
     uint32_t tx_seq, rx_seq;
     int need_credit;
-    int stalled;                 /* waits for the peer's credits (counted in nstalled) */
-    int hello_due;               /* our CONNECT or ACCEPT is still to be sent */
-    pid_t peer_pid;              /* its process, for peers on this host (fabric_peer.c); or 0 */
-    int peer_exited;             /* that process is gone: nothing is posted to the peer */
-    uint8_t *peer_region;        /* the first page of its shared-memory region, mapped; or NULL */
-    uint64_t rbase, rlen, rkey;  /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
-    int rvirt, rkey_mapped;      /* rkey came from fi_mr_map_raw (unmapped with the record) */
-    uint8_t rawkey[FAB_KEY_MAX]; /* the raw key rkey was mapped from */
+    int stalled;          /* waits for the peer's credits (counted in nstalled) */
+    int hello_due;        /* our CONNECT or ACCEPT is still to be sent */
+    pid_t peer_pid;       /* its process, for peers on this host (fabric_peer.c); or 0 */
+    int peer_exited;      /* that process is gone: nothing is posted to the peer */
+    uint8_t *peer_region; /* the first page of its shared-memory region, mapped; or NULL */
+    struct sockaddr_storage probe_sa; /* tcp-based providers: the peer's listening address */
+    socklen_t probe_len;              /* 0: not probed */
+    int probe_fd;                     /* a probe's connect under way, or -1 */
+    uint64_t heard_ns;                /* when a message of the peer last arrived (or we dialled) */
+    uint32_t probes;                  /* probes made since */
+    uint64_t rbase, rlen, rkey;       /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
+    int rvirt, rkey_mapped;           /* rkey came from fi_mr_map_raw (unmapped with the record) */
+    uint8_t rawkey[FAB_KEY_MAX];      /* the raw key rkey was mapped from */
     size_t rawkey_len;
     uint64_t connect_ns;
     struct fseg *sq, **sq_tail;
@@ -348,7 +358,8 @@ struct xlistener {
     volatile int *own_lock;
     uint64_t own_held_ms;
     uint32_t own_held_polls;
-    uint64_t peers_checked_ms; /* when fab_peers_check last looked */
+    uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
+    struct loop_timer peer_timer; /* runs it while connections are open */
 };
 
 static inline uint64_t now_ns(void)
@@ -403,9 +414,17 @@ void fab_lock_guard_init(struct xlistener *f);
 /* Maps the first page of c's peer's region (guard on, peer on this host); unmaps it. */
 void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len);
 void fab_peer_unmap(struct fconn *c);
-/* Every FAB_PEER_CHECK_MS: fails the connections whose peer process has exited (a peer that
- * dies before it answers, or while we only read from it, is not posted to again for a while). */
+/* Where c's peer can be probed (tcp-based providers), from its endpoint name. */
+void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len);
+/* Drops a probe under way (the connection closes). */
+void fab_probe_end(struct fconn *c);
+/* Every FAB_PEER_CHECK_MS: fails the connections whose peer is gone (its process exited, or,
+ * quiet, its address refuses connections): providers report a peer that dies before it
+ * answers, or while we only read from it, late or never. */
 void fab_peers_check(struct xlistener *f);
+/* Starts the timer that runs fab_peers_check while f has connections. */
+void fab_peer_timer_arm(struct xlistener *f);
+void fab_on_peer_timer(struct loop *l, struct loop_timer *t);
 /* 1 when posting to c's peer now could spin on its region's lock: try again later. */
 int fab_peer_locked(struct fconn *c);
 /* 1 when our region's lock is held: skip reading completions this turn. A lock held past

@@ -22,6 +22,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -99,18 +101,112 @@ int fab_peer_exited(struct fconn *c)
     return 1;
 }
 
+void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len)
+{
+    uint32_t fmt = c->f->info->addr_format;
+
+    c->probe_fd = -1;
+    if ((fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6 || fmt == FI_SOCKADDR) &&
+        strstr(c->f->provider, "tcp") && len >= sizeof(struct sockaddr_in) &&
+        len <= sizeof(c->probe_sa)) {
+        memcpy(&c->probe_sa, name, len);
+        c->probe_len = (socklen_t)len;
+    }
+}
+
+void fab_probe_end(struct fconn *c)
+{
+    if (c->probe_fd >= 0)
+        close(c->probe_fd);
+    c->probe_fd = -1;
+}
+
+/* Starts a TCP connect to c's peer address, never waiting: 1 when it is refused at once. */
+static int probe_start(struct fconn *c)
+{
+    int s = socket(c->probe_sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (s < 0)
+        return 0;
+    if (connect(s, (struct sockaddr *)&c->probe_sa, c->probe_len) == 0) {
+        close(s); /* something listens: the peer's provider sees a stranger come and go */
+        return 0;
+    }
+    if (errno == ECONNREFUSED) {
+        close(s);
+        return 1;
+    }
+    if (errno == EINPROGRESS)
+        c->probe_fd = s;
+    else
+        close(s);
+    return 0;
+}
+
+/* The probe under way: 1 refused (nothing listens: the peer's process is gone), 0 connected
+ * or failed otherwise (which says nothing), -1 still under way (a remote host). */
+static int probe_result(struct fconn *c)
+{
+    struct pollfd p = {.fd = c->probe_fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (poll(&p, 1, 0) == 0)
+        return -1;
+    if (getsockopt(c->probe_fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    fab_probe_end(c);
+    return err == ECONNREFUSED;
+}
+
+static int peer_gone(struct fconn *c)
+{
+    uint64_t quiet = (now_ns() - c->heard_ns) / 1000000;
+    int refused = 0;
+
+    if (fab_peer_exited(c))
+        return 1;
+    if (c->probe_fd >= 0)
+        refused = probe_result(c) == 1;
+    else if (c->probe_len && c->probes < 2 &&
+             quiet >= (c->probes ? FAB_PROBE_AGAIN_MS : FAB_PROBE_FIRST_MS))
+        refused = (c->probes++, probe_start(c));
+    if (!refused)
+        return 0;
+    c->f->stats.peers_exited++;
+    log_warn("fabric: %s refuses connections: its process is gone", c->base.peer);
+    return 1;
+}
+
 void fab_peers_check(struct xlistener *f)
 {
     uint64_t now = loop_now_ms();
 
-    if (f->info->addr_format != FI_ADDR_STR)
-        return;
     if (now - f->peers_checked_ms < FAB_PEER_CHECK_MS)
         return;
     f->peers_checked_ms = now;
     for (struct fconn *c = f->all; c; c = c->anext)
-        if (!c->closed && fab_peer_exited(c))
-            fab_conn_fail(c, "its process has exited");
+        if (!c->closed && peer_gone(c))
+            fab_conn_fail(c, "its process is gone");
+}
+
+void fab_peer_timer_arm(struct xlistener *f)
+{
+    if (f->peer_timer.heap_index == SIZE_MAX)
+        (void)loop_timer_start(f->loop, &f->peer_timer, loop_now_ms() + FAB_PEER_CHECK_MS);
+}
+
+void fab_on_peer_timer(struct loop *l, struct loop_timer *t)
+{
+    struct xlistener *f = t->arg;
+
+    fab_peers_check(f);
+    for (struct fconn *c = f->all; c; c = c->anext) {
+        if (!c->closed) { /* an idle daemon with no connection sleeps */
+            fab_peer_timer_arm(f);
+            return;
+        }
+    }
 }
 
 void fab_sweep_regions(void)
