@@ -121,19 +121,37 @@ static void step(struct chaos *ch, ferry_client *a, int n, enum event ev)
     h_assert_nodes(a, cl, ALL, H_CLUSTER_MS);
 }
 
-/* Deletes every object of c's node, checking that none is unsealed or referenced. */
-static void delete_everything(ferry_client *c)
+/* The first object of c's node that is unsealed or referenced, described in what; 0 if none. */
+static int object_in_use(ferry_client *c, char *what, size_t len)
 {
     ferry_object_info *objs;
     size_t n;
+    int found = 0;
     H_OK(ferry_list(c, &objs, &n));
-    for (size_t i = 0; i < n; i++) {
-        if (objs[i].state != FERRY_STATE_SEALED || objs[i].refcount)
-            fail_msg("an object of %llu bytes is left %s with %u references",
-                     (unsigned long long)objs[i].data_size,
-                     objs[i].state == FERRY_STATE_SEALED ? "sealed" : "unsealed", objs[i].refcount);
-        H_OK(ferry_delete(c, &objs[i].id));
+    for (size_t i = 0; i < n && !found; i++) {
+        found = objs[i].state != FERRY_STATE_SEALED || objs[i].refcount;
+        snprintf(what, len, "an object of %llu bytes is left %s with %u references",
+                 (unsigned long long)objs[i].data_size,
+                 objs[i].state == FERRY_STATE_SEALED ? "sealed" : "unsealed", objs[i].refcount);
     }
+    ferry_free(objs);
+    return found;
+}
+
+/* Waits (bounded) until no object of c's node is unsealed or referenced (a cut transfer's
+ * object goes once the transport says nothing can still write into it), then deletes them all. */
+static void delete_everything(ferry_client *c)
+{
+    char what[128];
+    struct h_wait w;
+    for (h_wait_begin(&w, 20000); object_in_use(c, what, sizeof(what));)
+        if (!h_wait_next(&w))
+            fail_msg("%s", what);
+    ferry_object_info *objs;
+    size_t n;
+    H_OK(ferry_list(c, &objs, &n));
+    for (size_t i = 0; i < n; i++)
+        H_OK(ferry_delete(c, &objs[i].id));
     ferry_free(objs);
 }
 

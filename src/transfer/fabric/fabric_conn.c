@@ -172,9 +172,10 @@ void fab_conn_shut(struct fconn *c)
     for (int i = 0; i < CL_N; i++)
         f->free_bufs[i] += c->window + FAB_EXTRA;
     loop_timer_stop(f->loop, &c->deadline);
-    if (c->inflight) {
+    if (c->inflight) { /* a peer whose process is gone can no longer write into our memory */
         loop_timer_init(&c->deadline, fab_on_zombie, c);
-        loop_timer_start(f->loop, &c->deadline, loop_now_ms() + FAB_ZOMBIE_MS);
+        loop_timer_start(f->loop, &c->deadline,
+                         loop_now_ms() + (c->peer_exited ? 0 : FAB_ZOMBIE_MS));
     }
     free_queues(c);
     fab_probe_end(c);
