@@ -209,11 +209,19 @@ void fab_on_peer_timer(struct loop *l, struct loop_timer *t)
     }
 }
 
+/* 1 when st is a region file we may rely on: a regular file of our user (the only one who
+ * could truncate it under our mapping can kill us anyway) of at least min bytes. */
+static int own_region(const struct stat *st, off_t min)
+{
+    return S_ISREG(st->st_mode) && st->st_uid == geteuid() && st->st_size >= min;
+}
+
 void fab_sweep_regions(void)
 {
     DIR *d = opendir(SHM_DIR);
     struct dirent *e;
     char path[sizeof(SHM_DIR) + 256];
+    struct stat st;
     unsigned removed = 0;
 
     if (!d)
@@ -223,15 +231,17 @@ void fab_sweep_regions(void)
             !process_exited(name_pid(e->d_name)))
             continue;
         snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
-        removed += unlink(path) == 0;
+        if (lstat(path, &st) == 0 && own_region(&st, 0))
+            removed += unlink(path) == 0;
     }
     closedir(d);
     if (removed)
         log_info("fabric: removed %u shared-memory regions left by killed daemons", removed);
 }
 
-/* The region file of an endpoint name ("fi_shm://NAME" or "NAME"): /dev/shm/NAME. */
-static void region_path(const uint8_t *name, size_t len, char *path, size_t n)
+/* The region file of an endpoint name ("fi_shm://NAME" or "NAME"): /dev/shm/NAME. 0, or -1
+ * for a name that is no file name (a peer's name is only what it says). */
+static int region_path(const uint8_t *name, size_t len, char *path, size_t n)
 {
     char s[FAB_NAME_MAX + 1];
     const char *at;
@@ -239,7 +249,11 @@ static void region_path(const uint8_t *name, size_t len, char *path, size_t n)
     memcpy(s, name, len < FAB_NAME_MAX ? len : FAB_NAME_MAX);
     s[len < FAB_NAME_MAX ? len : FAB_NAME_MAX] = '\0';
     at = strstr(s, "://");
-    snprintf(path, n, SHM_DIR "/%s", at ? at + 3 : s);
+    at = at ? at + 3 : s;
+    if (!*at || strchr(at, '/') || !strcmp(at, ".") || !strcmp(at, ".."))
+        return -1;
+    snprintf(path, n, SHM_DIR "/%s", at);
+    return 0;
 }
 
 /* Where the provider mapped path in our process (from /proc/self/maps); NULL if it did not. */
@@ -275,8 +289,8 @@ void fab_lock_guard_init(struct xlistener *f)
 
     if (f->info->addr_format != FI_ADDR_STR || strcmp(f->provider, "shm"))
         return;
-    region_path(f->name, f->name_len, path, sizeof(path));
-    if (!(r = mapped_at(path)) || *(int *)(r + REGION_PID_OFF) != getpid())
+    if (region_path(f->name, f->name_len, path, sizeof(path)) < 0 || !(r = mapped_at(path)) ||
+        *(int *)(r + REGION_PID_OFF) != getpid())
         goto off;
     for (uint32_t off = 8; off + 12 <= REGION_SCAN_END; off += 8) {
         uint64_t base;
@@ -295,15 +309,18 @@ off:
 void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len)
 {
     char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
-    void *p;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct stat st;
+    void *p = MAP_FAILED;
     int fd;
 
-    if (!c->f->lock_off || c->peer_pid <= 0)
+    if (!c->f->lock_off || c->peer_pid <= 0 || region_path(name, len, path, sizeof(path)) < 0)
         return;
-    region_path(name, len, path, sizeof(path));
-    if ((fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0)
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
         return;
-    p = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ, MAP_SHARED, fd, 0);
+    if (fstat(fd, &st) == 0 && own_region(&st, (off_t)page))
+        p = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return;
