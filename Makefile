@@ -5,9 +5,10 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+PREFIX ?= /usr/local
 
 .PHONY: all deps build asan fuzz test test-unit test-asan test-fuzz demo bench clean format \
-	format-check
+	format-check install
 
 # What clang-format keeps in shape; the version is Debian's (14), whose output make format-check
 # holds the tree to.
@@ -46,6 +47,13 @@ test-asan: asan
 
 test-fuzz: fuzz
 	sh scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Installs under PREFIX (default /usr/local), staged under DESTDIR when set: the programs,
+# libferry (.so with its SONAME, .a), ferry.h, ferry.pc, the systemd units, the man pages.
+install: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
 demo: deps build
 	sh scripts/demo.sh $(BUILD)

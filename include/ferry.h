@@ -80,6 +80,10 @@ const char *ferry_strerror(int err);
 /* Detail of the calling thread's last failed ferry_ call, "" if none. */
 const char *ferry_errmsg(void);
 
+/* This library's version, "MAJOR.MINOR.PATCH": the same as `ferryd --version` and
+ * `ferry --version` of the same release. */
+const char *ferry_version(void);
+
 typedef struct ferry_client ferry_client;
 
 /* Connects to the daemon at socket_path; NULL means $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET.

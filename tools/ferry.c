@@ -673,7 +673,8 @@ static const struct command {
 
 static void print_usage(void)
 {
-    puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n\nCommands:");
+    puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n       ferry --help | --version\n\n"
+         "Commands:");
     for (size_t i = 0; i < N_COMMANDS; i++)
         printf("  %-9s %-36s %s\n", commands[i].name, commands[i].args, commands[i].summary);
     puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
@@ -724,6 +725,10 @@ int main(int argc, char **argv)
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_usage();
+            return flush_stdout(&cli, STATUS_OK);
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("ferry %s\n", ferry_version());
             return flush_stdout(&cli, STATUS_OK);
         }
         if (strcmp(argv[i], "--socket") != 0)

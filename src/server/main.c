@@ -11,6 +11,7 @@
 #include "server/server.h"
 #include "transfer/engine.h"
 #include "transfer/registry.h"
+#include "transfer/wire.h"
 
 /* The names of this build's transports, preferred first: "fabric|tcp". */
 static const char *transport_names(void)
@@ -39,6 +40,7 @@ static void usage(FILE *f)
             "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
             "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
             "  --verbose           log debug records\n"
+            "  --version           print the version and the protocol versions, and exit\n"
             "cluster (all three or none; without them the node is standalone):\n"
             "  --node-id NAME      this node's name in the cluster\n"
             "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
@@ -164,6 +166,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"verify", no_argument, NULL, 'V'},
                                          {"strict-ids", no_argument, NULL, 'I'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'r'},
                                          {"transport", required_argument, NULL, 't'},
                                          {"fabric-provider", required_argument, NULL, 'P'},
                                          {"eager-max", required_argument, NULL, 'E'},
@@ -229,6 +232,10 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'r':
+            printf("ferryd %s (client protocol %u, transfer protocol %u)\n", ferry_version(),
+                   PROTO_VERSION, WIRE_VERSION);
             exit(0);
         default:
             return err_set(FERRY_EINVAL, "unknown option (see --help)");

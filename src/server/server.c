@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/usock.h"
+#include "server/notify.h"
 #include "server/session.h"
 #include "transfer/engine.h"
 
@@ -338,6 +339,14 @@ static void on_left(void *arg)
     loop_stop(&s->loop);
 }
 
+/* Tells a service manager (systemd, Type=notify) how we are; one that cannot be told is logged,
+ * and the daemon goes on. */
+static void tell_manager(const char *state)
+{
+    if (notify_send(state) < 0)
+        log_warn("%s", ferry_errmsg());
+}
+
 /* SIGTERM or SIGINT: a cluster node leaves the directory first (LEAVE_MS at most), so that no
  * node is offered it from now on; a second signal stops at once. */
 static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -347,6 +356,7 @@ static void on_signal(struct loop *l, struct loop_watch *w, uint32_t events)
 
     if (read(w->fd, &si, sizeof(si)) == sizeof(si))
         log_info("signal %u: shutting down", si.ssi_signo);
+    tell_manager("STOPPING=1");
     if (s->dir && !s->leaving) {
         s->leaving = 1;
         directory_leave(s->dir, LEAVE_MS, on_left, s);
@@ -501,6 +511,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
              (unsigned)cfg->socket_mode);
+    tell_manager("READY=1");
     return 0;
 
 destroy:
