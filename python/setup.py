@@ -25,7 +25,7 @@ extension = Extension(
     "ferry._ferry",
     sources=c_sources("_ferry") + c_sources("../src/client") + c_sources("../src/common"),
     include_dirs=["../include", "../src"],
-    define_macros=[("_GNU_SOURCE", None)],
+    define_macros=[("_GNU_SOURCE", None), ("FERRY_VERSION_STRING", '"%s"' % version())],
     libraries=["xxhash", "crypto"],
     extra_compile_args=["-std=c11", "-fno-strict-aliasing"],
 )
