@@ -502,11 +502,14 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->staging_size = staging_size_for(s->arena.size);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */
-    if ((rc = open_signals(s)) < 0 || (rc = arena_prefault_start(&s->arena)) < 0 ||
-        (rc = hasher_start(&s->store.hasher)) < 0 ||
+    /* The prefaulter starts last: registering the arena with a fabric provider waited behind
+     * it for the address space's lock (17 s on a busy 2-core machine, the prefaulter being at
+     * idle priority). */
+    if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
                              on_hasher, s)) < 0 ||
-        (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0)
+        (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0 ||
+        (rc = arena_prefault_start(&s->arena)) < 0)
         goto destroy;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",

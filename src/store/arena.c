@@ -123,7 +123,9 @@ fail:
     return rc;
 }
 
-#define PREFAULT_CHUNK (64ull << 20)
+/* Small: populating holds the address space's lock (read), and the loop thread's mmap and
+ * munmap (large allocations) wait for it to finish a chunk, at idle priority on a busy CPU. */
+#define PREFAULT_CHUNK (2ull << 20)
 
 static void *prefaulter(void *arg)
 {
