@@ -399,6 +399,9 @@ static void test_registration_and_heartbeat(void **state)
     r = redisCommand(c, "HGET ferry:node:a t:other");
     assert_string_equal(r->str, "x@0123");
     freeReplyObject(r);
+    r = redisCommand(c, "HGET ferry:node:a ver"); /* the release, for operators */
+    assert_string_equal(r->str, ferry_version());
+    freeReplyObject(r);
     redisFree(c);
     assert_int_equal(query_int(0, "EXISTS ferry:node:a"), 0);
 

@@ -101,10 +101,11 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     char key[NODE_KEY_MAX], ttl[16];
     char fields[DIRECTORY_XPORTS][sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX];
     const char *multi[] = {"MULTI"}, *exec[] = {"EXEC"}, *del[] = {"DEL", key};
-    const char *hset[ARGV_MAX] = {"HSET", key, "addr", d->self.addr, "inc", d->inc_text};
+    const char *hset[ARGV_MAX] = {"HSET", key,         "addr", d->self.addr,
+                                  "inc",  d->inc_text, "ver",  ferry_version()};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
     char sig[DIR_SIG_HEX];
-    int nhset = 6;
+    int nhset = 8;
 
     dir_entry_key(key, d->self.id);
     snprintf(ttl, sizeof(ttl), "%u", (unsigned)d->ttl_ms);

@@ -108,7 +108,7 @@
 #define USER_MAX 128
 #define PASSWORD_MAX 512
 /* Arguments of one command, at most: the registration's HSET is the longest. */
-#define ARGV_MAX (8 + 2 * DIRECTORY_XPORTS)
+#define ARGV_MAX (10 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
