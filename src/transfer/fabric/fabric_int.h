@@ -113,8 +113,9 @@
 #define FAB_FRUITLESS_MAX 64u
 #define FAB_FRUITLESS_NS 10000000u
 #define FAB_BACKOFF_MAX_MS 16u
-/* A shm region lock seen held this long, over at least FAB_LOCK_STUCK_POLLS looks, has lost
- * its holder (held for microseconds by live processes). */
+/* A shm region lock seen held this long, over at least FAB_LOCK_STUCK_POLLS looks, while a
+ * peer on this host was found exited, has lost its holder (held for microseconds by live
+ * processes; one stopped with SIGSTOP holds it as long, which is why an exit must be seen). */
 #define FAB_LOCK_STUCK_MS 2000u
 #define FAB_LOCK_STUCK_POLLS 200u
 #define FAB_PEER_CHECK_MS 20u
@@ -358,6 +359,7 @@ struct xlistener {
     volatile int *own_lock;
     uint64_t own_held_ms;
     uint32_t own_held_polls;
+    uint64_t peer_exit_ms;        /* when a peer on this host was last found exited */
     uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
     struct loop_timer peer_timer; /* runs it while connections are open */
 };

@@ -14,8 +14,8 @@
  *     (checked against what we know of it: our pid, the region's own address, an unlocked
  *     lock; anything else leaves the guard off). Nothing is posted to a peer while its lock is
  *     held, and completions are not read while ours is: the loop comes back (1 ms later)
- *     instead of spinning. Ours held past FAB_LOCK_STUCK_MS has lost its holder (live ones
- *     hold it for microseconds) and is freed.
+ *     instead of spinning. Ours held past FAB_LOCK_STUCK_MS, while a peer was found exited,
+ *     has lost its holder (live ones hold it for microseconds) and is freed.
  * What remains: a holder killed in the instant between our look and the provider taking the
  * lock (architecture.md, "Provider calls that could hold the loop").
  */
@@ -94,6 +94,7 @@ int fab_peer_exited(struct fconn *c)
         return 0;
     if (!c->peer_exited) {
         c->peer_exited = 1;
+        c->f->peer_exit_ms = loop_now_ms();
         c->f->stats.peers_exited++;
         log_warn("fabric: %s: its process %d has exited; nothing more is posted to it",
                  c->base.peer, (int)c->peer_pid);
@@ -364,8 +365,9 @@ int fab_own_locked(struct xlistener *f)
         f->own_held_ms = now;
         f->own_held_polls = 0;
     }
-    if (++f->own_held_polls < FAB_LOCK_STUCK_POLLS || now - f->own_held_ms < FAB_LOCK_STUCK_MS)
-        return 1;
+    if (++f->own_held_polls < FAB_LOCK_STUCK_POLLS || now - f->own_held_ms < FAB_LOCK_STUCK_MS ||
+        !f->peer_exit_ms || f->peer_exit_ms + FAB_LOCK_STUCK_MS < f->own_held_ms)
+        return 1; /* held for long only by a holder that died: none was seen to */
     log_error("fabric: our shared-memory region's lock has been held for %llu ms (%u looks): "
               "its holder was killed inside it; freeing it",
               (unsigned long long)(now - f->own_held_ms), f->own_held_polls);
