@@ -264,7 +264,7 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *n
     c->f = f;
     c->peer_pid = fab_name_pid(f, name, len);
     fab_peer_map(c, name, len);
-    fab_probe_init(c, name, len);
+    c->probe_fd = -1;
     c->heard_ns = now_ns();
     fab_peer_timer_arm(f);
     c->id = slot | (uint32_t)f->gen[slot] << 16;
@@ -313,6 +313,7 @@ int fab_connect(struct xlistener *f, const char *addr, const struct xconn_events
         return rc;
     if (!(c = fab_conn_new(f, fa, name, len)))
         return FERRY_ENOMEM;
+    fab_probe_init(c, name, len); /* only peers we dial: their address is the directory's */
     c->base.ev = ev;
     c->state = ST_CONNECTING;
     c->connect_ns = now_ns();

@@ -119,10 +119,12 @@
 #define FAB_LOCK_STUCK_MS 2000u
 #define FAB_LOCK_STUCK_POLLS 200u
 #define FAB_PEER_CHECK_MS 20u
-/* A peer of a tcp-based provider that has sent nothing for 100 ms, and again after 1 s, is
- * probed: a refused TCP connect to its address means its process is gone. */
+/* A peer of a tcp-based provider that has sent nothing for 100 ms is probed, then every 200 ms
+ * up to 10 times while it stays quiet: a refused TCP connect to its address means its process
+ * is gone (one probe alone was seen to miss a peer killed a moment before). */
 #define FAB_PROBE_FIRST_MS 100u
-#define FAB_PROBE_AGAIN_MS 1000u
+#define FAB_PROBE_EVERY_MS 200u
+#define FAB_PROBE_MAX 10u
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
@@ -266,6 +268,7 @@ struct fconn {
     int probe_fd;                     /* a probe's connect under way, or -1 */
     uint64_t heard_ns;                /* when a message of the peer last arrived (or we dialled) */
     uint32_t probes;                  /* probes made since */
+    uint64_t probe_ns;                /* when the last one started */
     uint64_t rbase, rlen, rkey;       /* the peer's arena: base (with FI_MR_VIRT_ADDR) and key */
     int rvirt, rkey_mapped;           /* rkey came from fi_mr_map_raw (unmapped with the record) */
     uint8_t rawkey[FAB_KEY_MAX];      /* the raw key rkey was mapped from */
@@ -416,7 +419,8 @@ void fab_lock_guard_init(struct xlistener *f);
 /* Maps the first page of c's peer's region (guard on, peer on this host); unmaps it. */
 void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len);
 void fab_peer_unmap(struct fconn *c);
-/* Where c's peer can be probed (tcp-based providers), from its endpoint name. */
+/* Where c's peer can be probed (tcp-based providers), from its endpoint name: only for peers we
+ * dial (an address from the directory), never one a stranger's CONNECT names. */
 void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len);
 /* Drops a probe under way (the connection closes). */
 void fab_probe_end(struct fconn *c);

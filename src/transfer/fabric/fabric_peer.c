@@ -106,7 +106,6 @@ void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len)
 {
     uint32_t fmt = c->f->info->addr_format;
 
-    c->probe_fd = -1;
     if ((fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6 || fmt == FI_SOCKADDR) &&
         strstr(c->f->provider, "tcp") && len >= sizeof(struct sockaddr_in) &&
         len <= sizeof(c->probe_sa)) {
@@ -160,6 +159,18 @@ static int probe_result(struct fconn *c)
     return err == ECONNREFUSED;
 }
 
+/* A connection the peer made to us is probed at the address we dial it at, when we do: the
+ * address is then the directory's, not one a stranger's CONNECT names. */
+static void probe_adopt(struct fconn *c)
+{
+    for (struct fconn *d = c->f->all; d && !c->probe_len; d = d->anext) {
+        if (d != c && d->addr == c->addr && d->probe_len) {
+            c->probe_sa = d->probe_sa;
+            c->probe_len = d->probe_len;
+        }
+    }
+}
+
 static int peer_gone(struct fconn *c)
 {
     uint64_t quiet = (now_ns() - c->heard_ns) / 1000000;
@@ -167,11 +178,16 @@ static int peer_gone(struct fconn *c)
 
     if (fab_peer_exited(c))
         return 1;
+    if (!c->probe_len && quiet >= FAB_PROBE_FIRST_MS)
+        probe_adopt(c);
     if (c->probe_fd >= 0)
         refused = probe_result(c) == 1;
-    else if (c->probe_len && c->probes < 2 &&
-             quiet >= (c->probes ? FAB_PROBE_AGAIN_MS : FAB_PROBE_FIRST_MS))
-        refused = (c->probes++, probe_start(c));
+    else if (c->probe_len && c->probes < FAB_PROBE_MAX && quiet >= FAB_PROBE_FIRST_MS &&
+             (!c->probes || now_ns() - c->probe_ns >= FAB_PROBE_EVERY_MS * 1000000ull)) {
+        c->probes++;
+        c->probe_ns = now_ns();
+        refused = probe_start(c);
+    }
     if (!refused)
         return 0;
     c->f->stats.peers_exited++;
