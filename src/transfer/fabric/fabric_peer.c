@@ -114,10 +114,22 @@ void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len)
     }
 }
 
+/* Closes a probe with a reset, never a FIN: libfabric 1.17's tcp provider reads a stale errno
+ * for an EOF on a connection-request socket (rx_cm_data) and may keep that socket, and what it
+ * allocated for it, for ever (the peer then backs off as if it had garbage on its port); a
+ * reset gives its recv an errno of its own. */
+static void probe_close(int s)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+    (void)setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(s);
+}
+
 void fab_probe_end(struct fconn *c)
 {
     if (c->probe_fd >= 0)
-        close(c->probe_fd);
+        probe_close(c->probe_fd);
     c->probe_fd = -1;
 }
 
@@ -129,7 +141,7 @@ static int probe_start(struct fconn *c)
     if (s < 0)
         return 0;
     if (connect(s, (struct sockaddr *)&c->probe_sa, c->probe_len) == 0) {
-        close(s); /* something listens: the peer's provider sees a stranger come and go */
+        probe_close(s); /* something listens: the peer's provider sees a stranger come and go */
         return 0;
     }
     if (errno == ECONNREFUSED) {

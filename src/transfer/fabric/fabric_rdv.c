@@ -161,6 +161,7 @@ void fab_reads_push(struct xlistener *f)
             return;
         }
         *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .len = k};
+        errno = 0; /* posts may progress the provider: see fab_progress */
         rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
                      r->c->rkey, &op->op.ctx);
         if (rc < 0) {

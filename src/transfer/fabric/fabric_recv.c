@@ -6,8 +6,11 @@
 
 void fab_rbuf_post(struct xlistener *f, struct rbuf *b)
 {
-    ssize_t rc = fi_trecv(f->ep, b->p, class_size(b->cls), f->buf_desc, FI_ADDR_UNSPEC,
-                          (uint64_t)b->cls, 0, &b->op.ctx);
+    ssize_t rc;
+
+    errno = 0; /* posts may progress the provider: see fab_progress */
+    rc = fi_trecv(f->ep, b->p, class_size(b->cls), f->buf_desc, FI_ADDR_UNSPEC, (uint64_t)b->cls, 0,
+                  &b->op.ctx);
     if (rc == 0)
         return;
     if (rc != -FI_EAGAIN) { /* the buffer is lost to the pool; the windows were sized for it */

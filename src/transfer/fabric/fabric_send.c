@@ -65,6 +65,7 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
         return c->peer_exited ? -FI_ECONNRESET : -FI_EAGAIN;
     }
     t->c = c;
+    errno = 0; /* posts may progress the provider: see fab_progress */
     rc = fi_tsendv(f->ep, iov, desc, rlen ? 2 : 1, c->addr, (uint64_t)cls, &t->op.ctx);
     if (rc < 0) {
         fab_tx_put(f, t);
