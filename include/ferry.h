@@ -241,7 +241,13 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(directory_cleaned, COUNTER, "holdings of this node's past runs removed from the directory")  \
     X(unsigned_entries, COUNTER,                                                                   \
       "node entries in the directory ignored: not signed with our secret")                         \
-    X(eager_max, GAUGE, "bytes up to which objects are pulled as messages on one-sided transports")
+    X(eager_max, GAUGE,                                                                            \
+      "bytes up to which objects are pulled as messages on one-sided transports")                  \
+    X(evictable_bytes, GAUGE, "bytes of sealed objects nobody holds: room a create may take")      \
+    X(start_time_seconds, GAUGE, "when the daemon started, in seconds since the Unix epoch")       \
+    X(release, GAUGE, "the daemon's release: MAJOR * 1000000 + MINOR * 1000 + PATCH")              \
+    X(metrics_scrapes, COUNTER, "scrapes of /metrics answered")                                    \
+    X(metrics_refused, COUNTER, "metrics requests refused: malformed, too many at once, too slow")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

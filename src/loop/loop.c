@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/cpuload.h"
 #include "common/err.h"
 
@@ -179,13 +180,6 @@ void loop_fire_due(struct loop *l)
     }
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The wait before the next turn: none while busy-polling after recent events, as long as the
  * machine has a CPU for every runnable task, yielding between polls so that a client sharing
  * this CPU is not kept from running. */
@@ -197,7 +191,7 @@ static int wait_ms(struct loop *l)
         return 0;
     timeout = next_timeout(l);
 
-    if (timeout != 0 && l->busy_poll_ns && now_ns() - l->last_event_ns < l->busy_poll_ns &&
+    if (timeout != 0 && l->busy_poll_ns && clock_mono_ns() - l->last_event_ns < l->busy_poll_ns &&
         cpuload_can_poll()) {
         sched_yield();
         return 0;
@@ -214,7 +208,7 @@ int loop_run(struct loop *l)
         if (n < 0 && errno != EINTR)
             return err_sys("epoll_wait");
         if (n > 0 && l->busy_poll_ns)
-            l->last_event_ns = now_ns();
+            l->last_event_ns = clock_mono_ns();
         for (int i = 0; i < n; i++) {
             struct loop_watch *w = events[i].data.ptr;
             w->fn(l, w, from_epoll(events[i].events));

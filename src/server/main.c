@@ -10,6 +10,7 @@
 #include "common/size.h"
 #include "server/server.h"
 #include "transfer/engine.h"
+#include "transfer/transport.h"
 #include "transfer/registry.h"
 #include "transfer/wire.h"
 
@@ -29,7 +30,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
-            "              [--busy-poll USEC] [--verbose]\n"
+            "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
@@ -39,6 +40,8 @@ static void usage(FILE *f)
             "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
             "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
             "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
+            "  --metrics HOST:PORT serve Prometheus' /metrics there (numeric address; port 0\n"
+            "                      picks one, logged)\n"
             "  --verbose           log debug records\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "cluster (all three or none; without them the node is standalone):\n"
@@ -151,6 +154,20 @@ static int keep_url(char *arg, const char **out)
     return 0;
 }
 
+/* Checked before the arena is reserved: the form only (the listen comes later). */
+static int parse_metrics(const char *text, const char **out)
+{
+    char host[256], port[16], why[256];
+    int rc = transport_split_addr(text, host, sizeof(host), port, sizeof(port));
+
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "%s", ferry_errmsg());
+        return err_set(rc, "--metrics: %s", why);
+    }
+    *out = text;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct server_config *cfg)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -171,6 +188,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"fabric-provider", required_argument, NULL, 'P'},
                                          {"eager-max", required_argument, NULL, 'E'},
                                          {"fabric-window", required_argument, NULL, 'W'},
+                                         {"metrics", required_argument, NULL, 'x'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
@@ -229,6 +247,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'W':
             rc = parse_window(optarg, &cfg->fabric_window);
+            break;
+        case 'x':
+            rc = parse_metrics(optarg, &cfg->metrics_addr);
             break;
         case 'h':
             usage(stdout);

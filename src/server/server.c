@@ -11,10 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/usock.h"
+#include "server/metrics.h"
 #include "server/notify.h"
 #include "server/session.h"
 #include "transfer/engine.h"
@@ -479,6 +481,18 @@ static uint64_t staging_size_for(uint64_t capacity)
     return size / 64 * 64;
 }
 
+static int open_metrics(struct server *s)
+{
+    int rc;
+
+    if (!s->cfg.metrics_addr)
+        return 0;
+    if ((rc = metrics_open(s, s->cfg.metrics_addr, &s->metrics)) < 0)
+        return rc;
+    log_info("metrics: http://%s/metrics", metrics_address(s->metrics));
+    return 0;
+}
+
 int server_init(struct server *s, const struct server_config *cfg)
 {
     struct store_events ev = {
@@ -487,6 +501,7 @@ int server_init(struct server *s, const struct server_config *cfg)
 
     memset(s, 0, sizeof(*s));
     s->cfg = *cfg;
+    s->started_real_ns = clock_real_ns();
     s->listen_fd = s->signal_fd = -1;
     s->arena.fd = -1;
     if ((rc = loop_init(&s->loop)) < 0)
@@ -508,7 +523,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
                              on_hasher, s)) < 0 ||
-        (rc = open_cluster(s)) < 0 || (rc = open_socket(s)) < 0 ||
+        (rc = open_cluster(s)) < 0 || (rc = open_metrics(s)) < 0 || (rc = open_socket(s)) < 0 ||
         (rc = arena_prefault_start(&s->arena)) < 0)
         goto destroy;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
@@ -553,6 +568,8 @@ void server_destroy(struct server *s)
     s->dir = NULL;
     while (s->subscribers)
         subscriber_drop(s, s->subscribers, NULL);
+    metrics_close(s->metrics);
+    s->metrics = NULL;
     after_turn(&s->loop, s);
     remove_socket(s);
     if (s->signal_fd >= 0)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/hist.h"
 #include "common/idmap.h"
 #include "directory/directory.h"
 #include "loop/loop.h"
@@ -44,13 +45,16 @@ struct server_config {
     const char *fabric_provider; /* NULL: any */
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
-    int strict_ids; /* a seal waits for the directory to confirm the id's content */
+    int strict_ids;           /* a seal waits for the directory to confirm the id's content */
+    const char *metrics_addr; /* HOST:PORT for Prometheus' scrapes, or NULL */
 };
 
 struct server_counters {
     uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
     uint64_t subscriptions_refused;
     uint64_t fetches;
+    /* From the request to the reply (get, fetch); from the create to the seal (put). */
+    struct hist get_latency, put_latency, fetch_latency;
 };
 
 struct server {
@@ -72,11 +76,13 @@ struct server {
     const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */
     struct engine *engine;          /* NULL when standalone */
+    struct metrics *metrics;        /* NULL without --metrics */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;
     uint64_t subscriber_queued; /* bytes of notifications queued for all subscribers */
     struct server_counters counters;
+    uint64_t started_real_ns; /* when the daemon started (CLOCK_REALTIME) */
 };
 
 /* The server whose loop l is (callbacks get the loop). */

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/usock.h"
@@ -485,6 +486,7 @@ static void get_finish(struct session *ss)
     proto_frame_end(&ss->out, start);
     if (g->missing)
         ss->srv->counters.get_timeouts++;
+    hist_add(&ss->srv->counters.get_latency, clock_mono_ns() - g->start_ns);
     get_reset(ss);
 }
 
@@ -561,6 +563,7 @@ static int get_start(struct session *ss, const struct proto_request *q)
     int rc = 0;
 
     g->tag = q->tag;
+    g->start_ns = clock_mono_ns();
     g->n = g->missing = n;
     g->entries = calloc(n ? n : 1, sizeof(*g->entries));
     g->waits = calloc(n ? n : 1, sizeof(*g->waits));

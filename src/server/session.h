@@ -38,6 +38,7 @@ struct pending_get {
     int active;
     uint64_t tag;
     uint32_t n, missing;
+    uint64_t start_ns; /* CLOCK_MONOTONIC, for the latency */
     struct proto_get_entry *entries;
     struct get_wait *waits; /* n of them; those not waiting have ss == NULL */
     struct loop_timer timer;
@@ -52,6 +53,7 @@ struct pending_fetch {
     ferry_id *ids;     /* the ids asked for */
     char *why;         /* the first failure's reason (PROTO_MAX_DETAIL + 1 bytes) */
     int64_t timeout_ms;
+    uint64_t start_ns; /* CLOCK_MONOTONIC, for the latency */
     struct loop_timer timer;
 };
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "transfer/engine.h"
@@ -36,6 +37,7 @@ static void fetch_finish(struct session *ss)
     struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
 
     session_reply_statuses(ss, &q, f->statuses, f->n, f->why);
+    hist_add(&ss->srv->counters.fetch_latency, clock_mono_ns() - f->start_ns);
     loop_timer_stop(&ss->srv->loop, &f->timer);
     fetch_free(f);
 }
@@ -124,6 +126,7 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
     f->n = n;
     f->missing = 0;
     f->timeout_ms = q->u.ids.timeout_ms;
+    f->start_ns = clock_mono_ns();
     for (uint32_t i = 0; i < n; i++) {
         f->statuses[i] = fetch_start_one(ss, &q->u.ids.ids[i], i);
         fetch_note(f, f->statuses[i], ferry_errmsg());

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 
 /* ---- seals under --strict-ids (see struct pending_seal) ---- */
@@ -90,6 +91,14 @@ static uint32_t seal_find(struct pending_seal *p, const ferry_id *id)
     return p->n;
 }
 
+/* A put's latency, from its create to its seal (created_ns is the store's real time). */
+static void put_timed(struct server *srv, const struct object *o)
+{
+    uint64_t now = clock_real_ns();
+
+    hist_add(&srv->counters.put_latency, now > o->created_ns ? now - o->created_ns : 0);
+}
+
 /* The claim confirmed o's content: sealed (the claim published it) and, for a batch or a
  * SEAL with release, given back. */
 static void seal_commit(struct session *ss, struct object *o)
@@ -99,6 +108,7 @@ static void seal_commit(struct session *ss, struct object *o)
     srv->claimed = o;
     store_seal_digest(&srv->store, o, o->hash);
     srv->claimed = NULL;
+    put_timed(srv, o);
     if (ss->seal.type == PROTO_PUT_BATCH)
         store_unref(&srv->store, o);
     else if (ss->seal.release)
@@ -205,6 +215,7 @@ int session_handle_seal(struct session *ss, const struct proto_request *q)
         return 0;
     }
     store_seal(&ss->srv->store, o);
+    put_timed(ss->srv, o);
     if (q->u.seal.release)
         session_held_release(ss, &o->id); /* o is the live object under its id */
     return session_reply_status(ss, q, 0);
@@ -290,6 +301,7 @@ int session_handle_put_batch(struct session *ss, const struct proto_request *q)
             continue;
         }
         store_seal(st, o);
+        put_timed(ss->srv, o);
         store_unref(st, o);
     }
     session_reply_statuses(ss, q, statuses, q->u.batch.n, why);

@@ -1,9 +1,20 @@
 /* stats.c - the daemon's counters by name (stats.h). */
 #include "server/stats.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "server/metrics.h"
 #include "transfer/engine.h"
+
+/* ferry_version() as one number: MAJOR * 1000000 + MINOR * 1000 + PATCH. */
+static uint64_t release_number(void)
+{
+    unsigned major = 0, minor = 0, patch = 0;
+
+    (void)sscanf(ferry_version(), "%u.%u.%u", &major, &minor, &patch);
+    return (uint64_t)major * 1000000 + (uint64_t)minor * 1000 + patch;
+}
 
 void server_stats(struct server *srv, ferry_stats *out)
 {
@@ -33,6 +44,13 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->notifications_dropped = srv->counters.notifications_dropped;
     out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
+    out->evictable_bytes = st->evictable_bytes;
+    out->start_time_seconds = srv->started_real_ns / 1000000000u;
+    out->release = release_number();
+    if (srv->metrics) {
+        out->metrics_scrapes = metrics_counters(srv->metrics)->scrapes;
+        out->metrics_refused = metrics_counters(srv->metrics)->refused;
+    }
     if (ec) {
         out->connections_opened = ec->connections_opened;
         out->connections_accepted = ec->connections_accepted;

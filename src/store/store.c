@@ -6,15 +6,9 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/size.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t block_size(const struct object *o)
 {
@@ -259,7 +253,7 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
     o->offset = o->block ? alloc_block_offset(o->block) : 0;
     o->data_size = data_size;
     o->metadata_size = metadata_size;
-    o->created_ns = now_ns();
+    o->created_ns = clock_real_ns();
     o->refcount = 1;
     o->state = FERRY_STATE_CREATED;
     o->creator = creator;

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/hist.h"
 #include "directory/directory.h"
 #include "loop/loop.h"
 #include "store/store.h"
@@ -53,6 +54,7 @@ struct engine_counters {
     uint64_t pins_deferred;       /* objects a receiver asked for past its pin limit: ask again */
     uint64_t peers_too_slow;      /* receivers dropped for reading nothing, or too slowly */
     uint64_t connections_evicted; /* closed to make room: unauthenticated, or idle */
+    struct hist transfer_latency; /* from the first want of an object to its seal here */
 };
 
 /* What ferry stat shows per peer this node pulls from. */

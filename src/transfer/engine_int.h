@@ -34,6 +34,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "store/hasher.h"
@@ -129,6 +130,7 @@ struct want {
     struct engine *e;
     ferry_id id;
     uint64_t born_ms; /* a delete heard after this undoes what it receives */
+    uint64_t born_ns; /* the same, for the transfer's latency */
     int state, done;
     int busy; /* being sealed or verified: finishing must not free it */
     struct waiter *waiters;

@@ -623,6 +623,7 @@ static void want_seal(struct want *w)
         return;
     }
     e->counters.transfers_in++;
+    hist_add(&e->counters.transfer_latency, clock_mono_ns() - w->born_ns);
     e->counters.bytes_in += o->data_size + o->metadata_size;
     /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. A
      * checked copy keeps the digest it was checked against; otherwise it is hashed here,
@@ -971,6 +972,7 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     w->e = e;
     w->id = *id;
     w->born_ms = loop_now_ms();
+    w->born_ns = clock_mono_ns();
     loop_timer_init(&w->retry, on_retry, w);
     if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
         idmap_remove(&e->wants, id);

@@ -114,6 +114,34 @@ static int resolve(const char *addr, int passive, struct addrinfo **out)
     return 0;
 }
 
+int transport_listen_tcp(const char *addr, int backlog, int *fd)
+{
+    struct addrinfo *ai;
+    int one = 1, rc;
+
+    if ((rc = resolve(addr, 1, &ai)) < 0)
+        return rc;
+    *fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (*fd < 0) {
+        rc = err_sys("socket");
+        goto free_ai;
+    }
+    setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(*fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(*fd, backlog) < 0) {
+        rc = err_set(FERRY_ESYS, "listen on %s: %s", addr, strerror(errno));
+        goto close_fd;
+    }
+    freeaddrinfo(ai);
+    return 0;
+
+close_fd:
+    close(*fd);
+    *fd = -1;
+free_ai:
+    freeaddrinfo(ai);
+    return rc;
+}
+
 /* ---- connections ---- */
 
 static void reap(struct loop *l, struct loop_timer *t)
@@ -578,31 +606,17 @@ static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct
 {
     const char *addr = cfg->addr;
     struct xlistener *ls;
-    struct addrinfo *ai;
-    int one = 1, rc;
+    int rc;
 
-    if ((rc = resolve(addr, 1, &ai)) < 0)
-        return rc;
-    if (!(ls = calloc(1, sizeof(*ls)))) {
-        rc = err_set(FERRY_ENOMEM, "listener");
-        goto free_ai;
-    }
+    if (!(ls = calloc(1, sizeof(*ls))))
+        return err_set(FERRY_ENOMEM, "listener");
     *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
     snprintf(ls->addr, sizeof(ls->addr), "%s", addr);
     loop_timer_init(&ls->resume, on_resume, ls);
-    ls->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (ls->fd < 0) {
-        rc = err_sys("socket");
+    if ((rc = transport_listen_tcp(addr, 128, &ls->fd)) < 0)
         goto free_ls;
-    }
-    setsockopt(ls->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(ls->fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(ls->fd, 128) < 0) {
-        rc = err_set(FERRY_ESYS, "listen on %s: %s", addr, strerror(errno));
-        goto close_fd;
-    }
     if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, LOOP_READ, on_accept, ls)) < 0)
         goto close_fd;
-    freeaddrinfo(ai);
     *out = ls;
     return 0;
 
@@ -610,8 +624,6 @@ close_fd:
     close(ls->fd);
 free_ls:
     free(ls);
-free_ai:
-    freeaddrinfo(ai);
     return rc;
 }
 

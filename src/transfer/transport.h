@@ -124,4 +124,8 @@ struct transport {
 int transport_split_addr(const char *addr, char *host, size_t host_len, char *port,
                          size_t port_len);
 
+/* A non-blocking TCP socket listening on "HOST:PORT" (numeric; port 0 picks one) into *fd;
+ * FERRY_EINVAL for an address that is not one, FERRY_ESYS when it cannot listen there. */
+int transport_listen_tcp(const char *addr, int backlog, int *fd);
+
 #endif

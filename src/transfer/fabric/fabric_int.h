@@ -132,7 +132,7 @@
     X(av_inserts, COUNTER, "peer addresses resolved (first contact only)")                         \
     X(av_removals, COUNTER, "unused peer addresses dropped to make room (4096 are kept)")          \
     X(connects, COUNTER, "fabric handshakes this node completed")                                  \
-    X(connect_us, COUNTER, "their total time, in microseconds")                                    \
+    X(connect_us, COUNTER, "their total time (_us: microseconds)")                                 \
     X(eager_msgs, COUNTER, "messages that carried object bytes (sent)")                            \
     X(eager_bytes, COUNTER, "object bytes they carried")                                           \
     X(rdv_reads, COUNTER, "one-sided reads issued (rendezvous)")                                   \
