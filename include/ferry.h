@@ -247,7 +247,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(start_time_seconds, GAUGE, "when the daemon started, in seconds since the Unix epoch")       \
     X(release, GAUGE, "the daemon's release: MAJOR * 1000000 + MINOR * 1000 + PATCH")              \
     X(metrics_scrapes, COUNTER, "scrapes of /metrics answered")                                    \
-    X(metrics_refused, COUNTER, "metrics requests refused: malformed, too many at once, too slow")
+    X(metrics_refused, COUNTER, "metrics requests refused: malformed, too many at once, too slow") \
+    X(cluster_node, GAUGE, "1 for a node of a cluster, 0 for a standalone one")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

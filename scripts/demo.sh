@@ -110,12 +110,12 @@ cmp "$dir/in-cluster" "$dir/out-cluster" &&
 echo "== where demo-cluster is"
 node_b where demo-cluster
 echo "== how demo-b reached demo-a: transport, provider, first-contact cost (fabric_connect_us)"
-node_b stat | grep -E '^(peers|fabric_provider|fabric_connects|fabric_connect_us|fabric_registrations|fabric_av_inserts|connections_opened) '
+node_b stat --all | grep -E '^(peers|fabric_provider|fabric_connects|fabric_connect_us|fabric_registrations|fabric_av_inserts|connections_opened) '
 echo "== 1000 more fetches: no new connection, registration or address (the same counters)"
 head -c 4096 /dev/urandom >"$dir/small"
 for i in $(seq 1 1000); do node_a put "small-$i" "$dir/small"; done
 node_b fetch $(seq -f 'small-%g' 1 1000) >/dev/null
-node_b stat | grep -E '^(transfers_in|fabric_connects|fabric_registrations|fabric_av_inserts|connections_opened) '
+node_b stat --all | grep -E '^(transfers_in|fabric_connects|fabric_registrations|fabric_av_inserts|connections_opened) '
 echo "== nodes"
 node_b nodes
 stop_all

@@ -117,6 +117,20 @@ test_scrapes_during_a_fetch() {
     fi
 }
 
+# ferry stat for people on a node of the cluster: every section, b among the peers, and the
+# bytes received with their unit.
+test_stat_for_people() {
+    fy a stat --json >"$DIR/stat.json"
+    expect "stat on a" 0 fy a stat
+    local transports="'transports', "
+    [ "${FERRY_TEST_TRANSPORT:-}" = tcp ] && transports="" # tcp counts nothing of its own
+    ok "stat: every section" pyjson "$DIR/stat.json" "[l.rstrip() for l in open('$OUT')
+        if not l.startswith(' ')][1:] == ['store', 'clients', 'metrics', 'cluster', $transports
+                                          'peers']"
+    ok "stat: b among the peers" grep -q '^  node-b ' "$OUT"
+    ok "stat: the bytes fetched, in MiB" grep -q "objects in (24.0 MiB)" "$OUT"
+}
+
 test_bad_requests() {
     ok "POST: 405" [ "$(scrape a "$DIR/x" /metrics POST | cut -d' ' -f1)" = 405 ]
     ok "another path: 404" [ "$(scrape a "$DIR/x" /other | cut -d' ' -f1)" = 404 ]
@@ -164,6 +178,7 @@ start_metrics_node a || exit 1
 start_metrics_node b || exit 1
 test_refused_before_the_arena
 test_scrapes_during_a_fetch
+test_stat_for_people
 test_bad_requests
 test_connection_bound
 summary

@@ -63,7 +63,10 @@ test_help_and_usage() {
     expect "evict without bytes" 2 fy evict
     expect "evict with a bad suffix" 2 fy evict 12X
     expect "evict with a negative count" 2 fy evict -1
-    expect "evict with junk after the suffix" 2 fy evict 1MB
+    expect "evict with junk after the suffix" 2 fy evict 1MiBs
+    expect "evict with a fraction and no unit" 2 fy evict 1.5
+    expect "evict 1.5G parses (then finds no daemon)" 4 fy evict 1.5G
+    expect "evict 64KiB parses (then finds no daemon)" 4 fy evict 64KiB
     expect "evict beyond 64 bits" 2 fy evict 99999999999999999999
     expect "hash without an id" 2 fy hash
     # A command line error is found before the daemon is asked anything.
@@ -199,11 +202,19 @@ test_stat() {
                                       and k != 'fabric_provider']"
     ok "stat --json: a standalone node has no fabric provider and no peers" \
         pyjson "$DIR/stat.json" "j['fabric_provider'] == '' and j['peers'] == []"
-    expect "stat" 0 fy stat
-    ok "stat prints every field of stat --json" pyjson "$DIR/stat.json" \
+    expect "stat --all" 0 fy stat --all
+    ok "stat --all prints every field of stat --json" pyjson "$DIR/stat.json" \
         "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
-    ok "stat prints no fabric provider and no peers" pyjson "$DIR/stat.json" \
+    ok "stat --all prints no fabric provider and no peers" pyjson "$DIR/stat.json" \
         "[l.split() for l in open('$OUT')][-2:] == [['fabric_provider', '-'], ['peers', '-']]"
+    expect "stat" 0 fy stat
+    ok "stat for people: the release and uptime first" \
+        grep -q "^ferryd $("$BIN/ferryd" --version | cut -d' ' -f2), up [0-9]" "$OUT"
+    ok "stat for people: store and clients, with units" \
+        grep -q '^  arena         64.0 MiB: .* used (.* %), .* free, .* evictable$' "$OUT"
+    ok "stat for people: a standalone node shows no cluster, transports or peers" \
+        pyjson "$DIR/stat.json" \
+        "[l.rstrip() for l in open('$OUT') if not l.startswith(' ')][1:] == ['store', 'clients']"
     expect "stat through \$FERRY_SOCKET, the default socket" 0 \
         env FERRY_SOCKET="$SOCK" "$FERRY" stat
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/size.h"
+
 static void vreport(const char *cmd, int err, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
@@ -129,42 +131,10 @@ int cli_parse_int(const struct cli *cli, const char *what, const char *text, int
     return STATUS_OK;
 }
 
-/* Bits a size suffix shifts by; -1 for a character that is no suffix. */
-static int suffix_shift(char c)
-{
-    switch (c) {
-    case '\0':
-        return 0;
-    case 'K':
-    case 'k':
-        return 10;
-    case 'M':
-    case 'm':
-        return 20;
-    case 'G':
-    case 'g':
-        return 30;
-    default:
-        return -1;
-    }
-}
-
-/* Parses a byte count: decimal digits, then optionally K, M or G (binary multiples). */
+/* Parses a byte count as size_parse does (4096, 64K, 1.5G, 2GiB: binary multiples). */
 int cli_parse_size(const struct cli *cli, const char *text, uint64_t *out)
 {
-    unsigned long long v = 0;
-    int shift = -1;
-    char *end;
-    errno = 0;
-    /* A digit first: strtoull() would take a sign, and wrap a negative number around. */
-    if (text[0] >= '0' && text[0] <= '9') {
-        v = strtoull(text, &end, 10);
-        shift = suffix_shift(*end);
-    }
-    if (errno || shift < 0 || (shift > 0 && end[1] != '\0') || v > UINT64_MAX >> shift)
-        return cli_usage(cli->cmd, "bad byte count '%s'", text);
-    *out = (uint64_t)v << shift;
-    return STATUS_OK;
+    return size_parse(text, out) < 0 ? cli_usage(cli->cmd, "%s", ferry_errmsg()) : STATUS_OK;
 }
 
 /* Connects to the daemon, after parsing id_text into *id unless id_text is NULL: a command
@@ -198,4 +168,20 @@ int cli_start_json(struct cli *cli, int argc, char **argv, ferry_id *id, int *js
     const struct opt opts[] = {{"--json", NULL, json}, {NULL, NULL, NULL}};
     struct params p = {.names = {id ? "ID" : NULL}, .min = id ? 1 : 0};
     return cli_start(cli, argc, argv, opts, &p, id);
+}
+
+/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
+void cli_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
 }

@@ -85,5 +85,10 @@ int cli_start_json(struct cli *cli, int argc, char **argv, ferry_id *id, int *js
 #define CAL_DEFAULT_SIZES "4K,16K,64K,256K,1M,4M,16M"
 #define CAL_DEFAULT_REPS 5
 int cmd_calibrate(struct cli *cli, int argc, char **argv);
+/* stat [--json | --all] (stat.c). */
+int cmd_stat(struct cli *cli, int argc, char **argv);
+
+/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
+void cli_json_string(const char *s);
 
 #endif

@@ -309,33 +309,17 @@ static int cmd_fetch(struct cli *cli, int argc, char **argv)
     return status;
 }
 
-/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
-static void print_json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 /* An array of nodes, one per line. */
 static void print_nodes_json(const ferry_node_info *nodes, size_t n)
 {
     fputs("[", stdout);
     for (size_t i = 0; i < n; i++) {
         fputs(i ? ",\n  {\"id\": " : "\n  {\"id\": ", stdout);
-        print_json_string(nodes[i].id);
+        cli_json_string(nodes[i].id);
         fputs(", \"address\": ", stdout);
-        print_json_string(nodes[i].address);
+        cli_json_string(nodes[i].address);
         fputs(", \"transports\": ", stdout);
-        print_json_string(nodes[i].transports);
+        cli_json_string(nodes[i].transports);
         printf(", \"self\": %s}", nodes[i].self ? "true" : "false");
     }
     fputs(n ? "\n]\n" : "]\n", stdout);
@@ -491,103 +475,6 @@ static int cmd_ls(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
-/* What stat shows: the counters, the fabric's provider ("" without one) and the peers. */
-struct stat_view {
-    ferry_stat *stats; /* every counter, the daemon's table first, then its transports' */
-    size_t n_stats;
-    char provider[32];
-    ferry_peer *peers;
-    size_t n_peers;
-};
-
-/* The peers as a JSON array, one per line. */
-static void print_peers_json(const ferry_peer *peers, size_t n)
-{
-    fputs("[", stdout);
-    for (size_t i = 0; i < n; i++) {
-        fputs(i ? ",\n    {\"node\": " : "\n    {\"node\": ", stdout);
-        print_json_string(peers[i].node);
-        fputs(", \"transport\": ", stdout);
-        print_json_string(peers[i].transport);
-        fputs(", \"provider\": ", stdout);
-        print_json_string(peers[i].provider);
-        fputs(", \"why\": ", stdout);
-        print_json_string(peers[i].why);
-        fputs("}", stdout);
-    }
-    fputs(n ? "\n  ]" : "]", stdout);
-}
-
-/* One object: the counters, then "fabric_provider" and "peers". */
-static void print_stats_json(const struct stat_view *v)
-{
-    fputs("{", stdout);
-    for (size_t i = 0; i < v->n_stats; i++)
-        printf("%s\n  \"%s\": %" PRIu64, i ? "," : "", v->stats[i].name, v->stats[i].value);
-    fputs(",\n  \"fabric_provider\": ", stdout);
-    print_json_string(v->provider);
-    fputs(",\n  \"peers\": ", stdout);
-    print_peers_json(v->peers, v->n_peers);
-    fputs("\n}\n", stdout);
-}
-
-/* The peers section: a "peers" line per peer (node, transport, provider, why, in aligned
- * columns), or one "peers -" when there is none; every line of stat starts with a key of
- * stat --json. */
-static void print_peers_table(const ferry_peer *peers, size_t n)
-{
-    int node_width = 1, provider_width = 1;
-    for (size_t i = 0; i < n; i++) {
-        int node_len = (int)strnlen(peers[i].node, sizeof(peers[i].node));
-        int provider_len = (int)strnlen(peers[i].provider, sizeof(peers[i].provider));
-        node_width = node_len > node_width ? node_len : node_width;
-        provider_width = provider_len > provider_width ? provider_len : provider_width;
-    }
-    if (n == 0)
-        printf("%-26s -\n", "peers");
-    for (size_t i = 0; i < n; i++)
-        printf("%-26s %-*s %-6s %-*s %s\n", "peers", node_width, peers[i].node, peers[i].transport,
-               provider_width, peers[i].provider, peers[i].why);
-}
-
-/* name value lines (the provider "-" when there is none), then the peers section. */
-static void print_stats_table(const struct stat_view *v)
-{
-    for (size_t i = 0; i < v->n_stats; i++)
-        printf("%-26s %" PRIu64 "\n", v->stats[i].name, v->stats[i].value);
-    printf("%-26s %s\n", "fabric_provider", v->provider[0] ? v->provider : "-");
-    print_peers_table(v->peers, v->n_peers);
-}
-
-/* Asks the daemon for everything stat shows; v->peers is to free even on failure. */
-static int stat_fetch(const struct cli *cli, struct stat_view *v)
-{
-    int err = ferry_stats_list(cli->client, &v->stats, &v->n_stats);
-    if (err == FERRY_OK)
-        err = ferry_peers(cli->client, &v->peers, &v->n_peers);
-    if (err == FERRY_OK)
-        err = ferry_fabric_info(cli->client, v->provider);
-    return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
-}
-
-/* stat [--json]: prints the daemon's counters, its fabric provider and its peers. */
-static int cmd_stat(struct cli *cli, int argc, char **argv)
-{
-    int json = 0;
-    int status = cli_start_json(cli, argc, argv, NULL, &json);
-    if (status != STATUS_OK)
-        return status;
-    struct stat_view v = {.stats = NULL, .peers = NULL};
-    status = stat_fetch(cli, &v);
-    if (status == STATUS_OK && json)
-        print_stats_json(&v);
-    else if (status == STATUS_OK)
-        print_stats_table(&v);
-    ferry_free(v.stats);
-    ferry_free(v.peers);
-    return status;
-}
-
 /* eager-max [SIZE|auto]: sets the eager limit of the node's fabric (auto: the provider's
  * default), then prints the limit in effect; without SIZE only prints it. */
 static int cmd_eager_max(struct cli *cli, int argc, char **argv)
@@ -658,7 +545,8 @@ static const struct command {
     {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
     {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm},
     {"ls", "[--json]", "list every object", cmd_ls},
-    {"stat", "[--json]", "print the daemon's counters, fabric and peers", cmd_stat},
+    {"stat", "[--json | --all]", "print the daemon's counters, grouped (--all: every one)",
+     cmd_stat},
     {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) freed", cmd_evict},
     {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash},
     {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",

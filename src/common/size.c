@@ -3,34 +3,57 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/err.h"
 
-int size_parse(const char *text, uint64_t *out)
+/* The shift of a unit suffix: K, M, G, T (either case), alone or followed by B or iB; 0 for
+ * none, -1 for anything else. */
+static int suffix_shift(const char *end)
 {
     static const char suffixes[] = "KMGT";
-    unsigned long long v;
+    const char *u = strchr(suffixes, *end >= 'a' ? *end - 32 : *end);
+
+    if (!*end)
+        return 0;
+    if (!u || !*u)
+        return -1;
+    if (end[1] && strcmp(end + 1, "B") != 0 && strcmp(end + 1, "iB") != 0 &&
+        strcmp(end + 1, "b") != 0)
+        return -1;
+    return 10 * (int)(u - suffixes + 1);
+}
+
+int size_parse(const char *text, uint64_t *out)
+{
+    unsigned long long v, frac = 0, scale = 1;
     char *end;
-    int shift = 0;
+    int shift;
 
     if (!text || *text < '0' || *text > '9')
-        return err_set(FERRY_EINVAL, "size '%s': expected a number like 4096, 64K or 2G",
+        return err_set(FERRY_EINVAL, "size '%s': expected a number like 4096, 64K, 1.5G or 2GiB",
                        text ? text : "");
     errno = 0;
     v = strtoull(text, &end, 10);
     if (errno)
         return err_set(FERRY_EINVAL, "size '%s' out of range", text);
-    if (*end) {
-        for (int i = 0; suffixes[i]; i++) {
-            if (*end == suffixes[i] || *end == suffixes[i] + 32)
-                shift = 10 * (i + 1);
+    if (*end == '.') { /* a fraction of a unit: up to 9 digits count */
+        for (end++; *end >= '0' && *end <= '9'; end++) {
+            if (scale < 1000000000ull) {
+                frac = frac * 10 + (unsigned long long)(*end - '0');
+                scale *= 10;
+            }
         }
-        if (!shift || (end[1] && !((end[1] == 'B' || end[1] == 'b') && !end[2])))
-            return err_set(FERRY_EINVAL, "size '%s': unknown suffix '%s'", text, end);
     }
-    if (shift && v > (UINT64_MAX >> shift))
+    if ((shift = suffix_shift(end)) < 0)
+        return err_set(FERRY_EINVAL, "size '%s': unknown suffix '%s' (K, M, G, T; KiB, ...)", text,
+                       end);
+    if (scale > 1 && !shift)
+        return err_set(FERRY_EINVAL, "size '%s': a fraction needs a unit (1.5K)", text);
+    uint64_t part = (uint64_t)(((unsigned __int128)frac << shift) / scale); /* < 1 << shift */
+    if (v > (UINT64_MAX >> shift) || (v << shift) > UINT64_MAX - part)
         return err_set(FERRY_EINVAL, "size '%s' out of range", text);
-    *out = (uint64_t)v << shift;
+    *out = ((uint64_t)v << shift) + part;
     return 0;
 }
 

@@ -47,6 +47,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->evictable_bytes = st->evictable_bytes;
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
+    out->cluster_node = srv->dir != NULL;
     if (srv->metrics) {
         out->metrics_scrapes = metrics_counters(srv->metrics)->scrapes;
         out->metrics_refused = metrics_counters(srv->metrics)->refused;
