@@ -191,7 +191,7 @@ static void print_transports(const struct stat_view *v)
         return;
     printf("transports\n");
     if (v->provider[0])
-        printf("  %-13s %s, eager up to %s\n", "fabric", v->provider, sz(val(v, "eager_max"), a));
+        printf("  %-13s %s, eager up to %s\n", "provider", v->provider, sz(val(v, "eager_max"), a));
     for (size_t i = 0; i < v->n_stats; i++) {
         const char *name = v->stats[i].name, *us = strchr(name, '_');
         if (!us || !transport_counter(name))
@@ -204,6 +204,8 @@ static void print_transports(const struct stat_view *v)
         size_t l = strlen(us + 1);
         if (l > 6 && strcmp(us + 1 + l - 6, "_bytes") == 0)
             printf("    %-24s %s\n", us + 1, sz(v->stats[i].value, a));
+        else if (l > 3 && strcmp(us + 1 + l - 3, "_us") == 0)
+            printf("    %-24s %.1f ms\n", us + 1, (double)v->stats[i].value / 1000);
         else
             printf("    %-24s %" PRIu64 "\n", us + 1, v->stats[i].value);
     }
