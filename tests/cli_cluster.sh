@@ -175,8 +175,8 @@ test_stat() {
           'directory_cleaned'} <= set(j)"
     ok "b counted its transfers and is connected to the directory" pyjson "$DIR/stat.json" \
         "j['transfers_in'] >= 5 and j['bytes_in'] >= 300000 and j['directory_up'] == 1"
-    expect "stat" 0 fy b stat
-    ok "stat prints every field of stat --json" pyjson "$DIR/stat.json" \
+    expect "stat --all" 0 fy b stat --all
+    ok "stat --all prints every field of stat --json" pyjson "$DIR/stat.json" \
         "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
 }
 
