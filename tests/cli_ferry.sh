@@ -255,17 +255,62 @@ test_evict() {
     local before after freed
     before=$(stat_field used_bytes)
     expect "evict 1K" 0 fy evict 1K
-    freed=$(cat "$OUT")
+    ok "evict says what it did" grep -Eq '^evicted [1-9][0-9]* objects?, [0-9.]+ [KMG]?i?B \([0-9]+ bytes\)$' "$OUT"
+    freed=$(evicted_bytes)
     ok "evict 1K frees at least 1 KiB" test "$freed" -ge 1024
     expect "evict 64M" 0 fy evict 64M
-    freed=$((freed + $(cat "$OUT")))
+    freed=$((freed + $(evicted_bytes)))
     after=$(stat_field used_bytes)
     ok "evict lowers used_bytes by what it freed" test "$after" -lt "$before" -a \
         "$((before - after))" -ge "$freed"
     ok "evict counts evicted objects" test "$(stat_field evicted_objects)" -gt 0
     expect_answer "an evicted object is gone" 1 fy contains alpha
     expect "evict with nothing left" 0 fy evict 1G
-    ok "evict with nothing left frees nothing" stdout_is 0
+    ok "evict with nothing left frees nothing" stdout_is "evicted 0 objects, 0 B (0 bytes)"
+}
+
+# The bytes in evict's "(N bytes)".
+evicted_bytes() { sed -n 's/.*(\([0-9]*\) bytes)$/\1/p' "$OUT"; }
+
+# help, did-you-mean, options anywhere and as --opt=value, get --meta, id, and messages that
+# name the path or id and the next step.
+test_command_line() {
+    expect "help" 0 fy help
+    ok "help is the usage" grep -q '^Usage: ferry' "$OUT"
+    expect "help get" 0 fy help get
+    ok "help get tells get's options" grep -q -- '--meta' "$OUT"
+    expect "get --help" 0 fy get --help
+    ok "get --help is help get" grep -q '^Usage: ferry \[--socket PATH\] get ID' "$OUT"
+    expect "help of an unknown command" 2 fy help frob
+    expect "a near miss of a command" 2 fy stats
+    ok "did you mean stat" grep -q "did you mean 'stat'" "$ERR"
+    expect "a near miss of an option" 2 fy ls --jsno
+    ok "did you mean --json" grep -q "did you mean --json" "$ERR"
+    expect "--socket after the command" 0 "$FERRY" contains alpha --socket "$SOCK"
+    expect "--socket=PATH" 0 "$FERRY" --socket="$SOCK" contains alpha
+    expect "--timeout=0" 0 fy get alpha --timeout=0 -o "$DIR/eq.out"
+    ok "--opt=value round trip" cmp -s "$DIR/a.bin" "$DIR/eq.out"
+    expect "a flag with a value" 2 fy ls --json=yes
+    expect "get --meta" 0 fy get delta --meta
+    ok "get --meta prints the metadata" stdout_is "hello world"
+    expect "id of a name" 0 fy id abc
+    ok "id is the name's SHA-1" stdout_is a9993e364706816aba3e25717850c26c9cd0d89d
+    expect "put of an existing id" 5 fy put alpha "$DIR/c.bin"
+    ok "it names the id and says rm it first" \
+        grep -q "$("$FERRY" id alpha).*rm it first" "$ERR"
+    expect "a socket path that is a directory" 4 "$FERRY" --socket "$DIR" stat
+    ok "it says so" grep -q "$DIR: a directory, not a socket" "$ERR"
+    expect "a socket in a missing directory" 4 "$FERRY" --socket "$DIR/none/f.sock" stat
+    ok "it names the directory" grep -q "the directory $DIR/none does not exist" "$ERR"
+    if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+        chmod 755 "$DIR"
+        expect "a socket whose mode denies the user" 4 setpriv --reuid=65534 --regid=65534 \
+            --clear-groups "$FERRY" --socket "$SOCK" stat
+        ok "it names the mode and the way out" grep -q "mode 0600, .*--socket-mode" "$ERR"
+    fi
+    head -c 3000000 /dev/urandom >"$DIR/stream.bin"
+    expect "put - of 3 MB through a pipe" 0 put_pipe streamed "$DIR/stream.bin"
+    ok "the stream round trips" cmp -s "$DIR/stream.bin" <(fy get streamed)
 }
 
 main() {
@@ -283,6 +328,7 @@ main() {
     test_eager_max
     test_get_waits
     test_hash
+    test_command_line
     test_evict
     summary
 }

@@ -75,13 +75,71 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     return STATUS_USAGE;
 }
 
-static const struct opt *find_opt(const struct opt *opts, const char *word)
+/* The edit distance of a and b (insertions, deletions, substitutions, swaps of neighbours),
+ * for words of up to 31 characters; 99 beyond. */
+static int distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    int d[32][32];
+
+    if (la > 31 || lb > 31)
+        return 99;
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            int v = sub < del ? sub : del;
+            v = v < ins ? v : ins;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+const char *cli_nearest(const char *word, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    int best_d = 3; /* at most 2 edits, and fewer than a third of the word */
+
+    for (size_t i = 0; i < n; i++) {
+        int d = distance(word, names[i]);
+        if (d < best_d && (size_t)d * 3 < strlen(names[i]) + 1) {
+            best = names[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+static const struct opt *find_opt(const struct opt *opts, const char *word, size_t len)
 {
     for (; opts && opts->name; opts++) {
-        if (strcmp(opts->name, word) == 0)
+        if (strlen(opts->name) == len && strncmp(opts->name, word, len) == 0)
             return opts;
     }
     return NULL;
+}
+
+static int unknown_opt(const char *cmd, const struct opt *opts, const char *word, size_t len)
+{
+    const char *names[16];
+    char name[64];
+    size_t n = 0;
+
+    snprintf(name, sizeof(name), "%.*s", (int)len, word);
+    for (; opts && opts->name && n < 16; opts++)
+        names[n++] = opts->name;
+    const char *near = cli_nearest(name, names, n);
+    if (near)
+        return cli_usage(cmd, "unknown option '%s' (did you mean %s?)", name, near);
+    return cli_usage(cmd, "unknown option '%s' (see ferry help %s)", name, cmd ? cmd : "");
 }
 
 /* Sorts argv into opts (may be NULL) and p. "-" alone is a positional argument, and so is
@@ -96,11 +154,17 @@ int cli_parse_args(const char *cmd, int argc, char **argv, const struct opt *opt
         if (!options_done && strcmp(word, "--") == 0) {
             options_done = 1;
         } else if (!options_done && word[0] == '-' && word[1] != '\0') {
-            const struct opt *o = find_opt(opts, word);
+            const char *eq = word[1] == '-' ? strchr(word, '=') : NULL; /* --opt=value */
+            size_t len = eq ? (size_t)(eq - word) : strlen(word);
+            const struct opt *o = find_opt(opts, word, len);
             if (!o)
-                return cli_usage(cmd, "unknown option '%s'", word);
+                return unknown_opt(cmd, opts, word, len);
+            if (o->flag && eq)
+                return cli_usage(cmd, "option %s takes no value", o->name);
             if (o->flag)
                 *o->flag = 1;
+            else if (eq)
+                *o->value = eq + 1;
             else if (++i < argc)
                 *o->value = argv[i];
             else

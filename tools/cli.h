@@ -88,6 +88,9 @@ int cmd_calibrate(struct cli *cli, int argc, char **argv);
 /* stat [--json | --all] (stat.c). */
 int cmd_stat(struct cli *cli, int argc, char **argv);
 
+/* The name in names[0..n) nearest to word, when it is a likely misspelling of it; or NULL. */
+const char *cli_nearest(const char *word, const char *const *names, size_t n);
+
 /* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
 void cli_json_string(const char *s);
 

@@ -6,6 +6,7 @@
  * and ends with a status that scripts can test: see enum status. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -19,10 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/size.h"
+
 /* Largest single read() or write(): Linux moves at most about 2 GiB per call anyway. */
 #define IO_CHUNK ((size_t)1 << 30)
-/* First buffer size for input of unknown size; it doubles as needed. */
-#define STREAM_START ((size_t)64 << 10)
+/* Step in which input of unknown size is spooled to a temporary file. */
+#define STREAM_CHUNK (1 << 20)
 /* How long fetch and get --fetch wait without --timeout (ms): -1 could hang a script. */
 #define FETCH_TIMEOUT_MS 10000
 
@@ -82,13 +85,24 @@ static int fill_object(const struct cli *cli, int fd, const char *name, uint8_t 
 /* Stores size bytes of a regular file: the object is created at that size and the file is
  * read straight into it, with no copy in this process. It is aborted when the file cannot be
  * read in full, so that no truncated object is ever sealed. */
+/* A failed create, with the id and the next step when the id is taken. */
+static int create_failed(const struct cli *cli, const ferry_id *id, int err)
+{
+    char text[2 * FERRY_ID_SIZE + 1];
+
+    if (err != FERRY_EEXIST)
+        return cli_fail(cli, err);
+    ferry_id_format(id, text);
+    return cli_report(cli, err, "%s: %s (ferry rm it first)", text, ferry_errmsg());
+}
+
 static int put_sized(struct cli *cli, const ferry_id *id, int fd, const char *name, uint64_t size,
                      const char *meta)
 {
     uint8_t *data;
     int err = ferry_create(cli->client, id, size, meta, meta_size(meta), &data);
     if (err != FERRY_OK)
-        return cli_fail(cli, err);
+        return create_failed(cli, id, err);
     int status = fill_object(cli, fd, name, data, size);
     if (status == STATUS_OK && (err = ferry_seal(cli->client, id)) != FERRY_OK)
         status = cli_fail(cli, err);
@@ -101,42 +115,33 @@ static int put_sized(struct cli *cli, const ferry_id *id, int fd, const char *na
     return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
 }
 
-/* Reads fd to its end into a growing buffer (*buf, *len; *buf to free even on failure): for
- * input of unknown size such as a pipe. */
-static int read_stream(const struct cli *cli, int fd, const char *name, uint8_t **buf, size_t *len)
-{
-    size_t cap = 0;
-    for (;;) {
-        if (*len == cap) {
-            size_t grown_cap = cap ? 2 * cap : STREAM_START;
-            uint8_t *grown = grown_cap > cap ? realloc(*buf, grown_cap) : NULL;
-            if (!grown)
-                return cli_report(cli, FERRY_ENOMEM, "read %s: no memory for %zu bytes", name,
-                                  grown_cap);
-            *buf = grown;
-            cap = grown_cap;
-        }
-        uint64_t got;
-        if (read_full(fd, *buf + *len, cap - *len, &got) < 0)
-            return cli_fail_io(cli, "read", name);
-        *len += (size_t)got;
-        if (*len < cap)
-            return STATUS_OK;
-    }
-}
-
-/* Stores input of unknown size: read whole first, then put. */
+/* Stores input of unknown size (a pipe): it is spooled to an unnamed file in $TMPDIR (else
+ * /tmp) in 1 MiB steps, then stored from there, so that this process never holds all of it. */
 static int put_stream(struct cli *cli, const ferry_id *id, int fd, const char *name,
                       const char *meta)
 {
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int status = read_stream(cli, fd, name, &buf, &len);
-    if (status == STATUS_OK) {
-        int err = ferry_put(cli->client, id, buf, len, meta, meta_size(meta));
-        status = err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
+    const char *dir = getenv("TMPDIR");
+    int tmp = open(dir && *dir ? dir : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (tmp < 0)
+        return cli_fail_io(cli, "spool to a temporary file in", dir && *dir ? dir : "/tmp");
+    uint8_t *buf = malloc(STREAM_CHUNK);
+    uint64_t got = 0, total = 0;
+    int status = buf ? STATUS_OK : cli_report(cli, FERRY_ENOMEM, "a %d-byte buffer", STREAM_CHUNK);
+    while (status == STATUS_OK) {
+        if (read_full(fd, buf, STREAM_CHUNK, &got) < 0)
+            status = cli_fail_io(cli, "read", name);
+        else if (got && write_all(tmp, buf, got) < 0)
+            status = cli_fail_io(cli, "spool", name);
+        total += got;
+        if (got < STREAM_CHUNK)
+            break;
     }
     free(buf);
+    if (status == STATUS_OK && lseek(tmp, 0, SEEK_SET) < 0)
+        status = cli_fail_io(cli, "seek", "the spool file");
+    if (status == STATUS_OK)
+        status = put_sized(cli, id, tmp, name, total, meta);
+    close(tmp);
     return status;
 }
 
@@ -199,10 +204,11 @@ static int write_object(const struct cli *cli, const char *path, const uint8_t *
 static int cmd_get(struct cli *cli, int argc, char **argv)
 {
     const char *out = NULL, *timeout = NULL;
-    int fetch = 0;
+    int fetch = 0, meta = 0;
     const struct opt opts[] = {{"-o", &out, NULL},
                                {"--timeout", &timeout, NULL},
                                {"--fetch", NULL, &fetch},
+                               {"--meta", NULL, &meta},
                                {NULL, NULL, NULL}};
     struct params p = {.names = {"ID"}, .min = 1};
     int64_t timeout_ms = 0;
@@ -221,7 +227,8 @@ static int cmd_get(struct cli *cli, int argc, char **argv)
                     : ferry_get(cli->client, &id, 1, timeout_ms, &buf);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
-    status = write_object(cli, out, buf.data, buf.data_size);
+    status = meta ? write_object(cli, out, buf.metadata, buf.metadata_size)
+                  : write_object(cli, out, buf.data, buf.data_size);
     err = ferry_release(cli->client, &id);
     return status == STATUS_OK && err != FERRY_OK ? cli_fail(cli, err) : status;
 }
@@ -499,7 +506,7 @@ static int cmd_eager_max(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
-/* evict BYTES: evicts unreferenced objects, oldest first, and prints the bytes freed. */
+/* evict BYTES: evicts unreferenced objects, oldest first, and says how many and how much. */
 static int cmd_evict(struct cli *cli, int argc, char **argv)
 {
     struct params p = {.names = {"BYTES"}, .min = 1};
@@ -511,10 +518,18 @@ static int cmd_evict(struct cli *cli, int argc, char **argv)
         status = cli_open(cli, NULL, NULL);
     if (status != STATUS_OK)
         return status;
-    int err = ferry_evict(cli->client, bytes, &freed);
+    ferry_stats before, after;
+    int err = ferry_stats_get(cli->client, &before);
+    if (err == FERRY_OK)
+        err = ferry_evict(cli->client, bytes, &freed);
+    if (err == FERRY_OK)
+        err = ferry_stats_get(cli->client, &after);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
-    printf("%" PRIu64 "\n", freed);
+    char size[SIZE_FORMAT_LEN];
+    uint64_t n = after.evicted_objects - before.evicted_objects; /* others' evictions count too */
+    printf("evicted %" PRIu64 " object%s, %s (%" PRIu64 " bytes)\n", n, n == 1 ? "" : "s",
+           size_format(freed, size, sizeof(size)), freed);
     return STATUS_OK;
 }
 
@@ -534,58 +549,106 @@ static int cmd_hash(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
+/* id NAME: prints the id NAME stands for (itself when it is 40 hex digits). */
+static int cmd_id(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"NAME"}, .min = 1};
+    ferry_id id;
+    char text[2 * FERRY_ID_SIZE + 1];
+    int status = cli_parse_args(cli->cmd, argc, argv, NULL, &p);
+    if (status != STATUS_OK)
+        return status;
+    if (ferry_id_parse(p.value[0], &id) != FERRY_OK)
+        return cli_fail(cli, FERRY_EINVAL);
+    ferry_id_format(&id, text);
+    printf("%s\n", text);
+    return STATUS_OK;
+}
+
 static const struct command {
     const char *name;
     const char *args; /* for the usage text */
     const char *summary;
     int (*run)(struct cli *cli, int argc, char **argv);
+    const char *help; /* more for ferry help CMD, or NULL */
 } commands[] = {
-    {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put},
-    {"get", "ID [-o FILE] [--timeout MS] [--fetch]", "write ID to FILE or stdout", cmd_get},
-    {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains},
-    {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm},
-    {"ls", "[--json]", "list every object", cmd_ls},
+    {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put,
+     "--meta STRING stores STRING as the object's metadata. An ID that exists is refused:\n"
+     "rm it first. From stdin (- or no FILE) the bytes are read to the end, then stored.\n"},
+    {"get", "ID [-o FILE] [--timeout MS] [--fetch] [--meta]", "write ID to FILE or stdout", cmd_get,
+     "--meta writes the object's metadata instead of its data.\n"
+     "MS: 0 polls (the default), -1 waits on. --fetch pulls ID from another node when it is not\n"
+     "local, waiting up to MS (default 10000) for an ID that no node holds yet.\n"},
+    {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains,
+     "Prints true or false; the exit status says the same (0, 1), for scripts.\n"},
+    {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm,
+     "Deletes this node's copy; --cluster deletes every node's (through the directory).\n"
+     "An object a reader still holds goes when the last reader lets go.\n"},
+    {"ls", "[--json]", "list every object", cmd_ls,
+     "One line per object: id, data and metadata sizes, state, references, age.\n"
+     "--json prints one array, for scripts.\n"},
     {"stat", "[--json | --all]", "print the daemon's counters, grouped (--all: every one)",
-     cmd_stat},
-    {"evict", "BYTES", "evict unused objects until BYTES (K, M, G) freed", cmd_evict},
-    {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash},
+     cmd_stat,
+     "Grouped for people: the release and uptime, the store, clients, and for a node of a\n"
+     "cluster its directory, transfers, transports and peers. --all prints every counter as\n"
+     "NAME VALUE lines; --json one object with every counter, stable for scripts.\n"},
+    {"evict", "BYTES", "evict unused objects until BYTES (64K, 1.5G, 2GiB) freed", cmd_evict,
+     "Evicts sealed objects nobody holds, oldest first, and says how many and how much.\n"},
+    {"id", "NAME", "print the id NAME stands for", cmd_id,
+     "An ID of 40 hex digits is itself; any other NAME stands for its SHA-1.\n"},
+    {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash,
+     "The digest is XXH3-64 of the data, then the metadata, in 16 hex digits.\n"},
     {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
-     cmd_fetch},
-    {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes},
-    {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where},
-    {"eager-max", "[SIZE|auto]", "set the fabric's eager limit (K, M, G); print it", cmd_eager_max},
+     cmd_fetch,
+     "Waits up to MS (default 10000; -1 on, 0 not at all) for an ID that no node holds yet.\n"
+     "Prints nothing on success and a line per failed ID.\n"},
+    {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes,
+     "From the cluster's directory: each live node's id, transfer address and transports.\n"},
+    {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where,
+     "From the cluster's directory; exit status 1 when no live node holds ID.\n"},
+    {"eager-max", "[SIZE|auto]", "set the fabric's eager limit (K, M, G); print it", cmd_eager_max,
+     "Objects up to SIZE are pulled as messages, larger ones by one-sided reads; auto is the\n"
+     "provider's default. A standalone node has none to set (status 6).\n"},
     {"calibrate", "--serve | --from NODE [OPTIONS]", "measure where one-sided reads pay",
-     cmd_calibrate},
+     cmd_calibrate,
+     "calibrate --serve [--sizes LIST]: puts probe objects (ferry-calibrate/SIZE/I) on this\n"
+     "node. calibrate --from NODE [--sizes LIST] [--reps N] [--save FILE] [--apply]\n"
+     "[--peer-socket PATH]: pulls them from NODE over the fabric as messages (eager) and by\n"
+     "one-sided reads (rendezvous), N times each per size (default " CAL_DEFAULT_SIZES ",\n"
+     "5), prints the median MiB/s and the crossover (the smallest size from which rendezvous\n"
+     "is at least as fast there and at every larger size), and restores the eager limit,\n"
+     "or with --apply sets it to the crossover; --save writes the crossover to FILE (for\n"
+     "ferryd --eager-max @FILE); --peer-socket does NODE's --serve through its socket\n"
+     "first. Other pulls of this node meanwhile run with the limits calibrate sets. A NODE\n"
+     "reached over tcp has nothing to calibrate (status 5).\n"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
+static const char exit_statuses[] =
+    "Exit status: 0 ok, 1 not found or timed out (where: no node holds ID), 2 usage error,\n"
+    "3 no space or too big, 4 daemon or cluster directory unreachable, 5 any other failure\n"
+    "(a failed transfer), 6 a cluster command on a standalone node (no --directory).";
+
 static void print_usage(void)
 {
-    puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n       ferry --help | --version\n\n"
-         "Commands:");
+    puts("Usage: ferry [--socket PATH] COMMAND [ARGS]\n       ferry help [COMMAND] | --help | "
+         "--version\n\nCommands:");
     for (size_t i = 0; i < N_COMMANDS; i++)
         printf("  %-9s %-36s %s\n", commands[i].name, commands[i].args, commands[i].summary);
     puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
-         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ".");
-    printf("MS: 0 polls, -1 waits on. get waits 0 ms unless told; fetch and get --fetch (which\n"
-           "pulls ID from another node when it is not local) wait %d ms for an ID that no\n"
-           "node holds yet. fetch prints nothing on success and a line per failed ID.\n",
-           FETCH_TIMEOUT_MS);
-    puts("eager-max: objects up to SIZE are pulled as messages, larger ones by one-sided\n"
-         "reads; auto is the provider's default. A standalone node has none to set (status 6).");
-    puts("calibrate --serve [--sizes LIST]: puts probe objects (ferry-calibrate/SIZE/I) on this\n"
-         "node. calibrate --from NODE [--sizes LIST] [--reps N] [--save FILE] [--apply]\n"
-         "[--peer-socket PATH]: pulls them from NODE over the fabric as messages (eager) and by\n"
-         "one-sided reads (rendezvous), N times each per size (default " CAL_DEFAULT_SIZES ",\n"
-         "5), prints the median MiB/s and the crossover (the smallest size from which rendezvous\n"
-         "is at least as fast there and at every larger size), and restores the eager limit,\n"
-         "or with --apply sets it to the crossover; --save writes the crossover to FILE (for\n"
-         "ferryd --eager-max @FILE); --peer-socket does NODE's --serve through its socket\n"
-         "first. Other pulls of this node meanwhile run with the limits calibrate sets. A NODE\n"
-         "reached over tcp has nothing to calibrate (status 5).");
-    puts("Exit status: 0 ok, 1 not found or timed out (where: no node holds ID), 2 usage error,\n"
-         "3 no space or too big, 4 daemon or cluster directory unreachable, 5 any other failure\n"
-         "(a failed transfer), 6 a cluster command on a standalone node (no --directory).");
+         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET "; --socket may come\n"
+         "before or after the command, and any option as --opt=value.\n"
+         "Sizes: 4096, 64K, 1.5G, 2GiB (powers of 1024). ferry help COMMAND tells more.");
+    puts(exit_statuses);
+}
+
+static void print_command_help(const struct command *c)
+{
+    printf("Usage: ferry [--socket PATH] %s %s\n\n%c%s.\n", c->name, c->args,
+           toupper((unsigned char)c->summary[0]), c->summary + 1);
+    if (c->help)
+        printf("\n%s", c->help);
+    printf("\n%s\n", exit_statuses);
 }
 
 static const struct command *find_command(const char *name)
@@ -597,6 +660,38 @@ static const struct command *find_command(const char *name)
     return NULL;
 }
 
+/* An unknown command, with the nearest known one when it is near. */
+static int unknown_command(const char *name)
+{
+    const char *names[N_COMMANDS + 1];
+
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        names[i] = commands[i].name;
+    names[N_COMMANDS] = "help";
+    const char *near = cli_nearest(name, names, N_COMMANDS + 1);
+    if (near)
+        return cli_usage(name, "unknown command (did you mean '%s'? see ferry help)", near);
+    return cli_usage(name, "unknown command (see ferry help)");
+}
+
+/* help [COMMAND] */
+static int cmd_help(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"COMMAND"}, .min = 0};
+    int status = cli_parse_args(cli->cmd, argc, argv, NULL, &p);
+    if (status != STATUS_OK)
+        return status;
+    if (!p.value[0]) {
+        print_usage();
+        return STATUS_OK;
+    }
+    const struct command *c = find_command(p.value[0]);
+    if (!c)
+        return unknown_command(p.value[0]);
+    print_command_help(c);
+    return STATUS_OK;
+}
+
 /* Output goes through stdio's buffer, so a failure to write it may show only at the flush.
  * It is reported only when nothing else was, to keep to one line on stderr. */
 static int flush_stdout(const struct cli *cli, int status)
@@ -606,32 +701,66 @@ static int flush_stdout(const struct cli *cli, int status)
     return status == STATUS_OK ? cli_fail_io(cli, "write", "stdout") : status;
 }
 
+/* Takes the global options out of argv wherever they are (before "--"): --socket PATH or
+ * --socket=PATH, --help and -h (then *help is set), --version (*version). argv keeps the rest,
+ * in order; returns their count, or -1 after reporting a usage error. */
+static int take_globals(struct cli *cli, int argc, char **argv, int *help, int *version)
+{
+    int n = 0, done = 0;
+
+    for (int i = 0; i < argc; i++) {
+        const char *w = argv[i];
+        if (!done && strcmp(w, "--") == 0)
+            done = 1;
+        if (done) {
+            argv[n++] = argv[i];
+        } else if (strcmp(w, "--socket") == 0) {
+            if (++i == argc)
+                return cli_usage(NULL, "option --socket needs a value"), -1;
+            cli->socket = argv[i];
+        } else if (strncmp(w, "--socket=", 9) == 0) {
+            cli->socket = w + 9;
+        } else if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0) {
+            *help = 1;
+        } else if (strcmp(w, "--version") == 0) {
+            *version = 1;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     struct cli cli = {.socket = NULL};
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            print_usage();
-            return flush_stdout(&cli, STATUS_OK);
-        }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("ferry %s\n", ferry_version());
-            return flush_stdout(&cli, STATUS_OK);
-        }
-        if (strcmp(argv[i], "--socket") != 0)
-            return cli_usage(NULL, "unknown option '%s' (see ferry --help)", argv[i]);
-        if (++i == argc)
-            return cli_usage(NULL, "option --socket needs a value");
-        cli.socket = argv[i];
+    int help = 0, version = 0;
+    int n = take_globals(&cli, argc - 1, argv + 1, &help, &version);
+    char **args = argv + 1;
+    if (n < 0)
+        return STATUS_USAGE;
+    if (version) {
+        printf("ferry %s\n", ferry_version());
+        return flush_stdout(&cli, STATUS_OK);
     }
-    if (i == argc)
-        return cli_usage(NULL, "missing COMMAND (see ferry --help)");
-    const struct command *command = find_command(argv[i]);
+    if (n > 0 && args[0][0] == '-')
+        return cli_usage(NULL, "unknown option '%s' (see ferry help)", args[0]);
+    if (n == 0 && !help)
+        return cli_usage(NULL, "missing COMMAND (see ferry help)");
+    if (n == 0 || strcmp(args[0], "help") == 0) {
+        cli.cmd = "help";
+        int status = help && n == 0 ? (print_usage(), STATUS_OK) : cmd_help(&cli, n - 1, args + 1);
+        return flush_stdout(&cli, status);
+    }
+    const struct command *command = find_command(args[0]);
     if (!command)
-        return cli_usage(argv[i], "unknown command (see ferry --help)");
-    cli.cmd = argv[i];
-    int status = command->run(&cli, argc - i - 1, argv + i + 1);
+        return unknown_command(args[0]);
+    cli.cmd = args[0];
+    if (help) {
+        print_command_help(command);
+        return flush_stdout(&cli, STATUS_OK);
+    }
+    int status = command->run(&cli, n - 1, args + 1);
     ferry_disconnect(cli.client);
     return flush_stdout(&cli, status);
 }

@@ -1,6 +1,7 @@
 #include "common/usock.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +21,40 @@ static int make_addr(const char *path, struct sockaddr_un *sa)
     return 0;
 }
 
+/* Why connecting to path failed with err, and what to do, for people. */
+static int connect_failed(const char *path, int err)
+{
+    struct stat st;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *slash = strrchr(path, '/');
+
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (err == ENOENT && stat(dir[0] ? dir : "/", &st) < 0)
+        return err_set(FERRY_ECONN, "no ferryd at %s: the directory %s does not exist", path, dir);
+    if (err == ENOENT)
+        return err_set(FERRY_ECONN,
+                       "no ferryd at %s: no such socket (is ferryd running, with "
+                       "--socket %s?)",
+                       path, path);
+    if (err == ECONNREFUSED && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return err_set(FERRY_ECONN,
+                       "no ferryd at %s: a directory, not a socket (ferryd --socket "
+                       "%s/ferry.sock?)",
+                       path, path);
+    if (err == ECONNREFUSED && stat(path, &st) == 0 && !S_ISSOCK(st.st_mode))
+        return err_set(FERRY_ECONN, "no ferryd at %s: not a socket", path);
+    if (err == ECONNREFUSED)
+        return err_set(FERRY_ECONN, "no ferryd at %s: nothing listens (a stopped ferryd's socket)",
+                       path);
+    if (err == EACCES && stat(path, &st) == 0)
+        return err_set(FERRY_ECONN,
+                       "no access to %s: mode %04o, owner uid %u, group %u; you are "
+                       "uid %u (ferryd --socket-mode 0660 shares it with the group)",
+                       path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+                       (unsigned)st.st_gid, (unsigned)geteuid());
+    return err_set(FERRY_ECONN, "no ferryd at %s: %s", path, strerror(err));
+}
+
 int usock_connect(const char *path, int *fd_out)
 {
     struct sockaddr_un sa;
@@ -33,7 +68,7 @@ int usock_connect(const char *path, int *fd_out)
     while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa))) < 0 && errno == EINTR)
         ;
     if (rc < 0) {
-        rc = err_set(FERRY_ECONN, "no ferryd at %s: %s", path, strerror(errno));
+        rc = connect_failed(path, errno);
         close(fd);
         return rc;
     }

@@ -220,7 +220,7 @@ int session_own_unsealed(struct session *ss, const ferry_id *id, struct object *
     if (!o)
         return session_not_found(id, "object");
     if (o->state == FERRY_STATE_SEALED)
-        return err_set(FERRY_EPERM, "the object is sealed already");
+        return err_set(FERRY_EPERM, "the object is already sealed");
     if (o->creator != ss)
         return err_set(FERRY_EPERM, "the object belongs to another client");
     *out = o;
