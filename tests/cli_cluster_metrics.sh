@@ -131,6 +131,40 @@ test_stat_for_people() {
     ok "stat: the bytes fetched, in MiB" grep -q "objects in (24.0 MiB)" "$OUT"
 }
 
+# --verbose --log-format json: every record one JSON object; a record per request and per
+# object received, at most LOG_LIMIT_PER_SECOND (50) a second of each kind, and what was left
+# out counted in a record before the next of its kind: logged and left out add up to all.
+test_verbose_json_logs() {
+    local port
+    port=$(free_port) || return
+    start_node c --node-id node-c --listen "127.0.0.1:$port" \
+        --directory "redis://127.0.0.1:$REDIS_PORT" --verbose --log-format json || return
+    expect "fetch on c" 0 fy c fetch metrics-obj1 metrics-obj2
+    python3 - "$FERRY" "$DIR/c.sock" <<'EOF2'
+import subprocess, sys
+for i in range(300):
+    subprocess.run([sys.argv[1], "--socket", sys.argv[2], "contains", "metrics-obj1"],
+                   capture_output=True, timeout=10)
+EOF2
+    sleep 1.2
+    fy c contains metrics-obj2 >/dev/null
+    ok "c's log is JSON, with requests, transfers and the rate limit" python3 - "$DIR/c.log" <<'EOF2'
+import collections, json, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+msgs = [r["msg"] for r in recs]
+per_second = collections.Counter(r["time"][:19] for r in recs if ": CONTAINS " in r["msg"])
+logged = sum(": CONTAINS " in m for m in msgs)
+left_out = sum(int(m.split()[0][1:]) for m, after in zip(msgs, msgs[1:])
+               if "more records like the next were left out" in m and ": CONTAINS " in after)
+ok = (all({"time", "program", "level", "msg"} <= set(r) for r in recs)
+      and any(": FETCH " in m for m in msgs)
+      and sum(m.startswith("transfer: ") and " in, 2097152 bytes" in m for m in msgs) == 2
+      and max(per_second.values()) <= 50 and logged + left_out == 301)
+print(f"CONTAINS records: {logged} logged, {left_out} left out", file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF2
+}
+
 test_bad_requests() {
     ok "POST: 405" [ "$(scrape a "$DIR/x" /metrics POST | cut -d' ' -f1)" = 405 ]
     ok "another path: 404" [ "$(scrape a "$DIR/x" /other | cut -d' ' -f1)" = 404 ]
@@ -179,6 +213,7 @@ start_metrics_node b || exit 1
 test_refused_before_the_arena
 test_scrapes_during_a_fetch
 test_stat_for_people
+test_verbose_json_logs
 test_bad_requests
 test_connection_bound
 summary

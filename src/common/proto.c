@@ -140,6 +140,35 @@ void prd_id(struct preader *r, ferry_id *out)
 
 /* ---- frames ---- */
 
+const char *proto_type_name(uint16_t type)
+{
+    static const char *const names[PROTO_TYPE_MAX + 1] = {
+        [PROTO_HELLO] = "HELLO",
+        [PROTO_CREATE] = "CREATE",
+        [PROTO_SEAL] = "SEAL",
+        [PROTO_ABORT] = "ABORT",
+        [PROTO_GET] = "GET",
+        [PROTO_RELEASE] = "RELEASE",
+        [PROTO_CONTAINS] = "CONTAINS",
+        [PROTO_DELETE] = "DELETE",
+        [PROTO_LIST] = "LIST",
+        [PROTO_EVICT] = "EVICT",
+        [PROTO_REFRESH] = "REFRESH",
+        [PROTO_HASH] = "HASH",
+        [PROTO_STATS] = "STATS",
+        [PROTO_SUBSCRIBE] = "SUBSCRIBE",
+        [PROTO_STAGE] = "STAGE",
+        [PROTO_PUT_BATCH] = "PUT_BATCH",
+        [PROTO_FETCH] = "FETCH",
+        [PROTO_NODES] = "NODES",
+        [PROTO_WHERE] = "WHERE",
+        [PROTO_PEERS] = "PEERS",
+        [PROTO_EAGER_MAX] = "EAGER_MAX",
+        [PROTO_DELETE_CLUSTER] = "DELETE_CLUSTER",
+    };
+    return type <= PROTO_TYPE_MAX && names[type] ? names[type] : "?";
+}
+
 int proto_decode_header(const uint8_t *buf, uint32_t max_payload, struct proto_header *out)
 {
     struct preader r = {buf, PROTO_HEADER_SIZE, 0};

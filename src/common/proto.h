@@ -117,6 +117,9 @@ struct proto_request {
     } u;
 };
 
+/* The request type's name ("GET"), or "?" for a type that is none. */
+const char *proto_type_name(uint16_t type);
+
 struct proto_header {
     uint32_t length;
     uint16_t type;

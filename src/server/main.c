@@ -31,6 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
+            "              [--log-format text|json]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
@@ -42,7 +43,9 @@ static void usage(FILE *f)
             "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
             "  --metrics HOST:PORT serve Prometheus' /metrics there (numeric address; port 0\n"
             "                      picks one, logged)\n"
-            "  --verbose           log debug records\n"
+            "  --verbose           log debug records: one per request and per object received\n"
+            "                      (at most %d a second of each)\n"
+            "  --log-format FMT    text (default) or json: one object per line, for collectors\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "cluster (all three or none; without them the node is standalone):\n"
             "  --node-id NAME      this node's name in the cluster\n"
@@ -69,7 +72,7 @@ static void usage(FILE *f)
             "                      ferry calibrate --save FILE)\n"
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
-            transport_names());
+            LOG_LIMIT_PER_SECOND, transport_names());
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -189,16 +192,18 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"eager-max", required_argument, NULL, 'E'},
                                          {"fabric-window", required_argument, NULL, 'W'},
                                          {"metrics", required_argument, NULL, 'x'},
+                                         {"log-format", required_argument, NULL, 'L'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
 
+    opterr = 0; /* getopt's own messages would come before ours */
     cfg->socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
     cfg->socket_mode = 0600;
     cfg->memory = 1ull << 30;
     cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
     cfg->eager_max = ENGINE_EAGER_AUTO;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && rc == 0) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':
             cfg->socket_path = optarg;
@@ -251,6 +256,12 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         case 'x':
             rc = parse_metrics(optarg, &cfg->metrics_addr);
             break;
+        case 'L':
+            if (strcmp(optarg, "json") == 0 || strcmp(optarg, "text") == 0)
+                log_set_format(optarg[0] == 'j' ? LOG_JSON : LOG_TEXT);
+            else
+                rc = err_set(FERRY_EINVAL, "--log-format: '%s' is neither text nor json", optarg);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -259,7 +270,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                    PROTO_VERSION, WIRE_VERSION);
             exit(0);
         default:
-            return err_set(FERRY_EINVAL, "unknown option (see --help)");
+            return err_set(FERRY_EINVAL, "unknown option '%s'", argv[optind - 1]);
+        case ':':
+            return err_set(FERRY_EINVAL, "option %s needs a value", argv[optind - 1]);
         }
     }
     if (rc == 0 && optind < argc)
@@ -279,8 +292,7 @@ int main(int argc, char **argv)
 
     log_set_name("ferryd");
     if (parse_args(argc, argv, &cfg) < 0) {
-        fprintf(stderr, "ferryd: %s\n", ferry_errmsg());
-        usage(stderr);
+        fprintf(stderr, "ferryd: %s (see ferryd --help)\n", ferry_errmsg());
         return 2;
     }
     if (server_init(&srv, &cfg) < 0) {

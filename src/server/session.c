@@ -630,6 +630,51 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_DELETE_CLUSTER] = session_handle_delete_cluster,
 };
 
+/* --verbose: a line per request (rate-limited per type, so that a flood of one kind hides no
+ * other), with what names it: the id or the first of several, sizes, the timeout. */
+static void log_request(const struct session *ss, const struct proto_request *q)
+{
+    static struct log_limit lim[PROTO_TYPE_MAX + 1];
+    char id[2 * FERRY_ID_SIZE + 1] = "", more[64] = "";
+
+    switch (q->type) {
+    case PROTO_CREATE:
+        ferry_id_format(&q->u.create.id, id);
+        snprintf(more, sizeof(more), " (%" PRIu64 " + %" PRIu64 " bytes)", q->u.create.data_size,
+                 q->u.create.metadata_size);
+        break;
+    case PROTO_SEAL:
+        ferry_id_format(&q->u.seal.id, id);
+        break;
+    case PROTO_ABORT:
+    case PROTO_RELEASE:
+    case PROTO_CONTAINS:
+    case PROTO_DELETE:
+    case PROTO_HASH:
+    case PROTO_WHERE:
+    case PROTO_DELETE_CLUSTER:
+        ferry_id_format(&q->u.one.id, id);
+        break;
+    case PROTO_GET:
+    case PROTO_FETCH:
+    case PROTO_REFRESH: /* REFRESH has no timeout */
+        if (q->u.ids.n)
+            ferry_id_format(&q->u.ids.ids[0], id);
+        snprintf(more, sizeof(more), " (%u ids, timeout %" PRId64 " ms)", q->u.ids.n,
+                 q->u.ids.timeout_ms);
+        if (q->type == PROTO_REFRESH)
+            snprintf(more, sizeof(more), " (%u ids)", q->u.ids.n);
+        break;
+    case PROTO_EVICT:
+        snprintf(more, sizeof(more), " %" PRIu64 " bytes", q->u.evict.bytes);
+        break;
+    default:
+        break;
+    }
+    log_limited(&lim[q->type], LOG_DEBUG, "client %" PRIu64 ": %s %s%s", ss->client_id,
+                proto_type_name(q->type), id, more);
+}
+
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)
 {
     struct proto_request q;
@@ -641,6 +686,8 @@ static int dispatch(struct session *ss, const struct proto_header *h, const uint
         return err_set(FERRY_EPROTO, "first message is type %u, not hello", q.type);
     if (ss->greeted && q.type == PROTO_HELLO)
         return err_set(FERRY_EPROTO, "second hello");
+    if (log_enabled(LOG_DEBUG))
+        log_request(ss, &q);
     return handlers[q.type](ss, &q);
 }
 

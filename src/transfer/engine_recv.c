@@ -608,6 +608,17 @@ static int deleted_since(const struct engine *e, const ferry_id *id, uint64_t si
     return 0;
 }
 
+/* --verbose: a line per object received (rate-limited). */
+static void log_transfer(const struct want *w, const struct object *o, uint64_t ns)
+{
+    static struct log_limit lim;
+    char id[2 * FERRY_ID_SIZE + 1];
+
+    ferry_id_format(&w->id, id);
+    log_limited(&lim, LOG_DEBUG, "transfer: %s in, %" PRIu64 " bytes, %.3f ms after it was wanted",
+                id, o->data_size + o->metadata_size, ns / 1e6);
+}
+
 static void want_seal(struct want *w)
 {
     struct engine *e = w->e;
@@ -622,8 +633,11 @@ static void want_seal(struct want *w)
             want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide while it was on its way"));
         return;
     }
+    uint64_t ns = clock_mono_ns() - w->born_ns;
     e->counters.transfers_in++;
-    hist_add(&e->counters.transfer_latency, clock_mono_ns() - w->born_ns);
+    hist_add(&e->counters.transfer_latency, ns);
+    if (log_enabled(LOG_DEBUG))
+        log_transfer(w, o, ns);
     e->counters.bytes_in += o->data_size + o->metadata_size;
     /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. A
      * checked copy keeps the digest it was checked against; otherwise it is hashed here,
