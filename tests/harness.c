@@ -740,9 +740,12 @@ int h_xfer_read_frame(int fd, uint8_t *payload, size_t cap, uint32_t *len)
     return hdr[4] | hdr[5] << 8;
 }
 
-/* Sends a HELLO as node "intruder" (incarnation 1) with the given magic, naming the address
- * fd is connected to as the one dialled. */
 int h_xfer_hello(int fd, uint32_t magic)
+{
+    return h_xfer_hello_version(fd, magic, WIRE_VERSION);
+}
+
+int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version)
 {
     struct sockaddr_in sa;
     socklen_t salen = sizeof(sa);
@@ -752,7 +755,7 @@ int h_xfer_hello(int fd, uint32_t magic)
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
     size_t alen = strlen(addr);
     uint8_t payload[4 + 4 + 1 + 8 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
-    p = h_le32(p, WIRE_VERSION);
+    p = h_le32(p, version);
     *p++ = 8;
     memcpy(p, "intruder", 8);
     p = h_le64(p + 8, 1);

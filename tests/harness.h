@@ -61,12 +61,14 @@ void h_print_file(const char *path);
 /* Raw transfer connections (transfer/wire.h), as a peer of a node would speak:
  * h_xfer_read_frame reads one frame: its type (the payload into payload), or -1;
  * h_xfer_hello sends a HELLO as node "intruder" (incarnation 1) with magic, naming the
- * address fd is connected to as the one dialled; h_xfer_handshake_start sends it and reads
+ * address fd is connected to as the one dialled (h_xfer_hello_version: of another protocol
+ * version, laid out as this one); h_xfer_handshake_start sends it and reads
  * the CHALLENGE (0, or -1; *keyed its keyed flag); h_xfer_handshake completes it with a node
  * without a secret (the proof is zeros); h_xfer_pull sends a PULL of n ids, which
  * h_xfer_pull_frame makes (malloc'd, *len bytes; NULL when out of memory). */
 int h_xfer_read_frame(int fd, uint8_t *payload, size_t cap, uint32_t *len);
 int h_xfer_hello(int fd, uint32_t magic);
+int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version);
 int h_xfer_handshake_start(int fd, int *keyed);
 int h_xfer_handshake(int fd);
 int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n);

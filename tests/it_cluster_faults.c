@@ -479,6 +479,34 @@ static int send_garbage_after_auth(int fd)
     return h_raw_frame(fd, 0x66, 2, junk, sizeof(junk));
 }
 
+/* A peer of another transfer protocol version is refused with a reason that names both
+ * versions (what an operator reads in the newer node's fetch failure), and A serves on. */
+H_CLUSTER_TEST(another_protocol_version_is_refused_with_both_versions)
+{
+    char want[96];
+    uint8_t payload[512];
+    uint32_t len = 0;
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    int fd = h_tcp_connect(h_node_port(cl, A));
+    assert_int_equal(h_xfer_hello_version(fd, WIRE_MAGIC, WIRE_VERSION + 1), 0);
+    assert_int_equal(h_xfer_read_frame(fd, payload, sizeof(payload) - 1, &len), WIRE_REFUSE);
+    assert_true(len >= 1 && payload[0] == len - 1);
+    payload[len] = '\0';
+    snprintf(want, sizeof(want), "transfer protocol %u expected, got %u", WIRE_VERSION,
+             WIRE_VERSION + 1);
+    if (strcmp((const char *)payload + 1, want) != 0)
+        fail_msg("refused with '%s', not '%s'", (const char *)payload + 1, want);
+    close(fd);
+    ferry_id id = h_id("after-another-version");
+    H_OK(h_put_direct(a, &id, 1000, 0));
+    int status = 1;
+    H_OK(ferry_fetch(b, &id, 1, 10000, &status));
+    h_assert_same_object(a, b, &id);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* Garbage on A's transfer port, one kind per connection: each connection is closed and
  * counted once, and A keeps serving its clients and its peers. */
 H_CLUSTER_TEST(garbage_on_the_transfer_port_is_dropped)
@@ -529,6 +557,7 @@ int main(void)
         T(peers_must_share_the_cluster_secret),
         T(nodes_planted_in_the_directory_are_ignored),
         T(unauthenticated_connections_get_nothing),
+        T(another_protocol_version_is_refused_with_both_versions),
         T(garbage_on_the_transfer_port_is_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
