@@ -106,10 +106,30 @@ EOF
     wait "$reader" 2>/dev/null
 }
 
+# The Python module from the same install: imported from the installed tree alone, it reports
+# the release and talks to the installed daemon.
+test_python() {
+    local pydir
+    pydir=$(sed -n 's/^FERRY_PYTHON_DIR:STRING=//p' "$BUILD/CMakeCache.txt")
+    [ "${pydir#/}" = "$pydir" ] && pydir=$PREFIX/$pydir
+    ok "the Python package is installed" test -f "$DEST$pydir/ferry/__init__.py"
+    "$ROOT/bin/ferryd" --socket "$DIR/py.sock" --memory 16M >"$DIR/py.log" 2>&1 &
+    PIDS+=($!)
+    wait_for "installed ferryd for Python" $! "$ROOT/bin/ferry" --socket "$DIR/py.sock" stat || return
+    run "import ferry from the installed tree" 0 env -u PYTHONPATH PYTHONPATH="$DEST$pydir" \
+        ${FERRY_PY_PRELOAD:+LD_PRELOAD=$FERRY_PY_PRELOAD ASAN_OPTIONS=detect_leaks=0} \
+        python3 -c 'import ferry, sys
+with ferry.Client(sys.argv[1]) as c:
+    c.put(ferry.ObjectID.from_name("installed"), b"from the installed module")
+    print(ferry.__version__, bytes(c.get(ferry.ObjectID.from_name("installed"))).decode())' "$DIR/py.sock" && pass
+    ok "it is this release, and works" grep -qx "$("$ROOT/bin/ferry" --version | cut -d' ' -f2) from the installed module" "$OUT"
+}
+
 main() {
     test_install
     test_versions
     test_pkg_config
+    test_python
     test_notify
     summary
 }
