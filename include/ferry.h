@@ -33,6 +33,8 @@ extern "C" {
 #endif
 
 #define FERRY_ID_SIZE 20
+/* Longest name kept with an object (ferry_set_name). */
+#define FERRY_NAME_MAX 255
 /* Most ids one ferry_get, ferry_fetch or ferry_refresh takes. */
 #define FERRY_MAX_IDS 65536u
 #define FERRY_DEFAULT_SOCKET "/tmp/ferry.sock"
@@ -172,13 +174,20 @@ typedef struct ferry_object_info {
     ferry_id id;
     uint64_t data_size;
     uint64_t metadata_size;
-    int state;         /* enum ferry_object_state */
-    uint32_t refcount; /* references held by all clients */
-    uint64_t age_ms;   /* since creation */
+    int state;                     /* enum ferry_object_state */
+    uint32_t refcount;             /* references held by all clients */
+    uint64_t age_ms;               /* since creation */
+    char name[FERRY_NAME_MAX + 1]; /* given with ferry_set_name, or "" */
 } ferry_object_info;
 
 /* Every object in the store (sealed, and unsealed ones of any client). Free with ferry_free(). */
 int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n);
+
+/* Keeps name (1..FERRY_NAME_MAX bytes, no control characters) with the object id on this node,
+ * for people: ferry_list and `ferry ls` show it. The object is sealed, or this client's
+ * unsealed one; a name given before replaces the old one. FERRY_ENOENT when there is no such
+ * object. Names stay on the node (a fetched copy has none) and go with the object. */
+int ferry_set_name(ferry_client *c, const ferry_id *id, const char *name);
 
 /* Evicts sealed, unreferenced objects in LRU order until at least bytes are freed or none is
  * left; *freed (may be NULL) receives the bytes freed. */

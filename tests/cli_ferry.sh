@@ -58,7 +58,7 @@ test_help_and_usage() {
     expect "get with a timeout with junk" 2 fy get x --timeout 10ms
     expect "contains without an id" 2 fy contains
     expect "rm with two ids" 2 fy rm x y
-    expect "ls with an argument" 2 fy ls x
+    expect "ls with two arguments" 2 fy ls x y
     expect "stat with an unknown option" 2 fy stat --yaml
     expect "evict without bytes" 2 fy evict
     expect "evict with a bad suffix" 2 fy evict 12X
@@ -172,8 +172,10 @@ test_ls() {
     ok "ls --json shows delta's metadata size" pyjson "$DIR/ls.json" \
         "any(o['id'] == '$hd' and o['metadata_size'] == len('hello world') for o in j)"
     ok "ls --json has every key of every object" pyjson "$DIR/ls.json" \
-        "all(set(o) == {'id', 'data_size', 'metadata_size', 'state', 'refcount', 'age_ms'}
+        "all(set(o) == {'id', 'data_size', 'metadata_size', 'state', 'refcount', 'age_ms', 'name'}
              for o in j)"
+    ok "ls --json keeps the names put was given" pyjson "$DIR/ls.json" \
+        "{o['id']: o['name'] for o in j}['$ha'] == 'alpha'"
     ok "objects put by the CLI are sealed and released" pyjson "$DIR/ls.json" \
         "all(o['state'] == 'sealed' and o['refcount'] == 0 for o in j)"
     ok "ls --json lists each object put and nothing else" pyjson "$DIR/ls.json" \
@@ -181,7 +183,16 @@ test_ls() {
     expect "ls" 0 fy ls
     ok "ls prints a header and a row per object" \
         test "$(wc -l <"$OUT")" -eq $((${#STORED[@]} + 1))
-    ok "ls shows alpha sealed" grep -Eq "^$ha +100000 +0 +sealed +0 " "$OUT"
+    ok "ls shows alpha sealed, by its name" grep -Eq "^$ha +100000 +0 +sealed +0 .*s  alpha$" "$OUT"
+    expect "ls PREFIX" 0 fy ls alp
+    ok "ls PREFIX keeps the names that start with it" \
+        test "$(tail -n +2 "$OUT" | awk '{print $NF}' | sort | tr '\n' ' ')" = "alpha "
+    expect "ls ID-PREFIX" 0 fy ls "${ha:0:8}"
+    ok "ls ID-PREFIX keeps the ids that start with it" test "$(wc -l <"$OUT")" -eq 2
+    expect "put under a raw id" 0 fy put "$(sha1_hex raw-one)" "$DIR/c.bin"
+    expect "ls of it" 0 fy ls "$(sha1_hex raw-one)"
+    ok "a raw id keeps no name" grep -Eq "s  $" "$OUT"
+    expect "rm of it" 0 fy rm "$(sha1_hex raw-one)"
 }
 
 test_stat() {

@@ -28,6 +28,35 @@ static int decode(const struct pbuf *b, struct proto_request *q)
     return proto_decode_request(&h, b->data + PROTO_HEADER_SIZE, q);
 }
 
+/* NAME: an id and a name; the decoder takes any string that fits, the check says which
+ * names are kept. */
+static void test_name_round_trip_and_check(void **state)
+{
+    struct pbuf b = {0};
+    struct proto_request q;
+    ferry_id id = make_id(7);
+    size_t start = proto_frame_begin(&b, PROTO_NAME, 5);
+
+    pbuf_id(&b, &id);
+    proto_put_str(&b, "model/weights-3", FERRY_NAME_MAX);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_memory_equal(&q.u.name.id, &id, sizeof(id));
+    assert_string_equal(q.u.name.text, "model/weights-3");
+    assert_int_equal(proto_check_name(q.u.name.text), 0);
+    assert_int_equal(proto_check_name(""), FERRY_EINVAL);
+    assert_int_equal(proto_check_name("new\nline"), FERRY_EINVAL);
+    assert_int_equal(proto_check_name("del\x7f"), FERRY_EINVAL);
+    char longest[FERRY_NAME_MAX + 2];
+    memset(longest, 'n', sizeof(longest) - 1);
+    longest[FERRY_NAME_MAX] = '\0';
+    assert_int_equal(proto_check_name(longest), 0);
+    longest[FERRY_NAME_MAX] = 'n';
+    longest[FERRY_NAME_MAX + 1] = '\0';
+    assert_int_equal(proto_check_name(longest), FERRY_EINVAL);
+    pbuf_free(&b);
+}
+
 static void test_get_round_trip(void **state)
 {
     struct pbuf b = {0};
@@ -361,6 +390,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_round_trip),
+        cmocka_unit_test(test_name_round_trip_and_check),
         cmocka_unit_test(test_batch_entries),
         cmocka_unit_test(test_count_beyond_payload_rejected),
         cmocka_unit_test(test_limits_rejected),

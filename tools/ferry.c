@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/proto.h"
 #include "common/size.h"
 
 /* Largest single read() or write(): Linux moves at most about 2 GiB per call anyway. */
@@ -85,6 +86,13 @@ static int fill_object(const struct cli *cli, int fd, const char *name, uint8_t 
 /* Stores size bytes of a regular file: the object is created at that size and the file is
  * read straight into it, with no copy in this process. It is aborted when the file cannot be
  * read in full, so that no truncated object is ever sealed. */
+/* What put stores under: the id, and the name people gave it (NULL for a raw id, or a word
+ * that cannot be a name). */
+struct put_target {
+    ferry_id id;
+    const char *name;
+};
+
 /* A failed create, with the id and the next step when the id is taken. */
 static int create_failed(const struct cli *cli, const ferry_id *id, int err)
 {
@@ -96,14 +104,17 @@ static int create_failed(const struct cli *cli, const ferry_id *id, int err)
     return cli_report(cli, err, "%s: %s (ferry rm it first)", text, ferry_errmsg());
 }
 
-static int put_sized(struct cli *cli, const ferry_id *id, int fd, const char *name, uint64_t size,
-                     const char *meta)
+static int put_sized(struct cli *cli, const struct put_target *t, int fd, const char *name,
+                     uint64_t size, const char *meta)
 {
+    const ferry_id *id = &t->id;
     uint8_t *data;
     int err = ferry_create(cli->client, id, size, meta, meta_size(meta), &data);
     if (err != FERRY_OK)
         return create_failed(cli, id, err);
     int status = fill_object(cli, fd, name, data, size);
+    if (status == STATUS_OK && t->name && (err = ferry_set_name(cli->client, id, t->name)) != 0)
+        status = cli_fail(cli, err);
     if (status == STATUS_OK && (err = ferry_seal(cli->client, id)) != FERRY_OK)
         status = cli_fail(cli, err);
     if (status != STATUS_OK) {
@@ -117,7 +128,7 @@ static int put_sized(struct cli *cli, const ferry_id *id, int fd, const char *na
 
 /* Stores input of unknown size (a pipe): it is spooled to an unnamed file in $TMPDIR (else
  * /tmp) in 1 MiB steps, then stored from there, so that this process never holds all of it. */
-static int put_stream(struct cli *cli, const ferry_id *id, int fd, const char *name,
+static int put_stream(struct cli *cli, const struct put_target *t, int fd, const char *name,
                       const char *meta)
 {
     const char *dir = getenv("TMPDIR");
@@ -140,41 +151,52 @@ static int put_stream(struct cli *cli, const ferry_id *id, int fd, const char *n
     if (status == STATUS_OK && lseek(tmp, 0, SEEK_SET) < 0)
         status = cli_fail_io(cli, "seek", "the spool file");
     if (status == STATUS_OK)
-        status = put_sized(cli, id, tmp, name, total, meta);
+        status = put_sized(cli, t, tmp, name, total, meta);
     close(tmp);
     return status;
 }
 
 /* Stores what is left to read from fd: a regular file (stdin too when redirected from one)
  * tells its size beforehand, anything else is read to its end first. */
-static int put_fd(struct cli *cli, const ferry_id *id, int fd, const char *name, const char *meta)
+static int put_fd(struct cli *cli, const struct put_target *t, int fd, const char *name,
+                  const char *meta)
 {
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-        return put_stream(cli, id, fd, name, meta);
+        return put_stream(cli, t, fd, name, meta);
     off_t at = lseek(fd, 0, SEEK_CUR);
     if (at < 0)
         return cli_fail_io(cli, "seek", name);
-    return put_sized(cli, id, fd, name, st.st_size > at ? (uint64_t)(st.st_size - at) : 0, meta);
+    return put_sized(cli, t, fd, name, st.st_size > at ? (uint64_t)(st.st_size - at) : 0, meta);
 }
 
-/* put ID [FILE|-] [--meta STRING]: stores FILE, or stdin when it is "-" or absent. */
+/* Whether word is a raw id (40 hex digits) rather than a name. */
+static int is_raw_id(const char *word)
+{
+    return strlen(word) == 2 * FERRY_ID_SIZE &&
+           strspn(word, "0123456789abcdefABCDEF") == 2 * FERRY_ID_SIZE;
+}
+
+/* put ID [FILE|-] [--meta STRING]: stores FILE, or stdin when it is "-" or absent; an ID that
+ * is a name is kept with the object. */
 static int cmd_put(struct cli *cli, int argc, char **argv)
 {
     const char *meta = NULL;
     const struct opt opts[] = {{"--meta", &meta, NULL}, {NULL, NULL, NULL}};
     struct params p = {.names = {"ID", "FILE"}, .min = 1};
-    ferry_id id;
-    int status = cli_start(cli, argc, argv, opts, &p, &id);
+    struct put_target t = {.name = NULL};
+    int status = cli_start(cli, argc, argv, opts, &p, &t.id);
     if (status != STATUS_OK)
         return status;
+    if (!is_raw_id(p.value[0]) && proto_check_name(p.value[0]) == 0)
+        t.name = p.value[0]; /* kept with the object: ls shows it */
     const char *path = p.value[1];
     if (!path || strcmp(path, "-") == 0)
-        return put_fd(cli, &id, STDIN_FILENO, "stdin", meta);
+        return put_fd(cli, &t, STDIN_FILENO, "stdin", meta);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return cli_fail_io(cli, "open", path);
-    status = put_fd(cli, &id, fd, path, meta);
+    status = put_fd(cli, &t, fd, path, meta);
     close(fd);
     return status;
 }
@@ -437,17 +459,19 @@ static const char *state_name(int state)
 
 static void print_objects_table(const ferry_object_info *objs, size_t n)
 {
-    printf("%-40s %12s %8s %-7s %4s %11s\n", "ID", "DATA", "META", "STATE", "REFS", "AGE");
+    printf("%-40s %12s %8s %-7s %4s %11s  %s\n", "ID", "DATA", "META", "STATE", "REFS", "AGE",
+           "NAME");
     for (size_t i = 0; i < n; i++) {
         char hex[2 * FERRY_ID_SIZE + 1];
         ferry_id_format(&objs[i].id, hex);
-        printf("%-40s %12" PRIu64 " %8" PRIu64 " %-7s %4" PRIu32 " %6" PRIu64 ".%03" PRIu64 "s\n",
+        printf("%-40s %12" PRIu64 " %8" PRIu64 " %-7s %4" PRIu32 " %6" PRIu64 ".%03" PRIu64
+               "s  %s\n",
                hex, objs[i].data_size, objs[i].metadata_size, state_name(objs[i].state),
-               objs[i].refcount, objs[i].age_ms / 1000, objs[i].age_ms % 1000);
+               objs[i].refcount, objs[i].age_ms / 1000, objs[i].age_ms % 1000, objs[i].name);
     }
 }
 
-/* An array of objects, one per line. Ids are hex and states plain words: nothing to escape. */
+/* An array of objects, one per line. Ids are hex and states plain words; names are escaped. */
 static void print_objects_json(const ferry_object_info *objs, size_t n)
 {
     fputs("[", stdout);
@@ -455,18 +479,38 @@ static void print_objects_json(const ferry_object_info *objs, size_t n)
         char hex[2 * FERRY_ID_SIZE + 1];
         ferry_id_format(&objs[i].id, hex);
         printf("%s\n  {\"id\": \"%s\", \"data_size\": %" PRIu64 ", \"metadata_size\": %" PRIu64
-               ", \"state\": \"%s\", \"refcount\": %" PRIu32 ", \"age_ms\": %" PRIu64 "}",
+               ", \"state\": \"%s\", \"refcount\": %" PRIu32 ", \"age_ms\": %" PRIu64
+               ", \"name\": ",
                i ? "," : "", hex, objs[i].data_size, objs[i].metadata_size,
                state_name(objs[i].state), objs[i].refcount, objs[i].age_ms);
+        cli_json_string(objs[i].name);
+        fputs("}", stdout);
     }
     fputs(n ? "\n]\n" : "]\n", stdout);
 }
 
-/* ls [--json]: lists every object, sealed or not. */
+/* Keeps the objects whose name or hex id starts with prefix; returns how many. */
+static size_t filter_objects(ferry_object_info *objs, size_t n, const char *prefix)
+{
+    size_t kept = 0, len = strlen(prefix);
+
+    for (size_t i = 0; i < n; i++) {
+        char hex[2 * FERRY_ID_SIZE + 1];
+        ferry_id_format(&objs[i].id, hex);
+        if (strncmp(objs[i].name, prefix, len) == 0 || strncasecmp(hex, prefix, len) == 0)
+            objs[kept++] = objs[i];
+    }
+    return kept;
+}
+
+/* ls [PREFIX] [--json]: lists every object, sealed or not (whose name or id starts with
+ * PREFIX). */
 static int cmd_ls(struct cli *cli, int argc, char **argv)
 {
     int json = 0;
-    int status = cli_start_json(cli, argc, argv, NULL, &json);
+    const struct opt opts[] = {{"--json", NULL, &json}, {NULL, NULL, NULL}};
+    struct params p = {.names = {"PREFIX"}, .min = 0};
+    int status = cli_start(cli, argc, argv, opts, &p, NULL);
     if (status != STATUS_OK)
         return status;
     ferry_object_info *objs;
@@ -474,6 +518,8 @@ static int cmd_ls(struct cli *cli, int argc, char **argv)
     int err = ferry_list(cli->client, &objs, &n);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
+    if (p.value[0])
+        n = filter_objects(objs, n, p.value[0]);
     if (json)
         print_objects_json(objs, n);
     else
@@ -573,6 +619,7 @@ static const struct command {
     const char *help; /* more for ferry help CMD, or NULL */
 } commands[] = {
     {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put,
+     "An ID that is a name (not 40 hex digits) is kept with the object: ls shows it.\n"
      "--meta STRING stores STRING as the object's metadata. An ID that exists is refused:\n"
      "rm it first. From stdin (- or no FILE) the bytes are read to the end, then stored.\n"},
     {"get", "ID [-o FILE] [--timeout MS] [--fetch] [--meta]", "write ID to FILE or stdout", cmd_get,
@@ -584,8 +631,9 @@ static const struct command {
     {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm,
      "Deletes this node's copy; --cluster deletes every node's (through the directory).\n"
      "An object a reader still holds goes when the last reader lets go.\n"},
-    {"ls", "[--json]", "list every object", cmd_ls,
-     "One line per object: id, data and metadata sizes, state, references, age.\n"
+    {"ls", "[PREFIX] [--json]", "list the objects (whose name or id starts with PREFIX)", cmd_ls,
+     "One line per object: id, data and metadata sizes, state, references, age and the name\n"
+     "put kept with it (put NAME, for a NAME that is not 40 hex digits).\n"
      "--json prints one array, for scripts.\n"},
     {"stat", "[--json | --all]", "print the daemon's counters, grouped (--all: every one)",
      cmd_stat,

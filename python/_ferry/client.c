@@ -267,7 +267,8 @@ enum small_call {
     CALL_STATS,
     CALL_NODES,
     CALL_WHERE,
-    CALL_SUBSCRIBE
+    CALL_SUBSCRIBE,
+    CALL_SET_NAME
 };
 
 struct call {
@@ -277,6 +278,7 @@ struct call {
     int flag;     /* contains: present; subscribe: the descriptor */
     void *array;  /* list, stats, nodes, where: the result (ferry_free) */
     size_t n;
+    const char *name; /* set_name: UTF-8, kept alive by the caller */
 };
 
 static int run_call(ferry_client *c, struct call *x)
@@ -302,6 +304,8 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_where(c, &x->id, (ferry_node_info **)&x->array, &x->n);
     case CALL_SUBSCRIBE:
         return ferry_subscribe(c, &x->flag);
+    case CALL_SET_NAME:
+        return ferry_set_name(c, &x->id, x->name);
     }
     return FERRY_EINVAL; /* not reached: every call is above */
 }
@@ -375,6 +379,24 @@ static PyObject *client_hash(ClientObject *self, PyObject *id)
     return id_call(self, id, CALL_HASH);
 }
 
+static PyObject *client_set_name(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    static const char *const names[] = {"id", "name"};
+    PyObject *a[2];
+    struct call x = {.op = CALL_SET_NAME};
+
+    if (pyf_parse_args("set_name", args, nargs, kwnames, names, 2, 2, a) < 0)
+        return NULL;
+    if (!PyUnicode_Check(a[1]))
+        return PyErr_Format(PyExc_TypeError, "set_name() takes a str name, not %.100s",
+                            Py_TYPE(a[1])->tp_name);
+    if (pyf_id_from_object(a[0], &x.id) < 0 || !(x.name = PyUnicode_AsUTF8(a[1])) ||
+        call_main(self, &x) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- the rest ---- */
 
 static PyObject *client_evict(ClientObject *self, PyObject *arg)
@@ -412,7 +434,9 @@ static PyObject *object_info_dict(const ferry_object_info *o)
         set_item(d, "state",
                  PyUnicode_FromString(o->state == FERRY_STATE_SEALED ? "sealed" : "created")) < 0 ||
         set_item(d, "refcount", PyLong_FromUnsignedLong(o->refcount)) < 0 ||
-        set_item(d, "age_ms", PyLong_FromUnsignedLongLong(o->age_ms)) < 0) {
+        set_item(d, "age_ms", PyLong_FromUnsignedLongLong(o->age_ms)) < 0 ||
+        set_item(d, "name", PyUnicode_DecodeUTF8(o->name, (Py_ssize_t)strlen(o->name), "replace")) <
+            0) {
         Py_XDECREF(d);
         return NULL;
     }
@@ -580,7 +604,11 @@ static PyMethodDef client_methods[] = {
      "are freed; returns the bytes freed."},
     {"list", (PyCFunction)client_list, METH_NOARGS,
      "list() -> list of dict\n\nEvery object: id, size, metadata_size, state ('sealed' or "
-     "'created'), refcount, age_ms."},
+     "'created'), refcount, age_ms, name ('' when it has none)."},
+    {"set_name", KW_METHOD(client_set_name),
+     "set_name(id, name)\n\nKeeps name (1 to 255 bytes of UTF-8, no control characters) with the "
+     "object on this node, for people: list() and ferry ls show it. The object is sealed or this "
+     "client's unsealed one; ObjectNotFound otherwise."},
     {"stats", (PyCFunction)client_stats, METH_NOARGS,
      "stats() -> dict\n\nEvery counter of the daemon, its transports' included, under the names "
      "`ferry stat` prints."},

@@ -47,7 +47,7 @@ from ._ferry import (
     WouldBlock,
 )
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "Client",

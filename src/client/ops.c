@@ -319,7 +319,7 @@ static int list_entries(struct ferry_client *c, ferry_object_info **out, size_t 
     uint32_t count = prd_u32(&c->rd);
     ferry_object_info *v;
 
-    if (c->rd.left != (size_t)count * PROTO_LIST_ENTRY_SIZE)
+    if (c->rd.left < (size_t)count * (PROTO_LIST_ENTRY_SIZE + 1))
         return client_broken(c, err_set(FERRY_EPROTO, "list: reply of the wrong size"));
     if (!(v = calloc(count ? count : 1, sizeof(*v))))
         return err_set(FERRY_ENOMEM, "list of %u objects", count);
@@ -330,6 +330,11 @@ static int list_entries(struct ferry_client *c, ferry_object_info **out, size_t 
         v[i].state = prd_u8(&c->rd);
         v[i].refcount = prd_u32(&c->rd);
         v[i].age_ms = prd_u64(&c->rd);
+        proto_get_str(&c->rd, v[i].name, sizeof(v[i].name));
+    }
+    if (c->rd.bad || c->rd.left) {
+        free(v);
+        return client_broken(c, err_set(FERRY_EPROTO, "list: reply of the wrong size"));
     }
     *out = v;
     *n = count;
@@ -352,6 +357,24 @@ int ferry_list(ferry_client *c, ferry_object_info **out, size_t *n)
     client_req_begin(c, PROTO_LIST);
     if ((rc = client_call(c, PROTO_LIST)) == 0)
         rc = list_entries(c, out, n);
+    return client_leave(c, rc);
+}
+
+int ferry_set_name(ferry_client *c, const ferry_id *id, const char *name)
+{
+    int rc;
+
+    if (!id || !name)
+        return err_set(FERRY_EINVAL, "set_name: NULL argument");
+    if ((rc = proto_check_name(name)) < 0)
+        return rc;
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_NAME);
+    pbuf_id(&c->out, id);
+    proto_put_str(&c->out, name, FERRY_NAME_MAX);
+    if ((rc = client_call(c, PROTO_NAME)) == 0)
+        rc = client_reply_end(c);
     return client_leave(c, rc);
 }
 

@@ -165,6 +165,7 @@ const char *proto_type_name(uint16_t type)
         [PROTO_PEERS] = "PEERS",
         [PROTO_EAGER_MAX] = "EAGER_MAX",
         [PROTO_DELETE_CLUSTER] = "DELETE_CLUSTER",
+        [PROTO_NAME] = "NAME",
     };
     return type <= PROTO_TYPE_MAX && names[type] ? names[type] : "?";
 }
@@ -186,6 +187,18 @@ int proto_decode_header(const uint8_t *buf, uint32_t max_payload, struct proto_h
 }
 
 /* Reads n ids after a u32 count; the count is checked against its limit and the payload. */
+int proto_check_name(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len == 0 || len > FERRY_NAME_MAX)
+        return err_set(FERRY_EINVAL, "a name has 1 to %d bytes, not %zu", FERRY_NAME_MAX, len);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return err_set(FERRY_EINVAL, "a name holds no control characters (byte %zu)", i);
+    return 0;
+}
+
 static int decode_ids(struct preader *r, uint32_t max, uint32_t *n, const ferry_id **ids)
 {
     *n = prd_u32(r);
@@ -243,6 +256,10 @@ static int decode_body(struct preader *r, struct proto_request *q)
             return err_set(FERRY_EPROTO, "peers: %u exceed the limit of %u", q->u.peers.max,
                            PROTO_MAX_PEERS);
         return 0;
+    case PROTO_NAME:
+        prd_id(r, &q->u.name.id);
+        proto_get_str(r, q->u.name.text, sizeof(q->u.name.text));
+        return 0; /* the handler checks it: a bad name is answered, not a broken stream */
     case PROTO_LIST:
     case PROTO_NODES:
     case PROTO_STATS:

@@ -23,7 +23,7 @@
 #include "ferry.h"
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
-#define PROTO_VERSION 3u        /* 2: STATS by name; 3: reasons, DELETE_CLUSTER */
+#define PROTO_VERSION 4u        /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names */
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
@@ -42,7 +42,7 @@ enum proto_type {
     PROTO_RELEASE = 6,    /* id -> no reply */
     PROTO_CONTAINS = 7,   /* id -> u8 present */
     PROTO_DELETE = 8,     /* id -> status */
-    PROTO_LIST = 9,       /* - -> u32 n, n list entries */
+    PROTO_LIST = 9,       /* - -> u32 n, n list entries (each ends with its name, a str) */
     PROTO_EVICT = 10,     /* u64 bytes -> u64 freed */
     PROTO_REFRESH = 11,   /* u32 n, n ids -> status */
     PROTO_HASH = 12,      /* id -> u64 digest */
@@ -56,7 +56,8 @@ enum proto_type {
     PROTO_PEERS = 20,     /* u32 max -> str fabric provider, u32 n (<= max), n peers */
     PROTO_EAGER_MAX = 21, /* u64 bytes (UINT64_MAX: the provider's default) -> status */
     PROTO_DELETE_CLUSTER = 22, /* id -> status, once the directory has deleted it */
-    PROTO_TYPE_MAX = 22
+    PROTO_NAME = 23,           /* id, str name -> status */
+    PROTO_TYPE_MAX = 23
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -114,8 +115,16 @@ struct proto_request {
             uint32_t n;
             const uint8_t *entries;
         } batch;
+        struct {
+            ferry_id id;
+            char text[FERRY_NAME_MAX + 1]; /* 1..FERRY_NAME_MAX bytes, no control characters */
+        } name;
     } u;
 };
+
+/* 0 for an object's name ferry keeps (1..FERRY_NAME_MAX bytes, no control characters), else
+ * FERRY_EINVAL with the reason. */
+int proto_check_name(const char *name);
 
 /* The request type's name ("GET"), or "?" for a type that is none. */
 const char *proto_type_name(uint16_t type);
@@ -179,7 +188,7 @@ const uint8_t *prd_bytes(struct preader *r, size_t n);
 /* Sizes on the wire. */
 #define PROTO_GET_ENTRY_SIZE (4u + 8u + 8u + 8u)
 #define PROTO_BATCH_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 8u)
-#define PROTO_LIST_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 1u + 4u + 8u)
+#define PROTO_LIST_ENTRY_SIZE (FERRY_ID_SIZE + 8u + 8u + 1u + 4u + 8u) /* then the name */
 
 /* A string of at most max bytes (longer ones are cut): u8 length + bytes. */
 void proto_put_str(struct pbuf *b, const char *s, size_t max);

@@ -363,7 +363,7 @@ static int handle_list(struct session *ss, const struct proto_request *q)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    pbuf_reserve(&ss->out, 4 + st->table.count * PROTO_LIST_ENTRY_SIZE);
+    pbuf_reserve(&ss->out, 4 + st->table.count * (PROTO_LIST_ENTRY_SIZE + 1));
     pbuf_u32(&ss->out, (uint32_t)st->table.count);
     while ((o = idmap_next(&st->table, &pos, NULL))) {
         pbuf_id(&ss->out, &o->id);
@@ -372,9 +372,22 @@ static int handle_list(struct session *ss, const struct proto_request *q)
         pbuf_u8(&ss->out, o->state);
         pbuf_u32(&ss->out, o->refcount);
         pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
+        proto_put_str(&ss->out, o->name ? o->name : "", FERRY_NAME_MAX);
     }
     proto_frame_end(&ss->out, start);
     return 0;
+}
+
+static int handle_name(struct session *ss, const struct proto_request *q)
+{
+    struct object *o = session_find_sealed(ss, &q->u.name.id);
+    int rc = proto_check_name(q->u.name.text);
+
+    if (rc == 0 && !o && session_own_unsealed(ss, &q->u.name.id, &o) < 0)
+        rc = err_set(FERRY_ENOENT, "no sealed object, nor one of this client, with this id");
+    if (rc == 0)
+        rc = store_set_name(o, q->u.name.text);
+    return session_reply_status(ss, q, rc);
 }
 
 static void count_stat(void *arg, const char *name, int kind, const char *help, uint64_t value)
@@ -628,6 +641,7 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_PEERS] = session_handle_peers,
     [PROTO_EAGER_MAX] = session_handle_eager_max,
     [PROTO_DELETE_CLUSTER] = session_handle_delete_cluster,
+    [PROTO_NAME] = handle_name,
 };
 
 /* --verbose: a line per request (rate-limited per type, so that a flood of one kind hides no

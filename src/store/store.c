@@ -79,7 +79,19 @@ static void object_free(struct store *s, struct object *o)
 {
     if (o->block)
         alloc_free(s->alloc, o->block);
+    free(o->name);
     free(o);
+}
+
+int store_set_name(struct object *o, const char *name)
+{
+    char *copy = strdup(name);
+
+    if (!copy)
+        return err_set(FERRY_ENOMEM, "name of %zu bytes", strlen(name));
+    free(o->name);
+    o->name = copy;
+    return 0;
 }
 
 static void finish_hashes(struct store *s, struct hasher_job *jobs)

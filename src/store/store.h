@@ -43,6 +43,7 @@ struct object {
     uint8_t hash_counted; /* while hashing: its bytes are in hashing_bytes (sealed, evictable) */
     uint64_t lru_seq;     /* logical time of last use (seal, release to zero, refresh) */
     void *creator;        /* opaque owner while unsealed (the client session) */
+    char *name;           /* what people call it (store_set_name), or NULL; freed with o */
     struct object *lru_prev, *lru_next;
 };
 
@@ -126,6 +127,8 @@ uint64_t store_evict(struct store *s, uint64_t bytes);
 int store_reserve(struct store *s, uint64_t size, alloc_block **out);
 void store_unreserve(struct store *s, alloc_block *b);
 
+/* Keeps a copy of name (checked by the caller) with o, replacing one given before. */
+int store_set_name(struct object *o, const char *name);
 uint64_t store_capacity(const struct store *s);
 uint64_t store_used(const struct store *s);
 

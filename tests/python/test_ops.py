@@ -97,6 +97,22 @@ def test_contains_delete_hash_list_stats(client, daemon):
         client.hash("a")
 
 
+def test_names_are_kept_and_listed(client):
+    client.put("named", b"x")
+    assert {o["id"]: o["name"] for o in client.list()}[ferry.ObjectID("named")] == ""
+    client.set_name("named", "the named one, é")
+    assert {o["id"]: o["name"] for o in client.list()}[ferry.ObjectID("named")] == "the named one, é"
+    client.set_name("named", "renamed")
+    assert {o["id"]: o["name"] for o in client.list()}[ferry.ObjectID("named")] == "renamed"
+    for bad in ("", "x" * 256, "tab\there"):
+        with pytest.raises(ferry.InvalidArgument):
+            client.set_name("named", bad)
+    with pytest.raises(ferry.ObjectNotFound):
+        client.set_name("nobody", "ghost")
+    with pytest.raises(TypeError):
+        client.set_name("named", b"bytes")
+
+
 def test_evict(client):
     for i in range(4):
         client.put(f"e{i}", np.zeros(MiB, dtype=np.uint8))
