@@ -64,9 +64,24 @@ grew() {
     v0=$(value "$1" "$3") && v1=$(value "$2" "$3") && [ $((v1 - v0)) -ge "$4" ]
 }
 
+# A bad command line is refused with its reason before the arena is reserved: with --memory
+# 64T a reservation would fail otherwise, with another message.
 test_refused_before_the_arena() {
-    run "--metrics without a port" 2 "$BIN/ferryd" --socket "$DIR/x.sock" --metrics nope
+    local x=(--socket "$DIR/x.sock" --memory 64T)
+    local r="redis://127.0.0.1:$REDIS_PORT"
+    run "--metrics without a port" 2 "$BIN/ferryd" "${x[@]}" --metrics nope
     ok "--metrics names the option" grep -q -- "--metrics: address 'nope'" "$ERR"
+    run "a bad node id" 2 "$BIN/ferryd" "${x[@]}" --node-id "a b" --listen 127.0.0.1:1 --directory "$r"
+    ok "the node id is named" grep -q "node id 'a b'" "$ERR"
+    run "a bad directory URL" 2 "$BIN/ferryd" "${x[@]}" --node-id n --listen 127.0.0.1:1 \
+        --directory http://x
+    ok "the URL's form is named" grep -q "directory URL: expected redis://" "$ERR"
+    run "a bad --listen" 2 "$BIN/ferryd" "${x[@]}" --node-id n --listen nope --directory "$r"
+    ok "--listen is named" grep -q -- "--listen nope: expected HOST:PORT" "$ERR"
+    run "two of the three cluster options" 2 "$BIN/ferryd" "${x[@]}" --node-id n --directory "$r"
+    ok "all three are named" grep -q -- "needs --node-id, --listen and --directory" "$ERR"
+    run "a bad size" 2 "$BIN/ferryd" --socket "$DIR/x.sock" --memory 1.5Q
+    ok "the size is named" grep -q "size '1.5Q'" "$ERR"
 }
 
 test_scrapes_during_a_fetch() {

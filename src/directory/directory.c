@@ -374,6 +374,19 @@ static int parse_url(struct directory *d, const char *url)
                    "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]");
 }
 
+int directory_check_url(const char *url)
+{
+    struct directory *d = calloc(1, sizeof(*d));
+    int rc;
+
+    if (!d)
+        return err_set(FERRY_ENOMEM, "directory URL check");
+    rc = parse_url(d, url);
+    OPENSSL_cleanse(d->password, sizeof(d->password));
+    free(d);
+    return rc;
+}
+
 static int field_valid(const char *s, size_t cap, int may_be_empty)
 {
     size_t len = strnlen(s, cap);

@@ -142,6 +142,10 @@ struct directory_answer {
 
 typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
 
+/* 0 when url is a directory URL directory_open takes, else FERRY_EINVAL with the reason
+ * (nothing is connected: for checking a command line before anything is reserved). */
+int directory_check_url(const char *url);
+
 /* Parses cfg->url, makes this run's incarnation and starts connecting (asynchronously: a Redis
  * that is down at start is retried like a lost one). FERRY_EINVAL (with a reason) for a bad
  * URL or node id. */

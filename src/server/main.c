@@ -281,6 +281,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         rc = err_set(FERRY_EINVAL, "--strict-ids needs --directory (it asks the directory)");
     if (rc == 0 && cfg->memory < (1u << 20))
         rc = err_set(FERRY_EINVAL, "--memory must be at least 1M");
+    if (rc == 0) /* before the arena is reserved: a typo costs no gigabytes, no wait */
+        rc = server_check_config(cfg);
     return rc;
 }
 

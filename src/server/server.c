@@ -20,6 +20,7 @@
 #include "server/notify.h"
 #include "server/session.h"
 #include "transfer/engine.h"
+#include "transfer/transport.h"
 
 #define ACCEPTS_PER_TURN 64
 #define LISTEN_BACKLOG 512
@@ -420,6 +421,28 @@ static int read_secret(const char *path, uint8_t *buf, size_t size, size_t *len)
     return 0;
 }
 
+int server_check_config(const struct server_config *c)
+{
+    char host[256], port[16];
+
+    if (!c->directory_url && !c->listen_addr && !c->node_id)
+        return 0;
+    if (!c->directory_url || !c->listen_addr || !c->node_id)
+        return err_set(FERRY_EINVAL, "a cluster node needs --node-id, --listen and --directory");
+    if (!c->node_id[0] || strlen(c->node_id) > DIRECTORY_NODE_ID_MAX ||
+        strpbrk(c->node_id, " \t\n:,"))
+        return err_set(FERRY_EINVAL, "node id '%s': 1 to %d characters, no spaces, ':' or ','",
+                       c->node_id, DIRECTORY_NODE_ID_MAX);
+    if (transport_split_addr(c->listen_addr, host, sizeof(host), port, sizeof(port)) < 0)
+        return err_set(FERRY_EINVAL, "--listen %s: expected HOST:PORT", c->listen_addr);
+    if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
+        return err_set(FERRY_EINVAL,
+                       "--listen %s: peers connect to this address, so it must be "
+                       "one they can reach, not a wildcard",
+                       c->listen_addr);
+    return directory_check_url(c->directory_url);
+}
+
 static int open_cluster(struct server *s)
 {
     const struct server_config *c = &s->cfg;
@@ -436,18 +459,10 @@ static int open_cluster(struct server *s)
     char names[64];
     int rc;
 
-    if (!c->directory_url && !c->listen_addr && !c->node_id)
+    if ((rc = server_check_config(c)) < 0)
+        return rc;
+    if (!c->directory_url)
         return 0;
-    if (!c->directory_url || !c->listen_addr || !c->node_id)
-        return err_set(FERRY_EINVAL, "a cluster node needs --node-id, --listen and --directory");
-    if (strlen(c->node_id) > DIRECTORY_NODE_ID_MAX || strpbrk(c->node_id, " \t\n:,"))
-        return err_set(FERRY_EINVAL, "node id '%s': at most %d characters, no spaces, ':' or ','",
-                       c->node_id, DIRECTORY_NODE_ID_MAX);
-    if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
-        return err_set(FERRY_EINVAL,
-                       "--listen %s: peers connect to this address, so it must be "
-                       "one they can reach, not a wildcard",
-                       c->listen_addr);
     if (c->secret_file) {
         if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
             return rc;

@@ -91,6 +91,10 @@ static inline struct server *server_of(struct loop *l)
     return (struct server *)((char *)l - offsetof(struct server, loop));
 }
 
+/* FERRY_EINVAL (with the reason) for a configuration server_init would refuse on its face: the
+ * cluster options all or none, the node id, the form of --listen, the directory URL. Checks
+ * only; reserves and connects nothing. */
+int server_check_config(const struct server_config *cfg);
 /* Opens the arena and the socket; refuses (with ferry_errmsg()) what it cannot honour. */
 int server_init(struct server *s, const struct server_config *cfg);
 /* Serves until SIGTERM or SIGINT. */
