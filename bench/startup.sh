@@ -22,7 +22,8 @@ trap cleanup EXIT
 
 redis-server --port "$REDIS_PORT" --save '' --appendonly no --daemonize yes \
     --logfile "$DIR/redis.log" --dir "$DIR" >/dev/null || exit 1
-for ((i = 0; i < 50 && $(redis-cli -p "$REDIS_PORT" ping 2>/dev/null) != PONG; i++)); do
+for ((i = 0; i < 50; i++)); do
+    [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] && break
     sleep 0.1
 done
 for ((i = 0; i < HOGS; i++)); do
