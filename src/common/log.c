@@ -87,7 +87,7 @@ void log_limited(struct log_limit *lim, enum log_level level, const char *fmt, .
 
     if (level < log_level_min)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts); /* the records' clock: their seconds hold at most so many */
     if ((uint64_t)ts.tv_sec != lim->second) {
         if (lim->suppressed)
             log_write(level, "(%u more records like the next were left out in the last second)",
