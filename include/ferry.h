@@ -280,6 +280,9 @@ typedef struct ferry_stat_field {
 /* Every field of struct ferry_stats, in order (the table above); *n receives the count. */
 const ferry_stat_field *ferry_stat_fields(size_t *n);
 
+/* The field of the table called name, or NULL (a transport's counter, or no counter at all). */
+const ferry_stat_field *ferry_stat_field_find(const char *name);
+
 /* A counter as the daemon reports it. */
 #define FERRY_STAT_NAME_MAX 47
 typedef struct ferry_stat {

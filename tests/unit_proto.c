@@ -384,6 +384,10 @@ static void test_stats_table_covers_the_struct(void **state)
     }
     assert_string_equal(f[0].name, "capacity_bytes");
     assert_int_equal(f[offsetof(ferry_stats, gets) / sizeof(uint64_t)].kind, FERRY_STAT_COUNTER);
+    for (size_t i = 0; i < n; i++) /* each field is found by its own name */
+        assert_ptr_equal(ferry_stat_field_find(f[i].name), &f[i]);
+    assert_null(ferry_stat_field_find("fabric_eager_msgs")); /* a transport's */
+    assert_null(ferry_stat_field_find(NULL));
 }
 
 int main(void)

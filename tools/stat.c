@@ -97,13 +97,7 @@ static const char *sz(uint64_t bytes, char buf[SIZE_FORMAT_LEN])
  * cluster has them. */
 static int transport_counter(const char *name)
 {
-    size_t n;
-    const ferry_stat_field *f = ferry_stat_fields(&n);
-
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(f[i].name, name) == 0)
-            return 0;
-    return 1;
+    return ferry_stat_field_find(name) == NULL;
 }
 
 static void print_uptime(const struct stat_view *v)

@@ -102,17 +102,6 @@ struct samples {
     size_t n;
 };
 
-static int in_table(const char *name)
-{
-    size_t n;
-    const ferry_stat_field *f = ferry_stat_fields(&n);
-
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(f[i].name, name) == 0)
-            return 1;
-    return 0;
-}
-
 /* The daemon's own fields keep their names; a transport's ("fabric_eager_msgs") become
  * ferry_transport_eager_msgs{transport="fabric"}. Microseconds (_us) become seconds; counters
  * end in _total. */
@@ -126,7 +115,7 @@ static void on_counter(void *arg, const char *name, int kind, const char *help, 
         return;
     struct sample *x = &s->v[s->n++];
     *x = (struct sample){.kind = kind, .help = help, .value = value};
-    if (in_table(name) || !us) {
+    if (ferry_stat_field_find(name) || !us) {
         snprintf(x->name, sizeof(x->name), "ferry_%s", name);
     } else {
         snprintf(x->name, sizeof(x->name), "ferry_transport_%s", us + 1);
