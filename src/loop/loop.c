@@ -14,12 +14,20 @@
 
 #define LOOP_MAX_EVENTS 256
 
+static _Thread_local int loop_thread;
+
+int loop_is_loop_thread(void)
+{
+    return loop_thread;
+}
+
 int loop_init(struct loop *l)
 {
     memset(l, 0, sizeof(*l));
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (l->epfd < 0)
         return err_sys("epoll_create1");
+    loop_thread = 1;
     return 0;
 }
 

@@ -59,7 +59,11 @@ struct loop {
     void *before_wait_arg;
 };
 
+/* The thread that calls loop_init runs the loop: nothing on it may block (see
+ * transfer/fabric/fabric_blocking.c). */
 int loop_init(struct loop *l);
+/* Whether the calling thread is one that initialised a loop. */
+int loop_is_loop_thread(void);
 void loop_destroy(struct loop *l);
 
 int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events, loop_fd_fn *fn,

@@ -425,8 +425,10 @@ static int fab_eager_default(const struct xlistener *f, uint64_t *out)
 
 static void fab_counters(const struct xlistener *f, xcounter_fn *fn, void *arg)
 {
-#define FAB_REPORT(name, kind, help)                                                               \
-    fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, f->stats.name);
+    struct fab_counters c = f->stats;
+
+    c.blocking_recvs = fab_blocking_refused; /* the process's, kept where recv is */
+#define FAB_REPORT(name, kind, help) fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, c.name);
     FAB_COUNTERS(FAB_REPORT)
 #undef FAB_REPORT
 }

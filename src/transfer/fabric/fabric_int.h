@@ -126,6 +126,11 @@
 #define FAB_PROBE_FIRST_MS 50u
 #define FAB_PROBE_EVERY_MS 200u
 #define FAB_PROBE_MAX 10u
+/* How long a recv that would block on the loop's thread may wait for data (fabric_blocking.c):
+ * a connection request's data comes with its header, or within a round trip. */
+#define FAB_RECV_WAIT_MS 5
+/* Such recvs refused, in the whole process (fabric_blocking.c; any thread may read it). */
+extern _Atomic uint64_t fab_blocking_refused;
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
@@ -145,7 +150,8 @@
     X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
-    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
+    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")    \
+    X(blocking_recvs, COUNTER, "provider reads on the loop's thread that would block: refused")
 
 struct fab_counters {
 #define FAB_COUNTER_MEMBER(name, kind, help) uint64_t name;
