@@ -240,7 +240,7 @@ H_CLUSTER_TEST(garbage_on_the_provider_port_does_not_spin)
     printf("garbage on the provider's port: A used %llu ticks in 2 s after it\n",
            (unsigned long long)used);
     assert_true(used < 40); /* 200 is a whole core */
-    stats_within_1s(a); /* with the silent requests still open */
+    stats_within_1s(a);     /* with the silent requests still open */
     ferry_id x = h_id("after-provider-garbage");
     H_OK(h_put_direct(a, &x, 100000, 0));
     int status = 1;

@@ -150,7 +150,7 @@ extern _Atomic uint64_t fab_blocking_refused;
     X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
-    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")    \
+    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")      \
     X(blocking_recvs, COUNTER, "provider reads on the loop's thread that would block: refused")
 
 struct fab_counters {
