@@ -340,7 +340,7 @@ static void on_conn(struct loop *l, struct loop_watch *w, uint32_t events)
         conn_flush(c);
         return;
     }
-    ssize_t r = recv(c->fd, c->in + c->inlen, sizeof(c->in) - 1 - c->inlen, 0);
+    ssize_t r = recv(c->fd, c->in + c->inlen, sizeof(c->in) - 1 - c->inlen, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r <= 0) {
