@@ -73,7 +73,8 @@ enum ferry_error {
     FERRY_EAUTH = -17,       /* a peer failed the cluster secret's challenge */
     FERRY_EAGAIN = -18,      /* nothing is there now (a non-blocking read); try again later */
     FERRY_ESTANDALONE = -19, /* a cluster call on a node started without --directory */
-    FERRY_ERROR_MIN = -19
+    FERRY_EIO = -20,         /* the object's bytes on disk are unreadable or damaged */
+    FERRY_ERROR_MIN = -20
 };
 
 /* Name of an error code ("no such object"); never NULL. */
@@ -122,8 +123,10 @@ typedef struct ferry_buffer {
  * out[i] is filled for each id; every entry with status FERRY_OK holds a reference until
  * ferry_release(). An entry not found has status FERRY_ENOENT when timeout_ms is 0 (nothing
  * was waited for) and FERRY_ETIMEDOUT otherwise, and the call returns that code (the found
- * ones are still held); another code when the call failed (nothing held). An id listed twice
- * is returned, and held, twice. */
+ * ones are still held); a spilled object whose bytes could not be read back has FERRY_EIO
+ * (it is dropped) or FERRY_ENOSPACE, which the call then returns; another code when the call
+ * failed (nothing held). A spilled object is waited for even when timeout_ms is 0. An id listed
+ * twice is returned, and held, twice. */
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
               ferry_buffer *out);
 
@@ -131,7 +134,12 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
  * handle holds none for id. Does not wait for the daemon. */
 int ferry_release(ferry_client *c, const ferry_id *id);
 
-/* *present = 1 when a sealed object with this id is in the store. */
+/* Where a sealed object's bytes are (ferry_contains). */
+enum ferry_presence { FERRY_ABSENT = 0, FERRY_IN_MEMORY = 1, FERRY_ON_DISK = 2 };
+
+/* *present: FERRY_IN_MEMORY when a sealed object with this id is in the store, FERRY_ON_DISK
+ * when it is there but spilled (ferryd --spill-dir: the next access reads it back), else
+ * FERRY_ABSENT (0); so it reads as a truth value too. */
 int ferry_contains(ferry_client *c, const ferry_id *id, int *present);
 
 /* Deletes a sealed object; one still referenced goes when its last reference does (it is
@@ -168,7 +176,12 @@ typedef struct ferry_put_item {
  * failure's code (the others may still have succeeded: see statuses). */
 int ferry_put_many(ferry_client *c, const ferry_put_item *items, size_t n, int *statuses);
 
-enum ferry_object_state { FERRY_STATE_CREATED = 1, FERRY_STATE_SEALED = 2 };
+/* SPILLED: sealed, its bytes on disk only until the next access reads them back. */
+enum ferry_object_state {
+    FERRY_STATE_CREATED = 1,
+    FERRY_STATE_SEALED = 2,
+    FERRY_STATE_SPILLED = 3
+};
 
 typedef struct ferry_object_info {
     ferry_id id;
@@ -257,7 +270,22 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(release, GAUGE, "the daemon's release: MAJOR * 1000000 + MINOR * 1000 + PATCH")              \
     X(metrics_scrapes, COUNTER, "scrapes of /metrics answered")                                    \
     X(metrics_refused, COUNTER, "metrics requests refused: malformed, too many at once, too slow") \
-    X(cluster_node, GAUGE, "1 for a node of a cluster, 0 for a standalone one")
+    X(cluster_node, GAUGE, "1 for a node of a cluster, 0 for a standalone one")                    \
+    X(spill_enabled, GAUGE, "1 when the node spills to a directory (ferryd --spill-dir)")          \
+    X(spill_max_bytes, GAUGE, "the most the spill directory may hold (0: the disk's room)")        \
+    X(spill_disk_bytes, GAUGE, "bytes of objects and their records in the spill directory")        \
+    X(spilled_objects, GAUGE, "objects whose bytes are on disk only")                              \
+    X(spilled_bytes, GAUGE, "bytes of the objects on disk only")                                   \
+    X(spill_writes, COUNTER, "objects written to the spill directory")                             \
+    X(spill_written_bytes, COUNTER, "bytes of the objects written to the spill directory")         \
+    X(spill_write_failures, COUNTER, "object writes to the spill directory that failed")           \
+    X(restores, COUNTER, "objects read back from the spill directory intact")                      \
+    X(restored_bytes, COUNTER, "bytes of the objects read back")                                   \
+    X(restore_wait_us, COUNTER, "time from the first access of a spilled object to its bytes")     \
+    X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
+    X(creates_waited, COUNTER, "creates and restores that waited for spilling to make room")       \
+    X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
+    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

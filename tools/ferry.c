@@ -415,7 +415,8 @@ static int cmd_where(struct cli *cli, int argc, char **argv)
     return cli_report(cli, FERRY_ENOENT, "no live node holds %s", hex);
 }
 
-/* contains ID: prints true (status 0) when a sealed object ID is stored, else false (1). */
+/* contains ID: prints true (status 0) when a sealed object ID is stored ("true (on disk)" when
+ * it is spilled), else false (1). */
 static int cmd_contains(struct cli *cli, int argc, char **argv)
 {
     struct params p = {.names = {"ID"}, .min = 1};
@@ -427,7 +428,7 @@ static int cmd_contains(struct cli *cli, int argc, char **argv)
     int err = ferry_contains(cli->client, &id, &present);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
-    puts(present ? "true" : "false");
+    puts(present == FERRY_ON_DISK ? "true (on disk)" : present ? "true" : "false");
     return present ? STATUS_OK : STATUS_MISSING;
 }
 
@@ -452,6 +453,8 @@ static const char *state_name(int state)
         return "created";
     case FERRY_STATE_SEALED:
         return "sealed";
+    case FERRY_STATE_SPILLED:
+        return "on disk";
     default:
         return "unknown";
     }
@@ -626,8 +629,8 @@ static const struct command {
      "--meta writes the object's metadata instead of its data.\n"
      "MS: 0 polls (the default), -1 waits on. --fetch pulls ID from another node when it is not\n"
      "local, waiting up to MS (default 10000) for an ID that no node holds yet.\n"},
-    {"contains", "ID", "print true (exit 0) if ID is stored, else false (1)", cmd_contains,
-     "Prints true or false; the exit status says the same (0, 1), for scripts.\n"},
+    {"contains", "ID", "print true (exit 0) if ID is stored (on disk: spilled), else false (1)",
+     cmd_contains, "Prints true or false; the exit status says the same (0, 1), for scripts.\n"},
     {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm,
      "Deletes this node's copy; --cluster deletes every node's (through the directory).\n"
      "An object a reader still holds goes when the last reader lets go.\n"},

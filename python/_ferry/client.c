@@ -432,7 +432,9 @@ static PyObject *object_info_dict(const ferry_object_info *o)
         set_item(d, "size", PyLong_FromUnsignedLongLong(o->data_size)) < 0 ||
         set_item(d, "metadata_size", PyLong_FromUnsignedLongLong(o->metadata_size)) < 0 ||
         set_item(d, "state",
-                 PyUnicode_FromString(o->state == FERRY_STATE_SEALED ? "sealed" : "created")) < 0 ||
+                 PyUnicode_FromString(o->state == FERRY_STATE_SEALED    ? "sealed"
+                                      : o->state == FERRY_STATE_SPILLED ? "spilled"
+                                                                        : "created")) < 0 ||
         set_item(d, "refcount", PyLong_FromUnsignedLong(o->refcount)) < 0 ||
         set_item(d, "age_ms", PyLong_FromUnsignedLongLong(o->age_ms)) < 0 ||
         set_item(d, "name", PyUnicode_DecodeUTF8(o->name, (Py_ssize_t)strlen(o->name), "replace")) <

@@ -108,12 +108,21 @@ static size_t gather_wanted(struct gather *g)
     return m;
 }
 
-/* Records what one get of g->sub[0..m) on k found. */
-static void gather_found(struct gather *g, struct pyf_conn *k, size_t m)
+/* Records what one get of g->sub[0..m) on k found, and its lasting failures (a spilled object
+ * that could not be read back): detail is the get's message. */
+static void gather_found(struct gather *g, struct pyf_conn *k, size_t m, const char *detail)
 {
     for (size_t j = 0; j < m; j++) {
         size_t i = g->sub_index[j];
-        if (g->sub_out[j].status != 0)
+        int st = g->sub_out[j].status;
+        if (st != 0 && st != FERRY_ENOENT && st != FERRY_ETIMEDOUT) {
+            g->status[i] = st;
+            if (!g->fail_rc) {
+                g->fail_rc = st;
+                snprintf(g->fail_msg, sizeof(g->fail_msg), "%s", detail);
+            }
+        }
+        if (st != 0)
             continue;
         g->out[i] = g->sub_out[j];
         g->status[i] = 0;
@@ -139,7 +148,7 @@ static void gather_fetched(struct gather *g, size_t m, const char *detail)
 static int call_failure(int rc)
 {
     return rc < 0 && rc != FERRY_ETIMEDOUT && rc != FERRY_ENOENT && rc != FERRY_ETRANSFER &&
-           rc != FERRY_EDIRECTORY && rc != FERRY_ENOSPACE && rc != FERRY_ETOOBIG;
+           rc != FERRY_EDIRECTORY && rc != FERRY_ENOSPACE && rc != FERRY_ETOOBIG && rc != FERRY_EIO;
 }
 
 /* One get of the wanted ids on k, waiting up to wait_ms. 0, or -1 with an exception. */
@@ -154,7 +163,7 @@ static int get_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms)
     Py_END_ALLOW_THREADS
     if (call_failure(rc))
         return pyf_call_failed(k, rc), -1;
-    gather_found(g, k, m);
+    gather_found(g, k, m, rc < 0 ? ferry_errmsg() : "");
     conn_leave(k, rc);
     return 0;
 }

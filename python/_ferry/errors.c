@@ -43,6 +43,8 @@ static const struct error_kind kinds[] = {
      0},
     {FERRY_ESTANDALONE, "StandaloneNode", "A cluster call on a node started without --directory.",
      NULL, 0},
+    {FERRY_EIO, "SpillDamaged", "The object's bytes on disk (spilled) are unreadable or damaged.",
+     &PyExc_OSError, 0},
 };
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 

@@ -133,9 +133,11 @@ static int get_entry(struct ferry_client *c, ferry_buffer *b, int missing)
     memset(b, 0, sizeof(*b));
     b->data_size = prd_u64(&c->rd);
     b->metadata_size = prd_u64(&c->rd);
-    if (c->rd.bad || (status != 0 && status != FERRY_ENOENT))
+    if (c->rd.bad || status > 0 || status < FERRY_ERROR_MIN)
         return client_broken(c, err_set(FERRY_EPROTO, "get: malformed entry"));
-    b->status = status ? missing : 0;
+    /* Absent is told as the caller's call has it; a spilled object that could not be read
+     * back (FERRY_EIO, FERRY_ENOSPACE) keeps its own status. */
+    b->status = status == FERRY_ENOENT ? missing : status;
     if (status != 0)
         return 0;
     if ((rc = client_check_range(c, offset, b->data_size, b->metadata_size)) < 0)
@@ -178,7 +180,7 @@ static int get_hold(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
 
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, ferry_buffer *out)
 {
-    int absent = timeout_ms == 0 ? FERRY_ENOENT : FERRY_ETIMEDOUT;
+    int absent = timeout_ms == 0 ? FERRY_ENOENT : FERRY_ETIMEDOUT, failed = 0;
     size_t missing = 0;
     int rc;
 
@@ -198,12 +200,17 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     for (size_t i = 0; i < n && rc == 0; i++) {
         rc = get_entry(c, &out[i], absent);
         missing += out[i].status != 0;
+        if (!failed && out[i].status != 0 && out[i].status != absent)
+            failed = out[i].status;
     }
     if (rc == 0)
         rc = client_reply_end(c);
     if (rc == 0)
         rc = get_hold(c, ids, n, out);
-    if (rc == 0 && missing)
+    if (rc == 0 && failed)
+        rc = err_set(failed, "%zu of %zu objects not read: %s (ferryd's log names them)", missing,
+                     n, ferry_strerror(failed));
+    else if (rc == 0 && missing)
         rc = err_set(absent, "%zu of %zu objects %s", missing, n,
                      absent == FERRY_ENOENT ? "not in the store" : "not sealed in time");
     return client_leave(c, rc);
@@ -239,8 +246,10 @@ int ferry_contains(ferry_client *c, const ferry_id *id, int *present)
     if ((rc = client_enter(c)) < 0)
         return rc;
     if ((rc = id_call(c, PROTO_CONTAINS, id)) == 0) {
-        *present = prd_u8(&c->rd) != 0;
+        *present = prd_u8(&c->rd); /* enum ferry_presence */
         rc = client_reply_end(c);
+        if (rc == 0 && *present > FERRY_ON_DISK)
+            rc = client_broken(c, err_set(FERRY_EPROTO, "contains: presence %d", *present));
     }
     return client_leave(c, rc);
 }

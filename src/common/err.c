@@ -28,6 +28,7 @@ static const char *const err_names[] = {
     [-FERRY_EAUTH] = "peer authentication failed",
     [-FERRY_EAGAIN] = "nothing there now, try again",
     [-FERRY_ESTANDALONE] = "standalone node (started without --directory)",
+    [-FERRY_EIO] = "the object's bytes on disk are unreadable or damaged",
 };
 
 const char *ferry_strerror(int err)

@@ -32,6 +32,8 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
             "              [--log-format text|json]\n"
+            "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
+            "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
@@ -47,6 +49,13 @@ static void usage(FILE *f)
             "                      (at most %d a second of each)\n"
             "  --log-format FMT    text (default) or json: one object per line, for collectors\n"
             "  --version           print the version and the protocol versions, and exit\n"
+            "spilling (memory as a cache over local disk):\n"
+            "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
+            "                      back on access; objects found there at start are served\n"
+            "  --spill-max SIZE    the most the directory may hold (default: the disk's room)\n"
+            "  --spill-at PERCENT  start writing when this much of the arena cannot be freed at\n"
+            "                      once (default %d)\n"
+            "  --persist-on-exit   on SIGTERM, write every sealed object not yet on disk\n"
             "cluster (all three or none; without them the node is standalone):\n"
             "  --node-id NAME      this node's name in the cluster\n"
             "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
@@ -72,7 +81,7 @@ static void usage(FILE *f)
             "                      ferry calibrate --save FILE)\n"
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
-            LOG_LIMIT_PER_SECOND, transport_names());
+            LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names());
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -157,6 +166,17 @@ static int keep_url(char *arg, const char **out)
     return 0;
 }
 
+static int parse_percent(const char *text, unsigned *out)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+
+    if (end == text || (*end && strcmp(end, "%") != 0) || v < 1 || v > 100)
+        return err_set(FERRY_EINVAL, "--spill-at: '%s' is not a percent from 1 to 100", text);
+    *out = (unsigned)v;
+    return 0;
+}
+
 /* Checked before the arena is reserved: the form only (the listen comes later). */
 static int parse_metrics(const char *text, const char **out)
 {
@@ -193,6 +213,10 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"fabric-window", required_argument, NULL, 'W'},
                                          {"metrics", required_argument, NULL, 'x'},
                                          {"log-format", required_argument, NULL, 'L'},
+                                         {"spill-dir", required_argument, NULL, 'D'},
+                                         {"spill-max", required_argument, NULL, 'X'},
+                                         {"spill-at", required_argument, NULL, 'A'},
+                                         {"persist-on-exit", no_argument, NULL, 'p'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
@@ -203,6 +227,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->memory = 1ull << 30;
     cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
     cfg->eager_max = ENGINE_EAGER_AUTO;
+    cfg->spill_at = FERRYD_DEFAULT_SPILL_AT;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':
@@ -261,6 +286,18 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                 log_set_format(optarg[0] == 'j' ? LOG_JSON : LOG_TEXT);
             else
                 rc = err_set(FERRY_EINVAL, "--log-format: '%s' is neither text nor json", optarg);
+            break;
+        case 'D':
+            cfg->spill_dir = optarg;
+            break;
+        case 'X':
+            rc = size_parse(optarg, &cfg->spill_max);
+            break;
+        case 'A':
+            rc = parse_percent(optarg, &cfg->spill_at);
+            break;
+        case 'p':
+            cfg->persist_on_exit = 1;
             break;
         case 'h':
             usage(stdout);

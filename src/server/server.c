@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/size.h"
 #include "common/usock.h"
 #include "server/metrics.h"
 #include "server/notify.h"
@@ -227,7 +228,23 @@ static void on_hashed(void *ctx, struct object *o)
     publish(s, o);
     session_hash_ready(s, o);
     if (s->engine)
-        engine_on_hashed(s->engine, o);
+        engine_on_ready(s->engine, o);
+}
+
+static void on_restored(void *ctx, struct object *o, int status)
+{
+    struct server *s = ctx;
+    session_restored(s, o, status);
+    if (s->engine)
+        engine_on_ready(s->engine, o);
+}
+
+static void on_room(void *ctx)
+{
+    struct server *s = ctx;
+    session_room_ready(s);
+    if (s->engine)
+        engine_on_room(s->engine);
 }
 
 /* After (re)connecting to the directory: every sealed object here is published again (those
@@ -262,6 +279,11 @@ static void on_deleted(void *ctx, const ferry_id *id, const char *node)
 static void on_hasher(struct loop *l, struct loop_watch *w, uint32_t events)
 {
     store_collect_hashes(&server_of(l)->store);
+}
+
+static void on_spill(struct loop *l, struct loop_watch *w, uint32_t events)
+{
+    store_collect_spill(&server_of(l)->store);
 }
 
 /* ---- sessions ---- */
@@ -425,6 +447,9 @@ int server_check_config(const struct server_config *c)
 {
     char host[256], port[16];
 
+    if (!c->spill_dir && (c->spill_max || c->persist_on_exit))
+        return err_set(FERRY_EINVAL, "--spill-max and --persist-on-exit need --spill-dir");
+
     if (!c->directory_url && !c->listen_addr && !c->node_id)
         return 0;
     if (!c->directory_url || !c->listen_addr || !c->node_id)
@@ -489,6 +514,32 @@ forget_secret:
     return 0;
 }
 
+/* Opens the spill directory (after the signals are blocked: its workers inherit the mask) and
+ * takes in what a previous run left there. */
+static int open_spill(struct server *s)
+{
+    const struct server_config *c = &s->cfg;
+    const struct spill_counters *sc;
+    char f[2][SIZE_FORMAT_LEN];
+    int rc;
+
+    if (!c->spill_dir)
+        return 0;
+    if ((rc = store_spill_open(&s->store, c->spill_dir, c->spill_max, c->spill_at)) < 0 ||
+        (rc = loop_watch_add(&s->loop, &s->spill_watch, store_spill_fd(&s->store), LOOP_READ,
+                             on_spill, s)) < 0)
+        return rc;
+    sc = spill_counters(s->store.spill);
+    log_info("spill: %s (%s), %" PRIu64 " objects found (%s)%s%s, writes from %u%% of the arena",
+             c->spill_dir, sc->direct ? "O_DIRECT" : "page cache", sc->recovered_objects,
+             size_format(sc->disk_bytes, f[0], sizeof(f[0])), c->spill_max ? ", at most " : "",
+             c->spill_max ? size_format(c->spill_max, f[1], sizeof(f[1])) : "", c->spill_at);
+    if (sc->recovery_dropped)
+        log_warn("spill: %" PRIu64 " damaged groups dropped at start (see above)",
+                 sc->recovery_dropped);
+    return 0;
+}
+
 static uint64_t staging_size_for(uint64_t capacity)
 {
     uint64_t size = capacity / 64;
@@ -510,8 +561,12 @@ static int open_metrics(struct server *s)
 
 int server_init(struct server *s, const struct server_config *cfg)
 {
-    struct store_events ev = {
-        .sealed = on_sealed, .removed = on_removed, .hashed = on_hashed, .ctx = s};
+    struct store_events ev = {.sealed = on_sealed,
+                              .removed = on_removed,
+                              .hashed = on_hashed,
+                              .restored = on_restored,
+                              .room = on_room,
+                              .ctx = s};
     int rc;
 
     memset(s, 0, sizeof(*s));
@@ -538,8 +593,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
                              on_hasher, s)) < 0 ||
-        (rc = open_cluster(s)) < 0 || (rc = open_metrics(s)) < 0 || (rc = open_socket(s)) < 0 ||
-        (rc = arena_prefault_start(&s->arena)) < 0)
+        (rc = open_spill(s)) < 0 || (rc = open_cluster(s)) < 0 || (rc = open_metrics(s)) < 0 ||
+        (rc = open_socket(s)) < 0 || (rc = arena_prefault_start(&s->arena)) < 0)
         goto destroy;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
@@ -591,6 +646,8 @@ void server_destroy(struct server *s)
         close(s->signal_fd);
     s->signal_fd = -1;
     idmap_free(&s->waiters);
+    if (s->store.alloc && s->cfg.persist_on_exit)
+        store_persist(&s->store);
     if (s->store.alloc)
         store_destroy(&s->store);
     arena_close(&s->arena);

@@ -29,6 +29,9 @@ struct subscriber;
  * (a Redis that is gone costs nothing: there is no connection to wait on). */
 #define LEAVE_MS 2000
 
+/* Writes to the spill directory start when this percent of the arena cannot be freed at once. */
+#define FERRYD_DEFAULT_SPILL_AT 80
+
 struct server_config {
     const char *socket_path;
     mode_t socket_mode;
@@ -47,6 +50,10 @@ struct server_config {
     uint32_t fabric_window;
     int strict_ids;           /* a seal waits for the directory to confirm the id's content */
     const char *metrics_addr; /* HOST:PORT for Prometheus' scrapes, or NULL */
+    const char *spill_dir;    /* NULL: no spilling */
+    uint64_t spill_max;       /* 0: the disk's room */
+    unsigned spill_at;        /* percent */
+    int persist_on_exit;
 };
 
 struct server_counters {
@@ -72,6 +79,8 @@ struct server {
     struct session *closed;         /* to free after this turn */
     struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
+    struct loop_watch spill_watch;  /* the store's spill I/O finished jobs */
+    struct session *room_waiters;   /* blocked in a create that waits for spilling */
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */

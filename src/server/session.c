@@ -192,6 +192,8 @@ static int handle_create(struct session *ss, const struct proto_request *q)
     int rc =
         store_create(st, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, ss, &o);
 
+    if (rc == FERRY_EAGAIN)
+        return SESSION_RETRY;
     if (rc < 0)
         return session_reply_status(ss, q, rc);
     /* store_create counted the creator's reference; the session records it. */
@@ -259,7 +261,9 @@ struct object *session_find_sealed(struct session *ss, const ferry_id *id)
 static int handle_contains(struct session *ss, const struct proto_request *q)
 {
     size_t start = session_reply_begin(ss, q, 0);
-    pbuf_u8(&ss->out, session_find_sealed(ss, &q->u.one.id) != NULL);
+    struct object *o = session_find_sealed(ss, &q->u.one.id);
+
+    pbuf_u8(&ss->out, !o ? 0 : o->spilled ? FERRY_ON_DISK : FERRY_IN_MEMORY);
     proto_frame_end(&ss->out, start);
     return 0;
 }
@@ -369,7 +373,7 @@ static int handle_list(struct session *ss, const struct proto_request *q)
         pbuf_id(&ss->out, &o->id);
         pbuf_u64(&ss->out, o->data_size);
         pbuf_u64(&ss->out, o->metadata_size);
-        pbuf_u8(&ss->out, o->state);
+        pbuf_u8(&ss->out, o->spilled ? FERRY_STATE_SPILLED : o->state);
         pbuf_u32(&ss->out, o->refcount);
         pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
         proto_put_str(&ss->out, o->name ? o->name : "", FERRY_NAME_MAX);
@@ -440,7 +444,9 @@ static int handle_stage(struct session *ss, const struct proto_request *q)
     int rc;
 
     if (!ss->staging) {
-        if ((rc = store_reserve(&srv->store, srv->staging_size, &ss->staging)) < 0)
+        if ((rc = store_reserve(&srv->store, srv->staging_size, &ss->staging)) == FERRY_EAGAIN)
+            return SESSION_RETRY;
+        if (rc < 0)
             return session_reply_status(ss, q, rc);
         srv->staging_bytes += alloc_block_size(ss->staging);
     }
@@ -538,12 +544,36 @@ static int get_wait_for(struct session *ss, uint32_t i, const ferry_id *id)
     return 0;
 }
 
+/* Ends the get once nothing it waits for can still come: everything is there, or only absent
+ * ids are missing after the timeout (or with none), restores being over. */
+static void get_maybe_finish(struct session *ss)
+{
+    struct pending_get *g = &ss->get;
+
+    if (g->missing == 0 || (g->restoring == 0 && (g->expired || g->no_wait))) {
+        get_finish(ss);
+        server_schedule(ss->srv, ss);
+    }
+}
+
 static void get_timeout(struct loop *l, struct loop_timer *t)
 {
     struct session *ss = t->arg;
 
-    get_finish(ss);
-    server_schedule(ss->srv, ss);
+    ss->get.expired = 1; /* a restore under way still ends in its entry */
+    get_maybe_finish(ss);
+}
+
+/* Ends the wait w (for a restore, if it was one); the get goes on without it. */
+static struct session *get_unwait_one(struct server *srv, struct get_wait *w)
+{
+    struct session *ss = w->ss;
+
+    if (w->restoring)
+        ss->get.restoring--;
+    w->restoring = 0;
+    get_unwait(srv, w);
+    return ss;
 }
 
 void session_wake_waiters(struct server *srv, struct object *o)
@@ -551,21 +581,57 @@ void session_wake_waiters(struct server *srv, struct object *o)
     struct get_wait *w = idmap_get(&srv->waiters, &o->id), *next;
 
     for (; w; w = next) {
-        struct session *ss = w->ss;
+        uint32_t index = w->index;
+        struct session *ss = get_unwait_one(srv, w);
         next = w->next;
-        get_unwait(srv, w);
-        if (get_fill(ss, w->index, o) < 0) {
+        if (get_fill(ss, index, o) < 0) {
             /* Closing frees ss's other waits, next among them when ss waits for this id
              * twice: start again from what is left. */
             session_close(ss, ferry_errmsg());
             next = idmap_get(&srv->waiters, &o->id);
             continue;
         }
-        if (ss->get.missing == 0) {
-            get_finish(ss);
-            server_schedule(srv, ss);
-        }
+        get_maybe_finish(ss);
     }
+}
+
+void session_restored(struct server *srv, struct object *o, int status)
+{
+    struct get_wait *w, *next;
+
+    if (status == 0) {
+        session_wake_waiters(srv, o);
+        return;
+    }
+    for (w = idmap_get(&srv->waiters, &o->id); w; w = next) {
+        struct session *ss;
+        next = w->next;
+        if (!w->restoring)
+            continue; /* it waits for a seal of the id */
+        ss = get_unwait_one(srv, w);
+        ss->get.entries[w->index].status = status;
+        ss->get.missing--;
+        get_maybe_finish(ss);
+    }
+}
+
+/* Entry i is a spilled object: its restore starts (or is under way) and the entry waits. */
+static int get_restore(struct session *ss, uint32_t i, struct object *o)
+{
+    int rc = store_restore(&ss->srv->store, o);
+
+    if (rc == 0)
+        return get_fill(ss, i, o);
+    if (rc != FERRY_EAGAIN) { /* this entry fails; the others go on */
+        ss->get.entries[i].status = rc;
+        ss->get.missing--;
+        return 0;
+    }
+    if ((rc = get_wait_for(ss, i, &o->id)) < 0)
+        return rc;
+    ss->get.waits[i].restoring = 1;
+    ss->get.restoring++;
+    return 0;
 }
 
 /* Takes what is there; waits for the rest unless the timeout is 0. */
@@ -578,6 +644,9 @@ static int get_start(struct session *ss, const struct proto_request *q)
     g->tag = q->tag;
     g->start_ns = clock_mono_ns();
     g->n = g->missing = n;
+    g->restoring = 0;
+    g->expired = 0;
+    g->no_wait = q->u.ids.timeout_ms == 0;
     g->entries = calloc(n ? n : 1, sizeof(*g->entries));
     g->waits = calloc(n ? n : 1, sizeof(*g->waits));
     if (!g->entries || !g->waits)
@@ -586,7 +655,9 @@ static int get_start(struct session *ss, const struct proto_request *q)
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         struct object *o = session_find_sealed(ss, &q->u.ids.ids[i]);
         g->entries[i].status = FERRY_ENOENT;
-        if (o)
+        if (o && o->spilled)
+            rc = get_restore(ss, i, o);
+        else if (o)
             rc = get_fill(ss, i, o);
         else if (q->u.ids.timeout_ms != 0)
             rc = get_wait_for(ss, i, &q->u.ids.ids[i]);
@@ -611,9 +682,43 @@ static int handle_get(struct session *ss, const struct proto_request *q)
         get_reset(ss);
         return session_reply_status(ss, q, rc);
     }
-    if (ss->get.missing == 0 || q->u.ids.timeout_ms == 0)
+    if (ss->get.missing == 0 || (q->u.ids.timeout_ms == 0 && ss->get.restoring == 0))
         get_finish(ss);
     return 0;
+}
+
+/* ---- creates that wait for room ---- */
+
+static void room_wait(struct session *ss)
+{
+    struct server *srv = ss->srv;
+
+    ss->room_wait = 1;
+    ss->room_next = srv->room_waiters;
+    srv->room_waiters = ss;
+}
+
+static void room_unwait(struct session *ss)
+{
+    for (struct session **pp = &ss->srv->room_waiters; *pp; pp = &(*pp)->room_next) {
+        if (*pp == ss) {
+            *pp = ss->room_next;
+            break;
+        }
+    }
+    ss->room_wait = 0;
+}
+
+void session_room_ready(struct server *srv)
+{
+    struct session *ss, *list = srv->room_waiters;
+
+    srv->room_waiters = NULL;
+    while ((ss = list)) {
+        list = ss->room_next;
+        ss->room_wait = 0;
+        server_schedule(srv, ss);
+    }
 }
 
 /* ---- dispatch and I/O ---- */
@@ -725,7 +830,7 @@ static int flush_out(struct session *ss)
 static int can_process(struct session *ss, uint16_t type)
 {
     if (ss->closed || ss->get.active || ss->fetch.active || ss->dir.active || ss->seal.active ||
-        ss->hash_wait || ss->out.len > OUT_HIGH)
+        ss->hash_wait || ss->room_wait || ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -744,6 +849,10 @@ static void process_input(struct session *ss)
             break;
         if (rc == 0)
             rc = dispatch(ss, &h, ss->in.data + done + PROTO_HEADER_SIZE);
+        if (rc == SESSION_RETRY) { /* the request stays, to be dispatched again with room */
+            room_wait(ss);
+            break;
+        }
         if (rc < 0) {
             snprintf(reason, sizeof(reason), "%s", ferry_errmsg());
             session_close(ss, reason);
@@ -891,6 +1000,8 @@ void session_close(struct session *ss, const char *reason)
     ss->closed = 1;
     get_reset(ss);
     hash_unwait(ss);
+    if (ss->room_wait)
+        room_unwait(ss);
     if (ss->fetch.active)
         session_fetch_cancel(ss);
     if (ss->dir.active)

@@ -30,6 +30,7 @@ struct held {
 struct get_wait {
     struct session *ss;
     uint32_t index;
+    int restoring; /* for a spilled object's restore, not a seal */
     ferry_id id;
     struct get_wait *prev, *next;
 };
@@ -38,7 +39,10 @@ struct pending_get {
     int active;
     uint64_t tag;
     uint32_t n, missing;
-    uint64_t start_ns; /* CLOCK_MONOTONIC, for the latency */
+    uint32_t restoring; /* entries waiting for a restore: the get ends after them */
+    int no_wait;        /* timeout 0: ends when nothing but absent ids is missing */
+    int expired;        /* its timeout passed while restores were under way */
+    uint64_t start_ns;  /* CLOCK_MONOTONIC, for the latency */
     struct proto_get_entry *entries;
     struct get_wait *waits; /* n of them; those not waiting have ss == NULL */
     struct loop_timer timer;
@@ -99,8 +103,10 @@ struct session {
     struct object *hash_wait; /* blocked in HASH until this object's digest is in */
     uint64_t hash_tag;
     struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */
-    struct session *next, **pprev;           /* in server.sessions or server.closed */
-    struct session *ready_next;              /* in server.ready when scheduled */
+    int room_wait;                           /* a create waits for room: in room_waiters */
+    struct session *room_next;
+    struct session *next, **pprev; /* in server.sessions or server.closed */
+    struct session *ready_next;    /* in server.ready when scheduled */
 };
 
 /* Accepts the connection on fd (non-blocking, close-on-exec) as a new session. */
@@ -114,6 +120,10 @@ void session_close(struct session *ss, const char *reason);
 void session_free(struct session *ss);
 /* o was just sealed: completes the gets that waited for it. */
 void session_wake_waiters(struct server *srv, struct object *o);
+/* A restore of o ended (status 0: it is resident): the gets that waited for it go on. */
+void session_restored(struct server *srv, struct object *o, int status);
+/* Room was freed: sessions whose create waited for it try again. */
+void session_room_ready(struct server *srv);
 /* o's digest is in: answers the HASH requests that waited for it, or, for an unsealed
  * object, sends its claim (--strict-ids). */
 void session_hash_ready(struct server *srv, struct object *o);

@@ -11,7 +11,11 @@
 
 /* A handler returns 0, or FERRY_EPROTO (with err_set) to close the connection. A request
  * that fails for a legitimate reason gets an error reply and returns 0. */
+/* A handler answers (0) or fails the session (< 0), or says SESSION_RETRY: not now, the
+ * request stays in the input and is dispatched again once room is freed (a create that waits
+ * for spilling). */
 typedef int handler_fn(struct session *ss, const struct proto_request *q);
+#define SESSION_RETRY 1
 
 /* Replies (session.c): begin one (status in its header), a bare status (a failure carries
  * ferry_errmsg()), n statuses and the first failure's reason (FETCH, PUT_BATCH). */

@@ -278,6 +278,28 @@ static int put_batch_strict(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
+/* Whether the batch's objects fit now: FERRY_EAGAIN when spilling must make room first (the
+ * batch then waits whole, so that it never half-succeeds for want of a moment's room). */
+static int batch_room(struct session *ss, const struct proto_request *q)
+{
+    struct store *st = &ss->srv->store;
+    struct proto_batch_entry e;
+    uint64_t total = 0;
+    alloc_block *b;
+    int rc;
+
+    for (uint32_t i = 0; i < q->u.batch.n; i++) {
+        proto_batch_entry(q, i, &e);
+        total += (e.data_size + e.metadata_size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    }
+    if (!st->spill || total == 0 || (rc = store_reserve(st, total, &b)) == FERRY_ENOSPACE ||
+        rc == FERRY_ETOOBIG)
+        return 0; /* the creates say why, each */
+    if (rc == 0)
+        store_unreserve(st, b);
+    return rc;
+}
+
 int session_handle_put_batch(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
@@ -289,6 +311,10 @@ int session_handle_put_batch(struct session *ss, const struct proto_request *q)
 
     if (rc < 0)
         return rc;
+    if ((rc = batch_room(ss, q)) == FERRY_EAGAIN)
+        return SESSION_RETRY;
+    if (rc < 0)
+        return session_reply_status(ss, q, rc);
     if (strict(ss))
         return put_batch_strict(ss, q);
     if (!(statuses = calloc(q->u.batch.n ? q->u.batch.n : 1, sizeof(*statuses))))

@@ -16,6 +16,30 @@ static uint64_t release_number(void)
     return (uint64_t)major * 1000000 + (uint64_t)minor * 1000 + patch;
 }
 
+static void server_stats_spill(struct server *srv, ferry_stats *out)
+{
+    const struct store *st = &srv->store;
+    const struct spill_counters *c = st->spill ? spill_counters(st->spill) : NULL;
+
+    out->restore_wait_us = st->counters.restore_wait_ns / 1000;
+    out->restore_failures = st->counters.restore_failures;
+    out->creates_waited = st->counters.creates_waited;
+    out->spill_write_failures = st->counters.spill_failures;
+    out->spilled_objects = st->spilled_objects;
+    out->spilled_bytes = st->spilled_bytes;
+    if (!c)
+        return;
+    out->spill_enabled = 1;
+    out->spill_max_bytes = spill_max_bytes(st->spill);
+    out->spill_disk_bytes = c->disk_bytes;
+    out->spill_writes = c->written_objects;
+    out->spill_written_bytes = c->written_bytes;
+    out->restores = st->counters.restores;
+    out->restored_bytes = c->read_bytes;
+    out->spill_recovered_objects = c->recovered_objects;
+    out->spill_recovery_dropped = c->recovery_dropped;
+}
+
 void server_stats(struct server *srv, ferry_stats *out)
 {
     const struct store *st = &srv->store;
@@ -48,6 +72,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
     out->cluster_node = srv->dir != NULL;
+    server_stats_spill(srv, out);
     if (srv->metrics) {
         out->metrics_scrapes = metrics_counters(srv->metrics)->scrapes;
         out->metrics_refused = metrics_counters(srv->metrics)->refused;

@@ -1,4 +1,4 @@
-#include "store/store.h"
+#include "store/store_int.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -10,51 +10,76 @@
 #include "common/err.h"
 #include "common/size.h"
 
-static uint64_t block_size(const struct object *o)
+uint64_t store_block_size(const struct object *o)
 {
     return o->block ? alloc_block_size(o->block) : 0;
 }
 
-/* ---- LRU ---- */
+/* ---- LRU and dirty list ---- */
 
-static void lru_unlink(struct store *s, struct object *o)
+/* The list o goes in when it becomes evictable: the dirty one while it has no copy on disk. */
+static int goes_dirty(const struct store *s, const struct object *o)
+{
+    return s->spill && !o->rec;
+}
+
+void store_lru_unlink(struct store *s, struct object *o)
 {
     o->lru_prev->lru_next = o->lru_next;
     o->lru_next->lru_prev = o->lru_prev;
     o->lru_prev = o->lru_next = NULL;
-    s->evictable_bytes -= block_size(o);
+    if (o->in_dirty)
+        s->dirty_bytes -= store_block_size(o);
+    else
+        s->evictable_bytes -= store_block_size(o);
+    o->in_dirty = 0;
 }
 
-static int in_lru(const struct object *o)
+int store_in_lru(const struct object *o)
 {
     return o->lru_next != NULL;
 }
 
-/* Links o after `after`, which must be its predecessor in lru_seq order. */
+/* Links o after `after`, which must be its predecessor in lru_seq order in its list. */
 static void lru_link(struct store *s, struct object *o, struct object *after)
 {
     o->lru_prev = after;
     o->lru_next = after->lru_next;
     after->lru_next->lru_prev = o;
     after->lru_next = o;
-    s->evictable_bytes += block_size(o);
+    o->in_dirty = (uint8_t)goes_dirty(s, o);
+    if (o->in_dirty)
+        s->dirty_bytes += store_block_size(o);
+    else
+        s->evictable_bytes += store_block_size(o);
+}
+
+static struct object *list_of(struct store *s, const struct object *o)
+{
+    return goes_dirty(s, o) ? &s->dirty : &s->lru;
+}
+
+/* Whether o may join a list now: its bytes are here and nothing else holds them. */
+static int listable(const struct object *o)
+{
+    return !o->hashing && !o->writing && !o->spilled && !o->restoring;
 }
 
 /* o was just used and is now unreferenced: it becomes the youngest (once hashed). */
-static void lru_push_young(struct store *s, struct object *o)
+void store_lru_push_young(struct store *s, struct object *o)
 {
     o->lru_seq = ++s->lru_clock;
-    if (!o->hashing)
-        lru_link(s, o, s->lru.lru_prev);
+    if (listable(o))
+        lru_link(s, o, list_of(s, o)->lru_prev);
 }
 
 /* Links o where its lru_seq places it; objects used since are few, so the walk from the
  * young end is short. */
-static void lru_insert_ordered(struct store *s, struct object *o)
+void store_lru_insert_ordered(struct store *s, struct object *o)
 {
-    struct object *after = s->lru.lru_prev;
+    struct object *head = list_of(s, o), *after = head->lru_prev;
 
-    while (after != &s->lru && after->lru_seq > o->lru_seq)
+    while (after != head && after->lru_seq > o->lru_seq)
         after = after->lru_prev;
     lru_link(s, o, after);
 }
@@ -68,6 +93,7 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct s
     memset(s, 0, sizeof(*s));
     s->base = base;
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
+    s->dirty.lru_next = s->dirty.lru_prev = &s->dirty;
     if (ev)
         s->events = *ev;
     if ((rc = alloc_init(&s->alloc, capacity)) < 0)
@@ -75,7 +101,7 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct s
     return 0;
 }
 
-static void object_free(struct store *s, struct object *o)
+void store_object_free(struct store *s, struct object *o)
 {
     if (o->block)
         alloc_free(s->alloc, o->block);
@@ -106,7 +132,7 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         o->hashed = 1;
         o->hashing = 0;
         if (o->hash_counted)
-            s->hashing_bytes -= block_size(o);
+            s->hashing_bytes -= store_block_size(o);
         o->hash_counted = 0;
         /* A reference across the hook: what it does with o (answer and unpin replies that
          * waited for the digest) cannot free it or put it in the LRU under our feet. */
@@ -115,10 +141,11 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
             s->events.hashed(s->events.ctx, o);
         o->refcount--;
         if (o->deleted && o->refcount == 0)
-            object_free(s, o);
+            store_object_free(s, o);
         else if (!o->deleted && o->refcount == 0)
-            lru_insert_ordered(s, o);
+            store_lru_insert_ordered(s, o);
     }
+    store_spill_pump(s);
 }
 
 void store_collect_hashes(struct store *s)
@@ -134,9 +161,10 @@ void store_destroy(struct store *s)
     if (s->hasher)
         finish_hashes(s, hasher_stop(s->hasher));
     s->hasher = NULL;
+    store_spill_close(s);
 
     while ((o = idmap_next(&s->table, &pos, NULL)))
-        object_free(s, o);
+        store_object_free(s, o);
     idmap_free(&s->table);
     alloc_destroy(s->alloc);
     s->alloc = NULL;
@@ -147,30 +175,45 @@ struct object *store_find(const struct store *s, const ferry_id *id)
     return idmap_get(&s->table, id);
 }
 
-/* Unlinks o from the table and the LRU; frees it unless it is still referenced. */
-static void remove_object(struct store *s, struct object *o, int event)
+/* Unlinks o from the table and the LRU, and forgets its copy on disk (one being written is
+ * forgotten when the write ends); frees it unless it is still referenced. */
+void store_remove(struct store *s, struct object *o, int event)
 {
     idmap_remove(&s->table, &o->id);
-    if (in_lru(o))
-        lru_unlink(s, o);
+    if (store_in_lru(o))
+        store_lru_unlink(s, o);
+    if (o->rec) {
+        spill_forget(s->spill, o->rec);
+        o->rec = NULL;
+    }
+    if (o->spilled) {
+        s->spilled_objects--;
+        s->spilled_bytes -= o->data_size + o->metadata_size;
+    }
     if (o->state == FERRY_STATE_SEALED) {
         s->sealed_objects--;
         if (s->events.removed)
             s->events.removed(s->events.ctx, o, event);
     }
     o->deleted = 1;
-    if (o->refcount == 0 && !o->hashing)
-        object_free(s, o);
+    if (o->refcount == 0 && !o->hashing && !o->writing)
+        store_object_free(s, o);
 }
 
+/* Frees the oldest LRU object's memory: with a spill directory it stays, on disk; without one
+ * it is gone. */
 static uint64_t evict_oldest(struct store *s)
 {
     struct object *victim = s->lru.lru_next;
-    uint64_t freed = block_size(victim);
+    uint64_t freed = store_block_size(victim);
 
+    if (s->spill) {
+        store_spill_out(s, victim);
+        return freed;
+    }
     s->counters.evicted_objects++;
     s->counters.evicted_bytes += freed;
-    remove_object(s, victim, FERRY_EVENT_EVICTED);
+    store_remove(s, victim, FERRY_EVENT_EVICTED);
     return freed;
 }
 
@@ -201,28 +244,31 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
 }
 
 /* Allocates size bytes, evicting LRU objects while that can help. Nothing is evicted when even
- * evicting every candidate could not make room: a create that must fail does no damage. */
-static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
+ * evicting every candidate could not make room: a create that must fail does no damage. With a
+ * spill directory the candidates include the objects still to be written, and a create that
+ * must wait for them gets FERRY_EAGAIN. */
+int store_alloc(struct store *s, uint64_t size, alloc_block **out)
 {
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
-    uint64_t candidates = s->evictable_bytes + s->hashing_bytes;
-    char f[4][SIZE_FORMAT_LEN];
+    uint64_t candidates = s->evictable_bytes + s->hashing_bytes + s->dirty_bytes + s->writing_bytes;
+    char f[4][SIZE_FORMAT_LEN], disk[160];
     int rc;
 
     if (size > cap) {
         s->counters.refused++;
         return err_set(FERRY_ETOOBIG, "%" PRIu64 " bytes exceed the arena's %" PRIu64, size, cap);
     }
+    store_spill_describe(s, disk, sizeof(disk));
     if (rounded > cap - used + candidates) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
                        "need %s; arena %s, used %s of which %s evictable (the rest is "
-                       "referenced or unsealed)",
+                       "referenced or unsealed)%s",
                        size_format(rounded, f[0], SIZE_FORMAT_LEN),
                        size_format(cap, f[1], SIZE_FORMAT_LEN),
                        size_format(used, f[2], SIZE_FORMAT_LEN),
-                       size_format(candidates, f[3], SIZE_FORMAT_LEN));
+                       size_format(candidates, f[3], SIZE_FORMAT_LEN), disk);
     }
     if ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE) {
         settle_hashes(s);
@@ -232,14 +278,18 @@ static int alloc_evicting(struct store *s, uint64_t size, alloc_block **out)
         evict_oldest(s);
         rc = alloc_alloc(s->alloc, size, out);
     }
+    if (rc == FERRY_ENOSPACE && store_spill_make_room(s, rounded) == FERRY_EAGAIN)
+        return FERRY_EAGAIN;
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
+        store_spill_describe(s, disk, sizeof(disk));
         return err_set(FERRY_ENOSPACE,
-                       "need %s; arena %s, used %s, largest free block %s, nothing left to evict",
+                       "need %s; arena %s, used %s, largest free block %s, nothing left to "
+                       "evict%s",
                        size_format(rounded, f[0], SIZE_FORMAT_LEN),
                        size_format(cap, f[1], SIZE_FORMAT_LEN),
                        size_format(alloc_used(s->alloc), f[2], SIZE_FORMAT_LEN),
-                       size_format(alloc_largest_free(s->alloc), f[3], SIZE_FORMAT_LEN));
+                       size_format(alloc_largest_free(s->alloc), f[3], SIZE_FORMAT_LEN), disk);
     }
     return rc;
 }
@@ -259,7 +309,7 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
     }
     if (!(o = calloc(1, sizeof(*o))))
         return err_set(FERRY_ENOMEM, "object record");
-    if (total && (rc = alloc_evicting(s, total, &o->block)) < 0)
+    if (total && (rc = store_alloc(s, total, &o->block)) < 0)
         goto free_object;
     o->id = *id;
     o->offset = o->block ? alloc_block_offset(o->block) : 0;
@@ -299,7 +349,7 @@ static int hash_later(struct store *s, struct object *o, uint64_t len, int evict
     o->hashing = 1;
     o->hash_counted = (uint8_t)evictable;
     if (evictable)
-        s->hashing_bytes += block_size(o);
+        s->hashing_bytes += store_block_size(o);
     hasher_submit(s->hasher, job);
     return 0;
 }
@@ -314,7 +364,8 @@ static void seal_visible(struct store *s, struct object *o)
     if (s->events.sealed)
         s->events.sealed(s->events.ctx, o);
     if (o->refcount == 0)
-        lru_push_young(s, o);
+        store_lru_push_young(s, o);
+    store_spill_pump(s);
 }
 
 /* o's digest, now (1) or from the hasher (0). */
@@ -352,13 +403,13 @@ void store_abort(struct store *s, struct object *o)
 {
     s->counters.aborted++;
     o->refcount = 0;
-    remove_object(s, o, 0);
+    store_remove(s, o, 0);
 }
 
 void store_ref(struct store *s, struct object *o)
 {
-    if (in_lru(o))
-        lru_unlink(s, o);
+    if (store_in_lru(o))
+        store_lru_unlink(s, o);
     o->refcount++;
 }
 
@@ -367,23 +418,25 @@ void store_unref(struct store *s, struct object *o)
     if (--o->refcount > 0)
         return;
     if (o->deleted) {
-        if (!o->hashing)
-            object_free(s, o);
-    } else if (o->state == FERRY_STATE_SEALED)
-        lru_push_young(s, o);
+        if (!o->hashing && !o->writing)
+            store_object_free(s, o);
+    } else if (o->state == FERRY_STATE_SEALED) {
+        store_lru_push_young(s, o);
+        store_spill_pump(s);
+    }
 }
 
 void store_delete(struct store *s, struct object *o)
 {
     s->counters.deleted++;
-    remove_object(s, o, FERRY_EVENT_DELETED);
+    store_remove(s, o, FERRY_EVENT_DELETED);
 }
 
 void store_touch(struct store *s, struct object *o)
 {
-    if (in_lru(o)) {
-        lru_unlink(s, o);
-        lru_push_young(s, o);
+    if (store_in_lru(o)) {
+        store_lru_unlink(s, o);
+        store_lru_push_young(s, o);
     } else if (o->hashing && o->refcount == 0) {
         o->lru_seq = ++s->lru_clock; /* it joins the LRU as the youngest */
     }
@@ -391,7 +444,7 @@ void store_touch(struct store *s, struct object *o)
 
 int store_reserve(struct store *s, uint64_t size, alloc_block **out)
 {
-    return alloc_evicting(s, size, out);
+    return store_alloc(s, size, out);
 }
 
 void store_unreserve(struct store *s, alloc_block *b)

@@ -13,6 +13,19 @@
  * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
  *   goes with its last reference. So a new object may take the id while old readers remain.
  * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
+ *
+ * With a spill directory (store_spill_open) memory is a cache over the disk:
+ * - A sealed, unreferenced, resident object without a copy on disk (`rec`) is in the dirty
+ *   list instead of the LRU: it must be written before its memory can go. Writes start, oldest
+ *   first, when the arena's use less what can go at once passes spill_at percent, or when a
+ *   create or restore needs room; while its bytes are written (`writing`) an object is in
+ *   neither list and is not freed (readers may still take and use it: reading wins).
+ * - The LRU then holds only objects with a copy on disk; eviction frees their memory and keeps
+ *   them in the table (`spilled`). Nothing is dropped for room: without room now, a create
+ *   gets FERRY_EAGAIN while writes make some, and store_events.room tells when to try again.
+ * - A spilled object is read back on demand (store_restore): one read for any number of
+ *   accesses, holding a reference meanwhile; store_events.restored tells how it went.
+ * - Deleting an object forgets its record on disk; destroying the store keeps the records.
  */
 #ifndef FERRY_STORE_H
 #define FERRY_STORE_H
@@ -22,6 +35,7 @@
 #include "common/idmap.h"
 #include "store/alloc.h"
 #include "store/hasher.h"
+#include "store/spill.h"
 
 /* Objects up to this size are hashed at seal on the loop's thread; larger ones on the hasher
  * thread (see `hashing`). */
@@ -45,21 +59,36 @@ struct object {
     void *creator;        /* opaque owner while unsealed (the client session) */
     char *name;           /* what people call it (store_set_name), or NULL; freed with o */
     struct object *lru_prev, *lru_next;
+    struct spill_rec *rec;       /* its copy in the spill directory, or NULL */
+    uint8_t in_dirty;            /* linked in the dirty list, not the LRU */
+    uint8_t spilled;             /* its bytes are on disk only (no block) */
+    uint8_t writing;             /* its bytes are being written to disk */
+    uint8_t restoring;           /* its bytes are being read back (or wait for room to be) */
+    struct object *restore_next; /* in the list of restores waiting for room */
+    uint64_t restore_start_ns;
 };
 
 /* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
  * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table,
- * hashed() when a digest computed off the loop is in. */
+ * hashed() when a digest computed off the loop is in; restored() when a restore ended (0: o
+ * is resident; else the status, ferry_errmsg() saying why, and o leaves the table after),
+ * room() when memory was freed that creates and restores told FERRY_EAGAIN may now take. */
 struct store_events {
     void (*sealed)(void *ctx, const struct object *o);
     void (*removed)(void *ctx, const struct object *o, int event);
     void (*hashed)(void *ctx, struct object *o);
+    void (*restored)(void *ctx, struct object *o, int status);
+    void (*room)(void *ctx);
     void *ctx;
 };
 
 struct store_counters {
     uint64_t created, sealed, aborted, deleted, evicted_objects, evicted_bytes, refused;
+    uint64_t restores, restore_wait_ns, restore_failures, spill_failures, creates_waited;
 };
+
+/* Writes in flight at most (more when one create or restore needs more). */
+#define STORE_SPILL_INFLIGHT (64ull << 20)
 
 struct store {
     uint8_t *base;
@@ -73,6 +102,14 @@ struct store {
     struct store_events events;
     struct store_counters counters;
     struct hasher *hasher; /* NULL: every digest is computed at seal, inline */
+    /* Spilling (all zero without a spill directory). */
+    struct spill *spill;
+    struct object dirty; /* sentinel of the dirty list, oldest first */
+    uint64_t dirty_bytes, writing_bytes, spilled_objects, spilled_bytes;
+    unsigned spill_at;           /* percent of the arena */
+    uint64_t room_wanted;        /* the largest room a create or restore waits for */
+    uint64_t spill_blocked_ns;   /* after a failed write: no new write before this time */
+    struct object *restore_wait; /* restores waiting for room (each holds a reference) */
 };
 
 int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev);
@@ -84,7 +121,8 @@ void store_destroy(struct store *s);
 struct object *store_find(const struct store *s, const ferry_id *id);
 
 /* A new unsealed object holding one reference for creator. FERRY_EEXIST, FERRY_ETOOBIG,
- * FERRY_ENOSPACE (evicting LRU objects first as needed; figures in ferry_errmsg()). */
+ * FERRY_ENOSPACE (evicting LRU objects first as needed; figures in ferry_errmsg()), and with a
+ * spill directory FERRY_EAGAIN: writes under way will make room (see room()). */
 int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
                  void *creator, struct object **out);
 
@@ -123,9 +161,22 @@ void store_touch(struct store *s, struct object *o);
  * the bytes freed. */
 uint64_t store_evict(struct store *s, uint64_t bytes);
 
-/* Space that is not an object (a client's staging area), evicting as needed. */
+/* Space that is not an object (a client's staging area), evicting as needed; FERRY_EAGAIN as
+ * store_create. */
 int store_reserve(struct store *s, uint64_t size, alloc_block **out);
 void store_unreserve(struct store *s, alloc_block *b);
+
+/* Opens the spill directory (spill.h) and takes in the objects found there as spilled, sealed
+ * ones; spill_at is the percent of the arena past which writes start. */
+int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at);
+/* Readable when spill I/O finished: call store_collect_spill. -1 without a spill directory. */
+int store_spill_fd(const struct store *s);
+void store_collect_spill(struct store *s);
+/* Makes a sealed object's bytes resident: 0 when they are, FERRY_EAGAIN when a read is under
+ * way (restored() follows), or why it cannot be (FERRY_ENOSPACE: no room, even on disk). */
+int store_restore(struct store *s, struct object *o);
+/* Writes every sealed object that has no copy on disk, and waits (the daemon is stopping). */
+void store_persist(struct store *s);
 
 /* Keeps a copy of name (checked by the caller) with o, replacing one given before. */
 int store_set_name(struct object *o, const char *name);

@@ -104,8 +104,11 @@ int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len
 
 /* The store sealed o (a local put or a finished transfer): fetches of its id are done. */
 void engine_on_sealed(struct engine *e, const struct object *o);
-/* o's digest is in: replies that waited for it can go. */
-void engine_on_hashed(struct engine *e, const struct object *o);
+/* o's digest is in, or its restore from the spill directory ended: replies that waited for it
+ * can go. */
+void engine_on_ready(struct engine *e, const struct object *o);
+/* The store freed room: fetches whose space had to wait for spilling ask again. */
+void engine_on_room(struct engine *e);
 
 /* The engine's own counters. */
 const struct engine_counters *engine_counters(struct engine *e);

@@ -163,14 +163,16 @@ static struct object *sealed(struct engine *e, const ferry_id *id)
     return o && o->state == FERRY_STATE_SEALED ? o : NULL;
 }
 
-/* Whether the digests a pull asks for are known. */
+/* Whether a pull can be answered: the objects it asks for are in memory (a spilled one's
+ * restore starts here; one that cannot be restored is answered absent) and, when it verifies,
+ * their digests are known. */
 static int hpull_ready(struct engine *e, const struct hpull *hp)
 {
-    if (!(hp->flags & WIRE_PULL_VERIFY))
-        return 1;
     for (uint32_t i = 0; i < hp->n; i++) {
         struct object *o = sealed(e, &hp->ids[i]);
-        if (o && !o->hashed)
+        if (o && o->spilled && store_restore(e->store, o) == FERRY_EAGAIN)
+            return 0;
+        if (o && !o->hashed && (hp->flags & WIRE_PULL_VERIFY))
             return 0;
     }
     return 1;
@@ -232,8 +234,11 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
                       struct wire_reply_entry *re, uint32_t i, uint64_t *pinning)
 {
     struct object *o = sealed(ic->e, &hp->ids[i]);
-    uint64_t len = o ? object_bytes(o) : 0;
+    uint64_t len;
 
+    if (o && o->spilled) /* its restore failed (hpull_ready) */
+        o = NULL;
+    len = o ? object_bytes(o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
     if (o && len && ic->pinned + *pinning && ic->pinned + *pinning + len > pin_limit(ic->e)) {
         re[i].status = FERRY_EBUSY;
@@ -566,7 +571,7 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     e->counters.connections_accepted++;
 }
 
-void engine_on_hashed(struct engine *e, const struct object *o)
+void engine_on_ready(struct engine *e, const struct object *o)
 {
     struct inconn *ic, *next;
 

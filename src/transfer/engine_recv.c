@@ -320,7 +320,8 @@ static void peer_prune_queue(struct peer *p)
 }
 
 /* Takes room for w's recorded size before its bytes are asked for: a fetch that cannot fit
- * fails here, before anything moves. 0, or the want is finished with why. */
+ * fails here, before anything moves. 0, FERRY_EAGAIN (spilling makes room: engine_on_room asks
+ * again), or the want is finished with why. */
 static int want_reserve(struct want *w)
 {
     int rc;
@@ -329,7 +330,8 @@ static int want_reserve(struct want *w)
         return 0;
     if ((rc = store_reserve(w->e->store, w->size, &w->reserved)) < 0) {
         w->reserved = NULL;
-        want_finish(w, rc);
+        if (rc != FERRY_EAGAIN)
+            want_finish(w, rc);
     }
     return rc;
 }
@@ -340,14 +342,21 @@ static uint32_t pull_size(struct peer *p)
 {
     uint64_t bytes = 0;
     uint32_t n = 0, k = 0;
+    int no_room = 0;
 
     for (uint32_t i = 0; i < p->nqueue; i++) {
         struct want *w = p->queue[i];
-        if (n == WIRE_MAX_IDS || (n && bytes + w->size > PULL_BYTES_MAX)) {
+        int rc;
+        if (no_room || n == WIRE_MAX_IDS || (n && bytes + w->size > PULL_BYTES_MAX)) {
             p->queue[k++] = w; /* the rest stays in order */
             continue;
         }
-        if (want_reserve(w) < 0) { /* finished: it is ours to free */
+        if ((rc = want_reserve(w)) == FERRY_EAGAIN) { /* it and the rest wait for room */
+            no_room = 1;
+            p->queue[k++] = w;
+            continue;
+        }
+        if (rc < 0) { /* finished: it is ours to free */
             w->queued = NULL;
             eng_want_free(w);
             continue;
@@ -1061,6 +1070,14 @@ int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len
     if (w)
         want_reasons(w, buf, len);
     return w && w->dir_down ? FERRY_EDIRECTORY : FERRY_ETIMEDOUT;
+}
+
+void engine_on_room(struct engine *e)
+{
+    for (struct peer *p = e->peers; p; p = p->next) {
+        if (p->nqueue && p->authed)
+            loop_timer_start(e->loop, &p->flush, 0);
+    }
 }
 
 void engine_on_sealed(struct engine *e, const struct object *o)

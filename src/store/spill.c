@@ -1,0 +1,665 @@
+/* spill.c - the spill directory: segments, groups, recovery and the loop's side of the I/O
+ * (spill.h); the workers' side is spill_io.c. */
+#include "store/spill_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/size.h"
+
+/* ---- segments ---- */
+
+static int seg_open_fd(struct spill *sp, uint32_t no, int flags)
+{
+    char name[32];
+    int fd;
+
+    snprintf(name, sizeof(name), "%08" PRIu32 ".seg", no);
+    fd = openat(sp->dir_fd, name, flags | O_RDWR | O_CLOEXEC | (sp->direct ? O_DIRECT : 0), 0600);
+    if (fd < 0 && errno == EINVAL && sp->direct) {
+        /* A file system without O_DIRECT (tmpfs before 6.6): the page cache, then. */
+        sp->direct = 0;
+        log_warn("spill: %s does not support O_DIRECT; spilling through the page cache", sp->dir);
+        fd = openat(sp->dir_fd, name, flags | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return err_set(FERRY_ESYS, "spill: %s/%s: %s", sp->dir, name, strerror(errno));
+    return fd;
+}
+
+static struct seg *seg_add(struct spill *sp, uint32_t no, int fd, uint64_t end)
+{
+    struct seg *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return NULL;
+    s->no = no;
+    s->fd = fd;
+    s->end = end;
+    s->next = sp->segs;
+    sp->segs = s;
+    if (no >= sp->next_seg)
+        sp->next_seg = no + 1;
+    return s;
+}
+
+static void seg_unlink_list(struct spill *sp, struct seg *s)
+{
+    for (struct seg **pp = &sp->segs; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            return;
+        }
+    }
+}
+
+/* A segment with nothing live and no task on it, other than the one written to, goes. */
+static void seg_maybe_drop(struct spill *sp, struct seg *s)
+{
+    struct task *t;
+
+    if (s->groups || s->users || s == sp->active || s->dropping)
+        return;
+    if (!(t = calloc(1, sizeof(*t))))
+        return; /* kept: it is removed at the next start, when found empty */
+    s->dropping = 1;
+    s->users++;
+    t->kind = T_DROP;
+    t->seg = s;
+    spill_io_queue(sp, t);
+}
+
+/* The segment the next group of group_len bytes goes to: the active one while it has room (or
+ * is empty), else a new one. */
+static struct seg *seg_for(struct spill *sp, uint64_t group_len)
+{
+    struct seg *a = sp->active;
+    int fd;
+
+    if (a && (a->end == 0 || a->end + group_len <= SPILL_SEGMENT_MAX))
+        return a;
+    if ((fd = seg_open_fd(sp, sp->next_seg, O_CREAT | O_EXCL)) < 0)
+        return NULL;
+    sp->active = seg_add(sp, sp->next_seg, fd, 0);
+    if (!sp->active) {
+        close(fd);
+        sp->active = a;
+        err_set(FERRY_ENOMEM, "spill: segment record");
+        return NULL;
+    }
+    if (a)
+        seg_maybe_drop(sp, a);
+    return sp->active;
+}
+
+/* ---- groups ---- */
+
+static struct grp *grp_new(struct seg *s, uint64_t off, const struct spill_group *g)
+{
+    struct grp *gr = calloc(1, sizeof(*gr) + g->n * sizeof(struct spill_rec));
+
+    if (!gr)
+        return NULL;
+    gr->seg = s;
+    gr->off = off;
+    gr->hdr_len = g->hdr_len;
+    gr->group_len = g->group_len;
+    gr->seq = g->seq;
+    gr->n = g->n;
+    gr->next = s->grps;
+    if (gr->next)
+        gr->next->prev = gr;
+    s->grps = gr;
+    return gr;
+}
+
+static void grp_free(struct grp *gr)
+{
+    if (gr->prev)
+        gr->prev->next = gr->next;
+    else
+        gr->seg->grps = gr->next;
+    if (gr->next)
+        gr->next->prev = gr->prev;
+    free(gr);
+}
+
+void spill_free_groups(struct seg *s)
+{
+    while (s->grps)
+        grp_free(s->grps);
+}
+
+/* A group with nothing live and no task on it is freed; its segment may go then. */
+static void grp_maybe_free(struct spill *sp, struct grp *gr)
+{
+    struct seg *s = gr->seg;
+
+    if (gr->live || gr->tasks)
+        return;
+    s->groups--;
+    grp_free(gr);
+    seg_maybe_drop(sp, s);
+}
+
+/* The bytes an entry counts for in disk_bytes: its payload, 64-byte aligned. */
+static uint64_t entry_bytes(uint64_t len)
+{
+    return (len + 63) / 64 * 64;
+}
+
+uint64_t spill_rec_bytes(const struct spill_rec *r)
+{
+    return entry_bytes(r->len);
+}
+
+uint64_t spill_rec_seq(const struct spill_rec *r)
+{
+    return r->grp->seq;
+}
+
+/* ---- writing ---- */
+
+/* Lays out the next group from the queued jobs and hands it to the workers. */
+static void group_start(struct spill *sp)
+{
+    struct spill_entry entries[SPILL_ENTRIES_MAX];
+    struct spill_group g = {0};
+    struct spill_job *job, *jobs[SPILL_ENTRIES_MAX];
+    uint64_t bytes = 0, pos;
+    struct grp *gr = NULL;
+    struct seg *s;
+    uint32_t n = 0;
+
+    for (job = sp->queue; job && n < SPILL_ENTRIES_MAX; job = job->next) {
+        uint64_t len = job->entry.data_size + job->entry.metadata_size;
+        if (n && bytes + len > SPILL_GROUP_BYTES)
+            break;
+        entries[n] = job->entry;
+        jobs[n++] = job;
+        bytes += entry_bytes(len);
+    }
+    if (n == 0)
+        return;
+    g.n = n;
+    g.seq = sp->next_seq;
+    g.hdr_len = spill_hdr_len(entries, n);
+    pos = g.hdr_len;
+    for (uint32_t i = 0; i < n; i++) {
+        entries[i].payload_off = pos;
+        pos += entry_bytes(entries[i].data_size + entries[i].metadata_size);
+    }
+    g.group_len = spill_round(pos);
+    if (!(s = seg_for(sp, g.group_len)) || !(gr = grp_new(s, s->end, &g)) ||
+        spill_io_prepare(sp, gr, &g, entries, jobs) < 0) {
+        if (gr)
+            grp_free(gr);
+        spill_fail_queue(sp, n, ferry_errmsg());
+        return;
+    }
+    /* Taken off the queue: they are the group's now. */
+    sp->queue = jobs[n - 1]->next;
+    if (!sp->queue)
+        sp->queue_tail = &sp->queue;
+    sp->next_seq++;
+    s->end += g.group_len;
+    s->groups++;
+    s->users++;
+    sp->writing = gr;
+    spill_io_queue(sp, gr->start);
+}
+
+int spill_write(struct spill *sp, struct spill_job *job)
+{
+    uint64_t len = job->entry.data_size + job->entry.metadata_size;
+    uint64_t need = entry_bytes(len) + SPILL_BLOCK;
+    char f[3][SIZE_FORMAT_LEN];
+
+    if (sp->max_bytes && sp->counters.disk_bytes + sp->queued_bytes + need > sp->max_bytes)
+        return err_set(
+            FERRY_ENOSPACE, "spill directory %s: %s used of --spill-max %s, %s more needed",
+            sp->dir, size_format(sp->counters.disk_bytes + sp->queued_bytes, f[0], sizeof(f[0])),
+            size_format(sp->max_bytes, f[1], sizeof(f[1])), size_format(need, f[2], sizeof(f[2])));
+    job->kind = SPILL_JOB_WRITE;
+    job->status = 0;
+    job->rec = NULL;
+    job->next = NULL;
+    *sp->queue_tail = job;
+    sp->queue_tail = &job->next;
+    sp->queued_bytes += need;
+    if (!sp->writing)
+        group_start(sp);
+    return 0;
+}
+
+/* The group being written is done: its jobs get their records (or its failure). */
+static void group_done(struct spill *sp, struct grp *gr, int status, const char *why)
+{
+    struct seg *s = gr->seg;
+
+    sp->writing = NULL;
+    s->users--;
+    for (uint32_t i = 0; i < gr->n; i++) {
+        struct spill_job *job = gr->jobs[i];
+        uint64_t len = job->entry.data_size + job->entry.metadata_size;
+        sp->queued_bytes -= entry_bytes(len) + SPILL_BLOCK;
+        job->status = status;
+        if (status == 0) {
+            gr->recs[i] = (struct spill_rec){
+                .grp = gr, .index = i, .payload_off = job->entry.payload_off, .len = len};
+            job->rec = &gr->recs[i];
+            gr->live++;
+            sp->counters.written_objects++;
+            sp->counters.written_bytes += len;
+            sp->counters.disk_bytes += entry_bytes(len);
+        } else {
+            snprintf(job->why, sizeof(job->why), "%s", why);
+            sp->counters.write_failures++;
+        }
+        spill_done_push(sp, job);
+    }
+    free(gr->jobs);
+    gr->jobs = NULL;
+    if (status == 0) {
+        gr->accounted = gr->group_len - spill_entries_bytes(gr);
+        sp->counters.disk_bytes += gr->accounted;
+    } else {
+        s->end = gr->off; /* nothing after it was written: the chain goes on from here */
+        s->groups--;
+        grp_free(gr);
+        gr = NULL;
+    }
+    if (gr && gr->live == 0)
+        grp_maybe_free(sp, gr);
+    if (sp->queue)
+        group_start(sp);
+}
+
+/* Fails the first n queued jobs (their group could not be laid out). */
+void spill_fail_queue(struct spill *sp, uint32_t n, const char *why)
+{
+    for (uint32_t i = 0; i < n && sp->queue; i++) {
+        struct spill_job *job = sp->queue;
+        uint64_t len = job->entry.data_size + job->entry.metadata_size;
+        sp->queue = job->next;
+        sp->queued_bytes -= entry_bytes(len) + SPILL_BLOCK;
+        job->status = FERRY_ESYS;
+        snprintf(job->why, sizeof(job->why), "%s", why);
+        sp->counters.write_failures++;
+        spill_done_push(sp, job);
+    }
+    if (!sp->queue)
+        sp->queue_tail = &sp->queue;
+}
+
+/* ---- reading and forgetting ---- */
+
+void spill_read(struct spill *sp, struct spill_job *job)
+{
+    struct spill_rec *r = job->rec;
+    struct grp *gr = r->grp;
+
+    job->kind = SPILL_JOB_READ;
+    job->status = 0;
+    job->why[0] = '\0';
+    job->fd = gr->seg->fd;
+    job->file_off = gr->off + r->payload_off;
+    gr->tasks++;
+    gr->seg->users++;
+    job->grp = gr;
+    if (spill_io_read(sp, job) < 0) {
+        job->status = FERRY_ENOMEM;
+        snprintf(job->why, sizeof(job->why), "%s", ferry_errmsg());
+        spill_read_done(sp, job);
+    }
+}
+
+void spill_read_done(struct spill *sp, struct spill_job *job)
+{
+    struct grp *gr = job->grp;
+
+    gr->seg->users--;
+    gr->tasks--;
+    if (job->status == 0) {
+        sp->counters.read_objects++;
+        sp->counters.read_bytes += job->entry.data_size + job->entry.metadata_size;
+    } else {
+        sp->counters.read_failures++;
+    }
+    grp_maybe_free(sp, gr);
+    spill_done_push(sp, job);
+}
+
+void spill_forget(struct spill *sp, struct spill_rec *r)
+{
+    struct grp *gr = r->grp;
+    struct task *t = calloc(1, sizeof(*t));
+
+    if (r->dead)
+        return;
+    r->dead = 1;
+    gr->live--;
+    sp->counters.disk_bytes -= entry_bytes(r->len);
+    if (gr->live == 0)
+        sp->counters.disk_bytes -= gr->accounted;
+    if (!t) {
+        /* The entry stays live on disk: a restart would serve the deleted object again. */
+        log_warn("spill: out of memory flagging a deleted object in %s", sp->dir);
+        grp_maybe_free(sp, gr);
+        return;
+    }
+    t->kind = T_FORGET;
+    t->grp = gr;
+    t->index = r->index;
+    t->whole = gr->live == 0;
+    gr->tasks++;
+    gr->seg->users++;
+    spill_io_queue(sp, t);
+}
+
+/* A forget or a drop is done (on the loop's thread). */
+void spill_task_done(struct spill *sp, struct task *t)
+{
+    if (t->kind == T_FORGET) {
+        t->grp->seg->users--;
+        t->grp->tasks--;
+        grp_maybe_free(sp, t->grp);
+    } else if (t->kind == T_DROP) {
+        seg_unlink_list(sp, t->seg);
+        free(t->seg);
+    } else if (t->kind == T_GROUP_DONE) {
+        group_done(sp, t->grp, t->status, t->why);
+    } else if (t->kind == T_READ_DONE) {
+        spill_read_done(sp, t->job);
+    }
+    free(t);
+}
+
+/* ---- recovery ---- */
+
+/* Cuts segment s at pos (a damaged group there), counting and saying so. */
+static void seg_cut(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size, const char *why)
+{
+    sp->counters.recovery_dropped++;
+    log_warn("spill: %s/%08" PRIu32 ".seg: damaged group at offset %" PRIu64 " (%s): the %" PRIu64
+             " bytes from there are dropped",
+             sp->dir, s->no, pos, why, size - pos);
+    if (ftruncate(s->fd, (off_t)pos) < 0)
+        log_warn("spill: cutting %08" PRIu32 ".seg: %s", s->no, strerror(errno));
+}
+
+/* Reads the group header at pos into buf (SPILL_HDR_MAX bytes, aligned): 0, or FERRY_EPROTO. */
+static int read_group(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size, uint8_t *buf,
+                      struct spill_group *g, struct spill_entry *e)
+{
+    ssize_t n = pread(s->fd, buf, SPILL_BLOCK, (off_t)pos);
+    int rc;
+
+    if (n != SPILL_BLOCK)
+        return err_set(FERRY_EPROTO, "%s", n < 0 ? strerror(errno) : "short read");
+    if ((rc = spill_hdr_decode_fixed(buf, SPILL_BLOCK, g)) < 0)
+        return rc;
+    if (g->group_len > size - pos)
+        return err_set(FERRY_EPROTO, "a group of %" PRIu64 " bytes, %" PRIu64 " left in the file",
+                       g->group_len, size - pos);
+    if (g->hdr_len > SPILL_BLOCK) {
+        n = pread(s->fd, buf + SPILL_BLOCK, g->hdr_len - SPILL_BLOCK, (off_t)(pos + SPILL_BLOCK));
+        if (n != (ssize_t)(g->hdr_len - SPILL_BLOCK))
+            return err_set(FERRY_EPROTO, "%s", n < 0 ? strerror(errno) : "short read");
+    }
+    return spill_hdr_decode(buf, g, e);
+}
+
+/* Walks segment s's chain, reporting its live entries. */
+static int recover_segment(struct spill *sp, struct seg *s, uint8_t *buf, struct spill_entry *e,
+                           spill_found_fn *found, void *ctx)
+{
+    struct stat st;
+    uint64_t pos = 0, size;
+    struct spill_group g;
+
+    if (fstat(s->fd, &st) < 0)
+        return err_sys("spill: fstat");
+    size = (uint64_t)st.st_size;
+    while (pos < size) {
+        struct grp *gr;
+        if (size - pos < SPILL_BLOCK || read_group(sp, s, pos, size, buf, &g, e) < 0) {
+            seg_cut(sp, s, pos, size,
+                    size - pos < SPILL_BLOCK ? "a partial block" : ferry_errmsg());
+            break;
+        }
+        if (!(gr = grp_new(s, pos, &g)))
+            return err_set(FERRY_ENOMEM, "spill: group record");
+        s->groups++;
+        if (g.seq >= sp->next_seq)
+            sp->next_seq = g.seq + 1;
+        for (uint32_t i = 0; i < g.n; i++) {
+            uint64_t len = e[i].data_size + e[i].metadata_size;
+            gr->recs[i] = (struct spill_rec){
+                .grp = gr, .index = i, .payload_off = e[i].payload_off, .len = len};
+            if (e[i].flags & SPILL_ENTRY_DELETED) {
+                gr->recs[i].dead = 1;
+                continue;
+            }
+            gr->live++;
+            sp->counters.recovered_objects++;
+            sp->counters.disk_bytes += entry_bytes(len);
+        }
+        gr->accounted = g.group_len - spill_entries_bytes(gr);
+        if (gr->live)
+            sp->counters.disk_bytes += gr->accounted;
+        for (uint32_t i = 0; i < g.n; i++) {
+            if (!gr->recs[i].dead)
+                found(ctx, sp, &e[i], &gr->recs[i]);
+        }
+        pos += g.group_len;
+        grp_maybe_free(sp, gr);
+    }
+    s->end = pos;
+    return 0;
+}
+
+uint64_t spill_entries_bytes(const struct grp *gr)
+{
+    uint64_t sum = 0;
+
+    for (uint32_t i = 0; i < gr->n; i++)
+        sum += entry_bytes(gr->recs[i].len);
+    return sum;
+}
+
+static int seg_number(const char *name, uint32_t *no)
+{
+    char *end;
+    unsigned long v;
+
+    if (strlen(name) != 12 || strcmp(name + 8, ".seg") != 0)
+        return -1;
+    v = strtoul(name, &end, 10);
+    if (end != name + 8 || v > UINT32_MAX - 1)
+        return -1;
+    *no = (uint32_t)v;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The segment numbers in the directory, ascending: *out (free it), *n. */
+static int list_segments(struct spill *sp, uint32_t **out, size_t *n)
+{
+    DIR *d = fdopendir(dup(sp->dir_fd));
+    struct dirent *de;
+    uint32_t *v = NULL, no;
+    size_t cap = 0;
+
+    *n = 0;
+    if (!d)
+        return err_set(FERRY_ESYS, "spill: reading %s: %s", sp->dir, strerror(errno));
+    while ((de = readdir(d))) {
+        if (seg_number(de->d_name, &no) < 0)
+            continue;
+        if (*n == cap) {
+            uint32_t *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return err_set(FERRY_ENOMEM, "spill: segment list");
+            }
+            v = nv;
+        }
+        v[(*n)++] = no;
+    }
+    closedir(d);
+    if (*n)
+        qsort(v, *n, sizeof(*v), cmp_u32);
+    *out = v;
+    return 0;
+}
+
+static int recover(struct spill *sp, spill_found_fn *found, void *ctx)
+{
+    uint8_t *buf = NULL;
+    struct spill_entry *e = calloc(SPILL_ENTRIES_MAX, sizeof(*e));
+    uint32_t *nos = NULL;
+    size_t n = 0;
+    int rc;
+
+    if (!e || posix_memalign((void **)&buf, SPILL_BLOCK, SPILL_HDR_MAX) != 0) {
+        rc = err_set(FERRY_ENOMEM, "spill: recovery buffers");
+        goto free_buffers;
+    }
+    if ((rc = list_segments(sp, &nos, &n)) < 0)
+        goto free_buffers;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct seg *s;
+        int fd = seg_open_fd(sp, nos[i], 0);
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        if (!(s = seg_add(sp, nos[i], fd, 0))) {
+            close(fd);
+            rc = err_set(FERRY_ENOMEM, "spill: segment record");
+            break;
+        }
+        rc = recover_segment(sp, s, buf, e, found, ctx);
+        seg_maybe_drop(sp, s);
+    }
+    free(nos);
+free_buffers:
+    free(buf);
+    free(e);
+    return rc;
+}
+
+/* ---- life cycle ---- */
+
+static int open_dir(struct spill *sp, const char *dir)
+{
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return err_set(FERRY_ESYS, "--spill-dir %s: %s", dir, strerror(errno));
+    sp->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (sp->dir_fd < 0)
+        return err_set(FERRY_ESYS, "--spill-dir %s: %s", dir, strerror(errno));
+    sp->lock_fd = openat(sp->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (sp->lock_fd < 0)
+        return err_set(FERRY_ESYS, "--spill-dir %s: LOCK: %s", dir, strerror(errno));
+    if (flock(sp->lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return err_set(errno == EWOULDBLOCK ? FERRY_EBUSY : FERRY_ESYS, "--spill-dir %s: %s", dir,
+                       errno == EWOULDBLOCK ? "another ferryd uses it" : strerror(errno));
+    return 0;
+}
+
+int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, spill_found_fn *found,
+               void *ctx)
+{
+    struct spill *sp = calloc(1, sizeof(*sp));
+    int rc;
+
+    if (!sp || !(sp->dir = strdup(dir))) {
+        free(sp);
+        return err_set(FERRY_ENOMEM, "spill");
+    }
+    sp->dir_fd = sp->lock_fd = -1;
+    sp->max_bytes = max_bytes;
+    sp->direct = 1;
+    sp->next_seq = 1;
+    sp->queue_tail = &sp->queue;
+    if ((rc = open_dir(sp, dir)) < 0 || (rc = spill_io_start(sp)) < 0)
+        goto close_spill;
+    if ((rc = recover(sp, found, ctx)) < 0) {
+        spill_close(sp);
+        return rc;
+    }
+    sp->counters.direct = (uint64_t)sp->direct;
+    *out = sp;
+    return 0;
+
+close_spill:
+    if (sp->lock_fd >= 0)
+        close(sp->lock_fd);
+    if (sp->dir_fd >= 0)
+        close(sp->dir_fd);
+    free(sp->dir);
+    free(sp);
+    return rc;
+}
+
+void spill_close(struct spill *sp)
+{
+    struct seg *s;
+    struct spill_job *jobs;
+
+    spill_wait_idle(sp);
+    /* What came back is the caller's to have taken; what is left here is only internal. */
+    jobs = spill_take_done(sp);
+    (void)jobs;
+    spill_io_stop(sp);
+    while ((s = sp->segs)) {
+        sp->segs = s->next;
+        if (fdatasync(s->fd) < 0)
+            log_warn("spill: syncing %08" PRIu32 ".seg: %s", s->no, strerror(errno));
+        close(s->fd);
+        spill_free_groups(s);
+        free(s);
+    }
+    close(sp->lock_fd);
+    close(sp->dir_fd);
+    free(sp->dir);
+    free(sp);
+}
+
+uint64_t spill_queued_bytes(const struct spill *sp)
+{
+    return sp->queued_bytes;
+}
+
+uint64_t spill_max_bytes(const struct spill *sp)
+{
+    return sp->max_bytes;
+}
+
+const struct spill_counters *spill_counters(const struct spill *sp)
+{
+    return &sp->counters;
+}
+
+const char *spill_dir(const struct spill *sp)
+{
+    return sp->dir;
+}

@@ -1,0 +1,387 @@
+/* store_spill.c - memory as a cache over the spill directory: writes of dirty objects,
+ * restores on demand, recovery and persistence (store.h states the rules). */
+#include "store/store_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "common/size.h"
+
+/* After a failed write (a full disk, the limit), no new write starts for this long. */
+#define SPILL_BACKOFF_NS 1000000000ull
+
+static uint64_t object_len(const struct object *o)
+{
+    return o->data_size + o->metadata_size;
+}
+
+/* ---- writes ---- */
+
+static int write_object(struct store *s, struct object *o)
+{
+    struct spill_job *job = calloc(1, sizeof(*job));
+    int rc;
+
+    if (!job)
+        return err_set(FERRY_ENOMEM, "spill job");
+    job->entry = (struct spill_entry){.id = o->id,
+                                      .data_size = o->data_size,
+                                      .metadata_size = o->metadata_size,
+                                      .digest = o->hash,
+                                      .created_ns = o->created_ns};
+    snprintf(job->entry.name, sizeof(job->entry.name), "%s", o->name ? o->name : "");
+    job->mem = s->base + o->offset;
+    job->arg = o;
+    if (store_in_lru(o))
+        store_lru_unlink(s, o);
+    o->writing = 1;
+    s->writing_bytes += store_block_size(o);
+    if ((rc = spill_write(s->spill, job)) < 0) {
+        static struct log_limit lim;
+        o->writing = 0;
+        s->writing_bytes -= store_block_size(o);
+        free(job);
+        if (o->refcount == 0)
+            store_lru_insert_ordered(s, o);
+        s->spill_blocked_ns = clock_mono_ns() + SPILL_BACKOFF_NS;
+        s->counters.spill_failures++;
+        log_limited(&lim, LOG_WARN, "%s", ferry_errmsg());
+    }
+    return rc;
+}
+
+/* Memory that cannot be freed at once: neither evictable nor being written. */
+static uint64_t held_bytes(const struct store *s)
+{
+    uint64_t used = alloc_used(s->alloc), free_soon = s->evictable_bytes + s->writing_bytes;
+    return used > free_soon ? used - free_soon : 0;
+}
+
+void store_spill_pump(struct store *s)
+{
+    uint64_t threshold, limit;
+
+    if (!s->spill || s->dirty.lru_next == &s->dirty)
+        return;
+    if (s->spill_blocked_ns && clock_mono_ns() < s->spill_blocked_ns)
+        return;
+    threshold = alloc_capacity(s->alloc) / 100 * s->spill_at;
+    limit = s->room_wanted > STORE_SPILL_INFLIGHT ? s->room_wanted : STORE_SPILL_INFLIGHT;
+    while (s->dirty.lru_next != &s->dirty && s->writing_bytes < limit) {
+        if (held_bytes(s) <= threshold && s->room_wanted <= s->writing_bytes)
+            break;
+        if (write_object(s, s->dirty.lru_next) < 0)
+            break;
+    }
+}
+
+void store_spill_out(struct store *s, struct object *o)
+{
+    store_lru_unlink(s, o);
+    if (o->block)
+        alloc_free(s->alloc, o->block);
+    o->block = NULL;
+    o->spilled = 1;
+    s->spilled_objects++;
+    s->spilled_bytes += object_len(o);
+}
+
+int store_spill_make_room(struct store *s, uint64_t rounded)
+{
+    char f[2][SIZE_FORMAT_LEN];
+
+    if (!s->spill)
+        return FERRY_ENOSPACE;
+    if (rounded > s->room_wanted)
+        s->room_wanted = rounded;
+    store_spill_pump(s);
+    if (s->writing_bytes == 0) {
+        s->room_wanted = 0;
+        return FERRY_ENOSPACE;
+    }
+    s->counters.creates_waited++;
+    return err_set(FERRY_EAGAIN, "%s needed: waiting for %s being spilled",
+                   size_format(rounded, f[0], sizeof(f[0])),
+                   size_format(s->writing_bytes, f[1], sizeof(f[1])));
+}
+
+void store_spill_describe(const struct store *s, char *buf, size_t size)
+{
+    char f[2][SIZE_FORMAT_LEN];
+    const struct spill_counters *c;
+
+    buf[0] = '\0';
+    if (!s->spill)
+        return;
+    c = spill_counters(s->spill);
+    snprintf(buf, size, "; spill directory %s: %s used of %s%s", spill_dir(s->spill),
+             size_format(c->disk_bytes + spill_queued_bytes(s->spill), f[0], sizeof(f[0])),
+             spill_max_bytes(s->spill) ? size_format(spill_max_bytes(s->spill), f[1], sizeof(f[1]))
+                                       : "the disk",
+             s->spill_blocked_ns && clock_mono_ns() < s->spill_blocked_ns
+                 ? ", the last write failed"
+                 : "");
+}
+
+static void write_done(struct store *s, struct spill_job *job)
+{
+    struct object *o = job->arg;
+
+    o->writing = 0;
+    s->writing_bytes -= store_block_size(o);
+    if (job->status == 0) {
+        o->rec = job->rec;
+    } else {
+        static struct log_limit lim;
+        s->counters.spill_failures++;
+        s->spill_blocked_ns = clock_mono_ns() + SPILL_BACKOFF_NS;
+        log_limited(&lim, LOG_WARN, "%s", job->why);
+    }
+    if (o->deleted) {
+        if (o->rec)
+            spill_forget(s->spill, o->rec);
+        o->rec = NULL;
+        if (o->refcount == 0 && !o->hashing)
+            store_object_free(s, o);
+    } else if (o->refcount == 0) {
+        store_lru_insert_ordered(s, o);
+    }
+}
+
+/* ---- restores ---- */
+
+/* Takes room and starts the read of o (which holds the restore's reference): 0, FERRY_EAGAIN
+ * (queued until there is room), or why not. */
+static int restore_start(struct store *s, struct object *o)
+{
+    struct spill_job *job;
+    int rc;
+
+    if (!(job = calloc(1, sizeof(*job))))
+        return err_set(FERRY_ENOMEM, "restore job");
+    if (object_len(o) && (rc = store_alloc(s, object_len(o), &o->block)) < 0) {
+        free(job);
+        o->block = NULL;
+        if (rc == FERRY_EAGAIN) {
+            o->restore_next = s->restore_wait;
+            s->restore_wait = o;
+        }
+        return rc;
+    }
+    o->offset = o->block ? alloc_block_offset(o->block) : 0;
+    job->entry = (struct spill_entry){.id = o->id,
+                                      .data_size = o->data_size,
+                                      .metadata_size = o->metadata_size,
+                                      .digest = o->hash};
+    job->mem = s->base + o->offset;
+    job->rec = o->rec;
+    job->arg = o;
+    spill_read(s->spill, job);
+    return 0;
+}
+
+/* A restore that ended here (failed, or its object deleted meanwhile) tells and lets go. */
+static void restore_end(struct store *s, struct object *o, int status)
+{
+    o->restoring = 0;
+    if (s->events.restored)
+        s->events.restored(s->events.ctx, o, status);
+    store_unref(s, o);
+}
+
+int store_restore(struct store *s, struct object *o)
+{
+    int rc;
+
+    if (!o->spilled)
+        return 0;
+    if (o->restoring)
+        return FERRY_EAGAIN;
+    o->refcount++;
+    o->restoring = 1;
+    o->restore_start_ns = clock_mono_ns();
+    rc = restore_start(s, o);
+    if (rc < 0 && rc != FERRY_EAGAIN) {
+        o->restoring = 0;
+        store_unref(s, o);
+        return rc;
+    }
+    return FERRY_EAGAIN;
+}
+
+static void read_done(struct store *s, struct spill_job *job)
+{
+    struct object *o = job->arg;
+    char hex[2 * FERRY_ID_SIZE + 1];
+    int status = job->status;
+
+    if (status == 0) {
+        o->spilled = 0;
+        s->spilled_objects--;
+        s->spilled_bytes -= object_len(o);
+        s->counters.restores++;
+        s->counters.restore_wait_ns += clock_mono_ns() - o->restore_start_ns;
+        restore_end(s, o, 0);
+        return;
+    }
+    if (o->block)
+        alloc_free(s->alloc, o->block);
+    o->block = NULL;
+    s->counters.restore_failures++;
+    ferry_id_format(&o->id, hex);
+    log_warn("object %s: %s; it is dropped", hex, job->why);
+    err_set(FERRY_EIO, "object %s: %s", hex, job->why);
+    /* Its bytes are lost: it leaves the table (and its record the disk) once its waiters know. */
+    o->refcount++;
+    restore_end(s, o, FERRY_EIO);
+    if (!o->deleted)
+        store_remove(s, o, FERRY_EVENT_DELETED);
+    store_unref(s, o);
+}
+
+/* Room was freed: the restores that waited for it try again. */
+static void retry_restores(struct store *s)
+{
+    struct object *o, *list = s->restore_wait;
+    int rc;
+
+    s->restore_wait = NULL;
+    while ((o = list)) {
+        list = o->restore_next;
+        o->restore_next = NULL;
+        if (o->deleted) {
+            err_set(FERRY_ENOENT, "deleted while it waited to be restored");
+            restore_end(s, o, FERRY_ENOENT);
+        } else if ((rc = restore_start(s, o)) < 0 && rc != FERRY_EAGAIN) {
+            restore_end(s, o, rc);
+        }
+    }
+}
+
+void store_collect_spill(struct store *s)
+{
+    struct spill_job *job = spill_take_done(s->spill), *next;
+    int freed = job != NULL;
+
+    for (; job; job = next) {
+        next = job->next;
+        if (job->kind == SPILL_JOB_WRITE)
+            write_done(s, job);
+        else
+            read_done(s, job);
+        free(job);
+    }
+    if (!freed)
+        return;
+    s->room_wanted = 0;
+    retry_restores(s);
+    if (s->events.room)
+        s->events.room(s->events.ctx);
+    store_spill_pump(s);
+}
+
+/* ---- recovery, persistence ---- */
+
+/* An object found on disk joins the table, spilled; a newer record of an id replaces an older
+ * one (groups come oldest first). */
+static void found(void *ctx, struct spill *sp, const struct spill_entry *e, struct spill_rec *r)
+{
+    struct store *s = ctx;
+    struct object *o = store_find(s, &e->id);
+
+    if (o) {
+        spill_forget(sp, o->rec);
+        s->spilled_bytes -= object_len(o);
+    } else {
+        if (!(o = calloc(1, sizeof(*o))) || idmap_put(&s->table, &e->id, o) < 0) {
+            free(o);
+            log_warn("spill: out of memory taking in an object found on disk");
+            return;
+        }
+        o->id = e->id;
+        o->state = FERRY_STATE_SEALED;
+        o->spilled = 1;
+        o->hashed = 1;
+        s->sealed_objects++;
+        s->spilled_objects++;
+    }
+    o->data_size = e->data_size;
+    o->metadata_size = e->metadata_size;
+    o->hash = e->digest;
+    o->created_ns = e->created_ns;
+    o->rec = r;
+    free(o->name);
+    o->name = e->name[0] ? strdup(e->name) : NULL;
+    s->spilled_bytes += object_len(o);
+}
+
+int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at)
+{
+    int rc;
+
+    s->spill_at = spill_at;
+    if ((rc = spill_open(&s->spill, dir, max_bytes, found, s)) < 0)
+        s->spill = NULL;
+    return rc;
+}
+
+int store_spill_fd(const struct store *s)
+{
+    return s->spill ? spill_fd(s->spill) : -1;
+}
+
+void store_persist(struct store *s)
+{
+    struct object *o;
+    size_t pos = 0;
+    uint64_t n = 0, bytes = 0, failed = 0;
+    char f[SIZE_FORMAT_LEN];
+
+    if (!s->spill)
+        return;
+    if (s->hasher) {
+        hasher_wait_idle(s->hasher);
+        store_collect_hashes(s);
+    }
+    while ((o = idmap_next(&s->table, &pos, NULL))) {
+        if (o->state != FERRY_STATE_SEALED || o->rec || o->writing || o->spilled || !o->hashed)
+            continue;
+        if (write_object(s, o) == 0) {
+            n++;
+            bytes += object_len(o);
+        } else {
+            failed++;
+        }
+    }
+    spill_wait_idle(s->spill);
+    store_collect_spill(s);
+    log_info("spill: %" PRIu64 " objects (%s) written to %s at exit%s", n,
+             size_format(bytes, f, sizeof(f)), spill_dir(s->spill),
+             failed || s->counters.spill_failures ? "; some could not be: see above" : "");
+}
+
+void store_spill_close(struct store *s)
+{
+    struct object *o, *waiting = s->restore_wait;
+
+    if (!s->spill)
+        return;
+    /* Restores still waiting for room are not started now; each holds a reference, and a
+     * deleted one is in no table, so it is freed here. */
+    s->restore_wait = NULL;
+    spill_wait_idle(s->spill);
+    store_collect_spill(s);
+    while ((o = waiting)) {
+        waiting = o->restore_next;
+        o->refcount--;
+        if (o->deleted && o->refcount == 0)
+            store_object_free(s, o);
+    }
+    spill_close(s->spill);
+    s->spill = NULL;
+}
