@@ -126,7 +126,7 @@ int h_list_find(ferry_client *c, const ferry_id *id, ferry_object_info *out);
 /* Makes sure the daemon has processed everything c sent before (ferry_release gets no
  * answer, so another client could overtake it): one round trip on c's connection. */
 void h_sync(ferry_client *c);
-/* contains() as a value; fails the test when the call fails. */
+/* contains() as 1 (in memory or on disk) or 0; fails the test when the call fails. */
 int h_contains(ferry_client *c, const ferry_id *id);
 
 /* Patterned bytes: position- and seed-dependent, so shifted or mixed-up data is noticed. */

@@ -69,6 +69,21 @@ static void check_many(ferry_client *c, const char *prefix, int n, uint64_t size
     }
 }
 
+/* Waits (5 s at most) until the daemon has written nothing for 100 ms: its counters hold. */
+static void settle(ferry_client *c)
+{
+    uint64_t last = UINT64_MAX;
+
+    for (int i = 0; i < 50; i++) {
+        uint64_t now = h_stats(c).spill_writes;
+        if (now == last)
+            return;
+        last = now;
+        h_sleep_ms(100);
+    }
+    fail_msg("the daemon kept writing to its spill directory for 5 s");
+}
+
 static int location(ferry_client *c, const ferry_id *id)
 {
     int present = -1;
@@ -107,6 +122,7 @@ static void spilling_keeps_four_arenas_of_objects_bit_exact(void **state)
     put_many(c, "more", 16, MIB); /* pushes big1 back to disk */
     ferry_id one = h_id("big1");
     assert_int_equal(location(c, &one), FERRY_ON_DISK);
+    settle(c);
     uint64_t before = h_stats(c).spill_disk_bytes;
     H_OK(ferry_delete(c, &one));
     assert_int_equal(h_contains(c, &one), 0);

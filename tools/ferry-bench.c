@@ -33,6 +33,8 @@ static const struct suite suites[] = {
     {"remote", bench_remote, "ferry fetch between two nodes against redis get and raw TCP"},
     {"directory", bench_directory,
      "simulated nodes publishing and looking up against redis-benchmark; --strict-ids' cost"},
+    {"spill", bench_spill,
+     "spilling to disk and reading back against plain O_DIRECT writes and reads; gets meanwhile"},
     {"python", bench_python,
      "the Python module against shared_memory, redis-py, pickle and np.copyto"},
 #ifdef FERRY_BENCH_MPI

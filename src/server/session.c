@@ -390,7 +390,7 @@ static int handle_name(struct session *ss, const struct proto_request *q)
     if (rc == 0 && !o && session_own_unsealed(ss, &q->u.name.id, &o) < 0)
         rc = err_set(FERRY_ENOENT, "no sealed object, nor one of this client, with this id");
     if (rc == 0)
-        rc = store_set_name(o, q->u.name.text);
+        rc = store_set_name(&ss->srv->store, o, q->u.name.text);
     return session_reply_status(ss, q, rc);
 }
 

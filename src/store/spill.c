@@ -69,7 +69,10 @@ static void seg_maybe_drop(struct spill *sp, struct seg *s)
 {
     struct task *t;
 
-    if (s->groups || s->users || s == sp->active || s->dropping)
+    for (int l = 0; l < SPILL_LANES; l++)
+        if (s == sp->active[l])
+            return;
+    if (s->groups || s->users || s->dropping)
         return;
     if (!(t = calloc(1, sizeof(*t))))
         return; /* kept: it is removed at the next start, when found empty */
@@ -80,27 +83,27 @@ static void seg_maybe_drop(struct spill *sp, struct seg *s)
     spill_io_queue(sp, t);
 }
 
-/* The segment the next group of group_len bytes goes to: the active one while it has room (or
- * is empty), else a new one. */
-static struct seg *seg_for(struct spill *sp, uint64_t group_len)
+/* The segment of lane the next group of group_len bytes goes to: its active one while it has
+ * room (or is empty), else a new one. */
+static struct seg *seg_for(struct spill *sp, int lane, uint64_t group_len)
 {
-    struct seg *a = sp->active;
+    struct seg *a = sp->active[lane];
     int fd;
 
     if (a && (a->end == 0 || a->end + group_len <= SPILL_SEGMENT_MAX))
         return a;
     if ((fd = seg_open_fd(sp, sp->next_seg, O_CREAT | O_EXCL)) < 0)
         return NULL;
-    sp->active = seg_add(sp, sp->next_seg, fd, 0);
-    if (!sp->active) {
+    sp->active[lane] = seg_add(sp, sp->next_seg, fd, 0);
+    if (!sp->active[lane]) {
         close(fd);
-        sp->active = a;
+        sp->active[lane] = a;
         err_set(FERRY_ENOMEM, "spill: segment record");
         return NULL;
     }
     if (a)
         seg_maybe_drop(sp, a);
-    return sp->active;
+    return sp->active[lane];
 }
 
 /* ---- groups ---- */
@@ -169,6 +172,31 @@ uint64_t spill_rec_seq(const struct spill_rec *r)
     return r->grp->seq;
 }
 
+uint64_t spill_rec_phase(const struct spill *sp, const struct spill_rec *r)
+{
+    return (r->grp->off + r->payload_off) % sp->align;
+}
+
+uint32_t spill_align(const struct spill *sp)
+{
+    return sp->align;
+}
+
+/* The alignment O_DIRECT needs of memory and file offsets here (statx), at least 512 and at
+ * most a block; a block when the kernel does not say. */
+static uint32_t dio_align(int fd)
+{
+    struct statx st;
+    uint32_t a;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) < 0 || !(st.stx_mask & STATX_DIOALIGN) ||
+        !st.stx_dio_mem_align)
+        return SPILL_BLOCK;
+    a = st.stx_dio_mem_align > st.stx_dio_offset_align ? st.stx_dio_mem_align
+                                                       : st.stx_dio_offset_align;
+    return a < 512 ? 512 : a > SPILL_BLOCK ? SPILL_BLOCK : a;
+}
+
 /* ---- writing ---- */
 
 /* Lays out the next group from the queued jobs and hands it to the workers. */
@@ -181,6 +209,12 @@ static void group_start(struct spill *sp)
     struct grp *gr = NULL;
     struct seg *s;
     uint32_t n = 0;
+    int lane = 0;
+
+    while (lane < SPILL_LANES && sp->writing[lane])
+        lane++;
+    if (lane == SPILL_LANES) /* both busy: the next group starts when one is done */
+        return;
 
     for (job = sp->queue; job && n < SPILL_ENTRIES_MAX; job = job->next) {
         uint64_t len = job->entry.data_size + job->entry.metadata_size;
@@ -197,11 +231,16 @@ static void group_start(struct spill *sp)
     g.hdr_len = spill_hdr_len(entries, n);
     pos = g.hdr_len;
     for (uint32_t i = 0; i < n; i++) {
+        uint64_t len = entries[i].data_size + entries[i].metadata_size;
+        /* A large object starts where the file agrees with its memory modulo the alignment
+         * (groups start on blocks): its middle is written without a copy. */
+        if (len >= SPILL_DIRECT_MIN)
+            pos += ((uintptr_t)jobs[i]->mem % sp->align + sp->align - pos % sp->align) % sp->align;
         entries[i].payload_off = pos;
-        pos += entry_bytes(entries[i].data_size + entries[i].metadata_size);
+        pos += entry_bytes(len);
     }
     g.group_len = spill_round(pos);
-    if (!(s = seg_for(sp, g.group_len)) || !(gr = grp_new(s, s->end, &g)) ||
+    if (!(s = seg_for(sp, lane, g.group_len)) || !(gr = grp_new(s, s->end, &g)) ||
         spill_io_prepare(sp, gr, &g, entries, jobs) < 0) {
         if (gr)
             grp_free(gr);
@@ -216,7 +255,8 @@ static void group_start(struct spill *sp)
     s->end += g.group_len;
     s->groups++;
     s->users++;
-    sp->writing = gr;
+    gr->lane = lane;
+    sp->writing[lane] = gr;
     spill_io_queue(sp, gr->start);
 }
 
@@ -238,8 +278,7 @@ int spill_write(struct spill *sp, struct spill_job *job)
     *sp->queue_tail = job;
     sp->queue_tail = &job->next;
     sp->queued_bytes += need;
-    if (!sp->writing)
-        group_start(sp);
+    group_start(sp);
     return 0;
 }
 
@@ -248,7 +287,7 @@ static void group_done(struct spill *sp, struct grp *gr, int status, const char 
 {
     struct seg *s = gr->seg;
 
-    sp->writing = NULL;
+    sp->writing[gr->lane] = NULL;
     s->users--;
     for (uint32_t i = 0; i < gr->n; i++) {
         struct spill_job *job = gr->jobs[i];
@@ -557,7 +596,9 @@ static int recover(struct spill *sp, spill_found_fn *found, void *ctx)
             rc = err_set(FERRY_ENOMEM, "spill: segment record");
             break;
         }
+        s->users++; /* not dropped while walked, when a group with nothing live is freed */
         rc = recover_segment(sp, s, buf, e, found, ctx);
+        s->users--;
         seg_maybe_drop(sp, s);
     }
     free(nos);
@@ -582,6 +623,7 @@ static int open_dir(struct spill *sp, const char *dir)
     if (flock(sp->lock_fd, LOCK_EX | LOCK_NB) < 0)
         return err_set(errno == EWOULDBLOCK ? FERRY_EBUSY : FERRY_ESYS, "--spill-dir %s: %s", dir,
                        errno == EWOULDBLOCK ? "another ferryd uses it" : strerror(errno));
+    sp->align = dio_align(sp->lock_fd);
     return 0;
 }
 

@@ -28,9 +28,11 @@
 #include "store/spill_fmt.h"
 
 #define SPILL_SEGMENT_MAX (256ull << 20)
-#define SPILL_GROUP_BYTES (8ull << 20) /* a group closes at this many bytes of objects */
-#define SPILL_CHUNK (4u << 20)         /* the unit of one pwrite/pread */
-#define SPILL_THREADS 2
+#define SPILL_GROUP_BYTES (32ull << 20) /* a group closes at this many bytes of objects */
+#define SPILL_CHUNK (4u << 20)          /* the unit of one pwrite/pread */
+#define SPILL_THREADS 4
+/* Objects this large move between the arena and the disk without a copy, but for their edges. */
+#define SPILL_DIRECT_MIN (256u << 10)
 
 struct spill;
 struct spill_rec; /* one object's entry on disk */
@@ -100,6 +102,10 @@ void spill_wait_idle(struct spill *sp);
 uint64_t spill_rec_bytes(const struct spill_rec *r);
 /* The record's group's sequence number: of two records of one id, the larger is newer. */
 uint64_t spill_rec_seq(const struct spill_rec *r);
+/* Where restores should place a record's object so that its middle is read without a copy:
+ * at an arena offset equal to spill_rec_phase() modulo spill_align(). */
+uint64_t spill_rec_phase(const struct spill *sp, const struct spill_rec *r);
+uint32_t spill_align(const struct spill *sp);
 /* Bytes queued or being written. */
 uint64_t spill_queued_bytes(const struct spill *sp);
 uint64_t spill_max_bytes(const struct spill *sp);

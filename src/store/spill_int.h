@@ -13,6 +13,8 @@
 
 #include "store/spill.h"
 
+#define SPILL_LANES 2
+
 struct grp;
 
 struct seg {
@@ -52,6 +54,7 @@ struct grp {
     struct seg *seg;
     uint64_t off, hdr_len, group_len, seq;
     uint32_t n, live;
+    int lane;
     uint32_t tasks;          /* forgets and reads in flight */
     uint64_t accounted;      /* its header and padding's share of disk_bytes */
     struct grp *prev, *next; /* in seg->grps */
@@ -70,12 +73,16 @@ struct spill {
     int dir_fd, lock_fd, efd;
     uint64_t max_bytes;
     int direct;
-    struct seg *segs, *active;
+    uint32_t align; /* of O_DIRECT's memory and offsets: 512 to SPILL_BLOCK */
+    struct seg *segs;
+    /* Two groups are written at once, each at the end of its own segment (a lane), so that a
+     * failed group is always its segment's last: the chain never has a hole. */
+    struct seg *active[SPILL_LANES];
     uint32_t next_seg;
     uint64_t next_seq;
     struct spill_job *queue, **queue_tail; /* writes not yet in a group */
     uint64_t queued_bytes;                 /* of queue and the group being written */
-    struct grp *writing;
+    struct grp *writing[SPILL_LANES];
     struct spill_job *jobs_done, **jobs_done_tail;
     struct spill_counters counters;
     pthread_t threads[SPILL_THREADS];

@@ -122,6 +122,11 @@ static void run_start(struct spill *sp, struct grp *gr)
     }
 }
 
+static uint64_t job_len(const struct spill_job *job)
+{
+    return job->entry.data_size + job->entry.metadata_size;
+}
+
 /* Copies the part of the group's objects in [from, from + len) into buf, zeroes between. */
 static void fill_chunk(const struct grp *gr, uint8_t *buf, uint64_t from, uint64_t len)
 {
@@ -141,17 +146,64 @@ static void fill_chunk(const struct grp *gr, uint8_t *buf, uint64_t from, uint64
     memset(buf + (cursor - from), 0, end - cursor);
 }
 
+/* The part of [ps, pe) that can move straight between the arena and the file: blocks of
+ * sp->align, for objects of SPILL_DIRECT_MIN bytes or more (their bytes are laid out so that the
+ * file and memory agree modulo the alignment). 0 when there is none. */
+static int direct_span(const struct spill *sp, uint64_t ps, uint64_t pe, uint64_t *d0, uint64_t *d1)
+{
+    if (!sp->direct || pe - ps < SPILL_DIRECT_MIN)
+        return 0;
+    *d0 = (ps + sp->align - 1) / sp->align * sp->align;
+    *d1 = pe / sp->align * sp->align;
+    return *d1 > *d0;
+}
+
+/* Writes [from, to) of the group: the aligned middles of large objects straight from the arena,
+ * the rest (small objects, edges, gaps) through bounce. 0, or -errno. */
+static int write_range(struct spill *sp, struct grp *gr, uint8_t *bounce, uint64_t from,
+                       uint64_t to)
+{
+    uint64_t c = from, d0, d1;
+    uint32_t i = 0;
+    int rc = 0;
+
+    while (c < to && rc == 0) {
+        uint64_t next = to; /* where the next direct span starts, or to */
+        int direct = 0;
+        while (i < gr->n && gr->jobs[i]->entry.payload_off + job_len(gr->jobs[i]) <= c)
+            i++;
+        for (uint32_t k = i; k < gr->n && gr->jobs[k]->entry.payload_off < to; k++) {
+            const struct spill_job *job = gr->jobs[k];
+            uint64_t ps = job->entry.payload_off;
+            if (!direct_span(sp, ps, ps + job_len(job), &d0, &d1) || d1 <= c)
+                continue;
+            if (d0 <= c) {
+                uint64_t hi = d1 < to ? d1 : to;
+                rc = full_io(gr->seg->fd, job->mem + (c - ps), hi - c, gr->off + c, 1);
+                c = hi;
+                direct = 1;
+            } else if (d0 < to) {
+                next = d0;
+            }
+            break;
+        }
+        if (direct)
+            continue;
+        fill_chunk(gr, bounce, c, next - c);
+        rc = full_io(gr->seg->fd, bounce, next - c, gr->off + c, 1);
+        c = next;
+    }
+    return rc;
+}
+
 static void run_wchunk(struct spill *sp, struct task *t, uint8_t *bounce)
 {
     struct grp *gr = t->grp;
     uint32_t left;
     int rc;
 
-    if (gr->status == 0) {
-        fill_chunk(gr, bounce, t->from, t->len);
-        if ((rc = full_io(gr->seg->fd, bounce, t->len, gr->off + t->from, 1)) < 0)
-            group_fail(sp, gr, rc, "writing");
-    }
+    if (gr->status == 0 && (rc = write_range(sp, gr, bounce, t->from, t->from + t->len)) < 0)
+        group_fail(sp, gr, rc, "writing");
     free(t);
     pthread_mutex_lock(&sp->lock);
     left = --gr->chunks_left;
@@ -220,28 +272,55 @@ static void read_fail(struct spill *sp, struct spill_job *job, int status, const
 /* The last chunk is in: the bytes must be the object's. */
 static void read_finish(struct spill *sp, struct spill_job *job)
 {
-    uint64_t len = job->entry.data_size + job->entry.metadata_size;
+    uint64_t len = job_len(job);
 
     if (job->status == 0 &&
         XXH3_64bits_withSeed(job->mem, len, job->entry.data_size) != job->entry.digest)
         read_fail(sp, job, FERRY_EIO, "%s: its bytes on disk do not match its digest", "spill");
 }
 
+/* Reads [from, to) of the file (aligned) through bounce, keeping the object's part. */
+static int read_bounced(struct spill_job *job, uint8_t *bounce, uint64_t from, uint64_t to)
+{
+    uint64_t start = job->file_off, end = start + job_len(job);
+    uint64_t lo = from > start ? from : start, hi = to < end ? to : end;
+    int rc = full_io(job->fd, bounce, to - from, from, 0);
+
+    if (rc == 0 && hi > lo)
+        memcpy(job->mem + (lo - start), bounce + (lo - from), hi - lo);
+    return rc;
+}
+
+/* Reads [from, to) of the file: the object's aligned middle straight into the arena when its
+ * destination agrees with the file modulo the alignment (the store places restores so), the
+ * edges through bounce. 0, or -errno. */
+static int read_range(struct spill *sp, struct spill_job *job, uint8_t *bounce, uint64_t from,
+                      uint64_t to)
+{
+    uint64_t start = job->file_off, d0, d1;
+    int rc = 0;
+
+    if ((uintptr_t)job->mem % sp->align != start % sp->align ||
+        !direct_span(sp, start, start + job_len(job), &d0, &d1) || d1 <= from || d0 >= to)
+        return read_bounced(job, bounce, from, to);
+    if (from < d0)
+        rc = read_bounced(job, bounce, from, d0);
+    if (rc == 0)
+        rc = full_io(job->fd, job->mem + ((from > d0 ? from : d0) - start),
+                     (to < d1 ? to : d1) - (from > d0 ? from : d0), from > d0 ? from : d0, 0);
+    if (rc == 0 && to > d1)
+        rc = read_bounced(job, bounce, d1, to);
+    return rc;
+}
+
 static void run_rchunk(struct spill *sp, struct task *t, uint8_t *bounce)
 {
     struct spill_job *job = t->job;
-    uint64_t start = job->file_off, end = start + job->entry.data_size + job->entry.metadata_size;
-    uint64_t lo = t->from > start ? t->from : start;
-    uint64_t hi = t->from + t->len < end ? t->from + t->len : end;
     struct task *done = NULL;
     int rc;
 
-    if (job->status == 0) {
-        if ((rc = full_io(job->fd, bounce, t->len, t->from, 0)) < 0)
-            read_fail(sp, job, FERRY_EIO, "spill: reading its bytes: %s", strerror(-rc));
-        else
-            memcpy(job->mem + (lo - start), bounce + (lo - t->from), hi - lo);
-    }
+    if (job->status == 0 && (rc = read_range(sp, job, bounce, t->from, t->from + t->len)) < 0)
+        read_fail(sp, job, FERRY_EIO, "spill: reading its bytes: %s", strerror(-rc));
     pthread_mutex_lock(&sp->lock);
     if (--job->tasks_left == 0)
         done = t;

@@ -109,7 +109,7 @@ void store_object_free(struct store *s, struct object *o)
     free(o);
 }
 
-int store_set_name(struct object *o, const char *name)
+int store_set_name(struct store *s, struct object *o, const char *name)
 {
     char *copy = strdup(name);
 
@@ -117,6 +117,15 @@ int store_set_name(struct object *o, const char *name)
         return err_set(FERRY_ENOMEM, "name of %zu bytes", strlen(name));
     free(o->name);
     o->name = copy;
+    /* A copy on disk carries the old name: one in memory is written again. */
+    if (o->rec && !o->spilled) {
+        spill_forget(s->spill, o->rec);
+        o->rec = NULL;
+        if (store_in_lru(o)) {
+            store_lru_unlink(s, o);
+            store_lru_insert_ordered(s, o);
+        }
+    }
     return 0;
 }
 

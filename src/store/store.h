@@ -88,7 +88,7 @@ struct store_counters {
 };
 
 /* Writes in flight at most (more when one create or restore needs more). */
-#define STORE_SPILL_INFLIGHT (64ull << 20)
+#define STORE_SPILL_INFLIGHT (128ull << 20)
 
 struct store {
     uint8_t *base;
@@ -178,8 +178,10 @@ int store_restore(struct store *s, struct object *o);
 /* Writes every sealed object that has no copy on disk, and waits (the daemon is stopping). */
 void store_persist(struct store *s);
 
-/* Keeps a copy of name (checked by the caller) with o, replacing one given before. */
-int store_set_name(struct object *o, const char *name);
+/* Keeps a copy of name (checked by the caller) with o, replacing one given before. An object
+ * in memory with a copy on disk is written again; one on disk only keeps its old name there
+ * (a restart shows it). */
+int store_set_name(struct store *s, struct object *o, const char *name);
 uint64_t store_capacity(const struct store *s);
 uint64_t store_used(const struct store *s);
 

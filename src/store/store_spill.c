@@ -159,12 +159,15 @@ static void write_done(struct store *s, struct spill_job *job)
  * (queued until there is room), or why not. */
 static int restore_start(struct store *s, struct object *o)
 {
+    uint64_t len = object_len(o), align = spill_align(s->spill), pad = 0, phase;
     struct spill_job *job;
     int rc;
 
+    if (len >= SPILL_DIRECT_MIN)
+        pad = align - ALLOC_ALIGN; /* room to place it as the file has it (spill.h) */
     if (!(job = calloc(1, sizeof(*job))))
         return err_set(FERRY_ENOMEM, "restore job");
-    if (object_len(o) && (rc = store_alloc(s, object_len(o), &o->block)) < 0) {
+    if (len && (rc = store_alloc(s, len + pad, &o->block)) < 0) {
         free(job);
         o->block = NULL;
         if (rc == FERRY_EAGAIN) {
@@ -174,6 +177,10 @@ static int restore_start(struct store *s, struct object *o)
         return rc;
     }
     o->offset = o->block ? alloc_block_offset(o->block) : 0;
+    if (pad) {
+        phase = spill_rec_phase(s->spill, o->rec);
+        o->offset += (phase + align - o->offset % align) % align;
+    }
     job->entry = (struct spill_entry){.id = o->id,
                                       .data_size = o->data_size,
                                       .metadata_size = o->metadata_size,
@@ -287,13 +294,17 @@ void store_collect_spill(struct store *s)
 
 /* ---- recovery, persistence ---- */
 
-/* An object found on disk joins the table, spilled; a newer record of an id replaces an older
- * one (groups come oldest first). */
+/* An object found on disk joins the table, spilled; of two records of an id the newer (the
+ * larger group sequence) stays and the other is forgotten. */
 static void found(void *ctx, struct spill *sp, const struct spill_entry *e, struct spill_rec *r)
 {
     struct store *s = ctx;
     struct object *o = store_find(s, &e->id);
 
+    if (o && spill_rec_seq(o->rec) > spill_rec_seq(r)) {
+        spill_forget(sp, r);
+        return;
+    }
     if (o) {
         spill_forget(sp, o->rec);
         s->spilled_bytes -= object_len(o);

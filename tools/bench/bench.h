@@ -413,5 +413,6 @@ int bench_remote(int argc, char **argv);
 int bench_mpi(int argc, char **argv);       /* mpi.c, only in a build that found MPI */
 int bench_python(int argc, char **argv);    /* python.c: runs python_bench.py */
 int bench_directory(int argc, char **argv); /* directory.c: links the daemon's directory code */
+int bench_spill(int argc, char **argv);     /* spill.c */
 
 #endif
