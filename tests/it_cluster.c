@@ -3,7 +3,8 @@
  * directory. Objects of every shape (empty, metadata only, one byte, 256 MiB) and hundreds of
  * ids in one call arrive intact; a fetch waits for an object that is not sealed yet, within
  * its timeout; concurrent fetches of one id on a node make one transfer; ferry_get_fetch
- * hands out the bytes; --verify changes nothing visible; ferry_nodes names every node once.
+ * hands out the bytes; --verify changes nothing visible; ferry_nodes names every node once;
+ * objects a node spilled to disk are fetched from it, also after it restarted.
  */
 #include "harness.h"
 
@@ -297,6 +298,49 @@ H_CLUSTER_TEST(fetch_with_verify_delivers_intact_objects)
     ferry_disconnect(b);
 }
 
+/* A node that spilled three arenas of objects serves each to a peer (restoring it first), and
+ * after a restart on its spill directory it is listed again as their holder and serves them. */
+H_CLUSTER_TEST(spilled_objects_are_fetched_and_served_again_after_a_restart)
+{
+    enum { N = 48 };
+    char spill[128];
+    snprintf(spill, sizeof(spill), "%s/spill-a", cl->redis.dir);
+    const char *const spilling[] = {"--spill-dir", spill, "--persist-on-exit", NULL};
+    h_node_start(cl, A, "16M", spilling);
+    h_node_start(cl, B, "128M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_id ids[N];
+    int statuses[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = h_idf("spilled-%d", i);
+        H_OK(h_put_direct(a, &ids[i], MIB, 64));
+    }
+    assert_true(h_stats(a).spilled_objects >= N / 2);
+    H_OK(ferry_fetch(b, ids, N, 60000, statuses));
+    assert_statuses_ok(statuses, N);
+    for (int i = 0; i < N; i++)
+        h_assert_object(b, &ids[i], MIB, 64);
+    assert_true(h_stats(a).restores >= N / 2);
+    assert_int_equal(h_stats(b).transfer_failures, 0);
+
+    /* A restart: the directory lists A again for what it kept on disk. */
+    ferry_disconnect(a);
+    h_daemon_stop(&cl->node[A].d);
+    for (int i = 0; i < N; i += 2)
+        H_OK(ferry_delete(b, &ids[i]));
+    h_node_start(cl, A, "16M", spilling);
+    a = h_node_connect(cl, A);
+    assert_int_equal(h_stats(a).spill_recovered_objects, N);
+    h_assert_where(b, cl, &ids[0], BIT(A) | 0, H_CLUSTER_MS);
+    H_OK(ferry_fetch(b, ids, N, 60000, statuses));
+    assert_statuses_ok(statuses, N);
+    for (int i = 0; i < N; i += 2)
+        h_assert_object(b, &ids[i], MIB, 64);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -310,6 +354,7 @@ int main(void)
         T(fetch_of_an_id_nobody_holds_times_out),
         T(concurrent_fetches_of_one_id_make_one_transfer),
         T(fetch_with_verify_delivers_intact_objects),
+        T(spilled_objects_are_fetched_and_served_again_after_a_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

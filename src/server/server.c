@@ -325,6 +325,7 @@ static void after_turn(struct loop *l, void *arg)
         pbuf_free(&sub->queue);
         free(sub);
     }
+    store_after_turn(&s->store);
     l->busy = s->ready != NULL || s->closed != NULL;
 }
 

@@ -618,7 +618,7 @@ void session_restored(struct server *srv, struct object *o, int status)
 /* Entry i is a spilled object: its restore starts (or is under way) and the entry waits. */
 static int get_restore(struct session *ss, uint32_t i, struct object *o)
 {
-    int rc = store_restore(&ss->srv->store, o);
+    int rc = store_restore(&ss->srv->store, o, 0);
 
     if (rc == 0)
         return get_fill(ss, i, o);

@@ -426,6 +426,7 @@ void store_unref(struct store *s, struct object *o)
 {
     if (--o->refcount > 0)
         return;
+    s->room_freed = 1;
     if (o->deleted) {
         if (!o->hashing && !o->writing)
             store_object_free(s, o);

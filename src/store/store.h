@@ -64,6 +64,7 @@ struct object {
     uint8_t spilled;             /* its bytes are on disk only (no block) */
     uint8_t writing;             /* its bytes are being written to disk */
     uint8_t restoring;           /* its bytes are being read back (or wait for room to be) */
+    uint8_t restore_waits;       /* its restore waits for room rather than fail */
     struct object *restore_next; /* in the list of restores waiting for room */
     uint64_t restore_start_ns;
 };
@@ -110,6 +111,7 @@ struct store {
     uint64_t room_wanted;        /* the largest room a create or restore waits for */
     uint64_t spill_blocked_ns;   /* after a failed write: no new write before this time */
     struct object *restore_wait; /* restores waiting for room (each holds a reference) */
+    int room_freed;              /* memory became free or evictable since the last turn */
 };
 
 int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev);
@@ -173,8 +175,12 @@ int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsig
 int store_spill_fd(const struct store *s);
 void store_collect_spill(struct store *s);
 /* Makes a sealed object's bytes resident: 0 when they are, FERRY_EAGAIN when a read is under
- * way (restored() follows), or why it cannot be (FERRY_ENOSPACE: no room, even on disk). */
-int store_restore(struct store *s, struct object *o);
+ * way or waits for room (restored() follows), or why it cannot be (FERRY_ENOSPACE: the arena
+ * is held by references and unsealed objects; with wait, the restore waits for room instead). */
+int store_restore(struct store *s, struct object *o, int wait);
+/* After the loop's turn: when memory was freed meanwhile and restores or creates wait for it,
+ * they try again (room()). Deferred so that no release re-enters them where it happens. */
+void store_after_turn(struct store *s);
 /* Writes every sealed object that has no copy on disk, and waits (the daemon is stopping). */
 void store_persist(struct store *s);
 

@@ -170,6 +170,8 @@ static int restore_start(struct store *s, struct object *o)
     if (len && (rc = store_alloc(s, len + pad, &o->block)) < 0) {
         free(job);
         o->block = NULL;
+        if (rc == FERRY_ENOSPACE && o->restore_waits)
+            rc = FERRY_EAGAIN; /* room comes when references go (store_after_turn) */
         if (rc == FERRY_EAGAIN) {
             o->restore_next = s->restore_wait;
             s->restore_wait = o;
@@ -201,7 +203,7 @@ static void restore_end(struct store *s, struct object *o, int status)
     store_unref(s, o);
 }
 
-int store_restore(struct store *s, struct object *o)
+int store_restore(struct store *s, struct object *o, int wait)
 {
     int rc;
 
@@ -211,6 +213,7 @@ int store_restore(struct store *s, struct object *o)
         return FERRY_EAGAIN;
     o->refcount++;
     o->restoring = 1;
+    o->restore_waits = (uint8_t)wait;
     o->restore_start_ns = clock_mono_ns();
     rc = restore_start(s, o);
     if (rc < 0 && rc != FERRY_EAGAIN) {
@@ -270,6 +273,17 @@ static void retry_restores(struct store *s)
     }
 }
 
+/* Memory was freed or became evictable: what waits for room tries again. */
+static void room_now(struct store *s)
+{
+    s->room_freed = 0;
+    s->room_wanted = 0;
+    retry_restores(s);
+    if (s->events.room)
+        s->events.room(s->events.ctx);
+    store_spill_pump(s);
+}
+
 void store_collect_spill(struct store *s)
 {
     struct spill_job *job = spill_take_done(s->spill), *next;
@@ -283,13 +297,15 @@ void store_collect_spill(struct store *s)
             read_done(s, job);
         free(job);
     }
-    if (!freed)
-        return;
-    s->room_wanted = 0;
-    retry_restores(s);
-    if (s->events.room)
-        s->events.room(s->events.ctx);
-    store_spill_pump(s);
+    if (freed)
+        room_now(s);
+}
+
+void store_after_turn(struct store *s)
+{
+    if (s->spill && s->room_freed && (s->restore_wait || s->room_wanted))
+        room_now(s);
+    s->room_freed = 0;
 }
 
 /* ---- recovery, persistence ---- */

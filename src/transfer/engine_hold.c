@@ -163,24 +163,46 @@ static struct object *sealed(struct engine *e, const ferry_id *id)
     return o && o->state == FERRY_STATE_SEALED ? o : NULL;
 }
 
-/* Whether a pull can be answered: the objects it asks for are in memory (a spilled one's
- * restore starts here; one that cannot be restored is answered absent) and, when it verifies,
- * their digests are known. */
-static int hpull_ready(struct engine *e, const struct hpull *hp)
-{
-    for (uint32_t i = 0; i < hp->n; i++) {
-        struct object *o = sealed(e, &hp->ids[i]);
-        if (o && o->spilled && store_restore(e->store, o) == FERRY_EAGAIN)
-            return 0;
-        if (o && !o->hashed && (hp->flags & WIRE_PULL_VERIFY))
-            return 0;
-    }
-    return 1;
-}
-
 static uint64_t object_bytes(const struct object *o)
 {
     return o->data_size + o->metadata_size;
+}
+
+/* A receiver that does not read what it asked for would keep the holder's objects pinned
+ * without bound: past a quarter of the arena (at least 64 MiB) pinned for one connection, its
+ * further pulls wait, and reading stops until it has read half of that. */
+static uint64_t pin_limit(const struct engine *e)
+{
+    uint64_t quarter = store_capacity(e->store) / 4;
+    return quarter > (64ull << 20) ? quarter : 64ull << 20;
+}
+
+/* Whether a pull can be answered. Spilled objects are restored first, as many as the pin limit
+ * covers; the pull waits for its first present object only (the others are answered busy if
+ * they are still on disk, and asked again), so that a pull of more than the arena holds still
+ * moves: waiting for all of them could wait for ever, each restore evicting another. When it
+ * verifies, the digests must be known. */
+static int hpull_ready(struct engine *e, const struct hpull *hp)
+{
+    uint64_t restoring = 0;
+    int first = 1;
+
+    for (uint32_t i = 0; i < hp->n; i++) {
+        struct object *o = sealed(e, &hp->ids[i]);
+        int rc = 0;
+        if (!o)
+            continue;
+        if (o->spilled && (first || restoring < pin_limit(e))) {
+            rc = store_restore(e->store, o, 1);
+            restoring += object_bytes(o);
+        }
+        if (first && rc == FERRY_EAGAIN)
+            return 0;
+        first = 0;
+        if (!o->hashed && (hp->flags & WIRE_PULL_VERIFY))
+            return 0;
+    }
+    return 1;
 }
 
 /* The bytes a pull would pin now. */
@@ -219,15 +241,6 @@ static int send_object(struct inconn *ic, struct object *o)
     return ic->conn->type->send_range(ic->conn, e->store->base + o->offset, len, pn);
 }
 
-/* A receiver that does not read what it asked for would keep the holder's objects pinned
- * without bound: past a quarter of the arena (at least 64 MiB) pinned for one connection, its
- * further pulls wait, and reading stops until it has read half of that. */
-static uint64_t pin_limit(const struct engine *e)
-{
-    uint64_t quarter = store_capacity(e->store) / 4;
-    return quarter > (64ull << 20) ? quarter : 64ull << 20;
-}
-
 /* Pins the objects of a pull, in order, within the pin limit: an entry that would pass it
  * (after the first pin) is answered FERRY_EBUSY, and its receiver asks again later. */
 static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object **objs,
@@ -236,8 +249,11 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     struct object *o = sealed(ic->e, &hp->ids[i]);
     uint64_t len;
 
-    if (o && o->spilled) /* its restore failed (hpull_ready) */
-        o = NULL;
+    if (o && o->spilled) { /* still on disk (hpull_ready): asked again later */
+        re[i] = (struct wire_reply_entry){.status = FERRY_EBUSY};
+        ic->e->counters.pins_deferred++;
+        return;
+    }
     len = o ? object_bytes(o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
     if (o && len && ic->pinned + *pinning && ic->pinned + *pinning + len > pin_limit(ic->e)) {

@@ -8,6 +8,7 @@
  * back with gets of up to 64 ids (restores in parallel). The references write and read a file
  * of the same size in 4 MiB O_DIRECT blocks (what dd oflag=direct does). Rounds alternate the
  * two, so that the disk's moods fall on both; each figure is the median over rounds. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -24,7 +25,7 @@
 #define REF_BLOCK (4 * MIB)
 #define GET_BATCH 64
 #define MAX_ROUNDS 9
-#define PROBE_GETS 20000
+#define PROBE_GETS 100000
 
 struct spill_options {
     const char *memory;
@@ -92,8 +93,8 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
         .ctx = o,
         .synopsis = "usage: ferry-bench spill [--sizes LIST] [--json] [--plot DIR]\n"
                     "                         [--memory SIZE] [--dir PATH] [--rounds N]\n",
-        .help = "  --memory SIZE    the arena of each ferryd started (default 256M); each size's\n"
-                "                   stream of puts is four times it\n"
+        .help = "  --memory SIZE    the arena of each ferryd started (default 256M, at least 16\n"
+                "                   objects); each size's stream of puts is four times it\n"
                 "  --dir PATH       where the spill directories and reference files go (default:\n"
                 "                   the scratch directory); the disk measured\n"
                 "  --rounds N       rounds, ferry and the reference alternating (default 3)\n",
@@ -155,18 +156,46 @@ static void disk_round(const char *dir, uint64_t bytes, const uint8_t *block, do
 
 /* ---- ferry ---- */
 
+/* The arena for objects of size: --memory, or sixteen objects when that is more, so that
+ * writes can run ahead of the puts as they would in a real store (a 256 MiB arena holds only
+ * three 64 MiB objects, and each put would wait for a whole write). */
+static uint64_t arena_for(const struct spill_options *o, uint64_t size)
+{
+    return o->arena > 16 * size ? o->arena : 16 * size;
+}
+
 static ferry_client *start_daemon(const struct spill_options *o, const char *dir, uint64_t size,
                                   unsigned round, struct bench_proc **proc, char *spill_dir,
                                   size_t len)
 {
     static char names[MAX_ROUNDS * BENCH_MAX_SIZES + 1][48];
+    static char memory[MAX_ROUNDS * BENCH_MAX_SIZES + 1][32];
     static unsigned next;
-    char *name = names[next++ % (sizeof(names) / sizeof(names[0]))];
+    unsigned k = next++ % (sizeof(names) / sizeof(names[0]));
 
-    snprintf(name, 48, "ferryd-spill-%" PRIu64 "-%u", size, round);
-    snprintf(spill_dir, len, "%s/%s", dir, name);
-    const char *args[] = {"--memory", o->memory, "--spill-dir", spill_dir, NULL};
-    return ferry_peer_start(NULL, name, args, proc);
+    snprintf(names[k], sizeof(names[k]), "ferryd-spill-%" PRIu64 "-%u", size, round);
+    snprintf(memory[k], sizeof(memory[k]), "%" PRIu64, arena_for(o, size));
+    snprintf(spill_dir, len, "%s/%s", dir, names[k]);
+    const char *args[] = {"--memory", memory[k], "--spill-dir", spill_dir, NULL};
+    return ferry_peer_start(NULL, names[k], args, proc);
+}
+
+/* Removes a spill directory a stopped daemon left (its files are flat). */
+static void remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    char file[1024];
+
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
+        unlink(file);
+    }
+    if (d)
+        closedir(d);
+    rmdir(path);
 }
 
 /* Puts objects [from, to) of size from payload; returns the seconds it took. */
@@ -226,7 +255,7 @@ static double restore_all(ferry_client *c, const ferry_id *ids, uint64_t n, uint
 static void ferry_round(const struct spill_options *o, const char *dir, uint64_t size,
                         unsigned round, const uint8_t *payload, double *spill, double *restore)
 {
-    uint64_t n = (4 * o->arena + size - 1) / size, spilled;
+    uint64_t n = (4 * arena_for(o, size) + size - 1) / size, spilled;
     struct bench_counters before, after;
     struct bench_proc *proc;
     char spill_dir[512];
@@ -254,6 +283,7 @@ static void ferry_round(const struct spill_options *o, const char *dir, uint64_t
                    after.st.restore_failures, after.st.spill_write_failures);
     free(ids);
     bench_proc_stop(proc);
+    remove_dir(spill_dir);
 }
 
 /* ---- gets of a resident object, idle and while spilling goes on ---- */
@@ -345,6 +375,7 @@ static void probe_rounds(const struct spill_options *o, const char *dir, const u
     ferry_disconnect(bg.c);
     bench_check_ferry(ferry_release(c, &probe), "release of the probe");
     bench_proc_stop(proc);
+    remove_dir(spill_dir);
 }
 
 /* ---- the suite ---- */
@@ -434,7 +465,8 @@ int bench_spill(int argc, char **argv)
     payload = bench_alloc_faulted(
         common.sizes[common.nsizes - 1] > REF_BLOCK ? common.sizes[common.nsizes - 1] : REF_BLOCK);
     for (size_t s = 0; s < common.nsizes; s++) {
-        uint64_t size = common.sizes[s], bytes = (4 * o.arena + size - 1) / size * size;
+        uint64_t size = common.sizes[s];
+        uint64_t bytes = (4 * arena_for(&o, size) + size - 1) / size * size;
         for (unsigned r = 0; r < o.rounds; r++) {
             /* Who goes first alternates: a disk that speeds up or slows down over a round
              * favours neither. */
