@@ -276,6 +276,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(spill_disk_bytes, GAUGE, "bytes of objects and their records in the spill directory")        \
     X(spilled_objects, GAUGE, "objects whose bytes are on disk only")                              \
     X(spilled_bytes, GAUGE, "bytes of the objects on disk only")                                   \
+    X(spill_dirty_bytes, GAUGE, "bytes in memory that must be written before they can be freed")   \
     X(spill_writes, COUNTER, "objects written to the spill directory")                             \
     X(spill_written_bytes, COUNTER, "bytes of the objects written to the spill directory")         \
     X(spill_write_failures, COUNTER, "object writes to the spill directory that failed")           \

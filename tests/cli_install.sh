@@ -23,9 +23,9 @@ test_install() {
         ok "installed $f" test -e "$ROOT/$f"
     done
     # The shared library by its SONAME, and the name a linker looks for.
-    ok "libferry.so.4 installed" test -e "$ROOT/$LIBDIR/libferry.so.4"
+    ok "libferry.so.5 installed" test -e "$ROOT/$LIBDIR/libferry.so.5"
     ok "libferry.so links to it" test -L "$ROOT/$LIBDIR/libferry.so"
-    ok "SONAME libferry.so.4" bash -c "objdump -p '$ROOT/$LIBDIR/libferry.so' | grep -q 'SONAME *libferry.so.4'"
+    ok "SONAME libferry.so.5" bash -c "objdump -p '$ROOT/$LIBDIR/libferry.so' | grep -q 'SONAME *libferry.so.5'"
     ok "the unit runs the installed daemon" \
         grep -q "^ExecStart=$PREFIX/bin/ferryd --socket /run/ferry/ferry.sock" \
         "$ROOT/lib/systemd/system/ferryd.service"

@@ -124,19 +124,43 @@ static void print_store(const struct stat_view *v)
 {
     char a[SIZE_FORMAT_LEN], b[SIZE_FORMAT_LEN], c[SIZE_FORMAT_LEN], d[SIZE_FORMAT_LEN];
     uint64_t cap = val(v, "capacity_bytes"), used = val(v, "used_bytes");
-    uint64_t evictable = val(v, "evictable_bytes");
+    uint64_t evictable = val(v, "evictable_bytes"), dirty = val(v, "spill_dirty_bytes");
 
     printf("store\n  %-13s %s: %s used (%.1f %%), %s free, %s evictable\n", "arena", sz(cap, a),
            sz(used, b), cap ? 100.0 * (double)used / (double)cap : 0.0,
            sz(cap > used ? cap - used : 0, c), sz(evictable, d));
     printf("  %-13s %s in use by readers, peers and writers (%s of it staging)\n", "held",
-           sz(used > evictable ? used - evictable : 0, a), sz(val(v, "staging_bytes"), b));
+           sz(used > evictable + dirty ? used - evictable - dirty : 0, a),
+           sz(val(v, "staging_bytes"), b));
     printf("  %-13s %" PRIu64 ", %" PRIu64 " sealed; %" PRIu64 " created, %" PRIu64
            " deleted, %" PRIu64 " aborted\n",
            "objects", val(v, "objects"), val(v, "sealed_objects"), val(v, "created_objects"),
            val(v, "deleted_objects"), val(v, "aborted_objects"));
     printf("  %-13s %" PRIu64 " objects, %s; %" PRIu64 " creates refused for room\n", "evicted",
            val(v, "evicted_objects"), sz(val(v, "evicted_bytes"), a), val(v, "refused_creates"));
+}
+
+/* Only for a node with a spill directory. */
+static void print_spill(const struct stat_view *v)
+{
+    char a[SIZE_FORMAT_LEN], b[SIZE_FORMAT_LEN];
+    uint64_t restores = val(v, "restores"), max = val(v, "spill_max_bytes");
+
+    printf("spill\n  %-13s %s used of %s; %" PRIu64 " objects on disk only (%s)\n", "directory",
+           sz(val(v, "spill_disk_bytes"), a), max ? sz(max, b) : "the disk",
+           val(v, "spilled_objects"), sz(val(v, "spilled_bytes"), b));
+    printf("  %-13s %s in memory to be written before it can be freed\n", "dirty",
+           sz(val(v, "spill_dirty_bytes"), a));
+    printf("  %-13s %" PRIu64 " objects (%s), %" PRIu64 " failed\n", "written",
+           val(v, "spill_writes"), sz(val(v, "spill_written_bytes"), a),
+           val(v, "spill_write_failures"));
+    printf("  %-13s %" PRIu64 " objects (%s), %" PRIu64 " failed, %.2f ms waited on average\n",
+           "restored", restores, sz(val(v, "restored_bytes"), a), val(v, "restore_failures"),
+           restores ? (double)val(v, "restore_wait_us") / 1000.0 / (double)restores : 0.0);
+    printf("  %-13s %" PRIu64 " creates waited for writes; at start %" PRIu64
+           " objects found, %" PRIu64 " damaged records dropped\n",
+           "room", val(v, "creates_waited"), val(v, "spill_recovered_objects"),
+           val(v, "spill_recovery_dropped"));
 }
 
 static void print_clients(const struct stat_view *v)
@@ -219,6 +243,8 @@ static void print_stats_people(const struct stat_view *v)
 {
     print_uptime(v);
     print_store(v);
+    if (val(v, "spill_enabled"))
+        print_spill(v);
     print_clients(v);
     if (val(v, "metrics_scrapes") || val(v, "metrics_refused"))
         printf("metrics\n  %-13s %" PRIu64 " answered, %" PRIu64 " refused\n", "scrapes",

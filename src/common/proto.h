@@ -23,7 +23,7 @@
 #include "ferry.h"
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
-#define PROTO_VERSION 4u        /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names */
+#define PROTO_VERSION 5u /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill */
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */

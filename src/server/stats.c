@@ -27,6 +27,7 @@ static void server_stats_spill(struct server *srv, ferry_stats *out)
     out->spill_write_failures = st->counters.spill_failures;
     out->spilled_objects = st->spilled_objects;
     out->spilled_bytes = st->spilled_bytes;
+    out->spill_dirty_bytes = st->dirty_bytes + st->writing_bytes;
     if (!c)
         return;
     out->spill_enabled = 1;

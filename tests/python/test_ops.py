@@ -162,7 +162,7 @@ def test_errors_mirror_the_c_codes(client):
     assert issubclass(ferry.InvalidArgument, ValueError)
     codes = {cls.code for cls in vars(ferry).values()
              if isinstance(cls, type) and issubclass(cls, ferry.Error) and cls is not ferry.Error}
-    assert codes == set(range(-19, 0))
+    assert codes == set(range(-20, 0))
     client.put("exists", b"x")
     with pytest.raises(ferry.ObjectExists):
         client.put("exists", b"y")
