@@ -2,7 +2,7 @@
  * it_spill.c - ferryd --spill-dir on a 16 MiB arena: four arenas of objects read back
  * bit-exact, restores of concurrent readers, a reader's reference against spilling, restarts
  * (after --persist-on-exit, after kill -9 in the middle of spilling), deletes, the
- * --spill-max limit and damaged files.
+ * --spill-max limit, a full disk (a tmpfs) and damaged files.
  */
 #include "harness.h"
 
@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -311,6 +313,49 @@ static void spill_max_reached_fails_creates_and_damages_nothing(void **state)
     (void)state;
 }
 
+/* The disk itself full: a 12 MiB tmpfs mounted on the spill directory in a mount namespace of
+ * this test process (the daemon inherits it). Creates that need room fail with ENOSPACE and
+ * both figures, the failed writes are counted, and what was written reads back. Skipped where
+ * the test may not mount. */
+static void a_full_disk_fails_creates_and_damages_nothing(void **state)
+{
+    struct spilld s = {0};
+    int rc = FERRY_OK, n = 0;
+
+    h_daemon_init(&s.d);
+    snprintf(s.spill, sizeof(s.spill), "%s/spill", s.d.dir);
+    if (mkdir(s.spill, 0700) < 0 || unshare(CLONE_NEWNS) < 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("tmpfs", s.spill, "tmpfs", 0, "size=12m,mode=0700") < 0) {
+        printf("skipped: cannot mount a tmpfs here (%s)\n", strerror(errno));
+        h_daemon_cleanup(&s.d);
+        skip();
+    }
+    spill_start(&s, NULL);
+    ferry_client *c = h_connect(&s.d);
+    for (; n < 64 && rc == FERRY_OK; n++) {
+        ferry_id id = h_idf("f%d", n);
+        rc = h_put_direct(c, &id, MIB, 64);
+    }
+    assert_int_equal(rc, FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "spill directory"));
+    ferry_stats st = h_stats(c);
+    assert_true(st.spill_write_failures > 0);
+    assert_int_equal(st.evicted_objects, 0);
+    n--;
+    for (int i = n - 8; i < n; i++) {
+        ferry_id id = h_idf("f%d", i);
+        H_OK(ferry_delete(c, &id));
+    }
+    check_many(c, "f", n - 8, MIB);
+    ferry_disconnect(c);
+    s.d.ok = 1;
+    h_daemon_stop(&s.d);
+    umount2(s.spill, MNT_DETACH);
+    h_daemon_cleanup(&s.d);
+    (void)state;
+}
+
 /* Flips one byte at offset off of the spill directory's first segment. */
 static void damage(const struct spilld *s, off_t off)
 {
@@ -405,6 +450,7 @@ int main(void)
         cmocka_unit_test(persist_on_exit_brings_every_object_back),
         cmocka_unit_test(kill_during_spilling_leaves_nothing_half_written),
         cmocka_unit_test(spill_max_reached_fails_creates_and_damages_nothing),
+        cmocka_unit_test(a_full_disk_fails_creates_and_damages_nothing),
         cmocka_unit_test(damaged_spill_files_fail_gets_not_the_daemon),
         cmocka_unit_test(second_daemon_on_the_directory_is_refused),
     };

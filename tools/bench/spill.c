@@ -408,10 +408,12 @@ static void median_into(struct bench_result *r, const char *system, const char *
     memcpy(sorted, v, n * sizeof(v[0])); /* v keeps its round order for the ratios */
     qsort(sorted, n, sizeof(sorted[0]), cmp_double);
     *r = (struct bench_result){.system = system, .op = op, .size = size, .iterations = n};
-    if (latency)
+    if (latency) {
         r->p50_us = sorted[n / 2];
-    else
+    } else { /* and the time one object took in the stream, for the latency chart */
         r->mib_per_sec = sorted[n / 2];
+        r->p50_us = r->mib_per_sec > 0 ? (double)size / (r->mib_per_sec * MIB) * 1e6 : 0;
+    }
 }
 
 /* The targets measured in this run into q (unmeasured ones marked so), their ranges into notes. */
@@ -440,6 +442,12 @@ static void judge(double v[][BENCH_MAX_SIZES + 1][MAX_ROUNDS], const struct benc
         ratio_over_rounds(t, v[t->num][s], v[t->den][s], rounds, &q[i], notes + at, len - at);
         at += strlen(notes + at);
     }
+}
+
+/* The charts show the rates; the get probe's latencies have none. */
+static int charted(const struct bench_result *r)
+{
+    return r->mib_per_sec > 0;
 }
 
 int bench_spill(int argc, char **argv)
@@ -496,6 +504,7 @@ int bench_spill(int argc, char **argv)
         .nresults = nres,
         .ratios = q,
         .nratios = NRATIOS,
+        .charted = charted,
     });
     free(payload);
     return 0;

@@ -13,7 +13,7 @@
 
 #include "bench.h"
 
-#define MAX_EXIT_HANDLERS 64
+#define MAX_EXIT_HANDLERS 256 /* the spill suite starts a daemon per size and round */
 #define MAX_PORTS 8
 
 struct exit_handler {
