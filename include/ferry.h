@@ -284,7 +284,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(restored_bytes, COUNTER, "bytes of the objects read back")                                   \
     X(restore_wait_us, COUNTER, "time from the first access of a spilled object to its bytes")     \
     X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
-    X(creates_waited, COUNTER, "creates and restores that waited for spilling to make room")       \
+    X(creates_waited, COUNTER, "times a create or restore found no room and waited for writes")    \
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
     X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")
 

@@ -157,7 +157,7 @@ static void print_spill(const struct stat_view *v)
     printf("  %-13s %" PRIu64 " objects (%s), %" PRIu64 " failed, %.2f ms waited on average\n",
            "restored", restores, sz(val(v, "restored_bytes"), a), val(v, "restore_failures"),
            restores ? (double)val(v, "restore_wait_us") / 1000.0 / (double)restores : 0.0);
-    printf("  %-13s %" PRIu64 " creates waited for writes; at start %" PRIu64
+    printf("  %-13s %" PRIu64 " waits of creates and restores for writes; at start %" PRIu64
            " objects found, %" PRIu64 " damaged records dropped\n",
            "room", val(v, "creates_waited"), val(v, "spill_recovered_objects"),
            val(v, "spill_recovery_dropped"));

@@ -244,7 +244,8 @@ static void group_start(struct spill *sp)
         spill_io_prepare(sp, gr, &g, entries, jobs) < 0) {
         if (gr)
             grp_free(gr);
-        spill_fail_queue(sp, n, ferry_errmsg());
+        /* Every queued write fails: none would start before the next write is asked for. */
+        spill_fail_queue(sp, UINT32_MAX, ferry_errmsg());
         return;
     }
     /* Taken off the queue: they are the group's now. */

@@ -209,6 +209,11 @@ int store_restore(struct store *s, struct object *o, int wait)
 
     if (!o->spilled)
         return 0;
+    if (object_len(o) == 0) { /* nothing to read: it is back at once */
+        o->spilled = 0;
+        s->spilled_objects--;
+        return 0;
+    }
     if (o->restoring)
         return FERRY_EAGAIN;
     o->refcount++;
@@ -232,8 +237,10 @@ static void read_done(struct store *s, struct spill_job *job)
 
     if (status == 0) {
         o->spilled = 0;
-        s->spilled_objects--;
-        s->spilled_bytes -= object_len(o);
+        if (!o->deleted) { /* a delete counted it out already */
+            s->spilled_objects--;
+            s->spilled_bytes -= object_len(o);
+        }
         s->counters.restores++;
         s->counters.restore_wait_ns += clock_mono_ns() - o->restore_start_ns;
         restore_end(s, o, 0);
@@ -242,6 +249,11 @@ static void read_done(struct store *s, struct spill_job *job)
     if (o->block)
         alloc_free(s->alloc, o->block);
     o->block = NULL;
+    if (o->deleted) { /* its record was forgotten, its blocks punched: nothing was damaged */
+        err_set(FERRY_ENOENT, "deleted while it was being restored");
+        restore_end(s, o, FERRY_ENOENT);
+        return;
+    }
     s->counters.restore_failures++;
     ferry_id_format(&o->id, hex);
     log_warn("object %s: %s; it is dropped", hex, job->why);
