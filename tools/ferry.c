@@ -577,7 +577,12 @@ static int cmd_evict(struct cli *cli, int argc, char **argv)
         return cli_fail(cli, err);
     char size[SIZE_FORMAT_LEN];
     uint64_t n = after.evicted_objects - before.evicted_objects; /* others' evictions count too */
-    printf("evicted %" PRIu64 " object%s, %s (%" PRIu64 " bytes)\n", n, n == 1 ? "" : "s",
+    if (after.spill_enabled) /* memory freed, the objects kept on disk */
+        n = after.spilled_objects > before.spilled_objects
+                ? after.spilled_objects - before.spilled_objects
+                : 0;
+    printf("%s %" PRIu64 " object%s, %s (%" PRIu64 " bytes)\n",
+           after.spill_enabled ? "moved to disk" : "evicted", n, n == 1 ? "" : "s",
            size_format(freed, size, sizeof(size)), freed);
     return STATUS_OK;
 }

@@ -196,13 +196,25 @@ static int write_range(struct spill *sp, struct grp *gr, uint8_t *bounce, uint64
     return rc;
 }
 
+/* Whether a status that other workers may set is still 0 (read under the lock). */
+static int still_ok(struct spill *sp, const int *status)
+{
+    int ok;
+
+    pthread_mutex_lock(&sp->lock);
+    ok = *status == 0;
+    pthread_mutex_unlock(&sp->lock);
+    return ok;
+}
+
 static void run_wchunk(struct spill *sp, struct task *t, uint8_t *bounce)
 {
     struct grp *gr = t->grp;
     uint32_t left;
     int rc;
 
-    if (gr->status == 0 && (rc = write_range(sp, gr, bounce, t->from, t->from + t->len)) < 0)
+    if (still_ok(sp, &gr->status) &&
+        (rc = write_range(sp, gr, bounce, t->from, t->from + t->len)) < 0)
         group_fail(sp, gr, rc, "writing");
     free(t);
     pthread_mutex_lock(&sp->lock);
@@ -319,7 +331,8 @@ static void run_rchunk(struct spill *sp, struct task *t, uint8_t *bounce)
     struct task *done = NULL;
     int rc;
 
-    if (job->status == 0 && (rc = read_range(sp, job, bounce, t->from, t->from + t->len)) < 0)
+    if (still_ok(sp, &job->status) &&
+        (rc = read_range(sp, job, bounce, t->from, t->from + t->len)) < 0)
         read_fail(sp, job, FERRY_EIO, "spill: reading its bytes: %s", strerror(-rc));
     pthread_mutex_lock(&sp->lock);
     if (--job->tasks_left == 0)

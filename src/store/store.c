@@ -118,6 +118,7 @@ int store_set_name(struct store *s, struct object *o, const char *name)
     free(o->name);
     o->name = copy;
     /* A copy on disk carries the old name: one in memory is written again. */
+    o->renamed = o->writing;
     if (o->rec && !o->spilled) {
         spill_forget(s->spill, o->rec);
         o->rec = NULL;

@@ -65,6 +65,7 @@ struct object {
     uint8_t writing;             /* its bytes are being written to disk */
     uint8_t restoring;           /* its bytes are being read back (or wait for room to be) */
     uint8_t restore_waits;       /* its restore waits for room rather than fail */
+    uint8_t renamed;             /* named while its bytes were written: written again after */
     struct object *restore_next; /* in the list of restores waiting for room */
     uint64_t restore_start_ns;
 };

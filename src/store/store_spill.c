@@ -131,10 +131,14 @@ void store_spill_describe(const struct store *s, char *buf, size_t size)
 static void write_done(struct store *s, struct spill_job *job)
 {
     struct object *o = job->arg;
+    int renamed = o->renamed;
 
     o->writing = 0;
+    o->renamed = 0;
     s->writing_bytes -= store_block_size(o);
-    if (job->status == 0) {
+    if (job->status == 0 && renamed) { /* it carries the old name: written again */
+        spill_forget(s->spill, job->rec);
+    } else if (job->status == 0) {
         o->rec = job->rec;
     } else {
         static struct log_limit lim;
