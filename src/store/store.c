@@ -103,8 +103,10 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct s
 
 void store_object_free(struct store *s, struct object *o)
 {
-    if (o->block)
+    if (o->block) {
         alloc_free(s->alloc, o->block);
+        s->room_freed = 1;
+    }
     free(o->name);
     free(o);
 }

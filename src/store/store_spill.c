@@ -239,12 +239,16 @@ static void read_done(struct store *s, struct spill_job *job)
     char hex[2 * FERRY_ID_SIZE + 1];
     int status = job->status;
 
+    if (status == 0 && o->deleted) { /* its waiters are not for this one any more */
+        o->spilled = 0;              /* a delete counted it out already */
+        err_set(FERRY_ENOENT, "deleted while it was being restored");
+        restore_end(s, o, FERRY_ENOENT);
+        return;
+    }
     if (status == 0) {
         o->spilled = 0;
-        if (!o->deleted) { /* a delete counted it out already */
-            s->spilled_objects--;
-            s->spilled_bytes -= object_len(o);
-        }
+        s->spilled_objects--;
+        s->spilled_bytes -= object_len(o);
         s->counters.restores++;
         s->counters.restore_wait_ns += clock_mono_ns() - o->restore_start_ns;
         restore_end(s, o, 0);
