@@ -15,6 +15,8 @@
 #include "ferry.h"
 
 #define BENCH_MAX_SIZES 16
+#define BENCH_MAX_ROUNDS 99
+#define BENCH_MAX_REPEAT 20
 #define BENCH_SIZE_LIMIT (512ull << 20) /* redis's default proto-max-bulk-len */
 
 /* ---- failure and cleanup (util.c) ---- */
@@ -119,18 +121,22 @@ void bench_proc_stop(struct bench_proc *p);
 
 /* ---- options (options.c) ---- */
 
-/* The options every suite has: --sizes, --seconds, --json, --plot DIR, --help. */
+/* The options every suite has: --sizes, --seconds, --rounds, --repeat, --seed, --json, --plot
+ * DIR, --help. */
 struct bench_options {
     uint64_t sizes[BENCH_MAX_SIZES]; /* ascending, without repeats */
     size_t nsizes;
-    double seconds;
+    double seconds;  /* one slice: a system's operation at a size within a round */
+    unsigned rounds; /* interleaved rounds per comparison (default 5) */
+    unsigned repeat; /* whole comparisons (default 1) */
+    uint64_t seed;   /* of the rounds' shuffled orders; the run's own unless --seed */
     int json;
     const char *plot_dir;
 };
 
 /* What a suite adds: its default sizes, its own long options (terminated by a zero entry;
- * their val must not be one of 'z', 't', 'j', 'p', 'h') with a handler that stores them
- * or bench_fail()s, and its usage text: synopsis, then the shared options, then help. */
+ * their val must not be one of 'z', 't', 'j', 'p', 'h' or above 1000) with a handler that stores
+ * them or bench_fail()s, and its usage text: synopsis, then the shared options, then help. */
 struct bench_suite_options {
     const char *name;
     const char *default_sizes;
@@ -184,16 +190,23 @@ struct bench_limits {
     uint64_t min_warmup;
 };
 
-/* Rates are over the summed time of the timed runs only; MiB are 2^20 bytes. */
+/* Rates are over the summed time of the timed runs only; MiB are 2^20 bytes. A figure of
+ * interleaved rounds (bench_measure_rounds()) is the median over its rounds, with the
+ * interquartile range of the rounds' ops/s relative to their median as spread; noisy when
+ * that is above BENCH_NOISY. */
+#define BENCH_NOISY 0.20
 struct bench_result {
     const char *system;
     const char *op;
     uint64_t size;
-    uint64_t iterations;
+    uint64_t iterations; /* over all rounds */
     double ops_per_sec;
     double p50_us;
     double p99_us;
     double mib_per_sec;
+    unsigned rounds;
+    double spread;
+    int noisy;
 };
 
 /* Warms up (about a tenth of the time, at least min_warmup runs), then times each run on its
@@ -201,10 +214,26 @@ struct bench_result {
 struct bench_result bench_measure(const struct bench_op *op, uint64_t size,
                                   const struct bench_limits *lim);
 
-/* Every op at every size into out[op * nsizes + size]. Size by size, so that the figures a
- * ratio compares are taken close together in time (other load on the machine drifts). */
-void bench_measure_all(const struct bench_op *const *ops, size_t nops, const uint64_t *sizes,
-                       size_t nsizes, const struct bench_limits *lim, struct bench_result *out);
+/* The figures of an interleaved measurement: op i at size s is summary[i * nsizes + s] (the
+ * medians), and round k's own is rounds[k * n + i * nsizes + s]. */
+struct bench_set {
+    struct bench_result *summary;
+    struct bench_result *rounds;
+    size_t n; /* nops * nsizes */
+    unsigned nrounds;
+};
+
+/* Every op at every size, in o->rounds rounds: each round measures a slice of every op at
+ * every size (lim->seconds each) in an order shuffled from o->seed, comparison (0 to
+ * o->repeat - 1) and the round, so that a burst of load on the machine falls on one slice of
+ * each system, never on all of one. The arrays of out are allocated here and freed at exit. */
+void bench_measure_rounds(const struct bench_op *const *ops, size_t nops,
+                          const struct bench_options *o, const struct bench_limits *lim,
+                          unsigned comparison, struct bench_set *out);
+
+/* The summary of one set for (system, op, size), or NULL when it was not measured. */
+const struct bench_result *bench_set_find(const struct bench_set *set, const char *system,
+                                          const char *op, uint64_t size);
 
 /* Appends the k ops of list to ops[n..]; returns the new count. */
 size_t bench_append_ops(const struct bench_op **ops, size_t n, const struct bench_op *list,
@@ -221,8 +250,9 @@ enum bench_metric { BENCH_OPS_PER_SEC, BENCH_P50_US, BENCH_MIB_PER_SEC, BENCH_ME
 
 /* value = numerator / denominator of two measured figures (or a count, see remote.c); met
  * when value is on the right side of target (at_most: value <= target, else value >= target).
- * measured is 0 when a figure was not taken in this run (its size was not asked for): value
- * and met are then meaningless. */
+ * Over rounds, value is the median of the ratios taken within each round, lo and hi their
+ * range. measured is 0 when a figure was not taken in this run (its size was not asked
+ * for): value and met are then meaningless. */
 struct bench_ratio {
     const char *name;
     const char *description;
@@ -231,6 +261,8 @@ struct bench_ratio {
     double target;
     int at_most;
     int met;
+    double lo, hi;
+    unsigned rounds; /* 0: a single figure (a count), no range */
 };
 
 /* A target: num / den of one metric, both from one run. */
@@ -251,17 +283,23 @@ const struct bench_result *bench_find(const struct bench_result *r, size_t n, co
 
 double bench_metric(const struct bench_result *r, enum bench_metric m);
 
-/* d evaluated on the results r. */
-struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_result *r,
-                                  size_t n);
+/* A ratio computed from the results r[0..n) of one round; 0 when not measured there. */
+typedef double (*bench_round_value)(const struct bench_result *r, size_t n, const void *arg);
+
+/* q's value, lo, hi, rounds, measured and met from value() in every round of set (q's name,
+ * description, target and at_most set by the caller). Measured only when every round gave a
+ * value. */
+void bench_ratio_over_rounds(struct bench_ratio *q, const struct bench_set *set,
+                             bench_round_value value, const void *arg);
+
+/* d evaluated in every round of set. */
+struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_set *set);
 
 /* Sets met from value, target and at_most. */
 void bench_ratio_judge(struct bench_ratio *q);
 
 void bench_print_table(FILE *f, const struct bench_result *r, size_t n);
 void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n);
-void bench_print_json(FILE *f, const char *suite, const struct bench_result *r, size_t n,
-                      const struct bench_ratio *q, size_t nq);
 
 /* bench_fail() unless gnuplot is on $PATH: checked before a run, not after it. */
 void bench_require_gnuplot(void);
@@ -286,7 +324,8 @@ void bench_plot_lines(const char *dir, const char *suite, const char *name, cons
 
 /* A suite's output: preamble (may be NULL), the table, notes (may be NULL) and the ratios, on
  * stdout, or with --json on stderr and the JSON document on stdout; then the charts when
- * --plot was given. */
+ * --plot was given. With --repeat, the report is of the last comparison, and all_ratios
+ * (repeat x nratios, the last comparison's at the end) shows how steady each ratio was. */
 struct bench_report {
     const char *suite;
     const struct bench_options *opts;
@@ -296,6 +335,7 @@ struct bench_report {
     size_t nresults;
     const struct bench_ratio *ratios;
     size_t nratios;
+    const struct bench_ratio *all_ratios;         /* NULL: ratios only */
     int (*charted)(const struct bench_result *r); /* for bench_plot(); NULL: every series */
 };
 
@@ -401,7 +441,9 @@ size_t redis_peer_ops(void *redis, const char *system, const uint8_t *payload,
 /* stream_peer.c: SIZE bytes to another process over a stream socket and an 8-byte answer
  * back. Over a Unix socket (system unix, op send+ack) it is the round trip every ferry
  * request pays; over loopback TCP (system raw-tcp, op stream) the ceiling of a transfer
- * between two nodes on one machine, and at small sizes its round trip. */
+ * between two nodes on one machine, and at small sizes its round trip. Over TCP also op
+ * reqresp: an 8-byte request and SIZE bytes back, the shape of a fetch. Returns the count (1
+ * for unix, 2 for TCP). */
 enum bench_transport { BENCH_UNIX, BENCH_TCP };
 
 size_t stream_peer_ops(enum bench_transport t, const uint8_t *payload, const struct bench_op **ops);

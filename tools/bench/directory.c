@@ -499,6 +499,8 @@ int bench_directory(int argc, char **argv)
     if (status >= 0)
         return status;
     log_set_level(LOG_WARN); /* the simulated nodes' registrations are not news */
+    if (common.repeat > 1)
+        bench_fail("the directory suite has no ratios to repeat: --repeat is for local and remote");
     if (o.replica && o.redis_port)
         bench_fail("--replica starts its own pair: not with --redis-port");
     void *redis = redis_peer_start(o.redis_port);
@@ -519,7 +521,7 @@ int bench_directory(int argc, char **argv)
     uint64_t max_size = common.sizes[common.nsizes - 1];
     const uint8_t *payload = bench_alloc_faulted(max_size);
     const struct bench_op *ops[MAX_OPS];
-    struct bench_result results[MAX_OPS * BENCH_MAX_SIZES];
+    struct bench_set set;
     char notes[1024];
     const struct bench_limits lim = {
         .seconds = common.seconds, .min_iters = 20, .max_iters = 100000};
@@ -527,8 +529,8 @@ int bench_directory(int argc, char **argv)
     bench_free_ports(ports, MAX_OPS);
     ops[0] = put_node(0, url, ports[0], payload, run.nonce, 0);
     ops[1] = put_node(1, url, ports[1], payload, run.nonce, 1);
-    bench_measure_all(ops, MAX_OPS, common.sizes, common.nsizes, &lim, results);
-    strict_notes(results, MAX_OPS * common.nsizes, &common, notes, sizeof(notes));
+    bench_measure_rounds(ops, MAX_OPS, &common, &lim, 0, &set);
+    strict_notes(set.summary, set.n, &common, notes, sizeof(notes));
 
     snprintf(preamble, sizeof(preamble),
              "directory: redis-server 127.0.0.1:%d%s; %" PRIu64 " simulated nodes x %" PRIu64
@@ -548,8 +550,8 @@ int bench_directory(int argc, char **argv)
         .opts = &common,
         .preamble = preamble,
         .notes = notes,
-        .results = results,
-        .nresults = MAX_OPS * common.nsizes,
+        .results = set.summary,
+        .nresults = set.n,
     });
     free((void *)payload);
     return 0;

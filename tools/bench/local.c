@@ -97,14 +97,19 @@ static size_t collect_ops(const struct local_options *o, const uint8_t *payload,
     return bench_append_ops(ops, n, list, k);
 }
 
-static void output(const struct bench_options *common, const struct local_options *o,
-                   const struct bench_result *r, size_t n)
+/* The ratios of one comparison into q[0..NRATIOS). */
+static void compute_ratios(const struct bench_set *set, struct bench_ratio *q)
 {
-    struct bench_ratio q[NRATIOS];
+    for (size_t i = 0; i < NRATIOS; i++)
+        q[i] = bench_ratio_of(&ratio_defs[i], set);
+}
+
+/* The report of the last comparison; q holds the ratios of all of them. */
+static void output(const struct bench_options *common, const struct local_options *o,
+                   const struct bench_set *set, const struct bench_ratio *q)
+{
     char preamble[256];
     const char *spin = getenv("FERRY_SPIN_US");
-    for (size_t i = 0; i < NRATIOS; i++)
-        q[i] = bench_ratio_of(&ratio_defs[i], r, n);
     snprintf(preamble, sizeof(preamble),
              "ferryd: %s, --busy-poll %s; clients: FERRY_SPIN_US=%s (default %d)\n",
              o->socket ? o->socket : "started here", o->busy_poll ? o->busy_poll : "as configured",
@@ -115,10 +120,11 @@ static void output(const struct bench_options *common, const struct local_option
         .preamble = preamble,
         .notes = "(ferry get hands out the stored bytes in place: its MiB/s is bytes made "
                  "readable per second.)\n",
-        .results = r,
-        .nresults = n,
-        .ratios = q,
+        .results = set->summary,
+        .nresults = set->n,
+        .ratios = &q[(common->repeat - 1) * NRATIOS],
         .nratios = NRATIOS,
+        .all_ratios = q,
     });
 }
 
@@ -127,7 +133,8 @@ int bench_local(int argc, char **argv)
     struct bench_options common;
     struct local_options o;
     const struct bench_op *ops[MAX_OPS];
-    struct bench_result results[MAX_OPS * BENCH_MAX_SIZES];
+    struct bench_set set;
+    static struct bench_ratio q[BENCH_MAX_REPEAT * NRATIOS];
     int status = parse_options(argc, argv, &common, &o);
     if (status >= 0)
         return status;
@@ -136,13 +143,16 @@ int bench_local(int argc, char **argv)
 
     /* Few runs for large sizes, as many as fit in the time for small ones. */
     const struct bench_limits lim = {
-        .seconds = common.seconds, .min_iters = 5, .max_iters = 200000};
+        .seconds = common.seconds, .min_iters = 3, .max_iters = 200000};
     uint64_t max_size = common.sizes[common.nsizes - 1];
     const uint8_t *payload = bench_alloc_faulted(max_size);
     size_t nops = collect_ops(&o, payload, max_size, ops);
 
-    bench_measure_all(ops, nops, common.sizes, common.nsizes, &lim, results);
-    output(&common, &o, results, nops * common.nsizes);
+    for (unsigned k = 0; k < common.repeat; k++) {
+        bench_measure_rounds(ops, nops, &common, &lim, k, &set);
+        compute_ratios(&set, &q[k * NRATIOS]);
+    }
+    output(&common, &o, &set, q);
     free((void *)payload);
     return 0;
 }

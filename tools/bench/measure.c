@@ -1,4 +1,6 @@
 /* measure.c - the one timing loop of ferry-bench, shared by every system and operation. */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -59,6 +61,7 @@ static struct bench_result summarise(const struct bench_op *op, uint64_t size, u
         .p50_us = percentile_us(ns, n, 0.50),
         .p99_us = percentile_us(ns, n, 0.99),
         .mib_per_sec = ops * (double)size / (1024.0 * 1024.0),
+        .rounds = 1,
     };
 }
 
@@ -92,12 +95,110 @@ struct bench_result bench_measure(const struct bench_op *op, uint64_t size,
     return r;
 }
 
-void bench_measure_all(const struct bench_op *const *ops, size_t nops, const uint64_t *sizes,
-                       size_t nsizes, const struct bench_limits *lim, struct bench_result *out)
+/* splitmix64: the shuffles' generator, reproducible from --seed. */
+static uint64_t next_random(uint64_t *state)
 {
-    for (size_t s = 0; s < nsizes; s++)
-        for (size_t i = 0; i < nops; i++)
-            out[i * nsizes + s] = bench_measure(ops[i], sizes[s], lim);
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fisher-Yates over order[0..n). */
+static void shuffle(size_t *order, size_t n, uint64_t *state)
+{
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(next_random(state) % i);
+        size_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of sorted v[0..n), interpolated between neighbours. */
+static double quantile(const double *v, size_t n, double q)
+{
+    double at = q * (double)(n - 1);
+    size_t i = (size_t)at;
+    return i + 1 < n ? v[i] + (at - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+/* The median of the field at offset off of the results r[0], r[stride], ... (n of them);
+ * with iqr, *iqr receives their interquartile range. */
+static double median_of(const struct bench_result *r, size_t stride, size_t n, size_t off,
+                        double *iqr)
+{
+    double v[BENCH_MAX_ROUNDS];
+    for (size_t k = 0; k < n; k++)
+        v[k] = *(const double *)((const char *)&r[k * stride] + off);
+    qsort(v, n, sizeof(v[0]), cmp_double);
+    if (iqr != NULL)
+        *iqr = quantile(v, n, 0.75) - quantile(v, n, 0.25);
+    return quantile(v, n, 0.5);
+}
+
+/* The summary of result i of set: medians over its rounds. */
+static struct bench_result summarise_rounds(const struct bench_set *set, size_t i)
+{
+    const struct bench_result *first = &set->rounds[i];
+    struct bench_result s = *first;
+    double iqr;
+    s.iterations = 0;
+    for (unsigned k = 0; k < set->nrounds; k++)
+        s.iterations += set->rounds[k * set->n + i].iterations;
+    s.ops_per_sec =
+        median_of(first, set->n, set->nrounds, offsetof(struct bench_result, ops_per_sec), &iqr);
+    s.p50_us = median_of(first, set->n, set->nrounds, offsetof(struct bench_result, p50_us), NULL);
+    s.p99_us = median_of(first, set->n, set->nrounds, offsetof(struct bench_result, p99_us), NULL);
+    s.mib_per_sec =
+        median_of(first, set->n, set->nrounds, offsetof(struct bench_result, mib_per_sec), NULL);
+    s.rounds = set->nrounds;
+    s.spread = s.ops_per_sec > 0 ? iqr / s.ops_per_sec : 0;
+    s.noisy = s.spread > BENCH_NOISY;
+    return s;
+}
+
+void bench_measure_rounds(const struct bench_op *const *ops, size_t nops,
+                          const struct bench_options *o, const struct bench_limits *lim,
+                          unsigned comparison, struct bench_set *out)
+{
+    size_t n = nops * o->nsizes;
+    size_t *order = malloc(n * sizeof(*order));
+    uint64_t state = o->seed + comparison * 0x2545f4914f6cdd1dull;
+    *out = (struct bench_set){.n = n, .nrounds = o->rounds};
+    out->summary = calloc(n, sizeof(*out->summary));
+    out->rounds = calloc(n * o->rounds, sizeof(*out->rounds));
+    if (order == NULL || out->summary == NULL || out->rounds == NULL)
+        bench_fail("out of memory for %zu results in %u rounds", n, o->rounds);
+    bench_free_at_exit(out->summary);
+    bench_free_at_exit(out->rounds);
+    for (unsigned k = 0; k < o->rounds; k++) {
+        fprintf(stderr, "ferry-bench: comparison %u of %u, round %u of %u\n", comparison + 1,
+                o->repeat, k + 1, o->rounds);
+        for (size_t i = 0; i < n; i++)
+            order[i] = i;
+        shuffle(order, n, &state);
+        for (size_t j = 0; j < n; j++) {
+            size_t i = order[j];
+            out->rounds[k * n + i] =
+                bench_measure(ops[i / o->nsizes], o->sizes[i % o->nsizes], lim);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        out->summary[i] = summarise_rounds(out, i);
+    free(order);
+}
+
+const struct bench_result *bench_set_find(const struct bench_set *set, const char *system,
+                                          const char *op, uint64_t size)
+{
+    return bench_find(set->summary, set->n, system, op, size);
 }
 
 size_t bench_append_ops(const struct bench_op **ops, size_t n, const struct bench_op *list,

@@ -5,11 +5,14 @@
  *   many-to-one  rank 0 stores K objects, every other rank fetches all of them (the aggregate
  *                bandwidth one node serves to many)
  *
- * A rank's time runs from a barrier to the end of its own fetches. Rank 0 reports, per pattern
- * and size, the median round: the aggregate bandwidth (bytes fetched by all ranks / the
- * slowest rank's time) and the per-rank bandwidths. After every round the fetched copies and
- * the stored objects are deleted, and every round uses fresh ids, so that each round measures
- * transfers, never local hits. Built only when CMake finds MPI.
+ * A rank's time runs from a barrier to the end of its own fetches. The rounds are interleaved:
+ * each runs every pattern at every size once, in an order shuffled from the seed (the same on
+ * every rank), so that a burst of load falls on one run of each, never on all runs of one.
+ * Rank 0 reports, per pattern and size, the median round by aggregate bandwidth (bytes fetched
+ * by all ranks / the slowest rank's time) with the per-rank bandwidths, and the spread of the
+ * aggregate over the rounds. After every run the fetched copies and the stored objects are
+ * deleted, and every run uses fresh ids, so that each measures transfers, never local hits.
+ * Built only when CMake finds MPI.
  *
  * MPI calls are not checked one by one: MPI_COMM_WORLD keeps MPI's default error handler,
  * MPI_ERRORS_ARE_FATAL, which ends the whole job on any error. A rank that fails otherwise
@@ -24,7 +27,7 @@
 #define MIB (1024.0 * 1024.0)
 #define DEFAULT_SIZES "1M"
 #define DEFAULT_COUNT 64
-#define DEFAULT_ROUNDS 3
+#define DEFAULT_ROUNDS 5
 #define MAX_ROUNDS 1000
 #define FIELD_BITS 20                      /* id counters: <round, origin rank, index> */
 #define MAX_FIELD ((1u << FIELD_BITS) - 1) /* the most objects per rank, and of ranks */
@@ -51,6 +54,8 @@ struct mpi_options {
     size_t nsizes;
     uint64_t count;
     uint64_t rounds;
+    uint64_t seed; /* of the rounds' orders; rank 0's nonce unless --seed */
+    int have_seed;
     int json;
 };
 
@@ -84,6 +89,7 @@ struct round_result {
     double slowest;                         /* s */
     double aggregate;                       /* MiB/s: bytes / slowest */
     double rank_min, rank_median, rank_max; /* MiB/s over the ranks that fetched */
+    double spread; /* of the median round: the aggregate's IQR over the rounds / its median */
 };
 
 /* The objects a rank handles in one round: those it stores, and those it fetches, K from each
@@ -100,7 +106,7 @@ struct round_objects {
 
 static const char mpi_usage[] =
     "usage: mpirun -np N ferry-bench mpi [--socket PATH] [--pattern LIST] [--size LIST]\n"
-    "                                    [--count K] [--rounds R] [--json]\n"
+    "                                    [--count K] [--rounds R] [--seed N] [--json]\n"
     "One rank per node, each with its own node's ferryd (cluster members of one directory);\n"
     "the ranks store objects and fetch each other's. Options:\n"
     "  --socket PATH    the ferryd of each rank; every %d in PATH becomes the rank (for\n"
@@ -111,7 +117,10 @@ static const char mpi_usage[] =
     "                   rank's; many-to-one: rank 0 stores K, every other rank fetches them\n"
     "  --size LIST      object sizes, K/M/G = 2^10/2^20/2^30 bytes (default " DEFAULT_SIZES ")\n"
     "  --count K        objects each storing rank puts per round (default 64)\n"
-    "  --rounds R       rounds per pattern and size; the median one is reported (default 3)\n"
+    "  --rounds R       interleaved rounds, each running every pattern at every size once in\n"
+    "                   a shuffled order; the median round is reported with the spread\n"
+    "                   (interquartile range / median) of the aggregate (default 5)\n"
+    "  --seed N         of the shuffled orders (default: a new one, printed)\n"
     "  --json           one JSON object per pattern, one per line, instead of the table\n";
 
 /* ---- options ---- */
@@ -138,10 +147,15 @@ static void parse_patterns(const char *list, int *patterns)
 static int parse_options(int argc, char **argv, struct mpi_options *o)
 {
     static const struct option longopts[] = {
-        {"socket", required_argument, NULL, 's'}, {"pattern", required_argument, NULL, 'P'},
-        {"size", required_argument, NULL, 'z'},   {"count", required_argument, NULL, 'n'},
-        {"rounds", required_argument, NULL, 'r'}, {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},
+        {"pattern", required_argument, NULL, 'P'},
+        {"size", required_argument, NULL, 'z'},
+        {"count", required_argument, NULL, 'n'},
+        {"rounds", required_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
+        {"seed", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *sizes = DEFAULT_SIZES;
     int ch;
@@ -162,6 +176,10 @@ static int parse_options(int argc, char **argv, struct mpi_options *o)
             break;
         case 'r':
             o->rounds = bench_parse_count("--rounds", optarg, 1, MAX_ROUNDS);
+            break;
+        case 'S':
+            o->seed = bench_parse_count("--seed", optarg, 0, UINT64_MAX);
+            o->have_seed = 1;
             break;
         case 'j':
             o->json = 1;
@@ -553,34 +571,45 @@ static void summarize(struct round_result *q, int nranks)
     free(bw);
 }
 
-/* Runs the rounds of pattern p at size; rank 0 receives the median round by aggregate
- * bandwidth (of an even number of rounds, the slower of the middle two) in *out. */
-static void measure(struct mpi_run *r, enum pattern p, uint64_t size, struct round_result *out)
+/* One run of pattern p at size; rank 0 receives its figures in *out. */
+static void measure(struct mpi_run *r, enum pattern p, uint64_t size, uint64_t round,
+                    struct round_result *out)
 {
-    uint64_t nr = r->o->rounds;
-    struct round_result *q = r->rank == 0 ? calloc(nr, sizeof(*q)) : NULL;
-    if (r->rank == 0 && q == NULL)
-        bench_fail("out of memory for %llu rounds", (unsigned long long)nr);
-    for (uint64_t i = 0; i < nr; i++) {
-        struct rank_sample mine = run_round(r, p, size);
-        struct rank_sample *all = NULL;
-        if (r->rank == 0 && (all = calloc((size_t)r->nranks, sizeof(*all))) == NULL)
-            bench_fail("out of memory for %d samples", r->nranks);
-        MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
-        if (r->rank == 0) {
-            q[i] = (struct round_result){.round = i, .ranks = all};
-            summarize(&q[i], r->nranks);
-        }
-        bench_check_interrupt();
+    struct rank_sample mine = run_round(r, p, size);
+    struct rank_sample *all = NULL;
+    if (r->rank == 0 && (all = calloc((size_t)r->nranks, sizeof(*all))) == NULL)
+        bench_fail("out of memory for %d samples", r->nranks);
+    MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (r->rank == 0) {
+        *out = (struct round_result){.round = round, .ranks = all};
+        summarize(out, r->nranks);
     }
-    if (r->rank != 0)
-        return;
-    qsort(q, nr, sizeof(*q), cmp_aggregate);
-    *out = q[(nr - 1) / 2];
-    for (uint64_t i = 0; i < nr; i++)
-        if (i != (nr - 1) / 2)
+    bench_check_interrupt();
+}
+
+/* The q-quantile of the sorted aggregates of q[0..n), interpolated. */
+static double aggregate_quantile(const struct round_result *q, uint64_t n, double at)
+{
+    double x = at * (double)(n - 1);
+    uint64_t i = (uint64_t)x;
+    if (i + 1 >= n)
+        return q[n - 1].aggregate;
+    return q[i].aggregate + (x - (double)i) * (q[i + 1].aggregate - q[i].aggregate);
+}
+
+/* The median of the rounds q[0..n) of one pattern and size by aggregate bandwidth (of an even
+ * number, the slower of the middle two), with the spread of all; frees the others. */
+static struct round_result median_round(struct round_result *q, uint64_t n)
+{
+    qsort(q, n, sizeof(*q), cmp_aggregate);
+    struct round_result m = q[(n - 1) / 2];
+    double iqr = aggregate_quantile(q, n, 0.75) - aggregate_quantile(q, n, 0.25);
+    double mid = aggregate_quantile(q, n, 0.5);
+    m.spread = mid > 0 ? iqr / mid : 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (i != (n - 1) / 2)
             free(q[i].ranks);
-    free(q);
+    return m;
 }
 
 /* ---- output (rank 0) ---- */
@@ -601,8 +630,12 @@ static void print_preamble(const struct mpi_run *r)
     printf("mpi: %d ranks, on ferryd nodes", r->nranks);
     for (int i = 0; i < r->nranks; i++)
         printf("%s %s", i ? "," : "", r->node_ids[i]);
+    printf(".\n%llu interleaved rounds (seed %llu), each running every pattern at every size "
+           "once\nin a shuffled order; IQR: the aggregate's interquartile range over the rounds / "
+           "its median\n(noisy: above %.0f %%).\n",
+           (unsigned long long)r->o->rounds, (unsigned long long)r->o->seed, BENCH_NOISY * 100);
     printf(
-        ".\nEvery storing rank puts %llu object(s) per round; the median of %llu round(s) by\n"
+        "Every storing rank puts %llu object(s) per run; the median of %llu round(s) by\n"
         "aggregate bandwidth is shown. all-to-all: every rank stores, then fetches every other\n"
         "rank's objects; many-to-one: rank 0 stores, ranks 1..%d fetch its objects. A rank's\n"
         "time runs from a barrier to the end of its own fetches; aggregate = bytes fetched by\n"
@@ -615,10 +648,10 @@ static void print_row(const char *pattern, uint64_t size, const struct round_res
 {
     char label[16];
     bench_size_label(size, label, sizeof(label));
-    printf("%-11s %6s %8llu %9llu %10.1f %10.2f %15.1f %10.1f %10.1f %10.1f\n", pattern, label,
-           (unsigned long long)q->objects, (unsigned long long)q->transfers_in,
-           (double)q->bytes / MIB, q->slowest * 1e3, q->aggregate, q->rank_min, q->rank_median,
-           q->rank_max);
+    printf("%-11s %6s %8llu %9llu %10.1f %10.2f %15.1f %5.0f%% %10.1f %10.1f %10.1f%s\n", pattern,
+           label, (unsigned long long)q->objects, (unsigned long long)q->transfers_in,
+           (double)q->bytes / MIB, q->slowest * 1e3, q->aggregate, q->spread * 100, q->rank_min,
+           q->rank_median, q->rank_max, q->spread > BENCH_NOISY ? "  noisy" : "");
 }
 
 /* In many-to-one a fetching node may pull an object from another one that fetched it first:
@@ -642,10 +675,10 @@ static void print_table(const struct mpi_results *res)
 {
     const struct mpi_options *o = res->r->o;
     print_preamble(res->r);
-    printf("%-11s %6s %8s %9s %10s %10s %15s %32s\n", "", "", "", "", "", "", "aggregate",
+    printf("%-11s %6s %8s %9s %10s %10s %15s %6s %32s\n", "", "", "", "", "", "", "aggregate", "",
            "MiB/s of one rank");
-    printf("%-11s %6s %8s %9s %10s %10s %15s %10s %10s %10s\n", "pattern", "size", "objects",
-           "transfers", "MiB", "slowest ms", "MiB/s", "min", "median", "max");
+    printf("%-11s %6s %8s %9s %10s %10s %15s %6s %10s %10s %10s\n", "pattern", "size", "objects",
+           "transfers", "MiB", "slowest ms", "MiB/s", "IQR", "min", "median", "max");
     for (int p = 0; p < N_PATTERNS; p++)
         for (size_t s = 0; o->patterns[p] && s < o->nsizes; s++)
             print_row(pattern_names[p], o->sizes[s], result_at(res, p, s));
@@ -669,18 +702,20 @@ static void print_json_pattern(const struct mpi_results *res, int p)
 {
     const struct mpi_run *r = res->r;
     printf("{\"suite\":\"mpi\",\"pattern\":\"%s\",\"ranks\":%d,\"count\":%llu,\"rounds\":%llu,"
-           "\"results\":[",
+           "\"seed\":%llu,\"results\":[",
            pattern_names[p], r->nranks, (unsigned long long)r->o->count,
-           (unsigned long long)r->o->rounds);
+           (unsigned long long)r->o->rounds, (unsigned long long)r->o->seed);
     for (size_t s = 0; s < r->o->nsizes; s++) {
         const struct round_result *q = result_at(res, p, s);
         printf("%s{\"size\":%llu,\"round\":%llu,\"objects\":%llu,\"bytes\":%llu,"
                "\"transfers_in\":%llu,\"slowest_seconds\":%.6f,\"aggregate_mib_per_sec\":%.3f,"
+               "\"iqr_relative\":%.4f,\"noisy\":%s,"
                "\"rank_mib_per_sec\":{\"min\":%.3f,\"median\":%.3f,\"max\":%.3f},\"per_rank\":[",
                s ? "," : "", (unsigned long long)r->o->sizes[s], (unsigned long long)q->round,
                (unsigned long long)q->objects, (unsigned long long)q->bytes,
-               (unsigned long long)q->transfers_in, q->slowest, q->aggregate, q->rank_min,
-               q->rank_median, q->rank_max);
+               (unsigned long long)q->transfers_in, q->slowest, q->aggregate, q->spread,
+               q->spread > BENCH_NOISY ? "true" : "false", q->rank_min, q->rank_median,
+               q->rank_max);
         print_json_ranks(q, r->nranks);
         printf("]}");
     }
@@ -706,20 +741,57 @@ static void free_results(struct mpi_results *res)
 
 /* ---- the suite ---- */
 
-/* Every pattern at every size, size by size (so that the figures of one size are taken close
- * together in time); rank 0 gets the results. */
+/* splitmix64 of *state: the same sequence on every rank, from the same seed. */
+static uint64_t next_random(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The runs of one round, [pattern * nsizes + size] of the patterns asked for, shuffled. */
+static size_t round_order(const struct mpi_options *o, uint64_t *state, size_t *order)
+{
+    size_t n = 0;
+    for (int p = 0; p < N_PATTERNS; p++)
+        for (size_t s = 0; o->patterns[p] && s < o->nsizes; s++)
+            order[n++] = (size_t)p * o->nsizes + s;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(next_random(state) % i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    return n;
+}
+
+/* Every pattern at every size in interleaved rounds; rank 0 gets the median rounds. */
 static void run_all(struct mpi_run *r, struct mpi_results *res)
 {
     const struct mpi_options *o = r->o;
+    size_t cells = N_PATTERNS * o->nsizes, order[N_PATTERNS * BENCH_MAX_SIZES];
+    uint64_t state = o->seed;
+    struct round_result *all = NULL;
     res->r = r;
-    res->q = r->rank == 0 ? calloc(N_PATTERNS * o->nsizes, sizeof(*res->q)) : NULL;
-    if (r->rank == 0 && res->q == NULL)
-        bench_fail("out of memory for the results");
-    for (size_t s = 0; s < o->nsizes; s++)
-        for (int p = 0; p < N_PATTERNS; p++)
-            if (o->patterns[p])
-                measure(r, p, o->sizes[s],
-                        r->rank == 0 ? &res->q[(size_t)p * o->nsizes + s] : NULL);
+    res->q = NULL;
+    if (r->rank == 0) {
+        res->q = calloc(cells, sizeof(*res->q));
+        all = calloc(cells * o->rounds, sizeof(*all));
+        if (res->q == NULL || all == NULL)
+            bench_fail("out of memory for the results");
+    }
+    for (uint64_t k = 0; k < o->rounds; k++) {
+        size_t n = round_order(o, &state, order);
+        for (size_t j = 0; j < n; j++)
+            measure(r, (enum pattern)(order[j] / o->nsizes), o->sizes[order[j] % o->nsizes], k,
+                    all != NULL ? &all[order[j] * o->rounds + k] : NULL);
+    }
+    if (r->rank != 0)
+        return;
+    for (size_t i = 0; i < cells; i++)
+        if (o->patterns[i / o->nsizes])
+            res->q[i] = median_round(&all[i * o->rounds], o->rounds);
+    free(all);
 }
 
 int bench_mpi(int argc, char **argv)
@@ -735,9 +807,13 @@ int bench_mpi(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &r.nranks);
     if (r.nranks < 2 || (unsigned)r.nranks > MAX_FIELD)
         bench_fail("%d rank(s): the mpi suite needs 2 to %u (mpirun -np N)", r.nranks, MAX_FIELD);
-    if (r.rank == 0)
+    if (r.rank == 0) {
         r.run_id = bench_nonce();
+        if (!o.have_seed)
+            o.seed = r.run_id;
+    }
     MPI_Bcast(&r.run_id, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&o.seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     r.payload = bench_alloc_faulted(largest_size(&o));
     join(&r);
     run_all(&r, &res);

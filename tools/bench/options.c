@@ -1,5 +1,6 @@
 /* options.c - the command line of a suite: the options all suites share (--sizes, --seconds,
- * --json, --plot, --help) plus the suite's own, handled by the suite. */
+ * --rounds, --repeat, --seed, --json, --plot, --help) plus the suite's own, handled by the
+ * suite. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,11 +9,20 @@
 #include "bench.h"
 
 #define MAX_LONGOPTS 24
-#define DEFAULT_SECONDS 0.5
+#define DEFAULT_SECONDS 0.1
+#define DEFAULT_ROUNDS 5
+
+/* The vals of the shared options that have no letter: above any character. */
+enum { OPT_ROUNDS = 1001, OPT_REPEAT, OPT_SEED };
 
 static const struct option common_longopts[] = {
-    {"sizes", required_argument, NULL, 'z'}, {"seconds", required_argument, NULL, 't'},
-    {"json", no_argument, NULL, 'j'},        {"plot", required_argument, NULL, 'p'},
+    {"sizes", required_argument, NULL, 'z'},
+    {"seconds", required_argument, NULL, 't'},
+    {"rounds", required_argument, NULL, OPT_ROUNDS},
+    {"repeat", required_argument, NULL, OPT_REPEAT},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"json", no_argument, NULL, 'j'},
+    {"plot", required_argument, NULL, 'p'},
     {"help", no_argument, NULL, 'h'},
 };
 #define N_COMMON (sizeof(common_longopts) / sizeof(common_longopts[0]))
@@ -23,11 +33,20 @@ static void usage(FILE *f, const struct bench_suite_options *s)
     fprintf(f,
             "  --sizes LIST     comma-separated sizes, K/M/G = 2^10/2^20/2^30 bytes, up to %lluM\n"
             "                   (default %s)\n"
-            "  --seconds S      measured time per system, operation and size (default %g)\n"
+            "  --seconds S      measured time of one slice: a system's operation at a size\n"
+            "                   within a round (default %g)\n"
+            "  --rounds N       interleaved rounds: each measures a slice of every system at\n"
+            "                   every size in a shuffled order; figures are medians over the\n"
+            "                   rounds, ratios medians of the ratios within each round, with\n"
+            "                   their range (1 to %d, default %d)\n"
+            "  --repeat N       run the whole comparison N times and show how steady each\n"
+            "                   ratio was (1 to %d, default 1)\n"
+            "  --seed N         of the shuffled orders (default: a new one, printed)\n"
             "  --json           print a JSON document on stdout, the table on stderr\n"
             "  --plot DIR       also write DIR/%s-throughput.png and DIR/%s-latency.png\n"
             "                   (needs gnuplot)\n",
-            BENCH_SIZE_LIMIT >> 20, s->default_sizes, DEFAULT_SECONDS, s->name, s->name);
+            BENCH_SIZE_LIMIT >> 20, s->default_sizes, DEFAULT_SECONDS, BENCH_MAX_ROUNDS,
+            DEFAULT_ROUNDS, BENCH_MAX_REPEAT, s->name, s->name);
     fputs(s->help, f);
 }
 
@@ -124,6 +143,15 @@ static int common_option(struct bench_options *o, int ch, const char **sizes)
     case 't':
         o->seconds = parse_seconds(optarg);
         return 1;
+    case OPT_ROUNDS:
+        o->rounds = (unsigned)bench_parse_count("--rounds", optarg, 1, BENCH_MAX_ROUNDS);
+        return 1;
+    case OPT_REPEAT:
+        o->repeat = (unsigned)bench_parse_count("--repeat", optarg, 1, BENCH_MAX_REPEAT);
+        return 1;
+    case OPT_SEED:
+        o->seed = bench_parse_count("--seed", optarg, 0, UINT64_MAX);
+        return 1;
     case 'j':
         o->json = 1;
         return 1;
@@ -141,7 +169,8 @@ int bench_parse_options(int argc, char **argv, const struct bench_suite_options 
     const char *sizes = s->default_sizes;
     int ch;
     merge_longopts(s, longopts);
-    *o = (struct bench_options){.seconds = DEFAULT_SECONDS};
+    *o = (struct bench_options){
+        .seconds = DEFAULT_SECONDS, .rounds = DEFAULT_ROUNDS, .repeat = 1, .seed = bench_nonce()};
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (ch == 'h' || ch == '?') {
             usage(ch == 'h' ? stdout : stderr, s);

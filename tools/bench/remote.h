@@ -6,8 +6,9 @@
 #include "bench.h"
 
 #define REMOTE_MAX_PROVIDERS 4
-/* fetch, fetch-batch; three protocols per provider; redis get, raw-tcp stream, memcpy */
-#define REMOTE_MAX_OPS (2 + 3 * REMOTE_MAX_PROVIDERS + 3)
+/* fetch, fetch-batch; three protocols per provider; redis get, raw-tcp stream and reqresp,
+ * memcpy, cma readv */
+#define REMOTE_MAX_OPS (2 + 3 * REMOTE_MAX_PROVIDERS + 5)
 #define REMOTE_MAX_RATIOS 160
 
 enum remote_transport { REMOTE_TCP, REMOTE_FABRIC, REMOTE_TRANSPORTS };
@@ -37,7 +38,7 @@ struct remote_pair {
     uint64_t hybrid_limit; /* the eager limit fetch-hybrid runs with (fabric) */
 };
 
-/* One run of the suite: its nodes, operations and results. */
+/* One run of the suite: its nodes, operations and the results of its latest comparison. */
 struct remote_run {
     const struct bench_options *common;
     const struct remote_options *o;
@@ -47,8 +48,7 @@ struct remote_run {
     size_t nfabric; /* o->nproviders when o->transports has REMOTE_FABRIC, else 0 */
     const struct bench_op *ops[REMOTE_MAX_OPS];
     size_t nops;
-    struct bench_result results[REMOTE_MAX_OPS * BENCH_MAX_SIZES];
-    size_t nresults;
+    struct bench_set set;
 };
 
 /* Ratios, with room for the names and descriptions made per size. */

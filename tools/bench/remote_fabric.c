@@ -16,17 +16,19 @@
 #define HYBRID_TARGET 0.90
 #define MAX_COLUMNS (FETCH_PROTOCOLS + NREFS)
 
-static double median_at(const struct remote_run *run, const char *system, const char *op,
+/* The median run's MiB/s of (system, op) at size in the results r of one round; 0 when it
+ * was not measured. */
+static double median_at(const struct bench_result *r, size_t n, const char *system, const char *op,
                         uint64_t size)
 {
-    const struct bench_result *x = bench_find(run->results, run->nresults, system, op, size);
+    const struct bench_result *x = bench_find(r, n, system, op, size);
     return x != NULL ? bench_metric(x, BENCH_MEDIAN_MIB_PER_SEC) : 0;
 }
 
-static double protocol_at(const struct remote_run *run, const struct remote_pair *rp, int k,
-                          uint64_t size)
+static double protocol_at(const struct bench_result *r, size_t n, const struct remote_pair *rp,
+                          int k, uint64_t size)
 {
-    return median_at(run, rp->p.system, fetch_protocol_ops[k], size);
+    return median_at(r, n, rp->p.system, fetch_protocol_ops[k], size);
 }
 
 /* num / den of two medians, 0 when either was not measured. */
@@ -35,39 +37,37 @@ static double over(double num, double den)
     return num > 0 && den > 0 ? num / den : 0;
 }
 
-static double hybrid_over_best(const struct remote_run *run, const struct remote_pair *rp,
+static double hybrid_over_best(const struct bench_result *r, size_t n, const struct remote_pair *rp,
                                uint64_t size)
 {
-    double e = protocol_at(run, rp, FETCH_EAGER, size);
-    double r = protocol_at(run, rp, FETCH_RENDEZVOUS, size);
-    return over(protocol_at(run, rp, FETCH_HYBRID, size), e > r ? e : r); /* of those measured */
+    double e = protocol_at(r, n, rp, FETCH_EAGER, size);
+    double d = protocol_at(r, n, rp, FETCH_RENDEZVOUS, size);
+    return over(protocol_at(r, n, rp, FETCH_HYBRID, size), e > d ? e : d); /* of those measured */
 }
 
-static double rendezvous_over_memcpy(const struct remote_run *run, const struct remote_pair *rp,
-                                     uint64_t size)
+static double rendezvous_over_cma(const struct bench_result *r, size_t n,
+                                  const struct remote_pair *rp, uint64_t size)
 {
-    return over(protocol_at(run, rp, FETCH_RENDEZVOUS, size),
-                median_at(run, "memcpy", "copy", size));
+    return over(protocol_at(r, n, rp, FETCH_RENDEZVOUS, size),
+                median_at(r, n, "cma", "readv", size));
 }
 
-static double best_over_tcp(const struct remote_run *run, const struct remote_pair *rp,
-                            uint64_t size)
+static double rendezvous_over_tcp(const struct bench_result *r, size_t n,
+                                  const struct remote_pair *rp, uint64_t size)
 {
-    double best = 0;
-    for (int k = 0; k < FETCH_PROTOCOLS; k++) {
-        double v = protocol_at(run, rp, k, size);
-        best = v > best ? v : best;
-    }
-    return over(best, median_at(run, "ferry-tcp", "fetch", size));
+    return over(protocol_at(r, n, rp, FETCH_RENDEZVOUS, size),
+                median_at(r, n, "ferry-tcp", "fetch", size));
 }
 
-/* A target of the fabric, for one provider or (provider NULL) for each, from a size up. */
+/* A target of the fabric, for one provider or (provider NULL) for each, from a size up. Its
+ * ratio is taken within each round (at), and the median over rounds judged. */
 struct fabric_target {
     const char *name;     /* of its ratios: <name>_<provider tag>_<size> */
     const char *heading;  /* of its column in the table by size */
     const char *what;     /* for the descriptions */
     const char *provider; /* NULL: every provider measured */
-    double (*at)(const struct remote_run *run, const struct remote_pair *rp, uint64_t size);
+    double (*at)(const struct bench_result *r, size_t n, const struct remote_pair *rp,
+                 uint64_t size);
     double target;
     uint64_t from;
 };
@@ -75,10 +75,10 @@ struct fabric_target {
 static const struct fabric_target targets[] = {
     {"hybrid_over_best", "hybrid/best", "hybrid / max(eager, rendezvous)", NULL, hybrid_over_best,
      HYBRID_TARGET, 0},
-    {"rendezvous_over_memcpy", "rdv/memcpy", "rendezvous / memcpy", "shm", rendezvous_over_memcpy,
-     0.70, 4 * MIB},
-    {"best_over_tcp_fetch", "best/tcp", "best protocol / ferry-tcp fetch", "tcp;ofi_rxm",
-     best_over_tcp, 1.0, MIB},
+    {"rendezvous_over_cma", "rdv/cma", "rendezvous / process_vm_readv", "shm", rendezvous_over_cma,
+     0.90, 64 * 1024},
+    {"rendezvous_over_tcp_fetch", "rdv/tcp", "rendezvous / ferry-tcp fetch", "tcp;ofi_rxm",
+     rendezvous_over_tcp, 1.0, MIB},
 };
 #define NTARGETS (sizeof(targets) / sizeof(targets[0]))
 
@@ -95,23 +95,31 @@ static int applies_to_any(const struct remote_run *run, const struct fabric_targ
     return 0;
 }
 
+/* What a target's ratio within one round needs. */
+struct target_arg {
+    const struct fabric_target *t;
+    const struct remote_pair *rp;
+    uint64_t size;
+};
+
+static double target_in_round(const struct bench_result *r, size_t n, const void *arg)
+{
+    const struct target_arg *a = arg;
+    return a->t->at(r, n, a->rp, a->size);
+}
+
 /* The target t for rp at size, with its name and description in name and description. */
 static struct bench_ratio target_at(const struct remote_run *run, const struct fabric_target *t,
                                     const struct remote_pair *rp, uint64_t size, char name[96],
                                     char description[128])
 {
     char label[16];
+    const struct target_arg arg = {t, rp, size};
     bench_size_label(size, label, sizeof(label));
     snprintf(name, 96, "%s_%s_%s", t->name, rp->tag, label);
     snprintf(description, 128, "median MiB/s at %s, %s: %s", label, rp->p.provider, t->what);
-    double v = t->at(run, rp, size);
-    struct bench_ratio q = {.name = name,
-                            .description = description,
-                            .measured = v > 0,
-                            .value = v,
-                            .target = t->target};
-    if (q.measured)
-        bench_ratio_judge(&q);
+    struct bench_ratio q = {.name = name, .description = description, .target = t->target};
+    bench_ratio_over_rounds(&q, &run->set, target_in_round, &arg);
     return q;
 }
 
@@ -179,11 +187,10 @@ struct column {
 };
 
 /* The references beside each provider's protocols. */
-static const struct column refs[] = {{"tcp fetch", "ferry-tcp", "fetch"},
-                                     {"raw TCP", "raw-tcp", "stream"},
-                                     {"Redis GET", "redis-tcp", "get"},
-                                     {"memcpy", "memcpy", "copy"},
-                                     {"CMA readv", "cma", "readv"}};
+static const struct column refs[] = {
+    {"tcp fetch", "ferry-tcp", "fetch"},    {"raw TCP", "raw-tcp", "stream"},
+    {"raw req/resp", "raw-tcp", "reqresp"}, {"Redis GET", "redis-tcp", "get"},
+    {"memcpy", "memcpy", "copy"},           {"CMA readv", "cma", "readv"}};
 #define NREFS (sizeof(refs) / sizeof(refs[0]))
 
 /* The protocols measured for rp, then the references. */
@@ -207,8 +214,7 @@ static void print_row(FILE *f, const struct remote_run *run, const struct column
                       uint64_t size, enum bench_metric m)
 {
     for (size_t i = 0; i < nc; i++) {
-        const struct bench_result *x =
-            bench_find(run->results, run->nresults, c[i].system, c[i].op, size);
+        const struct bench_result *x = bench_set_find(&run->set, c[i].system, c[i].op, size);
         if (x != NULL)
             fprintf(f, " %11.1f", bench_metric(x, m));
         else
@@ -381,13 +387,14 @@ void remote_fabric_plots(const struct remote_run *run)
             {rp->p.system, fetch_protocol_ops[FETCH_HYBRID], hybrid},
             {"ferry-tcp", "fetch", "tcp transport (ferry-tcp fetch)"},
             {"raw-tcp", "stream", "raw TCP stream"},
+            {"raw-tcp", "reqresp", "raw TCP request/response"},
             {"memcpy", "copy", "memcpy"},
             {"cma", "readv", "process_vm_readv (cross-memory attach)"},
         };
         snprintf(name, sizeof(name), "remote-fabric-%s", rp->tag);
         snprintf(title, sizeof(title), "ferry-bench remote: fetch over the fabric, %s",
                  rp->p.provider);
-        bench_plot_lines(run->common->plot_dir, "remote", name, title, run->results, run->nresults,
+        bench_plot_lines(run->common->plot_dir, "remote", name, title, run->set.summary, run->set.n,
                          s, sizeof(s) / sizeof(s[0]));
     }
 }

@@ -36,18 +36,48 @@ double bench_metric(const struct bench_result *r, enum bench_metric m)
     return 0;
 }
 
-struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_result *r,
-                                  size_t n)
+static int cmp_double(const void *a, const void *b)
 {
-    struct bench_ratio q = {
-        .name = d->name, .description = d->description, .target = d->target, .at_most = d->at_most};
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void bench_ratio_over_rounds(struct bench_ratio *q, const struct bench_set *set,
+                             bench_round_value value, const void *arg)
+{
+    double v[BENCH_MAX_ROUNDS];
+    unsigned n = set->nrounds;
+    q->measured = 0;
+    q->rounds = n;
+    for (unsigned k = 0; k < n; k++) {
+        v[k] = value(&set->rounds[k * set->n], set->n, arg);
+        if (!(v[k] > 0))
+            return;
+    }
+    qsort(v, n, sizeof(v[0]), cmp_double);
+    q->measured = 1;
+    q->value = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    q->lo = v[0];
+    q->hi = v[n - 1];
+    bench_ratio_judge(q);
+}
+
+/* The value of a bench_ratio_def within one round. */
+static double def_value(const struct bench_result *r, size_t n, const void *arg)
+{
+    const struct bench_ratio_def *d = arg;
     const struct bench_result *num = bench_find(r, n, d->num_system, d->num_op, d->num_size);
     const struct bench_result *den = bench_find(r, n, d->den_system, d->den_op, d->den_size);
     if (num == NULL || den == NULL || bench_metric(den, d->metric) <= 0)
-        return q;
-    q.measured = 1;
-    q.value = bench_metric(num, d->metric) / bench_metric(den, d->metric);
-    bench_ratio_judge(&q);
+        return 0;
+    return bench_metric(num, d->metric) / bench_metric(den, d->metric);
+}
+
+struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_set *set)
+{
+    struct bench_ratio q = {
+        .name = d->name, .description = d->description, .target = d->target, .at_most = d->at_most};
+    bench_ratio_over_rounds(&q, set, def_value, d);
     return q;
 }
 
@@ -75,73 +105,169 @@ void bench_print_table(FILE *f, const struct bench_result *r, size_t n)
     char label[32];
     int ws, wo;
     column_widths(r, n, &ws, &wo);
-    fputs("Rates are over the summed time of the timed operations (untimed set-up, such as\n"
-          "deleting what a put stored, excluded); latencies are per operation (CLOCK_MONOTONIC);\n"
-          "MiB/s = size x ops/s in 2^20-byte MiB; sizes in bytes, K/M/G = 2^10/2^20/2^30.\n\n",
-          f);
+    fprintf(
+        f,
+        "Rates are over the summed time of the timed operations (untimed set-up, such as\n"
+        "deleting what a put stored, excluded); latencies are per operation (CLOCK_MONOTONIC);\n"
+        "MiB/s = size x ops/s in 2^20-byte MiB; sizes in bytes, K/M/G = 2^10/2^20/2^30.\n"
+        "Each figure is the median over %u interleaved rounds; IQR is the interquartile\n"
+        "range of the rounds' ops/s over their median (noisy: above %.0f %%).\n\n",
+        n ? r[0].rounds : 0, BENCH_NOISY * 100);
     /* µ takes two bytes but one column: the header is spelled out, not printf-padded. */
     fprintf(f, "%-*s %-*s %6s", ws, "system", wo, "op", "size");
-    fputs("         ops/s      p50 µs      p99 µs          MiB/s  iterations\n", f);
+    fputs("         ops/s      p50 µs      p99 µs          MiB/s    IQR  iterations\n", f);
     for (size_t i = 0; i < n; i++) {
         bench_size_label(r[i].size, label, sizeof(label));
-        fprintf(f, "%-*s %-*s %6s %13.1f %11.2f %11.2f %14.1f %11llu\n", ws, r[i].system, wo,
-                r[i].op, label, r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec,
-                (unsigned long long)r[i].iterations);
+        fprintf(f, "%-*s %-*s %6s %13.1f %11.2f %11.2f %14.1f %5.0f%% %11llu%s\n", ws, r[i].system,
+                wo, r[i].op, label, r[i].ops_per_sec, r[i].p50_us, r[i].p99_us, r[i].mib_per_sec,
+                r[i].spread * 100, (unsigned long long)r[i].iterations,
+                r[i].noisy ? "  noisy" : "");
     }
 }
 
 void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
 {
     int w = 46;
+    char range[48];
     if (n == 0)
         return;
     for (size_t i = 0; i < n; i++)
         if ((int)strlen(q[i].description) > w)
             w = (int)strlen(q[i].description);
-    fputs("\nratios (issue targets, from this run):\n", f);
+    fputs("\nratios (issue targets; the median of the ratios within each round, their range):\n",
+          f);
     for (size_t i = 0; i < n; i++) {
         const char *cmp = q[i].at_most ? "<=" : ">=";
-        if (q[i].measured)
-            fprintf(f, "  %-*s %10.3f   target %s %-5g %s\n", w, q[i].description, q[i].value, cmp,
-                    q[i].target, q[i].met ? "met" : "MISSED");
-        else
+        if (!q[i].measured) {
             fprintf(f,
                     "  %-*s %10s   target %s %-5g not measured (size or system not in this run)\n",
                     w, q[i].description, "-", cmp, q[i].target);
+            continue;
+        }
+        range[0] = '\0';
+        if (q[i].rounds > 1)
+            snprintf(range, sizeof(range), " (%.3f-%.3f)", q[i].lo, q[i].hi);
+        fprintf(f, "  %-*s %10.3f%-15s target %s %-5g %s\n", w, q[i].description, q[i].value, range,
+                cmp, q[i].target, q[i].met ? "met" : "MISSED");
     }
 }
 
-/* One ratio as a JSON object; value and met are null when it was not measured. */
+/* One ratio as a JSON object; value, range and met are null when it was not measured. */
 static void print_json_ratio(FILE *f, const struct bench_ratio *q)
 {
-    char value[32];
-    if (q->measured)
+    char value[32], lo[32], hi[32];
+    if (q->measured) {
         snprintf(value, sizeof(value), "%.4f", q->value);
-    else
+        snprintf(lo, sizeof(lo), "%.4f", q->rounds > 1 ? q->lo : q->value);
+        snprintf(hi, sizeof(hi), "%.4f", q->rounds > 1 ? q->hi : q->value);
+    } else {
         strcpy(value, "null");
-    fprintf(f, "{\"name\":\"%s\",\"value\":%s,\"target\":%g,\"comparison\":\"%s\",\"met\":%s}",
-            q->name, value, q->target, q->at_most ? "<=" : ">=",
+        strcpy(lo, "null");
+        strcpy(hi, "null");
+    }
+    fprintf(f,
+            "{\"name\":\"%s\",\"value\":%s,\"min\":%s,\"max\":%s,\"rounds\":%u,"
+            "\"target\":%g,\"comparison\":\"%s\",\"met\":%s}",
+            q->name, value, lo, hi, q->rounds, q->target, q->at_most ? "<=" : ">=",
             !q->measured ? "null"
             : q->met     ? "true"
                          : "false");
 }
 
-void bench_print_json(FILE *f, const char *suite, const struct bench_result *r, size_t n,
-                      const struct bench_ratio *q, size_t nq)
+/* The range of ratio i's medians over the comparisons; returns how many were measured. */
+static unsigned stability_of(const struct bench_ratio *q, size_t nq, unsigned repeat, size_t i,
+                             double *lo, double *hi, unsigned *met)
 {
-    fprintf(f, "{\"suite\":\"%s\",\"results\":[", suite);
-    for (size_t i = 0; i < n; i++)
+    unsigned m = 0;
+    *met = 0;
+    for (unsigned k = 0; k < repeat; k++) {
+        const struct bench_ratio *x = &q[k * nq + i];
+        if (!x->measured)
+            continue;
+        *lo = m == 0 || x->value < *lo ? x->value : *lo;
+        *hi = m == 0 || x->value > *hi ? x->value : *hi;
+        *met += (unsigned)x->met;
+        m++;
+    }
+    return m;
+}
+
+static void print_stability(FILE *f, const struct bench_ratio *q, size_t nq, unsigned repeat)
+{
+    int w = 46;
+    double lo, hi;
+    unsigned met;
+    for (size_t i = 0; i < nq; i++)
+        if ((int)strlen(q[i].description) > w)
+            w = (int)strlen(q[i].description);
+    fprintf(f, "\nstability over %u comparisons (each ratio's median in each; met in how many):\n",
+            repeat);
+    for (size_t i = 0; i < nq; i++) {
+        unsigned m = stability_of(q, nq, repeat, i, &lo, &hi, &met);
+        fprintf(f, "  %-*s", w, q[i].description);
+        for (unsigned k = 0; k < repeat; k++) {
+            const struct bench_ratio *x = &q[k * nq + i];
+            if (x->measured)
+                fprintf(f, " %7.3f", x->value);
+            else
+                fprintf(f, " %7s", "-");
+        }
+        if (m > 0)
+            fprintf(f, "   spread %4.0f %%, met %u of %u\n", lo > 0 ? (hi - lo) / lo * 100 : 0, met,
+                    m);
+        else
+            fputs("   not measured\n", f);
+    }
+}
+
+static void print_json_stability(FILE *f, const struct bench_ratio *q, size_t nq, unsigned repeat)
+{
+    double lo = 0, hi = 0;
+    unsigned met;
+    fputs(",\n\"stability\":[", f);
+    for (size_t i = 0; i < nq; i++) {
+        unsigned m = stability_of(q, nq, repeat, i, &lo, &hi, &met);
+        fprintf(f, "%s\n  {\"name\":\"%s\",\"comparisons\":%u,\"measured\":%u,\"met\":%u,",
+                i ? "," : "", q[i].name, repeat, m, met);
+        if (m > 0)
+            fprintf(f, "\"min\":%.4f,\"max\":%.4f,\"values\":[", lo, hi);
+        else
+            fputs("\"min\":null,\"max\":null,\"values\":[", f);
+        for (unsigned k = 0; k < repeat; k++) {
+            const struct bench_ratio *x = &q[k * nq + i];
+            if (x->measured)
+                fprintf(f, "%s%.4f", k ? "," : "", x->value);
+            else
+                fprintf(f, "%snull", k ? "," : "");
+        }
+        fputs("]}", f);
+    }
+    fputs("]", f);
+}
+
+static void print_json(FILE *f, const struct bench_report *rep)
+{
+    const struct bench_result *r = rep->results;
+    fprintf(f, "{\"suite\":\"%s\",\"rounds\":%u,\"seconds_per_slice\":%g,\"seed\":%llu,",
+            rep->suite, rep->opts->rounds, rep->opts->seconds, (unsigned long long)rep->opts->seed);
+    fputs("\"results\":[", f);
+    for (size_t i = 0; i < rep->nresults; i++)
         fprintf(f,
                 "%s\n  {\"system\":\"%s\",\"op\":\"%s\",\"size\":%llu,\"ops_per_sec\":%.1f,"
-                "\"p50_us\":%.3f,\"p99_us\":%.3f,\"mib_per_sec\":%.3f,\"iterations\":%llu}",
+                "\"p50_us\":%.3f,\"p99_us\":%.3f,\"mib_per_sec\":%.3f,\"iterations\":%llu,"
+                "\"rounds\":%u,\"iqr_relative\":%.4f,\"noisy\":%s}",
                 i ? "," : "", r[i].system, r[i].op, (unsigned long long)r[i].size, r[i].ops_per_sec,
-                r[i].p50_us, r[i].p99_us, r[i].mib_per_sec, (unsigned long long)r[i].iterations);
+                r[i].p50_us, r[i].p99_us, r[i].mib_per_sec, (unsigned long long)r[i].iterations,
+                r[i].rounds, r[i].spread, r[i].noisy ? "true" : "false");
     fputs("],\n\"ratios\":[", f);
-    for (size_t i = 0; i < nq; i++) {
+    for (size_t i = 0; i < rep->nratios; i++) {
         fputs(i ? ",\n  " : "\n  ", f);
-        print_json_ratio(f, &q[i]);
+        print_json_ratio(f, &rep->ratios[i]);
     }
-    fputs("]}\n", f);
+    fputs("]", f);
+    if (rep->all_ratios != NULL)
+        print_json_stability(f, rep->all_ratios, rep->nratios, rep->opts->repeat);
+    fputs("}\n", f);
 }
 
 void bench_require_gnuplot(void)
@@ -368,15 +494,19 @@ void bench_plot_lines(const char *dir, const char *suite, const char *name, cons
 void bench_report(const struct bench_report *rep)
 {
     FILE *text = rep->opts->json ? stderr : stdout;
+    fprintf(text, "%u interleaved rounds of %g s slices, seed %llu%s\n", rep->opts->rounds,
+            rep->opts->seconds, (unsigned long long)rep->opts->seed,
+            rep->opts->repeat > 1 ? "; the tables are of the last comparison" : "");
     if (rep->preamble != NULL)
         fputs(rep->preamble, text);
     bench_print_table(text, rep->results, rep->nresults);
     if (rep->notes != NULL)
         fputs(rep->notes, text);
     bench_print_ratios(text, rep->ratios, rep->nratios);
+    if (rep->all_ratios != NULL && rep->opts->repeat > 1)
+        print_stability(text, rep->all_ratios, rep->nratios, rep->opts->repeat);
     if (rep->opts->json)
-        bench_print_json(stdout, rep->suite, rep->results, rep->nresults, rep->ratios,
-                         rep->nratios);
+        print_json(stdout, rep);
     fflush(stdout);
     if (rep->opts->plot_dir != NULL)
         bench_plot(rep->opts->plot_dir, rep->suite, rep->results, rep->nresults, rep->charted);

@@ -25,13 +25,15 @@
 #define REF_BLOCK (4 * MIB)
 #define GET_BATCH 64
 #define MAX_ROUNDS 9
+#define STR_(x) #x
+#define STR(x) STR_(x)
 #define PROBE_GETS 100000
 
 struct spill_options {
     const char *memory;
     uint64_t arena;
     const char *dir;
-    unsigned rounds;
+    unsigned rounds; /* --rounds, at most MAX_ROUNDS here: a round fills four arenas a size */
 };
 
 /* The issue's targets: each ratio is taken within a round, and its median over rounds is
@@ -70,9 +72,6 @@ static void handle_option(void *ctx, int ch, const char *arg)
     case 'd':
         o->dir = arg;
         break;
-    case 'r':
-        o->rounds = (unsigned)bench_parse_count("--rounds", arg, 1, MAX_ROUNDS);
-        break;
     }
 }
 
@@ -82,7 +81,6 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
     static const struct option longopts[] = {
         {"memory", required_argument, NULL, 'm'},
         {"dir", required_argument, NULL, 'd'},
-        {"rounds", required_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
     };
     const struct bench_suite_options suite = {
@@ -92,15 +90,21 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
         .handle = handle_option,
         .ctx = o,
         .synopsis = "usage: ferry-bench spill [--sizes LIST] [--json] [--plot DIR]\n"
-                    "                         [--memory SIZE] [--dir PATH] [--rounds N]\n",
+                    "                         [--memory SIZE] [--dir PATH] [--rounds N]\n"
+                    "Rounds alternate ferry and the reference (at most " STR(
+                        MAX_ROUNDS) " here);\n"
+                                    "--seconds and --repeat do not apply.\n",
         .help = "  --memory SIZE    the arena of each ferryd started (default 256M, at least 16\n"
                 "                   objects); each size's stream of puts is four times it\n"
                 "  --dir PATH       where the spill directories and reference files go (default:\n"
-                "                   the scratch directory); the disk measured\n"
-                "  --rounds N       rounds, ferry and the reference alternating (default 3)\n",
+                "                   the scratch directory); the disk measured\n",
     };
-    *o = (struct spill_options){.memory = "256M", .rounds = 3};
-    return bench_parse_options(argc, argv, &suite, common);
+    *o = (struct spill_options){.memory = "256M"};
+    int status = bench_parse_options(argc, argv, &suite, common);
+    if (status < 0 && (common->rounds > MAX_ROUNDS || common->repeat > 1))
+        bench_fail("spill: --rounds at most %d, and no --repeat", MAX_ROUNDS);
+    o->rounds = common->rounds;
+    return status;
 }
 
 static uint64_t arena_bytes(const char *memory)
@@ -380,9 +384,9 @@ static void probe_rounds(const struct spill_options *o, const char *dir, const u
 
 /* ---- the suite ---- */
 
-/* The per-round ratios num[r] / den[r]: their median into q (with its range in range). */
+/* The per-round ratios num[r] / den[r]: their median and range into q. */
 static void ratio_over_rounds(const struct spill_target *t, const double *num, const double *den,
-                              unsigned n, struct bench_ratio *q, char *range, size_t len)
+                              unsigned n, struct bench_ratio *q)
 {
     double r[MAX_ROUNDS];
 
@@ -394,10 +398,11 @@ static void ratio_over_rounds(const struct spill_target *t, const double *num, c
                               .measured = 1,
                               .value = r[n / 2],
                               .target = t->target,
-                              .at_most = t->at_most};
+                              .at_most = t->at_most,
+                              .lo = r[0],
+                              .hi = r[n - 1],
+                              .rounds = n};
     bench_ratio_judge(q);
-    snprintf(range, len, "  %-50s median %.3f, range %.3f-%.3f over %u rounds\n", t->description,
-             r[n / 2], r[0], r[n - 1], n);
 }
 
 static void median_into(struct bench_result *r, const char *system, const char *op, uint64_t size,
@@ -407,7 +412,8 @@ static void median_into(struct bench_result *r, const char *system, const char *
 
     memcpy(sorted, v, n * sizeof(v[0])); /* v keeps its round order for the ratios */
     qsort(sorted, n, sizeof(sorted[0]), cmp_double);
-    *r = (struct bench_result){.system = system, .op = op, .size = size, .iterations = n};
+    *r = (struct bench_result){
+        .system = system, .op = op, .size = size, .iterations = n, .rounds = n};
     if (latency) {
         r->p50_us = sorted[n / 2];
     } else { /* and the time one object took in the stream, for the latency chart */
@@ -416,18 +422,15 @@ static void median_into(struct bench_result *r, const char *system, const char *
     }
 }
 
-/* The targets measured in this run into q (unmeasured ones marked so), their ranges into notes. */
+/* The targets measured in this run into q (unmeasured ones marked so). */
 static void judge(double v[][BENCH_MAX_SIZES + 1][MAX_ROUNDS], const struct bench_options *common,
-                  unsigned rounds, struct bench_ratio *q, char *notes, size_t len)
+                  unsigned rounds, struct bench_ratio *q)
 {
-    size_t at = 0;
-
     for (size_t i = 0; i < NRATIOS; i++) {
         const struct spill_target *t = &targets[i];
         size_t s = 0;
         if (t->num >= 4) { /* the get probe: one size */
-            ratio_over_rounds(t, v[t->num][0], v[t->den][0], rounds, &q[i], notes + at, len - at);
-            at += strlen(notes + at);
+            ratio_over_rounds(t, v[t->num][0], v[t->den][0], rounds, &q[i]);
             continue;
         }
         while (s < common->nsizes && common->sizes[s] != t->size)
@@ -439,8 +442,7 @@ static void judge(double v[][BENCH_MAX_SIZES + 1][MAX_ROUNDS], const struct benc
                                         .at_most = t->at_most};
             continue;
         }
-        ratio_over_rounds(t, v[t->num][s], v[t->den][s], rounds, &q[i], notes + at, len - at);
-        at += strlen(notes + at);
+        ratio_over_rounds(t, v[t->num][s], v[t->den][s], rounds, &q[i]);
     }
 }
 
@@ -458,7 +460,6 @@ int bench_spill(int argc, char **argv)
     struct spill_options o;
     struct bench_result results[4 * BENCH_MAX_SIZES + 2];
     struct bench_ratio q[NRATIOS];
-    char notes[2048];
     size_t nres = 0;
     int status = parse_options(argc, argv, &common, &o);
     const char *dir;
@@ -492,14 +493,13 @@ int bench_spill(int argc, char **argv)
     probe_rounds(&o, dir, payload, v[5][0], v[4][0]);
     median_into(&results[nres++], "ferry", "get-idle", 1024, v[5][0], o.rounds, 1);
     median_into(&results[nres++], "ferry", "get-spilling", 1024, v[4][0], o.rounds, 1);
-    judge(v, &common, o.rounds, q, notes, sizeof(notes));
+    judge(v, &common, o.rounds, q);
     bench_report(&(struct bench_report){
         .suite = "spill",
         .opts = &common,
         .preamble = "spill and restore: MiB/s of a put stream 4x the arena, and of gets of the "
                     "spilled objects; disk: the same bytes in 4 MiB O_DIRECT blocks; medians over "
                     "rounds\n",
-        .notes = notes,
         .results = results,
         .nresults = nres,
         .ratios = q,

@@ -3,7 +3,10 @@
  * Over a Unix socket it is one round trip, as a ferry call is, plus the bytes crossing the
  * kernel, which a ferry call does not need. Over loopback TCP it is what a transfer between
  * two nodes on this machine can reach: large sends from a buffer faulted in beforehand, so
- * its MiB/s is the ceiling, and at 1K its latency is the small-message round trip. */
+ * its MiB/s is the ceiling, and at 1K its latency is the small-message round trip.
+ * Over loopback TCP there is also the shape of a fetch (op reqresp): an 8-byte request, and
+ * SIZE bytes back from the other process into a buffer of this one, on sockets set up as
+ * ferry's tcp transport sets up its own (TCP_NODELAY, the kernel's buffer sizes). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -23,10 +26,15 @@
 
 struct stream_ctx {
     const uint8_t *payload;
-    void (*pair)(int sv[2]); /* a connected pair of sockets */
+    void (*pair)(int sv[2]);                       /* a connected pair of sockets */
+    void (*serve)(int fd, const uint8_t *payload); /* the other process; never returns */
     int fd;
     pid_t pid;
 };
+
+/* Where reqresp receives: grown to the largest size asked for, kept until exit. */
+static uint8_t *dst;
+static uint64_t dst_size;
 
 static int read_full(int fd, void *buf, size_t len)
 {
@@ -67,11 +75,12 @@ static int write_full(int fd, const void *buf, size_t len)
 }
 
 /* The receiving process: a length, that many bytes, then the length back; until EOF. */
-_Noreturn static void receiver(int fd)
+_Noreturn static void receiver(int fd, const uint8_t *payload)
 {
     static uint8_t sink[CHUNK];
     uint64_t len;
 
+    (void)payload;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     while (read_full(fd, &len, sizeof(len)) == 0) {
         for (uint64_t left = len; left;) {
@@ -83,6 +92,19 @@ _Noreturn static void receiver(int fd)
         if (write_full(fd, &len, sizeof(len)) < 0)
             _exit(1);
     }
+    _exit(0);
+}
+
+/* The answering process of reqresp: a length, then that many bytes of payload back (one
+ * write call, as a holder sends an object); until EOF. */
+_Noreturn static void responder(int fd, const uint8_t *payload)
+{
+    uint64_t len;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    while (read_full(fd, &len, sizeof(len)) == 0)
+        if (write_full(fd, payload, len) < 0)
+            _exit(1);
     _exit(0);
 }
 
@@ -133,7 +155,8 @@ static void stream_setup(void *ctx, uint64_t size)
         bench_fail("fork: %s", strerror(errno));
     if (x->pid == 0) {
         close(sv[0]);
-        receiver(sv[1]);
+        x->serve(sv[1], x->payload);
+        _exit(1);
     }
     close(sv[1]);
     x->fd = sv[0];
@@ -151,6 +174,31 @@ static void stream_run(void *ctx, uint64_t size, uint64_t iter)
         bench_fail("stream send of %llu bytes failed", (unsigned long long)size);
 }
 
+static void reqresp_setup(void *ctx, uint64_t size)
+{
+    if (size > dst_size) {
+        free(dst);
+        dst = bench_alloc_faulted(size);
+        dst_size = size;
+    }
+    stream_setup(ctx, size);
+}
+
+static void reqresp_run(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct stream_ctx *x = ctx;
+
+    (void)iter;
+    if (write_full(x->fd, &size, sizeof(size)) < 0 || read_full(x->fd, dst, size) < 0)
+        bench_fail("reqresp of %llu bytes failed", (unsigned long long)size);
+}
+
+static void free_dst(void *arg)
+{
+    (void)arg;
+    free(dst);
+}
+
 static void stream_teardown(void *ctx, uint64_t size)
 {
     struct stream_ctx *x = ctx;
@@ -162,20 +210,37 @@ static void stream_teardown(void *ctx, uint64_t size)
 
 size_t stream_peer_ops(enum bench_transport t, const uint8_t *payload, const struct bench_op **ops)
 {
-    static struct stream_ctx ctx[] = {
-        [BENCH_UNIX] = {.pair = unix_pair}, [BENCH_TCP] = {.pair = tcp_pair}};
-    static const char *const names[][2] = {
-        [BENCH_UNIX] = {"unix", "send+ack"}, [BENCH_TCP] = {"raw-tcp", "stream"}};
-    static struct bench_op list[2];
-    list[t] = (struct bench_op){
-        .system = names[t][0],
-        .op = names[t][1],
-        .setup = stream_setup,
-        .run = stream_run,
-        .teardown = stream_teardown,
-        .ctx = &ctx[t],
-    };
-    ctx[t].payload = payload;
-    *ops = &list[t];
-    return 1;
+    static struct stream_ctx unix_ctx = {.pair = unix_pair, .serve = receiver};
+    static struct stream_ctx tcp_ctx[2] = {{.pair = tcp_pair, .serve = receiver},
+                                           {.pair = tcp_pair, .serve = responder}};
+    static struct bench_op unix_op, tcp_ops[2];
+    static int registered;
+    if (t == BENCH_UNIX) {
+        unix_ctx.payload = payload;
+        unix_op = (struct bench_op){.system = "unix",
+                                    .op = "send+ack",
+                                    .setup = stream_setup,
+                                    .run = stream_run,
+                                    .teardown = stream_teardown,
+                                    .ctx = &unix_ctx};
+        *ops = &unix_op;
+        return 1;
+    }
+    tcp_ctx[0].payload = tcp_ctx[1].payload = payload;
+    tcp_ops[0] = (struct bench_op){.system = "raw-tcp",
+                                   .op = "stream",
+                                   .setup = stream_setup,
+                                   .run = stream_run,
+                                   .teardown = stream_teardown,
+                                   .ctx = &tcp_ctx[0]};
+    tcp_ops[1] = (struct bench_op){.system = "raw-tcp",
+                                   .op = "reqresp",
+                                   .setup = reqresp_setup,
+                                   .run = reqresp_run,
+                                   .teardown = stream_teardown,
+                                   .ctx = &tcp_ctx[1]};
+    if (!registered++)
+        bench_on_exit(free_dst, NULL);
+    *ops = tcp_ops;
+    return 2;
 }
