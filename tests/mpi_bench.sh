@@ -78,7 +78,7 @@ test_usage() {
 # Both patterns, one round, --json: one line per pattern.
 test_json() {
     local per_node=$((COUNT * (NODES - 1))) # objects each node fetches in all-to-all
-    run "mpirun ferry-bench mpi --json" 0 mpi_bench --rounds 1 --json || return
+    run "mpirun ferry-bench mpi --json" 0 mpi_bench --rounds 1 --seed 42 --json || return
     pass
     { echo '['; paste -sd, "$OUT"; echo ']'; } >"$DIR/bench.json"
     ok "--json prints one object per pattern" \
@@ -86,6 +86,10 @@ test_json() {
     ok "each pattern has one result at $SIZE bytes from $NODES ranks" \
         json_ok "all(p['suite'] == 'mpi' and p['ranks'] == $NODES and p['count'] == $COUNT and
                       [r['size'] for r in p['results']] == [$SIZE] for p in j)"
+    ok "each pattern names its rounds and the seed asked for" \
+        json_ok "all(p['rounds'] == 1 and p['seed'] == 42 for p in j)"
+    ok "one round has no spread" \
+        json_ok "all(r['iqr_relative'] == 0 and r['noisy'] is False for p in j for r in p['results'])"
     ok "every bandwidth is positive" json_ok "all(r['aggregate_mib_per_sec'] > 0 and
         r['rank_mib_per_sec']['min'] > 0 and r['slowest_seconds'] > 0
         for p in j for r in p['results'])"
@@ -114,6 +118,8 @@ test_table() {
         --pattern many-to-one --rounds 2 || return
     pass
     ok "the table has a many-to-one row at 256K" grep -Eq '^many-to-one +256K ' "$OUT"
+    ok "the table says the rounds were interleaved" grep -q '^2 interleaved rounds (seed ' "$OUT"
+    ok "the table has the aggregate's spread" grep -Eq '^many-to-one +256K .* [0-9]+% ' "$OUT"
     ok "the table has no all-to-all row" test -z "$(grep '^all-to-all ' "$OUT")"
     ok "the table says how much rank 0 served" grep -q "^many-to-one 256K: rank 0's node sent" "$OUT"
 }
