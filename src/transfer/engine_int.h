@@ -148,6 +148,12 @@ struct want {
     struct object *obj;    /* the local object being filled */
     alloc_block *reserved; /* room for the recorded size, taken before its PULL goes */
     uint64_t digest;       /* the holder's, with verify */
+    /* A checked object's digest taken as its bytes land (the transport's landed event), so
+     * that it is known when the last byte is: NULL when not streamed (small objects are
+     * hashed at once on the loop; a transport that does not tell; no memory). streamed counts
+     * the bytes hashed; the digest is used only when it reached the object's length. */
+    XXH3_state_t *stream;
+    uint64_t streamed;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
 };
 

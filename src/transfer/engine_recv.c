@@ -13,10 +13,32 @@ static int checked(const struct engine *e, const struct want *w)
     return e->cfg.verify || w->has_content;
 }
 
+/* Forgets w's streamed digest, if any. */
+static void stream_drop(struct want *w)
+{
+    XXH3_freeState(w->stream);
+    w->stream = NULL;
+    w->streamed = 0;
+}
+
+/* Starts the digest of w's bytes as they land: for checked objects that would otherwise be
+ * hashed after their last byte on the verifier thread. Seeded like the store's digest (with
+ * the data size). Without memory it is not streamed, and is hashed after. */
+static void stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size)
+{
+    stream_drop(w);
+    if (!checked(e, w) || !w->obj || len <= STORE_INLINE_HASH_MAX)
+        return;
+    w->stream = XXH3_createState();
+    if (w->stream && XXH3_64bits_reset_withSeed(w->stream, data_size) != XXH_OK)
+        stream_drop(w);
+}
+
 void eng_want_free(struct want *w)
 {
     struct engine *e = w->e;
 
+    stream_drop(w);
     loop_timer_stop(e->loop, &w->retry);
     if (e->dir)
         directory_cancel(e->dir, w);
@@ -690,6 +712,13 @@ static void want_received(struct want *w)
         return;
     }
     len = w->obj->data_size + w->obj->metadata_size;
+    if (w->stream && w->streamed == len) { /* hashed as it landed */
+        uint64_t digest = XXH3_64bits_digest(w->stream);
+        stream_drop(w);
+        want_checked(w, digest);
+        return;
+    }
+    stream_drop(w);
     if (len <= STORE_INLINE_HASH_MAX) { /* as the store would at seal, on the loop */
         want_checked(w,
                      XXH3_64bits_withSeed(e->store->base + w->obj->offset, len, w->obj->data_size));
@@ -807,6 +836,7 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
     }
     w->digest = re->digest;
     w->state = WANT_RECEIVING;
+    stream_start(e, w, len, re->data_size);
     pe->receiving = 1;
     pe->pull->pending++;
     if (len == 0) {
@@ -870,11 +900,27 @@ static void peer_received(struct xconn *c, void *arg)
     complete_entry(c->owner, arg);
 }
 
+/* Bytes of an entry's object in place: into its digest, when streamed. The transport writes
+ * only where recv_into told it to, so p..p+n lies within w->obj. */
+static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
+{
+    struct pentry *pe = arg;
+    struct want *w = pe->w;
+
+    if (!w || !w->stream)
+        return;
+    if (XXH3_64bits_update(w->stream, p, n) == XXH_OK)
+        w->streamed += n;
+    else
+        stream_drop(w); /* hashed after, then */
+}
+
 static void peer_sent(struct xconn *c, void *arg) {}
 
 static const struct xconn_events peer_events = {
     .frame = peer_frame,
     .received = peer_received,
+    .landed = peer_landed,
     .sent = peer_sent,
     .closed = peer_closed,
 };

@@ -320,8 +320,11 @@ static void payload_advanced(struct tcp_conn *c, size_t n)
 {
     struct tcp_recv *r = c->rq;
 
-    if (r->dst)
+    if (r->dst) {
+        if (c->base.ev->landed)
+            c->base.ev->landed(&c->base, r->arg, r->dst, n);
         r->dst += n;
+    }
     r->len -= n;
     if (r->len)
         return;

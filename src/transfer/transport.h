@@ -36,6 +36,11 @@ struct xconn_events {
     void (*frame)(struct xconn *c, const struct proto_header *h, const uint8_t *payload);
     /* The bytes asked for with recv_into have all arrived. */
     void (*received)(struct xconn *c, void *arg);
+    /* Optional (NULL: not told): n more bytes of the range of a recv_into (its arg) are in
+     * place at p, in order, as they arrive; the call for the last of them comes before
+     * received. A transport whose bytes land all at once (one-sided reads) may never call it.
+     * It must not close the connection. */
+    void (*landed)(struct xconn *c, void *arg, const uint8_t *p, size_t n);
     /* The bytes given to send_range have all left (their memory may be unpinned). */
     void (*sent)(struct xconn *c, void *arg);
     /* The connection is gone: err is FERRY_EPROTO when the peer broke the framing, else
