@@ -10,7 +10,10 @@
  *   answer deadline (FERRY_ETRANSFER), not left to the fetch's timeout;
  * - a holder that sends slowly but steadily is not cut off by the stall watchdog;
  * - before authentication, a frame header announcing a large payload closes the connection
- *   at once (both sides), and is counted in peer_errors.
+ *   at once (both sides), and is counted in peer_errors;
+ * - bytes other than the content the directory recorded, sent under the recorded digest, are
+ *   refused whether their digest is taken as they land (1 MiB) or after (64 KiB), and the
+ *   recorded bytes are taken on both paths.
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
  * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
@@ -26,6 +29,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "common/proto.h"
 #include "transfer/wire.h"
@@ -117,6 +122,83 @@ static int send_big_header(int fd, uint16_t type, uint32_t len)
     p = h_le16(p, 0);
     h_le64(p, 0);
     return h_raw_write(fd, hdr, sizeof(hdr));
+}
+
+/* Records the content of id in the directory as a publishing node would: size and digest. */
+static void record_content(const struct h_cluster *cl, const ferry_id *id, uint64_t size,
+                           uint64_t digest)
+{
+    char key[64], sz[32], dg[32];
+    snprintf(key, sizeof(key), "ferry:obj:");
+    ferry_id_format(id, key + strlen(key));
+    snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
+    snprintf(dg, sizeof(dg), "%016llx", (unsigned long long)digest);
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", sz, "digest", dg, NULL});
+}
+
+/* Serves one pull of the object id on a connection accepted from lfd: a reply naming size and
+ * digest, then bytes (size of them). Returns the connection. */
+static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t digest,
+                      const uint8_t *bytes)
+{
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
+    fake_handshake(cfd);
+    uint8_t pull[1 + 8 + 4 + FERRY_ID_SIZE]; /* flags, eager max, count, the id */
+    uint64_t tag = 0;
+    assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), &tag), sizeof(pull));
+    assert_memory_equal(pull + 13, id->bytes, FERRY_ID_SIZE);
+    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
+    p = h_le32(p, 0);    /* status */
+    p = h_le64(p, size); /* data */
+    p = h_le64(p, 0);    /* metadata */
+    h_le64(p, digest);
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
+    assert_int_equal(h_raw_write(cfd, bytes, size), 0);
+    return cfd;
+}
+
+/* A fetch of size bytes from the fake holder, which sends the recorded content, or (tamper)
+ * the same bytes with the last one flipped under the recorded digest. */
+static void fetch_recorded_content(struct h_cluster *cl, uint64_t size, int tamper)
+{
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port, lfd = h_tcp_listen(&port);
+    char name[64];
+    snprintf(name, sizeof(name), "recorded-%llu-%d", (unsigned long long)size, tamper);
+    ferry_id x = h_id(name);
+    uint8_t *bytes = h_pattern(size, h_seed(&x));
+    uint64_t digest = XXH3_64bits_withSeed(bytes, size, size);
+    register_fake(cl, port, &x);
+    record_content(cl, &x, size, digest);
+    if (tamper)
+        bytes[size - 1] ^= 0xff;
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 10000, &status);
+    int cfd = fake_serve(lfd, &x, size, digest, bytes);
+    h_fetch_join(&f, 15000);
+    if (tamper) {
+        if (f.rc == FERRY_OK || status == FERRY_OK)
+            fail_msg("%llu bytes other than the recorded content were taken (rc %d, status %d)",
+                     (unsigned long long)size, f.rc, status);
+        assert_int_equal(h_contains(a, &x), 0);
+        assert_int_equal(h_stats(a).transfers_in, a0.transfers_in); /* counted at the seal */
+    } else {
+        if (f.rc != FERRY_OK || status != FERRY_OK)
+            fail_msg("the recorded %llu bytes were refused: rc %d (%s), status %d",
+                     (unsigned long long)size, f.rc, ferry_strerror(f.rc), status);
+        h_assert_object(a, &x, size, 0);
+        assert_int_equal(h_stats(a).transfers_in - a0.transfers_in, 1);
+    }
+    free(bytes);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
 }
 
 /* ---- the tests ---- */
@@ -403,6 +485,22 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     ferry_disconnect(a);
 }
 
+/* Past 256 KiB the receiver takes the digest as the bytes land; the last byte decides. */
+H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    fetch_recorded_content(cl, 1u << 20, 0);
+    fetch_recorded_content(cl, 1u << 20, 1);
+}
+
+/* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
+H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    fetch_recorded_content(cl, 64u << 10, 0);
+    fetch_recorded_content(cl, 64u << 10, 1);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -414,6 +512,8 @@ int main(void)
         T(slow_but_moving_transfer_is_not_cut_off),
         T(large_frame_before_authentication_is_dropped),
         T(refused_fabric_says_why_in_the_peers_line),
+        T(other_bytes_are_refused_when_hashed_as_they_land),
+        T(other_bytes_are_refused_when_hashed_after_they_land),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
