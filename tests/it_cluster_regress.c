@@ -136,19 +136,28 @@ static void record_content(const struct h_cluster *cl, const ferry_id *id, uint6
     h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", sz, "digest", dg, NULL});
 }
 
-/* Serves one pull of the object id on a connection accepted from lfd: a reply naming size and
- * digest, then bytes (size of them). Returns the connection. */
-static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t digest,
-                      const uint8_t *bytes)
+/* Accepts A's connection on lfd, answers its handshake and reads its pull, which must name id
+ * alone; returns the connection, the pull's tag in *tag. */
+static int fake_accept_pull(int lfd, const ferry_id *id, uint64_t *tag)
 {
     int cfd = fake_accept(lfd, H_EVENT_MS);
     if (cfd < 0)
         fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
     fake_handshake(cfd);
     uint8_t pull[1 + 8 + 4 + FERRY_ID_SIZE]; /* flags, eager max, count, the id */
-    uint64_t tag = 0;
-    assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), &tag), sizeof(pull));
+    assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), tag), sizeof(pull));
+    assert_int_equal(h_rd32(pull + 9), 1);
     assert_memory_equal(pull + 13, id->bytes, FERRY_ID_SIZE);
+    return cfd;
+}
+
+/* Serves one pull of the object id on a connection accepted from lfd: a reply naming size and
+ * digest, then bytes (size of them). Returns the connection. */
+static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t digest,
+                      const uint8_t *bytes)
+{
+    uint64_t tag = 0;
+    int cfd = fake_accept_pull(lfd, id, &tag);
     uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
     p = h_le32(p, 0);    /* status */
     p = h_le64(p, size); /* data */
@@ -359,15 +368,8 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     struct h_fetch f;
     int status = 1;
     h_fetch_start(&f, fa, &x, 1, STALL_MS + 15000, &status);
-    int cfd = fake_accept(lfd, H_EVENT_MS);
-    if (cfd < 0)
-        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
-    fake_handshake(cfd);
-    uint8_t pull[1 + 8 + 4 + FERRY_ID_SIZE]; /* flags, eager max, count, the id */
     uint64_t tag = 0;
-    assert_int_equal(read_frame(cfd, WIRE_PULL, pull, sizeof(pull), &tag), sizeof(pull));
-    assert_int_equal(h_rd32(pull + 9), 1);
-    assert_memory_equal(pull + 13, x.bytes, FERRY_ID_SIZE);
+    int cfd = fake_accept_pull(lfd, &x, &tag);
 
     uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
     p = h_le32(p, 0);         /* status */

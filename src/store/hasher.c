@@ -20,6 +20,27 @@ struct hasher {
     int efd;
 };
 
+static void run(struct hasher_job *job)
+{
+    switch (job->kind) {
+    case HASHER_ONESHOT:
+        job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
+        break;
+    case HASHER_UPDATE:
+        (void)XXH3_64bits_update(job->state, job->bytes, job->len); /* fails only on NULL */
+        break;
+    case HASHER_FINISH:
+        job->digest = XXH3_64bits_digest(job->state);
+        XXH3_freeState(job->state);
+        job->state = NULL;
+        break;
+    case HASHER_DROP:
+        XXH3_freeState(job->state);
+        job->state = NULL;
+        break;
+    }
+}
+
 static void *worker(void *arg)
 {
     struct hasher *h = arg;
@@ -36,7 +57,7 @@ static void *worker(void *arg)
             h->pending_tail = &h->pending;
         h->busy = 1;
         pthread_mutex_unlock(&h->lock);
-        job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
+        run(job);
         job->next = NULL;
         pthread_mutex_lock(&h->lock);
         *h->done_tail = job;

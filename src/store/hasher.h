@@ -12,13 +12,26 @@
 #define FERRY_HASHER_H
 
 #include <stdint.h>
+#include <xxhash.h>
 
 struct hasher;
 
+/* What a job does. A digest taken in pieces (HASHER_UPDATE, then HASHER_FINISH or
+ * HASHER_DROP) lives in a state that only the worker touches once its first job is submitted:
+ * jobs run one at a time in the order submitted, so its pieces go in in order. */
+enum hasher_kind {
+    HASHER_ONESHOT, /* digest = XXH3_64bits_withSeed(bytes, len, seed) */
+    HASHER_UPDATE,  /* bytes[0..len) into state */
+    HASHER_FINISH,  /* digest = the state's digest; the state is freed */
+    HASHER_DROP,    /* the state is freed */
+};
+
 struct hasher_job {
+    int kind; /* enum hasher_kind */
     const uint8_t *bytes;
     uint64_t len, seed;
-    uint64_t digest; /* the result: XXH3_64bits_withSeed(bytes, len, seed) */
+    XXH3_state_t *state; /* HASHER_UPDATE, _FINISH, _DROP */
+    uint64_t digest;     /* the result */
     void *arg;
     struct hasher_job *next;
 };

@@ -230,13 +230,17 @@ void engine_close(struct engine *e)
     /* The endpoints close first: then no one-sided read can land in what is aborted below. */
     close_transports(e);
     loop_watch_del(l, &e->verifier_watch);
-    for (job = hasher_stop(e->verifier); job; job = next) {
+    job = hasher_stop(e->verifier);
+    e->verifier = NULL; /* streamed digests still held are freed here (stream_drop) */
+    for (; job; job = next) {
         struct want *v = job->arg;
         next = job->next;
-        v->busy = 0;
-        if (v->done) {
-            store_abort(e->store, v->obj);
-            eng_want_free(v);
+        if (v) {
+            v->busy = 0;
+            if (v->done) {
+                store_abort(e->store, v->obj);
+                eng_want_free(v);
+            }
         }
         free(job);
     }

@@ -148,12 +148,19 @@ struct want {
     struct object *obj;    /* the local object being filled */
     alloc_block *reserved; /* room for the recorded size, taken before its PULL goes */
     uint64_t digest;       /* the holder's, with verify */
-    /* A checked object's digest taken as its bytes land (the transport's landed event), so
-     * that it is known when the last byte is: NULL when not streamed (small objects are
-     * hashed at once on the loop; a transport that does not tell; no memory). streamed counts
-     * the bytes hashed; the digest is used only when it reached the object's length. */
+    /* A checked object's digest taken on the verifier thread while its bytes land (the
+     * transport's landed event), in pieces of STREAM_PIECE, so that it is known soon after
+     * the last byte instead of hashed after it: stream is the digest's state, which only the
+     * verifier touches once a piece went (NULL: not streamed; small objects are hashed at
+     * once on the loop; a transport that does not tell; no memory), stream_end the job that
+     * will finish or drop it (allocated up front, so that ending cannot fail). piece and
+     * piece_len are the landed bytes not sent yet; streamed counts those sent; the digest is
+     * used only when that reached the object's length. */
     XXH3_state_t *stream;
-    uint64_t streamed;
+    struct hasher_job *stream_end;
+    const uint8_t *piece;
+    uint64_t piece_len, streamed;
+    int stream_broken;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
 };
 

@@ -13,12 +13,27 @@ static int checked(const struct engine *e, const struct want *w)
     return e->cfg.verify || w->has_content;
 }
 
-/* Forgets w's streamed digest, if any. */
+/* The landed bytes that go to the verifier at once (fewer at the end). */
+#define STREAM_PIECE (1u << 20)
+
+/* Forgets w's streamed digest, if any: its state is freed by the verifier after the pieces
+ * before (or here, once the verifier has stopped). */
 static void stream_drop(struct want *w)
 {
-    XXH3_freeState(w->stream);
+    struct engine *e = w->e;
+    struct hasher_job *end = w->stream_end;
+
+    if (!w->stream)
+        return;
+    if (e->verifier) {
+        *end = (struct hasher_job){.kind = HASHER_DROP, .state = w->stream};
+        hasher_submit(e->verifier, end);
+    } else {
+        XXH3_freeState(w->stream);
+        free(end);
+    }
     w->stream = NULL;
-    w->streamed = 0;
+    w->stream_end = NULL;
 }
 
 /* Starts the digest of w's bytes as they land: for checked objects that would otherwise be
@@ -27,11 +42,42 @@ static void stream_drop(struct want *w)
 static void stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size)
 {
     stream_drop(w);
+    w->piece = NULL;
+    w->piece_len = w->streamed = 0;
+    w->stream_broken = 0;
     if (!checked(e, w) || !w->obj || len <= STORE_INLINE_HASH_MAX)
         return;
     w->stream = XXH3_createState();
-    if (w->stream && XXH3_64bits_reset_withSeed(w->stream, data_size) != XXH_OK)
-        stream_drop(w);
+    w->stream_end = calloc(1, sizeof(*w->stream_end));
+    if (!w->stream || !w->stream_end ||
+        XXH3_64bits_reset_withSeed(w->stream, data_size) != XXH_OK) {
+        XXH3_freeState(w->stream);
+        free(w->stream_end);
+        w->stream = NULL;
+        w->stream_end = NULL;
+    }
+}
+
+/* Sends the landed bytes not sent yet to the verifier. A piece that cannot be sent breaks the
+ * stream: the object is hashed after its last byte instead. */
+static void stream_flush(struct want *w)
+{
+    struct hasher_job *job;
+
+    if (!w->piece_len || w->stream_broken)
+        return;
+    if (!(job = calloc(1, sizeof(*job)))) {
+        w->stream_broken = 1;
+        return;
+    }
+    /* If the object is aborted while this waits, its bytes may be reused meanwhile: the
+     * state is then dropped, its digest never used. */
+    *job = (struct hasher_job){
+        .kind = HASHER_UPDATE, .state = w->stream, .bytes = w->piece, .len = w->piece_len};
+    hasher_submit(w->e->verifier, job);
+    w->streamed += w->piece_len;
+    w->piece = NULL;
+    w->piece_len = 0;
 }
 
 void eng_want_free(struct want *w)
@@ -712,11 +758,18 @@ static void want_received(struct want *w)
         return;
     }
     len = w->obj->data_size + w->obj->metadata_size;
-    if (w->stream && w->streamed == len) { /* hashed as it landed */
-        uint64_t digest = XXH3_64bits_digest(w->stream);
-        stream_drop(w);
-        want_checked(w, digest);
-        return;
+    if (w->stream) {
+        stream_flush(w);
+        if (!w->stream_broken && w->streamed == len) { /* hashed as it landed: finish it */
+            job = w->stream_end;
+            *job = (struct hasher_job){.kind = HASHER_FINISH, .state = w->stream, .arg = w};
+            w->stream = NULL;
+            w->stream_end = NULL;
+            w->state = WANT_VERIFY;
+            w->busy = 1;
+            hasher_submit(e->verifier, job);
+            return;
+        }
     }
     stream_drop(w);
     if (len <= STORE_INLINE_HASH_MAX) { /* as the store would at seal, on the loop */
@@ -900,19 +953,25 @@ static void peer_received(struct xconn *c, void *arg)
     complete_entry(c->owner, arg);
 }
 
-/* Bytes of an entry's object in place: into its digest, when streamed. The transport writes
- * only where recv_into told it to, so p..p+n lies within w->obj. */
+/* Bytes of an entry's object in place: into its digest, when streamed, a piece at a time. The
+ * transport writes only where recv_into told it to, in order, so p..p+n lies within w->obj
+ * right after the bytes before. */
 static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
 {
     struct pentry *pe = arg;
     struct want *w = pe->w;
 
-    if (!w || !w->stream)
+    if (!w || !w->stream || w->stream_broken)
         return;
-    if (XXH3_64bits_update(w->stream, p, n) == XXH_OK)
-        w->streamed += n;
-    else
-        stream_drop(w); /* hashed after, then */
+    if (w->piece_len && p != w->piece + w->piece_len) {
+        w->stream_broken = 1; /* not in order after all: hashed after the last byte */
+        return;
+    }
+    if (!w->piece_len)
+        w->piece = p;
+    w->piece_len += n;
+    if (w->piece_len >= STREAM_PIECE)
+        stream_flush(w);
 }
 
 static void peer_sent(struct xconn *c, void *arg) {}
@@ -933,8 +992,10 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
     for (; job; job = next) {
         struct want *w = job->arg;
         next = job->next;
-        w->busy = 0;
-        want_checked(w, job->digest);
+        if (w) { /* a digest (pieces and drops name no want) */
+            w->busy = 0;
+            want_checked(w, job->digest);
+        }
         free(job);
     }
 }

@@ -71,10 +71,12 @@ int bench_loopback_socket(int *port);
 void bench_free_ports(int *ports, size_t n);
 
 /* A node's counters at one moment: the daemon's own (st) and every one, the transports'
- * included, by name (all; freed at exit). */
+ * included, by name (all[0..n), a copy: taking counters allocates nothing that outlives the
+ * call, however often a suite takes them). */
+#define BENCH_MAX_COUNTERS 512
 struct bench_counters {
     ferry_stats st;
-    ferry_stat *all;
+    ferry_stat all[BENCH_MAX_COUNTERS];
     size_t n;
 };
 
@@ -230,6 +232,10 @@ struct bench_set {
 void bench_measure_rounds(const struct bench_op *const *ops, size_t nops,
                           const struct bench_options *o, const struct bench_limits *lim,
                           unsigned comparison, struct bench_set *out);
+
+/* Shuffles order[0..n) (Fisher-Yates) with splitmix64 from *state: the same state gives the
+ * same order, in every process. */
+void bench_shuffle(size_t *order, size_t n, uint64_t *state);
 
 /* The summary of one set for (system, op, size), or NULL when it was not measured. */
 const struct bench_result *bench_set_find(const struct bench_set *set, const char *system,

@@ -104,8 +104,7 @@ static uint64_t next_random(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* Fisher-Yates over order[0..n). */
-static void shuffle(size_t *order, size_t n, uint64_t *state)
+void bench_shuffle(size_t *order, size_t n, uint64_t *state)
 {
     for (size_t i = n; i > 1; i--) {
         size_t j = (size_t)(next_random(state) % i);
@@ -183,7 +182,7 @@ void bench_measure_rounds(const struct bench_op *const *ops, size_t nops,
                 o->repeat, k + 1, o->rounds);
         for (size_t i = 0; i < n; i++)
             order[i] = i;
-        shuffle(order, n, &state);
+        bench_shuffle(order, n, &state);
         for (size_t j = 0; j < n; j++) {
             size_t i = order[j];
             out->rounds[k * n + i] =

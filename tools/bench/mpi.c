@@ -741,15 +741,6 @@ static void free_results(struct mpi_results *res)
 
 /* ---- the suite ---- */
 
-/* splitmix64 of *state: the same sequence on every rank, from the same seed. */
-static uint64_t next_random(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* The runs of one round, [pattern * nsizes + size] of the patterns asked for, shuffled. */
 static size_t round_order(const struct mpi_options *o, uint64_t *state, size_t *order)
 {
@@ -757,11 +748,7 @@ static size_t round_order(const struct mpi_options *o, uint64_t *state, size_t *
     for (int p = 0; p < N_PATTERNS; p++)
         for (size_t s = 0; o->patterns[p] && s < o->nsizes; s++)
             order[n++] = (size_t)p * o->nsizes + s;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(next_random(state) % i), t = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = t;
-    }
+    bench_shuffle(order, n, state); /* the same order on every rank, from the same seed */
     return n;
 }
 

@@ -217,9 +217,17 @@ void bench_free_ports(int *ports, size_t n)
 
 void bench_counters_get(ferry_client *c, const char *who, struct bench_counters *out)
 {
+    ferry_stat *all;
+    size_t n;
     bench_check_ferry(ferry_stats_get(c, &out->st), "stats of %s", who);
-    bench_check_ferry(ferry_stats_list(c, &out->all, &out->n), "stats of %s", who);
-    bench_free_at_exit(out->all);
+    bench_check_ferry(ferry_stats_list(c, &all, &n), "stats of %s", who);
+    if (n > BENCH_MAX_COUNTERS) {
+        ferry_free(all);
+        bench_fail("%s has %zu counters, more than the %d kept here", who, n, BENCH_MAX_COUNTERS);
+    }
+    memcpy(out->all, all, n * sizeof(*all));
+    out->n = n;
+    ferry_free(all);
 }
 
 uint64_t bench_counter(const struct bench_counters *s, const char *name)

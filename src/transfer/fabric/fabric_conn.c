@@ -184,7 +184,7 @@ void fab_conn_shut(struct fconn *c)
         c->reads = r->next;
         r->c = NULL; /* its reads in flight only count down now */
         if (r->issued == r->done)
-            free(r);
+            fab_read_free(r);
     }
     fab_conn_maybe_reap(c);
 }

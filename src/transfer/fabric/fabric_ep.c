@@ -349,7 +349,7 @@ static void fab_listener_close(struct xlistener *f)
         f->reading = op->next;
         r->done += op->len;
         if (r->done == r->issued && !r->queued)
-            free(r);
+            fab_read_free(r);
         free(op);
     }
     while (f->all) {

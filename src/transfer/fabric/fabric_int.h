@@ -195,17 +195,26 @@ struct rread;
 struct rdop {
     struct fop op;
     struct rread *r;
-    struct fconn *c; /* the connection that issued it (its record waits for this) */
-    uint64_t len;
+    struct fconn *c;            /* the connection that issued it (its record waits for this) */
+    uint64_t off, len;          /* the chunk of r */
     int abandoned;              /* given up on (on_zombie): already uncounted */
     struct rdop *next, **pprev; /* in the endpoint's reads in flight */
 };
 
 /* One object read one-sided into this node's arena. */
+/* A chunk of a read that completed before those ahead of it: told as landed once they are. */
+struct rchunk {
+    uint64_t off, len;
+    struct rchunk *next;
+};
+
 struct rread {
     struct fconn *c;
     uint8_t *dst;
     uint64_t len, issued, done, raddr, cookie, deadline_ms;
+    uint64_t landed;      /* the prefix told as landed (ev->landed), in order */
+    struct rchunk *early; /* completed chunks past that prefix */
+    int untold;           /* no memory to keep a chunk: nothing more is told */
     void *arg;
     struct rread *next;  /* in c->reads, in RDV order */
     struct rread *qnext; /* in the endpoint's queue of reads with bytes left to issue */
@@ -474,6 +483,8 @@ void fab_on_deadline(struct loop *l, struct loop_timer *t);
 void fab_on_rdv(struct fconn *c, const uint8_t *p, size_t n, uint64_t at_ms);
 void fab_on_read_pace(struct loop *l, struct loop_timer *t);
 void fab_reads_push(struct xlistener *f);
+/* Frees a read record and the early chunks it keeps. */
+void fab_read_free(struct rread *r);
 void fab_read_done(struct xlistener *f, struct rdop *op, int err);
 
 /* fabric_cq.c: completions and progress */

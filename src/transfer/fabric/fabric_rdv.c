@@ -29,6 +29,57 @@ static void read_queue(struct xlistener *f, struct rread *r)
     f->readq_tail = &r->qnext;
 }
 
+static void early_free(struct rread *r)
+{
+    while (r->early) {
+        struct rchunk *k = r->early;
+        r->early = k->next;
+        free(k);
+    }
+}
+
+void fab_read_free(struct rread *r)
+{
+    early_free(r);
+    free(r);
+}
+
+/* The chunk [off, off + len) of r is in place: tells ev->landed of it once every byte before
+ * it is, in order, with those that completed early after it. Chunks complete out of order
+ * when several are in flight; at most read_max wait here. */
+static void read_landed(struct fconn *c, struct rread *r, uint64_t off, uint64_t len)
+{
+    void (*landed)(struct xconn *, void *, const uint8_t *, size_t) = c->base.ev->landed;
+
+    if (!landed || r->untold)
+        return;
+    if (off != r->landed) {
+        struct rchunk *k = malloc(sizeof(*k));
+        if (!k) { /* the engine hashes it after, then */
+            r->untold = 1;
+            early_free(r);
+            return;
+        }
+        *k = (struct rchunk){.off = off, .len = len, .next = r->early};
+        r->early = k;
+        return;
+    }
+    landed(&c->base, r->arg, r->dst + off, (size_t)len);
+    r->landed += len;
+    for (struct rchunk **pp = &r->early; *pp;) {
+        struct rchunk *k = *pp;
+        if (k->off != r->landed) {
+            pp = &k->next;
+            continue;
+        }
+        landed(&c->base, r->arg, r->dst + k->off, (size_t)k->len);
+        r->landed += k->len;
+        *pp = k->next;
+        free(k);
+        pp = &r->early; /* one that came before it in the list may follow it */
+    }
+}
+
 /* Sends DONE for the read and hands the object over. */
 static void read_finished(struct fconn *c, struct rread *r)
 {
@@ -44,7 +95,7 @@ static void read_finished(struct fconn *c, struct rread *r)
     if (!c->f->fault_skip_done) {
         struct fseg *d = calloc(1, sizeof(*d));
         if (!d) {
-            free(r);
+            fab_read_free(r);
             fab_conn_fail(c, "out of memory for a done message");
             return;
         }
@@ -53,7 +104,7 @@ static void read_finished(struct fconn *c, struct rread *r)
         c->dq_tail = &d->next;
         fab_conn_mark(c);
     }
-    free(r);
+    fab_read_free(r);
     c->base.ev->received(&c->base, arg);
 }
 
@@ -160,7 +211,7 @@ void fab_reads_push(struct xlistener *f)
             free(op);
             return;
         }
-        *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .len = k};
+        *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .off = r->issued, .len = k};
         errno = 0; /* posts may progress the provider: see fab_progress */
         rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
                      r->c->rkey, &op->op.ctx);
@@ -208,7 +259,7 @@ void fab_read_done(struct xlistener *f, struct rdop *op, int err)
         c->inflight--;
     if (!r->c) { /* its connection closed: the record waited for this */
         if (r->done == r->issued && !r->queued)
-            free(r);
+            fab_read_free(r);
     } else if (err) {
         char reason[160];
         snprintf(reason, sizeof(reason), "one-sided read failed: %s", fi_strerror(err));
@@ -216,6 +267,7 @@ void fab_read_done(struct xlistener *f, struct rdop *op, int err)
     } else {
         c->base.bytes_in += op->len;
         f->stats.rdv_bytes += op->len;
+        read_landed(c, r, op->off, op->len);
         if (r->done == r->len) {
             if (loop_now_ms() > r->deadline_ms)
                 fab_conn_fail(c, "a one-sided read completed after its lease");

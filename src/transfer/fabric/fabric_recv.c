@@ -87,6 +87,8 @@ static void feed(struct fconn *c, const uint8_t *p, size_t n)
             k = r->len < n ? (size_t)r->len : n;
             if (r->dst) {
                 memcpy(r->dst, p, k);
+                if (c->base.ev->landed)
+                    c->base.ev->landed(&c->base, r->arg, r->dst, k);
                 r->dst += k;
             }
             r->len -= k;
