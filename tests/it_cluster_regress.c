@@ -12,8 +12,8 @@
  * - before authentication, a frame header announcing a large payload closes the connection
  *   at once (both sides), and is counted in peer_errors;
  * - bytes other than the content the directory recorded, sent under the recorded digest, are
- *   refused whether their digest is taken as they land (1 MiB) or after (64 KiB), and the
- *   recorded bytes are taken on both paths.
+ *   refused whether their digest is taken as they land (1 MiB on the loop, 32 MiB on the
+ *   verifier thread) or after (64 KiB), and the recorded bytes are taken on every path.
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
  * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
@@ -487,12 +487,15 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     ferry_disconnect(a);
 }
 
-/* Past 256 KiB the receiver takes the digest as the bytes land; the last byte decides. */
+/* Past 256 KiB the receiver takes the digest as the bytes land, on its loop up to 16 MiB and
+ * on its verifier thread above; the last byte decides. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
 {
-    h_cluster_start(cl, 1, "64M", NULL);
+    h_cluster_start(cl, 1, "96M", NULL);
     fetch_recorded_content(cl, 1u << 20, 0);
     fetch_recorded_content(cl, 1u << 20, 1);
+    fetch_recorded_content(cl, 32u << 20, 0);
+    fetch_recorded_content(cl, 32u << 20, 1);
 }
 
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */

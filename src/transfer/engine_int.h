@@ -148,19 +148,20 @@ struct want {
     struct object *obj;    /* the local object being filled */
     alloc_block *reserved; /* room for the recorded size, taken before its PULL goes */
     uint64_t digest;       /* the holder's, with verify */
-    /* A checked object's digest taken on the verifier thread while its bytes land (the
-     * transport's landed event), in pieces of STREAM_PIECE, so that it is known soon after
-     * the last byte instead of hashed after it: stream is the digest's state, which only the
-     * verifier touches once a piece went (NULL: not streamed; small objects are hashed at
-     * once on the loop; a transport that does not tell; no memory), stream_end the job that
-     * will finish or drop it (allocated up front, so that ending cannot fail). piece and
-     * piece_len are the landed bytes not sent yet; streamed counts those sent; the digest is
-     * used only when that reached the object's length. */
+    /* A checked object's digest taken while its bytes land (the transport's landed event),
+     * in pieces of STREAM_PIECE, so that it is known soon after the last byte instead of
+     * hashed after it: on the loop (stream_on_loop, up to STREAM_LOOP_MAX), else on the
+     * verifier thread. stream is the digest's state (NULL: not streamed; small objects are
+     * hashed at once on the loop; a transport that does not tell; no memory); on the
+     * verifier, only that thread touches it once a piece went, and stream_end is the job
+     * that will finish or drop it (allocated up front, so that ending cannot fail). piece and
+     * piece_len are the landed bytes not hashed or sent yet; streamed counts the others; the
+     * digest is used only when that reached the object's length. */
     XXH3_state_t *stream;
     struct hasher_job *stream_end;
     const uint8_t *piece;
     uint64_t piece_len, streamed;
-    int stream_broken;
+    int stream_broken, stream_on_loop;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
 };
 
