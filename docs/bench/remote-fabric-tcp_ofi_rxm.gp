@@ -18,5 +18,6 @@ plot "remote-ferry-fabric_tcp_ofi_rxm-fetch-eager.dat" using 1:($1 / $3 * 1e6 / 
   "remote-ferry-fabric_tcp_ofi_rxm-fetch-hybrid.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "hybrid (eager up to 16K)" noenhanced, \
   "remote-ferry-tcp-fetch.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "tcp transport (ferry-tcp fetch)" noenhanced, \
   "remote-raw-tcp-stream.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "raw TCP stream" noenhanced, \
+  "remote-raw-tcp-reqresp.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "raw TCP request/response" noenhanced, \
   "remote-memcpy-copy.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "memcpy" noenhanced, \
   "remote-cma-readv.dat" using 1:($1 / $3 * 1e6 / 1048576) with linespoints lw 2 title "process_vm_readv (cross-memory attach)" noenhanced

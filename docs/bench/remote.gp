@@ -17,6 +17,7 @@ plot "remote-ferry-tcp-fetch.dat" using 1:5 with linespoints lw 2 title "ferry-t
   "remote-ferry-tcp-fetch-batch.dat" using 1:5 with linespoints lw 2 title "ferry-tcp:fetch-batch" noenhanced, \
   "remote-redis-tcp-get.dat" using 1:5 with linespoints lw 2 title "redis-tcp:get" noenhanced, \
   "remote-raw-tcp-stream.dat" using 1:5 with linespoints lw 2 title "raw-tcp:stream" noenhanced, \
+  "remote-raw-tcp-reqresp.dat" using 1:5 with linespoints lw 2 title "raw-tcp:reqresp" noenhanced, \
   "remote-cma-readv.dat" using 1:5 with linespoints lw 2 title "cma:readv" noenhanced
 set output "remote-latency.png"
 set title "ferry-bench remote: median latency per operation"
@@ -25,4 +26,5 @@ plot "remote-ferry-tcp-fetch.dat" using 1:3 with linespoints lw 2 title "ferry-t
   "remote-ferry-tcp-fetch-batch.dat" using 1:3 with linespoints lw 2 title "ferry-tcp:fetch-batch" noenhanced, \
   "remote-redis-tcp-get.dat" using 1:3 with linespoints lw 2 title "redis-tcp:get" noenhanced, \
   "remote-raw-tcp-stream.dat" using 1:3 with linespoints lw 2 title "raw-tcp:stream" noenhanced, \
+  "remote-raw-tcp-reqresp.dat" using 1:3 with linespoints lw 2 title "raw-tcp:reqresp" noenhanced, \
   "remote-cma-readv.dat" using 1:3 with linespoints lw 2 title "cma:readv" noenhanced

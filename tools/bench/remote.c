@@ -66,8 +66,8 @@ static const char remote_help[] =
     "                   as messages up to the receiver's eager limit, by reads above\n"
     "  --hybrid-max SIZE|auto  that limit (default auto: the provider's default)\n"
     "--plot also writes DIR/remote-fabric-PROVIDER.png per provider: median MiB/s of each\n"
-    "protocol, the tcp transport, raw TCP and memcpy against size. The default sweep takes\n"
-    "1-2 minutes on 2 cores; for a quick run: --sizes 1K,1M,16M --seconds 0.2.\n";
+    "protocol, the tcp transport, raw TCP and memcpy against size. The default sweep (5\n"
+    "rounds) takes 2-3 minutes on 2 cores; for a quick run: --sizes 1K,1M,16M --rounds 3.\n";
 
 static void handle_option(void *ctx, int ch, const char *arg)
 {
