@@ -971,8 +971,8 @@ static void peer_received(struct xconn *c, void *arg)
 }
 
 /* Bytes of an entry's object in place: into its digest, when streamed, a piece at a time. The
- * transport writes only where recv_into told it to, in order, so p..p+n lies within w->obj
- * right after the bytes before. */
+ * transport writes only where recv_into told it to, in order, so p..p+n should lie within
+ * w->obj right after the bytes before; that is checked, not assumed. */
 static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
 {
     struct pentry *pe = arg;
@@ -980,8 +980,11 @@ static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
 
     if (!w || !w->stream || w->stream_broken)
         return;
-    if (w->piece_len && p != w->piece + w->piece_len) {
-        w->stream_broken = 1; /* not in order after all: hashed after the last byte */
+    /* Exactly the object's bytes, from its first, each once: anything else (a transport that
+     * tells out of order) breaks the stream, and the object is hashed after its last byte. */
+    if (!w->obj || p != w->e->store->base + w->obj->offset + w->streamed + w->piece_len ||
+        n > w->obj->data_size + w->obj->metadata_size - w->streamed - w->piece_len) {
+        w->stream_broken = 1;
         return;
     }
     if (!w->piece_len)
