@@ -247,7 +247,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fetches, COUNTER, "fetch requests from local clients")                                       \
     X(transfers_in, COUNTER, "objects received from peers")                                        \
     X(transfers_out, COUNTER, "objects sent to peers")                                             \
-    X(transfer_failures, COUNTER, "objects whose transfer from one holder failed")                 \
+    X(transfer_failures, COUNTER, "objects (or ranges) whose transfer from one holder failed")     \
+    X(split_fetches, COUNTER, "objects fetched in ranges from several holders at once")            \
+    X(ranges_in, COUNTER, "ranges of objects received (split fetches)")                            \
+    X(ranges_moved, COUNTER, "ranges moved to another holder after theirs failed")                 \
+    X(split_fallbacks, COUNTER, "split fetches that ran out of holders and were fetched whole")    \
+    X(ranges_out, COUNTER, "ranges of objects sent to peers (split fetches)")                      \
     X(bytes_in, COUNTER, "object bytes received from peers")                                       \
     X(bytes_out, COUNTER, "object bytes sent to peers")                                            \
     X(peer_errors, COUNTER, "transfer connections closed for a bad message or authentication")     \

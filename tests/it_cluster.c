@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { A, B, C };
+enum { A, B, C, D };
 #define BIT(i) (1u << (i))
 #define MIB (1024u * 1024u)
 
@@ -341,6 +341,60 @@ H_CLUSTER_TEST(spilled_objects_are_fetched_and_served_again_after_a_restart)
     ferry_disconnect(b);
 }
 
+/* c fetches id (one object), and it must arrive whole; then the directory lists the holders
+ * in mask. */
+static void fetch_one(ferry_client *c, const struct h_cluster *cl, const ferry_id *id,
+                      unsigned mask)
+{
+    int status = 1;
+    H_OK(ferry_fetch(c, id, 1, 60000, &status));
+    assert_statuses_ok(&status, 1);
+    h_assert_where(c, cl, id, mask, H_CLUSTER_MS);
+}
+
+/* With ferryd --split-min, an object that several nodes hold comes in ranges from all of them
+ * at once (each sends one range) and arrives bit-exact and checked against the record; one
+ * that a single node holds, or smaller than the limit, comes whole from one. */
+H_CLUSTER_TEST(objects_several_nodes_hold_come_in_ranges_from_all_of_them)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 4, "256M", split);
+    ferry_client *c[4];
+    ferry_stats s0[4], s1[4];
+    ferry_id big = h_idf("split-big"), small = h_idf("split-small");
+    for (int i = 0; i < 4; i++)
+        c[i] = h_node_connect(cl, i);
+    H_OK(h_put_direct(c[B], &big, 48 * MIB, 64));
+    H_OK(h_put_direct(c[B], &small, 512 * 1024, 0));
+    h_assert_where(c[A], cl, &big, BIT(B), H_CLUSTER_MS);
+    for (int i = 0; i < 4; i++)
+        s0[i] = h_stats(c[i]);
+    fetch_one(c[C], cl, &big, BIT(B) | BIT(C));          /* one holder: whole */
+    fetch_one(c[D], cl, &big, BIT(B) | BIT(C) | BIT(D)); /* two: a range from each */
+    fetch_one(c[C], cl, &small, BIT(B) | BIT(C));
+    fetch_one(c[A], cl, &big, BIT(A) | BIT(B) | BIT(C) | BIT(D)); /* three */
+    fetch_one(c[A], cl, &small, BIT(A) | BIT(B) | BIT(C));        /* below the limit: whole */
+    h_assert_object(c[A], &big, 48 * MIB, 64);
+    h_assert_object(c[D], &big, 48 * MIB, 64);
+    h_assert_object(c[A], &small, 512 * 1024, 0);
+    for (int i = 0; i < 4; i++)
+        s1[i] = h_stats(c[i]);
+    assert_int_equal(s1[C].split_fetches - s0[C].split_fetches, 0);
+    assert_int_equal(s1[D].split_fetches - s0[D].split_fetches, 1);
+    assert_int_equal(s1[D].ranges_in - s0[D].ranges_in, 2);
+    assert_int_equal(s1[A].split_fetches - s0[A].split_fetches, 1);
+    assert_int_equal(s1[A].ranges_in - s0[A].ranges_in, 3);
+    assert_int_equal(s1[A].transfers_in - s0[A].transfers_in, 2);
+    /* B and C sent a range each to D, then to A; D one to A. */
+    assert_int_equal(s1[B].ranges_out - s0[B].ranges_out, 2);
+    assert_int_equal(s1[C].ranges_out - s0[C].ranges_out, 2);
+    assert_int_equal(s1[D].ranges_out - s0[D].ranges_out, 1);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(s1[i].transfer_failures, s0[i].transfer_failures);
+        ferry_disconnect(c[i]);
+    }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -355,6 +409,7 @@ int main(void)
         T(concurrent_fetches_of_one_id_make_one_transfer),
         T(fetch_with_verify_delivers_intact_objects),
         T(spilled_objects_are_fetched_and_served_again_after_a_restart),
+        T(objects_several_nodes_hold_come_in_ranges_from_all_of_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

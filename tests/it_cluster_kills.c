@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { A, B };
+enum { A, B, C, D };
 #define BIT(i) (1u << (i))
 #define MIB (1024u * 1024u)
 #define ROUNDS 20
@@ -103,12 +103,67 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
     ferry_disconnect(a);
 }
 
+/* An object held by B, C and D comes to A in ranges from all three (ferryd --split-min); D is
+ * killed a few milliseconds into each fetch. Its range goes to B or C: every fetch ends done
+ * and bit-exact, within its timeout, and A's directory of holders forgets the dead D. */
+H_CLUSTER_TEST(a_holder_killed_mid_range_leaves_its_range_to_the_others)
+{
+    enum { SPLIT_ROUNDS = 3, SPLIT_OBJ = 96 * MIB };
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 4, "384M", split);
+    ferry_client *a = h_node_connect(cl, A);
+    uint64_t moved = 0, fallbacks = 0;
+    for (int r = 0; r < SPLIT_ROUNDS; r++) {
+        ferry_client *b = h_node_connect(cl, B), *c = h_node_connect(cl, C),
+                     *d = h_node_connect(cl, D), *fa = h_node_connect(cl, A);
+        ferry_id id = h_idf("split-killed-%d", r);
+        int status = 1;
+        H_OK(h_put_direct(b, &id, SPLIT_OBJ, 0));
+        H_OK(ferry_fetch(c, &id, 1, FETCH_TIMEOUT, &status));
+        H_OK(status);
+        h_assert_where(a, cl, &id, BIT(B) | BIT(C), H_CLUSTER_MS);
+        H_OK(ferry_fetch(d, &id, 1, FETCH_TIMEOUT, &status));
+        H_OK(status);
+        h_assert_where(a, cl, &id, BIT(B) | BIT(C) | BIT(D), H_CLUSTER_MS);
+        ferry_stats a0 = h_stats(a);
+        struct h_fetch f;
+        h_fetch_start(&f, fa, &id, 1, FETCH_TIMEOUT, &status);
+        h_sleep_ms(2 * r);
+        h_node_kill(cl, D);
+        ferry_disconnect(d);
+        h_fetch_join(&f, FETCH_TIMEOUT + 5000);
+        ferry_stats a1 = h_stats(a);
+        printf("round %d: D killed after %d ms: fetch %s in %lld ms; split %llu, ranges moved "
+               "%llu, fetched whole %llu\n",
+               r, 2 * r, f.rc == FERRY_OK ? "done" : ferry_strerror(f.rc), (long long)f.elapsed_ms,
+               (unsigned long long)(a1.split_fetches - a0.split_fetches),
+               (unsigned long long)(a1.ranges_moved - a0.ranges_moved),
+               (unsigned long long)(a1.split_fallbacks - a0.split_fallbacks));
+        H_OK(f.rc);
+        h_assert_object(a, &id, SPLIT_OBJ, 0);
+        assert_int_equal(a1.split_fetches - a0.split_fetches, 1);
+        moved += a1.ranges_moved - a0.ranges_moved;
+        fallbacks += a1.split_fallbacks - a0.split_fallbacks;
+        H_OK(ferry_delete(a, &id));
+        ferry_disconnect(fa);
+        ferry_disconnect(b);
+        ferry_disconnect(c);
+        h_node_start(cl, D, "384M", split);
+        h_assert_nodes(a, cl, BIT(A) | BIT(B) | BIT(C) | BIT(D), H_CLUSTER_MS);
+    }
+    /* The kills landed while D owed its range: it went to the others, not to a whole fetch. */
+    assert_true(moved >= 1);
+    assert_int_equal(fallbacks, 0);
+    ferry_disconnect(a);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(holders_killed_mid_transfer_never_stop_the_fetcher),
+        T(a_holder_killed_mid_range_leaves_its_range_to_the_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

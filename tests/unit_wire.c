@@ -70,18 +70,23 @@ static void test_pull_and_reply_round_trip(void **state)
 {
     ferry_id ids[2];
     struct wire_reply_entry in = {FERRY_ENOENT, 1, 2, 3}, out;
+    struct wire_range r;
     struct pbuf b = {0};
     struct wire_msg m;
     size_t start;
 
     memset(ids, 0x5a, sizeof(ids));
-    wire_pull(&b, 42, WIRE_PULL_VERIFY, 65536, ids, 2);
+    wire_pull(&b, 42, WIRE_PULL_VERIFY, 65536, ids, NULL, 2);
     assert_int_equal(decode(&b, &m), 0);
     assert_int_equal(m.tag, 42);
     assert_int_equal(m.flags, WIRE_PULL_VERIFY);
     assert_int_equal(m.eager_max, 65536);
     assert_int_equal(m.n, 2);
     assert_memory_equal(m.ids, ids, sizeof(ids));
+    assert_null(m.ranges);
+    wire_pull_range(&m, 1, &r); /* without ranges: the whole object */
+    assert_int_equal(r.off, 0);
+    assert_int_equal(r.len, UINT64_MAX);
     b.len = 0;
     start = wire_reply_begin(&b, 42, 1);
     wire_reply_add(&b, &in);
@@ -95,6 +100,40 @@ static void test_pull_and_reply_round_trip(void **state)
     pbuf_free(&b);
 }
 
+/* A ranged PULL carries each id's range; a range is cut to the object it names. */
+static void test_ranged_pull_round_trip(void **state)
+{
+    ferry_id ids[2];
+    const struct wire_range in[2] = {{4096, 1 << 20}, {0, UINT64_MAX}};
+    struct wire_range out;
+    struct pbuf b = {0};
+    struct wire_msg m;
+
+    memset(ids, 0x33, sizeof(ids));
+    wire_pull(&b, 7, WIRE_PULL_VERIFY | WIRE_PULL_RANGES, 0, ids, in, 2);
+    assert_int_equal(decode(&b, &m), 0);
+    assert_int_equal(m.flags, WIRE_PULL_VERIFY | WIRE_PULL_RANGES);
+    assert_int_equal(m.n, 2);
+    assert_memory_equal(m.ids, ids, sizeof(ids));
+    for (uint32_t i = 0; i < 2; i++) {
+        wire_pull_range(&m, i, &out);
+        assert_int_equal(out.off, in[i].off);
+        assert_int_equal(out.len, in[i].len);
+    }
+    /* The flag with one range fewer than ids: truncated. */
+    b.len = 0;
+    wire_pull(&b, 7, WIRE_PULL_RANGES, 0, ids, in, 1);
+    memcpy(b.data + PROTO_HEADER_SIZE + 1 + 8, &(uint32_t){2}, 4);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+    pbuf_free(&b);
+    /* Cut to the object: within, past its end, from beyond it, the whole, empty. */
+    assert_int_equal(wire_range_cut(&in[0], 8 << 20), 1 << 20);
+    assert_int_equal(wire_range_cut(&in[0], 8192), 4096);
+    assert_int_equal(wire_range_cut(&in[0], 4096), 0);
+    assert_int_equal(wire_range_cut(&in[1], 12345), 12345);
+    assert_int_equal(wire_range_cut(&(struct wire_range){UINT64_MAX, UINT64_MAX}, UINT64_MAX), 0);
+}
+
 /* Counts beyond the payload, unknown flags, bad node ids and unknown types are refused. */
 static void test_malformed_rejected(void **state)
 {
@@ -104,11 +143,11 @@ static void test_malformed_rejected(void **state)
     uint8_t nonce[WIRE_NONCE] = {0};
 
     memset(&id, 1, sizeof(id));
-    wire_pull(&b, 1, 0, 0, &id, 1);
+    wire_pull(&b, 1, 0, 0, &id, NULL, 1);
     memcpy(b.data + PROTO_HEADER_SIZE + 1 + 8, &(uint32_t){2}, 4); /* claims 2 ids, holds 1 */
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
-    wire_pull(&b, 1, 0x80, 0, &id, 1);
+    wire_pull(&b, 1, 0x80, 0, &id, NULL, 1);
     assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     b.len = 0;
     wire_hello(&b, "bad\x01id", 1, "a:1", nonce);
@@ -173,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_handshake_round_trip),
         cmocka_unit_test(test_refuse_round_trip),
         cmocka_unit_test(test_pull_and_reply_round_trip),
+        cmocka_unit_test(test_ranged_pull_round_trip),
         cmocka_unit_test(test_malformed_rejected),
         cmocka_unit_test(test_other_version_hello_decodes),
         cmocka_unit_test(test_hello_address_checked),

@@ -117,6 +117,7 @@ int dir_answer_from_cache(const struct directory *d, struct request *r)
         r->nodes[i] = *node;
     }
     r->a.n = h->n;
+    r->a.cached = 1;
     r->a.has_content = 1;
     r->a.size = h->size;
     r->a.digest = h->digest;

@@ -137,6 +137,7 @@ struct directory_answer {
     int has_content;
     uint64_t size, digest;
     const char *other;
+    int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
     uint64_t count; /* deletes: the holders the id was removed from */
 };
 

@@ -36,7 +36,8 @@ static void usage(FILE *f)
             "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
-            "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]]\n"
+            "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
+            "               [--split-min SIZE]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
@@ -79,9 +80,13 @@ static void usage(FILE *f)
             "                      buffers, larger ones by one-sided read (default: the\n"
             "                      provider's measured crossover; @FILE: the size saved by\n"
             "                      ferry calibrate --save FILE)\n"
-            "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n",
+            "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n"
+            "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
+            "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
+            "                      from one)\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
-            LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names());
+            LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names(),
+            FERRYD_DEFAULT_SPLIT_MIN_TEXT);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -211,6 +216,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"fabric-provider", required_argument, NULL, 'P'},
                                          {"eager-max", required_argument, NULL, 'E'},
                                          {"fabric-window", required_argument, NULL, 'W'},
+                                         {"split-min", required_argument, NULL, 'R'},
                                          {"metrics", required_argument, NULL, 'x'},
                                          {"log-format", required_argument, NULL, 'L'},
                                          {"spill-dir", required_argument, NULL, 'D'},
@@ -228,6 +234,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
     cfg->eager_max = ENGINE_EAGER_AUTO;
     cfg->spill_at = FERRYD_DEFAULT_SPILL_AT;
+    (void)size_parse(FERRYD_DEFAULT_SPLIT_MIN_TEXT, &cfg->split_min);
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':
@@ -292,6 +299,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'X':
             rc = size_parse(optarg, &cfg->spill_max);
+            break;
+        case 'R':
+            rc = size_parse(optarg, &cfg->split_min);
             break;
         case 'A':
             rc = parse_percent(optarg, &cfg->spill_at);

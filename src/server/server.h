@@ -31,6 +31,9 @@ struct subscriber;
 
 /* Writes to the spill directory start when this percent of the arena cannot be freed at once. */
 #define FERRYD_DEFAULT_SPILL_AT 80
+/* Objects of at least this size that several nodes hold are fetched in ranges from them all
+ * (measured: docs/architecture.md, "Several holders at once"). */
+#define FERRYD_DEFAULT_SPLIT_MIN_TEXT "64M"
 
 struct server_config {
     const char *socket_path;
@@ -48,7 +51,8 @@ struct server_config {
     const char *fabric_provider; /* NULL: any */
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
-    int strict_ids;           /* a seal waits for the directory to confirm the id's content */
+    uint64_t split_min; /* objects of at least this size come in ranges from several holders */
+    int strict_ids;     /* a seal waits for the directory to confirm the id's content */
     const char *metrics_addr; /* HOST:PORT for Prometheus' scrapes, or NULL */
     const char *spill_dir;    /* NULL: no spilling */
     uint64_t spill_max;       /* 0: the disk's room */

@@ -84,6 +84,11 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->transfers_in = ec->transfers_in;
         out->transfers_out = ec->transfers_out;
         out->transfer_failures = ec->transfer_failures;
+        out->split_fetches = ec->split_fetches;
+        out->ranges_in = ec->ranges_in;
+        out->ranges_moved = ec->ranges_moved;
+        out->split_fallbacks = ec->split_fallbacks;
+        out->ranges_out = ec->ranges_out;
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;
         out->peer_errors = ec->peer_errors;

@@ -209,7 +209,9 @@ void engine_close(struct engine *e)
         for (struct pull *pl = p->pulls; pl; pl = pl->next) {
             for (uint32_t i = 0; i < pl->n; i++) {
                 struct want *pw = pl->entries[i].w;
-                if (pw && pw->done)
+                if (pw && pw->parent)
+                    eng_part_close(pw);
+                else if (pw && pw->done)
                     eng_want_free(pw); /* finished, kept only for this pull */
                 else if (pw)
                     pw->entry = NULL;
@@ -222,7 +224,9 @@ void engine_close(struct engine *e)
         }
         for (uint32_t i = 0; i < p->nqueue; i++) {
             p->queue[i]->queued = NULL;
-            if (p->queue[i]->done)
+            if (p->queue[i]->parent)
+                eng_part_close(p->queue[i]);
+            else if (p->queue[i]->done)
                 eng_want_free(p->queue[i]);
         }
         eng_peer_free(p);
@@ -231,7 +235,7 @@ void engine_close(struct engine *e)
     close_transports(e);
     loop_watch_del(l, &e->verifier_watch);
     job = hasher_stop(e->verifier);
-    e->verifier = NULL; /* streamed digests still held are freed here (stream_drop) */
+    e->verifier = NULL; /* streamed digests still held are freed here (eng_stream_drop) */
     for (; job; job = next) {
         struct want *v = job->arg;
         next = job->next;

@@ -44,6 +44,9 @@ struct engine_config {
     const char *fabric_provider; /* NULL: the first suitable one libfabric offers */
     uint64_t eager_max;          /* fabric: objects up to this go two-sided, larger one-sided */
     uint32_t fabric_window;      /* fabric: credits per connection and size class (0: 8) */
+    /* Objects of at least this many recorded bytes are fetched in ranges from up to 4 holders
+     * at once (0: always whole, from one). */
+    uint64_t split_min;
 };
 
 struct engine_counters {
@@ -54,6 +57,11 @@ struct engine_counters {
     uint64_t pins_deferred;       /* objects a receiver asked for past its pin limit: ask again */
     uint64_t peers_too_slow;      /* receivers dropped for reading nothing, or too slowly */
     uint64_t connections_evicted; /* closed to make room: unauthenticated, or idle */
+    uint64_t split_fetches;       /* objects fetched in ranges from several holders */
+    uint64_t ranges_in;           /* ranges received (of those) */
+    uint64_t ranges_moved;        /* ranges moved to another holder after theirs failed */
+    uint64_t split_fallbacks;     /* split fetches that ran out of holders: fetched whole */
+    uint64_t ranges_out;          /* ranges of objects sent (ranged pulls) */
     struct hist transfer_latency; /* from the first want of an object to its seal here */
 };
 

@@ -17,6 +17,7 @@ static void pins_drop(struct inconn *ic)
 static void hpull_free(struct hpull *hp)
 {
     free(hp->ids);
+    free(hp->ranges);
     free(hp);
 }
 
@@ -205,24 +206,31 @@ static int hpull_ready(struct engine *e, const struct hpull *hp)
     return 1;
 }
 
+/* The bytes of o that entry i of hp asks for: all of them, or its range's. */
+static uint64_t hpull_len(const struct hpull *hp, uint32_t i, const struct object *o)
+{
+    return hp->ranges ? wire_range_cut(&hp->ranges[i], object_bytes(o)) : object_bytes(o);
+}
+
 /* The bytes a pull would pin now. */
 static uint64_t hpull_bytes(struct engine *e, const struct hpull *hp)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < hp->n; i++) {
         struct object *o = sealed(e, &hp->ids[i]);
-        sum += o ? object_bytes(o) : 0;
+        sum += o ? hpull_len(hp, i, o) : 0;
     }
     return sum;
 }
 
-/* Queues the bytes of o after the reply; the pin passes to the transport's send. */
-static int send_object(struct inconn *ic, struct object *o)
+/* Queues len bytes of o from off after the reply; the pin passes to the transport's send. */
+static int send_object(struct inconn *ic, struct object *o, uint64_t off, uint64_t len)
 {
     struct engine *e = ic->e;
-    uint64_t len = object_bytes(o);
     struct pin *pn;
 
+    if (len < object_bytes(o))
+        e->counters.ranges_out++;
     if (len == 0) {
         e->counters.transfers_out++;
         store_unref(e->store, o);
@@ -238,7 +246,7 @@ static int send_object(struct inconn *ic, struct object *o)
     ic->pins = pn;
     ic->pinned += len;
     ic->given += len;
-    return ic->conn->type->send_range(ic->conn, e->store->base + o->offset, len, pn);
+    return ic->conn->type->send_range(ic->conn, e->store->base + o->offset + off, len, pn);
 }
 
 /* Pins the objects of a pull, in order, within the pin limit: an entry that would pass it
@@ -254,7 +262,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
         ic->e->counters.pins_deferred++;
         return;
     }
-    len = o ? object_bytes(o) : 0;
+    len = o ? hpull_len(hp, i, o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
     if (o && len && ic->pinned + *pinning && ic->pinned + *pinning + len > pin_limit(ic->e)) {
         re[i].status = FERRY_EBUSY;
@@ -294,7 +302,8 @@ static int hpull_answer(struct inconn *ic, struct hpull *hp)
     ic->conn->eager_max = hp->eager_max;
     for (uint32_t i = 0; i < hp->n; i++) {
         if (objs[i] && rc == 0)
-            rc = send_object(ic, objs[i]);
+            rc = send_object(ic, objs[i], hp->ranges ? hp->ranges[i].off : 0,
+                             hpull_len(hp, i, objs[i]));
         else if (objs[i])
             store_unref(ic->e->store, objs[i]);
     }
@@ -400,8 +409,11 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
 
     if (hp)
         hp->ids = malloc((m->n ? m->n : 1) * sizeof(*hp->ids));
-    if (!hp || !hp->ids) {
-        free(hp);
+    if (hp && m->ranges)
+        hp->ranges = malloc((m->n ? m->n : 1) * sizeof(*hp->ranges));
+    if (!hp || !hp->ids || (m->ranges && !hp->ranges)) {
+        if (hp)
+            hpull_free(hp);
         in_abort(ic, "out of memory for a pull");
         return;
     }
@@ -410,6 +422,8 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
     hp->flags = m->flags;
     hp->n = m->n;
     memcpy(hp->ids, m->ids, (size_t)m->n * sizeof(*hp->ids));
+    for (uint32_t i = 0; m->ranges && i < m->n; i++)
+        wire_pull_range(m, i, &hp->ranges[i]);
     ic->queued_ids += m->n;
     *ic->queue_tail = hp;
     ic->queue_tail = &hp->next;

@@ -99,6 +99,8 @@
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
  * providers start from the generic one. */
 #define EAGER_DEFAULT (64u << 10)
+/* An object is fetched in ranges from at most this many holders at once. */
+#define ENGINE_SPLIT_MAX 4
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -163,6 +165,19 @@ struct want {
     uint64_t piece_len, streamed;
     int stream_broken, stream_on_loop;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
+    /* A fetch in ranges from several holders (engine_split.c). A part is a want of its own,
+     * not in e->wants, that fills [off, off + size) of its parent's object; it has no
+     * waiters, timer or lookup of its own. The parent lives while parts_out parts are out and
+     * drains of dead connections that may still write into its object are pending. */
+    struct want *parent;
+    uint64_t off;
+    uint32_t parts_out, drains, nsplit;
+    int split_made;   /* a part's reply created the object (or tried to) */
+    int split_failed; /* a part found no holder left: fetched whole once its parts are in */
+    int split_leak;   /* a dead connection may write into obj for ever: never reused */
+    int no_split;     /* fetched whole from now on */
+    int split_asked;  /* a fresh lookup was made for its split */
+    char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
 };
 
 struct pull {
@@ -215,7 +230,8 @@ struct hpull {
     uint64_t eager_max; /* the receiver's */
     uint8_t flags;
     uint32_t n;
-    ferry_id *ids; /* looked up, and what is found pinned, when the pull is answered */
+    ferry_id *ids;             /* looked up, and what is found pinned, when the pull is answered */
+    struct wire_range *ranges; /* WIRE_PULL_RANGES: what of each object is sent; else NULL */
     struct hpull *next;
 };
 
@@ -314,9 +330,63 @@ size_t eng_transport_for(struct engine *e, const struct directory_node *node, ch
 
 /* engine_recv.c: the receiving side */
 void eng_want_free(struct want *w);
+/* Answers w's waiters with status and retires it (its record lives on while a pull or a part
+ * names it). */
+void eng_want_finish(struct want *w, int status);
+/* The holder in w->holder failed (lost: it says it no longer holds the object): try the next
+ * (a part: another holder of its split). */
+void eng_want_failed_holder(struct want *w, const char *why, int lost);
+/* Notes that node failed w; whether w tried node; fails w with every reason. */
+void eng_want_note_tried(struct want *w, const char *node, const char *why, int lost);
+int eng_want_tried(const struct want *w, const char *node);
+void eng_want_fail_all(struct want *w);
+/* Looks holders up (fresh: not from the cache); asks again later, with backoff. */
+void eng_want_lookup(struct want *w, int fresh);
+void eng_want_retry(struct want *w);
+/* Takes room for w's recorded size: 0, FERRY_EAGAIN (wait for room), or w finished with why. */
+int eng_want_reserve(struct want *w);
+/* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
+void eng_want_seal(struct want *w);
+/* The peer for node (connected, or connecting now), NULL without one; an existing one. */
+struct peer *eng_peer_get(struct engine *e, const struct directory_node *node);
+struct peer *eng_peer_find(struct engine *e, const char *node);
+/* w goes in p's next PULL. */
+void eng_peer_enqueue(struct peer *p, struct want *w);
 void eng_peer_free(struct peer *p);
 void eng_pull_free(struct pull *pl);
+/* Answers w's waiters with status and retires it (its record lives on while a pull names it). */
+void eng_want_finish(struct want *w, int status);
+/* The holder in w->holder failed (lost: it says it no longer holds the object): try the next. */
+void eng_want_failed_holder(struct want *w, const char *why, int lost);
+/* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
+void eng_want_seal(struct want *w);
+
+/* engine_verify.c: the check of received bytes */
+/* Whether w's bytes are checked against the holder's digest before the seal. */
+int eng_checked(const struct engine *e, const struct want *w);
+/* Start (or forget) the digest of w's len bytes as they land. */
+void eng_stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size);
+void eng_stream_drop(struct want *w);
+/* n bytes of w's object landed at p. */
+void eng_stream_landed(struct want *w, const uint8_t *p, size_t n);
+/* All of w's bytes are in: check them (on the loop or the verifier), then seal or refuse. */
+void eng_want_received(struct want *w);
 void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events);
+
+/* engine_split.c: an object in ranges from several holders */
+/* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
+ * why), 0 to fetch it whole. */
+int eng_split(struct want *w, const struct directory_answer *a);
+/* A part's reply: where its range goes (*dst NULL: dropped) and how long it is. */
+int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
+                   uint64_t *len);
+/* A part's bytes are all in (or dropped); its holder failed; its connection died while its
+ * bytes were coming (c may still write into the object until drained). */
+void eng_part_in(struct peer *p, struct pentry *pe, struct want *part);
+void eng_part_failed(struct want *part, const char *why, int lost);
+void eng_part_drain(struct xconn *c, struct want *part);
+/* The engine closes: the part is freed, and its parent when it is finished. */
+void eng_part_close(struct want *part);
 
 /* engine_hold.c: the holding side */
 void eng_inconn_free(struct inconn *ic);

@@ -1,101 +1,15 @@
 /*
  * engine_recv.c - the receiving side of the transfer engine: wants (one per id being
  * fetched), lookups of holders, peers (outgoing connections), pulls and their replies, the bytes
- * received into new objects, verification, and the fetch API.
+ * received into new objects, and the fetch API (the check of those bytes: engine_verify.c).
  */
 #include "transfer/engine_int.h"
-
-/* Whether w's bytes are hashed and checked against the holder's digest before the seal: with
- * --verify, and whenever the directory recorded the id's content (the holder's digest was
- * compared with the record, so this checks the bytes against the record). */
-static int checked(const struct engine *e, const struct want *w)
-{
-    return e->cfg.verify || w->has_content;
-}
-
-/* The landed bytes hashed at once (fewer at the end): small enough to be still in cache. */
-#define STREAM_PIECE (256u << 10)
-/* Up to this size a streamed digest is taken on the loop, piece by piece; above it on the
- * verifier thread, in parallel with the next bytes. Measured (ferry-bench remote, tcp, 2
- * cores, three alternating runs): on the loop, fetch / raw request-response 0.70-0.79 at 1 MiB
- * and 1.00-1.09 at 16 MiB against 0.50-0.77 and 0.79-1.12 on the verifier, where handing
- * pieces over costs more than it saves while both daemons copy; at 256 MiB 1.23-1.33 on the
- * loop against 1.38-1.44 on the verifier. */
-#define STREAM_LOOP_MAX (16u << 20)
-
-/* Forgets w's streamed digest, if any: a state the verifier has is freed by it after the
- * pieces before; the loop's own (or any once the verifier has stopped) here. */
-static void stream_drop(struct want *w)
-{
-    struct engine *e = w->e;
-    struct hasher_job *end = w->stream_end;
-
-    if (!w->stream)
-        return;
-    if (e->verifier && !w->stream_on_loop) {
-        *end = (struct hasher_job){.kind = HASHER_DROP, .state = w->stream};
-        hasher_submit(e->verifier, end);
-    } else {
-        XXH3_freeState(w->stream);
-        free(end);
-    }
-    w->stream = NULL;
-    w->stream_end = NULL;
-}
-
-/* Starts the digest of w's bytes as they land: for checked objects that would otherwise be
- * hashed after their last byte. Seeded like the store's digest (with the data size). Without
- * memory it is not streamed, and is hashed after. */
-static void stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size)
-{
-    stream_drop(w);
-    w->piece = NULL;
-    w->piece_len = w->streamed = 0;
-    w->stream_broken = 0;
-    w->stream_on_loop = len <= STREAM_LOOP_MAX;
-    if (!checked(e, w) || !w->obj || len <= STORE_INLINE_HASH_MAX)
-        return;
-    w->stream = XXH3_createState();
-    w->stream_end = calloc(1, sizeof(*w->stream_end));
-    if (!w->stream || !w->stream_end ||
-        XXH3_64bits_reset_withSeed(w->stream, data_size) != XXH_OK) {
-        XXH3_freeState(w->stream);
-        free(w->stream_end);
-        w->stream = NULL;
-        w->stream_end = NULL;
-    }
-}
-
-/* Hashes the landed bytes not hashed yet, or sends them to the verifier. A piece that cannot
- * be sent breaks the stream: the object is hashed after its last byte instead. */
-static void stream_flush(struct want *w)
-{
-    struct hasher_job *job;
-
-    if (!w->piece_len || w->stream_broken)
-        return;
-    if (w->stream_on_loop) {
-        (void)XXH3_64bits_update(w->stream, w->piece, w->piece_len); /* fails only on NULL */
-    } else if ((job = calloc(1, sizeof(*job)))) {
-        /* If the object is aborted while this waits, its bytes may be reused meanwhile: the
-         * state is then dropped, its digest never used. */
-        *job = (struct hasher_job){
-            .kind = HASHER_UPDATE, .state = w->stream, .bytes = w->piece, .len = w->piece_len};
-        hasher_submit(w->e->verifier, job);
-    } else {
-        w->stream_broken = 1;
-        return;
-    }
-    w->streamed += w->piece_len;
-    w->piece = NULL;
-    w->piece_len = 0;
-}
 
 void eng_want_free(struct want *w)
 {
     struct engine *e = w->e;
 
-    stream_drop(w);
+    eng_stream_drop(w);
     loop_timer_stop(e->loop, &w->retry);
     if (e->dir)
         directory_cancel(e->dir, w);
@@ -110,7 +24,7 @@ void eng_want_free(struct want *w)
 }
 
 /* Answers every waiter and retires the want; its record lives on while a pull names it. */
-static void want_finish(struct want *w, int status)
+void eng_want_finish(struct want *w, int status)
 {
     struct waiter *x;
 
@@ -123,11 +37,11 @@ static void want_finish(struct want *w, int status)
         x->fn(x->ctx, x->index, status);
         free(x);
     }
-    if (!w->entry && !w->queued && !w->busy)
+    if (!w->entry && !w->queued && !w->busy && !w->parts_out && !w->drains)
         eng_want_free(w);
 }
 
-static int want_tried(const struct want *w, const char *node)
+int eng_want_tried(const struct want *w, const char *node)
 {
     for (int i = 0; i < w->ntried; i++) {
         if (strcmp(w->tried[i].node, node) == 0)
@@ -152,23 +66,33 @@ static void want_reasons(const struct want *w, char *buf, size_t len)
 }
 
 /* Fails w with FERRY_ETRANSFER and every reason. */
-static void want_fail_all(struct want *w)
+void eng_want_fail_all(struct want *w)
 {
     char why[512];
 
     want_reasons(w, why, sizeof(why));
-    want_finish(w, err_set(FERRY_ETRANSFER, "transfer failed from every holder: %s", why));
+    eng_want_finish(w, err_set(FERRY_ETRANSFER, "transfer failed from every holder: %s", why));
 }
 
-static void want_lookup(struct want *w, int fresh);
+void eng_want_note_tried(struct want *w, const char *node, const char *why, int lost)
+{
+    struct tried *t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
+
+    snprintf(t->node, sizeof(t->node), "%s", node);
+    snprintf(t->why, sizeof(t->why), "%s", why);
+    t->lost = lost;
+}
 
 /* The holder in w->holder failed (lost: it answered that it no longer holds the object):
  * note why, and ask for the next one. */
-static void want_failed_holder(struct want *w, const char *why, int lost)
+void eng_want_failed_holder(struct want *w, const char *why, int lost)
 {
     struct engine *e = w->e;
-    struct tried *t;
 
+    if (w->parent) {
+        eng_part_failed(w, why, lost);
+        return;
+    }
     e->counters.transfer_failures++;
     log_warn("transfer of an object from %s failed: %s; trying the next holder", w->holder, why);
     eng_note_failure(e, w->holder, why);
@@ -176,25 +100,22 @@ static void want_failed_holder(struct want *w, const char *why, int lost)
         eng_want_free(w);
         return;
     }
-    t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
-    snprintf(t->node, sizeof(t->node), "%s", w->holder);
-    snprintf(t->why, sizeof(t->why), "%s", why);
-    t->lost = lost;
+    eng_want_note_tried(w, w->holder, why, lost);
     if (w->ntried == MAX_TRIED) {
-        want_fail_all(w);
+        eng_want_fail_all(w);
         return;
     }
-    want_lookup(w, 1);
+    eng_want_lookup(w, 1);
 }
 
 static void on_retry(struct loop *l, struct loop_timer *t)
 {
-    want_lookup(t->arg, 1);
+    eng_want_lookup(t->arg, 1);
 }
 
 /* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
  * Holders that had lost it may be asked again then. */
-static void want_retry(struct want *w)
+void eng_want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
     int kept = 0;
@@ -207,7 +128,7 @@ static void want_retry(struct want *w)
     w->state = WANT_RETRY;
     if (loop_timer_start(w->e->loop, &w->retry,
                          loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
-        want_finish(w, FERRY_ENOMEM);
+        eng_want_finish(w, FERRY_ENOMEM);
 }
 
 static const struct xconn_events peer_events;
@@ -243,17 +164,19 @@ static void peer_fail_wants(struct peer *p, const char *why)
             if (!w)
                 continue;
             w->entry = NULL;
+            if (w->parent && pl->entries[i].receiving)
+                eng_part_drain(p->conn, w);
             if (w->obj) {
                 eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
-            want_failed_holder(w, why, 0);
+            eng_want_failed_holder(w, why, 0);
         }
         eng_pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
         p->queue[i]->queued = NULL;
-        want_failed_holder(p->queue[i], why, 0);
+        eng_want_failed_holder(p->queue[i], why, 0);
     }
     p->nqueue = 0;
 }
@@ -401,16 +324,16 @@ static void peer_prune_queue(struct peer *p)
 /* Takes room for w's recorded size before its bytes are asked for: a fetch that cannot fit
  * fails here, before anything moves. 0, FERRY_EAGAIN (spilling makes room: engine_on_room asks
  * again), or the want is finished with why. */
-static int want_reserve(struct want *w)
+int eng_want_reserve(struct want *w)
 {
     int rc;
 
-    if (!w->has_content || !w->size || w->reserved)
-        return 0;
+    if (w->parent || !w->has_content || !w->size || w->reserved)
+        return 0; /* a part: its parent has the room */
     if ((rc = store_reserve(w->e->store, w->size, &w->reserved)) < 0) {
         w->reserved = NULL;
         if (rc != FERRY_EAGAIN)
-            want_finish(w, rc);
+            eng_want_finish(w, rc);
     }
     return rc;
 }
@@ -430,7 +353,7 @@ static uint32_t pull_size(struct peer *p)
             p->queue[k++] = w; /* the rest stays in order */
             continue;
         }
-        if ((rc = want_reserve(w)) == FERRY_EAGAIN) { /* it and the rest wait for room */
+        if ((rc = eng_want_reserve(w)) == FERRY_EAGAIN) { /* it and the rest wait for room */
             no_room = 1;
             p->queue[k++] = w;
             continue;
@@ -453,6 +376,8 @@ static void peer_flush(struct peer *p)
     struct pbuf b = {0};
     struct pull *pl;
     ferry_id *ids;
+    struct wire_range *ranges = NULL;
+    uint8_t flags = WIRE_PULL_VERIFY;
     uint32_t n;
 
     if (!p->authed || (p->busy && p->pulls))
@@ -464,10 +389,15 @@ static void peer_flush(struct peer *p)
         return;
     pl = calloc(1, sizeof(*pl));
     ids = malloc((size_t)n * sizeof(*ids));
+    for (uint32_t i = 0; i < n; i++)
+        flags |= p->queue[i]->parent ? WIRE_PULL_RANGES : 0;
+    if (flags & WIRE_PULL_RANGES)
+        ranges = malloc((size_t)n * sizeof(*ranges));
     if (pl)
         pl->entries = calloc(n, sizeof(*pl->entries));
-    if (!pl || !ids || !pl->entries) {
+    if (!pl || !ids || !pl->entries || ((flags & WIRE_PULL_RANGES) && !ranges)) {
         free(ids);
+        free(ranges);
         if (pl)
             eng_pull_free(pl);
         peer_abort(p, "out of memory for a pull");
@@ -479,15 +409,19 @@ static void peer_flush(struct peer *p)
         struct want *w = p->queue[i];
         w->queued = NULL;
         ids[i] = w->id;
+        if (ranges) /* a part's range, or the whole object */
+            ranges[i] = w->parent ? (struct wire_range){w->off, w->size}
+                                  : (struct wire_range){0, UINT64_MAX};
         pl->entries[i] = (struct pentry){.pull = pl, .w = w};
         w->entry = &pl->entries[i];
         w->state = WANT_PULLING;
     }
     memmove(p->queue, p->queue + n, (size_t)(p->nqueue - n) * sizeof(*p->queue));
     p->nqueue -= n;
-    wire_pull(&b, pl->tag, WIRE_PULL_VERIFY, p->e->eager_max, ids, n);
+    wire_pull(&b, pl->tag, flags, p->e->eager_max, ids, ranges, n);
     auth_seal(&p->as, &b, 0);
     free(ids);
+    free(ranges);
     *p->pulls_tail = pl;
     p->pulls_tail = &pl->next;
     if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
@@ -507,13 +441,13 @@ static void on_flush(struct loop *l, struct loop_timer *t)
 }
 
 /* Queues w for the next PULL to p (sent at the end of this loop turn, with the others). */
-static void peer_enqueue(struct peer *p, struct want *w)
+void eng_peer_enqueue(struct peer *p, struct want *w)
 {
     if (p->nqueue == p->capqueue) {
         uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
         struct want **q = realloc(p->queue, cap * sizeof(*q));
         if (!q) {
-            want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
+            eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
             return;
         }
         p->queue = q;
@@ -527,7 +461,7 @@ static void peer_enqueue(struct peer *p, struct want *w)
     loop_timer_start(p->e->loop, &p->flush, 0);
 }
 
-static struct peer *peer_find(struct engine *e, const char *node)
+struct peer *eng_peer_find(struct engine *e, const char *node)
 {
     struct peer *p;
 
@@ -589,9 +523,9 @@ static int same_addresses(const struct directory_node *a, const struct directory
     return 1;
 }
 
-static struct peer *peer_get(struct engine *e, const struct directory_node *node)
+struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
 {
-    struct peer *p = peer_find(e, node->id);
+    struct peer *p = eng_peer_find(e, node->id);
     struct pbuf b = {0};
 
     /* The same node id at new addresses is a new incarnation of the node (a restart): the
@@ -707,7 +641,7 @@ static void log_transfer(const struct want *w, const struct object *o, uint64_t 
                 id, o->data_size + o->metadata_size, ns / 1e6);
 }
 
-static void want_seal(struct want *w)
+void eng_want_seal(struct want *w)
 {
     struct engine *e = w->e;
     struct object *o = w->obj;
@@ -718,7 +652,8 @@ static void want_seal(struct want *w)
         if (w->done)
             eng_want_free(w);
         else
-            want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide while it was on its way"));
+            eng_want_finish(w,
+                            err_set(FERRY_ENOENT, "deleted cluster-wide while it was on its way"));
         return;
     }
     uint64_t ns = clock_mono_ns() - w->born_ns;
@@ -731,7 +666,7 @@ static void want_seal(struct want *w)
      * checked copy keeps the digest it was checked against; otherwise it is hashed here,
      * rather than trusting a digest nobody checked. */
     w->busy = 1;
-    if (checked(e, w))
+    if (eng_checked(e, w))
         store_seal_digest(e->store, o, w->digest);
     else
         store_seal(e->store, o);
@@ -740,74 +675,7 @@ static void want_seal(struct want *w)
     if (w->done)
         eng_want_free(w);
     else
-        want_finish(w, 0);
-}
-
-/* The digest of w's bytes is in: sealed when it is the holder's (which is the recorded one, when
- * there is a record), else refused. */
-static void want_checked(struct want *w, uint64_t digest)
-{
-    if (digest == w->digest) {
-        want_seal(w);
-        return;
-    }
-    log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64 ")",
-             w->holder, digest, w->digest);
-    store_abort(w->e->store, w->obj);
-    w->obj = NULL;
-    want_failed_holder(w, "its bytes do not match its digest", 0);
-}
-
-static void want_received(struct want *w)
-{
-    struct engine *e = w->e;
-    struct hasher_job *job;
-    uint64_t len;
-
-    if (!checked(e, w) || !w->obj) {
-        want_seal(w);
-        return;
-    }
-    len = w->obj->data_size + w->obj->metadata_size;
-    if (w->stream) {
-        stream_flush(w);
-        if (!w->stream_broken && w->streamed == len && w->stream_on_loop) {
-            uint64_t digest = XXH3_64bits_digest(w->stream);
-            stream_drop(w);
-            want_checked(w, digest);
-            return;
-        }
-        if (!w->stream_broken && w->streamed == len) { /* hashed as it landed: finish it */
-            job = w->stream_end;
-            *job = (struct hasher_job){.kind = HASHER_FINISH, .state = w->stream, .arg = w};
-            w->stream = NULL;
-            w->stream_end = NULL;
-            w->state = WANT_VERIFY;
-            w->busy = 1;
-            hasher_submit(e->verifier, job);
-            return;
-        }
-    }
-    stream_drop(w);
-    if (len <= STORE_INLINE_HASH_MAX) { /* as the store would at seal, on the loop */
-        want_checked(w,
-                     XXH3_64bits_withSeed(e->store->base + w->obj->offset, len, w->obj->data_size));
-        return;
-    }
-    if (!(job = calloc(1, sizeof(*job)))) {
-        /* Cannot check it: refuse the object rather than seal it unchecked. */
-        store_abort(e->store, w->obj);
-        w->obj = NULL;
-        want_finish(w, err_set(FERRY_ENOMEM, "verification job"));
-        return;
-    }
-    job->bytes = e->store->base + w->obj->offset;
-    job->len = w->obj->data_size + w->obj->metadata_size;
-    job->seed = w->obj->data_size;
-    job->arg = w;
-    w->state = WANT_VERIFY;
-    w->busy = 1;
-    hasher_submit(e->verifier, job);
+        eng_want_finish(w, 0);
 }
 
 /* Retires the head pull once it is answered and all its bytes are in. */
@@ -834,7 +702,10 @@ static void complete_entry(struct peer *p, struct pentry *pe)
         pe->receiving = 0;
         pe->pull->pending--;
     }
-    if (w) {
+    if (w && w->parent) {
+        w->entry = NULL;
+        eng_part_in(p, pe, w);
+    } else if (w) {
         struct object *here = store_find(p->e->store, &w->id);
         w->entry = NULL;
         if (w->obj)
@@ -847,15 +718,15 @@ static void complete_entry(struct peer *p, struct pentry *pe)
                      pe->digest, w->hash);
             /* Not counted as a real failure: a stale record (the id deleted and put again)
              * shows so; the retry's fresh lookup does not list a holder of other content. */
-            want_failed_holder(w, why, 1);
+            eng_want_failed_holder(w, why, 1);
         } else if (w->obj)
-            want_received(w);
+            eng_want_received(w);
         else if (w->done)
             eng_want_free(w);
         else if (here && here->state == FERRY_STATE_SEALED)
-            want_finish(w, 0);
+            eng_want_finish(w, 0);
         else
-            want_retry(w); /* it was being created here; if that is aborted, fetch again */
+            eng_want_retry(w); /* it was being created here; if that is aborted, fetch again */
     }
     pull_maybe_pop(p);
     peer_stall_arm(p);
@@ -867,13 +738,14 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
     struct engine *e = p->e;
     struct want *w = pe->w;
     uint64_t len = re->data_size + re->metadata_size;
+    uint8_t *dst = NULL;
     int rc;
 
     if (re->status == FERRY_EBUSY) { /* past the holder's pin limit: once our pulls are done */
         pe->w = NULL;
         w->entry = NULL;
         p->busy = 1;
-        peer_enqueue(p, w);
+        eng_peer_enqueue(p, w);
         return 0;
     }
     if (re->status != 0) {
@@ -883,8 +755,13 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         w->entry = NULL;
         if (e->dir)
             directory_forget_holder(e->dir, &w->id, p->node.id);
-        want_failed_holder(w, "listed, but no longer holds it", 1);
+        eng_want_failed_holder(w, "listed, but no longer holds it", 1);
         return 0;
+    }
+    if (w->parent) {
+        if ((rc = eng_part_reply(pe, re, &dst, &len)) < 0)
+            return rc;
+        goto receive;
     }
     if (len < re->data_size)
         return err_set(FERRY_EPROTO, "reply sizes overflow");
@@ -901,20 +778,21 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
             w->obj = NULL; /* being created here too: its seal will finish the want */
         } else if (rc < 0) {
             w->obj = NULL;
-            want_finish(w, rc);
+            eng_want_finish(w, rc);
         }
     }
     w->digest = re->digest;
     w->state = WANT_RECEIVING;
-    stream_start(e, w, len, re->data_size);
+    eng_stream_start(e, w, len, re->data_size);
+    dst = w->obj ? e->store->base + w->obj->offset : NULL;
+receive:
     pe->receiving = 1;
     pe->pull->pending++;
     if (len == 0) {
         complete_entry(p, pe);
         return 0;
     }
-    return p->conn->type->recv_into(p->conn, w->obj ? e->store->base + w->obj->offset : NULL, len,
-                                    pe);
+    return p->conn->type->recv_into(p->conn, dst, len, pe);
 }
 
 static void peer_on_reply(struct peer *p, const struct wire_msg *m)
@@ -970,28 +848,13 @@ static void peer_received(struct xconn *c, void *arg)
     complete_entry(c->owner, arg);
 }
 
-/* Bytes of an entry's object in place: into its digest, when streamed, a piece at a time. The
- * transport writes only where recv_into told it to, in order, so p..p+n should lie within
- * w->obj right after the bytes before; that is checked, not assumed. */
+/* Bytes of an entry's object in place: into its digest, when streamed. */
 static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
 {
     struct pentry *pe = arg;
-    struct want *w = pe->w;
 
-    if (!w || !w->stream || w->stream_broken)
-        return;
-    /* Exactly the object's bytes, from its first, each once: anything else (a transport that
-     * tells out of order) breaks the stream, and the object is hashed after its last byte. */
-    if (!w->obj || p != w->e->store->base + w->obj->offset + w->streamed + w->piece_len ||
-        n > w->obj->data_size + w->obj->metadata_size - w->streamed - w->piece_len) {
-        w->stream_broken = 1;
-        return;
-    }
-    if (!w->piece_len)
-        w->piece = p;
-    w->piece_len += n;
-    if (w->piece_len >= STREAM_PIECE)
-        stream_flush(w);
+    if (pe->w)
+        eng_stream_landed(pe->w, p, n);
 }
 
 static void peer_sent(struct xconn *c, void *arg) {}
@@ -1004,22 +867,6 @@ static const struct xconn_events peer_events = {
     .closed = peer_closed,
 };
 
-void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
-{
-    struct engine *e = lw->arg;
-    struct hasher_job *job = hasher_take_done(e->verifier), *next;
-
-    for (; job; job = next) {
-        struct want *w = job->arg;
-        next = job->next;
-        if (w) { /* a digest (pieces and drops name no want) */
-            w->busy = 0;
-            want_checked(w, job->digest);
-        }
-        free(job);
-    }
-}
-
 /* Prefers a holder we are connected to; skips those that failed this want. */
 static const struct directory_node *choose(struct engine *e, const struct want *w,
                                            const struct directory_node *h, size_t n)
@@ -1027,9 +874,9 @@ static const struct directory_node *choose(struct engine *e, const struct want *
     const struct directory_node *pick = NULL;
 
     for (size_t i = 0; i < n; i++) {
-        if (want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
+        if (eng_want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
             continue;
-        if (peer_find(e, h[i].id))
+        if (eng_peer_find(e, h[i].id))
             return &h[i];
         if (!pick)
             pick = &h[i];
@@ -1066,11 +913,12 @@ static void on_holders(void *arg, const struct directory_answer *a)
     /* A directory that is down (a failover, a restart) is waited for like a holder. */
     w->dir_down = a->status == FERRY_EDIRECTORY;
     if (w->dir_down) {
-        want_retry(w);
+        eng_want_retry(w);
         return;
     }
     if (a->status < 0) {
-        want_finish(w, err_set(a->status, "cannot look up holders: %s", ferry_strerror(a->status)));
+        eng_want_finish(
+            w, err_set(a->status, "cannot look up holders: %s", ferry_strerror(a->status)));
         return;
     }
     note_gone(w, a);
@@ -1079,35 +927,37 @@ static void on_holders(void *arg, const struct directory_answer *a)
         w->size = a->size;
         w->hash = a->digest;
     }
+    if (eng_split(w, a))
+        return; /* in ranges from several holders, or finished */
     if (!(pick = choose(w->e, w, a->nodes, a->n))) {
         /* Every live holder was tried, or the ones tried died since (a sole holder killed
          * mid-transfer): a transfer error with the reasons, not a wait for the timeout. */
         if (failed_for_real(w))
-            want_fail_all(w);
+            eng_want_fail_all(w);
         else
-            want_retry(w); /* sealed nowhere live (any more): a holder may still come */
+            eng_want_retry(w); /* sealed nowhere live (any more): a holder may still come */
         return;
     }
-    if (!(p = peer_get(w->e, pick))) {
+    if (!(p = eng_peer_get(w->e, pick))) {
         char why[96];
         snprintf(why, sizeof(why), "cannot connect: %s", ferry_errmsg());
         snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
-        want_failed_holder(w, why, 0);
+        eng_want_failed_holder(w, why, 0);
         return;
     }
-    peer_enqueue(p, w);
+    eng_peer_enqueue(p, w);
 }
 
 /* Asks the directory (or its cache) for holders; a want nobody waits for any more stops. */
-static void want_lookup(struct want *w, int fresh)
+void eng_want_lookup(struct want *w, int fresh)
 {
     w->state = WANT_LOOKUP;
     if (!w->waiters) {
-        want_finish(w, FERRY_ETIMEDOUT);
+        eng_want_finish(w, FERRY_ETIMEDOUT);
         return;
     }
     if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
-        want_finish(w, FERRY_ENOMEM);
+        eng_want_finish(w, FERRY_ENOMEM);
 }
 
 /* A new want for id, its lookup started. */
@@ -1172,7 +1022,7 @@ void engine_cancel(struct engine *e, void *ctx)
             idle[nidle++] = w;
     }
     for (size_t i = 0; i < nidle; i++)
-        want_finish(idle[i], FERRY_ETIMEDOUT);
+        eng_want_finish(idle[i], FERRY_ETIMEDOUT);
     free(idle);
 }
 
@@ -1186,7 +1036,7 @@ void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
     if (!w)
         return;
     w->deleted = 1;
-    want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", node));
+    eng_want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", node));
 }
 
 int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len)
@@ -1212,5 +1062,5 @@ void engine_on_sealed(struct engine *e, const struct object *o)
     struct want *w = idmap_get(&e->wants, &o->id);
 
     if (w)
-        want_finish(w, 0);
+        eng_want_finish(w, 0);
 }

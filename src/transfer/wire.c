@@ -86,11 +86,13 @@ static int decode_body(struct preader *r, struct wire_msg *m)
         m->flags = prd_u8(r);
         m->eager_max = prd_u64(r);
         m->n = prd_u32(r);
-        if (m->flags & ~WIRE_PULL_VERIFY)
+        if (m->flags & ~(WIRE_PULL_VERIFY | WIRE_PULL_RANGES))
             return err_set(FERRY_EPROTO, "pull: unknown flags 0x%x", m->flags);
         if (m->n > WIRE_MAX_IDS)
             return err_set(FERRY_EPROTO, "pull of %u ids exceeds %u", m->n, WIRE_MAX_IDS);
         m->ids = (const ferry_id *)prd_bytes(r, (size_t)m->n * FERRY_ID_SIZE);
+        if (m->flags & WIRE_PULL_RANGES)
+            m->ranges = prd_bytes(r, (size_t)m->n * WIRE_RANGE_SIZE);
         return 0;
     case WIRE_REPLY:
         m->n = prd_u32(r);
@@ -134,6 +136,18 @@ void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_en
     out->digest = prd_u64(&r);
 }
 
+void wire_pull_range(const struct wire_msg *m, uint32_t i, struct wire_range *out)
+{
+    struct preader r = {m->ranges + (size_t)i * WIRE_RANGE_SIZE, WIRE_RANGE_SIZE, 0};
+
+    if (!m->ranges) {
+        *out = (struct wire_range){0, UINT64_MAX};
+        return;
+    }
+    out->off = prd_u64(&r);
+    out->len = prd_u64(&r);
+}
+
 void wire_hello(struct pbuf *b, const char *node, uint64_t inc, const char *addr,
                 const uint8_t nonce[WIRE_NONCE])
 {
@@ -174,13 +188,17 @@ void wire_refuse(struct pbuf *b, const char *reason)
 }
 
 void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
-               uint32_t n)
+               const struct wire_range *ranges, uint32_t n)
 {
     size_t start = proto_frame_begin(b, WIRE_PULL, tag);
     pbuf_u8(b, flags);
     pbuf_u64(b, eager_max);
     pbuf_u32(b, n);
     pbuf_put(b, ids, (size_t)n * FERRY_ID_SIZE);
+    for (uint32_t i = 0; ranges && i < n; i++) {
+        pbuf_u64(b, ranges[i].off);
+        pbuf_u64(b, ranges[i].len);
+    }
     proto_frame_end(b, start);
 }
 

@@ -8,10 +8,14 @@
  *              32-byte mac
  *   AUTH       connector -> acceptor: 32-byte mac
  *   PULL       receiver -> holder: u8 flags, u64 eager max, u32 n, n ids; objects larger
- *              than eager max are sent one-sided where the transport can (fabric rendezvous)
+ *              than eager max are sent one-sided where the transport can (fabric rendezvous);
+ *              with WIRE_PULL_RANGES, n ranges {u64 offset, u64 length} follow the ids: only
+ *              that range of each object's bytes (data then metadata) is sent, cut to the
+ *              object (wire_range_cut); a range {0, UINT64_MAX} is the whole object
  *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
  *              u64 metadata_size, u64 digest}; on the tcp transport the bytes (data then
  *              metadata) of every entry with status 0 follow the frame on the stream, in order
+ *              (of a ranged PULL: the range's bytes)
  *   REFUSE     acceptor -> connector, before it closes a connection it refuses: u8 length,
  *              that many bytes of printable text (why: "wrong cluster secret", ...)
  * Mutual authentication with the cluster secret (transfer/auth.h): each side proves it knows
@@ -44,6 +48,9 @@
 #define WIRE_TAG 16u
 #define WIRE_REASON_MAX 120u
 #define WIRE_PULL_VERIFY 1u /* the holder must give each object's digest */
+/* Ranges follow the ids (nodes before this flag refuse the PULL: unknown flags). */
+#define WIRE_PULL_RANGES 2u
+#define WIRE_RANGE_SIZE (8u + 8u)
 #define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + 8u)
 
 enum wire_type {
@@ -60,6 +67,20 @@ struct wire_reply_entry {
     uint64_t data_size, metadata_size, digest;
 };
 
+/* Bytes [off, off + len) of an object: the range a ranged PULL asks for. */
+struct wire_range {
+    uint64_t off, len;
+};
+
+/* How many bytes of an object of total bytes the range r names: what the holder sends and the
+ * receiver reads, both from the reply's sizes. */
+static inline uint64_t wire_range_cut(const struct wire_range *r, uint64_t total)
+{
+    if (r->off >= total)
+        return 0;
+    return r->len < total - r->off ? r->len : total - r->off;
+}
+
 struct wire_msg {
     uint16_t type;
     uint64_t tag;
@@ -74,6 +95,7 @@ struct wire_msg {
     uint64_t eager_max;               /* PULL */
     uint32_t n;                       /* PULL, REPLY */
     const ferry_id *ids;              /* PULL: n ids inside the payload */
+    const uint8_t *ranges;            /* PULL with WIRE_PULL_RANGES: n ranges in the payload */
     const uint8_t *entries;           /* REPLY: n entries inside the payload */
     char reason[WIRE_REASON_MAX + 1]; /* REFUSE */
 };
@@ -81,6 +103,8 @@ struct wire_msg {
 int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wire_msg *out);
 /* Entry i (< n) of a decoded REPLY. */
 void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out);
+/* Range i (< n) of a decoded PULL: the whole object ({0, UINT64_MAX}) without ranges. */
+void wire_pull_range(const struct wire_msg *m, uint32_t i, struct wire_range *out);
 
 /* Encoders append one frame to b (check b->oom). */
 void wire_hello(struct pbuf *b, const char *node, uint64_t inc, const char *addr,
@@ -90,8 +114,9 @@ void wire_challenge(struct pbuf *b, const char *node, uint64_t inc, const uint8_
 void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
 /* reason is cut at WIRE_REASON_MAX bytes. */
 void wire_refuse(struct pbuf *b, const char *reason);
+/* ranges: NULL, or n ranges (flags must then have WIRE_PULL_RANGES). */
 void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
-               uint32_t n);
+               const struct wire_range *ranges, uint32_t n);
 /* A reply is built in place: begin, n entries, end. */
 size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
 void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);

@@ -1,0 +1,262 @@
+/*
+ * engine_split.c - one object fetched in ranges from several holders at once (Mooncake slices a
+ * transfer across NICs the same way): a want of at least cfg.split_min recorded bytes, with two
+ * or more live holders, is cut into one range per holder (at most ENGINE_SPLIT_MAX). Each range
+ * is a part: a want of its own (not in e->wants) that goes through the peers' queues and pulls
+ * like any other, asks its holder for its range (WIRE_PULL_RANGES) and lands in the parent's
+ * object at its offset. A part whose holder fails moves to another holder of the split; with none
+ * left, the parent is fetched whole, the usual way, once its parts are in. The whole object is
+ * hashed after its last range (ranges land out of order) and checked against the record.
+ *
+ * Ownership: a part belongs to the peer that queued or pulls it, and ends (part_end) when its
+ * range is in, or dropped; the parent lives while parts_out parts are out or drains of dead
+ * connections that may still write into its object are pending (split_settle decides then).
+ */
+#include "transfer/engine_int.h"
+
+/* A part's retry timer is never started: it is initialised only so that freeing is safe. */
+static void part_no_retry(struct loop *l, struct loop_timer *t) {}
+
+/* The parent is done with its parts and drains: seal, refuse, fetch whole, or let go. */
+static void split_settle(struct want *w)
+{
+    struct engine *e = w->e;
+    struct object *here;
+
+    if (w->parts_out || w->drains)
+        return;
+    if (w->done || w->split_failed) {
+        if (w->obj && !w->split_leak)
+            store_abort(e->store, w->obj);
+        w->obj = NULL;
+    }
+    if (w->done) {
+        eng_want_free(w);
+    } else if (w->split_failed) {
+        e->counters.split_fallbacks++;
+        w->split_failed = 0;
+        w->no_split = 1;
+        if (w->ntried >= MAX_TRIED)
+            eng_want_fail_all(w);
+        else
+            eng_want_lookup(w, 1);
+    } else if (w->obj) {
+        eng_want_received(w);
+    } else if ((here = store_find(e->store, &w->id)) && here->state == FERRY_STATE_SEALED) {
+        eng_want_finish(w, 0);
+    } else {
+        eng_want_retry(w); /* it was being created here; if that is aborted, fetch again */
+    }
+}
+
+static void part_end(struct want *part)
+{
+    struct want *w = part->parent;
+
+    free(part);
+    w->parts_out--;
+    split_settle(w);
+}
+
+void eng_part_close(struct want *part)
+{
+    struct want *w = part->parent;
+
+    free(part);
+    if (--w->parts_out == 0 && w->done && !w->drains)
+        eng_want_free(w);
+}
+
+static struct want *part_new(struct want *w, uint64_t off, uint64_t len)
+{
+    struct want *part = calloc(1, sizeof(*part));
+
+    if (!part)
+        return NULL;
+    part->e = w->e;
+    part->id = w->id;
+    part->parent = w;
+    part->off = off;
+    part->size = len;
+    part->has_content = 1; /* its size counts in its pull's bytes */
+    part->born_ms = w->born_ms;
+    part->born_ns = w->born_ns;
+    loop_timer_init(&part->retry, part_no_retry, part);
+    return part;
+}
+
+/* The live holders w has not tried, other than this node, at most ENGINE_SPLIT_MAX, connected
+ * to (or being connected to); how many in *n. */
+static void split_peers(struct want *w, const struct directory_answer *a, struct peer **out,
+                        size_t *n)
+{
+    struct engine *e = w->e;
+
+    *n = 0;
+    for (size_t i = 0; i < a->n && *n < ENGINE_SPLIT_MAX; i++) {
+        struct peer *p;
+        if (eng_want_tried(w, a->nodes[i].id) || strcmp(a->nodes[i].id, e->node_id) == 0)
+            continue;
+        if ((p = eng_peer_get(e, &a->nodes[i])))
+            out[(*n)++] = p;
+    }
+}
+
+int eng_split(struct want *w, const struct directory_answer *a)
+{
+    struct engine *e = w->e;
+    struct peer *peers[ENGINE_SPLIT_MAX];
+    struct want *parts[ENGINE_SPLIT_MAX];
+    uint64_t chunk;
+    size_t n, k;
+    int rc;
+
+    if (!e->cfg.split_min || w->no_split || !w->has_content || w->size < e->cfg.split_min ||
+        w->size < ENGINE_SPLIT_MAX)
+        return 0;
+    /* The cache may predate holders that came since: large enough to split, ask Redis (a
+     * round trip against the transfer of split_min bytes). */
+    if (a->cached && a->n < ENGINE_SPLIT_MAX && !w->split_asked) {
+        w->split_asked = 1;
+        eng_want_lookup(w, 1);
+        return 1;
+    }
+    if (a->n < 2)
+        return 0;
+    /* Room for the whole object first: waiting for room is the usual path's job. */
+    if ((rc = eng_want_reserve(w)) < 0)
+        return rc != FERRY_EAGAIN; /* else finished with why */
+    split_peers(w, a, peers, &n);
+    if (n < 2)
+        return 0;
+    /* Equal ranges, whole pages (the last takes the rest). */
+    chunk = (w->size / n + 4095) & ~(uint64_t)4095;
+    for (k = 0; k < n && k * chunk < w->size; k++) {
+        uint64_t off = k * chunk, len = w->size - off < chunk ? w->size - off : chunk;
+        if (!(parts[k] = part_new(w, off, len))) {
+            while (k)
+                free(parts[--k]);
+            return 0;
+        }
+    }
+    w->state = WANT_RECEIVING;
+    w->digest = w->hash; /* every part's holder gives the recorded digest, or is not taken */
+    w->nsplit = 0;
+    w->split_made = 0;
+    for (size_t i = 0; i < k; i++) {
+        snprintf(w->split[w->nsplit++], sizeof(w->split[0]), "%s", peers[i]->node.id);
+        w->parts_out++;
+    }
+    /* For the log and a failed check: every holder of the split. */
+    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
+             (unsigned)(k - 1));
+    e->counters.split_fetches++;
+    for (size_t i = 0; i < k; i++)
+        eng_peer_enqueue(peers[i], parts[i]);
+    return 1;
+}
+
+/* Creates the parent's object once, from the first reply that matches the record. */
+static void split_create(struct want *w, const struct wire_reply_entry *re)
+{
+    struct engine *e = w->e;
+    int rc;
+
+    w->split_made = 1;
+    if (w->reserved) { /* its room, for the create just below */
+        store_unreserve(e->store, w->reserved);
+        w->reserved = NULL;
+    }
+    rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
+    if (rc < 0)
+        w->obj = NULL;
+    if (rc < 0 && rc != FERRY_EEXIST) /* FERRY_EEXIST: being created here; its seal finishes w */
+        eng_want_finish(w, rc);
+}
+
+int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
+                   uint64_t *len)
+{
+    struct want *part = pe->w, *w = part->parent;
+    struct engine *e = part->e;
+    uint64_t total = re->data_size + re->metadata_size;
+    struct wire_range r = {part->off, part->size};
+
+    if (total < re->data_size)
+        return err_set(FERRY_EPROTO, "reply sizes overflow");
+    *len = wire_range_cut(&r, total);
+    *dst = NULL;
+    /* Other bytes than the recorded ones, or other sizes than the object made: dropped. */
+    pe->other =
+        re->digest != w->hash || total != w->size || (w->obj && re->data_size != w->obj->data_size);
+    pe->digest = re->digest;
+    part->state = WANT_RECEIVING;
+    if (pe->other || w->done || w->split_failed)
+        return 0;
+    if (!w->split_made)
+        split_create(w, re);
+    if (w->obj)
+        *dst = e->store->base + w->obj->offset + part->off;
+    return 0;
+}
+
+void eng_part_failed(struct want *part, const char *why, int lost)
+{
+    struct want *w = part->parent;
+    struct engine *e = part->e;
+    struct peer *p;
+
+    e->counters.transfer_failures++;
+    log_warn("a range of an object from %s failed: %s", part->holder, why);
+    eng_note_failure(e, part->holder, why);
+    eng_want_note_tried(w, part->holder, why, lost);
+    for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed; i++) {
+        if (eng_want_tried(w, w->split[i]) || !(p = eng_peer_find(e, w->split[i])))
+            continue;
+        e->counters.ranges_moved++;
+        eng_peer_enqueue(p, part);
+        return;
+    }
+    w->split_failed = !w->done; /* no holder of the split left: fetched whole, after */
+    part_end(part);
+}
+
+void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
+{
+    char why[96];
+
+    if (pe->other) {
+        snprintf(why, sizeof(why), "holds other content (digest %016" PRIx64 ")", pe->digest);
+        eng_part_failed(part, why, 1);
+        return;
+    }
+    eng_breaker_ok(p->e, p->node.id, p->conn->type);
+    p->e->counters.ranges_in++;
+    part_end(part);
+}
+
+static void on_part_drained(void *arg)
+{
+    struct want *w = arg;
+
+    w->drains--;
+    split_settle(w);
+}
+
+void eng_part_drain(struct xconn *c, struct want *part)
+{
+    struct want *w = part->parent;
+    int rc;
+
+    if (!w->obj)
+        return;
+    if ((rc = c->type->drain(c, on_part_drained, w)) == 0) {
+        w->drains++;
+        return;
+    }
+    if (rc != FERRY_ENOSYS) { /* a one-sided read may still land: keep the object */
+        log_error("out of memory: keeping an object a peer may still be writing");
+        w->split_leak = 1;
+        w->split_failed = 1;
+    }
+}
