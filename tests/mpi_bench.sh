@@ -3,7 +3,8 @@
 # loopback with one redis-server as their directory: --json has both patterns with positive
 # bandwidths, every fetched object was a transfer, the daemons counted the transfers
 # (transfers_in on every fetching node) and nothing is left in them; the table output and
-# --pattern work; --help and a bad option are answered without mpirun.
+# --pattern work; one-from-many fetches what two nodes hold in ranges from both; --help and a
+# bad option are answered without mpirun.
 #
 # Needs FERRY_BIN_DIR (the directory of ferryd, ferry and ferry-bench built with MPI),
 # redis-server, python3 and mpirun (FERRY_MPIEXEC, else mpirun on $PATH). FERRY_TEST_DAEMON_ARGS,
@@ -35,7 +36,8 @@ start_cluster() {
     for ((i = 0; i < NODES; i++)); do
         port=$(free_port) || return 1
         start_node "ferry-$i" --node-id "node-$i" --listen "127.0.0.1:$port" \
-            --directory "redis://127.0.0.1:$REDIS_PORT" "${DAEMON_ARGS[@]}" || return 1
+            --directory "redis://127.0.0.1:$REDIS_PORT" --split-min "$SIZE" \
+            "${DAEMON_ARGS[@]}" || return 1
     done
 }
 
@@ -124,6 +126,23 @@ test_table() {
     ok "the table says how much rank 0 served" grep -q "^many-to-one 256K: rank 0's node sent" "$OUT"
 }
 
+# one-from-many: ranks 0 and 1 hold the objects, rank 2 fetches them in ranges from both.
+test_one_from_many() {
+    local last=$((NODES - 1))
+    run "mpirun ferry-bench mpi --pattern one-from-many --json" 0 mpi_bench \
+        --pattern one-from-many --rounds 1 --json || return
+    pass
+    { echo '['; paste -sd, "$OUT"; echo ']'; } >"$DIR/bench.json"
+    ok "one-from-many: only the last rank is timed, for its $COUNT objects" \
+        json_ok "[(r['rank'], r['objects']) for p in j for x in p['results']
+                 for r in x['per_rank'] if r['objects']] == [($last, $COUNT)]"
+    ok "one-from-many: each came in ranges from both holders" \
+        json_ok "[r['split_fetches'] for p in j for x in p['results']
+                 for r in x['per_rank']] == [0] * $last + [$COUNT]"
+    ok "one-from-many: each was a transfer" \
+        json_ok "all(x['transfers_in'] == $COUNT for p in j for x in p['results'])"
+}
+
 main() {
     test_usage
     start_redis || exit 1
@@ -131,6 +150,7 @@ main() {
     test_json
     test_daemons
     test_table
+    test_one_from_many
     summary
 }
 

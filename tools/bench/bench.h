@@ -367,6 +367,9 @@ size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct benc
 
 /* Two ferryd nodes of one cluster measured as one system: objects put on a are fetched to b.
  * cluster_peer_start() fills it in. */
+/* The most holders an object of fetch-holders has (ferryd splits across at most 4). */
+#define FETCH_PEER_MAX_HOLDERS 4
+
 struct fetch_pair {
     const char *system;   /* "ferry-tcp", "ferry-fabric:<provider>" */
     const char *provider; /* the fabric provider, NULL for the tcp transport */
@@ -375,6 +378,11 @@ struct fetch_pair {
     ferry_client *a, *b;
     struct bench_proc *pa, *pb;
     uint64_t timed_faults; /* b's minor page faults in the timed runs of its fetches */
+    /* More holders (cluster_peer_add_holders): they fetch from a what fetch-holders moves. */
+    ferry_client *h[FETCH_PEER_MAX_HOLDERS - 1];
+    struct bench_proc *ph[FETCH_PEER_MAX_HOLDERS - 1];
+    char h_id[FETCH_PEER_MAX_HOLDERS - 1][64], h_proc[FETCH_PEER_MAX_HOLDERS - 1][64];
+    size_t nh;
 };
 
 /* Starts the nodes of p (its system and provider set) as processes <tag>-a and <tag>-b with
@@ -383,6 +391,12 @@ struct fetch_pair {
  * extra (NULL-terminated, may be NULL); returns when b's directory lists both. */
 void cluster_peer_start(struct fetch_pair *p, const char *tag, const char *id_prefix,
                         const char *memory, int redis_port, int db, const char *const *extra);
+
+/* Starts n more nodes of p's cluster (<tag>-h1..., node ids <id_prefix>-h1...), like
+ * cluster_peer_start; returns when b's directory lists them all. */
+void cluster_peer_add_holders(struct fetch_pair *p, size_t n, const char *tag,
+                              const char *id_prefix, const char *memory, int redis_port, int db,
+                              const char *const *extra);
 
 /* Fails unless b reaches a over p's transport (and provider): call after a first fetch. */
 void cluster_peer_check_transport(const struct fetch_pair *p);
@@ -396,6 +410,11 @@ void cluster_peer_check_transport(const struct fetch_pair *p);
 
 size_t fetch_peer_ops(struct fetch_pair *p, uint64_t batch, const uint8_t *payload,
                       const struct bench_op **ops);
+
+/* fetch-holders: one object per run, like fetch, held by a and p's other holders (each
+ * fetched it from a before the timed runs): b takes it in ranges from all of them when its
+ * --split-min allows. */
+const struct bench_op *fetch_peer_holders_op(struct fetch_pair *p, const uint8_t *payload);
 
 /* Objects in one fetch-batch run at size. */
 uint64_t fetch_peer_batch(uint64_t batch, uint64_t size);

@@ -92,6 +92,44 @@ void cluster_peer_start(struct fetch_pair *p, const char *tag, const char *id_pr
     wait_for_nodes(p);
 }
 
+/* How many nodes b's directory lists (0 before it reaches Redis). */
+static size_t listed(const struct fetch_pair *p)
+{
+    ferry_node_info *nodes;
+    size_t n;
+    int err = ferry_nodes(p->b, &nodes, &n);
+    if (err == FERRY_EDIRECTORY)
+        return 0;
+    bench_check_ferry(err, "ferry_nodes on %s", p->b_id);
+    ferry_free(nodes);
+    return n;
+}
+
+void cluster_peer_add_holders(struct fetch_pair *p, size_t n, const char *tag,
+                              const char *id_prefix, const char *memory, int redis_port, int db,
+                              const char *const *extra)
+{
+    char url[64];
+    int ports[FETCH_PEER_MAX_HOLDERS - 1];
+    if (n > FETCH_PEER_MAX_HOLDERS - 1)
+        bench_fail("at most %d holders besides %s", FETCH_PEER_MAX_HOLDERS - 1, p->a_id);
+    bench_free_ports(ports, n);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/%d", redis_port, db);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(p->h_id[i], sizeof(p->h_id[i]), "%s-h%zu", id_prefix, i + 1);
+        snprintf(p->h_proc[i], sizeof(p->h_proc[i]), "%s-h%zu", tag, i + 1);
+        p->h[i] = start_node(p, p->h_proc[i], p->h_id[i], ports[i], memory, url, extra, &p->ph[i]);
+    }
+    p->nh = n;
+    for (unsigned waited = 0; listed(p) < 2 + n; waited += NODES_POLL_MS) {
+        if (waited >= NODES_TIMEOUT_MS)
+            bench_fail("%s's directory did not list %zu more holders within %d ms", p->b_id, n,
+                       NODES_TIMEOUT_MS);
+        bench_check_interrupt();
+        bench_sleep_ms(NODES_POLL_MS);
+    }
+}
+
 void cluster_peer_check_transport(const struct fetch_pair *p)
 {
     ferry_peer *peers;

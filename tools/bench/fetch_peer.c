@@ -20,6 +20,7 @@ struct fetch_ctx {
     uint64_t nonce;
     char kind;
     uint64_t batch; /* 0: one object per run, else the most per run */
+    int holders;    /* fetch-holders: the pair's other holders fetch the objects first */
     uint64_t n;     /* objects per run at the current size */
     ferry_id *ids;
     int *statuses;
@@ -52,6 +53,36 @@ static uint64_t fetch_objects(void *ctx, uint64_t size)
     return x->batch ? fetch_peer_batch(x->batch, size) : 1;
 }
 
+#define WHERE_TIMEOUT_MS 10000
+#define WHERE_POLL_MS 5
+
+/* How many nodes b's directory lists as holders of id. */
+static size_t holders_of(const struct fetch_ctx *x, const ferry_id *id)
+{
+    ferry_node_info *nodes;
+    size_t n;
+    bench_check_ferry(ferry_where(x->pair->b, id, &nodes, &n), "ferry_where on %s", x->pair->b_id);
+    ferry_free(nodes);
+    return n;
+}
+
+/* The pair's other holders fetch the objects from a; returns once b's directory lists them. */
+static void spread_to_holders(struct fetch_ctx *x)
+{
+    const struct fetch_pair *p = x->pair;
+    for (size_t h = 0; h < p->nh; h++) {
+        int err = ferry_fetch(p->h[h], x->ids, x->n, FETCH_TIMEOUT_MS, x->statuses);
+        bench_check_ferry(err, "fetch of the objects to holder %s", p->h_id[h]);
+    }
+    for (uint64_t i = 0; i < x->n; i++)
+        for (unsigned waited = 0; holders_of(x, &x->ids[i]) < 1 + p->nh; waited += WHERE_POLL_MS) {
+            if (waited >= WHERE_TIMEOUT_MS)
+                bench_fail("%s's directory did not list %zu holders of an object within %d ms",
+                           p->b_id, 1 + p->nh, WHERE_TIMEOUT_MS);
+            bench_sleep_ms(WHERE_POLL_MS);
+        }
+}
+
 /* Stores the run's objects on A (all with the payload's first size bytes). */
 static void fetch_setup(void *ctx, uint64_t size)
 {
@@ -67,6 +98,8 @@ static void fetch_setup(void *ctx, uint64_t size)
                           "put of a %llu-byte object on %s", (unsigned long long)size,
                           x->pair->a_id);
     }
+    if (x->holders)
+        spread_to_holders(x);
     if (x->protocol >= 0)
         bench_check_ferry(ferry_set_eager_max(x->pair->b, x->eager_max),
                           "setting the eager limit of %s for %s", x->pair->b_id,
@@ -189,6 +222,8 @@ static void fetch_teardown(void *ctx, uint64_t size)
     if (x->protocol >= 0)
         check_path(x, size);
     delete_all(x, x->pair->a, x->pair->a_id);
+    for (size_t h = 0; x->holders && h < x->pair->nh; h++)
+        delete_all(x, x->pair->h[h], x->pair->h_id[h]);
     free(x->ids);
     free(x->statuses);
     x->ids = NULL;
@@ -251,6 +286,16 @@ size_t fetch_peer_protocol_ops(struct fetch_pair *p, unsigned mask, uint64_t hyb
     }
     *ops = list;
     return n;
+}
+
+const struct bench_op *fetch_peer_holders_op(struct fetch_pair *p, const uint8_t *payload)
+{
+    struct bench_op *op = make_ops(p, payload, 1);
+    struct fetch_ctx *x = op->ctx;
+    op->op = "fetch-holders";
+    x->kind = 'k';
+    x->holders = 1;
+    return op;
 }
 
 const struct fetch_path *fetch_peer_path(const struct bench_op *op)

@@ -4,6 +4,9 @@
  *   all-to-all   every rank stores K objects, then fetches every other rank's
  *   many-to-one  rank 0 stores K objects, every other rank fetches all of them (the aggregate
  *                bandwidth one node serves to many)
+ *   one-from-many  rank 0 stores K objects, the ranks between the first and the last fetch
+ *                them untimed (holders), then the last rank fetches them: an object that
+ *                several nodes hold, in ranges from all of them at once (ferryd --split-min)
  *
  * A rank's time runs from a barrier to the end of its own fetches. The rounds are interleaved:
  * each runs every pattern at every size once, in an order shuffled from the seed (the same on
@@ -42,10 +45,10 @@
 #define NODE_ID_LEN 64 /* ferry_node_info.id */
 #define STAMP_BYTES 8
 
-enum pattern { ALL_TO_ALL, MANY_TO_ONE, N_PATTERNS };
+enum pattern { ALL_TO_ALL, MANY_TO_ONE, ONE_FROM_MANY, N_PATTERNS };
 
-static const char *const pattern_names[N_PATTERNS] = {"all-to-all", "many-to-one"};
-static const char pattern_kinds[N_PATTERNS] = {'A', 'M'}; /* the kind byte of their ids */
+static const char *const pattern_names[N_PATTERNS] = {"all-to-all", "many-to-one", "one-from-many"};
+static const char pattern_kinds[N_PATTERNS] = {'A', 'M', 'O'}; /* the kind byte of their ids */
 
 struct mpi_options {
     const char *socket;       /* NULL: $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET */
@@ -79,6 +82,7 @@ struct rank_sample {
     uint64_t bytes;         /* their bytes */
     uint64_t transfers_in;  /* objects its ferryd received from peers */
     uint64_t transfers_out; /* objects its ferryd sent to peers */
+    uint64_t split_fetches; /* objects its ferryd fetched in ranges from several holders */
 };
 
 /* A round of one pattern at one size as rank 0 sees it, with the figures of the report. */
@@ -112,9 +116,12 @@ static const char mpi_usage[] =
     "  --socket PATH    the ferryd of each rank; every %d in PATH becomes the rank (for\n"
     "                   several daemons on one machine); default $FERRY_SOCKET, else\n"
     "                   " FERRY_DEFAULT_SOCKET "\n"
-    "  --pattern LIST   all-to-all, many-to-one, or both, comma-separated (default both)\n"
-    "                   all-to-all: every rank stores K objects, then fetches every other\n"
-    "                   rank's; many-to-one: rank 0 stores K, every other rank fetches them\n"
+    "  --pattern LIST   all-to-all, many-to-one, one-from-many, comma-separated (default\n"
+    "                   the first two); all-to-all: every rank stores K objects, then\n"
+    "                   fetches every other rank's; many-to-one: rank 0 stores K, every\n"
+    "                   other rank fetches them; one-from-many (3 ranks or more): rank 0\n"
+    "                   stores K, the ranks between fetch them untimed, then the last rank\n"
+    "                   fetches them from all of those holders at once (--split-min)\n"
     "  --size LIST      object sizes, K/M/G = 2^10/2^20/2^30 bytes (default " DEFAULT_SIZES ")\n"
     "  --count K        objects each storing rank puts per round (default 64)\n"
     "  --rounds R       interleaved rounds, each running every pattern at every size once in\n"
@@ -135,7 +142,7 @@ static void parse_patterns(const char *list, int *patterns)
                (strlen(pattern_names[k]) != len || strncmp(p, pattern_names[k], len) != 0))
             k++;
         if (k == N_PATTERNS)
-            bench_fail("bad --pattern '%s': expected all-to-all, many-to-one or both", list);
+            bench_fail("bad --pattern '%s': expected all-to-all, many-to-one, one-from-many", list);
         patterns[k] = 1;
         p += len;
         if (*p == '\0')
@@ -356,6 +363,12 @@ static int stores(const struct mpi_run *r, enum pattern p)
     return p == ALL_TO_ALL || r->rank == 0;
 }
 
+/* one-from-many: the ranks between the first and the last fetch before the timed section. */
+static int holds_first(const struct mpi_run *r, enum pattern p)
+{
+    return p == ONE_FROM_MANY && r->rank != 0 && r->rank != r->nranks - 1;
+}
+
 /* How many ranks this rank fetches from. */
 static uint64_t nsources(const struct mpi_run *r, enum pattern p)
 {
@@ -497,6 +510,41 @@ static void stats(const struct mpi_run *r, ferry_stats *s)
                       r->socket);
 }
 
+#define WHERE_TIMEOUT_MS 15000
+
+/* Waits (bounded) until this rank's node lists nranks - 1 holders of every object it fetches. */
+static void wait_holders(const struct mpi_run *r, const struct round_objects *x)
+{
+    for (size_t i = 0; i < x->nfetched; i++) {
+        for (unsigned waited = 0;; waited += BARRIER_POLL_MS) {
+            ferry_node_info *nodes;
+            size_t n;
+            bench_check_ferry(ferry_where(r->c, &x->fetched[i], &nodes, &n), "rank %d: ferry_where",
+                              r->rank);
+            ferry_free(nodes);
+            if (n >= (size_t)r->nranks - 1)
+                break;
+            if (waited >= WHERE_TIMEOUT_MS)
+                bench_fail("rank %d: %zu holders of an object listed after %d ms, %d expected",
+                           r->rank, n, WHERE_TIMEOUT_MS, r->nranks - 1);
+            bench_sleep_ms(BARRIER_POLL_MS);
+        }
+    }
+}
+
+/* one-from-many, untimed: the holders fetch, then the last rank sees them all listed. */
+static void spread(struct mpi_run *r, enum pattern p, struct round_objects *x)
+{
+    if (p != ONE_FROM_MANY)
+        return;
+    MPI_Barrier(MPI_COMM_WORLD); /* stored */
+    if (holds_first(r, p))
+        fetch_all(r, x);
+    MPI_Barrier(MPI_COMM_WORLD); /* held */
+    if (r->rank == r->nranks - 1)
+        wait_holders(r, x);
+}
+
 /* One round of pattern p at size: store, barrier, fetch (timed), check, barrier, delete. */
 static struct rank_sample run_round(struct mpi_run *r, enum pattern p, uint64_t size)
 {
@@ -505,11 +553,14 @@ static struct rank_sample run_round(struct mpi_run *r, enum pattern p, uint64_t 
     plan_round(r, p, size, &x);
     r->seq++;
     put_own(r, &x);
+    spread(r, p, &x);
     stats(r, &before);
     MPI_Barrier(MPI_COMM_WORLD);
     double start = bench_now();
-    fetch_all(r, &x);
-    double seconds = x.nfetched > 0 ? bench_now() - start : 0;
+    int timed = x.nfetched > 0 && !holds_first(r, p);
+    if (timed)
+        fetch_all(r, &x);
+    double seconds = timed ? bench_now() - start : 0;
     verify_fetched(r, &x);
     quiet_barrier(); /* no object is deleted while another rank may still fetch it */
     stats(r, &after);
@@ -517,10 +568,11 @@ static struct rank_sample run_round(struct mpi_run *r, enum pattern p, uint64_t 
     delete_all(r, x.stored, x.nstored, "its own");
     struct rank_sample s = {
         .seconds = seconds,
-        .objects = x.nfetched,
-        .bytes = x.nfetched * size,
+        .objects = timed ? x.nfetched : 0,
+        .bytes = timed ? x.nfetched * size : 0,
         .transfers_in = after.transfers_in - before.transfers_in,
         .transfers_out = after.transfers_out - before.transfers_out,
+        .split_fetches = after.split_fetches - before.split_fetches,
     };
     free_round(&x);
     return s;
@@ -659,7 +711,18 @@ static void print_row(const char *pattern, uint64_t size, const struct round_res
 static void print_served(const struct mpi_results *res)
 {
     const struct mpi_options *o = res->r->o;
+    int last = res->r->nranks - 1;
     char label[16];
+    for (size_t s = 0; o->patterns[ONE_FROM_MANY] && s < o->nsizes; s++) {
+        const struct round_result *q = result_at(res, ONE_FROM_MANY, s);
+        bench_size_label(o->sizes[s], label, sizeof(label));
+        printf("\none-from-many %s: rank %d fetched %llu objects held by %d nodes, %llu of them "
+               "in ranges from several",
+               label, last, (unsigned long long)q->ranks[last].objects, last,
+               (unsigned long long)q->ranks[last].split_fetches);
+    }
+    if (o->patterns[ONE_FROM_MANY])
+        printf("\n");
     if (!o->patterns[MANY_TO_ONE])
         return;
     printf("\n");
@@ -690,10 +753,11 @@ static void print_json_ranks(const struct round_result *q, int nranks)
     for (int i = 0; i < nranks; i++) {
         const struct rank_sample *s = &q->ranks[i];
         printf("%s{\"rank\":%d,\"objects\":%llu,\"bytes\":%llu,\"seconds\":%.6f,"
-               "\"mib_per_sec\":%.3f,\"transfers_in\":%llu,\"transfers_out\":%llu}",
+               "\"mib_per_sec\":%.3f,\"transfers_in\":%llu,\"transfers_out\":%llu,"
+               "\"split_fetches\":%llu}",
                i ? "," : "", i, (unsigned long long)s->objects, (unsigned long long)s->bytes,
                s->seconds, s->objects ? rank_mibps(s) : 0.0, (unsigned long long)s->transfers_in,
-               (unsigned long long)s->transfers_out);
+               (unsigned long long)s->transfers_out, (unsigned long long)s->split_fetches);
     }
 }
 
@@ -794,6 +858,8 @@ int bench_mpi(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &r.nranks);
     if (r.nranks < 2 || (unsigned)r.nranks > MAX_FIELD)
         bench_fail("%d rank(s): the mpi suite needs 2 to %u (mpirun -np N)", r.nranks, MAX_FIELD);
+    if (o.patterns[ONE_FROM_MANY] && r.nranks < 3)
+        bench_fail("one-from-many needs 3 ranks or more (holders between the first and the last)");
     if (r.rank == 0) {
         r.run_id = bench_nonce();
         if (!o.have_seed)

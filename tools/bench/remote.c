@@ -14,6 +14,7 @@
 #define DEFAULT_BATCH 64
 #define DAEMON_MEMORY "2G"
 #define FABRIC_MEMORY "1G" /* one object per fetch: room for the largest size on both nodes */
+#define HOLDER_MEMORY "1G" /* the same, on the other holders of fetch-holders */
 #define STR_(x) #x
 #define STR(x) STR_(x)
 /* A node's first writes to a part of its arena take a page fault per page, far slower than
@@ -65,6 +66,9 @@ static const char remote_help[] =
     "                   object as messages, fetch-rendezvous by one-sided reads, fetch-hybrid\n"
     "                   as messages up to the receiver's eager limit, by reads above\n"
     "  --hybrid-max SIZE|auto  that limit (default auto: the provider's default)\n"
+    "  --holders K      tcp: also fetch-holders, objects that K nodes hold (2 to 4; the tcp\n"
+    "                   pair and K-1 more nodes, all with --split-min 1M): b fetches each in\n"
+    "                   ranges from all K at once; compared with fetch, from one\n"
     "--plot also writes DIR/remote-fabric-PROVIDER.png per provider: median MiB/s of each\n"
     "protocol, the tcp transport, raw TCP and memcpy against size. The default sweep (5\n"
     "rounds) takes 2-3 minutes on 2 cores; for a quick run: --sizes 1K,1M,16M --rounds 3.\n";
@@ -89,6 +93,9 @@ static void handle_option(void *ctx, int ch, const char *arg)
         o->protocols =
             bench_parse_choices("--protocol", arg, fetch_protocol_names, FETCH_PROTOCOLS);
         break;
+    case 'K':
+        o->holders = bench_parse_count("--holders", arg, 2, FETCH_PEER_MAX_HOLDERS);
+        break;
     case 'H':
         o->hybrid_max = FERRY_EAGER_AUTO;
         if (strcmp(arg, "auto") != 0)
@@ -102,13 +109,10 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
                          struct remote_options *o)
 {
     static const struct option longopts[] = {
-        {"batch", required_argument, NULL, 'B'},
-        {"verify", no_argument, NULL, 'v'},
-        {"transport", required_argument, NULL, 'T'},
-        {"provider", required_argument, NULL, 'P'},
-        {"protocol", required_argument, NULL, 'R'},
-        {"hybrid-max", required_argument, NULL, 'H'},
-        {NULL, 0, NULL, 0},
+        {"batch", required_argument, NULL, 'B'},     {"verify", no_argument, NULL, 'v'},
+        {"transport", required_argument, NULL, 'T'}, {"provider", required_argument, NULL, 'P'},
+        {"protocol", required_argument, NULL, 'R'},  {"hybrid-max", required_argument, NULL, 'H'},
+        {"holders", required_argument, NULL, 'K'},   {NULL, 0, NULL, 0},
     };
     const struct bench_suite_options suite = {
         .name = "remote",
@@ -120,6 +124,7 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
             "usage: ferry-bench remote [--sizes LIST] [--seconds S] [--batch N] [--json]\n"
             "                          [--plot DIR] [--verify] [--transport LIST]\n"
             "                          [--provider LIST] [--protocol LIST] [--hybrid-max SIZE]\n"
+            "                          [--holders K]\n"
             "Starts a redis-server on loopback (the directory of every pair of nodes, a\n"
             "database each, and the redis-tcp peer) and a pair of ferryd nodes per transport\n"
             "(tcp: bench-a and bench-b, --memory " DAEMON_MEMORY
@@ -133,7 +138,8 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
                                  .providers = {"shm", "tcp;ofi_rxm"},
                                  .nproviders = 2,
                                  .protocols = (1u << FETCH_PROTOCOLS) - 1,
-                                 .hybrid_max = FERRY_EAGER_AUTO};
+                                 .hybrid_max = FERRY_EAGER_AUTO,
+                                 .holders = 1};
     return bench_parse_options(argc, argv, &suite, common);
 }
 
@@ -154,11 +160,16 @@ static void start_pairs(struct remote_run *run, void *redis)
 {
     const struct remote_options *o = run->o;
     const char *const verify[] = {o->verify ? "--verify" : NULL, NULL};
+    const char *const split[] = {"--split-min", "1M", o->verify ? "--verify" : NULL, NULL};
+    const char *const *tcp_args = o->holders > 1 ? split : verify;
     run->redis_port = redis_peer_port(redis);
     if (o->transports & 1u << REMOTE_TCP) {
         run->tcp.p.system = "ferry-tcp";
         cluster_peer_start(&run->tcp.p, "ferryd", "bench", DAEMON_MEMORY, run->redis_port, 0,
-                           verify);
+                           tcp_args);
+        if (o->holders > 1)
+            cluster_peer_add_holders(&run->tcp.p, o->holders - 1, "ferryd", "bench", HOLDER_MEMORY,
+                                     run->redis_port, 0, tcp_args);
     }
     run->nfabric = o->transports & 1u << REMOTE_FABRIC ? o->nproviders : 0;
     for (size_t i = 0; i < run->nfabric; i++) {
@@ -184,6 +195,8 @@ static void collect_ops(struct remote_run *run, void *redis, const uint8_t *payl
     if (run->o->transports & 1u << REMOTE_TCP) {
         k = fetch_peer_ops(&run->tcp.p, run->o->batch, payload, &list);
         n = bench_append_ops(run->ops, n, list, k);
+        if (run->o->holders > 1)
+            run->ops[n++] = fetch_peer_holders_op(&run->tcp.p, payload);
     }
     for (size_t i = 0; i < run->nfabric; i++) {
         k = fetch_peer_protocol_ops(&run->fabric[i].p, run->o->protocols,
@@ -273,6 +286,29 @@ static void add_raw_ratios(struct remote_ratios *rr, const char *op, uint64_t fr
         add_raw_ratio(rr, op, from, run);
 }
 
+/* fetch-holders against fetch (from one holder) at size. */
+static void add_holders_ratio(struct remote_ratios *rr, uint64_t size, const struct remote_run *run)
+{
+    char label[16], name[64], description[96];
+    bench_size_label(size, label, sizeof(label));
+    snprintf(name, sizeof(name), "fetch_holders_over_fetch_mibps_%s", label);
+    snprintf(description, sizeof(description), "MiB/s at %s: ferry-tcp %zu holders / one", label,
+             run->o->holders);
+    const struct bench_ratio_def d = {
+        .name = name,
+        .description = description,
+        .num_system = "ferry-tcp",
+        .num_op = "fetch-holders",
+        .num_size = size,
+        .den_system = "ferry-tcp",
+        .den_op = "fetch",
+        .den_size = size,
+        .metric = BENCH_MIB_PER_SEC,
+        .target = 1,
+    };
+    add_ratio(rr, &d, run);
+}
+
 /* The connections bench-b opened while measured: the target is none once warm. */
 static struct bench_ratio connections_ratio(const struct remote_sample *b)
 {
@@ -298,6 +334,8 @@ static void compute_ratios(struct remote_ratios *rr, const struct remote_run *ru
         add_ratio(rr, &ratio_defs[1], run);
         struct bench_ratio q = connections_ratio(run->tcp.s);
         remote_add_ratio(rr, &q);
+        for (size_t s = 0; run->o->holders > 1 && s < run->common->nsizes; s++)
+            add_holders_ratio(rr, run->common->sizes[s], run);
     }
     remote_fabric_ratios(run, rr);
 }

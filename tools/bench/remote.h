@@ -6,9 +6,9 @@
 #include "bench.h"
 
 #define REMOTE_MAX_PROVIDERS 4
-/* fetch, fetch-batch; three protocols per provider; redis get, raw-tcp stream and reqresp,
- * memcpy, cma readv */
-#define REMOTE_MAX_OPS (2 + 3 * REMOTE_MAX_PROVIDERS + 5)
+/* fetch, fetch-batch, fetch-holders; three protocols per provider; redis get, raw-tcp stream and
+ * reqresp, memcpy, cma readv */
+#define REMOTE_MAX_OPS (3 + 3 * REMOTE_MAX_PROVIDERS + 5)
 #define REMOTE_MAX_RATIOS 160
 
 enum remote_transport { REMOTE_TCP, REMOTE_FABRIC, REMOTE_TRANSPORTS };
@@ -21,6 +21,7 @@ struct remote_options {
     size_t nproviders;
     unsigned protocols;  /* bits 1 << enum fetch_protocol */
     uint64_t hybrid_max; /* the hybrid protocol's eager limit; FERRY_EAGER_AUTO: the default */
+    size_t holders;      /* tcp: nodes holding fetch-holders' objects (1: not measured) */
 };
 
 /* A pair's counters at one moment: before and after the measurements. */
