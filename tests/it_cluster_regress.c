@@ -42,22 +42,31 @@ enum { A, B };
  * ANSWER_MS, or that owes bytes and sends none for STALL_MS, is given up on. */
 #define ANSWER_MS 3000
 #define STALL_MS 30000
+/* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
+#define MAX_FAKE_RANGES 32
 
-/* Registers node "fake" at 127.0.0.1:port as a holder of id, the way a node publishes, with
- * a fabric address too when fabric is not NULL. */
-static void register_fake_on(const struct h_cluster *cl, int port, const char *fabric,
-                             const ferry_id *id)
+/* Registers node name at 127.0.0.1:port as a holder of id, the way a node publishes, with a
+ * fabric address too when fabric is not NULL. */
+static void register_fake_as(const struct h_cluster *cl, const char *name, int port,
+                             const char *fabric, const ferry_id *id)
 {
-    char addr[32], key[64];
+    char addr[32], key[64], node[64], holder[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    h_redis_cmd(&cl->redis,
-                (const char *[]){"HSET", "ferry:node:fake", "addr", addr, "inc", "1", "t:tcp", addr,
-                                 fabric ? "t:fabric" : NULL, fabric, NULL});
-    h_redis_cmd(&cl->redis, (const char *[]){"PEXPIRE", "ferry:node:fake", "600000", NULL});
+    snprintf(node, sizeof(node), "ferry:node:%s", name);
+    snprintf(holder, sizeof(holder), "h:%s", name);
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", node, "addr", addr, "inc", "1", "t:tcp", addr,
+                                             fabric ? "t:fabric" : NULL, fabric, NULL});
+    h_redis_cmd(&cl->redis, (const char *[]){"PEXPIRE", node, "600000", NULL});
     snprintf(key, sizeof(key), "ferry:obj:");
     ferry_id_format(id, key + strlen(key));
     h_redis_cmd(&cl->redis,
-                (const char *[]){"HSET", key, "h:fake", "1", NULL}); /* no content recorded */
+                (const char *[]){"HSET", key, holder, "1", NULL}); /* no content recorded */
+}
+
+static void register_fake_on(const struct h_cluster *cl, int port, const char *fabric,
+                             const ferry_id *id)
+{
+    register_fake_as(cl, "fake", port, fabric, id);
 }
 
 static void register_fake(const struct h_cluster *cl, int port, const ferry_id *id)
@@ -101,16 +110,26 @@ static uint32_t read_frame(int fd, uint16_t want, uint8_t *payload, size_t cap, 
     return len;
 }
 
-/* The holder's side of the handshake, as node "fake" (incarnation 1, as registered) without a
- * secret: reads HELLO, sends CHALLENGE, reads AUTH. */
-static void fake_handshake(int fd)
+/* The holder's side of the handshake, as node name (incarnation 1, as registered; at most 8
+ * bytes) without a secret: reads HELLO, sends CHALLENGE, reads AUTH. */
+static void fake_handshake_as(int fd, const char *name)
 {
     uint8_t buf[1024];
+    size_t n = strlen(name);
     read_frame(fd, WIRE_HELLO, buf, sizeof(buf), NULL);
-    uint8_t ch[1 + 4 + 8 + WIRE_NONCE + 1 + WIRE_MAC] = {4, 'f', 'a', 'k', 'e', 1};
-    memset(ch + 13, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
-    assert_int_equal(h_raw_frame(fd, WIRE_CHALLENGE, 0, ch, sizeof(ch)), 0);
+    uint8_t ch[1 + 8 + 8 + WIRE_NONCE + 1 + WIRE_MAC] = {(uint8_t)n};
+    assert_true(n <= 8);
+    memcpy(ch + 1, name, n);
+    h_le64(ch + 1 + n, 1);                    /* incarnation */
+    memset(ch + 1 + n + 8, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
+    size_t len = 1 + n + 8 + WIRE_NONCE + 1 + WIRE_MAC;
+    assert_int_equal(h_raw_frame(fd, WIRE_CHALLENGE, 0, ch, len), 0);
     read_frame(fd, WIRE_AUTH, buf, sizeof(buf), NULL);
+}
+
+static void fake_handshake(int fd)
+{
+    fake_handshake_as(fd, "fake");
 }
 
 /* A frame header announcing len payload bytes of the given type (nothing follows). */
@@ -151,6 +170,30 @@ static int fake_accept_pull(int lfd, const ferry_id *id, uint64_t *tag)
     return cfd;
 }
 
+/* A reply of n entries (each status 0, size data bytes, digest) on cfd, then the bytes of
+ * each range r[i] of bytes. */
+static void fake_reply_ranges(int cfd, uint64_t tag, uint64_t size, uint64_t digest,
+                              const uint8_t *bytes, const struct wire_range *r, uint32_t n)
+{
+    uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
+    for (uint32_t i = 0; i < n; i++) {
+        p = h_le32(p, 0);    /* status */
+        p = h_le64(p, size); /* data */
+        p = h_le64(p, 0);    /* metadata */
+        p = h_le64(p, digest);
+    }
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, (size_t)(p - reply)), 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(h_raw_write(cfd, bytes + r[i].off, r[i].len), 0);
+}
+
+/* A reply of one entry (status 0, size data bytes, digest) on cfd, then len bytes. */
+static void fake_reply(int cfd, uint64_t tag, uint64_t size, uint64_t digest, const uint8_t *bytes,
+                       uint64_t len)
+{
+    fake_reply_ranges(cfd, tag, size, digest, bytes, &(struct wire_range){0, len}, 1);
+}
+
 /* Serves one pull of the object id on a connection accepted from lfd: a reply naming size and
  * digest, then bytes (size of them). Returns the connection. */
 static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t digest,
@@ -158,14 +201,102 @@ static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t diges
 {
     uint64_t tag = 0;
     int cfd = fake_accept_pull(lfd, id, &tag);
-    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
-    p = h_le32(p, 0);    /* status */
-    p = h_le64(p, size); /* data */
-    p = h_le64(p, 0);    /* metadata */
-    h_le64(p, digest);
-    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
-    assert_int_equal(h_raw_write(cfd, bytes, size), 0);
+    fake_reply(cfd, tag, size, digest, bytes, size);
     return cfd;
+}
+
+/* Accepts A's connection on lfd as node name, answers its handshake and reads its pull, which
+ * must name ranges of id alone; returns the connection, the tag, the ranges and their count. */
+static int fake_accept_ranged_pull(int lfd, const char *name, const ferry_id *id, uint64_t *tag,
+                                   struct wire_range *r, uint32_t *n)
+{
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to fake holder %s within %d ms", name, H_EVENT_MS);
+    fake_handshake_as(cfd, name);
+    uint8_t pull[1 + 8 + 4 + MAX_FAKE_RANGES * (FERRY_ID_SIZE + WIRE_RANGE_SIZE)];
+    uint32_t len = read_frame(cfd, WIRE_PULL, pull, sizeof(pull), tag);
+    assert_int_equal(pull[0], WIRE_PULL_VERIFY | WIRE_PULL_RANGES);
+    *n = h_rd32(pull + 9);
+    assert_true(*n >= 1 && *n <= MAX_FAKE_RANGES);
+    assert_int_equal(len, 13 + *n * (FERRY_ID_SIZE + WIRE_RANGE_SIZE));
+    const uint8_t *ranges = pull + 13 + *n * FERRY_ID_SIZE;
+    for (uint32_t i = 0; i < *n; i++) {
+        assert_memory_equal(pull + 13 + i * FERRY_ID_SIZE, id->bytes, FERRY_ID_SIZE);
+        r[i].off = h_rd64(ranges + i * WIRE_RANGE_SIZE);
+        r[i].len = h_rd64(ranges + i * WIRE_RANGE_SIZE + 8);
+    }
+    return cfd;
+}
+
+/* A fetch of size bytes split across two fake holders (A runs with --split-min 1M), each
+ * sending its range of the recorded content, or (tamper) with the object's last byte flipped
+ * under the recorded digest: the digest taken over the ranges as they land must refuse it. */
+static void fetch_split_content(struct h_cluster *cl, uint64_t size, int tamper)
+{
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *names[2] = {"fake", "fake2"};
+    int port[2], lfd[2], cfd[2];
+    uint64_t tag[2], total = 0;
+    struct wire_range r[2][MAX_FAKE_RANGES];
+    uint32_t n[2];
+    char name[64];
+    snprintf(name, sizeof(name), "split-%llu-%d", (unsigned long long)size, tamper);
+    ferry_id x = h_id(name);
+    uint8_t *bytes = h_pattern(size, h_seed(&x));
+    uint64_t digest = XXH3_64bits_withSeed(bytes, size, size);
+    for (int i = 0; i < 2; i++) {
+        lfd[i] = h_tcp_listen(&port[i]);
+        register_fake_as(cl, names[i], port[i], NULL, &x);
+    }
+    record_content(cl, &x, size, digest);
+    if (tamper)
+        bytes[size - 1] ^= 0xff;
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, tamper ? 3000 : 10000, &status);
+    for (int i = 0; i < 2; i++)
+        cfd[i] = fake_accept_ranged_pull(lfd[i], names[i], &x, &tag[i], r[i], &n[i]);
+    /* Ranges dealt in turn from each (either first) that make the object, with no gap and no
+     * overlap. */
+    int first = r[0][0].off == 0 ? 0 : 1;
+    for (uint32_t k = 0; k < n[0] + n[1]; k++) {
+        int h = (int)(k + (uint32_t)first) % 2;
+        const struct wire_range *q = &r[h][k / 2];
+        assert_true(k / 2 < n[h]);
+        assert_int_equal(q->off, total);
+        total += q->len;
+    }
+    assert_int_equal(total, size);
+    for (int i = 0; i < 2; i++)
+        fake_reply_ranges(cfd[i], tag[i], size, digest, bytes, r[i], n[i]);
+    h_fetch_join(&f, 15000);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.split_fetches - a0.split_fetches, 1);
+    if (tamper) {
+        if (f.rc == FERRY_OK || status == FERRY_OK)
+            fail_msg("%llu bytes other than the recorded content were taken in ranges (rc %d, "
+                     "status %d)",
+                     (unsigned long long)size, f.rc, status);
+        assert_int_equal(h_contains(a, &x), 0);
+        assert_int_equal(a1.transfers_in, a0.transfers_in);
+    } else {
+        if (f.rc != FERRY_OK || status != FERRY_OK)
+            fail_msg("the recorded %llu bytes were refused in ranges: rc %d (%s), status %d",
+                     (unsigned long long)size, f.rc, ferry_strerror(f.rc), status);
+        h_assert_object(a, &x, size, 0);
+        assert_int_equal(a1.ranges_in - a0.ranges_in, n[0] + n[1]);
+        assert_int_equal(a1.transfers_in - a0.transfers_in, 1);
+    }
+    free(bytes);
+    for (int i = 0; i < 2; i++) {
+        close(cfd[i]);
+        close(lfd[i]);
+    }
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
 }
 
 /* A fetch of size bytes from the fake holder, which sends the recorded content, or (tamper)
@@ -498,6 +629,18 @@ H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
     fetch_recorded_content(cl, 32u << 20, 1);
 }
 
+/* An object in ranges from two holders is hashed over the ranges as they land (on the loop
+ * up to 16 MiB, on the verifier above), and refused when one range is other than recorded. */
+H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    fetch_split_content(cl, 4u << 20, 0);
+    fetch_split_content(cl, 4u << 20, 1);
+    fetch_split_content(cl, 32u << 20, 0);
+    fetch_split_content(cl, 32u << 20, 1);
+}
+
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
 {
@@ -519,6 +662,7 @@ int main(void)
         T(refused_fabric_says_why_in_the_peers_line),
         T(other_bytes_are_refused_when_hashed_as_they_land),
         T(other_bytes_are_refused_when_hashed_after_they_land),
+        T(other_bytes_in_one_range_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,8 +99,14 @@
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
  * providers start from the generic one. */
 #define EAGER_DEFAULT (64u << 10)
-/* An object is fetched in ranges from at most this many holders at once. */
+/* The landed bytes hashed at once (fewer at the end): small enough to be still in cache. */
+#define STREAM_PIECE (256u << 10)
+/* An object is fetched in ranges from at most this many holders at once, this many ranges
+ * from each (of at least ENGINE_SPLIT_CHUNK_MIN bytes), dealt in turn. */
 #define ENGINE_SPLIT_MAX 4
+#define ENGINE_SPLIT_PER_HOLDER 8
+#define ENGINE_SPLIT_CHUNK_MIN (1u << 20)
+#define ENGINE_SPLIT_RANGES (ENGINE_SPLIT_MAX * ENGINE_SPLIT_PER_HOLDER)
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -168,10 +174,17 @@ struct want {
     /* A fetch in ranges from several holders (engine_split.c). A part is a want of its own,
      * not in e->wants, that fills [off, off + size) of its parent's object; it has no
      * waiters, timer or lookup of its own. The parent lives while parts_out parts are out and
-     * drains of dead connections that may still write into its object are pending. */
+     * drains of dead connections that may still write into its object are pending. split names
+     * the nsplit holders, which the nranges ranges were dealt to in turn. */
     struct want *parent;
     uint64_t off;
-    uint32_t parts_out, drains, nsplit;
+    uint32_t range; /* a part: its range's index in the parent */
+    uint32_t parts_out, drains, nsplit, nranges;
+    /* The parent: range i is [range_off[i], + range_len[i]), in order, and its first
+     * range_landed[i] bytes are in place (from its current holder): the parent's digest is
+     * taken over the prefix of the object whose bytes are all in, as they come. */
+    uint64_t range_off[ENGINE_SPLIT_RANGES], range_len[ENGINE_SPLIT_RANGES];
+    uint64_t range_landed[ENGINE_SPLIT_RANGES];
     int split_made;   /* a part's reply created the object (or tried to) */
     int split_failed; /* a part found no holder left: fetched whole once its parts are in */
     int split_leak;   /* a dead connection may write into obj for ever: never reused */
@@ -387,6 +400,8 @@ void eng_part_failed(struct want *part, const char *why, int lost);
 void eng_part_drain(struct xconn *c, struct want *part);
 /* The engine closes: the part is freed, and its parent when it is finished. */
 void eng_part_close(struct want *part);
+/* n more bytes of a part's range are in place at p. */
+void eng_part_landed(struct want *part, const uint8_t *p, size_t n);
 
 /* engine_hold.c: the holding side */
 void eng_inconn_free(struct inconn *ic);

@@ -853,7 +853,9 @@ static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
 {
     struct pentry *pe = arg;
 
-    if (pe->w)
+    if (pe->w && pe->w->parent)
+        eng_part_landed(pe->w, p, n);
+    else if (pe->w)
         eng_stream_landed(pe->w, p, n);
 }
 

@@ -1,12 +1,17 @@
 /*
  * engine_split.c - one object fetched in ranges from several holders at once (Mooncake slices a
  * transfer across NICs the same way): a want of at least cfg.split_min recorded bytes, with two
- * or more live holders, is cut into one range per holder (at most ENGINE_SPLIT_MAX). Each range
- * is a part: a want of its own (not in e->wants) that goes through the peers' queues and pulls
- * like any other, asks its holder for its range (WIRE_PULL_RANGES) and lands in the parent's
- * object at its offset. A part whose holder fails moves to another holder of the split; with none
- * left, the parent is fetched whole, the usual way, once its parts are in. The whole object is
- * hashed after its last range (ranges land out of order) and checked against the record.
+ * or more live holders, is cut into ranges dealt in turn to up to ENGINE_SPLIT_MAX of them
+ * (ENGINE_SPLIT_PER_HOLDER each, so that they land about in order). Each range is a part: a want of
+ * its own (not in e->wants) that goes through the peers' queues and pulls like any other, asks its
+ * holder for its range (WIRE_PULL_RANGES) and lands in the parent's object at its offset. A part
+ * whose holder fails moves to another holder of the split; with none left, the parent is fetched
+ * whole, the usual way, once its parts are in. The whole object is hashed over the prefix whose
+ * bytes are all in, as ranges land (each range's bytes once those before them are in), the rest
+ * after the last range, and checked against the record. A range that moves to another holder once
+ * the digest has taken some of it, or that a dead connection may still write into, breaks the
+ * streamed digest: the object is then hashed after its last range, so that what is hashed is what
+ * is sealed.
  *
  * Ownership: a part belongs to the peer that queued or pulls it, and ends (part_end) when its
  * range is in, or dropped; the parent lives while parts_out parts are out or drains of dead
@@ -16,6 +21,27 @@
 
 /* A part's retry timer is never started: it is initialised only so that freeing is safe. */
 static void part_no_retry(struct loop *l, struct loop_timer *t) {}
+
+/* Takes into the parent's digest the landed bytes right after those taken, across ranges, up
+ * to budget bytes (bounded work per landed call; unbounded once every range is in). */
+static void split_advance(struct want *w, uint64_t budget)
+{
+    uint32_t i = 0;
+
+    while (budget && w->stream && !w->stream_broken && w->obj) {
+        uint64_t at = w->streamed + w->piece_len, avail, take;
+        while (i < w->nranges && at >= w->range_off[i] + w->range_len[i])
+            i++;
+        if (i == w->nranges || at < w->range_off[i])
+            return;
+        avail = w->range_off[i] + w->range_landed[i] - at;
+        if (w->range_off[i] + w->range_landed[i] <= at)
+            return; /* waits for this range's next bytes */
+        take = avail < budget ? avail : budget;
+        eng_stream_landed(w, w->e->store->base + w->obj->offset + at, take);
+        budget -= take;
+    }
+}
 
 /* The parent is done with its parts and drains: seal, refuse, fetch whole, or let go. */
 static void split_settle(struct want *w)
@@ -41,6 +67,7 @@ static void split_settle(struct want *w)
         else
             eng_want_lookup(w, 1);
     } else if (w->obj) {
+        split_advance(w, UINT64_MAX); /* every range is in */
         eng_want_received(w);
     } else if ((here = store_find(e->store, &w->id)) && here->state == FERRY_STATE_SEALED) {
         eng_want_finish(w, 0);
@@ -67,7 +94,7 @@ void eng_part_close(struct want *part)
         eng_want_free(w);
 }
 
-static struct want *part_new(struct want *w, uint64_t off, uint64_t len)
+static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len)
 {
     struct want *part = calloc(1, sizeof(*part));
 
@@ -76,6 +103,7 @@ static struct want *part_new(struct want *w, uint64_t off, uint64_t len)
     part->e = w->e;
     part->id = w->id;
     part->parent = w;
+    part->range = range;
     part->off = off;
     part->size = len;
     part->has_content = 1; /* its size counts in its pull's bytes */
@@ -106,7 +134,7 @@ int eng_split(struct want *w, const struct directory_answer *a)
 {
     struct engine *e = w->e;
     struct peer *peers[ENGINE_SPLIT_MAX];
-    struct want *parts[ENGINE_SPLIT_MAX];
+    struct want *parts[ENGINE_SPLIT_RANGES];
     uint64_t chunk;
     size_t n, k;
     int rc;
@@ -129,11 +157,16 @@ int eng_split(struct want *w, const struct directory_answer *a)
     split_peers(w, a, peers, &n);
     if (n < 2)
         return 0;
-    /* Equal ranges, whole pages (the last takes the rest). */
-    chunk = (w->size / n + 4095) & ~(uint64_t)4095;
-    for (k = 0; k < n && k * chunk < w->size; k++) {
+    /* ENGINE_SPLIT_PER_HOLDER equal ranges per holder (whole pages, at least
+     * ENGINE_SPLIT_CHUNK_MIN; the last takes the rest), dealt in turn: the ranges come in about
+     * in order, so the digest taken over the prefix keeps up with them. */
+    chunk = (w->size / (n * ENGINE_SPLIT_PER_HOLDER) + 4095) & ~(uint64_t)4095;
+    chunk = chunk > ENGINE_SPLIT_CHUNK_MIN ? chunk : ENGINE_SPLIT_CHUNK_MIN;
+    for (k = 0; k < ENGINE_SPLIT_RANGES && k * chunk < w->size; k++) {
         uint64_t off = k * chunk, len = w->size - off < chunk ? w->size - off : chunk;
-        if (!(parts[k] = part_new(w, off, len))) {
+        if (k == ENGINE_SPLIT_RANGES - 1)
+            len = w->size - off;
+        if (!(parts[k] = part_new(w, (uint32_t)k, off, len))) {
             while (k)
                 free(parts[--k]);
             return 0;
@@ -141,18 +174,22 @@ int eng_split(struct want *w, const struct directory_answer *a)
     }
     w->state = WANT_RECEIVING;
     w->digest = w->hash; /* every part's holder gives the recorded digest, or is not taken */
-    w->nsplit = 0;
     w->split_made = 0;
+    w->nranges = (uint32_t)k;
     for (size_t i = 0; i < k; i++) {
-        snprintf(w->split[w->nsplit++], sizeof(w->split[0]), "%s", peers[i]->node.id);
+        w->range_off[i] = parts[i]->off;
+        w->range_len[i] = parts[i]->size;
+        w->range_landed[i] = 0;
         w->parts_out++;
     }
+    for (w->nsplit = 0; w->nsplit < n; w->nsplit++)
+        snprintf(w->split[w->nsplit], sizeof(w->split[0]), "%s", peers[w->nsplit]->node.id);
     /* For the log and a failed check: every holder of the split. */
     snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
-             (unsigned)(k - 1));
+             (unsigned)(n - 1));
     e->counters.split_fetches++;
     for (size_t i = 0; i < k; i++)
-        eng_peer_enqueue(peers[i], parts[i]);
+        eng_peer_enqueue(peers[i % n], parts[i]);
     return 1;
 }
 
@@ -170,6 +207,8 @@ static void split_create(struct want *w, const struct wire_reply_entry *re)
     rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
     if (rc < 0)
         w->obj = NULL;
+    if (rc == 0)
+        eng_stream_start(e, w, w->size, re->data_size);
     if (rc < 0 && rc != FERRY_EEXIST) /* FERRY_EEXIST: being created here; its seal finishes w */
         eng_want_finish(w, rc);
 }
@@ -210,6 +249,11 @@ void eng_part_failed(struct want *part, const char *why, int lost)
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
     eng_want_note_tried(w, part->holder, why, lost);
+    /* Its range starts again from another holder: bytes of it already taken into the digest
+     * may be overwritten. */
+    if (w->streamed + w->piece_len > w->range_off[part->range])
+        w->stream_broken = 1;
+    w->range_landed[part->range] = 0;
     for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed; i++) {
         if (eng_want_tried(w, w->split[i]) || !(p = eng_peer_find(e, w->split[i])))
             continue;
@@ -232,7 +276,25 @@ void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
     }
     eng_breaker_ok(p->e, p->node.id, p->conn->type);
     p->e->counters.ranges_in++;
+    part->parent->range_landed[part->range] = part->size; /* all in, told or not */
     part_end(part);
+}
+
+void eng_part_landed(struct want *part, const uint8_t *p, size_t n)
+{
+    struct want *w = part->parent;
+    uint64_t *landed = &w->range_landed[part->range];
+
+    if (!w->stream || w->stream_broken)
+        return;
+    /* In order within the range, from its start: anything else breaks the streamed digest. */
+    if (!w->obj || p != w->e->store->base + w->obj->offset + part->off + *landed ||
+        n > part->size - *landed) {
+        w->stream_broken = 1;
+        return;
+    }
+    *landed += n;
+    split_advance(w, 2 * (uint64_t)n + STREAM_PIECE);
 }
 
 static void on_part_drained(void *arg)
@@ -252,6 +314,7 @@ void eng_part_drain(struct xconn *c, struct want *part)
         return;
     if ((rc = c->type->drain(c, on_part_drained, w)) == 0) {
         w->drains++;
+        w->stream_broken = 1; /* a late write may change bytes already hashed */
         return;
     }
     if (rc != FERRY_ENOSYS) { /* a one-sided read may still land: keep the object */

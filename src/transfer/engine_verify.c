@@ -13,8 +13,6 @@ int eng_checked(const struct engine *e, const struct want *w)
     return e->cfg.verify || w->has_content;
 }
 
-/* The landed bytes hashed at once (fewer at the end): small enough to be still in cache. */
-#define STREAM_PIECE (256u << 10)
 /* Up to this size a streamed digest is taken on the loop, piece by piece; above it on the
  * verifier thread, in parallel with the next bytes. Measured (ferry-bench remote, tcp, 2
  * cores, three alternating runs): on the loop, fetch / raw request-response 0.70-0.79 at 1 MiB
