@@ -155,6 +155,19 @@ static void record_content(const struct h_cluster *cl, const ferry_id *id, uint6
     h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", sz, "digest", dg, NULL});
 }
 
+/* x's patterned bytes (size of them), their digest recorded in the directory as x's content
+ * (in *digest); with tamper, the last byte flipped after. Free them. */
+static uint8_t *recorded_bytes(const struct h_cluster *cl, const ferry_id *x, uint64_t size,
+                               int tamper, uint64_t *digest)
+{
+    uint8_t *bytes = h_pattern(size, h_seed(x));
+    *digest = XXH3_64bits_withSeed(bytes, size, size);
+    record_content(cl, x, size, *digest);
+    if (tamper)
+        bytes[size - 1] ^= 0xff;
+    return bytes;
+}
+
 /* Accepts A's connection on lfd, answers its handshake and reads its pull, which must name id
  * alone; returns the connection, the pull's tag in *tag. */
 static int fake_accept_pull(int lfd, const ferry_id *id, uint64_t *tag)
@@ -243,15 +256,12 @@ static void fetch_split_content(struct h_cluster *cl, uint64_t size, int tamper)
     char name[64];
     snprintf(name, sizeof(name), "split-%llu-%d", (unsigned long long)size, tamper);
     ferry_id x = h_id(name);
-    uint8_t *bytes = h_pattern(size, h_seed(&x));
-    uint64_t digest = XXH3_64bits_withSeed(bytes, size, size);
+    uint64_t digest;
     for (int i = 0; i < 2; i++) {
         lfd[i] = h_tcp_listen(&port[i]);
         register_fake_as(cl, names[i], port[i], NULL, &x);
     }
-    record_content(cl, &x, size, digest);
-    if (tamper)
-        bytes[size - 1] ^= 0xff;
+    uint8_t *bytes = recorded_bytes(cl, &x, size, tamper, &digest);
 
     ferry_stats a0 = h_stats(a);
     struct h_fetch f;
@@ -308,12 +318,9 @@ static void fetch_recorded_content(struct h_cluster *cl, uint64_t size, int tamp
     char name[64];
     snprintf(name, sizeof(name), "recorded-%llu-%d", (unsigned long long)size, tamper);
     ferry_id x = h_id(name);
-    uint8_t *bytes = h_pattern(size, h_seed(&x));
-    uint64_t digest = XXH3_64bits_withSeed(bytes, size, size);
+    uint64_t digest;
     register_fake(cl, port, &x);
-    record_content(cl, &x, size, digest);
-    if (tamper)
-        bytes[size - 1] ^= 0xff;
+    uint8_t *bytes = recorded_bytes(cl, &x, size, tamper, &digest);
 
     ferry_stats a0 = h_stats(a);
     struct h_fetch f;

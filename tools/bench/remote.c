@@ -247,6 +247,26 @@ static void add_ratio(struct remote_ratios *rr, const struct bench_ratio_def *d,
     remote_add_ratio(rr, &q);
 }
 
+/* MiB/s of ferry-tcp's num_op over den_system's den_op at size, against target. */
+static void add_mibps_ratio(struct remote_ratios *rr, const char *name, const char *description,
+                            const char *num_op, const char *den_system, const char *den_op,
+                            uint64_t size, double target, const struct remote_run *run)
+{
+    const struct bench_ratio_def d = {
+        .name = name,
+        .description = description,
+        .num_system = "ferry-tcp",
+        .num_op = num_op,
+        .num_size = size,
+        .den_system = den_system,
+        .den_op = den_op,
+        .den_size = size,
+        .metric = BENCH_MIB_PER_SEC,
+        .target = target,
+    };
+    add_ratio(rr, &d, run);
+}
+
 /* fetch against raw-tcp's op (stream or reqresp) at size. */
 static void add_raw_ratio(struct remote_ratios *rr, const char *op, uint64_t size,
                           const struct remote_run *run)
@@ -256,19 +276,7 @@ static void add_raw_ratio(struct remote_ratios *rr, const char *op, uint64_t siz
     snprintf(name, sizeof(name), "fetch_over_raw_tcp_%s_mibps_%s", op, label);
     snprintf(description, sizeof(description), "MiB/s at %s: ferry-tcp fetch / raw-tcp %s", label,
              op);
-    const struct bench_ratio_def d = {
-        .name = name,
-        .description = description,
-        .num_system = "ferry-tcp",
-        .num_op = "fetch",
-        .num_size = size,
-        .den_system = "raw-tcp",
-        .den_op = op,
-        .den_size = size,
-        .metric = BENCH_MIB_PER_SEC,
-        .target = RAW_TARGET,
-    };
-    add_ratio(rr, &d, run);
+    add_mibps_ratio(rr, name, description, "fetch", "raw-tcp", op, size, RAW_TARGET, run);
 }
 
 /* The MiB/s targets against raw-tcp's op at every size measured from from up (one shown as
@@ -294,19 +302,7 @@ static void add_holders_ratio(struct remote_ratios *rr, uint64_t size, const str
     snprintf(name, sizeof(name), "fetch_holders_over_fetch_mibps_%s", label);
     snprintf(description, sizeof(description), "MiB/s at %s: ferry-tcp %zu holders / one", label,
              run->o->holders);
-    const struct bench_ratio_def d = {
-        .name = name,
-        .description = description,
-        .num_system = "ferry-tcp",
-        .num_op = "fetch-holders",
-        .num_size = size,
-        .den_system = "ferry-tcp",
-        .den_op = "fetch",
-        .den_size = size,
-        .metric = BENCH_MIB_PER_SEC,
-        .target = 1,
-    };
-    add_ratio(rr, &d, run);
+    add_mibps_ratio(rr, name, description, "fetch-holders", "ferry-tcp", "fetch", size, 1, run);
 }
 
 /* The connections bench-b opened while measured: the target is none once warm. */
