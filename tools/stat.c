@@ -188,6 +188,11 @@ static void print_cluster(const struct stat_view *v)
            " failed from a holder\n",
            "fetches", val(v, "fetches"), val(v, "transfers_in"), sz(val(v, "bytes_in"), a),
            val(v, "transfers_out"), sz(val(v, "bytes_out"), b), val(v, "transfer_failures"));
+    printf("  %-13s %" PRIu64 " objects from several holders in %" PRIu64 " ranges (%" PRIu64
+           " moved to another holder, %" PRIu64 " fetched whole after all); %" PRIu64
+           " ranges sent\n",
+           "split", val(v, "split_fetches"), val(v, "ranges_in"), val(v, "ranges_moved"),
+           val(v, "split_fallbacks"), val(v, "ranges_out"));
     printf("  %-13s %" PRIu64 " opened, %" PRIu64 " accepted, %" PRIu64
            " evicted; peers dropped: %" PRIu64 " bad, %" PRIu64 " too slow; %" PRIu64
            " pins deferred\n",
