@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/proto.h"
+#include "free_port.h"
 #include "transfer/wire.h"
 
 /* ---- time and bounded waits ---- */
@@ -684,15 +685,10 @@ int h_raw_wait_closed(int fd, int timeout_ms)
 
 int h_free_port(void)
 {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(addr);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
-        fail_msg("bind 127.0.0.1:0: %s", strerror(errno));
-    close(fd);
-    return ntohs(addr.sin_port);
+    int port = test_free_port();
+    if (port < 0)
+        fail_msg("no free TCP port on 127.0.0.1: %s", strerror(errno));
+    return port;
 }
 
 /* A TCP connection to 127.0.0.1:port: the fd, or -1 with errno. */

@@ -177,12 +177,9 @@ wait_for() {
     return 1
 }
 
-# A TCP port on 127.0.0.1 that was free a moment ago.
+# A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range (why: free_port.h).
 free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+    python3 "$(dirname "${BASH_SOURCE[0]}")/python/free_port.py"
 }
 
 # start_redis: a redis-server on 127.0.0.1 at a free port (REDIS_PORT), stopped on exit.

@@ -1,35 +1,18 @@
 /* redis_fixture.c - see redis_fixture.h. */
 #include "redis_fixture.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "free_port.h"
+
 #define START_TIMEOUT_MS 5000
-
-/* A port the kernel had free a moment ago: bound to port 0, read back, released. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
 
 static void exec_server(int port)
 {
@@ -73,7 +56,7 @@ int redis_fixture_start(struct redis_fixture *f)
     long long deadline = now_ms() + START_TIMEOUT_MS;
 
     if (!f->port)
-        f->port = free_port();
+        f->port = test_free_port();
     if (f->port <= 0)
         return -1;
     f->pid = fork();

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import ferry
+from free_port import free_port
 
 BIN_DIR = os.environ.get("FERRY_BIN_DIR") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "bin"
@@ -35,12 +36,6 @@ def plain_env():
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Daemon:
