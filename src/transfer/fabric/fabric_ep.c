@@ -317,6 +317,7 @@ static void fab_listener_close(struct xlistener *f)
 {
     if (!f)
         return;
+    fab_watch_stop(&f->watchdog);
     if (f->loop->before_wait_arg == f) {
         f->loop->before_wait = NULL;
         f->loop->before_wait_arg = NULL;

@@ -47,12 +47,14 @@
  *   fabric_cq.c     completions and progress, in the daemon's loop
  *   fabric_msg.c    the message codec (fuzzed on its own)
  *   fabric_peer.c   peers on this host: liveness, the shm lock guard, regions left by the killed
+ *   fabric_watch.c  the guard's watchdog thread: a post stuck in a dead peer's lock is freed
  */
 #ifndef FERRY_FABRIC_INT_H
 #define FERRY_FABRIC_INT_H
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -119,6 +121,9 @@
 #define FAB_LOCK_STUCK_MS 2000u
 #define FAB_LOCK_STUCK_POLLS 200u
 #define FAB_PEER_CHECK_MS 20u
+/* A provider call on a peer that has run this long while the peer's lock is held and its
+ * process is gone is stuck in that lock: the watchdog frees it (fabric_watch.c). */
+#define FAB_WATCH_STUCK_MS 100u
 /* A peer of a tcp-based provider that has sent nothing for 50 ms is probed, then every 200 ms
  * up to 10 times while it stays quiet: a refused TCP connect to its address means its process
  * is gone (one probe alone was seen to miss a peer killed a moment before). A live peer's
@@ -150,6 +155,7 @@ extern _Atomic uint64_t fab_blocking_refused;
     X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
+    X(peer_locks_freed, COUNTER, "a dead peer's region lock freed: a post was stuck in it")        \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")      \
     X(blocking_recvs, COUNTER, "provider reads on the loop's thread that would block: refused")
 
@@ -317,6 +323,20 @@ struct avent {
     struct avent *next;
 };
 
+/* The watchdog of provider calls stuck in a dead peer's lock (fabric_watch.c, which says who
+ * may touch what). */
+struct fab_watch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running, entered; /* the loop's thread only */
+    int stop;
+    uint64_t since_ns; /* when the loop's call began; 0: not in one */
+    volatile int *lock;
+    pid_t pid;
+    uint32_t freed;
+};
+
 struct xlistener {
     struct loop *loop;
     const struct xconn_events *ev;
@@ -378,6 +398,7 @@ struct xlistener {
     volatile int *own_lock;
     uint64_t own_held_ms;
     uint32_t own_held_polls;
+    struct fab_watch watchdog;    /* started with the guard */
     uint64_t peer_exit_ms;        /* when a peer on this host was last found exited */
     uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
     struct loop_timer peer_timer; /* runs it while connections are open */
@@ -452,6 +473,19 @@ int fab_peer_locked(struct fconn *c);
 /* 1 when our region's lock is held: skip reading completions this turn. A lock held past
  * FAB_LOCK_STUCK_MS (its holder was killed inside) is freed. */
 int fab_own_locked(struct xlistener *f);
+/* 1 when pid's process is gone: exited, or killed and not yet reaped (a zombie). */
+int fab_pid_gone(pid_t pid);
+/* Around a provider call that takes c's peer's region lock: the watchdog may free that lock
+ * while the call is stuck in it (fabric_watch.c); the end counts and logs what it freed. */
+void fab_call_begin(struct fconn *c);
+void fab_call_end(struct xlistener *f);
+
+/* fabric_watch.c: the watchdog thread (the shm lock guard's, started with it) */
+int fab_watch_start(struct fab_watch *w);
+void fab_watch_stop(struct fab_watch *w);
+void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid);
+/* Ends what fab_watch_enter began: how many locks the watchdog freed meanwhile. */
+uint32_t fab_watch_leave(struct fab_watch *w);
 
 /* fabric_hello.c: the handshake */
 int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out);

@@ -88,10 +88,31 @@ static int process_exited(pid_t pid)
     return pid > 1 && kill(pid, 0) < 0 && errno == ESRCH;
 }
 
-int fab_peer_exited(struct fconn *c)
+int fab_pid_gone(pid_t pid)
 {
-    if (!process_exited(c->peer_pid))
+    char path[32], stat[256];
+    ssize_t n = -1;
+    int fd;
+
+    if (pid <= 1)
         return 0;
+    if (process_exited(pid))
+        return 1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+        n = read(fd, stat, sizeof(stat) - 1);
+        close(fd);
+    }
+    if (n <= 0)
+        return 0;
+    stat[n] = '\0';
+    const char *end = strrchr(stat, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/* Marks c's peer exited (counted and logged once): 1. */
+static int peer_exited_now(struct fconn *c)
+{
     if (!c->peer_exited) {
         c->peer_exited = 1;
         c->f->peer_exit_ms = loop_now_ms();
@@ -100,6 +121,11 @@ int fab_peer_exited(struct fconn *c)
                  c->base.peer, (int)c->peer_pid);
     }
     return 1;
+}
+
+int fab_peer_exited(struct fconn *c)
+{
+    return process_exited(c->peer_pid) && peer_exited_now(c);
 }
 
 void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len)
@@ -188,8 +214,8 @@ static int peer_gone(struct fconn *c)
     uint64_t quiet = (now_ns() - c->heard_ns) / 1000000;
     int refused = 0;
 
-    if (fab_peer_exited(c))
-        return 1;
+    if (c->peer_pid > 0 && fab_pid_gone(c->peer_pid)) /* a zombie too, here: one read a tick */
+        return peer_exited_now(c);
     if (!c->probe_len && quiet >= FAB_PROBE_FIRST_MS)
         probe_adopt(c);
     if (c->probe_fd >= 0)
@@ -328,6 +354,10 @@ void fab_lock_guard_init(struct xlistener *f)
             f->lock_off = off + 8;
             f->own_lock = (volatile int *)(r + off + 8);
             log_info("fabric: guarding against shm region locks of killed peers");
+            if (fab_watch_start(&f->watchdog) < 0)
+                log_warn("fabric: no watchdog thread (%s): a post stuck in a dead peer's lock "
+                         "would not be freed",
+                         strerror(errno));
             return;
         }
     }
@@ -345,11 +375,11 @@ void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len)
 
     if (!c->f->lock_off || c->peer_pid <= 0 || region_path(name, len, path, sizeof(path)) < 0)
         return;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return;
-    if (fstat(fd, &st) == 0 && own_region(&st, (off_t)page))
-        p = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
+    if (fstat(fd, &st) == 0 && own_region(&st, (off_t)page)) /* writable: see fabric_watch.c */
+        p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return;
@@ -378,6 +408,24 @@ int fab_peer_locked(struct fconn *c)
         return 0;
     c->f->stats.locks_busy++;
     return 1;
+}
+
+void fab_call_begin(struct fconn *c)
+{
+    if (c->peer_region)
+        fab_watch_enter(&c->f->watchdog, (volatile int *)(c->peer_region + c->f->lock_off),
+                        c->peer_pid);
+}
+
+void fab_call_end(struct xlistener *f)
+{
+    uint32_t freed = fab_watch_leave(&f->watchdog);
+
+    if (!freed)
+        return;
+    f->stats.peer_locks_freed += freed;
+    log_error("fabric: a post was stuck in the shared-memory lock of a peer killed inside it; "
+              "the watchdog freed it");
 }
 
 int fab_own_locked(struct xlistener *f)
