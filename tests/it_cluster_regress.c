@@ -13,7 +13,9 @@
  *   at once (both sides), and is counted in peer_errors;
  * - bytes other than the content the directory recorded, sent under the recorded digest, are
  *   refused whether their digest is taken as they land (1 MiB on the loop, 32 MiB on the
- *   verifier thread) or after (64 KiB), and the recorded bytes are taken on every path.
+ *   verifier thread) or after (64 KiB), and the recorded bytes are taken on every path;
+ * - ranges of a split fetch refused by every holder move to each holder once at most, and
+ *   nothing is asked once the fetch has timed out (they bounced between two holders for ever).
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
  * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
@@ -218,6 +220,32 @@ static int fake_serve(int lfd, const ferry_id *id, uint64_t size, uint64_t diges
     return cfd;
 }
 
+/* Reads a pull on cfd, which must name ranges of id alone (or, whole_ok, all of id: one range
+ * {0, size} then): the tag, the ranges, their count. */
+static void read_pull_of(int cfd, const ferry_id *id, int whole_ok, uint64_t size, uint64_t *tag,
+                         struct wire_range *r, uint32_t *n)
+{
+    uint8_t pull[1 + 8 + 4 + MAX_FAKE_RANGES * (FERRY_ID_SIZE + WIRE_RANGE_SIZE)];
+    uint32_t len = read_frame(cfd, WIRE_PULL, pull, sizeof(pull), tag);
+    *n = h_rd32(pull + 9);
+    if (whole_ok && pull[0] == WIRE_PULL_VERIFY) {
+        assert_int_equal(len, 13 + FERRY_ID_SIZE);
+        assert_int_equal(*n, 1);
+        assert_memory_equal(pull + 13, id->bytes, FERRY_ID_SIZE);
+        r[0] = (struct wire_range){0, size};
+        return;
+    }
+    assert_int_equal(pull[0], WIRE_PULL_VERIFY | WIRE_PULL_RANGES);
+    assert_true(*n >= 1 && *n <= MAX_FAKE_RANGES);
+    assert_int_equal(len, 13 + *n * (FERRY_ID_SIZE + WIRE_RANGE_SIZE));
+    const uint8_t *ranges = pull + 13 + *n * FERRY_ID_SIZE;
+    for (uint32_t i = 0; i < *n; i++) {
+        assert_memory_equal(pull + 13 + i * FERRY_ID_SIZE, id->bytes, FERRY_ID_SIZE);
+        r[i].off = h_rd64(ranges + i * WIRE_RANGE_SIZE);
+        r[i].len = h_rd64(ranges + i * WIRE_RANGE_SIZE + 8);
+    }
+}
+
 /* Accepts A's connection on lfd as node name, answers its handshake and reads its pull, which
  * must name ranges of id alone; returns the connection, the tag, the ranges and their count. */
 static int fake_accept_ranged_pull(int lfd, const char *name, const ferry_id *id, uint64_t *tag,
@@ -227,18 +255,7 @@ static int fake_accept_ranged_pull(int lfd, const char *name, const ferry_id *id
     if (cfd < 0)
         fail_msg("A did not connect to fake holder %s within %d ms", name, H_EVENT_MS);
     fake_handshake_as(cfd, name);
-    uint8_t pull[1 + 8 + 4 + MAX_FAKE_RANGES * (FERRY_ID_SIZE + WIRE_RANGE_SIZE)];
-    uint32_t len = read_frame(cfd, WIRE_PULL, pull, sizeof(pull), tag);
-    assert_int_equal(pull[0], WIRE_PULL_VERIFY | WIRE_PULL_RANGES);
-    *n = h_rd32(pull + 9);
-    assert_true(*n >= 1 && *n <= MAX_FAKE_RANGES);
-    assert_int_equal(len, 13 + *n * (FERRY_ID_SIZE + WIRE_RANGE_SIZE));
-    const uint8_t *ranges = pull + 13 + *n * FERRY_ID_SIZE;
-    for (uint32_t i = 0; i < *n; i++) {
-        assert_memory_equal(pull + 13 + i * FERRY_ID_SIZE, id->bytes, FERRY_ID_SIZE);
-        r[i].off = h_rd64(ranges + i * WIRE_RANGE_SIZE);
-        r[i].len = h_rd64(ranges + i * WIRE_RANGE_SIZE + 8);
-    }
+    read_pull_of(cfd, id, 0, 0, tag, r, n);
     return cfd;
 }
 
@@ -648,6 +665,90 @@ H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
     fetch_split_content(cl, 32u << 20, 1);
 }
 
+/* Serves every pull that comes to the fakes (listening on pfd[0..FAKES-1], connected on
+ * pfd[FAKES..]) until h_now_ms() reaches until: each range with the bytes of the recorded
+ * content under another digest. The bytes asked. */
+#define FAKES 3
+static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, const ferry_id *x,
+                                  const uint8_t *bytes, uint64_t size, uint64_t digest,
+                                  const struct h_fetch *f, int64_t until)
+{
+    uint64_t asked = 0;
+    while (h_now_ms() < until && (!f || !h_fetch_done(f))) {
+        if (poll(pfd, 2 * FAKES, 50) <= 0)
+            continue;
+        for (int i = 0; i < FAKES; i++) {
+            int *cfd = &pfd[FAKES + i].fd;
+            if ((pfd[i].revents & POLLIN) && *cfd < 0) {
+                *cfd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
+                fake_handshake_as(*cfd, names[i]);
+                continue;
+            }
+            if (*cfd < 0 || !(pfd[FAKES + i].revents & (POLLIN | POLLHUP)))
+                continue;
+            struct wire_range r[MAX_FAKE_RANGES];
+            uint32_t n;
+            uint64_t tag;
+            read_pull_of(*cfd, x, 1, size, &tag, r, &n);
+            fake_reply_ranges(*cfd, tag, size, digest ^ 1, bytes, r, n);
+            for (uint32_t k = 0; k < n; k++)
+                asked += r[k].len;
+        }
+    }
+    return asked;
+}
+
+/* Three fake holders answer every range with another digest than the recorded one: each
+ * range moves to each holder once at most, then the object is asked for whole (a holder of
+ * other content may be a stale record: asked again after a while) until the fetch times out,
+ * and nothing more is asked once it has. Each holder was noted once per failed range, and with
+ * the list of those tried full its last slot was overwritten: ranges bounced between two
+ * holders without end, past the fetch's timeout. */
+H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"fake", "fake2", "fake3"};
+    const uint64_t size = 24u << 20; /* 1 MiB ranges: 8 per holder */
+    struct pollfd pfd[2 * FAKES];
+    ferry_id x = h_id("refused-by-every-holder");
+    uint64_t digest;
+    for (int i = 0; i < FAKES; i++) {
+        int port;
+        pfd[i] = (struct pollfd){.fd = h_tcp_listen(&port), .events = POLLIN};
+        pfd[FAKES + i] = (struct pollfd){.fd = -1, .events = POLLIN};
+        register_fake_as(cl, names[i], port, NULL, &x);
+    }
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 3000, &status);
+    uint64_t asked = fakes_serve_other(pfd, names, &x, bytes, size, digest, &f, h_now_ms() + 8000);
+    h_fetch_join(&f, 5000);
+    /* Pulls already on their way are answered; after that, none may come. */
+    asked += fakes_serve_other(pfd, names, &x, bytes, size, digest, NULL, h_now_ms() + 500);
+    uint64_t after =
+        fakes_serve_other(pfd, names, &x, bytes, size, digest, NULL, h_now_ms() + 1500);
+    ferry_stats a1 = h_stats(a);
+    printf("%llu MiB asked of the fakes, %llu MiB after the fetch ended; %llu ranges moved\n",
+           (unsigned long long)(asked >> 20), (unsigned long long)(after >> 20),
+           (unsigned long long)(a1.ranges_moved - a0.ranges_moved));
+    assert_int_equal(status, FERRY_ETIMEDOUT);
+    assert_int_equal(a1.split_fetches - a0.split_fetches, 1);
+    assert_true(a1.ranges_moved - a0.ranges_moved <= 24 * (FAKES - 1));
+    assert_int_equal(after, 0);
+    assert_int_equal(h_contains(a, &x), 0);
+    free(bytes);
+    for (int i = 0; i < 2 * FAKES; i++)
+        if (pfd[i].fd >= 0)
+            close(pfd[i].fd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
 {
@@ -670,6 +771,7 @@ int main(void)
         T(other_bytes_are_refused_when_hashed_as_they_land),
         T(other_bytes_are_refused_when_hashed_after_they_land),
         T(other_bytes_in_one_range_are_refused),
+        T(ranges_refused_by_every_holder_stop_moving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

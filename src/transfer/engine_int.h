@@ -398,6 +398,8 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
 void eng_part_in(struct peer *p, struct pentry *pe, struct want *part);
 void eng_part_failed(struct want *part, const char *why, int lost);
 void eng_part_drain(struct xconn *c, struct want *part);
+/* A part could not be queued (no memory): it ends, and its parent is fetched whole after. */
+void eng_part_unqueued(struct want *part);
 /* The engine closes: the part is freed, and its parent when it is finished. */
 void eng_part_close(struct want *part);
 /* n more bytes of a part's range are in place at p. */

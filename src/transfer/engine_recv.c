@@ -76,9 +76,17 @@ void eng_want_fail_all(struct want *w)
 
 void eng_want_note_tried(struct want *w, const char *node, const char *why, int lost)
 {
-    struct tried *t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
+    struct tried *t = NULL;
 
-    snprintf(t->node, sizeof(t->node), "%s", node);
+    for (int i = 0; i < w->ntried && !t; i++) /* once per holder: the latest reason */
+        if (strcmp(w->tried[i].node, node) == 0)
+            t = &w->tried[i];
+    if (t) {
+        lost = lost && t->lost; /* lost only while every failure was a loss */
+    } else {
+        t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
+        snprintf(t->node, sizeof(t->node), "%s", node);
+    }
     snprintf(t->why, sizeof(t->why), "%s", why);
     t->lost = lost;
 }
@@ -446,6 +454,11 @@ void eng_peer_enqueue(struct peer *p, struct want *w)
     if (p->nqueue == p->capqueue) {
         uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
         struct want **q = realloc(p->queue, cap * sizeof(*q));
+        if (!q && w->parent) {
+            log_error("out of memory for a pull queue: a range of an object is left out");
+            eng_part_unqueued(w);
+            return;
+        }
         if (!q) {
             eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
             return;

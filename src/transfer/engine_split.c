@@ -85,6 +85,12 @@ static void part_end(struct want *part)
     split_settle(w);
 }
 
+void eng_part_unqueued(struct want *part)
+{
+    part->parent->split_failed = !part->parent->done;
+    part_end(part);
+}
+
 void eng_part_close(struct want *part)
 {
     struct want *w = part->parent;
@@ -113,8 +119,19 @@ static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint6
     return part;
 }
 
+/* 1 when node is one of the n peers in out. */
+static int split_has(struct peer *const *out, size_t n, const char *node)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(out[i]->node.id, node) == 0)
+            return 1;
+    return 0;
+}
+
 /* The live holders w has not tried, other than this node, at most ENGINE_SPLIT_MAX, connected
- * to (or being connected to); how many in *n. */
+ * to (or being connected to); how many in *n. A node listed twice (two runs or addresses in
+ * the directory) is taken once: a second eng_peer_get at other addresses would replace, and
+ * free, the peer already in out. */
 static void split_peers(struct want *w, const struct directory_answer *a, struct peer **out,
                         size_t *n)
 {
@@ -122,8 +139,9 @@ static void split_peers(struct want *w, const struct directory_answer *a, struct
 
     *n = 0;
     for (size_t i = 0; i < a->n && *n < ENGINE_SPLIT_MAX; i++) {
+        const char *id = a->nodes[i].id;
         struct peer *p;
-        if (eng_want_tried(w, a->nodes[i].id) || strcmp(a->nodes[i].id, e->node_id) == 0)
+        if (eng_want_tried(w, id) || strcmp(id, e->node_id) == 0 || split_has(out, *n, id))
             continue;
         if ((p = eng_peer_get(e, &a->nodes[i])))
             out[(*n)++] = p;
@@ -254,7 +272,10 @@ void eng_part_failed(struct want *part, const char *why, int lost)
     if (w->streamed + w->piece_len > w->range_off[part->range])
         w->stream_broken = 1;
     w->range_landed[part->range] = 0;
-    for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed; i++) {
+    /* Each holder is noted once, so a range moves at most nsplit - 1 times; with the list of
+     * those tried full, a holder noted could be forgotten: no more moves then. */
+    for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed && w->ntried < MAX_TRIED;
+         i++) {
         if (eng_want_tried(w, w->split[i]) || !(p = eng_peer_find(e, w->split[i])))
             continue;
         e->counters.ranges_moved++;
