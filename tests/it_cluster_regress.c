@@ -665,15 +665,18 @@ H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
     fetch_split_content(cl, 32u << 20, 1);
 }
 
-/* Serves every pull that comes to the fakes (listening on pfd[0..FAKES-1], connected on
- * pfd[FAKES..]) until h_now_ms() reaches until: each range with the bytes of the recorded
- * content under another digest. The bytes asked. */
+/* Serves the pulls that come to the fakes (listening on pfd[0..FAKES-1], connected on
+ * pfd[FAKES..]) until h_now_ms() reaches until or f's fetch returns: each range with the bytes
+ * of the recorded content under another digest; only fake `only`'s pulls when it is not -1
+ * (the others' connections are accepted and wait). The bytes asked. */
 #define FAKES 3
 static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, const ferry_id *x,
-                                  const uint8_t *bytes, uint64_t size, uint64_t digest,
+                                  const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
                                   const struct h_fetch *f, int64_t until)
 {
     uint64_t asked = 0;
+    for (int i = 0; i < FAKES; i++)
+        pfd[FAKES + i].events = only < 0 || only == i ? POLLIN : 0;
     while (h_now_ms() < until && (!f || !h_fetch_done(f))) {
         if (poll(pfd, 2 * FAKES, 50) <= 0)
             continue;
@@ -684,6 +687,8 @@ static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, 
                 fake_handshake_as(*cfd, names[i]);
                 continue;
             }
+            if (only >= 0 && only != i)
+                continue;
             if (*cfd < 0 || !(pfd[FAKES + i].revents & (POLLIN | POLLHUP)))
                 continue;
             struct wire_range r[MAX_FAKE_RANGES];
@@ -701,9 +706,10 @@ static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, 
 /* Three fake holders answer every range with another digest than the recorded one: each
  * range moves to each holder once at most, then the object is asked for whole (a holder of
  * other content may be a stale record: asked again after a while) until the fetch times out,
- * and nothing more is asked once it has. Each holder was noted once per failed range, and with
- * the list of those tried full its last slot was overwritten: ranges bounced between two
- * holders without end, past the fetch's timeout. */
+ * and nothing more is asked once it has. Each holder was noted once per failed range: once the
+ * first holder's eight failures had filled the list of those tried, its last slot was
+ * overwritten by turns, and ranges bounced between the two others without end, past the
+ * fetch's timeout. */
 H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
 {
     const char *const split[] = {"--split-min", "1M", NULL};
@@ -726,12 +732,16 @@ H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
     struct h_fetch f;
     int status = 1;
     h_fetch_start(&f, fa, &x, 1, 3000, &status);
-    uint64_t asked = fakes_serve_other(pfd, names, &x, bytes, size, digest, &f, h_now_ms() + 8000);
+    /* The first fake's ranges fail first, all of them (the order that filled the list), then
+     * every fake is served; below a second, the engine's quiet-holder lookup is not due. */
+    uint64_t asked =
+        fakes_serve_other(pfd, names, &x, bytes, size, digest, 0, &f, h_now_ms() + 600);
+    asked += fakes_serve_other(pfd, names, &x, bytes, size, digest, -1, &f, h_now_ms() + 8000);
     h_fetch_join(&f, 5000);
     /* Pulls already on their way are answered; after that, none may come. */
-    asked += fakes_serve_other(pfd, names, &x, bytes, size, digest, NULL, h_now_ms() + 500);
+    asked += fakes_serve_other(pfd, names, &x, bytes, size, digest, -1, NULL, h_now_ms() + 500);
     uint64_t after =
-        fakes_serve_other(pfd, names, &x, bytes, size, digest, NULL, h_now_ms() + 1500);
+        fakes_serve_other(pfd, names, &x, bytes, size, digest, -1, NULL, h_now_ms() + 1500);
     ferry_stats a1 = h_stats(a);
     printf("%llu MiB asked of the fakes, %llu MiB after the fetch ended; %llu ranges moved\n",
            (unsigned long long)(asked >> 20), (unsigned long long)(after >> 20),
