@@ -2,7 +2,7 @@
  * unit_fabric_peer.c - the fabric's view of peers on this host (fabric_peer.c), in-process: which
  * endpoint names carry a process we may check, when a peer counts as exited, and when our own
  * shm region's lock is freed (only when held for long while a peer was seen to die), and when the
- * watchdog frees a dead peer's lock that a post spins on. The rest
+ * watchdog frees a lock a call spins on (a dead peer's; ours, once a process died). The rest
  * (posts held back, connections failed, regions swept) is exercised against real daemons by
  * it_cluster_kills and it_cluster_chaos.
  */
@@ -14,6 +14,9 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "transfer/fabric/fabric_int.h"
@@ -110,26 +113,93 @@ static void test_own_lock(void **state)
     assert_true(f.stats.locks_busy >= FAB_LOCK_STUCK_POLLS);
 }
 
-/* A child process that waits to be killed. */
-static pid_t idle_child(void)
+/* A lock on a page shared with children (x86-64 glibc: 1 is free), and a child that takes it
+ * and waits to be killed. */
+static pthread_spinlock_t *shared_lock(void)
 {
+    pthread_spinlock_t *lock =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(lock != MAP_FAILED);
+    assert_int_equal(pthread_spin_init(lock, PTHREAD_PROCESS_SHARED), 0);
+    return lock;
+}
+
+/* A child that takes lock (when not NULL) and then waits to be killed. */
+static pid_t child_holding(pthread_spinlock_t *lock)
+{
+    int ready[2];
+    char c;
+    assert_int_equal(pipe(ready), 0);
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        pause();
-        _exit(0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test ends, and its children with it */
+        if (lock)
+            pthread_spin_lock(lock);
+        (void)!write(ready[1], "x", 1);
+        for (;;)
+            pause();
     }
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
     return child;
 }
 
-/* Spins for the lock like the provider does (bounded here by ms): 1 once it was taken. */
-static int spin_for(pthread_spinlock_t *lock, int ms)
+/* The loop's thread in a provider call that spins on a lock as the provider does
+ * (pthread_spin_lock: a locked decrement, then waits), with the watchdog told of it. */
+struct spinner {
+    pthread_t thread;
+    pthread_spinlock_t *lock;
+    struct fconn *c; /* the call's peer, or NULL */
+    atomic_int done;
+    uint64_t took_ms;
+};
+
+static void *spin_main(void *arg)
 {
-    uint64_t end = loop_now_ms() + (uint64_t)ms;
-    while (pthread_spin_trylock(lock) != 0)
-        if (loop_now_ms() >= end)
-            return 0;
-    return 1;
+    struct spinner *s = arg;
+    uint64_t t0 = now_ns();
+    fab_call_begin(&f, s->c);
+    pthread_spin_lock(s->lock);
+    fab_call_end(&f);
+    s->took_ms = (now_ns() - t0) / 1000000;
+    pthread_spin_unlock(s->lock);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void spin_start(struct spinner *s, pthread_spinlock_t *lock, struct fconn *c)
+{
+    *s = (struct spinner){.lock = lock, .c = c};
+    assert_int_equal(pthread_create(&s->thread, NULL, spin_main, s), 0);
+}
+
+/* Joins the spinner within ms, or ends the process (the spin, and the watchdog thread the next
+ * test's setup would clear under it, with it): a failure. */
+static void spin_join(struct spinner *s, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000 + 1;
+    if (pthread_timedjoin_np(s->thread, NULL, &until) != 0) {
+        fprintf(stderr, "FAILED: the call still spins on the lock after %d ms: not freed\n", ms);
+        _exit(1);
+    }
+}
+
+/* Whether this platform's spin locks are the ones the guard knows (1 free, else held). */
+static int known_lock(void)
+{
+    pthread_spinlock_t l;
+    pthread_spin_init(&l, PTHREAD_PROCESS_PRIVATE);
+    return *(volatile int *)&l == 1;
+}
+
+static void reap(pid_t child)
+{
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
 }
 
 /* A peer killed (and not yet reaped: a zombie) while holding its region's lock: a post that
@@ -137,44 +207,70 @@ static int spin_for(pthread_spinlock_t *lock, int ms)
  * lock is never touched. */
 static void test_watchdog_frees_a_dead_peers_lock(void **state)
 {
-    static union {
-        uint8_t page[4096];
-        pthread_spinlock_t at8[4];
-    } region;
-    pthread_spinlock_t *lock = &region.at8[2]; /* byte 8 */
-    struct fconn c = {.f = &f, .peer_region = region.page};
+    if (!known_lock())
+        skip();
+    pthread_spinlock_t *lock = shared_lock();
+    uint8_t *region = (uint8_t *)lock - 8;
+    struct fconn c = {.f = &f, .peer_region = region};
+    struct spinner s;
     f.lock_off = 8;
-    assert_int_equal(fab_watch_start(&f.watchdog), 0);
-    assert_int_equal(pthread_spin_init(lock, PTHREAD_PROCESS_SHARED), 0);
-    c.peer_pid = idle_child();
-    assert_int_equal(pthread_spin_lock(lock), 0); /* the peer takes its lock */
+    assert_int_equal(fab_watch_start(&f.watchdog, NULL), 0);
+    c.peer_pid = child_holding(lock);                /* the peer takes its lock */
+    fab_watch_peers(&f.watchdog, &c.peer_pid, 1, 1); /* a connection is open: it looks */
 
-    fab_call_begin(&c); /* a live holder: left alone */
-    assert_int_equal(spin_for(lock, 3 * FAB_WATCH_STUCK_MS), 0);
-    fab_call_end(&f);
-    assert_int_equal(f.stats.peer_locks_freed, 0);
+    spin_start(&s, lock, &c);
+    usleep(3 * FAB_WATCH_STUCK_MS * 1000); /* a live holder: left alone */
+    assert_int_equal(atomic_load(&s.done), 0);
     assert_int_equal(fab_pid_gone(c.peer_pid), 0);
 
     kill(c.peer_pid, SIGKILL); /* killed inside it, not reaped */
-    fab_call_begin(&c);
-    uint64_t t0 = loop_now_ms();
-    assert_int_equal(spin_for(lock, 5000), 1);
-    uint64_t took = loop_now_ms() - t0;
-    fab_call_end(&f);
-    printf("the dead peer's lock freed after %llu ms\n", (unsigned long long)took);
-    assert_true(took >= FAB_WATCH_STUCK_MS);
+    uint64_t t0 = now_ns();
+    spin_join(&s, 5000);
+    printf("the dead peer's lock freed %llu ms after the kill, the call %llu ms in\n",
+           (unsigned long long)((now_ns() - t0) / 1000000), (unsigned long long)s.took_ms);
+    assert_true(s.took_ms >= 3 * FAB_WATCH_STUCK_MS);
     assert_int_equal(f.stats.peer_locks_freed, 1);
     assert_int_equal(fab_pid_gone(c.peer_pid), 1); /* a zombie */
     waitpid(c.peer_pid, NULL, 0);
     assert_int_equal(fab_pid_gone(c.peer_pid), 1);
 
-    pthread_spin_unlock(lock); /* ours, taken above: a free lock stays free */
-    fab_call_begin(&c);
-    usleep(3 * FAB_WATCH_STUCK_MS * 1000);
-    fab_call_end(&f);
+    spin_start(&s, lock, &c); /* a free lock stays free: nothing counted */
+    spin_join(&s, 5000);
     assert_int_equal(f.stats.peer_locks_freed, 1);
     fab_watch_stop(&f.watchdog);
     assert_int_equal(f.watchdog.running, 0);
+    munmap((void *)lock, 4096);
+}
+
+/* Our region's lock (the holder cannot be named) taken by a process killed inside it: a
+ * completion read that spins on it is freed once it has been held FAB_LOCK_STUCK_MS and a
+ * process on this host was found gone; held as long by a live one, it is left alone. */
+static void test_watchdog_frees_our_lock_after_a_peer_died(void **state)
+{
+    if (!known_lock())
+        skip();
+    pthread_spinlock_t *own = shared_lock();
+    struct spinner s;
+    pid_t holder = child_holding(own), other = child_holding(NULL);
+    pid_t peers[2] = {other, holder};
+    assert_int_equal(fab_watch_start(&f.watchdog, (volatile int *)own), 0);
+    fab_watch_peers(&f.watchdog, peers, 2, 1);
+
+    spin_start(&s, own, NULL);
+    usleep((FAB_LOCK_STUCK_MS + 300) * 1000); /* held past the limit, nobody died */
+    assert_int_equal(atomic_load(&s.done), 0);
+
+    kill(holder, SIGKILL);
+    uint64_t t0 = now_ns();
+    spin_join(&s, 5000);
+    printf("our lock freed %llu ms after its holder's kill, the read %llu ms in\n",
+           (unsigned long long)((now_ns() - t0) / 1000000), (unsigned long long)s.took_ms);
+    assert_true(s.took_ms >= FAB_LOCK_STUCK_MS + 300);
+    assert_int_equal(f.stats.peer_locks_freed, 1);
+    fab_watch_stop(&f.watchdog);
+    waitpid(holder, NULL, 0);
+    reap(other);
+    munmap((void *)own, 4096);
 }
 
 int main(void)
@@ -184,6 +280,7 @@ int main(void)
         cmocka_unit_test_setup(test_exited, setup),
         cmocka_unit_test_setup(test_own_lock, setup),
         cmocka_unit_test_setup(test_watchdog_frees_a_dead_peers_lock, setup),
+        cmocka_unit_test_setup(test_watchdog_frees_our_lock_after_a_peer_died, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,7 +77,9 @@ int fab_progress(struct xlistener *f)
          * connection-request socket (rx_cm_data): a stale EAGAIN left it open and readable for
          * ever, and the loop spinning (fixed upstream in 2.2). */
         errno = 0;
+        fab_call_begin(f, NULL); /* shm spins on our region's lock in it */
         n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
+        fab_call_end(f);
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry e = {0};
             if (fi_cq_readerr(f->cq, &e, 0) == 1 && e.op_context)

@@ -317,7 +317,6 @@ static void fab_listener_close(struct xlistener *f)
 {
     if (!f)
         return;
-    fab_watch_stop(&f->watchdog);
     if (f->loop->before_wait_arg == f) {
         f->loop->before_wait = NULL;
         f->loop->before_wait_arg = NULL;
@@ -338,6 +337,7 @@ static void fab_listener_close(struct xlistener *f)
         close_regions(f);
     close_fid(f->ep ? &f->ep->fid : NULL);
     f->ep = NULL;
+    fab_watch_stop(&f->watchdog); /* after the last call: shutting posts CLOSE too */
     /* Nothing completes any more: what waited for completions is finished here. */
     for (uint32_t i = 0; f->txops && i < f->tx_max; i++) {
         struct fseg *r = f->txops[i].range;

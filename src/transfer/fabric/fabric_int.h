@@ -47,7 +47,7 @@
  *   fabric_cq.c     completions and progress, in the daemon's loop
  *   fabric_msg.c    the message codec (fuzzed on its own)
  *   fabric_peer.c   peers on this host: liveness, the shm lock guard, regions left by the killed
- *   fabric_watch.c  the guard's watchdog thread: a post stuck in a dead peer's lock is freed
+ *   fabric_watch.c  the guard's watchdog thread: a call stuck in a killed process' lock is freed
  */
 #ifndef FERRY_FABRIC_INT_H
 #define FERRY_FABRIC_INT_H
@@ -124,6 +124,8 @@
 /* A provider call on a peer that has run this long while the peer's lock is held and its
  * process is gone is stuck in that lock: the watchdog frees it (fabric_watch.c). */
 #define FAB_WATCH_STUCK_MS 100u
+/* The most peer processes on this host the watchdog looks at while a call is stuck. */
+#define FAB_WATCH_PEERS 64u
 /* A peer of a tcp-based provider that has sent nothing for 50 ms is probed, then every 200 ms
  * up to 10 times while it stays quiet: a refused TCP connect to its address means its process
  * is gone (one probe alone was seen to miss a peer killed a moment before). A live peer's
@@ -323,17 +325,22 @@ struct avent {
     struct avent *next;
 };
 
-/* The watchdog of provider calls stuck in a dead peer's lock (fabric_watch.c, which says who
- * may touch what). */
+/* The watchdog of provider calls stuck in the lock of a killed process (fabric_watch.c, which
+ * says who may touch what). */
 struct fab_watch {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int running, entered; /* the loop's thread only */
-    int stop;
-    uint64_t since_ns; /* when the loop's call began; 0: not in one */
-    volatile int *lock;
-    pid_t pid;
+    int stop, awake;      /* awake: connections are open, look every FAB_PEER_CHECK_MS */
+    volatile int *own;    /* our region's lock, watched in every call */
+    uint64_t since_ns;    /* when the loop's call began; 0: not in one */
+    volatile int *lock;   /* the call's peer's lock, or NULL */
+    pid_t pid;            /* that peer's process, or 0 */
+    uint64_t lock_held_ns, own_held_ns; /* since when seen held at every look in this call */
+    pid_t peers[FAB_WATCH_PEERS];       /* the peers' processes on this host, as last told */
+    uint32_t npeers;
+    uint64_t exit_ns; /* when a process on this host was last found gone */
     uint32_t freed;
 };
 
@@ -475,14 +482,22 @@ int fab_peer_locked(struct fconn *c);
 int fab_own_locked(struct xlistener *f);
 /* 1 when pid's process is gone: exited, or killed and not yet reaped (a zombie). */
 int fab_pid_gone(pid_t pid);
-/* Around a provider call that takes c's peer's region lock: the watchdog may free that lock
- * while the call is stuck in it (fabric_watch.c); the end counts and logs what it freed. */
-void fab_call_begin(struct fconn *c);
+/* Around a provider call that may take c's peer's region lock (c NULL: none) or ours: the
+ * watchdog may free either while the call is stuck in it (fabric_watch.c); the end counts and
+ * logs what it freed. */
+void fab_call_begin(struct xlistener *f, struct fconn *c);
 void fab_call_end(struct xlistener *f);
+/* Tells the watchdog the peers' processes on this host, and whether any connection is open. */
+void fab_peers_watch(struct xlistener *f);
 
 /* fabric_watch.c: the watchdog thread (the shm lock guard's, started with it) */
-int fab_watch_start(struct fab_watch *w);
+/* 0, or a negative errno. own: our region's lock. */
+int fab_watch_start(struct fab_watch *w, volatile int *own);
 void fab_watch_stop(struct fab_watch *w);
+/* The peers' processes (at most FAB_WATCH_PEERS are kept); awake: connections are open. */
+void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n, int awake);
+/* A process on this host was found gone. */
+void fab_watch_exited(struct fab_watch *w);
 void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid);
 /* Ends what fab_watch_enter began: how many locks the watchdog freed meanwhile. */
 uint32_t fab_watch_leave(struct fab_watch *w);

@@ -116,6 +116,7 @@ static int peer_exited_now(struct fconn *c)
     if (!c->peer_exited) {
         c->peer_exited = 1;
         c->f->peer_exit_ms = loop_now_ms();
+        fab_watch_exited(&c->f->watchdog);
         c->f->stats.peers_exited++;
         log_warn("fabric: %s: its process %d has exited; nothing more is posted to it",
                  c->base.peer, (int)c->peer_pid);
@@ -243,6 +244,21 @@ void fab_peers_check(struct xlistener *f)
     for (struct fconn *c = f->all; c; c = c->anext)
         if (!c->closed && peer_gone(c))
             fab_conn_fail(c, "its process is gone");
+    fab_peers_watch(f);
+}
+
+void fab_peers_watch(struct xlistener *f)
+{
+    pid_t pids[FAB_WATCH_PEERS];
+    uint32_t n = 0;
+    int open = 0;
+
+    for (struct fconn *c = f->all; c; c = c->anext) {
+        open |= !c->closed;
+        if (!c->closed && c->peer_pid > 0 && n < FAB_WATCH_PEERS)
+            pids[n++] = c->peer_pid;
+    }
+    fab_watch_peers(&f->watchdog, pids, n, open);
 }
 
 void fab_peer_timer_arm(struct xlistener *f)
@@ -341,6 +357,7 @@ void fab_lock_guard_init(struct xlistener *f)
 {
     char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
     uint8_t *r;
+    int rc;
 
     if (f->info->addr_format != FI_ADDR_STR || strcmp(f->provider, "shm"))
         return;
@@ -354,10 +371,10 @@ void fab_lock_guard_init(struct xlistener *f)
             f->lock_off = off + 8;
             f->own_lock = (volatile int *)(r + off + 8);
             log_info("fabric: guarding against shm region locks of killed peers");
-            if (fab_watch_start(&f->watchdog) < 0)
-                log_warn("fabric: no watchdog thread (%s): a post stuck in a dead peer's lock "
-                         "would not be freed",
-                         strerror(errno));
+            if ((rc = fab_watch_start(&f->watchdog, f->own_lock)) < 0)
+                log_warn("fabric: no watchdog thread (%s): a call stuck in the lock of a killed "
+                         "process would not be freed",
+                         strerror(-rc));
             return;
         }
     }
@@ -410,11 +427,12 @@ int fab_peer_locked(struct fconn *c)
     return 1;
 }
 
-void fab_call_begin(struct fconn *c)
+void fab_call_begin(struct xlistener *f, struct fconn *c)
 {
-    if (c->peer_region)
-        fab_watch_enter(&c->f->watchdog, (volatile int *)(c->peer_region + c->f->lock_off),
-                        c->peer_pid);
+    volatile int *lock =
+        c && c->peer_region ? (volatile int *)(c->peer_region + f->lock_off) : NULL;
+
+    fab_watch_enter(&f->watchdog, lock, c ? c->peer_pid : 0);
 }
 
 void fab_call_end(struct xlistener *f)
@@ -424,8 +442,8 @@ void fab_call_end(struct xlistener *f)
     if (!freed)
         return;
     f->stats.peer_locks_freed += freed;
-    log_error("fabric: a post was stuck in the shared-memory lock of a peer killed inside it; "
-              "the watchdog freed it");
+    log_error("fabric: a provider call was stuck in a shared-memory lock whose holder was killed "
+              "inside it; the watchdog freed it");
 }
 
 int fab_own_locked(struct xlistener *f)

@@ -213,7 +213,7 @@ void fab_reads_push(struct xlistener *f)
         }
         *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .off = r->issued, .len = k};
         errno = 0; /* posts may progress the provider: see fab_progress */
-        fab_call_begin(r->c);
+        fab_call_begin(f, r->c);
         rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
                      r->c->rkey, &op->op.ctx);
         fab_call_end(f);

@@ -66,7 +66,7 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
     }
     t->c = c;
     errno = 0; /* posts may progress the provider: see fab_progress */
-    fab_call_begin(c);
+    fab_call_begin(f, c);
     rc = fi_tsendv(f->ep, iov, desc, rlen ? 2 : 1, c->addr, (uint64_t)cls, &t->op.ctx);
     fab_call_end(f);
     if (rc < 0) {

@@ -1,27 +1,36 @@
 /*
- * fabric_watch.c - a watchdog over the provider calls that take a peer's shared-memory lock.
+ * fabric_watch.c - a watchdog over the provider calls that may spin on a shm region's lock.
  *
- * Why: the lock guard (fabric_peer.c) looks at a peer's lock before each post, but a peer can
- * take its lock and be killed between our look and the provider taking it; the provider
- * (libfabric 1.17 shm) then spins inside fi_tsendv or fi_read for ever, holding our loop. CI
- * and a kill loop under a CPU hog saw it (it_cluster_kills_shm, a hello to a holder killed
- * 2 ms into a fetch). Nothing on the loop's thread can end that spin, so a thread of its own
- * watches: a call that has run past FAB_WATCH_STUCK_MS, on a peer whose lock is held and
- * whose process is gone (exited, or killed and not yet reaped), has its peer's lock freed.
- * The holder is dead; a live third process holding that dead peer's lock at the same instant
- * could only disorder queues nobody reads any more.
+ * Why: the lock guard (fabric_peer.c) looks at the locks before each call, but a process can
+ * take a lock and be killed between our look and the provider taking it; the provider
+ * (libfabric 1.17 shm) then spins inside the call for ever, holding our loop. A post or read
+ * spins on the peer's lock (fi_tsendv, fi_read); a completion read on our own region's lock
+ * (fi_cq_read). CI and a kill loop under a CPU hog saw the first (it_cluster_kills_shm, a
+ * hello to a holder killed 2 ms into a fetch). Nothing on the loop's thread can end that spin,
+ * so a thread of its own watches the call under way, and frees a lock that stays held:
+ * - the peer's lock, after FAB_WATCH_STUCK_MS, when that peer's process is gone (exited, or
+ *   killed and not yet reaped): it died inside it;
+ * - any watched lock (the peer's, when a third process holds it, or ours, whose holder cannot
+ *   be named), seen held at every look for FAB_LOCK_STUCK_MS while a process on this host was
+ *   found gone from around the time it was first seen held: the rule fab_own_locked keeps.
+ * A live holder could be let in with another then (one stalled for 2 s in a 2-byte critical
+ * section while a peer died); that is the trade for a loop that never ends.
  *
- * Locking: w->mu guards since_ns, lock, pid and freed. The loop's thread sets them before a
- * call and clears them after it; the watchdog reads the lock (and may free it) only under
- * w->mu while since_ns is set, that is while the loop is inside the call, so the mapping the
- * lock lies in (the connection's peer_region, unmapped on the loop's thread) is still there.
- * stop is set under w->mu and signalled on w->cv; running and entered are the loop's alone.
+ * Locking: w->mu guards everything below but thread, running and entered, which are the
+ * loop's. The loop's thread sets the call's fields before a call and clears them after it; the
+ * watchdog reads or frees the locks only under w->mu while since_ns is set, that is while the
+ * loop is inside the call, so the mappings they lie in (the connection's peer_region, our
+ * region, both unmapped on the loop's thread) are there. The watchdog looks every
+ * FAB_PEER_CHECK_MS while connections are open (awake), and sleeps without a timeout when
+ * none is: an idle daemon does not wake.
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 
 #include "transfer/fabric/fabric_int.h"
+
+#define MS (1000000ull)
 
 /* CLOCK_MONOTONIC in ms, the clock pthread_cond_timedwait is set to below. */
 static struct timespec deadline_in(uint32_t ms)
@@ -34,15 +43,46 @@ static struct timespec deadline_in(uint32_t ms)
     return ts;
 }
 
-/* Under w->mu: frees the watched lock if the loop is stuck on it and its holder is gone. */
+/* Under w->mu, once a call is stuck: a peer process found gone is noted in exit_ns. */
+static void look_at_peers(struct fab_watch *w, uint64_t now)
+{
+    for (uint32_t i = 0; i < w->npeers; i++)
+        if (fab_pid_gone(w->peers[i]))
+            w->exit_ns = now;
+}
+
+/* Under w->mu: frees lock (held by pid's process, 0: not known) by the rules above. */
+static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, uint64_t *held_ns,
+                         uint64_t now)
+{
+    if (*lock == 1) { /* x86-64 glibc: 1 is free (fab_lock_guard_init checks it) */
+        *held_ns = 0;
+        return;
+    }
+    if (!*held_ns)
+        *held_ns = now;
+    if (now - w->since_ns < FAB_WATCH_STUCK_MS * MS)
+        return;
+    if (!(pid > 0 && fab_pid_gone(pid)) &&
+        (now - *held_ns < FAB_LOCK_STUCK_MS * MS || !w->exit_ns ||
+         w->exit_ns + FAB_LOCK_STUCK_MS * MS < *held_ns))
+        return;
+    atomic_store((_Atomic int *)lock, 1);
+    *held_ns = 0;
+    w->freed++;
+}
+
 static void look(struct fab_watch *w)
 {
-    if (!w->since_ns || !w->lock || now_ns() - w->since_ns < FAB_WATCH_STUCK_MS * 1000000ull)
+    uint64_t now = now_ns();
+
+    if (!w->since_ns || now - w->since_ns < FAB_WATCH_STUCK_MS * MS)
         return;
-    if (*w->lock == 1 || !fab_pid_gone(w->pid)) /* x86-64 glibc: 1 is free */
-        return;
-    atomic_store((_Atomic int *)w->lock, 1);
-    w->freed++;
+    look_at_peers(w, now);
+    if (w->lock)
+        free_if_dead(w, w->lock, w->pid, &w->lock_held_ns, now);
+    if (w->own)
+        free_if_dead(w, w->own, 0, &w->own_held_ns, now);
 }
 
 static void *watch_main(void *arg)
@@ -53,13 +93,16 @@ static void *watch_main(void *arg)
     while (!w->stop) {
         struct timespec until = deadline_in(FAB_PEER_CHECK_MS);
         look(w);
-        pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        if (w->awake)
+            pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        else
+            pthread_cond_wait(&w->cv, &w->mu);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-int fab_watch_start(struct fab_watch *w)
+int fab_watch_start(struct fab_watch *w, volatile int *own)
 {
     pthread_condattr_t ca;
     sigset_t all, old;
@@ -67,15 +110,17 @@ int fab_watch_start(struct fab_watch *w)
 
     if (w->running)
         return 0;
-    if (pthread_mutex_init(&w->mu, NULL))
-        return -1;
-    if (pthread_condattr_init(&ca))
+    if ((rc = pthread_mutex_init(&w->mu, NULL)))
+        return -rc;
+    if ((rc = pthread_condattr_init(&ca)))
         goto destroy_mu;
-    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&w->cv, &ca);
+    if (!(rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)))
+        rc = pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (rc)
         goto destroy_mu;
     w->stop = 0;
+    w->own = own;
     sigfillset(&all); /* signals are the loop's */
     pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&w->thread, NULL, watch_main, w);
@@ -89,7 +134,7 @@ destroy_cv:
     pthread_cond_destroy(&w->cv);
 destroy_mu:
     pthread_mutex_destroy(&w->mu);
-    return -1;
+    return -rc;
 }
 
 void fab_watch_stop(struct fab_watch *w)
@@ -106,14 +151,37 @@ void fab_watch_stop(struct fab_watch *w)
     w->running = 0;
 }
 
+void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n, int awake)
+{
+    if (!w->running)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->npeers = n < FAB_WATCH_PEERS ? n : FAB_WATCH_PEERS;
+    memcpy(w->peers, pids, w->npeers * sizeof(*pids));
+    if (awake && !w->awake)
+        pthread_cond_signal(&w->cv);
+    w->awake = awake;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void fab_watch_exited(struct fab_watch *w)
+{
+    if (!w->running)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->exit_ns = now_ns();
+    pthread_mutex_unlock(&w->mu);
+}
+
 void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid)
 {
-    if (!w->running || !lock || pid <= 0)
+    if (!w->running)
         return;
     w->entered = 1;
     pthread_mutex_lock(&w->mu);
     w->lock = lock;
     w->pid = pid;
+    w->lock_held_ns = w->own_held_ns = 0;
     w->since_ns = now_ns();
     pthread_mutex_unlock(&w->mu);
 }
