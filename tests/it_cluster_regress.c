@@ -15,7 +15,8 @@
  *   refused whether their digest is taken as they land (1 MiB on the loop, 32 MiB on the
  *   verifier thread) or after (64 KiB), and the recorded bytes are taken on every path;
  * - ranges of a split fetch refused by every holder move to each holder once at most, and
- *   nothing is asked once the fetch has timed out (they bounced between two holders for ever).
+ *   nothing is asked once the fetch has timed out (they bounced between two holders for ever);
+ * - ranges answered busy by every holder are not asked again once the fetch has timed out.
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
  * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
@@ -207,6 +208,19 @@ static void fake_reply(int cfd, uint64_t tag, uint64_t size, uint64_t digest, co
                        uint64_t len)
 {
     fake_reply_ranges(cfd, tag, size, digest, bytes, &(struct wire_range){0, len}, 1);
+}
+
+/* A reply of n entries, each FERRY_EBUSY (past the holder's pin limit), on cfd. */
+static void fake_reply_busy(int cfd, uint64_t tag, uint32_t n)
+{
+    uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
+    for (uint32_t i = 0; i < n; i++) {
+        p = h_le32(p, (uint32_t)FERRY_EBUSY);
+        p = h_le64(p, 0);
+        p = h_le64(p, 0);
+        p = h_le64(p, 0);
+    }
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, (size_t)(p - reply)), 0);
 }
 
 /* Serves one pull of the object id on a connection accepted from lfd: a reply naming size and
@@ -667,12 +681,12 @@ H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
 
 /* Serves the pulls that come to the fakes (listening on pfd[0..FAKES-1], connected on
  * pfd[FAKES..]) until h_now_ms() reaches until or f's fetch returns: each range with the bytes
- * of the recorded content under another digest; only fake `only`'s pulls when it is not -1
- * (the others' connections are accepted and wait). The bytes asked. */
+ * of the recorded content under digest, or (bytes NULL) answered busy; only fake `only`'s pulls
+ * when it is not -1 (the others' connections are accepted and wait). The bytes asked. */
 #define FAKES 3
-static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, const ferry_id *x,
-                                  const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
-                                  const struct h_fetch *f, int64_t until)
+static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const ferry_id *x,
+                            const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
+                            const struct h_fetch *f, int64_t until)
 {
     uint64_t asked = 0;
     for (int i = 0; i < FAKES; i++)
@@ -695,12 +709,23 @@ static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, 
             uint32_t n;
             uint64_t tag;
             read_pull_of(*cfd, x, 1, size, &tag, r, &n);
-            fake_reply_ranges(*cfd, tag, size, digest ^ 1, bytes, r, n);
+            if (bytes)
+                fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
+            else
+                fake_reply_busy(*cfd, tag, n);
             for (uint32_t k = 0; k < n; k++)
                 asked += r[k].len;
         }
     }
     return asked;
+}
+
+/* The same, each range under another digest than the recorded one. */
+static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, const ferry_id *x,
+                                  const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
+                                  const struct h_fetch *f, int64_t until)
+{
+    return fakes_serve(pfd, names, x, bytes, size, digest ^ 1, only, f, until);
 }
 
 /* Three fake holders answer every range with another digest than the recorded one: each
@@ -759,6 +784,49 @@ H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
     ferry_disconnect(a);
 }
 
+/* Three fake holders answer every range busy (past their pin limit): the ranges are asked
+ * again while the fetch waits, and no more once it has timed out. A part's parent was being
+ * received, which no timeout ends, and busy ranges were asked again without end. */
+H_CLUSTER_TEST(ranges_answered_busy_stop_with_the_fetch)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"fake", "fake2", "fake3"};
+    const uint64_t size = 24u << 20;
+    struct pollfd pfd[2 * FAKES];
+    ferry_id x = h_id("busy-at-every-holder");
+    uint64_t digest;
+    for (int i = 0; i < FAKES; i++) {
+        int port;
+        pfd[i] = (struct pollfd){.fd = h_tcp_listen(&port), .events = POLLIN};
+        pfd[FAKES + i] = (struct pollfd){.fd = -1, .events = POLLIN};
+        register_fake_as(cl, names[i], port, NULL, &x);
+    }
+    free(recorded_bytes(cl, &x, size, 0, &digest));
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 1000, &status);
+    uint64_t asked = fakes_serve(pfd, names, &x, NULL, size, 0, -1, &f, h_now_ms() + 6000);
+    h_fetch_join(&f, 5000);
+    asked += fakes_serve(pfd, names, &x, NULL, size, 0, -1, NULL, h_now_ms() + 500);
+    uint64_t after = fakes_serve(pfd, names, &x, NULL, size, 0, -1, NULL, h_now_ms() + 1500);
+    ferry_stats a1 = h_stats(a);
+    printf("%llu MiB asked of the busy fakes while the fetch waited, %llu MiB after it ended\n",
+           (unsigned long long)(asked >> 20), (unsigned long long)(after >> 20));
+    assert_int_equal(status, FERRY_ETIMEDOUT);
+    assert_int_equal(a1.split_fetches - a0.split_fetches, 1);
+    assert_true(asked >= size); /* every range was asked for */
+    assert_int_equal(after, 0);
+    for (int i = 0; i < 2 * FAKES; i++)
+        if (pfd[i].fd >= 0)
+            close(pfd[i].fd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
 {
@@ -782,6 +850,7 @@ int main(void)
         T(other_bytes_are_refused_when_hashed_after_they_land),
         T(other_bytes_in_one_range_are_refused),
         T(ranges_refused_by_every_holder_stop_moving),
+        T(ranges_answered_busy_stop_with_the_fetch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

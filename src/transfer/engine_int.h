@@ -398,7 +398,9 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
 void eng_part_in(struct peer *p, struct pentry *pe, struct want *part);
 void eng_part_failed(struct want *part, const char *why, int lost);
 void eng_part_drain(struct xconn *c, struct want *part);
-/* A part could not be queued (no memory): it ends, and its parent is fetched whole after. */
+/* A part is not (or no longer) queued: no memory to queue it, or nobody waits for its object
+ * any more. It ends, and its parent is fetched whole after its other parts (a lookup that ends
+ * it at once when nobody waits). */
 void eng_part_unqueued(struct want *part);
 /* The engine closes: the part is freed, and its parent when it is finished. */
 void eng_part_close(struct want *part);

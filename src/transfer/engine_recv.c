@@ -311,8 +311,8 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
 }
 
-/* Sends one PULL with every queued want. */
-/* Drops the queued wants that finished while they waited (a local put, say). */
+/* Drops the queued wants that finished while they waited (a local put, say), and the parts of
+ * objects nobody waits for any more. */
 static void peer_prune_queue(struct peer *p)
 {
     uint32_t k = 0;
@@ -322,6 +322,9 @@ static void peer_prune_queue(struct peer *p)
         if (w->done) {
             w->queued = NULL;
             eng_want_free(w);
+        } else if (w->parent && !w->parent->waiters) { /* a holder answering busy for ever */
+            w->queued = NULL;
+            eng_part_unqueued(w);
         } else {
             p->queue[k++] = w;
         }
@@ -379,6 +382,7 @@ static uint32_t pull_size(struct peer *p)
     return n;
 }
 
+/* Sends one PULL with the queued wants pull_size takes. */
 static void peer_flush(struct peer *p)
 {
     struct pbuf b = {0};
