@@ -311,8 +311,10 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
 }
 
-/* Drops the queued wants that finished while they waited (a local put, say), and the parts of
- * objects nobody waits for any more. */
+/* Drops the queued wants that finished while they waited (a local put, say), and those (or the
+ * parts of objects) nobody waits for any more: a holder that answers busy has them asked
+ * again, and a want being received is not ended by its fetchers' timeouts. Ending them here
+ * touches nothing but the want (a lookup without waiters ends it at once). */
 static void peer_prune_queue(struct peer *p)
 {
     uint32_t k = 0;
@@ -322,9 +324,12 @@ static void peer_prune_queue(struct peer *p)
         if (w->done) {
             w->queued = NULL;
             eng_want_free(w);
-        } else if (w->parent && !w->parent->waiters) { /* a holder answering busy for ever */
+        } else if (!(w->parent ? w->parent : w)->waiters) { /* answered busy, asked again */
             w->queued = NULL;
-            eng_part_unqueued(w);
+            if (w->parent)
+                eng_part_unqueued(w);
+            else
+                eng_want_finish(w, FERRY_ETIMEDOUT);
         } else {
             p->queue[k++] = w;
         }

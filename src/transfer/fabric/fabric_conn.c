@@ -285,7 +285,7 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *n
     c->aprev = &f->all;
     f->all = c;
     f->slots[slot] = c;
-    fab_peers_watch(f); /* before any call to the peer: the watchdog wakes */
+    fab_peers_watch(f); /* its process, before any call to it */
     return c;
 }
 

@@ -325,6 +325,12 @@ struct avent {
     struct avent *next;
 };
 
+/* A lock the watchdog has seen held at each look since since_ns (0: not seen held). */
+struct fab_held {
+    uint64_t since_ns;
+    uint32_t looks;
+};
+
 /* The watchdog of provider calls stuck in the lock of a killed process (fabric_watch.c, which
  * says who may touch what). */
 struct fab_watch {
@@ -332,13 +338,13 @@ struct fab_watch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int running, entered; /* the loop's thread only */
-    int stop, awake;      /* awake: connections are open, look every FAB_PEER_CHECK_MS */
-    volatile int *own;    /* our region's lock, watched in every call */
-    uint64_t since_ns;    /* when the loop's call began; 0: not in one */
-    volatile int *lock;   /* the call's peer's lock, or NULL */
-    pid_t pid;            /* that peer's process, or 0 */
-    uint64_t lock_held_ns, own_held_ns; /* since when seen held at every look in this call */
-    pid_t peers[FAB_WATCH_PEERS];       /* the peers' processes on this host, as last told */
+    int stop;
+    volatile int *own;                   /* our region's lock, watched in every call */
+    uint64_t since_ns;                   /* when the loop's call began; 0: not in one */
+    volatile int *lock;                  /* the call's peer's lock, or NULL */
+    pid_t pid;                           /* that peer's process, or 0 */
+    struct fab_held lock_held, own_held; /* in this call */
+    pid_t peers[FAB_WATCH_PEERS];        /* the peers' processes on this host, as last told */
     uint32_t npeers;
     uint64_t exit_ns; /* when a process on this host was last found gone */
     uint32_t freed;
@@ -487,15 +493,15 @@ int fab_pid_gone(pid_t pid);
  * logs what it freed. */
 void fab_call_begin(struct xlistener *f, struct fconn *c);
 void fab_call_end(struct xlistener *f);
-/* Tells the watchdog the peers' processes on this host, and whether any connection is open. */
+/* Tells the watchdog the peers' processes on this host. */
 void fab_peers_watch(struct xlistener *f);
 
 /* fabric_watch.c: the watchdog thread (the shm lock guard's, started with it) */
 /* 0, or a negative errno. own: our region's lock. */
 int fab_watch_start(struct fab_watch *w, volatile int *own);
 void fab_watch_stop(struct fab_watch *w);
-/* The peers' processes (at most FAB_WATCH_PEERS are kept); awake: connections are open. */
-void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n, int awake);
+/* The peers' processes (at most FAB_WATCH_PEERS are kept). */
+void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n);
 /* A process on this host was found gone. */
 void fab_watch_exited(struct fab_watch *w);
 void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid);

@@ -251,14 +251,11 @@ void fab_peers_watch(struct xlistener *f)
 {
     pid_t pids[FAB_WATCH_PEERS];
     uint32_t n = 0;
-    int open = 0;
 
-    for (struct fconn *c = f->all; c; c = c->anext) {
-        open |= !c->closed;
+    for (struct fconn *c = f->all; c; c = c->anext)
         if (!c->closed && c->peer_pid > 0 && n < FAB_WATCH_PEERS)
             pids[n++] = c->peer_pid;
-    }
-    fab_watch_peers(&f->watchdog, pids, n, open);
+    fab_watch_peers(&f->watchdog, pids, n);
 }
 
 void fab_peer_timer_arm(struct xlistener *f)

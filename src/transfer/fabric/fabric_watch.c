@@ -21,8 +21,9 @@
  * watchdog reads or frees the locks only under w->mu while since_ns is set, that is while the
  * loop is inside the call, so the mappings they lie in (the connection's peer_region, our
  * region, both unmapped on the loop's thread) are there. The watchdog looks every
- * FAB_PEER_CHECK_MS while connections are open (awake), and sleeps without a timeout when
- * none is: an idle daemon does not wake.
+ * FAB_PEER_CHECK_MS, connections or not: a completion read spins on our lock before any
+ * connection of ours exists (a peer's first message), and a call signalling a sleeping
+ * watchdog would cost a wake-up per call; the shm daemon polls every millisecond anyway.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -52,23 +53,25 @@ static void look_at_peers(struct fab_watch *w, uint64_t now)
 }
 
 /* Under w->mu: frees lock (held by pid's process, 0: not known) by the rules above. */
-static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, uint64_t *held_ns,
+static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, struct fab_held *h,
                          uint64_t now)
 {
     if (*lock == 1) { /* x86-64 glibc: 1 is free (fab_lock_guard_init checks it) */
-        *held_ns = 0;
+        *h = (struct fab_held){0};
         return;
     }
-    if (!*held_ns)
-        *held_ns = now;
+    if (!h->since_ns)
+        h->since_ns = now;
+    h->looks++; /* a watchdog starved of the CPU looks less: held "at every look" needs many */
     if (now - w->since_ns < FAB_WATCH_STUCK_MS * MS)
         return;
     if (!(pid > 0 && fab_pid_gone(pid)) &&
-        (now - *held_ns < FAB_LOCK_STUCK_MS * MS || !w->exit_ns ||
-         w->exit_ns + FAB_LOCK_STUCK_MS * MS < *held_ns))
+        (now - h->since_ns < FAB_LOCK_STUCK_MS * MS ||
+         h->looks < FAB_LOCK_STUCK_MS / FAB_PEER_CHECK_MS / 2 || !w->exit_ns ||
+         w->exit_ns + FAB_LOCK_STUCK_MS * MS < h->since_ns))
         return;
     atomic_store((_Atomic int *)lock, 1);
-    *held_ns = 0;
+    *h = (struct fab_held){0};
     w->freed++;
 }
 
@@ -80,9 +83,9 @@ static void look(struct fab_watch *w)
         return;
     look_at_peers(w, now);
     if (w->lock)
-        free_if_dead(w, w->lock, w->pid, &w->lock_held_ns, now);
+        free_if_dead(w, w->lock, w->pid, &w->lock_held, now);
     if (w->own)
-        free_if_dead(w, w->own, 0, &w->own_held_ns, now);
+        free_if_dead(w, w->own, 0, &w->own_held, now);
 }
 
 static void *watch_main(void *arg)
@@ -93,10 +96,7 @@ static void *watch_main(void *arg)
     while (!w->stop) {
         struct timespec until = deadline_in(FAB_PEER_CHECK_MS);
         look(w);
-        if (w->awake)
-            pthread_cond_timedwait(&w->cv, &w->mu, &until);
-        else
-            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_cond_timedwait(&w->cv, &w->mu, &until);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -151,16 +151,13 @@ void fab_watch_stop(struct fab_watch *w)
     w->running = 0;
 }
 
-void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n, int awake)
+void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n)
 {
     if (!w->running)
         return;
     pthread_mutex_lock(&w->mu);
     w->npeers = n < FAB_WATCH_PEERS ? n : FAB_WATCH_PEERS;
     memcpy(w->peers, pids, w->npeers * sizeof(*pids));
-    if (awake && !w->awake)
-        pthread_cond_signal(&w->cv);
-    w->awake = awake;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -181,7 +178,7 @@ void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid)
     pthread_mutex_lock(&w->mu);
     w->lock = lock;
     w->pid = pid;
-    w->lock_held_ns = w->own_held_ns = 0;
+    w->lock_held = w->own_held = (struct fab_held){0};
     w->since_ns = now_ns();
     pthread_mutex_unlock(&w->mu);
 }
