@@ -721,6 +721,26 @@ static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const 
     return asked;
 }
 
+/* The fakes named names listen (pfd[0..FAKES-1]), registered as holders of x; none is
+ * connected yet (pfd[FAKES..]). */
+static void fakes_listen(const struct h_cluster *cl, struct pollfd *pfd, const char *const *names,
+                         const ferry_id *x)
+{
+    for (int i = 0; i < FAKES; i++) {
+        int port;
+        pfd[i] = (struct pollfd){.fd = h_tcp_listen(&port), .events = POLLIN};
+        pfd[FAKES + i] = (struct pollfd){.fd = -1, .events = POLLIN};
+        register_fake_as(cl, names[i], port, NULL, x);
+    }
+}
+
+static void fakes_close(struct pollfd *pfd)
+{
+    for (int i = 0; i < 2 * FAKES; i++)
+        if (pfd[i].fd >= 0)
+            close(pfd[i].fd);
+}
+
 /* The same, each range under another digest than the recorded one. */
 static uint64_t fakes_serve_other(struct pollfd *pfd, const char *const *names, const ferry_id *x,
                                   const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
@@ -746,12 +766,7 @@ H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
     struct pollfd pfd[2 * FAKES];
     ferry_id x = h_id("refused-by-every-holder");
     uint64_t digest;
-    for (int i = 0; i < FAKES; i++) {
-        int port;
-        pfd[i] = (struct pollfd){.fd = h_tcp_listen(&port), .events = POLLIN};
-        pfd[FAKES + i] = (struct pollfd){.fd = -1, .events = POLLIN};
-        register_fake_as(cl, names[i], port, NULL, &x);
-    }
+    fakes_listen(cl, pfd, names, &x);
     uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
 
     ferry_stats a0 = h_stats(a);
@@ -778,9 +793,7 @@ H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
     assert_int_equal(after, 0);
     assert_int_equal(h_contains(a, &x), 0);
     free(bytes);
-    for (int i = 0; i < 2 * FAKES; i++)
-        if (pfd[i].fd >= 0)
-            close(pfd[i].fd);
+    fakes_close(pfd);
     ferry_disconnect(fa);
     ferry_disconnect(a);
 }
@@ -794,12 +807,7 @@ static void fetch_from_busy_holders(struct h_cluster *cl, const char *name, uint
     struct pollfd pfd[2 * FAKES];
     ferry_id x = h_id(name);
     uint64_t digest;
-    for (int i = 0; i < FAKES; i++) {
-        int port;
-        pfd[i] = (struct pollfd){.fd = h_tcp_listen(&port), .events = POLLIN};
-        pfd[FAKES + i] = (struct pollfd){.fd = -1, .events = POLLIN};
-        register_fake_as(cl, names[i], port, NULL, &x);
-    }
+    fakes_listen(cl, pfd, names, &x);
     free(recorded_bytes(cl, &x, size, 0, &digest));
 
     ferry_stats a0 = h_stats(a);
@@ -818,9 +826,7 @@ static void fetch_from_busy_holders(struct h_cluster *cl, const char *name, uint
     assert_int_equal(a1.split_fetches - a0.split_fetches, size >= (1u << 20));
     assert_true(asked >= 2 * size); /* asked again while it waited */
     assert_int_equal(after, 0);
-    for (int i = 0; i < 2 * FAKES; i++)
-        if (pfd[i].fd >= 0)
-            close(pfd[i].fd);
+    fakes_close(pfd);
     ferry_disconnect(fa);
     ferry_disconnect(a);
 }
