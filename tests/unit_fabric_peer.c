@@ -104,7 +104,7 @@ static void test_own_lock(void **state)
     assert_int_equal(look_for(FAB_LOCK_STUCK_MS + 500), 1); /* nobody died: still held */
     assert_int_equal(lock, 0);
     assert_int_equal(f.stats.locks_recovered, 0);
-    f.own_held_ms = 0; /* a new holding, during which a peer dies */
+    f.own_held = (struct fab_held){0}; /* a new holding, during which a peer dies */
     assert_int_equal(fab_own_locked(&f), 1);
     f.peer_exit_ms = loop_now_ms();
     assert_int_equal(look_for(FAB_LOCK_STUCK_MS + 1000), 0);
@@ -229,7 +229,6 @@ static void test_watchdog_frees_a_dead_peers_lock(void **state)
     printf("the dead peer's lock freed %llu ms after the kill, the call %llu ms in\n",
            (unsigned long long)after_ms, (unsigned long long)s.took_ms);
     assert_true(after_ms < 1000); /* looks every 20 ms: the kill is seen at once */
-    assert_true(s.took_ms >= 3 * FAB_WATCH_STUCK_MS);
     assert_int_equal(f.stats.peer_locks_freed, 1);
     assert_int_equal(fab_pid_gone(c.peer_pid), 1); /* a zombie */
     waitpid(c.peer_pid, NULL, 0);
@@ -268,7 +267,6 @@ static void test_watchdog_frees_our_lock_after_a_peer_died(void **state)
     printf("our lock freed %llu ms after its holder's kill, the read %llu ms in\n",
            (unsigned long long)after_ms, (unsigned long long)s.took_ms);
     assert_true(after_ms < 1000); /* held 2 s already: freed once the death is seen */
-    assert_true(s.took_ms >= FAB_LOCK_STUCK_MS + 300);
     assert_int_equal(f.stats.peer_locks_freed, 1);
     fab_watch_stop(&f.watchdog);
     waitpid(holder, NULL, 0);

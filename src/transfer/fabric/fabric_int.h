@@ -157,7 +157,7 @@ extern _Atomic uint64_t fab_blocking_refused;
     X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
-    X(peer_locks_freed, COUNTER, "a dead peer's region lock freed: a post was stuck in it")        \
+    X(peer_locks_freed, COUNTER, "locks of killed processes freed by the watchdog: a call spun")   \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")      \
     X(blocking_recvs, COUNTER, "provider reads on the loop's thread that would block: refused")
 
@@ -325,9 +325,9 @@ struct avent {
     struct avent *next;
 };
 
-/* A lock the watchdog has seen held at each look since since_ns (0: not seen held). */
+/* A lock seen held at each look since since_ms (0: not seen held), looks times. */
 struct fab_held {
-    uint64_t since_ns;
+    uint64_t since_ms;
     uint32_t looks;
 };
 
@@ -337,16 +337,16 @@ struct fab_watch {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int running, entered; /* the loop's thread only */
+    int running; /* the loop's thread only */
     int stop;
     volatile int *own;                   /* our region's lock, watched in every call */
-    uint64_t since_ns;                   /* when the loop's call began; 0: not in one */
+    uint64_t since_ms;                   /* when the loop's call began; 0: not in one */
     volatile int *lock;                  /* the call's peer's lock, or NULL */
     pid_t pid;                           /* that peer's process, or 0 */
     struct fab_held lock_held, own_held; /* in this call */
     pid_t peers[FAB_WATCH_PEERS];        /* the peers' processes on this host, as last told */
     uint32_t npeers;
-    uint64_t exit_ns; /* when a process on this host was last found gone */
+    uint64_t exit_ms; /* when a process on this host was last found gone */
     uint32_t freed;
 };
 
@@ -409,8 +409,7 @@ struct xlistener {
      * guard is off), our own region's lock, and since when it has been seen held. */
     uint32_t lock_off;
     volatile int *own_lock;
-    uint64_t own_held_ms;
-    uint32_t own_held_polls;
+    struct fab_held own_held;
     struct fab_watch watchdog;    /* started with the guard */
     uint64_t peer_exit_ms;        /* when a peer on this host was last found exited */
     uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
@@ -486,6 +485,14 @@ int fab_peer_locked(struct fconn *c);
 /* 1 when our region's lock is held: skip reading completions this turn. A lock held past
  * FAB_LOCK_STUCK_MS (its holder was killed inside) is freed. */
 int fab_own_locked(struct xlistener *f);
+/* Notes a look at lock at now_ms in h: 1 when it is held. */
+int fab_held_look(struct fab_held *h, volatile int *lock, uint64_t now_ms);
+/* 1 when a lock h saw held was abandoned by a holder that died inside it: held for
+ * FAB_LOCK_STUCK_MS over at least min_looks looks, while a process on this host was found gone
+ * (at exit_ms; 0: none was) from around when it was first seen held. A live holder stopped as
+ * long (SIGSTOP) is not let go of unless a process died meanwhile. */
+int fab_held_abandoned(const struct fab_held *h, uint32_t min_looks, uint64_t exit_ms,
+                       uint64_t now_ms);
 /* 1 when pid's process is gone: exited, or killed and not yet reaped (a zombie). */
 int fab_pid_gone(pid_t pid);
 /* Around a provider call that may take c's peer's region lock (c NULL: none) or ours: the

@@ -443,27 +443,39 @@ void fab_call_end(struct xlistener *f)
               "inside it; the watchdog freed it");
 }
 
+int fab_held_look(struct fab_held *h, volatile int *lock, uint64_t now_ms)
+{
+    if (*lock == 1) { /* x86-64 glibc: 1 is free (fab_lock_guard_init checks it) */
+        *h = (struct fab_held){0};
+        return 0;
+    }
+    if (!h->since_ms)
+        h->since_ms = now_ms;
+    h->looks++;
+    return 1;
+}
+
+int fab_held_abandoned(const struct fab_held *h, uint32_t min_looks, uint64_t exit_ms,
+                       uint64_t now_ms)
+{
+    return h->since_ms && h->looks >= min_looks && now_ms - h->since_ms >= FAB_LOCK_STUCK_MS &&
+           exit_ms && exit_ms + FAB_LOCK_STUCK_MS >= h->since_ms;
+}
+
 int fab_own_locked(struct xlistener *f)
 {
     uint64_t now = loop_now_ms();
 
-    if (!f->own_lock || *f->own_lock == 1) {
-        f->own_held_ms = 0;
+    if (!f->own_lock || !fab_held_look(&f->own_held, f->own_lock, now))
         return 0;
-    }
     f->stats.locks_busy++;
-    if (!f->own_held_ms) {
-        f->own_held_ms = now;
-        f->own_held_polls = 0;
-    }
-    if (++f->own_held_polls < FAB_LOCK_STUCK_POLLS || now - f->own_held_ms < FAB_LOCK_STUCK_MS ||
-        !f->peer_exit_ms || f->peer_exit_ms + FAB_LOCK_STUCK_MS < f->own_held_ms)
-        return 1; /* held for long only by a holder that died: none was seen to */
+    if (!fab_held_abandoned(&f->own_held, FAB_LOCK_STUCK_POLLS, f->peer_exit_ms, now))
+        return 1;
     log_error("fabric: our shared-memory region's lock has been held for %llu ms (%u looks): "
               "its holder was killed inside it; freeing it",
-              (unsigned long long)(now - f->own_held_ms), f->own_held_polls);
+              (unsigned long long)(now - f->own_held.since_ms), f->own_held.looks);
     atomic_store((_Atomic int *)f->own_lock, 1);
     f->stats.locks_recovered++;
-    f->own_held_ms = 0;
+    f->own_held = (struct fab_held){0};
     return 0;
 }

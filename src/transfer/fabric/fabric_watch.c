@@ -16,9 +16,9 @@
  * A live holder could be let in with another then (one stalled for 2 s in a 2-byte critical
  * section while a peer died); that is the trade for a loop that never ends.
  *
- * Locking: w->mu guards everything below but thread, running and entered, which are the
- * loop's. The loop's thread sets the call's fields before a call and clears them after it; the
- * watchdog reads or frees the locks only under w->mu while since_ns is set, that is while the
+ * Locking: w->mu guards everything below but thread and running, which are the loop's. The
+ * loop's thread sets the call's fields before a call and clears them after it; the watchdog
+ * reads or frees the locks only under w->mu while since_ms is set, that is while the
  * loop is inside the call, so the mappings they lie in (the connection's peer_region, our
  * region, both unmapped on the loop's thread) are there. The watchdog looks every
  * FAB_PEER_CHECK_MS, connections or not: a completion read spins on our lock before any
@@ -32,6 +32,8 @@
 #include "transfer/fabric/fabric_int.h"
 
 #define MS (1000000ull)
+/* Looks of a watchdog that may be starved of the CPU: held "at every look" needs many. */
+#define WATCH_MIN_LOOKS (FAB_LOCK_STUCK_MS / FAB_PEER_CHECK_MS / 2)
 
 /* CLOCK_MONOTONIC in ms, the clock pthread_cond_timedwait is set to below. */
 static struct timespec deadline_in(uint32_t ms)
@@ -44,31 +46,22 @@ static struct timespec deadline_in(uint32_t ms)
     return ts;
 }
 
-/* Under w->mu, once a call is stuck: a peer process found gone is noted in exit_ns. */
-static void look_at_peers(struct fab_watch *w, uint64_t now)
+/* Under w->mu, once a call is stuck: a peer process found gone is noted in exit_ms. */
+static void look_at_peers(struct fab_watch *w, uint64_t now_ms)
 {
     for (uint32_t i = 0; i < w->npeers; i++)
         if (fab_pid_gone(w->peers[i]))
-            w->exit_ns = now;
+            w->exit_ms = now_ms;
 }
 
 /* Under w->mu: frees lock (held by pid's process, 0: not known) by the rules above. */
 static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, struct fab_held *h,
-                         uint64_t now)
+                         uint64_t now_ms)
 {
-    if (*lock == 1) { /* x86-64 glibc: 1 is free (fab_lock_guard_init checks it) */
-        *h = (struct fab_held){0};
-        return;
-    }
-    if (!h->since_ns)
-        h->since_ns = now;
-    h->looks++; /* a watchdog starved of the CPU looks less: held "at every look" needs many */
-    if (now - w->since_ns < FAB_WATCH_STUCK_MS * MS)
+    if (!fab_held_look(h, lock, now_ms))
         return;
     if (!(pid > 0 && fab_pid_gone(pid)) &&
-        (now - h->since_ns < FAB_LOCK_STUCK_MS * MS ||
-         h->looks < FAB_LOCK_STUCK_MS / FAB_PEER_CHECK_MS / 2 || !w->exit_ns ||
-         w->exit_ns + FAB_LOCK_STUCK_MS * MS < h->since_ns))
+        !fab_held_abandoned(h, WATCH_MIN_LOOKS, w->exit_ms, now_ms))
         return;
     atomic_store((_Atomic int *)lock, 1);
     *h = (struct fab_held){0};
@@ -77,15 +70,15 @@ static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, str
 
 static void look(struct fab_watch *w)
 {
-    uint64_t now = now_ns();
+    uint64_t now_ms = now_ns() / MS;
 
-    if (!w->since_ns || now - w->since_ns < FAB_WATCH_STUCK_MS * MS)
+    if (!w->since_ms || now_ms - w->since_ms < FAB_WATCH_STUCK_MS)
         return;
-    look_at_peers(w, now);
+    look_at_peers(w, now_ms);
     if (w->lock)
-        free_if_dead(w, w->lock, w->pid, &w->lock_held, now);
+        free_if_dead(w, w->lock, w->pid, &w->lock_held, now_ms);
     if (w->own)
-        free_if_dead(w, w->own, 0, &w->own_held, now);
+        free_if_dead(w, w->own, 0, &w->own_held, now_ms);
 }
 
 static void *watch_main(void *arg)
@@ -166,7 +159,7 @@ void fab_watch_exited(struct fab_watch *w)
     if (!w->running)
         return;
     pthread_mutex_lock(&w->mu);
-    w->exit_ns = now_ns();
+    w->exit_ms = now_ns() / MS;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -174,12 +167,11 @@ void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid)
 {
     if (!w->running)
         return;
-    w->entered = 1;
     pthread_mutex_lock(&w->mu);
     w->lock = lock;
     w->pid = pid;
     w->lock_held = w->own_held = (struct fab_held){0};
-    w->since_ns = now_ns();
+    w->since_ms = now_ns() / MS;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -187,11 +179,10 @@ uint32_t fab_watch_leave(struct fab_watch *w)
 {
     uint32_t freed;
 
-    if (!w->entered)
+    if (!w->running)
         return 0;
-    w->entered = 0;
     pthread_mutex_lock(&w->mu);
-    w->since_ns = 0;
+    w->since_ms = 0;
     w->lock = NULL;
     freed = w->freed;
     w->freed = 0;
