@@ -127,11 +127,19 @@ struct pentry {
     uint64_t digest; /* the holder's, when other */
 };
 
+/* How a holder failed a want, and when it may be asked again by it. */
+enum fault {
+    FAULT_REAL,  /* the transfer failed, or its bytes were refused: never */
+    FAULT_LOST,  /* it no longer holds the object (it may again): on the next retry */
+    FAULT_OTHER, /* it holds other content than the recorded one (a stale record shows so, and
+                  * a lying holder): once the directory records another content */
+};
+
 /* A holder a want tried, and why it failed. */
 struct tried {
     char node[DIRECTORY_NODE_ID_MAX + 1];
     char why[96];
-    int lost; /* it no longer holds the object: it may again, or another node may */
+    enum fault fault; /* FAULT_REAL when any of its failures was */
 };
 
 struct want {
@@ -346,11 +354,11 @@ void eng_want_free(struct want *w);
 /* Answers w's waiters with status and retires it (its record lives on while a pull or a part
  * names it). */
 void eng_want_finish(struct want *w, int status);
-/* The holder in w->holder failed (lost: it says it no longer holds the object): try the next
- * (a part: another holder of its split). */
-void eng_want_failed_holder(struct want *w, const char *why, int lost);
+/* The holder in w->holder failed as fault says: try the next (a part: another holder of its
+ * split). */
+void eng_want_failed_holder(struct want *w, const char *why, enum fault fault);
 /* Notes that node failed w; whether w tried node; fails w with every reason. */
-void eng_want_note_tried(struct want *w, const char *node, const char *why, int lost);
+void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault);
 int eng_want_tried(const struct want *w, const char *node);
 void eng_want_fail_all(struct want *w);
 /* Looks holders up (fresh: not from the cache); asks again later, with backoff. */
@@ -367,12 +375,6 @@ struct peer *eng_peer_find(struct engine *e, const char *node);
 void eng_peer_enqueue(struct peer *p, struct want *w);
 void eng_peer_free(struct peer *p);
 void eng_pull_free(struct pull *pl);
-/* Answers w's waiters with status and retires it (its record lives on while a pull names it). */
-void eng_want_finish(struct want *w, int status);
-/* The holder in w->holder failed (lost: it says it no longer holds the object): try the next. */
-void eng_want_failed_holder(struct want *w, const char *why, int lost);
-/* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
-void eng_want_seal(struct want *w);
 
 /* engine_verify.c: the check of received bytes */
 /* Whether w's bytes are checked against the holder's digest before the seal. */
@@ -396,7 +398,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
 /* A part's bytes are all in (or dropped); its holder failed; its connection died while its
  * bytes were coming (c may still write into the object until drained). */
 void eng_part_in(struct peer *p, struct pentry *pe, struct want *part);
-void eng_part_failed(struct want *part, const char *why, int lost);
+void eng_part_failed(struct want *part, const char *why, enum fault fault);
 void eng_part_drain(struct xconn *c, struct want *part);
 /* A part is not (or no longer) queued: no memory to queue it, or nobody waits for its object
  * any more. It ends, and its parent is fetched whole after its other parts (a lookup that ends

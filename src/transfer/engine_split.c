@@ -257,7 +257,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     return 0;
 }
 
-void eng_part_failed(struct want *part, const char *why, int lost)
+void eng_part_failed(struct want *part, const char *why, enum fault fault)
 {
     struct want *w = part->parent;
     struct engine *e = part->e;
@@ -266,7 +266,7 @@ void eng_part_failed(struct want *part, const char *why, int lost)
     e->counters.transfer_failures++;
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
-    eng_want_note_tried(w, part->holder, why, lost);
+    eng_want_note_tried(w, part->holder, why, fault);
     /* Its range starts again from another holder: bytes of it already taken into the digest
      * may be overwritten. */
     if (w->streamed + w->piece_len > w->range_off[part->range])
@@ -292,7 +292,7 @@ void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
 
     if (pe->other) {
         snprintf(why, sizeof(why), "holds other content (digest %016" PRIx64 ")", pe->digest);
-        eng_part_failed(part, why, 1);
+        eng_part_failed(part, why, FAULT_OTHER);
         return;
     }
     eng_breaker_ok(p->e, p->node.id, p->conn->type);
