@@ -685,7 +685,7 @@ int h_raw_wait_closed(int fd, int timeout_ms)
 
 int h_free_port(void)
 {
-    int port = test_free_port();
+    int port = free_port_pick();
     if (port < 0)
         fail_msg("no free TCP port on 127.0.0.1: %s", strerror(errno));
     return port;

@@ -177,7 +177,7 @@ wait_for() {
     return 1
 }
 
-# A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range (why: free_port.h).
+# A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range (why: tools/free_port.h).
 free_port() {
     python3 "$(dirname "${BASH_SOURCE[0]}")/python/free_port.py"
 }

@@ -56,7 +56,7 @@ int redis_fixture_start(struct redis_fixture *f)
     long long deadline = now_ms() + START_TIMEOUT_MS;
 
     if (!f->port)
-        f->port = test_free_port();
+        f->port = free_port_pick();
     if (f->port <= 0)
         return -1;
     f->pid = fork();

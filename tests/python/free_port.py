@@ -1,7 +1,7 @@
 """A TCP port on 127.0.0.1 for a test's daemon to listen on: drawn at random from below the
 kernel's ephemeral range (or above it), where no outgoing connection takes it between the test
 choosing it and the daemon binding it, and checked free by a bind without SO_REUSEADDR. The
-same rule as tests/free_port.c; run as a program, it prints one."""
+same rule as tools/free_port.c; run as a program, it prints one."""
 
 import os
 import random

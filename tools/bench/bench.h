@@ -66,8 +66,9 @@ uint8_t *bench_alloc_faulted(uint64_t size);
 /* A TCP socket bound to 127.0.0.1 at a port of the kernel's choice, which *port receives. */
 int bench_loopback_socket(int *port);
 
-/* Fills ports with n distinct TCP ports of 127.0.0.1 that were free a moment ago (the
- * kernel's picks, all bound at once so that they differ). */
+/* Fills ports with n distinct TCP ports of 127.0.0.1 that were free a moment ago, for the
+ * daemons the bench starts: outside the ephemeral range, where no connect() takes them before
+ * they are bound (free_port.h). */
 void bench_free_ports(int *ports, size_t n);
 
 /* A node's counters at one moment: the daemon's own (st) and every one, the transports'

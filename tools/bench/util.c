@@ -12,9 +12,10 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "free_port.h"
 
 #define MAX_EXIT_HANDLERS 256 /* the spill suite starts a daemon per size and round */
-#define MAX_PORTS 8
+#define MAX_PORT_TRIES 100    /* picks of a port already chosen, of thousands free */
 
 struct exit_handler {
     void (*fn)(void *);
@@ -204,15 +205,23 @@ int bench_loopback_socket(int *port)
     return fd;
 }
 
+static int port_taken(const int *ports, size_t n, int port)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ports[i] == port)
+            return 1;
+    return 0;
+}
+
 void bench_free_ports(int *ports, size_t n)
 {
-    int fds[MAX_PORTS];
-    if (n > MAX_PORTS)
-        bench_fail("at most %d free ports at once", MAX_PORTS);
-    for (size_t i = 0; i < n; i++)
-        fds[i] = bench_loopback_socket(&ports[i]);
-    for (size_t i = 0; i < n; i++)
-        close(fds[i]);
+    for (size_t i = 0; i < n; i++) {
+        int tries = 0;
+        do {
+            if ((ports[i] = free_port_pick()) < 0 || ++tries > MAX_PORT_TRIES)
+                bench_fail("finding a free TCP port: %s", strerror(errno));
+        } while (port_taken(ports, i, ports[i]));
+    }
 }
 
 void bench_counters_get(ferry_client *c, const char *who, struct bench_counters *out)

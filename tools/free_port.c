@@ -50,7 +50,7 @@ static int try_bind(int *port)
     return rc;
 }
 
-int test_free_port(void)
+int free_port_pick(void)
 {
     static unsigned state;
     int lo, hi, first, count, port = 0;
