@@ -94,7 +94,13 @@ for _ in range(2):
     print(s.recv(4096).decode(), flush=True)
 EOF
     reader=$!
-    for ((n = 0; n < POLLS && ! -S $sock; n++)); do sleep 0.05; done
+    # Bound before ferryd starts, or its READY=1 goes nowhere. (A `-S` test inside (( )) is
+    # arithmetic: it failed at once and the wait never happened, so ferryd could win the race.)
+    for ((n = 0; n < POLLS; n++)); do
+        [ -S "$sock" ] && break
+        sleep 0.05
+    done
+    [ -S "$sock" ] || fail "the NOTIFY_SOCKET reader did not bind $sock"
     NOTIFY_SOCKET=$sock "$ROOT/bin/ferryd" --socket "$DIR/notified.sock" --memory 16M \
         >"$DIR/notified.log" 2>&1 &
     pid=$!
