@@ -15,7 +15,7 @@ seconds=${4:-600}
 out=${5:-$(mktemp -d)}
 mkdir -p "$out" "$build/tests"
 export FERRY_BIN_DIR="$build/bin" FERRY_PYTHONPATH="$build/python" FERRY_TEST_TRANSPORT="$transport"
-cd "$build/tests"
+cd "$build/tests" || exit 2
 (while :; do :; done) &
 hog=$!
 trap 'kill $hog 2>/dev/null' EXIT

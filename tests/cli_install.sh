@@ -104,7 +104,7 @@ EOF
     NOTIFY_SOCKET=$sock "$ROOT/bin/ferryd" --socket "$DIR/notified.sock" --memory 16M \
         >"$DIR/notified.log" 2>&1 &
     pid=$!
-    PIDS+=($pid)
+    PIDS+=("$pid")
     eventually "ferryd says READY=1 to NOTIFY_SOCKET" grep -qx "READY=1" "$DIR/notify.out"
     ok "and serves by then" "$ROOT/bin/ferry" --socket "$DIR/notified.sock" stat
     kill -TERM "$pid"
