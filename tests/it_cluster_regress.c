@@ -187,21 +187,29 @@ static int fake_accept_pull(int lfd, const ferry_id *id, uint64_t *tag)
     return cfd;
 }
 
-/* A reply of n entries (each status 0, size data bytes, digest) on cfd, then the bytes of
- * each range r[i] of bytes. */
-static void fake_reply_ranges(int cfd, uint64_t tag, uint64_t size, uint64_t digest,
-                              const uint8_t *bytes, const struct wire_range *r, uint32_t n)
+/* A reply of n entries (each status 0, size bytes of which meta are metadata, digest) on cfd,
+ * then the bytes of each range r[i] of bytes. */
+static void fake_reply_laid_out(int cfd, uint64_t tag, uint64_t size, uint64_t meta,
+                                uint64_t digest, const uint8_t *bytes, const struct wire_range *r,
+                                uint32_t n)
 {
     uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
     for (uint32_t i = 0; i < n; i++) {
-        p = h_le32(p, 0);    /* status */
-        p = h_le64(p, size); /* data */
-        p = h_le64(p, 0);    /* metadata */
+        p = h_le32(p, 0);           /* status */
+        p = h_le64(p, size - meta); /* data */
+        p = h_le64(p, meta);        /* metadata */
         p = h_le64(p, digest);
     }
     assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, (size_t)(p - reply)), 0);
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(h_raw_write(cfd, bytes + r[i].off, r[i].len), 0);
+}
+
+/* The same, all of it data. */
+static void fake_reply_ranges(int cfd, uint64_t tag, uint64_t size, uint64_t digest,
+                              const uint8_t *bytes, const struct wire_range *r, uint32_t n)
+{
+    fake_reply_laid_out(cfd, tag, size, 0, digest, bytes, r, n);
 }
 
 /* A reply of one entry (status 0, size data bytes, digest) on cfd, then len bytes. */
@@ -211,12 +219,13 @@ static void fake_reply(int cfd, uint64_t tag, uint64_t size, uint64_t digest, co
     fake_reply_ranges(cfd, tag, size, digest, bytes, &(struct wire_range){0, len}, 1);
 }
 
-/* A reply of n entries, each FERRY_EBUSY (past the holder's pin limit), on cfd. */
-static void fake_reply_busy(int cfd, uint64_t tag, uint32_t n)
+/* A reply of n entries, each failed with status (FERRY_EBUSY: past the holder's pin limit;
+ * FERRY_ENOENT: not here), on cfd. */
+static void fake_reply_failed(int cfd, uint64_t tag, uint32_t n, int status)
 {
     uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
     for (uint32_t i = 0; i < n; i++) {
-        p = h_le32(p, (uint32_t)FERRY_EBUSY);
+        p = h_le32(p, (uint32_t)status);
         p = h_le64(p, 0);
         p = h_le64(p, 0);
         p = h_le64(p, 0);
@@ -713,7 +722,7 @@ static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const 
             if (bytes)
                 fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
             else
-                fake_reply_busy(*cfd, tag, n);
+                fake_reply_failed(*cfd, tag, n, FERRY_EBUSY);
             for (uint32_t k = 0; k < n; k++)
                 asked += r[k].len;
         }
@@ -800,8 +809,10 @@ H_CLUSTER_TEST(ranges_refused_by_every_holder_stop_moving)
 }
 
 /* One fake holder is listed under a stale record of x (another digest than its bytes'): it is
- * asked once, and not again while the record stays; once the directory records its content,
- * the fetch asks it again and takes its bytes. */
+ * asked once, and not again while the record is another content than the one it said it had,
+ * even as the record changes (a writer of the directory flipping it between two wrong digests
+ * had the whole object asked at every lookup, without backoff); once the directory records its
+ * content, the fetch asks it again and takes its bytes. */
 H_CLUSTER_TEST(holder_of_other_content_is_asked_again_once_its_content_is_recorded)
 {
     h_cluster_start(cl, 1, "64M", NULL);
@@ -818,12 +829,16 @@ H_CLUSTER_TEST(holder_of_other_content_is_asked_again_once_its_content_is_record
     int status = 1;
     h_fetch_start(&f, fa, &x, 1, 8000, &status);
     int cfd = fake_serve(lfd, &x, size, digest, bytes);
-    /* Retries come every 10-200 ms: a second of them asks nothing of it. */
-    struct pollfd pfd = {.fd = cfd, .events = POLLIN};
-    int asked_again = poll(&pfd, 1, 1000);
-    if (asked_again != 0)
-        fail_msg("the holder of other content was asked again under the same record (poll %d)",
-                 asked_again);
+    /* Retries come every 10-200 ms: a second of them, under records that change every 100 ms
+     * and are never its content, asks nothing of it (on this connection or a new one). */
+    struct pollfd pfd[2] = {{.fd = cfd, .events = POLLIN}, {.fd = lfd, .events = POLLIN}};
+    for (int k = 0; k < 10; k++) {
+        record_content(cl, &x, size, digest ^ (2 + (k & 1)));
+        int asked_again = poll(pfd, 2, 100);
+        if (asked_again != 0)
+            fail_msg("the holder of other content was asked again under record %d (poll %d)", k,
+                     asked_again);
+    }
     assert_int_equal(h_fetch_done(&f), 0);
     record_content(cl, &x, size, digest);
     struct wire_range r;
@@ -837,6 +852,66 @@ H_CLUSTER_TEST(holder_of_other_content_is_asked_again_once_its_content_is_record
     free(bytes);
     close(cfd);
     close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* A fake holder that answers first, with the recorded content split otherwise into data and
+ * metadata, makes the object; the two others' ranges then do not fit it. That shows that two
+ * holders disagree, not which one is wrong, so they may be asked again: counted as holding
+ * other content, they were not, and once the first answered "not here" to their ranges the
+ * fetch waited for its timeout. It must take the others' bytes. */
+H_CLUSTER_TEST(holders_at_odds_over_the_layout_are_asked_again)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"skewed", "fake2", "fake3"};
+    const uint64_t size = 6u << 20;
+    struct pollfd pfd[2 * FAKES];
+    ferry_id x = h_id("holders-at-odds");
+    uint64_t digest;
+    int skewed_pulls = 0, status = 1;
+    fakes_listen(cl, pfd, names, &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 5000, &status);
+    int64_t until = h_now_ms() + 8000;
+    while (!h_fetch_done(&f) && h_now_ms() < until) {
+        for (int i = 1; i < FAKES; i++) /* the others' pulls wait for the skewed one's answer */
+            pfd[FAKES + i].events = skewed_pulls ? POLLIN : 0;
+        if (poll(pfd, 2 * FAKES, 20) <= 0)
+            continue;
+        for (int i = 0; i < FAKES; i++) {
+            int *cfd = &pfd[FAKES + i].fd;
+            if ((pfd[i].revents & POLLIN) && *cfd < 0) {
+                *cfd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
+                fake_handshake_as(*cfd, names[i]);
+                continue;
+            }
+            if (*cfd < 0 || !(pfd[FAKES + i].revents & (POLLIN | POLLHUP)))
+                continue;
+            struct wire_range r[MAX_FAKE_RANGES];
+            uint32_t n;
+            uint64_t tag;
+            read_pull_of(*cfd, &x, 1, size, &tag, r, &n);
+            if (i > 0)
+                fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
+            else if (skewed_pulls++ == 0)
+                fake_reply_laid_out(*cfd, tag, size, 4096, digest, bytes, r, n);
+            else
+                fake_reply_failed(*cfd, tag, n, FERRY_ENOENT);
+        }
+    }
+    h_fetch_join(&f, 5000);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the fetch did not take the other holders' bytes: rc %d (%s), status %d", f.rc,
+                 ferry_strerror(f.rc), status);
+    assert_true(skewed_pulls >= 1);
+    h_assert_object(a, &x, size, 0);
+    free(bytes);
+    fakes_close(pfd);
     ferry_disconnect(fa);
     ferry_disconnect(a);
 }
@@ -909,6 +984,7 @@ int main(void)
         T(other_bytes_in_one_range_are_refused),
         T(ranges_refused_by_every_holder_stop_moving),
         T(holder_of_other_content_is_asked_again_once_its_content_is_recorded),
+        T(holders_at_odds_over_the_layout_are_asked_again),
         T(ranges_answered_busy_stop_with_the_fetch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -119,27 +119,36 @@ struct waiter {
 
 struct pull;
 
-struct pentry {
-    struct pull *pull;
-    struct want *w;
-    int receiving;   /* bytes are on their way into w->obj (or are being dropped) */
-    int other;       /* the holder has other content than the recorded one: dropped */
-    uint64_t digest; /* the holder's, when other */
-};
-
 /* How a holder failed a want, and when it may be asked again by it. */
 enum fault {
     FAULT_REAL,  /* the transfer failed, or its bytes were refused: never */
     FAULT_LOST,  /* it no longer holds the object (it may again): on the next retry */
-    FAULT_OTHER, /* it holds other content than the recorded one (a stale record shows so, and
-                  * a lying holder): once the directory records another content */
+    FAULT_OTHER, /* it holds other content than the recorded one (a stale record, or a lying
+                  * holder): once the directory records the content it said it had */
+};
+
+/* An object's content as a holder describes it in a reply. */
+struct content {
+    uint64_t size, digest; /* data and metadata bytes; the store's digest */
+};
+
+struct pentry {
+    struct pull *pull;
+    struct want *w;
+    int receiving;          /* bytes are on their way into w->obj (or are being dropped) */
+    int other;              /* the holder's bytes are not taken (dropped), for other_fault: */
+    enum fault other_fault; /* FAULT_OTHER: not the recorded content; FAULT_LOST: a range of it
+                             * laid out otherwise than the object another holder's reply made
+                             * (which of the two holders is wrong is not known) */
+    struct content had;     /* what the holder said it had */
 };
 
 /* A holder a want tried, and why it failed. */
 struct tried {
     char node[DIRECTORY_NODE_ID_MAX + 1];
     char why[96];
-    enum fault fault; /* FAULT_REAL when any of its failures was */
+    enum fault fault;   /* FAULT_REAL when any of its failures was */
+    struct content had; /* FAULT_OTHER: what it said it had */
 };
 
 struct want {
@@ -354,11 +363,13 @@ void eng_want_free(struct want *w);
 /* Answers w's waiters with status and retires it (its record lives on while a pull or a part
  * names it). */
 void eng_want_finish(struct want *w, int status);
-/* The holder in w->holder failed as fault says: try the next (a part: another holder of its
- * split). */
-void eng_want_failed_holder(struct want *w, const char *why, enum fault fault);
+/* The holder in w->holder failed as fault says (had: with FAULT_OTHER, the content it said it
+ * had; else NULL): try the next (a part: another holder of its split). */
+void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
+                            const struct content *had);
 /* Notes that node failed w; whether w tried node; fails w with every reason. */
-void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault);
+void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault,
+                         const struct content *had);
 int eng_want_tried(const struct want *w, const char *node);
 void eng_want_fail_all(struct want *w);
 /* Looks holders up (fresh: not from the cache); asks again later, with backoff. */
@@ -398,7 +409,8 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
 /* A part's bytes are all in (or dropped); its holder failed; its connection died while its
  * bytes were coming (c may still write into the object until drained). */
 void eng_part_in(struct peer *p, struct pentry *pe, struct want *part);
-void eng_part_failed(struct want *part, const char *why, enum fault fault);
+void eng_part_failed(struct want *part, const char *why, enum fault fault,
+                     const struct content *had);
 void eng_part_drain(struct xconn *c, struct want *part);
 /* A part is not (or no longer) queued: no memory to queue it, or nobody waits for its object
  * any more. It ends, and its parent is fetched whole after its other parts (a lookup that ends

@@ -74,7 +74,8 @@ void eng_want_fail_all(struct want *w)
     eng_want_finish(w, err_set(FERRY_ETRANSFER, "transfer failed from every holder: %s", why));
 }
 
-void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault)
+void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault,
+                         const struct content *had)
 {
     struct tried *t = NULL;
 
@@ -93,26 +94,34 @@ void eng_want_note_tried(struct want *w, const char *node, const char *why, enum
     }
     snprintf(t->why, sizeof(t->why), "%s", why);
     t->fault = fault;
+    if (had && fault == FAULT_OTHER)
+        t->had = *had;
 }
 
-/* The holders that failed w as fault says may be asked again. */
-static void want_forget(struct want *w, enum fault fault)
+/* The holders that failed w as fault says may be asked again; with FAULT_OTHER, those that said
+ * they had the content now recorded (rec) only: a record that changes to anything else, as a
+ * writer of the directory could make it do at every lookup, asks them nothing. */
+static void want_forget(struct want *w, enum fault fault, const struct content *rec)
 {
     int kept = 0;
 
-    for (int i = 0; i < w->ntried; i++)
-        if (w->tried[i].fault != fault)
-            w->tried[kept++] = w->tried[i];
+    for (int i = 0; i < w->ntried; i++) {
+        const struct tried *t = &w->tried[i];
+        if (t->fault != fault ||
+            (rec && (t->had.size != rec->size || t->had.digest != rec->digest)))
+            w->tried[kept++] = *t;
+    }
     w->ntried = kept;
 }
 
 /* The holder in w->holder failed as fault says: note why, and ask for the next one. */
-void eng_want_failed_holder(struct want *w, const char *why, enum fault fault)
+void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
+                            const struct content *had)
 {
     struct engine *e = w->e;
 
     if (w->parent) {
-        eng_part_failed(w, why, fault);
+        eng_part_failed(w, why, fault, had);
         return;
     }
     e->counters.transfer_failures++;
@@ -122,7 +131,7 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault)
         eng_want_free(w);
         return;
     }
-    eng_want_note_tried(w, w->holder, why, fault);
+    eng_want_note_tried(w, w->holder, why, fault, had);
     if (w->ntried == MAX_TRIED) {
         eng_want_fail_all(w);
         return;
@@ -141,7 +150,7 @@ void eng_want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
 
-    want_forget(w, FAULT_LOST);
+    want_forget(w, FAULT_LOST, NULL);
     w->retries++;
     w->state = WANT_RETRY;
     if (loop_timer_start(w->e->loop, &w->retry,
@@ -188,13 +197,13 @@ static void peer_fail_wants(struct peer *p, const char *why)
                 eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
-            eng_want_failed_holder(w, why, FAULT_REAL);
+            eng_want_failed_holder(w, why, FAULT_REAL, NULL);
         }
         eng_pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
         p->queue[i]->queued = NULL;
-        eng_want_failed_holder(p->queue[i], why, FAULT_REAL);
+        eng_want_failed_holder(p->queue[i], why, FAULT_REAL, NULL);
     }
     p->nqueue = 0;
 }
@@ -747,11 +756,12 @@ static void complete_entry(struct peer *p, struct pentry *pe)
             snprintf(why, sizeof(why),
                      "holds other content (digest %016" PRIx64 "; the first seal's is %016" PRIx64
                      ")",
-                     pe->digest, w->hash);
+                     pe->had.digest, w->hash);
             /* Not a real failure: a stale record (the id deleted and put again) shows so. Not
-             * asked again while the record stays: a holder listed under it that serves other
-             * bytes had its whole object asked every retry (912 MiB in 3 s of 3 fakes). */
-            eng_want_failed_holder(w, why, FAULT_OTHER);
+             * asked again until the record is its content: a holder listed under it that
+             * serves other bytes had its whole object asked every retry (912 MiB in 3 s of 3
+             * fakes). */
+            eng_want_failed_holder(w, why, FAULT_OTHER, &pe->had);
         } else if (w->obj)
             eng_want_received(w);
         else if (w->done)
@@ -788,7 +798,7 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         w->entry = NULL;
         if (e->dir)
             directory_forget_holder(e->dir, &w->id, p->node.id);
-        eng_want_failed_holder(w, "listed, but no longer holds it", FAULT_LOST);
+        eng_want_failed_holder(w, "listed, but no longer holds it", FAULT_LOST, NULL);
         return 0;
     }
     if (w->parent) {
@@ -800,7 +810,8 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         return err_set(FERRY_EPROTO, "reply sizes overflow");
     /* Other bytes than the content the directory recorded for the id: never taken. */
     pe->other = w->has_content && (re->digest != w->hash || len != w->size);
-    pe->digest = re->digest;
+    pe->other_fault = FAULT_OTHER;
+    pe->had = (struct content){len, re->digest};
     if (w->reserved) { /* its room, for the create just below */
         store_unreserve(e->store, w->reserved);
         w->reserved = NULL;
@@ -960,7 +971,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
     note_gone(w, a);
     if (a->has_content) {
         if (w->has_content && (a->digest != w->hash || a->size != w->size))
-            want_forget(w, FAULT_OTHER); /* another content recorded: theirs may be it */
+            want_forget(w, FAULT_OTHER, &(struct content){a->size, a->digest});
         w->has_content = 1;
         w->size = a->size;
         w->hash = a->digest;
@@ -980,7 +991,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
         char why[96];
         snprintf(why, sizeof(why), "cannot connect: %s", ferry_errmsg());
         snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
-        eng_want_failed_holder(w, why, FAULT_REAL);
+        eng_want_failed_holder(w, why, FAULT_REAL, NULL);
         return;
     }
     eng_peer_enqueue(p, w);

@@ -244,9 +244,9 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     *len = wire_range_cut(&r, total);
     *dst = NULL;
     /* Other bytes than the recorded ones, or other sizes than the object made: dropped. */
-    pe->other =
-        re->digest != w->hash || total != w->size || (w->obj && re->data_size != w->obj->data_size);
-    pe->digest = re->digest;
+    pe->had = (struct content){total, re->digest};
+    pe->other_fault = re->digest != w->hash || total != w->size ? FAULT_OTHER : FAULT_LOST;
+    pe->other = pe->other_fault == FAULT_OTHER || (w->obj && re->data_size != w->obj->data_size);
     part->state = WANT_RECEIVING;
     if (pe->other || w->done || w->split_failed)
         return 0;
@@ -257,7 +257,8 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     return 0;
 }
 
-void eng_part_failed(struct want *part, const char *why, enum fault fault)
+void eng_part_failed(struct want *part, const char *why, enum fault fault,
+                     const struct content *had)
 {
     struct want *w = part->parent;
     struct engine *e = part->e;
@@ -266,7 +267,7 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault)
     e->counters.transfer_failures++;
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
-    eng_want_note_tried(w, part->holder, why, fault);
+    eng_want_note_tried(w, part->holder, why, fault, had);
     /* Its range starts again from another holder: bytes of it already taken into the digest
      * may be overwritten. */
     if (w->streamed + w->piece_len > w->range_off[part->range])
@@ -291,8 +292,12 @@ void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
     char why[96];
 
     if (pe->other) {
-        snprintf(why, sizeof(why), "holds other content (digest %016" PRIx64 ")", pe->digest);
-        eng_part_failed(part, why, FAULT_OTHER);
+        if (pe->other_fault == FAULT_OTHER)
+            snprintf(why, sizeof(why), "holds other content (digest %016" PRIx64 ")",
+                     pe->had.digest);
+        else
+            snprintf(why, sizeof(why), "splits data and metadata otherwise than the object made");
+        eng_part_failed(part, why, pe->other_fault, &pe->had);
         return;
     }
     eng_breaker_ok(p->e, p->node.id, p->conn->type);

@@ -102,7 +102,7 @@ static void want_checked(struct want *w, uint64_t digest)
              w->holder, digest, w->digest);
     store_abort(w->e->store, w->obj);
     w->obj = NULL;
-    eng_want_failed_holder(w, "its bytes do not match its digest", FAULT_REAL);
+    eng_want_failed_holder(w, "its bytes do not match its digest", FAULT_REAL, NULL);
 }
 
 void eng_want_received(struct want *w)
