@@ -11,7 +11,9 @@ HOGS=${3:-2}
 RUNS=${4:-5}
 DIR=$(mktemp -d /tmp/ferry-startup.XXXXXX) || exit 1
 HOG_PIDS=()
-REDIS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Ports below the ephemeral range, where no connect() takes them first (tools/free_port.h).
+FREE_PORT="python3 $(dirname "$0")/../tests/python/free_port.py"
+REDIS_PORT=$($FREE_PORT) || exit 1
 
 cleanup() {
     kill "${HOG_PIDS[@]}" 2>/dev/null
@@ -52,7 +54,7 @@ median() { sort -n | awk '{a[NR] = $1} END {print (NR ? a[int((NR + 1) / 2)] : "
 
 fabric=() standalone=()
 for ((r = 0; r < RUNS; r++)); do
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$($FREE_PORT) || exit 1
     fabric+=("$(once --node-id n1 --listen "127.0.0.1:$port" \
         --directory "redis://127.0.0.1:$REDIS_PORT" --transport fabric \
         --fabric-provider 'tcp;ofi_rxm')")

@@ -44,14 +44,14 @@ wait_for() {
     done
 }
 
-# free_port: sets port to a TCP port below the ephemeral range that no socket uses now and
-# that no earlier call handed out.
+# free_port: sets port to a TCP port below the ephemeral range that was free a moment ago and
+# that no earlier call handed out (the tests' rule: tools/free_port.h).
 used_ports=""
 free_port() {
     while :; do
-        p=$(($(od -An -N2 -tu2 /dev/urandom) % 12000 + 20000))
+        p=$(python3 "$(dirname "$0")/../tests/python/free_port.py") || exit 1
         case " $used_ports " in *" $p "*) continue ;; esac
-        grep -q ":$(printf '%04X' "$p") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+        break
     done
     used_ports="$used_ports $p"
     port=$p

@@ -40,7 +40,10 @@ def free_port():
     elif HIGHEST_PORT - hi >= MIN_WINDOW:
         window = range(hi + 1, HIGHEST_PORT + 1)
     else:
-        return binds(0)
+        port = binds(0)  # the range covers everything: the kernel's pick
+        if port is None:
+            raise OSError("no free TCP port on 127.0.0.1")
+        return port
     rng = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(TRIES):
         port = binds(rng.choice(window))

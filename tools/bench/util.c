@@ -218,8 +218,10 @@ void bench_free_ports(int *ports, size_t n)
     for (size_t i = 0; i < n; i++) {
         int tries = 0;
         do {
-            if ((ports[i] = free_port_pick()) < 0 || ++tries > MAX_PORT_TRIES)
+            if ((ports[i] = free_port_pick()) < 0)
                 bench_fail("finding a free TCP port: %s", strerror(errno));
+            if (++tries > MAX_PORT_TRIES)
+                bench_fail("%d picks of a free TCP port gave ones already chosen", tries - 1);
         } while (port_taken(ports, i, ports[i]));
     }
 }
