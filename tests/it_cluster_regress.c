@@ -858,20 +858,21 @@ H_CLUSTER_TEST(holder_of_other_content_is_asked_again_once_its_content_is_record
 
 /* A fake holder that answers first, with the recorded content split otherwise into data and
  * metadata, makes the object; the two others' ranges then do not fit it. That shows that two
- * holders disagree, not which one is wrong, so they may be asked again: counted as holding
- * other content, they were not, and once the first answered "not here" to their ranges the
- * fetch waited for its timeout. It must take the others' bytes. */
-H_CLUSTER_TEST(holders_at_odds_over_the_layout_are_asked_again)
+ * holders disagree, not which one is wrong, so they may be asked again. Their ranges move to
+ * the skewed one, which then answers "not here" (counted as holding other content, the others
+ * were never asked again, and the fetch waited for its timeout) or serves them skewed (the
+ * object then fails its check, which was noted against "skewed and 2 more", and the fetch
+ * failed without asking the others again). Either way the others' bytes must be taken. */
+static void fetch_from_holders_at_odds(struct h_cluster *cl, const char *name, int serves_on)
 {
-    const char *const split[] = {"--split-min", "1M", NULL};
-    h_cluster_start(cl, 1, "96M", split);
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const char *const names[FAKES] = {"skewed", "fake2", "fake3"};
     const uint64_t size = 6u << 20;
     struct pollfd pfd[2 * FAKES];
-    ferry_id x = h_id("holders-at-odds");
+    ferry_id x = h_id(name);
     uint64_t digest;
     int skewed_pulls = 0, status = 1;
+    int64_t skewed_at = 0;
     fakes_listen(cl, pfd, names, &x);
     uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
 
@@ -879,8 +880,10 @@ H_CLUSTER_TEST(holders_at_odds_over_the_layout_are_asked_again)
     h_fetch_start(&f, fa, &x, 1, 5000, &status);
     int64_t until = h_now_ms() + 8000;
     while (!h_fetch_done(&f) && h_now_ms() < until) {
-        for (int i = 1; i < FAKES; i++) /* the others' pulls wait for the skewed one's answer */
-            pfd[FAKES + i].events = skewed_pulls ? POLLIN : 0;
+        /* The others' pulls wait 100 ms past the skewed one's first answer, so that it makes
+         * the object. */
+        for (int i = 1; i < FAKES; i++)
+            pfd[FAKES + i].events = skewed_at && h_now_ms() > skewed_at + 100 ? POLLIN : 0;
         if (poll(pfd, 2 * FAKES, 20) <= 0)
             continue;
         for (int i = 0; i < FAKES; i++) {
@@ -896,24 +899,35 @@ H_CLUSTER_TEST(holders_at_odds_over_the_layout_are_asked_again)
             uint32_t n;
             uint64_t tag;
             read_pull_of(*cfd, &x, 1, size, &tag, r, &n);
-            if (i > 0)
+            if (i > 0) {
                 fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
-            else if (skewed_pulls++ == 0)
+            } else if (skewed_pulls++ == 0 || serves_on) {
                 fake_reply_laid_out(*cfd, tag, size, 4096, digest, bytes, r, n);
-            else
+                skewed_at = skewed_at ? skewed_at : h_now_ms();
+            } else {
                 fake_reply_failed(*cfd, tag, n, FERRY_ENOENT);
+            }
         }
     }
     h_fetch_join(&f, 5000);
+    printf("%s: the skewed holder was pulled %d times\n", name, skewed_pulls);
     if (f.rc != FERRY_OK || status != FERRY_OK)
         fail_msg("the fetch did not take the other holders' bytes: rc %d (%s), status %d", f.rc,
                  ferry_strerror(f.rc), status);
-    assert_true(skewed_pulls >= 1);
+    assert_true(skewed_pulls >= 2); /* the others' ranges moved to it: they did not fit */
     h_assert_object(a, &x, size, 0);
     free(bytes);
     fakes_close(pfd);
     ferry_disconnect(fa);
     ferry_disconnect(a);
+}
+
+H_CLUSTER_TEST(holders_at_odds_over_the_layout_are_asked_again)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    fetch_from_holders_at_odds(cl, "at-odds-then-not-here", 0);
+    fetch_from_holders_at_odds(cl, "at-odds-serving-on", 1);
 }
 
 /* Three fake holders answer every pull of x (size bytes) busy (past their pin limit): it is

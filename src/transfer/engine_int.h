@@ -371,6 +371,9 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
 void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault,
                          const struct content *had);
 int eng_want_tried(const struct want *w, const char *node);
+/* The holders that failed w as fault says may be asked again; with FAULT_OTHER, only those that
+ * said they had rec's content. */
+void eng_want_forget(struct want *w, enum fault fault, const struct content *rec);
 void eng_want_fail_all(struct want *w);
 /* Looks holders up (fresh: not from the cache); asks again later, with backoff. */
 void eng_want_lookup(struct want *w, int fresh);

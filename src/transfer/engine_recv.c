@@ -79,6 +79,8 @@ void eng_want_note_tried(struct want *w, const char *node, const char *why, enum
 {
     struct tried *t = NULL;
 
+    if (fault != FAULT_OTHER) /* only a reply of other content says what its holder has */
+        had = NULL;
     for (int i = 0; i < w->ntried && !t; i++) /* once per holder: the latest reason */
         if (strcmp(w->tried[i].node, node) == 0)
             t = &w->tried[i];
@@ -94,14 +96,13 @@ void eng_want_note_tried(struct want *w, const char *node, const char *why, enum
     }
     snprintf(t->why, sizeof(t->why), "%s", why);
     t->fault = fault;
-    if (had && fault == FAULT_OTHER)
+    if (had)
         t->had = *had;
 }
 
-/* The holders that failed w as fault says may be asked again; with FAULT_OTHER, those that said
- * they had the content now recorded (rec) only: a record that changes to anything else, as a
- * writer of the directory could make it do at every lookup, asks them nothing. */
-static void want_forget(struct want *w, enum fault fault, const struct content *rec)
+/* A record that changes to anything but what a holder of other content said it had, as a writer
+ * of the directory could make it do at every lookup, asks it nothing. */
+void eng_want_forget(struct want *w, enum fault fault, const struct content *rec)
 {
     int kept = 0;
 
@@ -150,7 +151,7 @@ void eng_want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
 
-    want_forget(w, FAULT_LOST, NULL);
+    eng_want_forget(w, FAULT_LOST, NULL);
     w->retries++;
     w->state = WANT_RETRY;
     if (loop_timer_start(w->e->loop, &w->retry,
@@ -971,7 +972,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
     note_gone(w, a);
     if (a->has_content) {
         if (w->has_content && (a->digest != w->hash || a->size != w->size))
-            want_forget(w, FAULT_OTHER, &(struct content){a->size, a->digest});
+            eng_want_forget(w, FAULT_OTHER, &(struct content){a->size, a->digest});
         w->has_content = 1;
         w->size = a->size;
         w->hash = a->digest;

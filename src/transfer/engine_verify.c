@@ -97,11 +97,21 @@ static void want_checked(struct want *w, uint64_t digest)
         eng_want_seal(w);
         return;
     }
-    w->no_split = w->nsplit != 0; /* which holder it was is not known: one at a time now */
     log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64 ")",
              w->holder, digest, w->digest);
     store_abort(w->e->store, w->obj);
     w->obj = NULL;
+    if (w->nsplit) {
+        /* In ranges: which holder sent what is not known, so none is noted ("a and 2 more" was,
+         * a holder that cannot be asked). Those that only disagreed with this object may be
+         * right; one holder at a time from now on, each failure its own. */
+        w->e->counters.transfer_failures++;
+        w->no_split = 1;
+        w->nsplit = 0;
+        eng_want_forget(w, FAULT_LOST, NULL);
+        eng_want_lookup(w, 1);
+        return;
+    }
     eng_want_failed_holder(w, "its bytes do not match its digest", FAULT_REAL, NULL);
 }
 
