@@ -694,6 +694,20 @@ H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
  * of the recorded content under digest, or (bytes NULL) answered busy; only fake `only`'s pulls
  * when it is not -1 (the others' connections are accepted and wait). The bytes asked. */
 #define FAKES 3
+
+/* After a poll of pfd: accepts fake i's connection (and answers its handshake as names[i]) when
+ * one waits; 1 when its connection has a pull to read. */
+static int fake_ready(struct pollfd *pfd, const char *const *names, int i)
+{
+    int *cfd = &pfd[FAKES + i].fd;
+    if ((pfd[i].revents & POLLIN) && *cfd < 0) {
+        *cfd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
+        fake_handshake_as(*cfd, names[i]);
+        return 0;
+    }
+    return *cfd >= 0 && (pfd[FAKES + i].revents & (POLLIN | POLLHUP));
+}
+
 static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const ferry_id *x,
                             const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
                             const struct h_fetch *f, int64_t until)
@@ -705,24 +719,17 @@ static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const 
         if (poll(pfd, 2 * FAKES, 50) <= 0)
             continue;
         for (int i = 0; i < FAKES; i++) {
-            int *cfd = &pfd[FAKES + i].fd;
-            if ((pfd[i].revents & POLLIN) && *cfd < 0) {
-                *cfd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
-                fake_handshake_as(*cfd, names[i]);
-                continue;
-            }
-            if (only >= 0 && only != i)
-                continue;
-            if (*cfd < 0 || !(pfd[FAKES + i].revents & (POLLIN | POLLHUP)))
+            int cfd = pfd[FAKES + i].fd;
+            if (!fake_ready(pfd, names, i) || (only >= 0 && only != i))
                 continue;
             struct wire_range r[MAX_FAKE_RANGES];
             uint32_t n;
             uint64_t tag;
-            read_pull_of(*cfd, x, 1, size, &tag, r, &n);
+            read_pull_of(cfd, x, 1, size, &tag, r, &n);
             if (bytes)
-                fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
+                fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
             else
-                fake_reply_failed(*cfd, tag, n, FERRY_EBUSY);
+                fake_reply_failed(cfd, tag, n, FERRY_EBUSY);
             for (uint32_t k = 0; k < n; k++)
                 asked += r[k].len;
         }
@@ -887,25 +894,20 @@ static void fetch_from_holders_at_odds(struct h_cluster *cl, const char *name, i
         if (poll(pfd, 2 * FAKES, 20) <= 0)
             continue;
         for (int i = 0; i < FAKES; i++) {
-            int *cfd = &pfd[FAKES + i].fd;
-            if ((pfd[i].revents & POLLIN) && *cfd < 0) {
-                *cfd = accept4(pfd[i].fd, NULL, NULL, SOCK_CLOEXEC);
-                fake_handshake_as(*cfd, names[i]);
-                continue;
-            }
-            if (*cfd < 0 || !(pfd[FAKES + i].revents & (POLLIN | POLLHUP)))
+            int cfd = pfd[FAKES + i].fd;
+            if (!fake_ready(pfd, names, i))
                 continue;
             struct wire_range r[MAX_FAKE_RANGES];
             uint32_t n;
             uint64_t tag;
-            read_pull_of(*cfd, &x, 1, size, &tag, r, &n);
+            read_pull_of(cfd, &x, 1, size, &tag, r, &n);
             if (i > 0) {
-                fake_reply_ranges(*cfd, tag, size, digest, bytes, r, n);
+                fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
             } else if (skewed_pulls++ == 0 || serves_on) {
-                fake_reply_laid_out(*cfd, tag, size, 4096, digest, bytes, r, n);
+                fake_reply_laid_out(cfd, tag, size, 4096, digest, bytes, r, n);
                 skewed_at = skewed_at ? skewed_at : h_now_ms();
             } else {
-                fake_reply_failed(*cfd, tag, n, FERRY_ENOENT);
+                fake_reply_failed(cfd, tag, n, FERRY_ENOENT);
             }
         }
     }
