@@ -289,7 +289,14 @@ static int fake_accept_ranged_pull(int lfd, const char *name, const ferry_id *id
 static void fetch_split_content(struct h_cluster *cl, uint64_t size, int tamper)
 {
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
-    const char *names[2] = {"fake", "fake2"};
+    /* Holders of their own for each call: the last call's connections to its fakes close as
+     * this one starts, and its want, still waiting, may look their entries up again at their old
+     * addresses and cache them; this call's fetch then dialled those and was refused (a full run
+     * under ASan failed on it: no connection to the new fakes in 5 s). */
+    char name_a[9], name_b[9];
+    snprintf(name_a, sizeof(name_a), "f%u%da", (unsigned)(size >> 20), tamper);
+    snprintf(name_b, sizeof(name_b), "f%u%db", (unsigned)(size >> 20), tamper);
+    const char *names[2] = {name_a, name_b};
     int port[2], lfd[2], cfd[2];
     uint64_t tag[2], total = 0;
     struct wire_range r[2][MAX_FAKE_RANGES];
