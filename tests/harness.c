@@ -148,6 +148,31 @@ static int transport_args(const char **argv, int argc)
     return argc;
 }
 
+/* FERRY_TEST_TIMERS (NAME=MS,..., tests/CMakeLists.txt sets it) becomes ferryd --timers: the
+ * protocol's timers scaled down, so that a case waiting for one lasts seconds, not minutes.
+ * Unset or empty (the cases that keep a timer at its real scale): the daemon's defaults. */
+static int timers_args(const char **argv, int argc)
+{
+    const char *t = getenv("FERRY_TEST_TIMERS");
+
+    if (!t || !*t)
+        return argc;
+    argv[argc++] = "--timers";
+    argv[argc++] = t;
+    return argc;
+}
+
+int h_timer_ms(const char *name, int real_ms)
+{
+    const char *t = getenv("FERRY_TEST_TIMERS");
+    size_t len = strlen(name);
+
+    for (const char *p = t; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+        if (strncmp(p, name, len) == 0 && p[len] == '=')
+            return atoi(p + len + 1);
+    return real_ms;
+}
+
 static void exec_daemon(const struct ferryd *d, const char *log, const char *memory,
                         const char *const *extra)
 {
@@ -161,7 +186,7 @@ static void exec_daemon(const struct ferryd *d, const char *log, const char *mem
     if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
         _exit(126);
     const char *argv[40] = {bin, "--socket", d->sock, "--memory", memory};
-    int argc = transport_args(argv, 5);
+    int argc = timers_args(argv, transport_args(argv, 5));
     for (int i = 0; extra && extra[i] && argc < 39; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;

@@ -58,6 +58,10 @@ void h_daemon_cleanup(struct ferryd *d);
 /* Prints a file (a daemon log) to stderr, framed. */
 void h_print_file(const char *path);
 
+/* The protocol timer called name (stall, handshake, answer, breaker, lease) as the daemons this
+ * test starts have it: from FERRY_TEST_TIMERS (their --timers), else real_ms (the default). */
+int h_timer_ms(const char *name, int real_ms);
+
 /* Raw transfer connections (transfer/wire.h), as a peer of a node would speak:
  * h_xfer_read_frame reads one frame: its type (the payload into payload), or -1;
  * h_xfer_hello sends a HELLO as node "intruder" (incarnation 1) with magic, naming the

@@ -202,12 +202,16 @@ rxm) TRANSPORT_ARGS=(--transport fabric --fabric-provider "tcp;ofi_rxm") ;;
 *) TRANSPORT_ARGS=(--transport fabric --fabric-provider "$FERRY_TEST_TRANSPORT") ;;
 esac
 
+# FERRY_TEST_TIMERS (tests/CMakeLists.txt): the protocol's timers scaled down (ferryd --timers).
+TIMER_ARGS=()
+[ -n "${FERRY_TEST_TIMERS:-}" ] && TIMER_ARGS=(--timers "$FERRY_TEST_TIMERS")
+
 # start_node NAME [ARGS...]: a ferryd with its socket at $DIR/NAME.sock and its log at
 # $DIR/NAME.log, stopped on exit; true once it answers. The log goes to stderr when it does not.
 start_node() {
     local name=$1
     shift
-    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "${TRANSPORT_ARGS[@]}" "$@" \
+    "$BIN/ferryd" --socket "$DIR/$name.sock" --memory 64M "${TRANSPORT_ARGS[@]}" "${TIMER_ARGS[@]}" "$@" \
         >"$DIR/$name.log" 2>&1 &
     PIDS+=($!)
     wait_for "ferryd $name" $! "$FERRY" --socket "$DIR/$name.sock" stat && return 0

@@ -37,7 +37,7 @@ static void usage(FILE *f)
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
-            "               [--split-min SIZE]]\n"
+            "               [--split-min SIZE] [--timers NAME=MS,...]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
@@ -83,10 +83,16 @@ static void usage(FILE *f)
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n"
             "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
             "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
-            "                      from one)\n",
+            "                      from one)\n"
+            "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
+            "                      defaults suit every network): stall (%d: a peer that owes\n"
+            "                      bytes and sends none is dropped), handshake (%d), answer\n"
+            "                      (%d: a holder's answer to our hello), breaker (%d: a failing\n"
+            "                      transport is left out), lease (5000: a one-sided read's)\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
             LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names(),
-            FERRYD_DEFAULT_SPLIT_MIN_TEXT);
+            FERRYD_DEFAULT_SPLIT_MIN_TEXT, ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS,
+            ENGINE_BREAKER_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -217,6 +223,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"eager-max", required_argument, NULL, 'E'},
                                          {"fabric-window", required_argument, NULL, 'W'},
                                          {"split-min", required_argument, NULL, 'R'},
+                                         {"timers", required_argument, NULL, 'T'},
                                          {"metrics", required_argument, NULL, 'x'},
                                          {"log-format", required_argument, NULL, 'L'},
                                          {"spill-dir", required_argument, NULL, 'D'},
@@ -302,6 +309,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'R':
             rc = size_parse(optarg, &cfg->split_min);
+            break;
+        case 'T':
+            rc = engine_timers_parse(optarg, &cfg->timers);
             break;
         case 'A':
             rc = parse_percent(optarg, &cfg->spill_at);

@@ -481,7 +481,8 @@ static int open_cluster(struct server *s)
                                .fabric_provider = c->fabric_provider,
                                .eager_max = c->eager_max,
                                .fabric_window = c->fabric_window,
-                               .split_min = c->split_min};
+                               .split_min = c->split_min,
+                               .timers = c->timers};
     uint8_t secret[1024];
     char names[64];
     int rc;

@@ -16,6 +16,7 @@
 #include "loop/loop.h"
 #include "store/arena.h"
 #include "store/store.h"
+#include "transfer/engine.h"
 
 struct session;
 struct subscriber;
@@ -52,11 +53,12 @@ struct server_config {
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
     uint64_t split_min; /* objects of at least this size come in ranges from several holders */
-    int strict_ids;     /* a seal waits for the directory to confirm the id's content */
-    const char *metrics_addr; /* HOST:PORT for Prometheus' scrapes, or NULL */
-    const char *spill_dir;    /* NULL: no spilling */
-    uint64_t spill_max;       /* 0: the disk's room */
-    unsigned spill_at;        /* percent */
+    struct engine_timers timers; /* the protocol's timers (0: the defaults) */
+    int strict_ids;              /* a seal waits for the directory to confirm the id's content */
+    const char *metrics_addr;    /* HOST:PORT for Prometheus' scrapes, or NULL */
+    const char *spill_dir;       /* NULL: no spilling */
+    uint64_t spill_max;          /* 0: the disk's room */
+    unsigned spill_at;           /* percent */
     int persist_on_exit;
 };
 

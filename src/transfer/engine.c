@@ -32,7 +32,7 @@ void eng_watch_start(struct engine *e, struct watch_rate *w, uint64_t value)
     w->bytes = value;
     w->last_ms = w->window_ms = loop_now_ms();
     w->window = 0;
-    loop_timer_start(e->loop, &w->timer, w->last_ms + STALL_CHECK_MS);
+    loop_timer_start(e->loop, &w->timer, w->last_ms + e->check_ms);
 }
 
 void eng_watch_stop(struct engine *e, struct watch_rate *w)
@@ -40,7 +40,8 @@ void eng_watch_stop(struct engine *e, struct watch_rate *w)
     loop_timer_stop(e->loop, &w->timer);
 }
 
-uint64_t eng_watch_idle(struct watch_rate *w, uint64_t value, uint64_t *rate)
+uint64_t eng_watch_idle(const struct engine *e, struct watch_rate *w, uint64_t value,
+                        uint64_t *rate)
 {
     uint64_t now = loop_now_ms();
 
@@ -50,7 +51,7 @@ uint64_t eng_watch_idle(struct watch_rate *w, uint64_t value, uint64_t *rate)
         w->last_ms = now;
     }
     *rate = UINT64_MAX;
-    if (now - w->window_ms >= STALL_MS) {
+    if (now - w->window_ms >= e->timers.stall_ms) {
         *rate = w->window * 1000 / (now - w->window_ms);
         w->window = 0;
         w->window_ms = now;
@@ -102,7 +103,8 @@ static int open_transports(struct engine *e)
                          .provider = e->cfg.fabric_provider,
                          .arena = e->store->base,
                          .arena_len = store_capacity(e->store),
-                         .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8};
+                         .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8,
+                         .lease_ms = e->timers.lease_ms};
 
     e->reg = registry_transports(&e->nreg);
     /* The required ones first (the fallback, and the one --transport names): when one of them
@@ -140,6 +142,22 @@ static void close_transports(struct engine *e)
     }
 }
 
+/* cfg's timers with the defaults filled in, and how often the watchdogs look: often enough
+ * that each timer is seen to pass within a quarter of its length. */
+static void timers_resolve(struct engine *e)
+{
+    struct engine_timers *t = &e->timers;
+    uint32_t shortest;
+
+    *t = e->cfg.timers;
+    t->stall_ms = t->stall_ms ? t->stall_ms : ENGINE_STALL_MS;
+    t->handshake_ms = t->handshake_ms ? t->handshake_ms : ENGINE_HANDSHAKE_MS;
+    t->answer_ms = t->answer_ms ? t->answer_ms : ENGINE_ANSWER_MS;
+    t->breaker_ms = t->breaker_ms ? t->breaker_ms : ENGINE_BREAKER_MS;
+    shortest = t->stall_ms < t->answer_ms ? t->stall_ms : t->answer_ms;
+    e->check_ms = shortest / 4 < STALL_CHECK_MS ? shortest / 4 : STALL_CHECK_MS;
+}
+
 int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg)
 {
@@ -152,6 +170,7 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->loop = l;
     e->store = st;
     e->cfg = *cfg;
+    timers_resolve(e);
     snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
     if ((rc = auth_init(&e->auth, cfg->secret, cfg->secret_len)) < 0)
         goto free_e;

@@ -31,6 +31,30 @@ struct engine;
 
 #define ENGINE_EAGER_AUTO UINT64_MAX /* the measured default of the one-sided transport */
 
+/* The protocol's timers, in milliseconds; 0 takes the default. Production keeps the defaults;
+ * ferryd --timers sets them, so that tests about a timer last seconds instead of minutes
+ * (docs/architecture.md lists which tests keep each at its real scale). */
+struct engine_timers {
+    uint32_t stall_ms;     /* a peer that owes bytes and sends none for this long is dropped;
+                            * a receiver holding pins must read MIN_RATE over this window */
+    uint32_t handshake_ms; /* a connector must authenticate within this */
+    uint32_t answer_ms;    /* a holder must answer our hello within this */
+    uint32_t breaker_ms;   /* a transport that keeps failing to a peer is left out this long */
+    uint32_t lease_ms;     /* fabric: a one-sided read's lease, before its per-byte share
+                            * (0: the transport's default, 5 s) */
+};
+#define ENGINE_STALL_MS 30000
+#define ENGINE_HANDSHAKE_MS 10000
+#define ENGINE_ANSWER_MS 3000
+#define ENGINE_BREAKER_MS 30000
+/* Bounds of each timer: from a tenth of a second (a loop turn and a round trip must fit) to
+ * an hour. */
+#define ENGINE_TIMER_MIN_MS 100
+#define ENGINE_TIMER_MAX_MS 3600000
+/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease) into t, whose
+ * other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
+int engine_timers_parse(const char *text, struct engine_timers *t);
+
 struct engine_config {
     const char *node_id;
     const char *listen_addr; /* HOST:PORT for peers */
@@ -47,6 +71,7 @@ struct engine_config {
     /* Objects of at least this many recorded bytes are fetched in ranges from up to 4 holders
      * at once (0: always whole, from one). */
     uint64_t split_min;
+    struct engine_timers timers;
 };
 
 struct engine_counters {

@@ -333,22 +333,24 @@ static void in_watch(struct inconn *ic)
 static void on_out_check(struct loop *l, struct loop_timer *t)
 {
     struct inconn *ic = t->arg;
-    uint64_t rate, idle = eng_watch_idle(&ic->out, ic->conn->bytes_out, &rate);
+    uint32_t stall_ms = ic->e->timers.stall_ms;
+    uint64_t rate, idle = eng_watch_idle(ic->e, &ic->out, ic->conn->bytes_out, &rate);
     char why[112];
 
-    if (idle >= STALL_MS) {
+    if (idle >= stall_ms) {
         ic->e->counters.peers_too_slow++;
-        in_abort(ic, "read none of what it asked for in 30 s");
+        snprintf(why, sizeof(why), "read none of what it asked for in %u ms", stall_ms);
+        in_abort(ic, why);
         return;
     }
     if (ic->pinned && rate < MIN_RATE) {
         ic->e->counters.peers_too_slow++;
-        snprintf(why, sizeof(why), "read %" PRIu64 " B/s for 30 s, under the minimum of %u", rate,
-                 MIN_RATE);
+        snprintf(why, sizeof(why), "read %" PRIu64 " B/s for %u ms, under the minimum of %u", rate,
+                 stall_ms, MIN_RATE);
         in_abort(ic, why);
         return;
     }
-    loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
+    loop_timer_start(l, t, loop_now_ms() + ic->e->check_ms);
 }
 
 static void in_backpressure(struct inconn *ic);
@@ -592,7 +594,7 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     loop_timer_init(&ic->out.timer, on_out_check, ic);
     loop_timer_init(&ic->backlog, on_backlog_poll, ic);
     loop_timer_init(&ic->deadline, on_handshake_deadline, ic);
-    loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HANDSHAKE_MS);
+    loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + e->timers.handshake_ms);
     ic->next = e->inconns;
     if (ic->next)
         ic->next->pprev = &ic->next;

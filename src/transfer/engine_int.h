@@ -45,17 +45,18 @@
 #define MAX_TRIED 8
 #define RETRY_FIRST_MS 10
 #define RETRY_MAX_MS 200
-/* A peer that owes bytes and sends none for this long is given up on; so is a connector that
- * has not finished the handshake in HANDSHAKE_MS, and a holder that has not answered our hello
- * in ANSWER_MS: some transports (shm, rxm) never report a dead peer, and a fetch should move on
- * to the next holder in seconds, not wait out the dead one's directory entry. */
-#define STALL_MS 30000
+/* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
+ * connector that has not finished the handshake in handshake_ms, and a holder that has not
+ * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a
+ * fetch should move on to the next holder in seconds, not wait out the dead one's directory
+ * entry. The watchdogs look every STALL_CHECK_MS, or a quarter of the shortest of those
+ * timers when it is shorter (tests scale them down). */
 #define STALL_CHECK_MS 1000
 /* A holder that owes bytes and sent none for this long is looked up in the directory: gone
- * from it (no heartbeat, or another run), it is dropped at once rather than after STALL_MS
+ * from it (no heartbeat, or another run), it is dropped at once rather than after stall_ms
  * (shm and rxm never report a dead peer). */
 #define LIVENESS_MS 1000
-/* A receiver holding pins must read at least this fast (bytes per second, over STALL_MS):
+/* A receiver holding pins must read at least this fast (bytes per second, over stall_ms):
  * slower, and its pins go with its connection. */
 #define MIN_RATE (64u << 10)
 /* A receiver's PULLs wait, unread, past this many ids queued on its connection. */
@@ -67,8 +68,6 @@
 /* A PULL names objects of at most this many recorded bytes (at least one object): within the
  * smallest pin limit of a holder, so that honest pulls are not answered busy. */
 #define PULL_BYTES_MAX (64ull << 20)
-#define HANDSHAKE_MS 10000
-#define ANSWER_MS 3000
 /* A refused connector is given this long to read why and close. */
 #define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
@@ -87,15 +86,14 @@
  * that closes, between pulls). */
 #define PEER_IDLE_MS 45000
 #define HOLDER_IDLE_MS 60000
-/* A peer whose connection on a transport fails this often in a row is reached on the next one
- * (the fallback at worst) for BREAKER_MS. */
 /* Holders whose transfers failed lately, one line each in ferry stat's peers view. */
 #define RECENT_FAILURES 16
 /* Cluster-wide deletes remembered, for transfers that outlive their want's entry in the map
  * (its fetchers gave up, its bytes still coming): what they bring is not sealed. */
 #define RECENT_DELETES 256
+/* A peer whose connection on a transport fails this often in a row is reached on the next one
+ * (the fallback at worst) for timers.breaker_ms. */
 #define BREAKER_FAILS 3
-#define BREAKER_MS 30000
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
  * providers start from the generic one. */
 #define EAGER_DEFAULT (64u << 10)
@@ -219,7 +217,7 @@ struct pull {
 };
 
 /* A stall watchdog: while a connection owes bytes, its counter must move; checked every
- * STALL_CHECK_MS, so a stall is seen within STALL_MS + STALL_CHECK_MS. */
+ * eng_check_ms, so a stall is seen within stall_ms + eng_check_ms. */
 struct watch_rate {
     struct loop_timer timer;
     uint64_t bytes;   /* the counter at the last check */
@@ -271,7 +269,7 @@ struct inconn {
     struct engine *e;
     struct xconn *conn;
     int state;
-    struct loop_timer deadline; /* authenticate within HANDSHAKE_MS, then HOLDER_IDLE_MS idle */
+    struct loop_timer deadline; /* authenticate within handshake_ms, then HOLDER_IDLE_MS idle */
     uint64_t born;              /* loop_now_ms() at accept */
     struct auth_hs hs;          /* the handshake; hs.node_c is the peer, once it said hello */
     struct auth_session as;     /* the tags of frames after it */
@@ -307,6 +305,8 @@ struct engine {
     struct store *store;
     struct directory *dir;
     struct engine_config cfg;
+    struct engine_timers timers; /* cfg's, with the defaults filled in */
+    uint32_t check_ms;           /* how often the watchdogs look (STALL_CHECK_MS or less) */
     char node_id[DIRECTORY_NODE_ID_MAX + 1];
     struct auth auth;                        /* the cluster secret and its proofs */
     char only[DIRECTORY_XPORT_NAME_MAX + 1]; /* --transport NAME ("" for auto) */
@@ -340,15 +340,16 @@ void eng_note_failure(struct engine *e, const char *node, const char *why);
 void eng_watch_start(struct engine *e, struct watch_rate *w, uint64_t value);
 void eng_watch_stop(struct engine *e, struct watch_rate *w);
 /* At a check: ms since value last moved (value is noted), and in *rate the bytes per second
- * over the last window of STALL_MS (0 before one has passed: *rate is then UINT64_MAX). */
-uint64_t eng_watch_idle(struct watch_rate *w, uint64_t value, uint64_t *rate);
+ * over the last window of timers.stall_ms (0 before one has passed: *rate is then UINT64_MAX). */
+uint64_t eng_watch_idle(const struct engine *e, struct watch_rate *w, uint64_t value,
+                        uint64_t *rate);
 /* This run's incarnation (0 without a directory). */
 uint64_t eng_incarnation(const struct engine *e);
 void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int abort);
 
 /* engine_route.c: transports per peer */
 /* A connection to node on t failed: after BREAKER_FAILS in a row, t is not used for node for
- * BREAKER_MS (never for the fallback, which is the last resort). */
+ * timers.breaker_ms (never for the fallback, which is the last resort). */
 void eng_breaker_fail(struct engine *e, const char *node, const struct transport *t,
                       const char *why);
 /* Something arrived whole on t from node: its count of failures starts again. */

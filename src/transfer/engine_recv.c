@@ -316,19 +316,24 @@ static void peer_check_liveness(struct peer *p)
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
     struct peer *p = t->arg;
-    uint64_t rate, idle = eng_watch_idle(&p->in, p->conn->bytes_in, &rate);
+    const struct engine_timers *tm = &p->e->timers;
+    uint64_t rate, idle = eng_watch_idle(p->e, &p->in, p->conn->bytes_in, &rate);
+    char why[96];
 
-    if (!p->authed && idle >= ANSWER_MS) {
-        peer_abort(p, "no answer to our hello within 3 s (dead or unreachable)");
+    if (!p->authed && idle >= tm->answer_ms) {
+        snprintf(why, sizeof(why), "no answer to our hello within %u ms (dead or unreachable)",
+                 tm->answer_ms);
+        peer_abort(p, why);
         return;
     }
-    if (idle >= STALL_MS) {
-        peer_abort(p, "no bytes for 30 s");
+    if (idle >= tm->stall_ms) {
+        snprintf(why, sizeof(why), "no bytes for %u ms", tm->stall_ms);
+        peer_abort(p, why);
         return;
     }
     if (p->authed && idle >= LIVENESS_MS)
         peer_check_liveness(p);
-    loop_timer_start(l, t, loop_now_ms() + STALL_CHECK_MS);
+    loop_timer_start(l, t, loop_now_ms() + p->e->check_ms);
 }
 
 /* Drops the queued wants that finished while they waited (a local put, say), and those (or the

@@ -36,10 +36,10 @@ void eng_breaker_fail(struct engine *e, const char *node, const struct transport
     if (++b->fails < BREAKER_FAILS)
         return;
     b->fails = 0;
-    b->open_until = loop_now_ms() + BREAKER_MS;
+    b->open_until = loop_now_ms() + e->timers.breaker_ms;
     e->fallbacks[xp]++;
-    log_warn("%s to %s failed %d times in a row (last: %s): not used for %d s", t->name, node,
-             BREAKER_FAILS, why, BREAKER_MS / 1000);
+    log_warn("%s to %s failed %d times in a row (last: %s): not used for %u ms", t->name, node,
+             BREAKER_FAILS, why, e->timers.breaker_ms);
 }
 
 void eng_breaker_ok(struct engine *e, const char *node, const struct transport *t)

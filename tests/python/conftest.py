@@ -51,6 +51,8 @@ class Daemon:
     def start(self):
         log = open(self.log_path, "ab")
         cmd = [os.path.join(BIN_DIR, "ferryd"), "--socket", self.socket, "--memory", self.memory]
+        if os.environ.get("FERRY_TEST_TIMERS"):  # the protocol's timers scaled down (CMake)
+            cmd += ["--timers", os.environ["FERRY_TEST_TIMERS"]]
         self.proc = subprocess.Popen(cmd + self.args, stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + START_S

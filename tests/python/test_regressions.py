@@ -131,8 +131,12 @@ def test_releases_never_freeze_the_interpreter(client, daemon):
     t.start()
     os.kill(pid, signal.SIGSTOP)
     resume = threading.Timer(0.5, lambda: os.kill(pid, signal.SIGCONT))
-    # Only if the interpreter froze: resumes the daemon from outside, so the test ends.
-    rescue = subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {pid}"])
+    # Only if the interpreter froze: resumes the daemon from outside, so the test ends. In a
+    # session of its own, so that killing its group takes the sleep too (an orphaned sleep kept
+    # ctest's output pipe open for 30 s after the test was over).
+    rescue = subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {pid}"], start_new_session=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
     resume.start()
     try:
         start = time.monotonic()
@@ -140,7 +144,7 @@ def test_releases_never_freeze_the_interpreter(client, daemon):
         gc.collect()
         end = time.monotonic()
     finally:
-        rescue.kill()
+        os.killpg(rescue.pid, signal.SIGKILL)
         rescue.wait()
         resume.join(10)
         stop.set()

@@ -265,6 +265,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
                             .arena = cfg->arena,
                             .arena_len = cfg->arena_len,
                             .window = cfg->window,
+                            .lease_ms = cfg->lease_ms ? cfg->lease_ms : FAB_LEASE_BASE_MS,
                             .wait_fd = -1};
     f->readq_tail = &f->readq;
     for (uint32_t i = 0; i < FAB_SLOTS; i++)

@@ -96,7 +96,8 @@
 #define FAB_READ_CHUNK (4u << 20)
 #define FAB_NAME_MAX FMSG_NAME_MAX
 #define FAB_KEY_MAX FMSG_KEY_MAX
-/* A lease covers the slowest reader we still want: 5 s plus the bytes at 50 MB/s. */
+/* A lease covers the slowest reader we still want: 5 s (xconfig's lease_ms when set) plus the
+ * bytes at 50 MB/s. */
 #define FAB_LEASE_BASE_MS 5000u
 #define FAB_LEASE_RATE 50000u /* bytes per ms */
 /* A closed connection whose operations have not completed this long after is given up on:
@@ -376,6 +377,7 @@ struct xlistener {
     uint32_t tx_inflight, tx_max, read_inflight, read_max;
     uint64_t read_chunk;
     uint32_t window, free_bufs[CL_N];
+    uint32_t lease_ms;       /* a one-sided read's lease before its per-byte share (xconfig) */
     uint32_t nsmall, nlarge; /* receive buffers of each class (small ones beside the reserve) */
     struct fconn *slots[FAB_SLOTS];
     uint16_t gen[FAB_SLOTS];
@@ -525,7 +527,7 @@ void fab_process(struct xlistener *f, struct rbuf *b);
 void fab_tx_put(struct xlistener *f, struct txop *t);
 int fab_post_unsolicited(struct fconn *c, int kind, const uint8_t *payload, size_t len);
 void fab_post_close(struct fconn *c);
-uint32_t fab_lease_ms(uint64_t len);
+uint32_t fab_lease_ms(const struct xlistener *f, uint64_t len);
 void fab_lease_end(struct lease *ls);
 void fab_stall_set(struct fconn *c, int stalled);
 void fab_conn_wait(struct fconn *c);

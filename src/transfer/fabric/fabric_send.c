@@ -117,9 +117,9 @@ static void hdr_undo(struct fconn *c, const uint8_t *h, int cls)
     c->credits[cls]++;
 }
 
-uint32_t fab_lease_ms(uint64_t len)
+uint32_t fab_lease_ms(const struct xlistener *f, uint64_t len)
 {
-    uint64_t ms = FAB_LEASE_BASE_MS + len / FAB_LEASE_RATE;
+    uint64_t ms = f->lease_ms + len / FAB_LEASE_RATE;
     return ms > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ms;
 }
 
@@ -155,7 +155,7 @@ static int push_control(struct fconn *c, struct fseg *s)
         struct fmsg_rdv r = {.offset = (uint64_t)(s->p - f->arena),
                              .len = s->len,
                              .cookie = s->cookie,
-                             .lease_ms = fab_lease_ms(s->len + c->lent_bytes),
+                             .lease_ms = fab_lease_ms(c->f, s->len + c->lent_bytes),
                              .key = f->key,
                              .key_len = f->key_len};
         s->lease_ms = r.lease_ms;
