@@ -4,11 +4,16 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
-FUZZ_SECONDS ?= 60
+# Each fuzz target's time in make test (the gate), and in make fuzz (a longer search).
+FUZZ_SECONDS ?= 20
+FUZZ_LONG_SECONDS ?= 600
+# Tests at once: most of them wait on daemons and timers, so more than the cores; the few that
+# burn CPU share a lock (tests/CMakeLists.txt, FERRY_HEAVY).
+CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 3 )))
 PREFIX ?= /usr/local
 
-.PHONY: all deps build asan fuzz test test-unit test-asan test-fuzz demo bench clean format \
-	format-check install
+.PHONY: all deps build asan fuzz fuzz-build test check test-unit test-asan test-fuzz lint demo \
+	bench clean format format-check install
 
 # What clang-format keeps in shape; the version is Debian's (14), whose output make format-check
 # holds the tree to.
@@ -21,33 +26,50 @@ deps:
 	@sh scripts/install-deps.sh
 
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+	    >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-fuzz:
+fuzz-build:
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DFERRY_FUZZ=ON \
 	    -DBUILD_TESTING=OFF >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
 
-# The whole suite: the format check, the normal build, then the same suite under ASan+UBSan,
-# then every fuzz target for a bounded time.
+# The whole suite: the format check, the static analysers, the normal build and its suite, the
+# same suite under ASan+UBSan, every fuzz target for FUZZ_SECONDS; each part timed, the times
+# printed at the end (scripts/suite.sh).
 test: deps
-	$(MAKE) format-check test-unit test-asan test-fuzz
+	@bash scripts/suite.sh format-check build lint test-unit asan test-asan fuzz-build test-fuzz
+
+# The inner loop (about 2 minutes): the plain build, unit tests, single-node tests, the cluster
+# on tcp, Python without the install test.
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS) --timeout 300 \
+	    -E '_(rxm|shm)([.]|$$)|^py_test_install$$|^(cli|mpi)_bench$$'
 
 test-unit: build
-	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS) --timeout 300
 
 test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 2 --timeout 600
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ctest --output-on-failure -j $(CTEST_JOBS) --timeout 600
 
-test-fuzz: fuzz
-	sh scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+test-fuzz: fuzz-build
+	bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# A longer search than the gate's.
+fuzz: fuzz-build
+	bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_LONG_SECONDS)
+
+# clang-tidy's analyzer and cppcheck over src/, clean (scripts/lint.sh).
+lint: build
+	bash scripts/lint.sh $(BUILD)
 
 # Installs under PREFIX (default /usr/local), staged under DESTDIR when set: the programs,
 # libferry (.so with its SONAME, .a), ferry.h, ferry.pc, the systemd units, the man pages.
