@@ -32,6 +32,21 @@
 extern "C" {
 #endif
 
+/* The release this header comes with; CMakeLists.txt's project(ferry VERSION ...) must say the
+ * same (checked when the build is configured). FERRY_VERSION compares as a number:
+ * #if FERRY_VERSION >= FERRY_MAKE_VERSION(0, 6, 0). ferry_version() is the library's own, which
+ * may be a later release than the header a program was built with. */
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 6
+#define FERRY_VERSION_PATCH 0
+#define FERRY_MAKE_VERSION(major, minor, patch) ((major)*1000000L + (minor)*1000L + (patch))
+#define FERRY_VERSION                                                                              \
+    FERRY_MAKE_VERSION(FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR, FERRY_VERSION_PATCH)
+
+/* The connection's timeout of ferry_connect ($FERRY_TIMEOUT_MS overrides it): see
+ * ferry_connect_timeout. */
+#define FERRY_DEFAULT_TIMEOUT_MS 30000
+
 #define FERRY_ID_SIZE 20
 /* Longest name kept with an object (ferry_set_name). */
 #define FERRY_NAME_MAX 255
@@ -90,8 +105,22 @@ const char *ferry_version(void);
 typedef struct ferry_client ferry_client;
 
 /* Connects to the daemon at socket_path; NULL means $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET.
- * FERRY_ECONN when no daemon answers there. */
+ * FERRY_ECONN when no daemon answers there. The connection's timeout is $FERRY_TIMEOUT_MS
+ * (milliseconds, -1 for none) if set, else FERRY_DEFAULT_TIMEOUT_MS (30 s). */
 int ferry_connect(const char *socket_path, ferry_client **out);
+
+/* ferry_connect with the connection's timeout timeout_ms (1 or more, or -1 for none), which
+ * bounds every wait of every call on the handle for the daemon, connecting included: a stuck
+ * daemon (stopped, or hung) then fails the call with FERRY_ETIMEDOUT, and ferry_errmsg() says
+ * which request timed out after how long. A call that waits by contract (ferry_get,
+ * ferry_fetch and ferry_get_fetch with their timeout_ms) is bounded by its own timeout plus
+ * the connection's, and not at all when its own is -1. After a timeout the reply may still
+ * come, so the handle is unusable: later calls fail with FERRY_ECONN (saying why) until
+ * ferry_disconnect, and its references stay held until then. */
+int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_client **out);
+
+/* Sets the connection's timeout (as in ferry_connect_timeout) for the calls from now on. */
+int ferry_set_timeout(ferry_client *c, int64_t timeout_ms);
 
 /* Closes the connection: the daemon drops every reference the handle held and aborts its
  * unsealed objects. Pointers into the arena are invalid afterwards. NULL is a no-op. */
@@ -125,8 +154,9 @@ typedef struct ferry_buffer {
  * was waited for) and FERRY_ETIMEDOUT otherwise, and the call returns that code (the found
  * ones are still held); a spilled object whose bytes could not be read back has FERRY_EIO
  * (it is dropped) or FERRY_ENOSPACE, which the call then returns; another code when the call
- * failed (nothing held). A spilled object is waited for even when timeout_ms is 0. An id listed
- * twice is returned, and held, twice. */
+ * failed (nothing held; when the handle broke, the connection's timeout included, every entry
+ * has status FERRY_ECONN). A spilled object is waited for even when timeout_ms is 0. An id
+ * listed twice is returned, and held, twice. */
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
               ferry_buffer *out);
 
@@ -217,7 +247,8 @@ int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 /* What a counter measures: a total since the daemon started (counter), or a level now (gauge). */
 enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
 
-/* The daemon's own counters, one table: X(name, kind, help) for each, in order. struct
+/* The daemon's own counters, one table: X(name, kind, help) for each, in order; a new counter
+ * goes at the end (ferry_stats_get's layout rule). struct
  * ferry_stats, the daemon's STATS reply, `ferry stat`, its JSON and the Python module's stats()
  * are all made from it. The transports' counters (fabric_*, ...) are not in it: they come,
  * named by the transport, only from ferry_stats_list. Names carry their unit (_bytes, _us). */
@@ -299,8 +330,15 @@ typedef struct ferry_stats {
 #undef FERRY_STATS_MEMBER
 } ferry_stats;
 
-/* The daemon's counters by the table's names (see ferry_stats_list for the transports' too). */
-int ferry_stats_get(ferry_client *c, ferry_stats *out);
+/* The daemon's counters by the table's names (see ferry_stats_list for the transports' too)
+ * into out, the caller's struct of size bytes: pass sizeof(struct ferry_stats) as the
+ * program's header has it, ferry_stats_get(c, &st, sizeof st). The library writes
+ * min(size, its own sizeof) bytes and never past size; a caller's struct larger than the
+ * library's (a newer header) gets 0 in the counters the library does not know. So a program
+ * keeps working with a later library, and a later program with an earlier one. size must be a
+ * multiple of 8 (FERRY_EINVAL). The rule that makes this hold: counters are only ever added at
+ * the end of FERRY_STATS_FIELDS, never removed, reordered or retyped. */
+int ferry_stats_get(ferry_client *c, ferry_stats *out, size_t size);
 
 /* A field of struct ferry_stats: its name, the byte offset of its uint64_t, its kind (enum
  * ferry_stat_kind) and what it counts. */
@@ -348,7 +386,9 @@ typedef struct ferry_notification {
 int ferry_subscribe(ferry_client *c, int *fd);
 
 /* Reads the next notification from a subscription fd; blocks when none is pending unless
- * the fd is non-blocking (then FERRY_EAGAIN). FERRY_ECONN when the daemon closed it. */
+ * the fd is non-blocking (then FERRY_EAGAIN). FERRY_ECONN when the daemon closed it. Waiting
+ * for events is the caller's: the connection's timeout does not apply (poll the fd to bound
+ * it). */
 int ferry_notification_read(int fd, ferry_notification *out);
 
 /* ---- cluster ---- */
@@ -359,7 +399,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
  * FERRY_ETIMEDOUT for what is not local yet, while transfers it started go on). Several clients of
  * a node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
  * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
- * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure.
+ * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure; when
+ * the handle broke (the connection's timeout included) every status is FERRY_ECONN.
  * Takes no references: follow with ferry_get, or use ferry_get_fetch. */
 int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses);
 

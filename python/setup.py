@@ -17,8 +17,16 @@ def c_sources(folder):
 
 
 def version():
+    """The package's __version__, which ferry.h's version macros must match (as CMake checks)."""
     with open(os.path.join("ferry", "__init__.py"), encoding="utf-8") as f:
-        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+        text = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    with open(os.path.join("..", "include", "ferry.h"), encoding="utf-8") as f:
+        header = f.read()
+    parts = [re.search(r"^#define FERRY_VERSION_%s (\d+)$" % p, header, re.M).group(1)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    if ".".join(parts) != text:
+        raise SystemExit("ferry.h says %s, ferry/__init__.py %s" % (".".join(parts), text))
+    return text
 
 
 extension = Extension(

@@ -23,9 +23,9 @@ test_install() {
         ok "installed $f" test -e "$ROOT/$f"
     done
     # The shared library by its SONAME, and the name a linker looks for.
-    ok "libferry.so.5 installed" test -e "$ROOT/$LIBDIR/libferry.so.5"
+    ok "libferry.so.6 installed" test -e "$ROOT/$LIBDIR/libferry.so.6"
     ok "libferry.so links to it" test -L "$ROOT/$LIBDIR/libferry.so"
-    ok "SONAME libferry.so.5" bash -c "objdump -p '$ROOT/$LIBDIR/libferry.so' | grep -q 'SONAME *libferry.so.5'"
+    ok "SONAME libferry.so.6" bash -c "objdump -p '$ROOT/$LIBDIR/libferry.so' | grep -q 'SONAME *libferry.so.6'"
     ok "the unit runs the installed daemon" \
         grep -q "^ExecStart=$PREFIX/bin/ferryd --socket /run/ferry/ferry.sock" \
         "$ROOT/lib/systemd/system/ferryd.service"
@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     ferry_stats s;
 
     printf("libferry %s\n", ferry_version());
-    if (ferry_connect(argv[1], &c) < 0 || ferry_stats_get(c, &s) < 0) {
+    if (ferry_connect(argv[1], &c) < 0 || ferry_stats_get(c, &s, sizeof(s)) < 0) {
         fprintf(stderr, "prog: %s\n", ferry_errmsg());
         return 1;
     }

@@ -396,7 +396,7 @@ ferry_stats h_stats(ferry_client *c)
 {
     ferry_stats s;
     memset(&s, 0xff, sizeof(s));
-    int rc = ferry_stats_get(c, &s);
+    int rc = ferry_stats_get(c, &s, sizeof(s));
     if (rc != FERRY_OK)
         fail_msg("ferry_stats_get: %s: %s", ferry_strerror(rc), ferry_errmsg());
     return s;

@@ -508,7 +508,7 @@ static int cal_from(struct cli *cli, struct calibrate *c)
         status = cal_drop_all(cli, c);
     if (status != STATUS_OK)
         return status;
-    int err = ferry_stats_get(cli->client, &st);
+    int err = ferry_stats_get(cli->client, &st, sizeof(st));
     if (err != FERRY_OK)
         return cli_fail(cli, err);
     c->original = st.eager_max;

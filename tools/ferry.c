@@ -548,7 +548,7 @@ static int cmd_eager_max(struct cli *cli, int argc, char **argv)
     int err = size ? ferry_set_eager_max(cli->client, bytes) : FERRY_OK;
     ferry_stats st;
     if (err == FERRY_OK)
-        err = ferry_stats_get(cli->client, &st);
+        err = ferry_stats_get(cli->client, &st, sizeof(st));
     if (err != FERRY_OK)
         return cli_fail(cli, err);
     printf("%" PRIu64 "\n", st.eager_max);
@@ -568,11 +568,11 @@ static int cmd_evict(struct cli *cli, int argc, char **argv)
     if (status != STATUS_OK)
         return status;
     ferry_stats before, after;
-    int err = ferry_stats_get(cli->client, &before);
+    int err = ferry_stats_get(cli->client, &before, sizeof(before));
     if (err == FERRY_OK)
         err = ferry_evict(cli->client, bytes, &freed);
     if (err == FERRY_OK)
-        err = ferry_stats_get(cli->client, &after);
+        err = ferry_stats_get(cli->client, &after, sizeof(after));
     if (err != FERRY_OK)
         return cli_fail(cli, err);
     char size[SIZE_FORMAT_LEN];

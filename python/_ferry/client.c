@@ -16,6 +16,10 @@
 
 PyObject *pyf_call_failed(struct pyf_conn *k, int rc)
 {
+    /* A call (not some of its ids) that timed out is the connection's timeout: the handle is
+     * given up, and the next call connects again. */
+    if (rc == FERRY_ETIMEDOUT)
+        k->broken = 1;
     pyf_raise(rc);
     conn_leave(k, rc);
     return NULL;
@@ -47,7 +51,7 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         if (!old->broken)
             return old;
         /* The daemon went away (or restarted): a new connection, if one answers. */
-        if ((rc = conn_open(self->path, &k)) < 0)
+        if ((rc = conn_open(self->path, self->timeout_ms, &k)) < 0)
             return (struct pyf_conn *)pyf_raise(rc);
         if (self->main != old) { /* closed, or reconnected by another thread, meanwhile */
             conn_decref(k);
@@ -115,7 +119,7 @@ struct pyf_conn *pyf_waiter_take(ClientObject *self, const struct pyf_deadline *
         }
         if (self->n_out < PYF_MAX_WAITERS) {
             self->n_out++;
-            if ((rc = conn_open(self->path, &k)) == 0)
+            if ((rc = conn_open(self->path, self->timeout_ms, &k)) == 0)
                 return k;
             self->n_out--;
             return (struct pyf_conn *)pyf_raise(rc);
@@ -169,14 +173,41 @@ static void client_close_handles(ClientObject *self)
         PyDict_Clear(self->creating);
 }
 
+/* Client's timeout_ms: absent, libferry's default (0 here); None or -1, no bound; else 1 or
+ * more milliseconds. 0, or -1 with an exception. */
+static int parse_conn_timeout(PyObject *o, int64_t *ms)
+{
+    long long v;
+
+    *ms = o == Py_None ? -1 : 0;
+    if (!o || o == Py_None)
+        return 0;
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "timeout_ms must be an int or None, not %.100s",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v == 0 || v < -1) {
+        PyErr_Format(PyExc_ValueError,
+                     "timeout_ms must be -1 or None (no bound) or positive, not %lld", v);
+        return -1;
+    }
+    *ms = v;
+    return 0;
+}
+
 static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"socket", NULL};
-    PyObject *path = NULL, *bytes = NULL;
+    static char *kwlist[] = {"socket", "timeout_ms", NULL};
+    PyObject *path = NULL, *bytes = NULL, *timeout = NULL;
     const char *env;
     int rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Client", kwlist, &path))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$O:Client", kwlist, &path, &timeout) ||
+        parse_conn_timeout(timeout, &self->timeout_ms) < 0)
         return -1;
     if (self->socket) {
         PyErr_SetString(PyExc_RuntimeError, "a Client is initialized once: make a new one");
@@ -200,7 +231,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
                                                            : FERRY_DEFAULT_SOCKET);
     if (!self->socket)
         return -1;
-    if ((rc = conn_open(self->path, &self->main)) < 0) {
+    if ((rc = conn_open(self->path, self->timeout_ms, &self->main)) < 0) {
         pyf_raise(rc);
         return -1;
     }
@@ -648,9 +679,12 @@ PyTypeObject Client_Type = {
     .tp_repr = (reprfunc)client_repr,
     .tp_as_sequence = &client_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "Client(socket=None)\n\nA connection to the ferryd of this node at socket "
-              "(default: $FERRY_SOCKET, else /tmp/ferry.sock). Safe to share between threads; "
-              "calls that wait release the GIL. A context manager that closes it.",
+    .tp_doc = "Client(socket=None, *, timeout_ms=30000)\n\nA connection to the ferryd of this "
+              "node at socket (default: $FERRY_SOCKET, else /tmp/ferry.sock). timeout_ms bounds "
+              "every wait for the daemon (default: $FERRY_TIMEOUT_MS, else 30000; None or -1: no "
+              "bound); a get or fetch waits its own timeout_ms plus it. On expiry TimeoutError "
+              "(ferry.Timeout) is raised and the next call connects again. Safe to share between "
+              "threads; calls that wait release the GIL. A context manager that closes it.",
     .tp_weaklistoffset = offsetof(ClientObject, weakreflist),
     .tp_methods = client_methods,
     .tp_getset = client_getset,

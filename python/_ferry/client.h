@@ -38,6 +38,7 @@ typedef struct {
     uint64_t returns;     /* handles given back so far */
     pthread_mutex_t wait_lock;
     pthread_cond_t wait_cond;
+    int64_t timeout_ms;       /* each handle's connection timeout; 0: libferry's default */
     pid_t pid;                /* the process that connected, for messages */
     unsigned long generation; /* its fork generation (conn.h) */
     PyObject *weakreflist;

@@ -144,7 +144,8 @@ static void gather_fetched(struct gather *g, size_t m, const char *detail)
     }
 }
 
-/* A libferry failure of the call itself (not of some ids): the connection, the arguments. */
+/* A libferry failure of the call itself (not of some ids): the connection, the arguments. (The
+ * connection's timeout is FERRY_ETIMEDOUT with every entry FERRY_ECONN: see the rounds.) */
 static int call_failure(int rc)
 {
     return rc < 0 && rc != FERRY_ETIMEDOUT && rc != FERRY_ENOENT && rc != FERRY_ETRANSFER &&
@@ -161,7 +162,7 @@ static int get_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms)
     Py_BEGIN_ALLOW_THREADS
         rc = ferry_get(k->c, g->sub, m, wait_ms, g->sub_out);
     Py_END_ALLOW_THREADS
-    if (call_failure(rc))
+    if (call_failure(rc) || (rc == FERRY_ETIMEDOUT && m && g->sub_out[0].status == FERRY_ECONN))
         return pyf_call_failed(k, rc), -1;
     gather_found(g, k, m, rc < 0 ? ferry_errmsg() : "");
     conn_leave(k, rc);
@@ -180,7 +181,7 @@ static int fetch_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms, in
     Py_BEGIN_ALLOW_THREADS
         rc = ferry_fetch(k->c, g->sub, m, wait_ms, g->sub_status);
     Py_END_ALLOW_THREADS
-    if (call_failure(rc))
+    if (call_failure(rc) || (rc == FERRY_ETIMEDOUT && m && g->sub_status[0] == FERRY_ECONN))
         return pyf_call_failed(k, rc), -1;
     snprintf(detail, sizeof(detail), "%s", ferry_errmsg());
     conn_leave(k, rc);

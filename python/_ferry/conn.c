@@ -20,7 +20,7 @@ unsigned long pyf_fork_generation(void)
     return fork_generation;
 }
 
-int conn_open(const char *path, struct pyf_conn **out)
+int conn_open(const char *path, int64_t timeout_ms, struct pyf_conn **out)
 {
     struct pyf_conn *k = PyMem_Calloc(1, sizeof(*k));
     int rc;
@@ -28,7 +28,8 @@ int conn_open(const char *path, struct pyf_conn **out)
     if (!k)
         return FERRY_ENOMEM;
     Py_BEGIN_ALLOW_THREADS
-        rc = ferry_connect(path, &k->c);
+        rc = timeout_ms ? ferry_connect_timeout(path, timeout_ms, &k->c)
+                        : ferry_connect(path, &k->c);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyMem_Free(k);

@@ -11,7 +11,8 @@
  *   a while), so its release is queued in `pending` and sent by the last call to leave. Every
  *   give-back is sent with the GIL released too: a daemon that stops reading must not freeze
  *   the whole interpreter.
- * - `broken`: a call on it failed with FERRY_ECONN; every later call would too.
+ * - `broken`: a call on it failed with FERRY_ECONN, or the connection's timeout ended
+ *   (FERRY_ETIMEDOUT, which breaks a libferry handle); every later call would fail too.
  * - `pid`: the process that connected. A forked child never sends on its parent's socket: it
  *   may read through Buffers it inherited (the mapping is shared), but gives nothing back.
  */
@@ -20,6 +21,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "ferry.h"
@@ -48,9 +50,10 @@ int pyf_fork_init(void);
 unsigned long pyf_fork_generation(void);
 
 /* Connects to the daemon at path (NULL: $FERRY_SOCKET, else the default) with the GIL
- * released; *out holds one reference. Returns 0 or libferry's code (the detail in
+ * released, the connection's timeout timeout_ms (ferry_connect_timeout; 0: libferry's default,
+ * ferry_connect); *out holds one reference. Returns 0 or libferry's code (the detail in
  * ferry_errmsg()); raises nothing. */
-int conn_open(const char *path, struct pyf_conn **out);
+int conn_open(const char *path, int64_t timeout_ms, struct pyf_conn **out);
 
 void conn_incref(struct pyf_conn *k);
 /* Drops a reference; the last one disconnects. */

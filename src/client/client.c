@@ -1,5 +1,7 @@
 /* client.c - libferry's connection: connect, the request/reply exchange, held references. */
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -21,22 +23,9 @@
 int client_broken(struct ferry_client *c, int err)
 {
     c->broken = 1;
+    snprintf(c->broken_why, sizeof(c->broken_why), "%s",
+             *ferry_errmsg() ? ferry_errmsg() : ferry_strerror(err));
     return err;
-}
-
-static int write_all(struct ferry_client *c)
-{
-    size_t done = 0;
-
-    while (done < c->out.len) {
-        ssize_t n = send(c->fd, c->out.data + done, c->out.len - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return client_broken(c, err_set(FERRY_ECONN, "sending to ferryd: %s", strerror(errno)));
-        done += (size_t)n;
-    }
-    return 0;
 }
 
 static uint64_t now_ns(void)
@@ -46,19 +35,95 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Longest bound kept (about 31 years): beyond it an exchange waits without end. */
+#define BOUND_MAX_MS 1000000000000ll
+
+/* Starts the deadline of an exchange the daemon may hold for wait_ms by contract. */
+static void deadline_start(struct ferry_client *c, int64_t wait_ms)
+{
+    int64_t ms =
+        c->timeout_ms < 0 || wait_ms < 0 || wait_ms > BOUND_MAX_MS ? -1 : c->timeout_ms + wait_ms;
+
+    c->wait_ms = wait_ms;
+    c->deadline_ns = ms < 0 || ms > BOUND_MAX_MS ? 0 : now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+/* The exchange's deadline passed: the reply may still come, so the stream is out of step and
+ * the handle is given up. */
+static int timed_out(struct ferry_client *c, const char *doing)
+{
+    const char *type = proto_type_name(c->req_type);
+
+    if (c->wait_ms > 0)
+        return client_broken(
+            c, err_set(FERRY_ETIMEDOUT,
+                       "ferryd did not %s %s within %lld ms (its wait of %lld ms and the "
+                       "connection's timeout of %lld ms); the handle is unusable now",
+                       doing, type, (long long)(c->wait_ms + c->timeout_ms), (long long)c->wait_ms,
+                       (long long)c->timeout_ms));
+    return client_broken(c, err_set(FERRY_ETIMEDOUT,
+                                    "ferryd did not %s %s within %lld ms (the connection's "
+                                    "timeout); the handle is unusable now",
+                                    doing, type, (long long)c->timeout_ms));
+}
+
+/* Waits until the socket is ready for events or the exchange's deadline passes (then
+ * FERRY_ETIMEDOUT, the handle broken). */
+static int wait_ready(struct ferry_client *c, short events, const char *doing)
+{
+    struct pollfd p = {.fd = c->fd, .events = events};
+
+    for (;;) {
+        uint64_t now = c->deadline_ns ? now_ns() : 0;
+        uint64_t left_ms = c->deadline_ns > now ? (c->deadline_ns - now + 999999) / 1000000 : 0;
+        int n;
+        if (c->deadline_ns && now >= c->deadline_ns)
+            return timed_out(c, doing);
+        n = poll(&p, 1, c->deadline_ns ? (int)(left_ms < INT_MAX ? left_ms : INT_MAX) : -1);
+        if (n > 0)
+            return 0; /* readiness, a hang-up or an error: the next send or recv tells */
+        if (n < 0 && errno != EINTR)
+            return client_broken(c, err_sys("poll(ferryd's socket)"));
+    }
+}
+
+static int write_all(struct ferry_client *c)
+{
+    size_t done = 0;
+    int rc;
+
+    while (done < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + done, c->out.len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if ((rc = wait_ready(c, POLLOUT, "take")) < 0)
+                return rc;
+            continue;
+        }
+        if (n <= 0)
+            return client_broken(c, err_set(FERRY_ECONN, "sending to ferryd: %s", strerror(errno)));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
 /* Reads into c->in until it holds at least `need` bytes, taking whatever more the socket has
  * room for (one system call for most replies). For the first spin_ns it polls rather than
  * sleeps: on virtual machines, waking a sleeping thread costs more than most requests take
- * to serve. A descriptor that arrives is returned in *fd (if fd is NULL, it is closed). */
+ * to serve. Then it sleeps until the exchange's deadline at most. A descriptor that arrives is
+ * returned in *fd (if fd is NULL, it is closed). */
 static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 {
     uint64_t spin_until = c->spin_ns && cpuload_can_poll() ? now_ns() + c->spin_ns : 0;
+    int rc;
 
     pbuf_reserve(&c->in, need - c->in.len);
     if (c->in.oom)
         return client_broken(c, err_set(FERRY_ENOMEM, "reply of %zu bytes", need));
     while (c->in.len < need) {
-        int got = -1, flags = spin_until ? MSG_DONTWAIT : 0;
+        /* Without a deadline, a plain blocking read once spinning is over. */
+        int got = -1, flags = spin_until || c->deadline_ns ? MSG_DONTWAIT : 0;
         ssize_t n =
             usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got, flags);
         if (got >= 0) {
@@ -73,7 +138,9 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
             sched_yield(); /* lets the daemon run should it share this CPU */
             continue;
         }
-        if (n == -EINTR)
+        if (n == -EAGAIN && (rc = wait_ready(c, POLLIN, "answer")) < 0)
+            return rc;
+        if (n == -EAGAIN || n == -EINTR)
             continue;
         if (n <= 0)
             return client_broken(c, err_set(FERRY_ECONN, "ferryd closed the connection%s%s",
@@ -86,16 +153,24 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 void client_req_begin(struct ferry_client *c, uint16_t type)
 {
     c->out.len = 0;
+    c->req_type = type;
     proto_frame_begin(&c->out, type, ++c->tag);
+}
+
+/* Sends the request in c->out within the connection's timeout plus wait_ms. */
+static int send_within(struct ferry_client *c, int64_t wait_ms)
+{
+    if (c->out.oom)
+        return err_set(FERRY_ENOMEM, "request buffer");
+    deadline_start(c, wait_ms);
+    proto_frame_end(&c->out, 0);
+    return write_all(c);
 }
 
 /* Sends a request that gets no reply. */
 int client_req_send(struct ferry_client *c)
 {
-    if (c->out.oom)
-        return err_set(FERRY_ENOMEM, "request buffer");
-    proto_frame_end(&c->out, 0);
-    return write_all(c);
+    return send_within(c, 0);
 }
 
 /* Reads the reply to the request just sent; on success c->rd is positioned after the status.
@@ -135,7 +210,12 @@ int client_reply_read(struct ferry_client *c, uint16_t type, int *fd)
 /* Sends the request built in c->out and reads its reply. */
 int client_call(struct ferry_client *c, uint16_t type)
 {
-    int rc = client_req_send(c);
+    return client_call_wait(c, type, 0);
+}
+
+int client_call_wait(struct ferry_client *c, uint16_t type, int64_t wait_ms)
+{
+    int rc = send_within(c, wait_ms);
     return rc < 0 ? rc : client_reply_read(c, type, NULL);
 }
 
@@ -187,7 +267,9 @@ int client_enter(struct ferry_client *c)
     err_clear();
     if (c->broken) {
         pthread_mutex_unlock(&c->lock);
-        return err_set(FERRY_ECONN, "the connection to ferryd was lost");
+        return err_set(FERRY_ECONN,
+                       "the connection to ferryd is unusable since an earlier call: %s",
+                       c->broken_why);
     }
     return 0;
 }
@@ -273,7 +355,33 @@ static uint64_t spin_setting(void)
     return (uint64_t)us * 1000;
 }
 
+/* $FERRY_TIMEOUT_MS, the connection's timeout of ferry_connect: milliseconds, or -1 for none. */
+static int64_t timeout_setting(void)
+{
+    const char *v = getenv("FERRY_TIMEOUT_MS");
+    char *end;
+    long long ms;
+
+    if (!v || !*v)
+        return FERRY_DEFAULT_TIMEOUT_MS;
+    ms = strtoll(v, &end, 10);
+    return *end || ms == 0 || ms < -1 || ms > BOUND_MAX_MS ? FERRY_DEFAULT_TIMEOUT_MS : ms;
+}
+
+static int check_timeout(int64_t timeout_ms)
+{
+    if (timeout_ms == 0 || timeout_ms < -1 || timeout_ms > BOUND_MAX_MS)
+        return err_set(FERRY_EINVAL, "timeout of %lld ms: -1 (none) or 1 to %lld",
+                       (long long)timeout_ms, BOUND_MAX_MS);
+    return 0;
+}
+
 int ferry_connect(const char *socket_path, ferry_client **out)
+{
+    return ferry_connect_timeout(socket_path, timeout_setting(), out);
+}
+
+int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_client **out)
 {
     const char *env = getenv("FERRY_SOCKET");
     struct ferry_client *c;
@@ -281,12 +389,15 @@ int ferry_connect(const char *socket_path, ferry_client **out)
 
     if (!out)
         return err_set(FERRY_EINVAL, "NULL output handle");
+    if ((rc = check_timeout(timeout_ms)) < 0)
+        return rc;
     if (!socket_path)
         socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
     if (!(c = calloc(1, sizeof(*c))))
         return err_set(FERRY_ENOMEM, "client handle");
     c->spin_ns = spin_setting();
-    if ((rc = usock_connect(socket_path, &c->fd)) < 0)
+    c->timeout_ms = timeout_ms;
+    if ((rc = usock_connect_within(socket_path, timeout_ms, &c->fd)) < 0)
         goto free_client;
     pthread_mutex_init(&c->lock, NULL);
     if ((rc = hello(c)) < 0)
@@ -302,6 +413,16 @@ close_socket:
 free_client:
     free(c);
     return rc;
+}
+
+int ferry_set_timeout(ferry_client *c, int64_t timeout_ms)
+{
+    int rc;
+
+    if ((rc = check_timeout(timeout_ms)) < 0 || (rc = client_enter(c)) < 0)
+        return rc;
+    c->timeout_ms = timeout_ms;
+    return client_leave(c, 0);
 }
 
 void ferry_disconnect(ferry_client *c)

@@ -24,7 +24,8 @@ struct cheld {
 struct ferry_client {
     pthread_mutex_t lock;
     int fd;
-    int broken; /* the connection failed; every call now fails with FERRY_ECONN */
+    int broken;           /* the connection failed; every call now fails with FERRY_ECONN */
+    char broken_why[160]; /* the failure's detail, for the calls that follow */
     uint8_t *base;
     uint64_t arena_size;
     uint64_t tag;
@@ -33,8 +34,12 @@ struct ferry_client {
     struct preader rd; /* over `in`, after the status */
     idmap held;
     uint64_t staging_offset, staging_size;
-    uint64_t spin_ns;  /* how long to poll for a reply before sleeping ($FERRY_SPIN_US) */
-    int staging_state; /* 0 not asked yet, 1 have one, -1 the daemon had no room */
+    uint64_t spin_ns;     /* how long to poll for a reply before sleeping ($FERRY_SPIN_US) */
+    int64_t timeout_ms;   /* the connection's bound on each exchange (ferry_set_timeout), -1 none */
+    int64_t wait_ms;      /* the daemon-side wait of the exchange under way (get, fetch), -1 none */
+    uint64_t deadline_ns; /* when the exchange under way times out (CLOCK_MONOTONIC), 0 never */
+    uint16_t req_type;    /* the request under way, for messages */
+    int staging_state;    /* 0 not asked yet, 1 have one, -1 the daemon had no room */
 };
 
 /* Locks c for a call (clearing the thread's error detail); fails if the connection is gone. */
@@ -42,7 +47,8 @@ int client_enter(struct ferry_client *c);
 /* Unlocks c and returns rc. */
 int client_leave(struct ferry_client *c, int rc);
 
-/* Marks the connection lost (after an I/O or protocol failure) and returns err. */
+/* Marks the connection lost (after an I/O or protocol failure, or a timeout: the stream is out
+ * of step) and returns err; the thread's error detail is kept for the calls that follow. */
 int client_broken(struct ferry_client *c, int err);
 /* ferry_create under the lock. */
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
@@ -55,7 +61,8 @@ int client_abort(struct ferry_client *c, const ferry_id *id);
 
 /* Starts a request of the given type in c->out. */
 void client_req_begin(struct ferry_client *c, uint16_t type);
-/* Sends the request in c->out, expecting no reply. */
+/* Sends the request in c->out, expecting no reply. Starts the exchange's deadline: the
+ * connection's timeout from now. */
 int client_req_send(struct ferry_client *c);
 /* Reads the reply of type to the request just sent: c->rd is then positioned after the status;
  * a negative status is returned with the daemon's detail. A descriptor sent with it goes to
@@ -63,6 +70,9 @@ int client_req_send(struct ferry_client *c);
 int client_reply_read(struct ferry_client *c, uint16_t type, int *fd);
 /* req_send then reply_read. */
 int client_call(struct ferry_client *c, uint16_t type);
+/* client_call of a request the daemon may hold for wait_ms by contract (get, fetch; -1 without
+ * end): the reply is waited for that long plus the connection's timeout. */
+int client_call_wait(struct ferry_client *c, uint16_t type, int64_t wait_ms);
 /* FERRY_EPROTO unless the reply was consumed exactly. */
 int client_reply_end(struct ferry_client *c);
 /* Reads a reply of n statuses and a reason (FETCH, PUT_BATCH: u32 n, n i32, u16 length and

@@ -19,9 +19,12 @@ static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, i
     pbuf_u32(&c->out, (uint32_t)n);
     pbuf_put(&c->out, ids, n * sizeof(ferry_id));
     /* The first failure's reason: which holders were tried, and why each failed. */
-    if ((rc = client_call(c, PROTO_FETCH)) < 0 ||
-        (rc = client_read_statuses(c, "fetch", n, NULL, statuses, &first, text)) < 0)
+    if ((rc = client_call_wait(c, PROTO_FETCH, timeout_ms)) < 0 ||
+        (rc = client_read_statuses(c, "fetch", n, NULL, statuses, &first, text)) < 0) {
+        for (size_t i = 0; c->broken && i < n; i++)
+            statuses[i] = FERRY_ECONN;
         return rc;
+    }
     if (first)
         return err_set(first, "%s", text[0] ? text : ferry_strerror(first));
     return 0;
@@ -50,7 +53,11 @@ int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t time
         return err_set(FERRY_ENOMEM, "get_fetch of %zu ids", n);
     /* The fetch spends the time budget; the get then takes what is local. */
     rc = ferry_fetch(c, ids, n, timeout_ms, statuses);
-    if (rc == FERRY_EINVAL || rc == FERRY_ECONN || rc == FERRY_EPROTO || rc == FERRY_ENOMEM) {
+    if (rc == FERRY_EINVAL || rc == FERRY_ECONN || rc == FERRY_EPROTO || rc == FERRY_ENOMEM ||
+        (n && statuses[0] == FERRY_ECONN)) {
+        /* The call failed as a whole (a broken handle: its timeout, too): nothing is held. */
+        for (size_t i = 0; i < n; i++)
+            out[i] = (ferry_buffer){.status = FERRY_ECONN};
         free(statuses);
         return rc;
     }

@@ -193,8 +193,11 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     pbuf_u64(&c->out, (uint64_t)timeout_ms);
     pbuf_u32(&c->out, (uint32_t)n);
     pbuf_put(&c->out, ids, n * sizeof(ferry_id));
-    if ((rc = client_call(c, PROTO_GET)) < 0)
+    if ((rc = client_call_wait(c, PROTO_GET, timeout_ms)) < 0) {
+        for (size_t i = 0; c->broken && i < n; i++)
+            out[i] = (ferry_buffer){.status = FERRY_ECONN};
         return client_leave(c, rc);
+    }
     if (prd_u32(&c->rd) != n)
         return client_leave(c, client_broken(c, err_set(FERRY_EPROTO, "get: reply count")));
     for (size_t i = 0; i < n && rc == 0; i++) {

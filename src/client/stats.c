@@ -1,6 +1,7 @@
 /* stats.c - libferry's counters: ferry_stats_get and ferry_stats_list, from the daemon's keyed
  * STATS reply (common/stats.c has the table of names). */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,19 +74,26 @@ static void stats_set(ferry_stats *st, const ferry_stat *s)
     }
 }
 
-int ferry_stats_get(ferry_client *c, ferry_stats *out)
+int ferry_stats_get(ferry_client *c, ferry_stats *out, size_t size)
 {
     ferry_stat *all = NULL;
+    ferry_stats st;
     size_t n = 0;
     int rc;
 
-    if (!out)
-        return err_set(FERRY_EINVAL, "stats: NULL argument");
+    if (!out || size == 0 || size % sizeof(uint64_t))
+        return err_set(FERRY_EINVAL, "stats: %s, size %zu (a whole number of counters)",
+                       out ? "a struct" : "NULL struct", size);
     if ((rc = ferry_stats_list(c, &all, &n)) < 0)
         return rc;
-    memset(out, 0, sizeof(*out));
+    memset(&st, 0, sizeof(st));
     for (size_t i = 0; i < n; i++)
-        stats_set(out, &all[i]);
+        stats_set(&st, &all[i]);
     free(all);
+    /* The caller's struct may be an older release's (smaller: its counters are a prefix of
+     * ours) or a newer one's (larger: the counters this release does not know are 0). */
+    memcpy(out, &st, size < sizeof(st) ? size : sizeof(st));
+    if (size > sizeof(st))
+        memset((char *)out + sizeof(st), 0, size - sizeof(st));
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -57,7 +58,15 @@ static int connect_failed(const char *path, int err)
 
 int usock_connect(const char *path, int *fd_out)
 {
+    return usock_connect_within(path, -1, fd_out);
+}
+
+/* A Unix socket's connect waits for room in the listener's backlog as long as SO_SNDTIMEO
+ * says (EAGAIN after it), which is then put back to none for the sends that follow. */
+int usock_connect_within(const char *path, int64_t timeout_ms, int *fd_out)
+{
     struct sockaddr_un sa;
+    struct timeval tv = {0, 0};
     int fd, rc;
 
     if ((rc = make_addr(path, &sa)) < 0)
@@ -65,12 +74,23 @@ int usock_connect(const char *path, int *fd_out)
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return err_sys("socket");
+    if (timeout_ms > 0) {
+        tv = (struct timeval){timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
     while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa))) < 0 && errno == EINTR)
         ;
     if (rc < 0) {
-        rc = connect_failed(path, errno);
+        rc = errno == EAGAIN && timeout_ms > 0
+                 ? err_set(FERRY_ETIMEDOUT, "ferryd at %s accepted no connection within %lld ms",
+                           path, (long long)timeout_ms)
+                 : connect_failed(path, errno);
         close(fd);
         return rc;
+    }
+    if (timeout_ms > 0) {
+        tv = (struct timeval){0, 0};
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     }
     *fd_out = fd;
     return 0;

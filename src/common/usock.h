@@ -5,6 +5,7 @@
 #define FERRY_USOCK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Binds and listens on path with the given permission bits, non-blocking and close-on-exec.
@@ -14,6 +15,10 @@ int usock_listen(const char *path, mode_t mode, int backlog, int *fd_out);
 
 /* Connects to path (blocking socket, close-on-exec). FERRY_ECONN when nothing listens. */
 int usock_connect(const char *path, int *fd_out);
+
+/* usock_connect waiting at most timeout_ms (-1: no bound) while the listener's backlog is full
+ * (a stopped daemon): FERRY_ETIMEDOUT then. */
+int usock_connect_within(const char *path, int64_t timeout_ms, int *fd_out);
 
 /* Sends len bytes with fd attached to the first byte (fd < 0: none). Returns the bytes sent,
  * or a negative errno. */

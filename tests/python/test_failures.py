@@ -2,6 +2,7 @@
 never a crash, and never a read of memory that is gone."""
 
 import os
+import signal
 import threading
 import time
 
@@ -112,3 +113,61 @@ def test_fork_child_gets_a_clear_error(client, daemon):
     refs = {o["id"]: o["refcount"] for o in client.list()}
     assert refs[ferry.ObjectID("f")] == 1 and bytes(client.get("from-child")) == b"c"
     buf.release()
+
+
+def stopped(daemon, call, bound_s):
+    """Runs call with the daemon stopped (SIGSTOP) on a thread, waits for it at most bound_s,
+    then lets the daemon go on: (the exception it raised or None, seconds it took, ended)."""
+    out = {}
+
+    def run():
+        start = time.monotonic()
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - the test looks at what it was
+            out["exc"] = e
+        out["took"] = time.monotonic() - start
+
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    t = threading.Thread(target=run)
+    try:
+        t.start()
+        t.join(bound_s)
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    ended = not t.is_alive()
+    t.join(30)
+    return out.get("exc"), out.get("took"), ended
+
+
+def test_a_stopped_daemon_times_out_and_the_client_connects_again(daemon):
+    with ferry.Client(daemon.socket, timeout_ms=300) as c:
+        c.put("kept", b"1")
+        exc, took, ended = stopped(daemon, c.stats, 3.0)
+        assert ended, "stats() on a stopped daemon did not end within 3 s"
+        assert isinstance(exc, TimeoutError) and isinstance(exc, ferry.Timeout), exc
+        assert took >= 0.29 and "STATS" in str(exc) and "300 ms" in str(exc), (took, exc)
+        # The handle that timed out is given up; the next call connects again.
+        assert c.stats()["objects"] == 1
+        assert bytes(c.get("kept")) == b"1"
+
+
+def test_a_get_on_a_stopped_daemon_times_out(daemon):
+    with ferry.Client(daemon.socket, timeout_ms=300) as c:
+        exc, took, ended = stopped(daemon, lambda: c.get("never", timeout_ms=200), 3.5)
+        assert ended, "get() on a stopped daemon did not end within 3.5 s"
+        # The first look (timeout 0, through the Client's main handle) times out already.
+        assert isinstance(exc, TimeoutError) and "GET" in str(exc), exc
+        assert took >= 0.29, took
+        assert not c.contains("never")
+
+
+def test_client_timeout_is_checked(daemon):
+    for bad in (0, -2):
+        with pytest.raises(ValueError):
+            ferry.Client(daemon.socket, timeout_ms=bad)
+    with pytest.raises(TypeError):
+        ferry.Client(daemon.socket, timeout_ms="1")
+    for good in (None, -1, 1, 30_000):
+        with ferry.Client(daemon.socket, timeout_ms=good) as c:
+            assert c.stats()["clients"] >= 1

@@ -314,8 +314,8 @@ static void check_capacity(const struct mpi_run *r)
     uint64_t largest = largest_size(o);
     double objects = (double)o->count * (o->patterns[ALL_TO_ALL] ? r->nranks : 1);
     double need = objects * (double)largest;
-    bench_check_ferry(ferry_stats_get(r->c, &s), "rank %d: stats of the ferryd at %s", r->rank,
-                      r->socket);
+    bench_check_ferry(ferry_stats_get(r->c, &s, sizeof(s)), "rank %d: stats of the ferryd at %s",
+                      r->rank, r->socket);
     if (need > (double)s.capacity_bytes)
         bench_fail("rank %d: a round needs %.0f objects of %llu bytes (%.1f MiB) in one arena, "
                    "the ferryd at %s has %.1f MiB: lower --count or --size",
@@ -506,8 +506,8 @@ static void delete_all(const struct mpi_run *r, const ferry_id *ids, size_t n, c
 
 static void stats(const struct mpi_run *r, ferry_stats *s)
 {
-    bench_check_ferry(ferry_stats_get(r->c, s), "rank %d: stats of the ferryd at %s", r->rank,
-                      r->socket);
+    bench_check_ferry(ferry_stats_get(r->c, s, sizeof(*s)), "rank %d: stats of the ferryd at %s",
+                      r->rank, r->socket);
 }
 
 #define WHERE_TIMEOUT_MS 15000

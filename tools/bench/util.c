@@ -230,7 +230,7 @@ void bench_counters_get(ferry_client *c, const char *who, struct bench_counters 
 {
     ferry_stat *all;
     size_t n;
-    bench_check_ferry(ferry_stats_get(c, &out->st), "stats of %s", who);
+    bench_check_ferry(ferry_stats_get(c, &out->st, sizeof(out->st)), "stats of %s", who);
     bench_check_ferry(ferry_stats_list(c, &all, &n), "stats of %s", who);
     if (n > BENCH_MAX_COUNTERS) {
         ferry_free(all);
