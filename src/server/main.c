@@ -83,7 +83,11 @@ static void usage(FILE *f)
             "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n"
             "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
             "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
-            "                      from one)\n",
+            "                      from one)\n"
+            "Environment:\n"
+            "  FERRY_FABRIC_QUIRKS  switches the fabric's libfabric workarounds (recv, errno,\n"
+            "                      shm_lock, watchdog; each on only where the running release\n"
+            "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
             LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names(),
             FERRYD_DEFAULT_SPLIT_MIN_TEXT);
