@@ -1,5 +1,6 @@
 /*
- * unit_fabric_peer.c - the fabric's view of peers on this host (fabric_peer.c), in-process: which
+ * unit_fabric_peer.c - the fabric's view of peers on this host (fabric_peer.c, and the shm lock
+ * guard of quirks/quirk_shmlock.c and quirk_watch.c), in-process: which
  * endpoint names carry a process we may check, when a peer counts as exited, and when our own
  * shm region's lock is freed (only when held for long while a peer was seen to die), and when the
  * watchdog frees a lock a call spins on (a dead peer's; ours, once a process died). The rest
@@ -83,12 +84,12 @@ static void test_exited(void **state)
     assert_int_equal(fab_peer_exited(&c), 0);
 }
 
-/* Calls fab_own_locked for about ms milliseconds: the last answer. */
+/* Calls quirks_own_locked for about ms milliseconds: the last answer. */
 static int look_for(int ms)
 {
     uint64_t end = loop_now_ms() + (uint64_t)ms;
     int held = 1;
-    while (loop_now_ms() < end && (held = fab_own_locked(&f)))
+    while (loop_now_ms() < end && (held = quirks_own_locked(&f)))
         usleep(1000);
     return held;
 }
@@ -98,14 +99,14 @@ static int look_for(int ms)
 static void test_own_lock(void **state)
 {
     volatile int lock = 1; /* x86-64 glibc: 1 is free */
-    f.own_lock = &lock;
-    assert_int_equal(fab_own_locked(&f), 0);
+    f.shm.own_lock = &lock;
+    assert_int_equal(quirks_own_locked(&f), 0);
     lock = 0;                                               /* held */
     assert_int_equal(look_for(FAB_LOCK_STUCK_MS + 500), 1); /* nobody died: still held */
     assert_int_equal(lock, 0);
     assert_int_equal(f.stats.locks_recovered, 0);
-    f.own_held = (struct fab_held){0}; /* a new holding, during which a peer dies */
-    assert_int_equal(fab_own_locked(&f), 1);
+    f.shm.own_held = (struct quirks_held){0}; /* a new holding, during which a peer dies */
+    assert_int_equal(quirks_own_locked(&f), 1);
     f.peer_exit_ms = loop_now_ms();
     assert_int_equal(look_for(FAB_LOCK_STUCK_MS + 1000), 0);
     assert_int_equal(lock, 1);
@@ -160,9 +161,9 @@ static void *spin_main(void *arg)
 {
     struct spinner *s = arg;
     uint64_t t0 = now_ns();
-    fab_call_begin(&f, s->c);
+    quirks_call_begin(&f, s->c);
     pthread_spin_lock(s->lock);
-    fab_call_end(&f);
+    quirks_call_end(&f);
     s->took_ms = (now_ns() - t0) / 1000000;
     pthread_spin_unlock(s->lock);
     atomic_store(&s->done, 1);
@@ -213,8 +214,8 @@ static void test_watchdog_frees_a_dead_peers_lock(void **state)
     uint8_t *region = (uint8_t *)lock - 8;
     struct fconn c = {.f = &f, .peer_region = region};
     struct spinner s;
-    f.lock_off = 8;
-    assert_int_equal(fab_watch_start(&f.watchdog, NULL), 0);
+    f.shm.lock_off = 8;
+    assert_int_equal(quirks_watch_start(&f.shm.watchdog, NULL), 0);
     c.peer_pid = child_holding(lock); /* the peer takes its lock */
 
     spin_start(&s, lock, &c);
@@ -237,8 +238,8 @@ static void test_watchdog_frees_a_dead_peers_lock(void **state)
     spin_start(&s, lock, &c); /* a free lock stays free: nothing counted */
     spin_join(&s, 5000);
     assert_int_equal(f.stats.peer_locks_freed, 1);
-    fab_watch_stop(&f.watchdog);
-    assert_int_equal(f.watchdog.running, 0);
+    quirks_watch_stop(&f.shm.watchdog);
+    assert_int_equal(f.shm.watchdog.running, 0);
     munmap((void *)lock, 4096);
 }
 
@@ -253,8 +254,8 @@ static void test_watchdog_frees_our_lock_after_a_peer_died(void **state)
     struct spinner s;
     pid_t holder = child_holding(own), other = child_holding(NULL);
     pid_t peers[2] = {other, holder};
-    assert_int_equal(fab_watch_start(&f.watchdog, (volatile int *)own), 0);
-    fab_watch_peers(&f.watchdog, peers, 2);
+    assert_int_equal(quirks_watch_start(&f.shm.watchdog, (volatile int *)own), 0);
+    quirks_watch_set_peers(&f.shm.watchdog, peers, 2);
 
     spin_start(&s, own, NULL);
     usleep((FAB_LOCK_STUCK_MS + 300) * 1000); /* held past the limit, nobody died */
@@ -268,7 +269,7 @@ static void test_watchdog_frees_our_lock_after_a_peer_died(void **state)
            (unsigned long long)after_ms, (unsigned long long)s.took_ms);
     assert_true(after_ms < 1000); /* held 2 s already: freed once the death is seen */
     assert_int_equal(f.stats.peer_locks_freed, 1);
-    fab_watch_stop(&f.watchdog);
+    quirks_watch_stop(&f.shm.watchdog);
     waitpid(holder, NULL, 0);
     reap(other);
     munmap((void *)own, 4096);

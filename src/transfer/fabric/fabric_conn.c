@@ -46,7 +46,7 @@ void fab_conn_reap(struct loop *l, struct loop_timer *t)
     }
     if (c->rkey_mapped)
         fi_mr_unmap_key(c->f->domain, c->rkey);
-    fab_peer_unmap(c);
+    quirks_peer_unmap(c);
     framer_free(&c->fr);
     free(c->early);
     free(c);
@@ -263,7 +263,7 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *n
     fab_printable(f, name, len, c->base.peer, sizeof(c->base.peer));
     c->f = f;
     c->peer_pid = fab_name_pid(f, name, len);
-    fab_peer_map(c, name, len);
+    quirks_peer_map(c, name, len);
     c->probe_fd = -1;
     c->heard_ns = now_ns();
     fab_peer_timer_arm(f);

@@ -71,15 +71,12 @@ int fab_progress(struct xlistener *f)
     struct fi_cq_msg_entry ents[FAB_CQ_BATCH];
     int total = 0;
 
-    while (total < FAB_CQ_PER_TURN && !fab_own_locked(f)) {
+    while (total < FAB_CQ_PER_TURN && !quirks_own_locked(f)) {
         ssize_t n;
-        /* libfabric 1.17's tcp provider takes errno for a peer's short read or EOF on its
-         * connection-request socket (rx_cm_data): a stale EAGAIN left it open and readable for
-         * ever, and the loop spinning (fixed upstream in 2.2). */
-        errno = 0;
-        fab_call_begin(f, NULL); /* shm spins on our region's lock in it */
+        quirks_before_call();       /* QUIRK_ERRNO: the tcp provider may read errno stale */
+        quirks_call_begin(f, NULL); /* shm spins on our region's lock in it */
         n = fi_cq_read(f->cq, ents, FAB_CQ_BATCH);
-        fab_call_end(f);
+        quirks_call_end(f);
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry e = {0};
             if (fi_cq_readerr(f->cq, &e, 0) == 1 && e.op_context)
@@ -192,8 +189,8 @@ int fab_before_wait(struct loop *l, void *arg)
         return 1;
     }
     if (f->backoff.heap_index != SIZE_MAX)
-        return 0; /* backing off: the timer progresses */
-    errno = 0;    /* see fab_progress */
+        return 0;         /* backing off: the timer progresses */
+    quirks_before_call(); /* see fab_progress */
     if (fi_trywait(f->fabric, fids, 1) == FI_SUCCESS)
         return 0;
     if (!busy(f))

@@ -280,7 +280,8 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     if ((rc = open_domain(f, cfg->provider, cfg->addr)) < 0 || (rc = open_name(f)) < 0 ||
         (rc = open_buffers(f)) < 0 || (rc = register_arena(f)) < 0)
         goto close_f;
-    fab_lock_guard_init(f);
+    quirks_init(fi_version(), f->provider);
+    quirks_shm_init(f);
     if (f->info->ep_attr->max_msg_size < f->read_chunk)
         f->read_chunk = f->info->ep_attr->max_msg_size;
     if (f->wait_fd >= 0)
@@ -338,7 +339,7 @@ static void fab_listener_close(struct xlistener *f)
         close_regions(f);
     close_fid(f->ep ? &f->ep->fid : NULL);
     f->ep = NULL;
-    fab_watch_stop(&f->watchdog); /* after the last call: shutting posts CLOSE too */
+    quirks_shm_stop(f); /* after the last call: shutting posts CLOSE too */
     /* Nothing completes any more: what waited for completions is finished here. */
     for (uint32_t i = 0; f->txops && i < f->tx_max; i++) {
         struct fseg *r = f->txops[i].range;
@@ -427,12 +428,12 @@ static int fab_eager_default(const struct xlistener *f, uint64_t *out)
 
 static void fab_counters(const struct xlistener *f, xcounter_fn *fn, void *arg)
 {
-    struct fab_counters c = f->stats;
+    const struct fab_counters *c = &f->stats;
 
-    c.blocking_recvs = fab_blocking_refused; /* the process's, kept where recv is */
-#define FAB_REPORT(name, kind, help) fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, c.name);
+#define FAB_REPORT(name, kind, help) fn(arg, "fabric_" #name, FERRY_STAT_##kind, help, c->name);
     FAB_COUNTERS(FAB_REPORT)
 #undef FAB_REPORT
+    quirks_report(fn, arg); /* the process's: recv is process-wide */
 }
 
 const struct transport transport_fabric = {

@@ -46,8 +46,10 @@
  *   fabric_rdv.c    rendezvous: one-sided reads of a peer's arena into ours
  *   fabric_cq.c     completions and progress, in the daemon's loop
  *   fabric_msg.c    the message codec (fuzzed on its own)
- *   fabric_peer.c   peers on this host: liveness, the shm lock guard, regions left by the killed
- *   fabric_watch.c  the guard's watchdog thread: a call stuck in a killed process' lock is freed
+ *   fabric_peer.c   peers on this host: liveness, probes, regions left by the killed
+ *   quirks/         workarounds for bugs of the libfabric we run on, gated by version and
+ *                   provider (quirks/quirks.h, the interface, lists them): the recv interposer
+ *                   (ferryd only), the shm lock guard and its watchdog thread
  */
 #ifndef FERRY_FABRIC_INT_H
 #define FERRY_FABRIC_INT_H
@@ -69,6 +71,7 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +79,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "transfer/fabric/fabric_msg.h"
+#include "transfer/fabric/quirks/quirks.h"
 #include "transfer/framer.h"
 #include "transfer/registry.h"
 #include "transfer/wire.h"
@@ -123,10 +127,8 @@
 #define FAB_LOCK_STUCK_POLLS 200u
 #define FAB_PEER_CHECK_MS 20u
 /* A provider call on a peer that has run this long while the peer's lock is held and its
- * process is gone is stuck in that lock: the watchdog frees it (fabric_watch.c). */
+ * process is gone is stuck in that lock: the watchdog frees it (quirks/quirk_watch.c). */
 #define FAB_WATCH_STUCK_MS 100u
-/* The most peer processes on this host the watchdog looks at while a call is stuck. */
-#define FAB_WATCH_PEERS 64u
 /* A peer of a tcp-based provider that has sent nothing for 50 ms is probed, then every 200 ms
  * up to 10 times while it stays quiet: a refused TCP connect to its address means its process
  * is gone (one probe alone was seen to miss a peer killed a moment before). A live peer's
@@ -134,11 +136,9 @@
 #define FAB_PROBE_FIRST_MS 50u
 #define FAB_PROBE_EVERY_MS 200u
 #define FAB_PROBE_MAX 10u
-/* How long a recv that would block on the loop's thread may wait for data (fabric_blocking.c):
- * a connection request's data comes with its header, or within a round trip. */
+/* How long a recv that would block on the loop's thread may wait for data (QUIRK_RECV): a
+ * connection request's data comes with its header, or within a round trip. */
 #define FAB_RECV_WAIT_MS 5
-/* Such recvs refused, in the whole process (fabric_blocking.c; any thread may read it). */
-extern _Atomic uint64_t fab_blocking_refused;
 
 /* The endpoint's counters: X(name, kind, help), reported as fabric_<name>. */
 #define FAB_COUNTERS(X)                                                                            \
@@ -159,8 +159,7 @@ extern _Atomic uint64_t fab_blocking_refused;
     X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
     X(peer_locks_freed, COUNTER, "locks of killed processes freed by the watchdog: a call spun")   \
-    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")      \
-    X(blocking_recvs, COUNTER, "provider reads on the loop's thread that would block: refused")
+    X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
 
 struct fab_counters {
 #define FAB_COUNTER_MEMBER(name, kind, help) uint64_t name;
@@ -326,31 +325,6 @@ struct avent {
     struct avent *next;
 };
 
-/* A lock seen held at each look since since_ms (0: not seen held), looks times. */
-struct fab_held {
-    uint64_t since_ms;
-    uint32_t looks;
-};
-
-/* The watchdog of provider calls stuck in the lock of a killed process (fabric_watch.c, which
- * says who may touch what). */
-struct fab_watch {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int running; /* the loop's thread only */
-    int stop;
-    volatile int *own;                   /* our region's lock, watched in every call */
-    uint64_t since_ms;                   /* when the loop's call began; 0: not in one */
-    volatile int *lock;                  /* the call's peer's lock, or NULL */
-    pid_t pid;                           /* that peer's process, or 0 */
-    struct fab_held lock_held, own_held; /* in this call */
-    pid_t peers[FAB_WATCH_PEERS];        /* the peers' processes on this host, as last told */
-    uint32_t npeers;
-    uint64_t exit_ms; /* when a process on this host was last found gone */
-    uint32_t freed;
-};
-
 struct xlistener {
     struct loop *loop;
     const struct xconn_events *ev;
@@ -407,12 +381,7 @@ struct xlistener {
     uint64_t stall_ns;  /* when one last started waiting */
     int fault_skip_done, fault_fail_reads;
     uint32_t fault_read_delay_ms;
-    /* The shm lock guard (fabric_peer.c): where a region's lock lies in its first page (0: the
-     * guard is off), our own region's lock, and since when it has been seen held. */
-    uint32_t lock_off;
-    volatile int *own_lock;
-    struct fab_held own_held;
-    struct fab_watch watchdog;    /* started with the guard */
+    struct quirks_shm shm;        /* the shm lock guard and its watchdog (QUIRK_SHM_LOCK) */
     uint64_t peer_exit_ms;        /* when a peer on this host was last found exited */
     uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
     struct loop_timer peer_timer; /* runs it while connections are open */
@@ -464,12 +433,8 @@ pid_t fab_name_pid(const struct xlistener *f, const uint8_t *name, size_t len);
 int fab_peer_exited(struct fconn *c);
 /* Removes the shared-memory regions of our daemons whose process has exited. */
 void fab_sweep_regions(void);
-/* Finds where the provider keeps a region's lock, from our own region; leaves the guard off
- * when the layout is not the one it knows. */
-void fab_lock_guard_init(struct xlistener *f);
-/* Maps the first page of c's peer's region (guard on, peer on this host); unmaps it. */
-void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len);
-void fab_peer_unmap(struct fconn *c);
+/* 1 when st is a region file we may rely on: a regular file of our user of at least min bytes. */
+int fab_region_file_ok(const struct stat *st, off_t min);
 /* Where c's peer can be probed (tcp-based providers), from its endpoint name: only for peers we
  * dial (an address from the directory), never one a stranger's CONNECT names. */
 void fab_probe_init(struct fconn *c, const uint8_t *name, size_t len);
@@ -482,40 +447,10 @@ void fab_peers_check(struct xlistener *f);
 /* Starts the timer that runs fab_peers_check while f has connections. */
 void fab_peer_timer_arm(struct xlistener *f);
 void fab_on_peer_timer(struct loop *l, struct loop_timer *t);
-/* 1 when posting to c's peer now could spin on its region's lock: try again later. */
-int fab_peer_locked(struct fconn *c);
-/* 1 when our region's lock is held: skip reading completions this turn. A lock held past
- * FAB_LOCK_STUCK_MS (its holder was killed inside) is freed. */
-int fab_own_locked(struct xlistener *f);
-/* Notes a look at lock at now_ms in h: 1 when it is held. */
-int fab_held_look(struct fab_held *h, volatile int *lock, uint64_t now_ms);
-/* 1 when a lock h saw held was abandoned by a holder that died inside it: held for
- * FAB_LOCK_STUCK_MS over at least min_looks looks, while a process on this host was found gone
- * (at exit_ms; 0: none was) from around when it was first seen held. A live holder stopped as
- * long (SIGSTOP) is not let go of unless a process died meanwhile. */
-int fab_held_abandoned(const struct fab_held *h, uint32_t min_looks, uint64_t exit_ms,
-                       uint64_t now_ms);
 /* 1 when pid's process is gone: exited, or killed and not yet reaped (a zombie). */
 int fab_pid_gone(pid_t pid);
-/* Around a provider call that may take c's peer's region lock (c NULL: none) or ours: the
- * watchdog may free either while the call is stuck in it (fabric_watch.c); the end counts and
- * logs what it freed. */
-void fab_call_begin(struct xlistener *f, struct fconn *c);
-void fab_call_end(struct xlistener *f);
 /* Tells the watchdog the peers' processes on this host. */
 void fab_peers_watch(struct xlistener *f);
-
-/* fabric_watch.c: the watchdog thread (the shm lock guard's, started with it) */
-/* 0, or a negative errno. own: our region's lock. */
-int fab_watch_start(struct fab_watch *w, volatile int *own);
-void fab_watch_stop(struct fab_watch *w);
-/* The peers' processes (at most FAB_WATCH_PEERS are kept). */
-void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n);
-/* A process on this host was found gone. */
-void fab_watch_exited(struct fab_watch *w);
-void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid);
-/* Ends what fab_watch_enter began: how many locks the watchdog freed meanwhile. */
-uint32_t fab_watch_leave(struct fab_watch *w);
 
 /* fabric_hello.c: the handshake */
 int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out);

@@ -4,20 +4,10 @@
  * namespace can tell when we are gone, and the shared-memory regions of killed daemons can be
  * removed.
  *
- * Why: libfabric 1.17's shm provider guards each endpoint's region with a spin lock shared
- * between processes (senders take the receiver's, the receiver its own to progress). A daemon
- * killed while it holds one leaves it held for ever, and the next send to it, or the next
- * completion read of the region's owner, spins without end, holding our loop (later releases
- * made the region lockless). So:
- *   - nothing is posted to a peer whose process has exited (one kill(pid, 0) per post);
- *   - the lock guard: where the provider keeps a region's lock is found in our own region
- *     (checked against what we know of it: our pid, the region's own address, an unlocked
- *     lock; anything else leaves the guard off). Nothing is posted to a peer while its lock is
- *     held, and completions are not read while ours is: the loop comes back (1 ms later)
- *     instead of spinning. Ours held past FAB_LOCK_STUCK_MS, while a peer was found exited,
- *     has lost its holder (live ones hold it for microseconds) and is freed.
- * What remains: a holder killed in the instant between our look and the provider taking the
- * lock (architecture.md, "Provider calls that could hold the loop").
+ * The shm provider's region locks (a daemon killed inside one) are the business of
+ * quirks/quirk_shmlock.c; here only what every provider on this host needs: nothing is posted to
+ * a peer whose process has exited (one kill(pid, 0) per post), quiet peers of tcp providers are
+ * probed, and the regions of killed daemons are swept.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -116,7 +106,7 @@ static int peer_exited_now(struct fconn *c)
     if (!c->peer_exited) {
         c->peer_exited = 1;
         c->f->peer_exit_ms = loop_now_ms();
-        fab_watch_exited(&c->f->watchdog);
+        quirks_watch_exited(c->f);
         c->f->stats.peers_exited++;
         log_warn("fabric: %s: its process %d has exited; nothing more is posted to it",
                  c->base.peer, (int)c->peer_pid);
@@ -249,13 +239,13 @@ void fab_peers_check(struct xlistener *f)
 
 void fab_peers_watch(struct xlistener *f)
 {
-    pid_t pids[FAB_WATCH_PEERS];
+    pid_t pids[QUIRKS_WATCH_PEERS];
     uint32_t n = 0;
 
     for (struct fconn *c = f->all; c; c = c->anext)
-        if (!c->closed && c->peer_pid > 0 && n < FAB_WATCH_PEERS)
+        if (!c->closed && c->peer_pid > 0 && n < QUIRKS_WATCH_PEERS)
             pids[n++] = c->peer_pid;
-    fab_watch_peers(&f->watchdog, pids, n);
+    quirks_watch_peers(f, pids, n);
 }
 
 void fab_peer_timer_arm(struct xlistener *f)
@@ -277,9 +267,8 @@ void fab_on_peer_timer(struct loop *l, struct loop_timer *t)
     }
 }
 
-/* 1 when st is a region file we may rely on: a regular file of our user (the only one who
- * could truncate it under our mapping can kill us anyway) of at least min bytes. */
-static int own_region(const struct stat *st, off_t min)
+/* The only user who could truncate a region file of ours under our mapping can kill us anyway. */
+int fab_region_file_ok(const struct stat *st, off_t min)
 {
     return S_ISREG(st->st_mode) && st->st_uid == geteuid() && st->st_size >= min;
 }
@@ -299,183 +288,10 @@ void fab_sweep_regions(void)
             !process_exited(name_pid(e->d_name)))
             continue;
         snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
-        if (lstat(path, &st) == 0 && own_region(&st, 0))
+        if (lstat(path, &st) == 0 && fab_region_file_ok(&st, 0))
             removed += unlink(path) == 0;
     }
     closedir(d);
     if (removed)
         log_info("fabric: removed %u shared-memory regions left by killed daemons", removed);
-}
-
-/* The region file of an endpoint name ("fi_shm://NAME" or "NAME"): /dev/shm/NAME. 0, or -1
- * for a name that is no file name (a peer's name is only what it says). */
-static int region_path(const uint8_t *name, size_t len, char *path, size_t n)
-{
-    char s[FAB_NAME_MAX + 1];
-    const char *at;
-
-    memcpy(s, name, len < FAB_NAME_MAX ? len : FAB_NAME_MAX);
-    s[len < FAB_NAME_MAX ? len : FAB_NAME_MAX] = '\0';
-    at = strstr(s, "://");
-    at = at ? at + 3 : s;
-    if (!*at || strchr(at, '/') || !strcmp(at, ".") || !strcmp(at, ".."))
-        return -1;
-    snprintf(path, n, SHM_DIR "/%s", at);
-    return 0;
-}
-
-/* Where the provider mapped path in our process (from /proc/self/maps); NULL if it did not. */
-static uint8_t *mapped_at(const char *path)
-{
-    FILE *m = fopen("/proc/self/maps", "r");
-    char line[512 + FAB_NAME_MAX];
-    unsigned long long start = 0;
-    size_t n = strlen(path);
-
-    if (!m)
-        return NULL;
-    while (fgets(line, sizeof(line), m)) {
-        size_t l = strcspn(line, "\n");
-        line[l] = '\0';
-        if (l >= n && strcmp(line + l - n, path) == 0 && sscanf(line, "%llx-", &start) == 1)
-            break;
-        start = 0;
-    }
-    fclose(m);
-    return (uint8_t *)(uintptr_t)start;
-}
-
-/* libfabric 1.17's struct smr_region begins u8 version, u8, u16 flags, int pid, ...; then
- * void *base_addr (where the owner mapped it) and right after it the spin lock. */
-#define REGION_PID_OFF 4
-#define REGION_SCAN_END 256
-
-void fab_lock_guard_init(struct xlistener *f)
-{
-    char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
-    uint8_t *r;
-    int rc;
-
-    if (f->info->addr_format != FI_ADDR_STR || strcmp(f->provider, "shm"))
-        return;
-    if (region_path(f->name, f->name_len, path, sizeof(path)) < 0 || !(r = mapped_at(path)) ||
-        *(int *)(r + REGION_PID_OFF) != getpid())
-        goto off;
-    for (uint32_t off = 8; off + 12 <= REGION_SCAN_END; off += 8) {
-        uint64_t base;
-        memcpy(&base, r + off, sizeof(base));
-        if (base == (uintptr_t)r && *(int *)(r + off + 8) == 1) { /* x86-64 glibc: 1 is free */
-            f->lock_off = off + 8;
-            f->own_lock = (volatile int *)(r + off + 8);
-            log_info("fabric: guarding against shm region locks of killed peers");
-            if ((rc = fab_watch_start(&f->watchdog, f->own_lock)) < 0)
-                log_warn("fabric: no watchdog thread (%s): a call stuck in the lock of a killed "
-                         "process would not be freed",
-                         strerror(-rc));
-            return;
-        }
-    }
-off:
-    log_info("fabric: shm region layout not recognised: no guard against locks of killed peers");
-}
-
-void fab_peer_map(struct fconn *c, const uint8_t *name, size_t len)
-{
-    char path[sizeof(SHM_DIR) + FAB_NAME_MAX + 1];
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    struct stat st;
-    void *p = MAP_FAILED;
-    int fd;
-
-    if (!c->f->lock_off || c->peer_pid <= 0 || region_path(name, len, path, sizeof(path)) < 0)
-        return;
-    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0)
-        return;
-    if (fstat(fd, &st) == 0 && own_region(&st, (off_t)page)) /* writable: see fabric_watch.c */
-        p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return;
-    if (*(int *)((uint8_t *)p + REGION_PID_OFF) != c->peer_pid) { /* not the peer's region */
-        munmap(p, (size_t)sysconf(_SC_PAGESIZE));
-        return;
-    }
-    c->peer_region = p;
-}
-
-void fab_peer_unmap(struct fconn *c)
-{
-    if (c->peer_region)
-        munmap(c->peer_region, (size_t)sysconf(_SC_PAGESIZE));
-    c->peer_region = NULL;
-}
-
-int fab_peer_locked(struct fconn *c)
-{
-    volatile int *lock;
-
-    if (!c->peer_region)
-        return 0;
-    lock = (volatile int *)(c->peer_region + c->f->lock_off);
-    if (*lock == 1)
-        return 0;
-    c->f->stats.locks_busy++;
-    return 1;
-}
-
-void fab_call_begin(struct xlistener *f, struct fconn *c)
-{
-    volatile int *lock =
-        c && c->peer_region ? (volatile int *)(c->peer_region + f->lock_off) : NULL;
-
-    fab_watch_enter(&f->watchdog, lock, c ? c->peer_pid : 0);
-}
-
-void fab_call_end(struct xlistener *f)
-{
-    uint32_t freed = fab_watch_leave(&f->watchdog);
-
-    if (!freed)
-        return;
-    f->stats.peer_locks_freed += freed;
-    log_error("fabric: a provider call was stuck in a shared-memory lock whose holder was killed "
-              "inside it; the watchdog freed it");
-}
-
-int fab_held_look(struct fab_held *h, volatile int *lock, uint64_t now_ms)
-{
-    if (*lock == 1) { /* x86-64 glibc: 1 is free (fab_lock_guard_init checks it) */
-        *h = (struct fab_held){0};
-        return 0;
-    }
-    if (!h->since_ms)
-        h->since_ms = now_ms;
-    h->looks++;
-    return 1;
-}
-
-int fab_held_abandoned(const struct fab_held *h, uint32_t min_looks, uint64_t exit_ms,
-                       uint64_t now_ms)
-{
-    return h->since_ms && h->looks >= min_looks && now_ms - h->since_ms >= FAB_LOCK_STUCK_MS &&
-           exit_ms && exit_ms + FAB_LOCK_STUCK_MS >= h->since_ms;
-}
-
-int fab_own_locked(struct xlistener *f)
-{
-    uint64_t now = loop_now_ms();
-
-    if (!f->own_lock || !fab_held_look(&f->own_held, f->own_lock, now))
-        return 0;
-    f->stats.locks_busy++;
-    if (!fab_held_abandoned(&f->own_held, FAB_LOCK_STUCK_POLLS, f->peer_exit_ms, now))
-        return 1;
-    log_error("fabric: our shared-memory region's lock has been held for %llu ms (%u looks): "
-              "its holder was killed inside it; freeing it",
-              (unsigned long long)(now - f->own_held.since_ms), f->own_held.looks);
-    atomic_store((_Atomic int *)f->own_lock, 1);
-    f->stats.locks_recovered++;
-    f->own_held = (struct fab_held){0};
-    return 0;
 }

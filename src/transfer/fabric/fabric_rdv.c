@@ -207,16 +207,16 @@ void fab_reads_push(struct xlistener *f)
             fab_conn_fail(r->c, "its process has exited");
             continue;
         }
-        if (fab_peer_locked(r->c)) { /* the next progress tries again */
+        if (quirks_peer_locked(r->c)) { /* the next progress tries again */
             free(op);
             return;
         }
         *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .off = r->issued, .len = k};
         errno = 0; /* posts may progress the provider: see fab_progress */
-        fab_call_begin(f, r->c);
+        quirks_call_begin(f, r->c);
         rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
                      r->c->rkey, &op->op.ctx);
-        fab_call_end(f);
+        quirks_call_end(f);
         if (rc < 0) {
             free(op);
             if (rc == -FI_EAGAIN) {

@@ -60,15 +60,15 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
     void *desc[2] = {f->buf_desc, f->arena_desc};
     ssize_t rc;
 
-    if (fab_peer_exited(c) || fab_peer_locked(c)) {
+    if (fab_peer_exited(c) || quirks_peer_locked(c)) {
         fab_tx_put(f, t);
         return c->peer_exited ? -FI_ECONNRESET : -FI_EAGAIN;
     }
     t->c = c;
     errno = 0; /* posts may progress the provider: see fab_progress */
-    fab_call_begin(f, c);
+    quirks_call_begin(f, c);
     rc = fi_tsendv(f->ep, iov, desc, rlen ? 2 : 1, c->addr, (uint64_t)cls, &t->op.ctx);
-    fab_call_end(f);
+    quirks_call_end(f);
     if (rc < 0) {
         fab_tx_put(f, t);
         if (rc == -FI_EAGAIN)

@@ -1,9 +1,10 @@
 /*
- * fabric_watch.c - a watchdog over the provider calls that may spin on a shm region's lock.
+ * quirk_watch.c - QUIRK_WATCHDOG (quirks.h): a watchdog over the provider calls that may spin
+ * on a shm region's lock (shm before libfabric 2.5).
  *
- * Why: the lock guard (fabric_peer.c) looks at the locks before each call, but a process can
+ * Why: the lock guard (quirk_shmlock.c) looks at the locks before each call, but a process can
  * take a lock and be killed between our look and the provider taking it; the provider
- * (libfabric 1.17 shm) then spins inside the call for ever, holding our loop. A post or read
+ * (libfabric shm before 2.5) then spins inside the call for ever, holding our loop. A post or read
  * spins on the peer's lock (fi_tsendv, fi_read); a completion read on our own region's lock
  * (fi_cq_read). CI and a kill loop under a CPU hog saw the first (it_cluster_kills_shm, a
  * hello to a holder killed 2 ms into a fetch). Nothing on the loop's thread can end that spin,
@@ -12,7 +13,7 @@
  *   killed and not yet reaped): it died inside it;
  * - any watched lock (the peer's, when a third process holds it, or ours, whose holder cannot
  *   be named), seen held at every look for FAB_LOCK_STUCK_MS while a process on this host was
- *   found gone from around the time it was first seen held: the rule fab_own_locked keeps.
+ *   found gone from around the time it was first seen held: the rule quirks_own_locked keeps.
  * A live holder could be let in with another then (one stalled for 2 s in a 2-byte critical
  * section while a peer died); that is the trade for a loop that never ends.
  *
@@ -47,7 +48,7 @@ static struct timespec deadline_in(uint32_t ms)
 }
 
 /* Under w->mu, once a call is stuck: a peer process found gone is noted in exit_ms. */
-static void look_at_peers(struct fab_watch *w, uint64_t now_ms)
+static void look_at_peers(struct quirks_watch *w, uint64_t now_ms)
 {
     for (uint32_t i = 0; i < w->npeers; i++)
         if (fab_pid_gone(w->peers[i]))
@@ -55,20 +56,20 @@ static void look_at_peers(struct fab_watch *w, uint64_t now_ms)
 }
 
 /* Under w->mu: frees lock (held by pid's process, 0: not known) by the rules above. */
-static void free_if_dead(struct fab_watch *w, volatile int *lock, pid_t pid, struct fab_held *h,
-                         uint64_t now_ms)
+static void free_if_dead(struct quirks_watch *w, volatile int *lock, pid_t pid,
+                         struct quirks_held *h, uint64_t now_ms)
 {
-    if (!fab_held_look(h, lock, now_ms))
+    if (!quirks_held_look(h, lock, now_ms))
         return;
     if (!(pid > 0 && fab_pid_gone(pid)) &&
-        !fab_held_abandoned(h, WATCH_MIN_LOOKS, w->exit_ms, now_ms))
+        !quirks_held_abandoned(h, WATCH_MIN_LOOKS, w->exit_ms, now_ms))
         return;
     atomic_store((_Atomic int *)lock, 1);
-    *h = (struct fab_held){0};
+    *h = (struct quirks_held){0};
     w->freed++;
 }
 
-static void look(struct fab_watch *w)
+static void look(struct quirks_watch *w)
 {
     uint64_t now_ms = now_ns() / MS;
 
@@ -83,7 +84,7 @@ static void look(struct fab_watch *w)
 
 static void *watch_main(void *arg)
 {
-    struct fab_watch *w = arg;
+    struct quirks_watch *w = arg;
 
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
@@ -95,7 +96,7 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-int fab_watch_start(struct fab_watch *w, volatile int *own)
+int quirks_watch_start(struct quirks_watch *w, volatile int *own)
 {
     pthread_condattr_t ca;
     sigset_t all, old;
@@ -130,7 +131,7 @@ destroy_mu:
     return -rc;
 }
 
-void fab_watch_stop(struct fab_watch *w)
+void quirks_watch_stop(struct quirks_watch *w)
 {
     if (!w->running)
         return;
@@ -144,17 +145,17 @@ void fab_watch_stop(struct fab_watch *w)
     w->running = 0;
 }
 
-void fab_watch_peers(struct fab_watch *w, const pid_t *pids, uint32_t n)
+void quirks_watch_set_peers(struct quirks_watch *w, const pid_t *pids, uint32_t n)
 {
     if (!w->running)
         return;
     pthread_mutex_lock(&w->mu);
-    w->npeers = n < FAB_WATCH_PEERS ? n : FAB_WATCH_PEERS;
+    w->npeers = n < QUIRKS_WATCH_PEERS ? n : QUIRKS_WATCH_PEERS;
     memcpy(w->peers, pids, w->npeers * sizeof(*pids));
     pthread_mutex_unlock(&w->mu);
 }
 
-void fab_watch_exited(struct fab_watch *w)
+void quirks_watch_note_exit(struct quirks_watch *w)
 {
     if (!w->running)
         return;
@@ -163,19 +164,19 @@ void fab_watch_exited(struct fab_watch *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-void fab_watch_enter(struct fab_watch *w, volatile int *lock, pid_t pid)
+void quirks_watch_enter(struct quirks_watch *w, volatile int *lock, pid_t pid)
 {
     if (!w->running)
         return;
     pthread_mutex_lock(&w->mu);
     w->lock = lock;
     w->pid = pid;
-    w->lock_held = w->own_held = (struct fab_held){0};
+    w->lock_held = w->own_held = (struct quirks_held){0};
     w->since_ms = now_ns() / MS;
     pthread_mutex_unlock(&w->mu);
 }
 
-uint32_t fab_watch_leave(struct fab_watch *w)
+uint32_t quirks_watch_leave(struct quirks_watch *w)
 {
     uint32_t freed;
 
