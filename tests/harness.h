@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "ferry.h"
+#include "skip.h"
 
 /* Generous bounds for things that should be immediate: a daemon's start, a disconnect
  * being noticed, a connection being closed for bad input. */

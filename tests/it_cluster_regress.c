@@ -647,7 +647,7 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     const char *t = getenv("FERRY_TEST_TRANSPORT");
     char fabric[64];
     if (!t || strcmp(t, "tcp") == 0)
-        skip(); /* no fabric to refuse */
+        H_SKIP("no fabric to refuse over %s", t ? t : "the default transport");
     snprintf(fabric, sizeof(fabric), "%s@zz", strcmp(t, "rxm") == 0 ? "tcp;ofi_rxm" : t);
     h_cluster_start(cl, 1, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A);

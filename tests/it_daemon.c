@@ -250,7 +250,7 @@ H_TEST(hugepages_are_refused_when_none_are_reserved)
     }
     if (pages != 0) {
         d->ok = 1;
-        skip(); /* huge pages are reserved here (or unknown): nothing to refuse */
+        H_SKIP("huge pages are reserved here (or unknown): nothing to refuse");
     }
     static const char *const extra[] = {"--hugepages", NULL};
     char log[256];
