@@ -32,6 +32,10 @@
 /* Bytes moved per readiness event before other connections get their turn. */
 #define TCP_BYTES_PER_TURN (8u << 20)
 #define TCP_LOOKAHEAD (8u << 10)
+/* Test hook (FERRY_FAULT=tcp-send-delay-ms=N): a node writes at most this many bytes per N ms
+ * on each connection, so that a test can kill a sender in the middle of an object's bytes
+ * however fast the machine (as fabric-read-delay-ms paces a fabric reader). */
+#define TCP_FAULT_CHUNK (1u << 20)
 
 struct tcp_seg {
     const uint8_t *p;
@@ -59,6 +63,7 @@ struct tcp_conn {
     struct loop_timer writer;       /* writes what was queued, later in the same loop turn */
     struct tcp_seg *sq, **sq_tail;  /* send queue */
     struct tcp_recv *rq, **rq_tail; /* receive-into queue */
+    uint64_t paced_until;           /* the fault hook: no write before this loop_now_ms() */
     struct framer fr;
     uint8_t la[TCP_LOOKAHEAD]; /* read but not yet handed out: la[la_off .. la_len) */
     size_t la_off, la_len;
@@ -73,6 +78,7 @@ struct xlistener {
     const struct xconn_events *ev;
     xaccept_fn *fn;
     void *arg;
+    uint32_t fault_send_delay_ms; /* the test hook (TCP_FAULT_CHUNK); 0: off */
 };
 
 /* ---- addresses ---- */
@@ -191,18 +197,42 @@ static void conn_fail(struct tcp_conn *c, const char *reason)
 
 static void conn_interest(struct tcp_conn *c)
 {
+    /* A paced connection (the fault hook) writes from its timer only. */
+    int write = c->sq && !c->base.local->fault_send_delay_ms;
     uint32_t ev =
-        c->connecting ? LOOP_WRITE : (c->paused ? 0 : LOOP_READ) | (c->sq ? LOOP_WRITE : 0);
+        c->connecting ? LOOP_WRITE : (c->paused ? 0 : LOOP_READ) | (write ? LOOP_WRITE : 0);
     if (!c->closed && loop_watch_mod(c->loop, &c->watch, ev) < 0)
         conn_fail(c, "epoll_ctl failed");
 }
 
 /* ---- sending ---- */
 
+/* The fault hook's pace: 1 when c may not write yet (its timer will), else its budget for this
+ * turn in *budget. */
+static int paced(struct tcp_conn *c, uint64_t *budget)
+{
+    uint32_t delay = c->base.local->fault_send_delay_ms;
+    uint64_t now = loop_now_ms();
+
+    if (!delay)
+        return 0;
+    if (now >= c->paced_until) {
+        c->paced_until = now + delay;
+        *budget = TCP_FAULT_CHUNK;
+        return 0;
+    }
+    if (c->writer.heap_index == SIZE_MAX)
+        loop_timer_start(c->loop, &c->writer, c->paced_until);
+    return 1;
+}
+
 /* Writes what the socket takes; returns -1 when the connection failed. */
 static int flush(struct tcp_conn *c)
 {
     uint64_t budget = TCP_BYTES_PER_TURN;
+
+    if (paced(c, &budget))
+        return 0;
 
     while (c->sq && budget) {
         struct iovec iov[TCP_IOV_MAX];
@@ -238,6 +268,8 @@ static int flush(struct tcp_conn *c)
             s->len -= (uint64_t)n;
         }
     }
+    if (c->sq && c->base.local->fault_send_delay_ms && c->writer.heap_index == SIZE_MAX)
+        loop_timer_start(c->loop, &c->writer, c->paced_until);
     return 0;
 }
 
@@ -604,6 +636,18 @@ static void on_resume(struct loop *l, struct loop_timer *t)
     loop_watch_mod(l, &ls->watch, LOOP_READ);
 }
 
+/* The test hook, from FERRY_FAULT (tcp-send-delay-ms=N). */
+static void read_faults(struct xlistener *ls)
+{
+    const char *s = getenv("FERRY_FAULT"), *at = s ? strstr(s, "tcp-send-delay-ms=") : NULL;
+
+    if (!at)
+        return;
+    ls->fault_send_delay_ms = (uint32_t)atoi(at + strlen("tcp-send-delay-ms="));
+    log_warn("tcp: test fault on: %u KiB written per %u ms", TCP_FAULT_CHUNK >> 10,
+             ls->fault_send_delay_ms);
+}
+
 static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct xconn_events *ev,
                       xaccept_fn *fn, void *arg, struct xlistener **out)
 {
@@ -616,6 +660,7 @@ static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct
     *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
     snprintf(ls->addr, sizeof(ls->addr), "%s", addr);
     loop_timer_init(&ls->resume, on_resume, ls);
+    read_faults(ls);
     if ((rc = transport_listen_tcp(addr, 128, &ls->fd)) < 0)
         goto free_ls;
     if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, LOOP_READ, on_accept, ls)) < 0)
