@@ -132,7 +132,7 @@ static uint64_t random_key(const struct xlistener *f)
     uint64_t key = 0;
 
     if (getrandom(&key, sizeof(key), 0) != sizeof(key))
-        key = now_ns();
+        key = clock_mono_ns();
     if (size && size < sizeof(key))
         key &= (1ull << (8 * size)) - 1;
     return key ? key : 1;

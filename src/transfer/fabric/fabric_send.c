@@ -76,7 +76,7 @@ static int tx_post(struct fconn *c, struct txop *t, size_t len, const uint8_t *r
         return (int)rc;
     }
     c->inflight++;
-    f->active_ns = now_ns();
+    f->active_ns = clock_mono_ns();
     return 0;
 }
 
@@ -242,7 +242,7 @@ void fab_stall_set(struct fconn *c, int stalled)
     c->stalled = stalled;
     if (stalled) {
         f->nstalled++;
-        f->stall_ns = now_ns();
+        f->stall_ns = clock_mono_ns();
     } else {
         f->nstalled--;
     }
