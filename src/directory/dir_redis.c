@@ -89,7 +89,7 @@ void dir_command_failed(struct directory *d, const char *what, const char *why)
         return;
     d->last_warn_ms = now;
     /* Redis's text, printable only: it goes to the log as it is. */
-    for (i = 0; why[i] && i < sizeof(text) - 1; i++)
+    for (i = 0; i < sizeof(text) - 1 && why[i]; i++)
         text[i] = why[i] >= 0x20 && why[i] <= 0x7e ? why[i] : '?';
     text[i] = '\0';
     log_warn("directory: %s failed: %s (%" PRIu64 " errors so far)", what, text,
