@@ -9,11 +9,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client/client.h"
 
+#include "common/clock.h"
 #include "common/cpuload.h"
 #include "common/err.h"
 #include "common/usock.h"
@@ -28,13 +28,6 @@ int client_broken(struct ferry_client *c, int err)
     return err;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Longest bound kept (about 31 years): beyond it an exchange waits without end. */
 #define BOUND_MAX_MS 1000000000000ll
 
@@ -45,7 +38,7 @@ static void deadline_start(struct ferry_client *c, int64_t wait_ms)
         c->timeout_ms < 0 || wait_ms < 0 || wait_ms > BOUND_MAX_MS ? -1 : c->timeout_ms + wait_ms;
 
     c->wait_ms = wait_ms;
-    c->deadline_ns = ms < 0 || ms > BOUND_MAX_MS ? 0 : now_ns() + (uint64_t)ms * 1000000ull;
+    c->deadline_ns = ms < 0 || ms > BOUND_MAX_MS ? 0 : clock_mono_ns() + (uint64_t)ms * 1000000ull;
 }
 
 /* The exchange's deadline passed: the reply may still come, so the stream is out of step and
@@ -74,7 +67,7 @@ static int wait_ready(struct ferry_client *c, short events, const char *doing)
     struct pollfd p = {.fd = c->fd, .events = events};
 
     for (;;) {
-        uint64_t now = c->deadline_ns ? now_ns() : 0;
+        uint64_t now = c->deadline_ns ? clock_mono_ns() : 0;
         uint64_t left_ms = c->deadline_ns > now ? (c->deadline_ns - now + 999999) / 1000000 : 0;
         int n;
         if (c->deadline_ns && now >= c->deadline_ns)
@@ -115,7 +108,7 @@ static int write_all(struct ferry_client *c)
  * returned in *fd (if fd is NULL, it is closed). */
 static int read_at_least(struct ferry_client *c, size_t need, int *fd)
 {
-    uint64_t spin_until = c->spin_ns && cpuload_can_poll() ? now_ns() + c->spin_ns : 0;
+    uint64_t spin_until = c->spin_ns && cpuload_can_poll() ? clock_mono_ns() + c->spin_ns : 0;
     int rc;
 
     pbuf_reserve(&c->in, need - c->in.len);
@@ -133,7 +126,7 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
                 close(got);
         }
         if (n == -EAGAIN && spin_until) {
-            if (now_ns() >= spin_until)
+            if (clock_mono_ns() >= spin_until)
                 spin_until = 0;
             sched_yield(); /* lets the daemon run should it share this CPU */
             continue;

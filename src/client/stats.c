@@ -84,8 +84,10 @@ int ferry_stats_get(ferry_client *c, ferry_stats *out, size_t size)
     if (!out || size == 0 || size % sizeof(uint64_t))
         return err_set(FERRY_EINVAL, "stats: %s, size %zu (a whole number of counters)",
                        out ? "a struct" : "NULL struct", size);
-    if ((rc = ferry_stats_list(c, &all, &n)) < 0)
+    if ((rc = ferry_stats_list(c, &all, &n)) < 0) {
+        free(all); /* NULL: a failed list hands nothing out */
         return rc;
+    }
     memset(&st, 0, sizeof(st));
     for (size_t i = 0; i < n; i++)
         stats_set(&st, &all[i]);

@@ -4,20 +4,14 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
 
 #define CPULOAD_CACHE_NS 10000000ull
 
 /* The last reading: (time in ns << 1) | verdict. Racing readers at worst both read the file. */
 static _Atomic uint64_t cpuload_cached;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The "running" of /proc/loadavg's "running/total" field; -1 if unreadable. */
 static long runnable_tasks(void)
@@ -41,7 +35,7 @@ static long runnable_tasks(void)
 
 int cpuload_can_poll(void)
 {
-    uint64_t now = now_ns(), c = atomic_load_explicit(&cpuload_cached, memory_order_relaxed);
+    uint64_t now = clock_mono_ns(), c = atomic_load_explicit(&cpuload_cached, memory_order_relaxed);
     long running, cpus;
     int ok;
 

@@ -1,28 +1,9 @@
 /*
  * dir_conn.c - the directory's connection to Redis: the cleanup of earlier incarnations,
- * registration and heartbeat, queued publications, the turn, the hiredis adapter on the
- * daemon's loop, the watchdog and reconnection.
+ * registration and heartbeat, the turn (which flushes the queue of dir_queue.c), the hiredis
+ * adapter on the daemon's loop, the watchdog and reconnection.
  */
 #include "directory/directory_int.h"
-
-/* Empties the queue: what was not sent is dropped (the republish restores publications; the
- * requests among them fail with FERRY_EDIRECTORY). */
-void dir_queue_drop(struct directory *d)
-{
-    for (size_t i = d->queue_head; i < d->queue_len; i++) {
-        struct request *r = d->queue[i].r;
-        if (r) {
-            dir_request_fail(d, r, FERRY_EDIRECTORY);
-            dir_request_settle(d, r);
-        }
-    }
-    d->queue_head = d->queue_len = 0;
-    if (d->queue_cap > QUEUE_KEEP) {
-        free(d->queue);
-        d->queue = NULL;
-        d->queue_cap = 0;
-    }
-}
 
 /* Sends up to FLUSH_BATCH queued operations, pipelined, and leaves the rest to the next turn;
  * drops them all when the directory is not up. */
@@ -38,26 +19,6 @@ static void flush_queue(struct directory *d)
         return;
     }
     dir_queue_drop(d);
-}
-
-/* Queues op; FERRY_EDIRECTORY when the directory is not up (publications are then left to the
- * republish hook after the next registration) or the node is leaving (nothing is published
- * once its entry is going), FERRY_ENOMEM. */
-int dir_queue_push(struct directory *d, const struct pubop *op)
-{
-    if (!d->up || d->leaving)
-        return FERRY_EDIRECTORY;
-    if (d->queue_len == d->queue_cap) {
-        struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
-        if (!p) {
-            dir_command_failed(d, "queue", "out of memory");
-            return FERRY_ENOMEM;
-        }
-        d->queue = p;
-    }
-    d->queue[d->queue_len++] = *op;
-    dir_turn_soon(d);
-    return 0;
 }
 
 /* Queues the withdrawals owed since the last connection (before the republish's publications,

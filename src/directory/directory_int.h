@@ -30,12 +30,17 @@
  * until that node starts again (or a publication of other content finds no live holder of
  * the recorded one); answers leave them out.
  *
- * Files: directory.c (opening, the interface, node entries' fields), dir_cache.c (the holder
- * and node caches), dir_request.c (requests from call to callback, sending commands),
- * dir_lookup.c (lookups and node listings), dir_script.c (the Lua scripts and what uses them:
- * publications, claims, deletes, cleanup), dir_events.c (the events stream, leaving),
- * dir_conn.c (the connection: registration, heartbeat, the hiredis adapter on the loop,
- * reconnection), dir_sentinel.c (asking Redis Sentinel for the master before a connection).
+ * Files, each calling only those listed after it (no two call each other):
+ * directory.c (the facade: the interface of directory.h, each call handed on),
+ * dir_config.c (the configuration, the incarnation, the URL), dir_conn.c (the connection:
+ * registration, heartbeat, the turn, the hiredis adapter on the loop, reconnection),
+ * dir_sentinel.c (asking Redis Sentinel for the master before a connection), dir_events.c
+ * (the events stream, leaving), dir_script.c (the Lua scripts and what uses them:
+ * publications, claims, deletes, cleanup), dir_queue.c (the publication queue), dir_lookup.c
+ * (lookups and node listings), dir_request.c (requests from call to callback, sending
+ * commands), dir_cache.c (the holder and node caches), dir_node.c (node entries' fields and
+ * signatures), dir_redis.c (keys, reading replies, failed commands), dir_util.c (growing
+ * arrays, arming timers, the turn's scheduling).
  */
 #ifndef FERRY_DIRECTORY_INT_H
 #define FERRY_DIRECTORY_INT_H
@@ -237,31 +242,47 @@ struct directory {
     struct directory_counters counters;
 };
 
-/* directory.c */
+/* dir_util.c: arrays and timers */
+/* Doubles an array's capacity (*cap elements of elem bytes). NULL, the array unchanged, when
+ * out of memory. */
 void *dir_grow(void *array, size_t *cap, size_t elem);
+/* Arms t; a timer heap that cannot grow (the process is out of memory) is logged. */
 void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms);
+/* Has the turn timer run the deferred work (hook, publications, answers) as soon as it can. */
 void dir_turn_soon(struct directory *d);
+
+/* dir_redis.c: keys, replies, failed commands */
 void dir_entry_key(char key[NODE_KEY_MAX], const char *node_id);
 void dir_held_key(char key[HELD_KEY_MAX], const char *node_id);
 void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id);
+/* A string reply into out (cap bytes with the NUL); 0 when not a string, too long, or not
+ * printable ASCII. */
 int dir_string_copy(char *out, size_t cap, const redisReply *v);
+/* A string reply of only digits of base (10 or 16) that fits a u64, into *out; 0 otherwise. */
 int dir_reply_u64(const redisReply *v, int base, uint64_t *out);
+/* The error a reply reports, also among its elements; NULL when none. */
 const char *dir_reply_error(const redisReply *r);
 /* dir_reply_error, or "unexpected reply" when the reply holds no error. */
 const char *dir_reply_why(const redisReply *r);
+/* Counts a failed command, and logs it at most once per WARN_INTERVAL_MS. */
 void dir_command_failed(struct directory *d, const char *what, const char *why);
+
+/* dir_node.c: signed node entries */
+#define DIR_SIG_HEX (2 * MAC_LEN + 1)
+/* n's signature (HMAC-SHA256 under the secret over id, inc, addr and its transports sorted by
+ * name, each after its length), in hex. FERRY_ESYS. */
+int dir_node_sign(const struct directory *d, const struct directory_node *n, char hex[DIR_SIG_HEX]);
+
+/* dir_config.c: the configuration */
+/* Takes cfg into d, with its defaults, draws this run's incarnation and parses the URL (which
+ * resolves host names: it may block). FERRY_EINVAL, FERRY_ESYS. */
+int dir_configure(struct directory *d, const struct directory_config *cfg);
 
 /* dir_cache.c: the caches */
 void dir_cache_clear(idmap *m);
 void dir_node_cache_key(const char *node_id, ferry_id *key);
 const struct directory_node *dir_node_cached(const struct directory *d, const char *node_id);
 void dir_node_remember(struct directory *d, const struct directory_node *node);
-
-/* directory.c: signed node entries */
-#define DIR_SIG_HEX (2 * MAC_LEN + 1)
-/* n's signature (HMAC-SHA256 under the secret over id, inc, addr and its transports sorted by
- * name, each after its length), in hex. FERRY_ESYS. */
-int dir_node_sign(const struct directory *d, const struct directory_node *n, char hex[DIR_SIG_HEX]);
 void dir_holders_remember(struct directory *d, const struct request *r);
 void dir_holders_drop(struct cached_holders *h, const char *node_id);
 int dir_answer_from_cache(const struct directory *d, struct request *r);
@@ -286,7 +307,6 @@ void dir_on_checked(redisAsyncContext *ac, void *reply, void *priv);
 /* dir_lookup.c: lookups and listings */
 void dir_lookup_start(struct directory *d, struct request *r);
 void dir_nodes_start(struct directory *d, struct request *r);
-void dir_answer_add(struct request *r, const struct directory_node *node);
 
 /* dir_script.c: the scripts and their uses */
 enum dir_script { SCRIPT_PUBLISH, SCRIPT_WITHDRAW, SCRIPT_CLEANUP, SCRIPT_DELETE, N_SCRIPTS };
@@ -311,9 +331,13 @@ int dir_sentinel_ask(struct directory *d);
 int dir_sentinel_check_role(struct directory *d);
 int dir_sentinel_next(struct directory *d);
 
-/* dir_conn.c: the connection */
+/* dir_queue.c: the publication queue */
+/* Queues op; FERRY_EDIRECTORY when not up or leaving, FERRY_ENOMEM. */
 int dir_queue_push(struct directory *d, const struct pubop *op);
+/* Empties the queue; the requests among what was not sent fail with FERRY_EDIRECTORY. */
 void dir_queue_drop(struct directory *d);
+
+/* dir_conn.c: the connection */
 void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);

@@ -120,7 +120,8 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
         fetch_free(f);
         return session_reply_status(ss, q, err_set(FERRY_ENOMEM, "fetch of %u ids", n));
     }
-    memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
+    if (n) /* f->ids is NULL when n is 0: memcpy's pointers must be valid even then */
+        memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
     f->active = 1;
     f->tag = q->tag;
     f->n = n;

@@ -1,8 +1,8 @@
 /*
  * session_int.h - what the files of the session module share (session.c: replies, references,
- * the local requests, dispatch and I/O; session_put.c: seals and batched puts, strict ids;
- * session_cluster.c: fetch, nodes, where, cluster deletes, peers). Everything runs on the
- * loop's thread.
+ * the local requests, dispatch and I/O; session_get.c: gets, blocked until their ids are
+ * sealed or restored; session_put.c: seals and batched puts, strict ids; session_cluster.c:
+ * fetch, nodes, where, cluster deletes, peers). Everything runs on the loop's thread.
  */
 #ifndef FERRY_SESSION_INT_H
 #define FERRY_SESSION_INT_H
@@ -24,8 +24,10 @@ int session_reply_status(struct session *ss, const struct proto_request *q, int 
 void session_reply_statuses(struct session *ss, const struct proto_request *q,
                             const int32_t *statuses, uint32_t n, const char *why);
 
-/* References (session.c): give back one held on id (0, or -1 when none is held); forget o's
- * (its object is being aborted). */
+/* References (session.c): take one on o for the session (FERRY_EBUSY at REFS_MAX,
+ * FERRY_ENOMEM); give back one held on id (0, or -1 when none is held); forget o's (its object
+ * is being aborted). */
+int session_held_add(struct session *ss, struct object *o);
 int session_held_release(struct session *ss, const ferry_id *id);
 void session_held_forget(struct session *ss, struct object *o);
 
@@ -34,6 +36,13 @@ void session_held_forget(struct session *ss, struct object *o);
 struct object *session_find_sealed(struct session *ss, const ferry_id *id);
 int session_own_unsealed(struct session *ss, const ferry_id *id, struct object **out);
 int session_not_found(const ferry_id *id, const char *what);
+
+/* session_get.c */
+handler_fn session_handle_get;
+/* A new session's get state; at its close, a get pending ends without a reply (its waits and
+ * timer go; the references its entries took stay in the session's holdings). */
+void session_get_init(struct session *ss);
+void session_get_cancel(struct session *ss);
 
 /* session_put.c */
 handler_fn session_handle_seal, session_handle_put_batch;

@@ -138,10 +138,15 @@ static void grp_free(struct grp *gr)
     free(gr);
 }
 
+/* Frees every group of s (the segment is going): no need to unlink them one by one. */
 void spill_free_groups(struct seg *s)
 {
-    while (s->grps)
-        grp_free(s->grps);
+    struct grp *gr;
+
+    while ((gr = s->grps)) {
+        s->grps = gr->next;
+        free(gr);
+    }
 }
 
 /* A group with nothing live and no task on it is freed; its segment may go then. */
@@ -384,7 +389,7 @@ void spill_read_done(struct spill *sp, struct spill_job *job)
 void spill_forget(struct spill *sp, struct spill_rec *r)
 {
     struct grp *gr = r->grp;
-    struct task *t = calloc(1, sizeof(*t));
+    struct task *t;
 
     if (r->dead)
         return;
@@ -393,7 +398,7 @@ void spill_forget(struct spill *sp, struct spill_rec *r)
     sp->counters.disk_bytes -= entry_bytes(r->len);
     if (gr->live == 0)
         sp->counters.disk_bytes -= gr->accounted;
-    if (!t) {
+    if (!(t = calloc(1, sizeof(*t)))) {
         /* The entry stays live on disk: a restart would serve the deleted object again. */
         log_warn("spill: out of memory flagging a deleted object in %s", sp->dir);
         grp_maybe_free(sp, gr);

@@ -71,7 +71,7 @@ void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int 
     if (r) {
         *r = (struct release){.e = e, .o = o, .abort = abort};
         if (c->type->drain(c, on_drained, r) == 0)
-            return;
+            return; /* cppcheck-suppress memleak ; r is drain's now: on_drained frees it */
         free(r);
     }
     if (c->type->flags & XPORT_ONE_SIDED) {

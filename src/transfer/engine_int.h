@@ -18,8 +18,12 @@
  * (engine_route.c); each connection carries its transport (c->type).
  *
  * Files: engine.c (open, close, counters, what is advertised, the release of objects a closed
- * connection was moving), engine_recv.c (the receiving side: wants, peers, pulls, replies,
- * verification, lookups), engine_hold.c (the holding side: incoming connections, pins, answers
+ * connection was moving), engine_want.c (the receiving side's wants: the fetch API, lookups of
+ * holders, the holders tried, retries, room, the seal of what arrived), engine_peer.c (the
+ * receiving side's connections: peers, their handshake, stalls and liveness, their queues,
+ * pulls and replies, the bytes landing), engine_verify.c (the check of received bytes against
+ * the holder's digest: streamed as they land, or after), engine_split.c (one object in ranges
+ * from several holders), engine_hold.c (the holding side: incoming connections, pins, answers
  * to PULLs), engine_route.c (which transport reaches a peer, and the circuit breaker).
  */
 #ifndef FERRY_ENGINE_INT_H
@@ -359,7 +363,7 @@ void eng_breaker_ok(struct engine *e, const char *node, const struct transport *
 size_t eng_transport_for(struct engine *e, const struct directory_node *node, char *why,
                          size_t len);
 
-/* engine_recv.c: the receiving side */
+/* engine_want.c: wants */
 void eng_want_free(struct want *w);
 /* Answers w's waiters with status and retires it (its record lives on while a pull or a part
  * names it). */
@@ -383,6 +387,8 @@ void eng_want_retry(struct want *w);
 int eng_want_reserve(struct want *w);
 /* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
 void eng_want_seal(struct want *w);
+
+/* engine_peer.c: peers and their pulls */
 /* The peer for node (connected, or connecting now), NULL without one; an existing one. */
 struct peer *eng_peer_get(struct engine *e, const struct directory_node *node);
 struct peer *eng_peer_find(struct engine *e, const char *node);

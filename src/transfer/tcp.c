@@ -100,7 +100,7 @@ int transport_split_addr(const char *addr, char *host, size_t host_len, char *po
         return err_set(FERRY_EINVAL, "address '%s': bad host", addr);
     memcpy(host, h, hl);
     host[hl] = '\0';
-    strcpy(port, colon + 1);
+    snprintf(port, port_len, "%s", colon + 1); /* fits: checked above */
     return 0;
 }
 

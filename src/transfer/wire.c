@@ -138,12 +138,13 @@ void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_en
 
 void wire_pull_range(const struct wire_msg *m, uint32_t i, struct wire_range *out)
 {
-    struct preader r = {m->ranges + (size_t)i * WIRE_RANGE_SIZE, WIRE_RANGE_SIZE, 0};
+    struct preader r;
 
     if (!m->ranges) {
         *out = (struct wire_range){0, UINT64_MAX};
         return;
     }
+    r = (struct preader){m->ranges + (size_t)i * WIRE_RANGE_SIZE, WIRE_RANGE_SIZE, 0};
     out->off = prd_u64(&r);
     out->len = prd_u64(&r);
 }

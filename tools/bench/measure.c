@@ -3,23 +3,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "common/clock.h"
 
 /* One timed run plus its untimed follow-up; returns the run's nanoseconds. */
 static uint64_t run_once(const struct bench_op *op, uint64_t size, uint64_t iter)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clock_mono_ns();
     op->run(op->ctx, size, iter);
-    uint64_t t1 = now_ns();
+    uint64_t t1 = clock_mono_ns();
     if (op->after != NULL)
         op->after(op->ctx, size, iter);
     bench_check_interrupt();

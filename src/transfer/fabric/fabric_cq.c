@@ -100,7 +100,7 @@ int fab_progress(struct xlistener *f)
     fab_push_dirty(f);
     fab_reads_push(f);
     if (total) {
-        f->active_ns = now_ns();
+        f->active_ns = clock_mono_ns();
         f->backoff_ms = 0;
     }
     return total;
@@ -146,7 +146,7 @@ void fab_on_backoff(struct loop *l, struct loop_timer *t)
  * the endpoint backs off. */
 static void fruitless(struct xlistener *f)
 {
-    uint64_t now = now_ns();
+    uint64_t now = clock_mono_ns();
 
     if (f->backoff_ms) {
         back_off(f);
@@ -180,7 +180,7 @@ int fab_before_wait(struct loop *l, void *arg)
     /* Without a wait fd, a peer reading what we lent it needs us to progress (shm copies on
      * the target's side): spin while anything is lent or in flight. */
     if (f->wait_fd < 0) {
-        uint64_t now = now_ns();
+        uint64_t now = clock_mono_ns();
         if (!f->tx_inflight && !f->read_inflight && !f->lent &&
             !(f->nstalled && now - f->stall_ns < FAB_STALL_SPIN_NS) &&
             now - f->active_ns > FAB_SPIN_NS)

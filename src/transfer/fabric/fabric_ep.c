@@ -80,7 +80,7 @@ static int open_domain(struct xlistener *f, const char *provider, const char *ad
         (rc = fi_domain(f->fabric, f->info, &f->domain, NULL)))
         return fab_err(rc, "opening the fabric");
     cq.size = f->info->tx_attr->size + f->info->rx_attr->size;
-    if ((rc = fi_cq_open(f->domain, &cq, &f->cq, NULL))) {
+    if (fi_cq_open(f->domain, &cq, &f->cq, NULL)) {
         cq.wait_obj = FI_WAIT_NONE; /* polled from a timer instead */
         if ((rc = fi_cq_open(f->domain, &cq, &f->cq, NULL)))
             return fab_err(rc, "fi_cq_open");
@@ -132,7 +132,7 @@ static uint64_t random_key(const struct xlistener *f)
     uint64_t key = 0;
 
     if (getrandom(&key, sizeof(key), 0) != sizeof(key))
-        key = now_ns();
+        key = clock_mono_ns();
     if (size && size < sizeof(key))
         key &= (1ull << (8 * size)) - 1;
     return key ? key : 1;

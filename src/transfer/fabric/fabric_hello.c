@@ -157,7 +157,7 @@ static void on_accept_msg(struct fconn *c, struct rbuf *b)
     }
     c->state = ST_OPEN;
     f->stats.connects++;
-    f->stats.connect_us += (now_ns() - c->connect_ns) / 1000;
+    f->stats.connect_us += (clock_mono_ns() - c->connect_ns) / 1000;
     fab_conn_mark(c);
 }
 
@@ -182,7 +182,7 @@ void fab_process(struct xlistener *f, struct rbuf *b)
         fab_rbuf_post(f, b); /* for a connection closed since: nobody to tell */
         return;
     }
-    c->heard_ns = now_ns();
+    c->heard_ns = clock_mono_ns();
     c->probes = 0;
     if (kind == K_ACCEPT || kind == K_CLOSE || c->state != ST_OPEN) {
         if (kind == K_ACCEPT)

@@ -76,6 +76,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "transfer/fabric/fabric_msg.h"
@@ -386,13 +387,6 @@ struct xlistener {
     uint64_t peers_checked_ms;    /* when fab_peers_check last looked */
     struct loop_timer peer_timer; /* runs it while connections are open */
 };
-
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static inline size_t class_size(int cls)
 {

@@ -38,7 +38,7 @@ void fab_local_name(char *name, size_t len)
     /* The random part: a daemon killed with SIGKILL leaves its region behind, and a later
      * process with the same id must not find its name taken (EBUSY). */
     if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-        r = (uint32_t)now_ns();
+        r = (uint32_t)clock_mono_ns();
     snprintf(name, len, NAME_PREFIX "%d-%llu-%08x", (int)getpid(), pid_ns(), r);
 }
 
@@ -202,7 +202,7 @@ static void probe_adopt(struct fconn *c)
 
 static int peer_gone(struct fconn *c)
 {
-    uint64_t quiet = (now_ns() - c->heard_ns) / 1000000;
+    uint64_t quiet = (clock_mono_ns() - c->heard_ns) / 1000000;
     int refused = 0;
 
     if (c->peer_pid > 0 && fab_pid_gone(c->peer_pid)) /* a zombie too, here: one read a tick */
@@ -212,9 +212,9 @@ static int peer_gone(struct fconn *c)
     if (c->probe_fd >= 0)
         refused = probe_result(c) == 1;
     else if (c->probe_len && c->probes < FAB_PROBE_MAX && quiet >= FAB_PROBE_FIRST_MS &&
-             (!c->probes || now_ns() - c->probe_ns >= FAB_PROBE_EVERY_MS * 1000000ull)) {
+             (!c->probes || clock_mono_ns() - c->probe_ns >= FAB_PROBE_EVERY_MS * 1000000ull)) {
         c->probes++;
-        c->probe_ns = now_ns();
+        c->probe_ns = clock_mono_ns();
         refused = probe_start(c);
     }
     if (!refused)

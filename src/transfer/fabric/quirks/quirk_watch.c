@@ -71,7 +71,7 @@ static void free_if_dead(struct quirks_watch *w, volatile int *lock, pid_t pid,
 
 static void look(struct quirks_watch *w)
 {
-    uint64_t now_ms = now_ns() / MS;
+    uint64_t now_ms = clock_mono_ns() / MS;
 
     if (!w->since_ms || now_ms - w->since_ms < FAB_WATCH_STUCK_MS)
         return;
@@ -160,7 +160,7 @@ void quirks_watch_note_exit(struct quirks_watch *w)
     if (!w->running)
         return;
     pthread_mutex_lock(&w->mu);
-    w->exit_ms = now_ns() / MS;
+    w->exit_ms = clock_mono_ns() / MS;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -172,7 +172,7 @@ void quirks_watch_enter(struct quirks_watch *w, volatile int *lock, pid_t pid)
     w->lock = lock;
     w->pid = pid;
     w->lock_held = w->own_held = (struct quirks_held){0};
-    w->since_ms = now_ns() / MS;
+    w->since_ms = clock_mono_ns() / MS;
     pthread_mutex_unlock(&w->mu);
 }
 

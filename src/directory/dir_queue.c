@@ -1,0 +1,44 @@
+/*
+ * dir_queue.c - the publication queue: what is to be sent, in order, on the one connection
+ * (the turn flushes it: dir_conn.c). It calls only dir_request.c and the shared tools.
+ */
+#include "directory/directory_int.h"
+
+/* Empties the queue: what was not sent is dropped (the republish restores publications; the
+ * requests among them fail with FERRY_EDIRECTORY). */
+void dir_queue_drop(struct directory *d)
+{
+    for (size_t i = d->queue_head; i < d->queue_len; i++) {
+        struct request *r = d->queue[i].r;
+        if (r) {
+            dir_request_fail(d, r, FERRY_EDIRECTORY);
+            dir_request_settle(d, r);
+        }
+    }
+    d->queue_head = d->queue_len = 0;
+    if (d->queue_cap > QUEUE_KEEP) {
+        free(d->queue);
+        d->queue = NULL;
+        d->queue_cap = 0;
+    }
+}
+
+/* Queues op; FERRY_EDIRECTORY when the directory is not up (publications are then left to the
+ * republish hook after the next registration) or the node is leaving (nothing is published
+ * once its entry is going), FERRY_ENOMEM. */
+int dir_queue_push(struct directory *d, const struct pubop *op)
+{
+    if (!d->up || d->leaving)
+        return FERRY_EDIRECTORY;
+    if (d->queue_len == d->queue_cap) {
+        struct pubop *p = dir_grow(d->queue, &d->queue_cap, sizeof(*p));
+        if (!p) {
+            dir_command_failed(d, "queue", "out of memory");
+            return FERRY_ENOMEM;
+        }
+        d->queue = p;
+    }
+    d->queue[d->queue_len++] = *op;
+    dir_turn_soon(d);
+    return 0;
+}

@@ -1,0 +1,32 @@
+/*
+ * dir_util.c - the small tools every file of the directory shares: growing arrays, arming
+ * timers, and the turn (the 0 ms timer that runs the deferred work). It calls no other file
+ * of the unit.
+ */
+#include "directory/directory_int.h"
+
+/* Doubles an array's capacity (*cap elements of elem bytes). NULL, the array unchanged, when
+ * out of memory. */
+void *dir_grow(void *array, size_t *cap, size_t elem)
+{
+    size_t n = *cap ? *cap * 2 : 8;
+    void *p = realloc(array, n * elem);
+
+    if (p)
+        *cap = n;
+    return p;
+}
+
+/* Arms t; a timer heap that cannot grow (the process is out of memory) is logged. */
+void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms)
+{
+    if (loop_timer_start(d->loop, t, deadline_ms) < 0)
+        log_error("directory: %s", ferry_errmsg());
+}
+
+/* Has the turn timer run the deferred work (hook, publications, answers) as soon as it can. */
+void dir_turn_soon(struct directory *d)
+{
+    if (d->turn.heap_index == SIZE_MAX)
+        dir_arm(d, &d->turn, loop_now_ms());
+}

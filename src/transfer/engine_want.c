@@ -1,0 +1,431 @@
+/*
+ * engine_want.c - the wants of the transfer engine (one per id being fetched): the fetch API,
+ * lookups of holders and the choice among them, the holders tried and why, retries, room in
+ * the store, and the seal of what arrived. The bytes come through peers (engine_peer.c);
+ * their check is engine_verify.c's, objects in ranges engine_split.c's.
+ */
+#include "transfer/engine_int.h"
+
+void eng_want_free(struct want *w)
+{
+    struct engine *e = w->e;
+
+    eng_stream_drop(w);
+    loop_timer_stop(e->loop, &w->retry);
+    if (e->dir)
+        directory_cancel(e->dir, w);
+    if (w->reserved)
+        store_unreserve(e->store, w->reserved);
+    while (w->waiters) {
+        struct waiter *x = w->waiters;
+        w->waiters = x->next;
+        free(x);
+    }
+    free(w);
+}
+
+/* Answers every waiter and retires the want; its record lives on while a pull names it. */
+void eng_want_finish(struct want *w, int status)
+{
+    struct waiter *x;
+
+    if (w->done)
+        return;
+    w->done = 1;
+    idmap_remove(&w->e->wants, &w->id);
+    while ((x = w->waiters)) {
+        w->waiters = x->next;
+        x->fn(x->ctx, x->index, status);
+        free(x);
+    }
+    if (!w->entry && !w->queued && !w->busy && !w->parts_out && !w->drains)
+        eng_want_free(w);
+}
+
+int eng_want_tried(const struct want *w, const char *node)
+{
+    for (int i = 0; i < w->ntried; i++) {
+        if (strcmp(w->tried[i].node, node) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* What went wrong so far, for the user: "a: refused: wrong cluster secret; b: gone (...)". */
+static void want_reasons(const struct want *w, char *buf, size_t len)
+{
+    size_t at = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < w->ntried && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s: %s", at ? "; " : "", w->tried[i].node,
+                               w->tried[i].why);
+    if (w->gone[0] && at < len)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
+    if (w->dir_down && at < len)
+        snprintf(buf + at, len - at, "%sthe directory is unreachable", at ? "; " : "");
+}
+
+/* Fails w with FERRY_ETRANSFER and every reason. */
+void eng_want_fail_all(struct want *w)
+{
+    char why[512];
+
+    want_reasons(w, why, sizeof(why));
+    eng_want_finish(w, err_set(FERRY_ETRANSFER, "transfer failed from every holder: %s", why));
+}
+
+void eng_want_note_tried(struct want *w, const char *node, const char *why, enum fault fault,
+                         const struct content *had)
+{
+    struct tried *t = NULL;
+
+    if (fault != FAULT_OTHER) /* only a reply of other content says what its holder has */
+        had = NULL;
+    for (int i = 0; i < w->ntried && !t; i++) /* once per holder: the latest reason */
+        if (strcmp(w->tried[i].node, node) == 0)
+            t = &w->tried[i];
+    if (t) {
+        /* A real failure stays; other content outlasts a loss. */
+        if (t->fault == FAULT_REAL || fault == FAULT_REAL)
+            fault = FAULT_REAL;
+        else if (t->fault == FAULT_OTHER)
+            fault = FAULT_OTHER;
+    } else {
+        t = &w->tried[w->ntried < MAX_TRIED ? w->ntried++ : MAX_TRIED - 1];
+        snprintf(t->node, sizeof(t->node), "%s", node);
+    }
+    snprintf(t->why, sizeof(t->why), "%s", why);
+    t->fault = fault;
+    if (had)
+        t->had = *had;
+}
+
+/* A record that changes to anything but what a holder of other content said it had, as a writer
+ * of the directory could make it do at every lookup, asks it nothing. */
+void eng_want_forget(struct want *w, enum fault fault, const struct content *rec)
+{
+    int kept = 0;
+
+    for (int i = 0; i < w->ntried; i++) {
+        const struct tried *t = &w->tried[i];
+        if (t->fault != fault ||
+            (rec && (t->had.size != rec->size || t->had.digest != rec->digest)))
+            w->tried[kept++] = *t;
+    }
+    w->ntried = kept;
+}
+
+/* The holder in w->holder failed as fault says: note why, and ask for the next one. */
+void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
+                            const struct content *had)
+{
+    struct engine *e = w->e;
+
+    if (w->parent) {
+        eng_part_failed(w, why, fault, had);
+        return;
+    }
+    e->counters.transfer_failures++;
+    log_warn("transfer of an object from %s failed: %s; trying the next holder", w->holder, why);
+    eng_note_failure(e, w->holder, why);
+    if (w->done) {
+        eng_want_free(w);
+        return;
+    }
+    eng_want_note_tried(w, w->holder, why, fault, had);
+    if (w->ntried == MAX_TRIED) {
+        eng_want_fail_all(w);
+        return;
+    }
+    eng_want_lookup(w, 1);
+}
+
+static void on_retry(struct loop *l, struct loop_timer *t)
+{
+    eng_want_lookup(t->arg, 1);
+}
+
+/* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
+ * Holders that had lost it may be asked again then. */
+void eng_want_retry(struct want *w)
+{
+    uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
+
+    eng_want_forget(w, FAULT_LOST, NULL);
+    w->retries++;
+    w->state = WANT_RETRY;
+    if (loop_timer_start(w->e->loop, &w->retry,
+                         loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
+        eng_want_finish(w, FERRY_ENOMEM);
+}
+
+/* Takes room for w's recorded size before its bytes are asked for: a fetch that cannot fit
+ * fails here, before anything moves. 0, FERRY_EAGAIN (spilling makes room: engine_on_room asks
+ * again), or the want is finished with why. */
+int eng_want_reserve(struct want *w)
+{
+    int rc;
+
+    if (w->parent || !w->has_content || !w->size || w->reserved)
+        return 0; /* a part: its parent has the room */
+    if ((rc = store_reserve(w->e->store, w->size, &w->reserved)) < 0) {
+        w->reserved = NULL;
+        if (rc != FERRY_EAGAIN)
+            eng_want_finish(w, rc);
+    }
+    return rc;
+}
+
+/* Whether id was deleted cluster-wide after since (ms), as far as the ring remembers. */
+static int deleted_since(const struct engine *e, const ferry_id *id, uint64_t since)
+{
+    for (size_t i = 0; i < RECENT_DELETES; i++) {
+        const struct recent_delete *r = &e->deletes[i];
+        if (r->at > since && memcmp(&r->id, id, sizeof(*id)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* --verbose: a line per object received (rate-limited). */
+static void log_transfer(const struct want *w, const struct object *o, uint64_t ns)
+{
+    static struct log_limit lim;
+    char id[2 * FERRY_ID_SIZE + 1];
+
+    ferry_id_format(&w->id, id);
+    log_limited(&lim, LOG_DEBUG, "transfer: %s in, %" PRIu64 " bytes, %.3f ms after it was wanted",
+                id, o->data_size + o->metadata_size, ns / 1e6);
+}
+
+/* Seals a received object: the store's seal hook then finishes the want. */
+void eng_want_seal(struct want *w)
+{
+    struct engine *e = w->e;
+    struct object *o = w->obj;
+
+    w->obj = NULL;
+    if (w->deleted || deleted_since(e, &w->id, w->born_ms)) { /* deleted while on its way */
+        store_abort(e->store, o);
+        if (w->done)
+            eng_want_free(w);
+        else
+            eng_want_finish(w,
+                            err_set(FERRY_ENOENT, "deleted cluster-wide while it was on its way"));
+        return;
+    }
+    uint64_t ns = clock_mono_ns() - w->born_ns;
+    e->counters.transfers_in++;
+    hist_add(&e->counters.transfer_latency, ns);
+    if (log_enabled(LOG_DEBUG))
+        log_transfer(w, o, ns);
+    e->counters.bytes_in += o->data_size + o->metadata_size;
+    /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. A
+     * checked copy keeps the digest it was checked against; otherwise it is hashed here,
+     * rather than trusting a digest nobody checked. */
+    w->busy = 1;
+    if (eng_checked(e, w))
+        store_seal_digest(e->store, o, w->digest);
+    else
+        store_seal(e->store, o);
+    store_unref(e->store, o);
+    w->busy = 0;
+    if (w->done)
+        eng_want_free(w);
+    else
+        eng_want_finish(w, 0);
+}
+
+/* Prefers a holder we are connected to; skips those that failed this want. */
+static const struct directory_node *choose(struct engine *e, const struct want *w,
+                                           const struct directory_node *h, size_t n)
+{
+    const struct directory_node *pick = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        if (eng_want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
+            continue;
+        if (eng_peer_find(e, h[i].id))
+            return &h[i];
+        if (!pick)
+            pick = &h[i];
+    }
+    return pick;
+}
+
+/* Notes the holders a lookup left out (dead, or of an ended run), for the reasons. */
+static void note_gone(struct want *w, const struct directory_answer *a)
+{
+    size_t at = 0;
+
+    w->gone[0] = '\0';
+    for (size_t i = 0; i < a->ngone && at < sizeof(w->gone); i++)
+        at += (size_t)snprintf(w->gone + at, sizeof(w->gone) - at, "%s%s: %s", at ? "; " : "",
+                               a->gone[i].id, a->gone[i].why);
+}
+
+/* 1 when a holder failed for another reason than having lost the object or holding other
+ * content. */
+static int failed_for_real(const struct want *w)
+{
+    for (int i = 0; i < w->ntried; i++)
+        if (w->tried[i].fault == FAULT_REAL)
+            return 1;
+    return 0;
+}
+
+static void on_holders(void *arg, const struct directory_answer *a)
+{
+    struct want *w = arg;
+    const struct directory_node *pick;
+    struct peer *p;
+
+    /* A directory that is down (a failover, a restart) is waited for like a holder. */
+    w->dir_down = a->status == FERRY_EDIRECTORY;
+    if (w->dir_down) {
+        eng_want_retry(w);
+        return;
+    }
+    if (a->status < 0) {
+        eng_want_finish(
+            w, err_set(a->status, "cannot look up holders: %s", ferry_strerror(a->status)));
+        return;
+    }
+    note_gone(w, a);
+    if (a->has_content) {
+        if (w->has_content && (a->digest != w->hash || a->size != w->size))
+            eng_want_forget(w, FAULT_OTHER, &(struct content){a->size, a->digest});
+        w->has_content = 1;
+        w->size = a->size;
+        w->hash = a->digest;
+    }
+    if (eng_split(w, a))
+        return; /* in ranges from several holders, or finished */
+    if (!(pick = choose(w->e, w, a->nodes, a->n))) {
+        /* Every live holder was tried, or the ones tried died since (a sole holder killed
+         * mid-transfer): a transfer error with the reasons, not a wait for the timeout. */
+        if (failed_for_real(w))
+            eng_want_fail_all(w);
+        else
+            eng_want_retry(w); /* sealed nowhere live (any more): a holder may still come */
+        return;
+    }
+    if (!(p = eng_peer_get(w->e, pick))) {
+        char why[96];
+        snprintf(why, sizeof(why), "cannot connect: %s", ferry_errmsg());
+        snprintf(w->holder, sizeof(w->holder), "%s", pick->id);
+        eng_want_failed_holder(w, why, FAULT_REAL, NULL);
+        return;
+    }
+    eng_peer_enqueue(p, w);
+}
+
+/* Asks the directory (or its cache) for holders; a want nobody waits for any more stops. */
+void eng_want_lookup(struct want *w, int fresh)
+{
+    w->state = WANT_LOOKUP;
+    if (!w->waiters) {
+        eng_want_finish(w, FERRY_ETIMEDOUT);
+        return;
+    }
+    if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
+        eng_want_finish(w, FERRY_ENOMEM);
+}
+
+/* A new want for id, its lookup started. */
+static struct want *want_new(struct engine *e, const ferry_id *id)
+{
+    struct want *w = calloc(1, sizeof(*w));
+
+    if (!w || idmap_put(&e->wants, id, w) < 0) {
+        free(w);
+        return NULL;
+    }
+    w->e = e;
+    w->id = *id;
+    w->born_ms = loop_now_ms();
+    w->born_ns = clock_mono_ns();
+    loop_timer_init(&w->retry, on_retry, w);
+    if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
+        idmap_remove(&e->wants, id);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
+                 uint32_t index)
+{
+    struct want *w = idmap_get(&e->wants, id);
+    struct waiter *x;
+
+    if (!e->dir)
+        return err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)");
+    if (!(x = calloc(1, sizeof(*x))))
+        return err_set(FERRY_ENOMEM, "fetch waiter");
+    if (!w && !(w = want_new(e, id))) {
+        free(x);
+        return err_set(FERRY_ENOMEM, "fetch record");
+    }
+    *x = (struct waiter){.fn = fn, .ctx = ctx, .index = index, .next = w->waiters};
+    w->waiters = x;
+    return 0;
+}
+
+void engine_cancel(struct engine *e, void *ctx)
+{
+    struct want *w, **idle = calloc(e->wants.count ? e->wants.count : 1, sizeof(*idle));
+    size_t pos = 0, nidle = 0;
+
+    while ((w = idmap_next(&e->wants, &pos, NULL))) {
+        for (struct waiter **pp = &w->waiters; *pp;) {
+            struct waiter *x = *pp;
+            if (x->ctx == ctx) {
+                *pp = x->next;
+                free(x);
+            } else {
+                pp = &x->next;
+            }
+        }
+        /* Nobody waits and nothing is under way: stop asking the directory. (Without
+         * memory for the list, such wants stop at their next lookup instead.) */
+        if (idle && !w->waiters && (w->state == WANT_RETRY || w->state == WANT_QUEUED))
+            idle[nidle++] = w;
+    }
+    for (size_t i = 0; i < nidle; i++)
+        eng_want_finish(idle[i], FERRY_ETIMEDOUT);
+    free(idle);
+}
+
+void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
+{
+    struct want *w = idmap_get(&e->wants, id);
+    struct recent_delete *r = &e->deletes[e->next_delete++ % RECENT_DELETES];
+
+    r->id = *id;
+    r->at = loop_now_ms();
+    if (!w)
+        return;
+    w->deleted = 1;
+    eng_want_finish(w, err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", node));
+}
+
+int engine_fetch_why(struct engine *e, const ferry_id *id, char *buf, size_t len)
+{
+    const struct want *w = idmap_get(&e->wants, id);
+
+    buf[0] = '\0';
+    if (w)
+        want_reasons(w, buf, len);
+    return w && w->dir_down ? FERRY_EDIRECTORY : FERRY_ETIMEDOUT;
+}
+
+void engine_on_sealed(struct engine *e, const struct object *o)
+{
+    struct want *w = idmap_get(&e->wants, &o->id);
+
+    if (w)
+        eng_want_finish(w, 0);
+}
