@@ -31,8 +31,8 @@ if [ $? -ne 0 ] || [ -n "$out" ]; then
     status=1
 fi
 
-# Two at a time (the machine's cores), a few files per run so that both stay busy.
-out=$(find src -name '*.c' | sort | xargs -P 2 -n 4 clang-tidy -quiet -p "$build" \
+# As many at a time as the machine has cores, a few files per run so that both stay busy.
+out=$(find src -name '*.c' | sort | xargs -P "$(nproc)" -n 4 clang-tidy -quiet -p "$build" \
     -checks='-*,clang-analyzer-*,-clang-analyzer-security.insecureAPI.DeprecatedOrUnsafeBufferHandling' \
     --warnings-as-errors='*' 2>&1)
 if [ $? -ne 0 ] || printf '%s\n' "$out" | grep -q 'warning:\|error:'; then

@@ -37,15 +37,17 @@
 #include <xxhash.h>
 
 #include "common/proto.h"
+#include "transfer/engine.h"
 #include "transfer/wire.h"
 
 enum { A, B };
 #define BIT(i) (1u << (i))
 
-/* The engine's deadlines (engine_int.h): a holder that has not answered our HELLO in
- * ANSWER_MS, or that owes bytes and sends none for STALL_MS, is given up on. */
-#define ANSWER_MS 3000
-#define STALL_MS 30000
+/* The engine's deadlines as this test's daemons have them (FERRY_TEST_TIMERS, else engine.h's
+ * defaults): a holder that has not answered our HELLO in ANSWER_MS, or that owes bytes and
+ * sends none for STALL_MS, is given up on. */
+#define ANSWER_MS h_timer_ms("answer", ENGINE_ANSWER_MS)
+#define STALL_MS h_timer_ms("stall", ENGINE_STALL_MS)
 /* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
 #define MAX_FAKE_RANGES 32
 
@@ -536,14 +538,13 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
     ferry_disconnect(b);
 }
 
-/* The fake holder answers the pull at once, then sends the object's bytes one at a time,
- * every half second, for longer than the stall watchdog's 30 s: the bytes keep coming, so
- * the transfer must not be cut off, and the object arrives whole. */
+/* The fake holder answers the pull at once, then sends the object's bytes one at a time, for
+ * a second longer than the stall watchdog's STALL_MS (30 s at its real scale): the bytes keep
+ * coming, so the transfer must not be cut off, and the object arrives whole. */
 #define SLOW_SIZE 64u
-#define SLOW_EVERY_MS 500
 H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
 {
-    _Static_assert((SLOW_SIZE - 1) * SLOW_EVERY_MS > STALL_MS + 1000, "must outlast the watchdog");
+    const int every_ms = (STALL_MS + 1000) / (int)(SLOW_SIZE - 1) + 1; /* outlasts the watchdog */
     h_cluster_start(cl, 1, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     int port, lfd = h_tcp_listen(&port);
@@ -568,7 +569,7 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     uint32_t sent = 0;
     for (; sent < SLOW_SIZE; sent++) {
         if (sent)
-            h_sleep_ms(SLOW_EVERY_MS);
+            h_sleep_ms(every_ms);
         if (h_raw_write(cfd, bytes + sent, 1) != 0)
             break;
     }
