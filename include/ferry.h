@@ -114,7 +114,11 @@ int ferry_connect(const char *socket_path, ferry_client **out);
  * daemon (stopped, or hung) then fails the call with FERRY_ETIMEDOUT, and ferry_errmsg() says
  * which request timed out after how long. A call that waits by contract (ferry_get,
  * ferry_fetch and ferry_get_fetch with their timeout_ms) is bounded by its own timeout plus
- * the connection's, and not at all when its own is -1. After a timeout the reply may still
+ * the connection's, and not at all when its own is -1. Three waits of the daemon's own count
+ * against the connection's timeout alone: ferry_hash behind the digests queued before it, a
+ * get of a spilled object while it is read back from disk (even with timeout_ms 0), and a seal
+ * under --strict-ids while the directory confirms the id: raise the timeout (or pass -1) where
+ * these may take longer, such as restores of gigabytes from a slow disk. After a timeout the reply may still
  * come, so the handle is unusable: later calls fail with FERRY_ECONN (saying why) until
  * ferry_disconnect, and its references stay held until then. */
 int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_client **out);

@@ -51,6 +51,9 @@ struct engine_timers {
  * an hour. */
 #define ENGINE_TIMER_MIN_MS 100
 #define ENGINE_TIMER_MAX_MS 3600000
+/* The lease's own floor: a fabric reader refuses a lease under 1 s (it gives up a second
+ * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
+#define ENGINE_LEASE_MIN_MS 2000
 /* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease) into t, whose
  * other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
 int engine_timers_parse(const char *text, struct engine_timers *t);

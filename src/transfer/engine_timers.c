@@ -1,4 +1,5 @@
 /* engine_timers.c - the protocol timers' configuration text (ferryd --timers). */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ static int timer_parse_one(const char *item, size_t len, struct engine_timers *t
 {
     const char *eq = memchr(item, '=', len);
     uint32_t *field = eq ? timer_field(t, item, (size_t)(eq - item)) : NULL;
+    unsigned long min = field == &t->lease_ms ? ENGINE_LEASE_MIN_MS : ENGINE_TIMER_MIN_MS;
     char *end;
     unsigned long v;
 
@@ -38,10 +40,9 @@ static int timer_parse_one(const char *item, size_t len, struct engine_timers *t
                        "breaker, lease",
                        (int)len, item);
     v = strtoul(eq + 1, &end, 10);
-    if (end != item + len || end == eq + 1 || eq[1] == '-' || v < ENGINE_TIMER_MIN_MS ||
-        v > ENGINE_TIMER_MAX_MS)
-        return err_set(FERRY_EINVAL, "timer '%.*s': expected milliseconds from %d to %d", (int)len,
-                       item, ENGINE_TIMER_MIN_MS, ENGINE_TIMER_MAX_MS);
+    if (end != item + len || !isdigit((unsigned char)eq[1]) || v < min || v > ENGINE_TIMER_MAX_MS)
+        return err_set(FERRY_EINVAL, "timer '%.*s': expected milliseconds from %lu to %d", (int)len,
+                       item, min, ENGINE_TIMER_MAX_MS);
     *field = (uint32_t)v;
     return 0;
 }

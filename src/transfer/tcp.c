@@ -238,10 +238,14 @@ static int flush(struct tcp_conn *c)
         struct iovec iov[TCP_IOV_MAX];
         struct msghdr msg = {.msg_iov = iov};
         struct tcp_seg *s = c->sq;
+        uint64_t room = budget; /* a call writes no more than the turn's budget */
         ssize_t n;
 
-        for (; s && msg.msg_iovlen < TCP_IOV_MAX; s = s->next)
-            iov[msg.msg_iovlen++] = (struct iovec){(void *)s->p, (size_t)s->len};
+        for (; s && msg.msg_iovlen < TCP_IOV_MAX && room; s = s->next) {
+            uint64_t len = s->len < room ? s->len : room;
+            iov[msg.msg_iovlen++] = (struct iovec){(void *)s->p, (size_t)len};
+            room -= len;
+        }
         n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
@@ -640,10 +644,16 @@ static void on_resume(struct loop *l, struct loop_timer *t)
 static void read_faults(struct xlistener *ls)
 {
     const char *s = getenv("FERRY_FAULT"), *at = s ? strstr(s, "tcp-send-delay-ms=") : NULL;
+    unsigned long v;
 
     if (!at)
         return;
-    ls->fault_send_delay_ms = (uint32_t)atoi(at + strlen("tcp-send-delay-ms="));
+    v = strtoul(at + strlen("tcp-send-delay-ms="), NULL, 10);
+    if (v < 1 || v > 60000) {
+        log_warn("tcp: test fault '%s' ignored: a delay from 1 to 60000 ms", at);
+        return;
+    }
+    ls->fault_send_delay_ms = (uint32_t)v;
     log_warn("tcp: test fault on: %u KiB written per %u ms", TCP_FAULT_CHUNK >> 10,
              ls->fault_send_delay_ms);
 }

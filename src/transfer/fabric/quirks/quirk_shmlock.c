@@ -105,6 +105,8 @@ void quirks_shm_init(struct xlistener *f)
         *(int *)(r + REGION_PID_OFF) != getpid() || !(f->shm.lock_off = find_lock(r))) {
         log_info("fabric: shm region layout not recognised: no guard against locks of killed "
                  "peers");
+        quirks_off(QUIRK_SHM_LOCK);
+        quirks_off(QUIRK_WATCHDOG);
         return;
     }
     f->shm.own_lock = (volatile int *)(r + f->shm.lock_off);

@@ -122,6 +122,12 @@ int quirks_enabled(enum quirk q)
     return q < QUIRK_N && (atomic_load_explicit(&enabled, memory_order_relaxed) & QUIRK_BIT(q));
 }
 
+void quirks_off(enum quirk q)
+{
+    if (q < QUIRK_N)
+        atomic_fetch_and_explicit(&enabled, ~QUIRK_BIT(q), memory_order_relaxed);
+}
+
 void quirks_acted(enum quirk q, uint64_t n)
 {
     if (q < QUIRK_N)
