@@ -118,8 +118,8 @@ int ferry_connect(const char *socket_path, ferry_client **out);
  * against the connection's timeout alone: ferry_hash behind the digests queued before it, a
  * get of a spilled object while it is read back from disk (even with timeout_ms 0), and a seal
  * under --strict-ids while the directory confirms the id: raise the timeout (or pass -1) where
- * these may take longer, such as restores of gigabytes from a slow disk. After a timeout the reply may still
- * come, so the handle is unusable: later calls fail with FERRY_ECONN (saying why) until
+ * these may take longer, such as restores of gigabytes from a slow disk. After a timeout the reply
+ * may still come, so the handle is unusable: later calls fail with FERRY_ECONN (saying why) until
  * ferry_disconnect, and its references stay held until then. */
 int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_client **out);
 
