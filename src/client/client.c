@@ -115,10 +115,13 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
     if (c->in.oom)
         return client_broken(c, err_set(FERRY_ENOMEM, "reply of %zu bytes", need));
     while (c->in.len < need) {
-        /* Without a deadline, a plain blocking read once spinning is over. */
+        /* Once spinning is over: a blocking read without a deadline; with one, a wait for the
+         * deadline first (a read that could only fail would cost a system call more). */
         int got = -1, flags = spin_until || c->deadline_ns ? MSG_DONTWAIT : 0;
-        ssize_t n =
-            usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got, flags);
+        ssize_t n;
+        if (!spin_until && c->deadline_ns && (rc = wait_ready(c, POLLIN, "answer")) < 0)
+            return rc;
+        n = usock_recv_fd(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len, &got, flags);
         if (got >= 0) {
             if (fd && *fd < 0)
                 *fd = got;
@@ -131,8 +134,6 @@ static int read_at_least(struct ferry_client *c, size_t need, int *fd)
             sched_yield(); /* lets the daemon run should it share this CPU */
             continue;
         }
-        if (n == -EAGAIN && (rc = wait_ready(c, POLLIN, "answer")) < 0)
-            return rc;
         if (n == -EAGAIN || n == -EINTR)
             continue;
         if (n <= 0)
