@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -98,6 +99,10 @@ static void test_init(void **state)
     assert_int_equal(s.n, 2 * QUIRK_N);
     assert_int_equal(s.on[QUIRK_SHM_LOCK], 1);
     assert_int_equal(s.on[QUIRK_RECV], 0);
+    quirks_off(QUIRK_SHM_LOCK); /* the guard found a layout it does not know */
+    memset(&s, 0, sizeof(s));
+    quirks_report(collect, &s);
+    assert_int_equal(s.on[QUIRK_SHM_LOCK], 0);
     unsetenv("FERRY_FABRIC_QUIRKS");
 }
 

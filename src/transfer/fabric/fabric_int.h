@@ -157,9 +157,7 @@
     X(retries, COUNTER, "operations the provider refused for the moment (-FI_EAGAIN)")             \
     X(backoffs, COUNTER, "idle spins cut short: the provider said again with nothing to do")       \
     X(peers_exited, COUNTER, "peers found gone (process exited, or its port refuses): dropped")    \
-    X(locks_busy, COUNTER, "posts and polls put off: a shared-memory region's lock was held")      \
     X(locks_recovered, COUNTER, "our region's lock freed after its holder held it past 2 s")       \
-    X(peer_locks_freed, COUNTER, "locks of killed processes freed by the watchdog: a call spun")   \
     X(unattributed_errors, COUNTER, "failures the provider reported without their operation")
 
 struct fab_counters {

@@ -160,7 +160,6 @@ int quirks_peer_locked(struct fconn *c)
     lock = (volatile int *)(c->peer_region + c->f->shm.lock_off);
     if (*lock == 1)
         return 0;
-    c->f->stats.locks_busy++;
     quirks_acted(QUIRK_SHM_LOCK, 1);
     return 1;
 }
@@ -179,7 +178,6 @@ void quirks_call_end(struct xlistener *f)
 
     if (!freed)
         return;
-    f->stats.peer_locks_freed += freed;
     quirks_acted(QUIRK_WATCHDOG, freed);
     log_error("fabric: a provider call was stuck in a shared-memory lock whose holder was killed "
               "inside it; the watchdog freed it");
@@ -210,7 +208,6 @@ int quirks_own_locked(struct xlistener *f)
 
     if (!f->shm.own_lock || !quirks_held_look(&f->shm.own_held, f->shm.own_lock, now))
         return 0;
-    f->stats.locks_busy++;
     quirks_acted(QUIRK_SHM_LOCK, 1);
     if (!quirks_held_abandoned(&f->shm.own_held, FAB_LOCK_STUCK_POLLS, f->peer_exit_ms, now))
         return 1;
