@@ -174,28 +174,16 @@ static void client_close_handles(ClientObject *self)
 }
 
 /* Client's timeout_ms: absent, libferry's default (0 here); None or -1, no bound; else 1 or
- * more milliseconds. 0, or -1 with an exception. */
+ * more milliseconds (a bound of 0 would fail every call). 0, or -1 with an exception. */
 static int parse_conn_timeout(PyObject *o, int64_t *ms)
 {
-    long long v;
-
-    *ms = o == Py_None ? -1 : 0;
-    if (!o || o == Py_None)
-        return 0;
-    if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "timeout_ms must be an int or None, not %.100s",
-                     Py_TYPE(o)->tp_name);
+    if (pyf_timeout_from_object(o, 0, ms) < 0)
+        return -1;
+    if (o && *ms == 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "timeout_ms must be -1 or None (no bound) or positive, not 0");
         return -1;
     }
-    v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v == 0 || v < -1) {
-        PyErr_Format(PyExc_ValueError,
-                     "timeout_ms must be -1 or None (no bound) or positive, not %lld", v);
-        return -1;
-    }
-    *ms = v;
     return 0;
 }
 

@@ -2,22 +2,16 @@
 #include "timeout.h"
 
 #include <limits.h>
-#include <time.h>
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "common/clock.h"
 
 void pyf_deadline_start(struct pyf_deadline *d, int64_t timeout_ms)
 {
     d->timeout_ms = timeout_ms;
-    d->end_ns = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000u;
+    d->end_ns = timeout_ms < 0 ? 0 : clock_mono_ns() + (uint64_t)timeout_ms * 1000000u;
 }
 
-int pyf_deadline_from_object(PyObject *o, int64_t dflt, struct pyf_deadline *d)
+int pyf_timeout_from_object(PyObject *o, int64_t dflt, int64_t *out)
 {
     long long ms = dflt;
 
@@ -41,18 +35,28 @@ int pyf_deadline_from_object(PyObject *o, int64_t dflt, struct pyf_deadline *d)
     } else if (o == Py_None) {
         ms = -1;
     }
+    *out = ms;
+    return 0;
+}
+
+int pyf_deadline_from_object(PyObject *o, int64_t dflt, struct pyf_deadline *d)
+{
+    int64_t ms;
+
+    if (pyf_timeout_from_object(o, dflt, &ms) < 0)
+        return -1;
     pyf_deadline_start(d, ms);
     return 0;
 }
 
 int pyf_deadline_passed(const struct pyf_deadline *d)
 {
-    return d->timeout_ms >= 0 && now_ns() >= d->end_ns;
+    return d->timeout_ms >= 0 && clock_mono_ns() >= d->end_ns;
 }
 
 static int64_t left_ms(const struct pyf_deadline *d)
 {
-    uint64_t now = now_ns();
+    uint64_t now = clock_mono_ns();
     return now >= d->end_ns ? 0 : (int64_t)((d->end_ns - now + 999999u) / 1000000u);
 }
 

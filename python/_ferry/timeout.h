@@ -17,8 +17,11 @@ struct pyf_deadline {
 /* Starts a deadline timeout_ms (>= -1) from now. */
 void pyf_deadline_start(struct pyf_deadline *d, int64_t timeout_ms);
 
-/* Parses a timeout_ms argument (o NULL: dflt) and starts its deadline; -1 with TypeError or
- * ValueError. */
+/* Parses a timeout_ms argument (o NULL: dflt; None: -1; an int from -1 to a year) into *ms: 0,
+ * or -1 with TypeError or ValueError. */
+int pyf_timeout_from_object(PyObject *o, int64_t dflt, int64_t *ms);
+
+/* The same, and starts its deadline. */
 int pyf_deadline_from_object(PyObject *o, int64_t dflt, struct pyf_deadline *d);
 
 /* 1 once a deadline with an end has passed. */
