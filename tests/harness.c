@@ -167,9 +167,11 @@ int h_timer_ms(const char *name, int real_ms)
     const char *t = getenv("FERRY_TEST_TIMERS");
     size_t len = strlen(name);
 
-    for (const char *p = t; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+    for (const char *p = t; p; p = strchr(p, ',')) {
+        p += *p == ','; /* NAME=MS[,NAME=MS...], as ferryd --timers reads it */
         if (strncmp(p, name, len) == 0 && p[len] == '=')
             return atoi(p + len + 1);
+    }
     return real_ms;
 }
 
