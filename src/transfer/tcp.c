@@ -207,33 +207,26 @@ static void conn_interest(struct tcp_conn *c)
 
 /* ---- sending ---- */
 
-/* The fault hook's pace: 1 when c may not write yet (its timer will), else its budget for this
- * turn in *budget. */
-static int paced(struct tcp_conn *c, uint64_t *budget)
+/* The fault hook's pace: 1 when c may not write yet, else its budget for this turn in
+ * *budget (unchanged when the hook is off). */
+static int pace_wait(struct tcp_conn *c, uint64_t *budget)
 {
     uint32_t delay = c->base.local->fault_send_delay_ms;
     uint64_t now = loop_now_ms();
 
     if (!delay)
         return 0;
-    if (now >= c->paced_until) {
-        c->paced_until = now + delay;
-        *budget = TCP_FAULT_CHUNK;
-        return 0;
-    }
-    if (c->writer.heap_index == SIZE_MAX)
-        loop_timer_start(c->loop, &c->writer, c->paced_until);
-    return 1;
+    if (now < c->paced_until)
+        return 1;
+    c->paced_until = now + delay;
+    *budget = TCP_FAULT_CHUNK;
+    return 0;
 }
 
-/* Writes what the socket takes; returns -1 when the connection failed. */
-static int flush(struct tcp_conn *c)
+/* Writes up to budget bytes of the queue, what the socket takes; -1 when the connection
+ * failed. */
+static int write_queued(struct tcp_conn *c, uint64_t budget)
 {
-    uint64_t budget = TCP_BYTES_PER_TURN;
-
-    if (paced(c, &budget))
-        return 0;
-
     while (c->sq && budget) {
         struct iovec iov[TCP_IOV_MAX];
         struct msghdr msg = {.msg_iov = iov};
@@ -272,9 +265,20 @@ static int flush(struct tcp_conn *c)
             s->len -= (uint64_t)n;
         }
     }
-    if (c->sq && c->base.local->fault_send_delay_ms && c->writer.heap_index == SIZE_MAX)
-        loop_timer_start(c->loop, &c->writer, c->paced_until);
     return 0;
+}
+
+/* Writes what the socket takes, within the turn's budget; -1 when the connection failed. */
+static int flush(struct tcp_conn *c)
+{
+    uint64_t budget = TCP_BYTES_PER_TURN;
+    int rc = pace_wait(c, &budget) ? 0 : write_queued(c, budget);
+
+    /* A paced connection has no write interest (conn_interest): what is left, or what the
+     * socket did not take, goes from its timer at the next pace. */
+    if (rc == 0 && c->sq && c->base.local->fault_send_delay_ms && c->writer.heap_index == SIZE_MAX)
+        loop_timer_start(c->loop, &c->writer, c->paced_until);
+    return rc;
 }
 
 static void on_write_timer(struct loop *l, struct loop_timer *t)
