@@ -326,7 +326,17 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
     X(creates_waited, COUNTER, "times a create or restore found no room and waited for writes")    \
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
-    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")
+    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")  \
+    X(spill_segments_refused, COUNTER,                                                             \
+      "spill segments refused at start: not a regular file of ours with one link")                 \
+    X(spill_segments_unauthenticated, COUNTER,                                                     \
+      "spill segments refused at start: a record not signed with our secret")                      \
+    X(spill_files_ignored, COUNTER, "files in the spill directory that are not segments")          \
+    X(spill_recovery_too_large, COUNTER,                                                           \
+      "objects found in the spill directory larger than the arena, left there")                    \
+    X(arena_faults, COUNTER,                                                                       \
+      "huge pages of the arena found missing (punched by a client) and replaced by private "       \
+      "memory")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -442,6 +442,177 @@ static void second_daemon_on_the_directory_is_refused(void **state)
     (void)state;
 }
 
+/* ---- a spill directory others can write to, and what they plant there ---- */
+
+/* A file of n bytes of 'v' at path (the test's own, standing for root's). */
+static void victim_file(const char *path, size_t n)
+{
+    char buf[10000];
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    assert_true(fd >= 0 && n <= sizeof(buf));
+    memset(buf, 'v', n);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+    close(fd);
+}
+
+static void assert_victim_intact(const char *path, size_t n)
+{
+    char buf[10000];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, buf, sizeof(buf)), (ssize_t)n);
+    close(fd);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(buf[i], 'v');
+}
+
+/* The spill directory made by the test, mode `mode` (after umask), owned by uid. */
+static void make_spill_dir(struct spilld *s, mode_t mode, uid_t uid)
+{
+    h_daemon_init(&s->d);
+    snprintf(s->spill, sizeof(s->spill), "%s/spill", s->d.dir);
+    assert_int_equal(mkdir(s->spill, 0700), 0);
+    assert_int_equal(chmod(s->spill, mode), 0);
+    if (uid != geteuid() && chown(s->spill, uid, (gid_t)-1) < 0) {
+        int err = errno;
+        h_daemon_cleanup(&s->d);
+        H_SKIP("cannot give the spill directory to uid %u here (%s)", (unsigned)uid, strerror(err));
+    }
+}
+
+/* A symbolic link and a hard link planted as segments, to files of someone else's (here the
+ * test's): they are refused and counted, their targets keep every byte, and the daemon spills
+ * to segments of its own beside them. */
+static void links_planted_as_segments_are_refused_and_left_alone(void **state)
+{
+    struct spilld s = {0};
+    char victim[192], hard[192], seg[192];
+
+    make_spill_dir(&s, 0700, geteuid());
+    snprintf(victim, sizeof(victim), "%s/victim", s.d.dir);
+    snprintf(hard, sizeof(hard), "%s/hardvictim", s.d.dir);
+    victim_file(victim, 10000);
+    victim_file(hard, 10000);
+    snprintf(seg, sizeof(seg), "%s/00000000.seg", s.spill);
+    assert_int_equal(symlink(victim, seg), 0);
+    snprintf(seg, sizeof(seg), "%s/00000001.seg", s.spill);
+    assert_int_equal(link(hard, seg), 0);
+
+    spill_start(&s, NULL);
+    ferry_client *c = h_connect(&s.d);
+    assert_victim_intact(victim, 10000);
+    assert_victim_intact(hard, 10000);
+    assert_int_equal(h_stat(c, "spill_segments_refused"), 2);
+    assert_true(h_file_contains(s.d.log, "00000000.seg"));
+    put_many(c, "own", 24, MIB); /* past the arena: written to new segments */
+    check_many(c, "own", 24, MIB);
+    assert_true(h_stats(c).spill_writes > 0);
+    assert_victim_intact(victim, 10000);
+    assert_victim_intact(hard, 10000);
+    ferry_disconnect(c);
+    s.d.ok = 1;
+    spill_done(&s);
+    (void)state;
+}
+
+/* Spill directories that another user can write to (0777, 1777) or that another user owns are
+ * refused: the daemon does not start, says why with the mode and the owner, and a symbolic link
+ * planted there is not followed. */
+static void spill_dir_others_can_write_is_refused(void **state)
+{
+    static const mode_t modes[] = {0777, 01777, 0700};
+    char victim[192], seg[192], mode[32];
+
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        struct spilld s = {0};
+        uid_t owner = modes[i] == 0700 ? 65534 : geteuid(); /* nobody */
+        make_spill_dir(&s, modes[i], owner);
+        snprintf(victim, sizeof(victim), "%s/victim", s.d.dir);
+        victim_file(victim, 10000);
+        snprintf(seg, sizeof(seg), "%s/00000000.seg", s.spill);
+        assert_int_equal(symlink(victim, seg), 0);
+        const char *args[] = {"--spill-dir", s.spill, NULL};
+        assert_int_equal(h_daemon_try_start(&s.d, ARENA, args), -1);
+        assert_victim_intact(victim, 10000);
+        snprintf(mode, sizeof(mode), "mode %04o", (unsigned)modes[i]);
+        assert_true(h_file_contains(s.d.log, mode));
+        snprintf(mode, sizeof(mode), "owned by uid %u", (unsigned)owner);
+        assert_true(h_file_contains(s.d.log, mode));
+        h_daemon_cleanup(&s.d);
+    }
+    (void)state;
+}
+
+/* With a secret, a segment written without it (a valid one: another daemon's, planted in the
+ * directory) is not served: its object's id stays unknown, the segment is counted; the node's
+ * own segments, authenticated, come back. */
+static void segment_without_the_secrets_mac_is_not_served(void **state)
+{
+    struct spilld s = {0}, planter = {0};
+    char secret[192], from[192], to[192];
+    char cmd[512];
+
+    h_daemon_init(&s.d);
+    snprintf(secret, sizeof(secret), "%s/secret", s.d.dir);
+    h_write_file(secret, "a cluster secret of some length\n");
+    const char *persist_secret[] = {"--persist-on-exit", "--secret-file", secret, NULL};
+    static const char *const persist[] = {"--persist-on-exit", NULL};
+    ferry_id chosen = h_id("chosen"), own = h_id("own");
+
+    spill_start(&planter, persist);
+    ferry_client *c = h_connect(&planter.d);
+    H_OK(h_put_direct(c, &chosen, 4096, 0));
+    ferry_disconnect(c);
+    h_daemon_stop(&planter.d);
+
+    snprintf(s.spill, sizeof(s.spill), "%s/spill", s.d.dir);
+    spill_start(&s, persist_secret);
+    c = h_connect(&s.d);
+    H_OK(h_put_direct(c, &own, 4096, 0));
+    ferry_disconnect(c);
+    h_daemon_stop(&s.d);
+    snprintf(from, sizeof(from), "%s/00000000.seg", planter.spill);
+    snprintf(to, sizeof(to), "%s/00000007.seg", s.spill);
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+    assert_int_equal(system(cmd), 0);
+
+    spill_start(&s, persist_secret);
+    c = h_connect(&s.d);
+    assert_int_equal(h_contains(c, &chosen), 0);
+    h_assert_object(c, &own, 4096, 0);
+    assert_int_equal(h_stat(c, "spill_segments_unauthenticated"), 1);
+    ferry_disconnect(c);
+    planter.d.ok = 1;
+    spill_done(&planter);
+    s.d.ok = 1;
+    spill_done(&s);
+    (void)state;
+}
+
+/* A file name read from the directory reaches the log with its control bytes escaped. */
+static void file_names_from_disk_are_logged_escaped(void **state)
+{
+    struct spilld s = {0};
+    char path[256];
+
+    make_spill_dir(&s, 0700, geteuid());
+    snprintf(path, sizeof(path), "%s/\x1b]0;owned\x07\x1b[2J.seg", s.spill);
+    h_write_file(path, "x");
+    spill_start(&s, NULL);
+    ferry_client *c = h_connect(&s.d);
+    uint64_t ignored = h_stat(c, "spill_files_ignored");
+    ferry_disconnect(c);
+    h_daemon_stop(&s.d);
+    assert_true(h_file_contains(s.d.log, "\\x1b]0;owned\\x07\\x1b[2J.seg"));
+    assert_false(h_file_contains(s.d.log, "\x1b"));
+    assert_int_equal(ignored, 1);
+    s.d.ok = 1;
+    spill_done(&s);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,6 +624,10 @@ int main(void)
         cmocka_unit_test(a_full_disk_fails_creates_and_damages_nothing),
         cmocka_unit_test(damaged_spill_files_fail_gets_not_the_daemon),
         cmocka_unit_test(second_daemon_on_the_directory_is_refused),
+        cmocka_unit_test(links_planted_as_segments_are_refused_and_left_alone),
+        cmocka_unit_test(spill_dir_others_can_write_is_refused),
+        cmocka_unit_test(segment_without_the_secrets_mac_is_not_served),
+        cmocka_unit_test(file_names_from_disk_are_logged_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

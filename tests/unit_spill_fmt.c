@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "common/mac.h"
 #include "store/spill_fmt.h"
 
 static struct spill_entry entries[3];
@@ -69,7 +70,7 @@ static void test_a_flipped_bit_anywhere_is_refused(void **state)
     struct spill_entry e[3];
     uint8_t *buf = three(&g);
 
-    for (uint64_t at = 48; at < g.hdr_len; at += 97) {
+    for (uint64_t at = SPILL_FIXED_SIZE; at < g.hdr_len; at += 97) {
         buf[at] ^= 0x10;
         assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), 0);
         assert_int_equal(spill_hdr_decode(buf, &back, e), FERRY_EPROTO);
@@ -79,6 +80,32 @@ static void test_a_flipped_bit_anywhere_is_refused(void **state)
     free(buf);
 }
 
+/* A signed header verifies with its key where it was signed, and nowhere else: not with another
+ * key, at another offset or in another segment, nor with a bit of its MAC or entries changed. */
+static void test_a_signed_header_verifies_only_where_it_was_signed(void **state)
+{
+    struct spill_group g;
+    uint8_t key[MAC_LEN], other[MAC_LEN];
+    uint8_t *buf = three(&g);
+
+    memset(key, 7, sizeof(key));
+    memset(other, 8, sizeof(other));
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 3, 8192), FERRY_EAUTH); /* unsigned */
+    assert_int_equal(spill_hdr_sign(buf, g.hdr_len, key, 3, 8192), 0);
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 3, 8192), 0);
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, other, 3, 8192), FERRY_EAUTH);
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 3, 0), FERRY_EAUTH);
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 4, 8192), FERRY_EAUTH);
+    for (uint64_t at = 0; at < g.hdr_len; at += 61) {
+        buf[at] ^= 0x01;
+        assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 3, 8192), FERRY_EAUTH);
+        buf[at] ^= 0x01;
+    }
+    assert_int_equal(spill_hdr_verify(buf, g.hdr_len, key, 3, 8192), 0);
+    free(buf);
+    (void)state;
+}
+
 static void test_other_versions_and_shapes_are_refused(void **state)
 {
     struct spill_group g, back;
@@ -86,9 +113,9 @@ static void test_other_versions_and_shapes_are_refused(void **state)
 
     assert_int_equal(spill_hdr_decode_fixed(zero, sizeof(zero), &back), FERRY_EPROTO);
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_FIXED_SIZE - 1, &back), FERRY_EPROTO);
-    buf[8] = 2; /* version */
+    buf[8] = SPILL_VERSION - 1; /* version */
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), FERRY_EPROTO);
-    buf[8] = 1;
+    buf[8] = SPILL_VERSION;
     buf[12] = 0; /* n = 0 */
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), FERRY_EPROTO);
     buf[12] = 3;
@@ -135,6 +162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_header_reads_back),
         cmocka_unit_test(test_a_flipped_bit_anywhere_is_refused),
+        cmocka_unit_test(test_a_signed_header_verifies_only_where_it_was_signed),
         cmocka_unit_test(test_other_versions_and_shapes_are_refused),
         cmocka_unit_test(test_an_entry_outside_its_group_is_refused),
         cmocka_unit_test(test_the_largest_header_fits_its_bound),

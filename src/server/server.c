@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/mac.h"
 #include "common/proto.h"
 #include "common/size.h"
 #include "common/usock.h"
@@ -517,20 +518,41 @@ forget_secret:
     return 0;
 }
 
+/* The key that signs the spill directory's records: HMAC(secret, "ferry spill v1"), so that a
+ * spill MAC is never a valid directory or wire MAC, nor the reverse. */
+static int spill_key(const char *secret_file, uint8_t key[MAC_LEN])
+{
+    static const char label[] = "ferry spill v1";
+    const struct mac_part part = {label, sizeof(label) - 1};
+    uint8_t secret[1024];
+    size_t len = 0;
+    int rc = read_secret(secret_file, secret, sizeof(secret), &len);
+
+    if (rc == 0)
+        rc = mac_sha256(secret, len, &part, 1, key);
+    explicit_bzero(secret, sizeof(secret));
+    return rc;
+}
+
 /* Opens the spill directory (after the signals are blocked: its workers inherit the mask) and
- * takes in what a previous run left there. */
+ * takes in what a previous run left there; with a secret, its records are signed. */
 static int open_spill(struct server *s)
 {
     const struct server_config *c = &s->cfg;
     const struct spill_counters *sc;
     char f[2][SIZE_FORMAT_LEN];
+    uint8_t key[MAC_LEN];
     int rc;
 
     if (!c->spill_dir)
         return 0;
-    if ((rc = store_spill_open(&s->store, c->spill_dir, c->spill_max, c->spill_at)) < 0 ||
-        (rc = loop_watch_add(&s->loop, &s->spill_watch, store_spill_fd(&s->store), LOOP_READ,
-                             on_spill, s)) < 0)
+    if (c->secret_file && (rc = spill_key(c->secret_file, key)) < 0)
+        return rc;
+    rc = store_spill_open(&s->store, c->spill_dir, c->spill_max, c->spill_at,
+                          c->secret_file ? key : NULL);
+    explicit_bzero(key, sizeof(key));
+    if (rc < 0 || (rc = loop_watch_add(&s->loop, &s->spill_watch, store_spill_fd(&s->store),
+                                       LOOP_READ, on_spill, s)) < 0)
         return rc;
     sc = spill_counters(s->store.spill);
     log_info("spill: %s (%s), %" PRIu64 " objects found (%s)%s%s, writes from %u%% of the arena",
@@ -540,6 +562,9 @@ static int open_spill(struct server *s)
     if (sc->recovery_dropped)
         log_warn("spill: %" PRIu64 " damaged groups dropped at start (see above)",
                  sc->recovery_dropped);
+    if (sc->segments_refused || sc->segments_unauthentic)
+        log_warn("spill: %" PRIu64 " segments refused at start and left alone (see above)",
+                 sc->segments_refused + sc->segments_unauthentic);
     return 0;
 }
 

@@ -39,6 +39,10 @@ static void server_stats_spill(struct server *srv, ferry_stats *out)
     out->restored_bytes = c->read_bytes;
     out->spill_recovered_objects = c->recovered_objects;
     out->spill_recovery_dropped = c->recovery_dropped;
+    out->spill_segments_refused = c->segments_refused;
+    out->spill_segments_unauthenticated = c->segments_unauthentic;
+    out->spill_files_ignored = c->files_ignored;
+    out->spill_recovery_too_large = st->counters.recovered_too_large;
 }
 
 void server_stats(struct server *srv, ferry_stats *out)

@@ -16,25 +16,35 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/proto.h"
 #include "common/size.h"
+
+/* Segments a directory may hold (256 TiB of full ones): the list read at open is bounded. */
+#define SPILL_SEGMENTS_MAX (1u << 20)
+/* Files not named as segments whose names are logged at open; the rest are only counted. */
+#define SPILL_IGNORED_LOGGED 8
 
 /* ---- segments ---- */
 
+/* Opens segment no relative to the directory, never through a link (O_NOFOLLOW) nor as a
+ * terminal: the fd, or FERRY_ESYS. */
 static int seg_open_fd(struct spill *sp, uint32_t no, int flags)
 {
     char name[32];
     int fd;
 
+    flags |= O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY;
     snprintf(name, sizeof(name), "%08" PRIu32 ".seg", no);
-    fd = openat(sp->dir_fd, name, flags | O_RDWR | O_CLOEXEC | (sp->direct ? O_DIRECT : 0), 0600);
+    fd = openat(sp->dir_fd, name, flags | (sp->direct ? O_DIRECT : 0), 0600);
     if (fd < 0 && errno == EINVAL && sp->direct) {
         /* A file system without O_DIRECT (tmpfs before 6.6): the page cache, then. */
         sp->direct = 0;
         log_warn("spill: %s does not support O_DIRECT; spilling through the page cache", sp->dir);
-        fd = openat(sp->dir_fd, name, flags | O_RDWR | O_CLOEXEC, 0600);
+        fd = openat(sp->dir_fd, name, flags, 0600);
     }
     if (fd < 0)
-        return err_set(FERRY_ESYS, "spill: %s/%s: %s", sp->dir, name, strerror(errno));
+        return err_set(FERRY_ESYS, "spill: %s/%s: %s", sp->dir, name,
+                       errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
     return fd;
 }
 
@@ -444,73 +454,97 @@ static void seg_cut(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size
         log_warn("spill: cutting %08" PRIu32 ".seg: %s", s->no, strerror(errno));
 }
 
-/* Reads the group header at pos into buf (SPILL_HDR_MAX bytes, aligned): 0, or FERRY_EPROTO. */
+/* Reads the group header at pos into buf (SPILL_HDR_MAX bytes, aligned) and checks it against
+ * the file: 0, FERRY_EPROTO (damaged) or, with a key, FERRY_EAUTH (not signed with it). */
 static int read_group(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size, uint8_t *buf,
                       struct spill_group *g, struct spill_entry *e)
 {
-    ssize_t n = pread(s->fd, buf, SPILL_BLOCK, (off_t)pos);
+    ssize_t n;
     int rc;
 
-    if (n != SPILL_BLOCK)
+    if (size - pos < SPILL_BLOCK)
+        return err_set(FERRY_EPROTO, "a partial block");
+    if ((n = pread(s->fd, buf, SPILL_BLOCK, (off_t)pos)) != SPILL_BLOCK)
         return err_set(FERRY_EPROTO, "%s", n < 0 ? strerror(errno) : "short read");
     if ((rc = spill_hdr_decode_fixed(buf, SPILL_BLOCK, g)) < 0)
         return rc;
     if (g->group_len > size - pos)
         return err_set(FERRY_EPROTO, "a group of %" PRIu64 " bytes, %" PRIu64 " left in the file",
                        g->group_len, size - pos);
+    if (g->seq == 0 || g->seq >= UINT64_MAX / 2) /* next_seq must not wrap */
+        return err_set(FERRY_EPROTO, "group sequence %" PRIu64, g->seq);
     if (g->hdr_len > SPILL_BLOCK) {
         n = pread(s->fd, buf + SPILL_BLOCK, g->hdr_len - SPILL_BLOCK, (off_t)(pos + SPILL_BLOCK));
         if (n != (ssize_t)(g->hdr_len - SPILL_BLOCK))
             return err_set(FERRY_EPROTO, "%s", n < 0 ? strerror(errno) : "short read");
     }
-    return spill_hdr_decode(buf, g, e);
+    if ((rc = spill_hdr_decode(buf, g, e)) < 0)
+        return rc;
+    for (uint32_t i = 0; i < g->n; i++) /* names as a client could give them */
+        if (e[i].name[0] && proto_check_name(e[i].name) < 0)
+            return err_set(FERRY_EPROTO, "entry %" PRIu32 ": %s", i, ferry_errmsg());
+    return sp->keyed ? spill_hdr_verify(buf, g->hdr_len, sp->key, s->no, pos) : 0;
 }
 
-/* Walks segment s's chain, reporting its live entries. */
-static int recover_segment(struct spill *sp, struct seg *s, uint8_t *buf, struct spill_entry *e,
-                           spill_found_fn *found, void *ctx)
+/* Takes in the group just read at pos: its records, and found() for its live entries. */
+static int take_group(struct spill *sp, struct seg *s, uint64_t pos, const struct spill_group *g,
+                      const struct spill_entry *e, spill_found_fn *found, void *ctx)
 {
-    struct stat st;
-    uint64_t pos = 0, size;
-    struct spill_group g;
+    struct grp *gr = grp_new(s, pos, g);
 
-    if (fstat(s->fd, &st) < 0)
-        return err_sys("spill: fstat");
-    size = (uint64_t)st.st_size;
-    while (pos < size) {
-        struct grp *gr;
-        if (size - pos < SPILL_BLOCK || read_group(sp, s, pos, size, buf, &g, e) < 0) {
-            seg_cut(sp, s, pos, size,
-                    size - pos < SPILL_BLOCK ? "a partial block" : ferry_errmsg());
-            break;
+    if (!gr)
+        return err_set(FERRY_ENOMEM, "spill: group record");
+    s->groups++;
+    if (g->seq >= sp->next_seq)
+        sp->next_seq = g->seq + 1;
+    for (uint32_t i = 0; i < g->n; i++) {
+        uint64_t len = e[i].data_size + e[i].metadata_size;
+        gr->recs[i] =
+            (struct spill_rec){.grp = gr, .index = i, .payload_off = e[i].payload_off, .len = len};
+        if (e[i].flags & SPILL_ENTRY_DELETED) {
+            gr->recs[i].dead = 1;
+            continue;
         }
-        if (!(gr = grp_new(s, pos, &g)))
-            return err_set(FERRY_ENOMEM, "spill: group record");
-        s->groups++;
-        if (g.seq >= sp->next_seq)
-            sp->next_seq = g.seq + 1;
-        for (uint32_t i = 0; i < g.n; i++) {
-            uint64_t len = e[i].data_size + e[i].metadata_size;
-            gr->recs[i] = (struct spill_rec){
-                .grp = gr, .index = i, .payload_off = e[i].payload_off, .len = len};
-            if (e[i].flags & SPILL_ENTRY_DELETED) {
-                gr->recs[i].dead = 1;
-                continue;
-            }
-            gr->live++;
-            sp->counters.recovered_objects++;
-            sp->counters.disk_bytes += entry_bytes(len);
-        }
-        gr->accounted = g.group_len - spill_entries_bytes(gr);
-        if (gr->live)
-            sp->counters.disk_bytes += gr->accounted;
-        for (uint32_t i = 0; i < g.n; i++) {
-            if (!gr->recs[i].dead)
-                found(ctx, sp, &e[i], &gr->recs[i]);
-        }
-        pos += g.group_len;
-        grp_maybe_free(sp, gr);
+        gr->live++;
+        sp->counters.recovered_objects++;
+        sp->counters.disk_bytes += entry_bytes(len);
     }
+    gr->accounted = g->group_len - spill_entries_bytes(gr);
+    if (gr->live)
+        sp->counters.disk_bytes += gr->accounted;
+    for (uint32_t i = 0; i < g->n; i++) {
+        if (!gr->recs[i].dead)
+            found(ctx, sp, &e[i], &gr->recs[i]);
+    }
+    grp_maybe_free(sp, gr);
+    return 0;
+}
+
+/* Walks segment s's chain twice: first checking every group (with a key, a group without its
+ * MAC refuses the whole segment: FERRY_EAUTH, nothing taken, nothing cut), then taking the
+ * intact ones in; a damaged group ends the chain and the segment is cut there. */
+static int recover_segment(struct spill *sp, struct seg *s, uint64_t size, uint8_t *buf,
+                           struct spill_entry *e, spill_found_fn *found, void *ctx)
+{
+    struct spill_group g;
+    char why[256] = "";
+    uint64_t pos = 0, end;
+    int rc = 0;
+
+    while (pos < size && (rc = read_group(sp, s, pos, size, buf, &g, e)) == 0)
+        pos += g.group_len;
+    if (pos < size && rc == FERRY_EAUTH)
+        return rc;
+    if (pos < size)
+        snprintf(why, sizeof(why), "%s", ferry_errmsg());
+    for (end = pos, pos = 0; pos < end; pos += g.group_len) {
+        if ((rc = read_group(sp, s, pos, size, buf, &g, e)) < 0) /* changed since: the end */
+            break;
+        if ((rc = take_group(sp, s, pos, &g, e, found, ctx)) < 0)
+            return rc;
+    }
+    if (pos < size)
+        seg_cut(sp, s, pos, size, why[0] ? why : ferry_errmsg());
     s->end = pos;
     return 0;
 }
@@ -524,18 +558,35 @@ uint64_t spill_entries_bytes(const struct grp *gr)
     return sum;
 }
 
+/* NNNNNNNN.seg, eight digits exactly (strtoul would take spaces and signs: two names for one
+ * segment). */
 static int seg_number(const char *name, uint32_t *no)
 {
-    char *end;
-    unsigned long v;
+    uint64_t v = 0;
 
     if (strlen(name) != 12 || strcmp(name + 8, ".seg") != 0)
         return -1;
-    v = strtoul(name, &end, 10);
-    if (end != name + 8 || v > UINT32_MAX - 1)
+    for (int i = 0; i < 8; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(name[i] - '0');
+    }
+    if (v > UINT32_MAX - 1)
         return -1;
     *no = (uint32_t)v;
     return 0;
+}
+
+/* A file in the directory that is not a segment: counted, and named (escaped) in the log. */
+static void ignore_file(struct spill *sp, const char *name)
+{
+    char esc[LOG_ESCAPED_SIZE(256)];
+
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strcmp(name, "LOCK") == 0)
+        return;
+    if (sp->counters.files_ignored++ < SPILL_IGNORED_LOGGED)
+        log_warn("spill: %s: ignoring \"%s\": not a segment", sp->dir,
+                 log_escape(name, esc, sizeof(esc)));
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -556,8 +607,16 @@ static int list_segments(struct spill *sp, uint32_t **out, size_t *n)
     if (!d)
         return err_set(FERRY_ESYS, "spill: reading %s: %s", sp->dir, strerror(errno));
     while ((de = readdir(d))) {
-        if (seg_number(de->d_name, &no) < 0)
+        if (seg_number(de->d_name, &no) < 0) {
+            ignore_file(sp, de->d_name);
             continue;
+        }
+        if (*n == SPILL_SEGMENTS_MAX) {
+            free(v);
+            closedir(d);
+            return err_set(FERRY_ENOSPACE, "spill: %s holds more than %u segments", sp->dir,
+                           SPILL_SEGMENTS_MAX);
+        }
         if (*n == cap) {
             uint32_t *nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
             if (!nv) {
@@ -570,10 +629,72 @@ static int list_segments(struct spill *sp, uint32_t **out, size_t *n)
         v[(*n)++] = no;
     }
     closedir(d);
+    if (sp->counters.files_ignored > SPILL_IGNORED_LOGGED)
+        log_warn("spill: %s: %" PRIu64 " files in all ignored: not segments", sp->dir,
+                 sp->counters.files_ignored);
     if (*n)
         qsort(v, *n, sizeof(*v), cmp_u32);
     *out = v;
     return 0;
+}
+
+/* A file found as a segment is taken only if it is what this daemon makes: a regular file of
+ * its user's, with one link (not a way to a file elsewhere), that nobody else can write.
+ * 0, or FERRY_EPERM with why. */
+static int seg_check(int fd, struct stat *st)
+{
+    if (fstat(fd, st) < 0)
+        return err_set(FERRY_ESYS, "fstat: %s", strerror(errno));
+    if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() || st->st_nlink != 1 ||
+        (st->st_mode & (S_IWGRP | S_IWOTH)))
+        return err_set(FERRY_EPERM,
+                       "%s of uid %u, mode %04o, %ju links; a segment is a regular file of "
+                       "uid %u with one link, writable by no one else",
+                       S_ISREG(st->st_mode) ? "a file" : "not a regular file", (unsigned)st->st_uid,
+                       (unsigned)(st->st_mode & 07777), (uintmax_t)st->st_nlink,
+                       (unsigned)geteuid());
+    return 0;
+}
+
+/* Recovers segment no: taken in, refused (left alone, counted, logged), or an error that stops
+ * the daemon (memory). */
+static int recover_one(struct spill *sp, uint32_t no, uint8_t *buf, struct spill_entry *e,
+                       spill_found_fn *found, void *ctx)
+{
+    /* O_NONBLOCK: a FIFO planted as a segment does not hold the start. */
+    int fd = seg_open_fd(sp, no, O_NONBLOCK), rc;
+    struct stat st;
+    struct seg *s;
+
+    if (no >= sp->next_seg) /* never created anew, even when refused */
+        sp->next_seg = no + 1;
+    if ((rc = fd < 0 ? fd : seg_check(fd, &st)) < 0) {
+        sp->counters.segments_refused++;
+        log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no,
+                 ferry_errmsg());
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    if (!(s = seg_add(sp, no, fd, 0))) {
+        close(fd);
+        return err_set(FERRY_ENOMEM, "spill: segment record");
+    }
+    s->users++; /* not dropped while walked, when a group with nothing live is freed */
+    rc = recover_segment(sp, s, (uint64_t)st.st_size, buf, e, found, ctx);
+    s->users--;
+    if (rc == FERRY_EAUTH) {
+        sp->counters.segments_unauthentic++;
+        log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no,
+                 ferry_errmsg());
+        seg_unlink_list(sp, s);
+        close(fd);
+        free(s);
+        return 0;
+    }
+    if (rc == 0)
+        seg_maybe_drop(sp, s);
+    return rc;
 }
 
 static int recover(struct spill *sp, spill_found_fn *found, void *ctx)
@@ -590,23 +711,8 @@ static int recover(struct spill *sp, spill_found_fn *found, void *ctx)
     }
     if ((rc = list_segments(sp, &nos, &n)) < 0)
         goto free_buffers;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        struct seg *s;
-        int fd = seg_open_fd(sp, nos[i], 0);
-        if (fd < 0) {
-            rc = fd;
-            break;
-        }
-        if (!(s = seg_add(sp, nos[i], fd, 0))) {
-            close(fd);
-            rc = err_set(FERRY_ENOMEM, "spill: segment record");
-            break;
-        }
-        s->users++; /* not dropped while walked, when a group with nothing live is freed */
-        rc = recover_segment(sp, s, buf, e, found, ctx);
-        s->users--;
-        seg_maybe_drop(sp, s);
-    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = recover_one(sp, nos[i], buf, e, found, ctx);
     free(nos);
 free_buffers:
     free(buf);
@@ -616,14 +722,40 @@ free_buffers:
 
 /* ---- life cycle ---- */
 
+/* The directory must be this daemon's alone: whoever else can write it can plant segments
+ * (objects under ids of their choosing, without a key) or links to files that recovery would
+ * open. Checked on what was opened, not on the path. */
+static int check_dir(const char *dir, int fd)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) < 0)
+        return err_set(FERRY_ESYS, "--spill-dir %s: fstat: %s", dir, strerror(errno));
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+        return err_set(FERRY_EPERM,
+                       "--spill-dir %s: mode %04o, owned by uid %u: it must be owned by ferryd's "
+                       "user (uid %u) and writable by no one else; chown %u and chmod 0700 it, "
+                       "or give ferryd a directory of its own",
+                       dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+                       (unsigned)geteuid(), (unsigned)geteuid());
+    return 0;
+}
+
 static int open_dir(struct spill *sp, const char *dir)
 {
+    int rc;
+
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
         return err_set(FERRY_ESYS, "--spill-dir %s: %s", dir, strerror(errno));
-    sp->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    sp->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sp->dir_fd < 0)
-        return err_set(FERRY_ESYS, "--spill-dir %s: %s", dir, strerror(errno));
-    sp->lock_fd = openat(sp->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        return err_set(FERRY_ESYS, "--spill-dir %s: %s", dir,
+                       errno == ELOOP ? "a symbolic link (give the directory itself)"
+                                      : strerror(errno));
+    if ((rc = check_dir(dir, sp->dir_fd)) < 0)
+        return rc;
+    sp->lock_fd =
+        openat(sp->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
     if (sp->lock_fd < 0)
         return err_set(FERRY_ESYS, "--spill-dir %s: LOCK: %s", dir, strerror(errno));
     if (flock(sp->lock_fd, LOCK_EX | LOCK_NB) < 0)
@@ -633,8 +765,8 @@ static int open_dir(struct spill *sp, const char *dir)
     return 0;
 }
 
-int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, spill_found_fn *found,
-               void *ctx)
+int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const uint8_t *key,
+               spill_found_fn *found, void *ctx)
 {
     struct spill *sp = calloc(1, sizeof(*sp));
     int rc;
@@ -648,6 +780,10 @@ int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, spill_fo
     sp->direct = 1;
     sp->next_seq = 1;
     sp->queue_tail = &sp->queue;
+    if (key) {
+        sp->keyed = 1;
+        memcpy(sp->key, key, MAC_LEN);
+    }
     if ((rc = open_dir(sp, dir)) < 0 || (rc = spill_io_start(sp)) < 0)
         goto close_spill;
     if ((rc = recover(sp, found, ctx)) < 0) {
@@ -664,6 +800,7 @@ close_spill:
     if (sp->dir_fd >= 0)
         close(sp->dir_fd);
     free(sp->dir);
+    explicit_bzero(sp->key, sizeof(sp->key));
     free(sp);
     return rc;
 }
@@ -689,6 +826,7 @@ void spill_close(struct spill *sp)
     close(sp->lock_fd);
     close(sp->dir_fd);
     free(sp->dir);
+    explicit_bzero(sp->key, sizeof(sp->key));
     free(sp);
 }
 

@@ -44,6 +44,9 @@ struct spill_counters {
     uint64_t write_failures, read_failures;  /* objects */
     uint64_t recovered_objects;              /* found at open */
     uint64_t recovery_dropped;               /* groups or entries found damaged at open */
+    uint64_t segments_refused;               /* at open: not a regular file of ours with one link */
+    uint64_t segments_unauthentic;           /* at open, with a key: a group without its MAC */
+    uint64_t files_ignored;                  /* at open: not named as a segment */
     uint64_t disk_bytes;                     /* gauge: bytes of groups with live objects */
     uint64_t direct;                         /* gauge: 1 when files use O_DIRECT */
 };
@@ -71,12 +74,18 @@ struct spill_job {
 typedef void spill_found_fn(void *ctx, struct spill *sp, const struct spill_entry *e,
                             struct spill_rec *r);
 
-/* Opens (creating it if needed) the directory, takes its lock, reads every segment's chain and
- * calls found() for each live entry (a duplicate id: the newest group's, the other forgotten).
- * A damaged group ends its segment's chain: the segment is cut there and the loss counted and
- * logged. max_bytes: the most the directory may hold (0: no limit but the disk). */
-int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, spill_found_fn *found,
-               void *ctx);
+/* Opens (creating it, 0700, if needed) the directory, takes its lock, reads every segment's chain
+ * and calls found() for each live entry (a duplicate id: the newest group's, the other
+ * forgotten). The directory must be owned by the euid and writable by no one else (FERRY_EPERM
+ * otherwise: whoever can write it can plant objects, or links that recovery would follow).
+ * Everything read from it is hostile: a file that is not a regular file of ours with one link
+ * and no write permission for others is refused (left alone, counted, logged); a damaged group
+ * ends its segment's chain: the segment is cut there and the loss counted and logged.
+ * key: NULL, or MAC_LEN bytes (derived from the cluster secret; copied): every group header is
+ * signed with it, and a segment with a group whose MAC fails is refused whole and left alone.
+ * max_bytes: the most the directory may hold (0: no limit but the disk). */
+int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const uint8_t *key,
+               spill_found_fn *found, void *ctx);
 /* Waits for every job and task, syncs the files and frees the spill; records become invalid. */
 void spill_close(struct spill *sp);
 

@@ -6,8 +6,10 @@
 #include <xxhash.h>
 
 #include "common/err.h"
+#include "common/mac.h"
 
 #define CHECKSUM_AT 40u /* the checksum's offset in the fixed part */
+#define MAC_AT 48u      /* the MAC's, right after it */
 
 uint64_t spill_hdr_len(const struct spill_entry *e, uint32_t n)
 {
@@ -28,13 +30,13 @@ int spill_entry_equal(const struct spill_entry *a, const struct spill_entry *b)
 
 uint64_t spill_hdr_checksum(const uint8_t *buf, uint64_t len)
 {
-    static const uint8_t zero[8];
+    static const uint8_t zero[8 + MAC_LEN];
     XXH3_state_t st;
 
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, buf, CHECKSUM_AT);
     XXH3_64bits_update(&st, zero, sizeof(zero));
-    XXH3_64bits_update(&st, buf + CHECKSUM_AT + 8, len - CHECKSUM_AT - 8);
+    XXH3_64bits_update(&st, buf + SPILL_FIXED_SIZE, len - SPILL_FIXED_SIZE);
     return XXH3_64bits_digest(&st);
 }
 
@@ -63,7 +65,7 @@ void spill_hdr_encode(uint8_t *buf, const struct spill_group *g, const struct sp
     p = put64(p, g->seq);
     p = put64(p, g->hdr_len);
     p = put64(p, g->group_len);
-    p += 8; /* the checksum, last */
+    p += 8 + MAC_LEN; /* the checksum, last, and the MAC, later */
     for (uint32_t i = 0; i < g->n; i++) {
         size_t name_len = strnlen(e[i].name, FERRY_NAME_MAX);
         memcpy(p, e[i].id.bytes, FERRY_ID_SIZE);
@@ -79,6 +81,38 @@ void spill_hdr_encode(uint8_t *buf, const struct spill_group *g, const struct sp
         p += name_len;
     }
     put64(buf + CHECKSUM_AT, spill_hdr_checksum(buf, g->hdr_len));
+}
+
+static int hdr_mac(const uint8_t *buf, uint64_t len, const uint8_t *key, uint32_t seg, uint64_t off,
+                   uint8_t out[MAC_LEN])
+{
+    static const uint8_t zero[MAC_LEN];
+    uint8_t where[12];
+    const struct mac_part parts[] = {{where, sizeof(where)},
+                                     {buf, MAC_AT},
+                                     {zero, MAC_LEN},
+                                     {buf + SPILL_FIXED_SIZE, len - SPILL_FIXED_SIZE}};
+
+    put64(where, off);
+    for (int i = 0; i < 4; i++)
+        where[8 + i] = (uint8_t)(seg >> (8 * i));
+    return mac_sha256(key, MAC_LEN, parts, sizeof(parts) / sizeof(parts[0]), out);
+}
+
+int spill_hdr_sign(uint8_t *buf, uint64_t len, const uint8_t *key, uint32_t seg, uint64_t off)
+{
+    return hdr_mac(buf, len, key, seg, off, buf + MAC_AT);
+}
+
+int spill_hdr_verify(const uint8_t *buf, uint64_t len, const uint8_t *key, uint32_t seg,
+                     uint64_t off)
+{
+    uint8_t mac[MAC_LEN];
+    int rc = hdr_mac(buf, len, key, seg, off, mac);
+
+    if (rc == 0 && !mac_equal(mac, buf + MAC_AT, MAC_LEN))
+        rc = err_set(FERRY_EAUTH, "its MAC is not the secret's (written without it, or forged)");
+    return rc;
 }
 
 int spill_hdr_decode_fixed(const uint8_t *buf, size_t len, struct spill_group *g)

@@ -12,7 +12,8 @@
  * entry is flagged in its header, which is rewritten whole.
  *
  * Header, little-endian: magic u64, version u32, n u32, seq u64, hdr_len u64, group_len u64,
- * checksum u64 (XXH3 of the hdr_len bytes with this field zero), then n entries: id,
+ * checksum u64 (XXH3 of the hdr_len bytes with this field and the MAC zero), MAC (32 bytes:
+ * spill_hdr_sign, zero without a key), then n entries: id,
  * data_size u64, metadata_size u64, digest u64, created_ns u64, payload_off u64, flags u8,
  * name as u8 length + bytes; zeroes to hdr_len.
  */
@@ -25,9 +26,9 @@
 #include "ferry.h"
 
 #define SPILL_MAGIC 0x31504c5359525246ull /* "FRRYSLP1" */
-#define SPILL_VERSION 1u
+#define SPILL_VERSION 2u
 #define SPILL_BLOCK 4096u
-#define SPILL_FIXED_SIZE 48u
+#define SPILL_FIXED_SIZE 80u
 #define SPILL_ENTRY_FIXED (FERRY_ID_SIZE + 6u * 8u + 1u + 1u)
 #define SPILL_ENTRIES_MAX 256u /* objects in one group */
 /* The largest header: every entry with the longest name. */
@@ -71,6 +72,14 @@ uint64_t spill_hdr_checksum(const uint8_t *buf, uint64_t len);
 
 /* Writes the header of g (g->hdr_len bytes, from spill_hdr_len) into buf, checksum included. */
 void spill_hdr_encode(uint8_t *buf, const struct spill_group *g, const struct spill_entry *e);
+
+/* With a key (MAC_LEN bytes, the spill's: derived from the cluster secret), a header is signed:
+ * HMAC-SHA256 of its len bytes with the MAC field zero, bound to where it lies (segment seg, at
+ * offset off), so that no header is valid elsewhere or without the key. 0, or FERRY_ESYS. */
+int spill_hdr_sign(uint8_t *buf, uint64_t len, const uint8_t *key, uint32_t seg, uint64_t off);
+/* 0 when buf's MAC is the one key gives it there; FERRY_EAUTH (detail set) or FERRY_ESYS. */
+int spill_hdr_verify(const uint8_t *buf, uint64_t len, const uint8_t *key, uint32_t seg,
+                     uint64_t off);
 
 /* Reads the fixed part from the first len bytes (at least SPILL_FIXED_SIZE) and checks what it
  * can: magic, version, n, lengths. FERRY_EPROTO (detail set) when it is not a group's header. */

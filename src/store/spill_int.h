@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include "common/mac.h"
 #include "store/spill.h"
 
 #define SPILL_LANES 2
@@ -73,7 +74,9 @@ struct spill {
     int dir_fd, lock_fd, efd;
     uint64_t max_bytes;
     int direct;
-    uint32_t align; /* of O_DIRECT's memory and offsets: 512 to SPILL_BLOCK */
+    int keyed;            /* group headers are signed with key */
+    uint8_t key[MAC_LEN]; /* spill_open's */
+    uint32_t align;       /* of O_DIRECT's memory and offsets: 512 to SPILL_BLOCK */
     struct seg *segs;
     /* Two groups are written at once, each at the end of its own segment (a lane), so that a
      * failed group is always its segment's last: the chain never has a hole. */

@@ -232,6 +232,8 @@ int spill_io_prepare(struct spill *sp, struct grp *gr, const struct spill_group 
     if (posix_memalign((void **)&gr->hdr, SPILL_BLOCK, g->hdr_len) != 0)
         goto fail;
     spill_hdr_encode(gr->hdr, g, e);
+    if (sp->keyed && spill_hdr_sign(gr->hdr, g->hdr_len, sp->key, gr->seg->no, gr->off) < 0)
+        goto fail;
     if (!(gr->jobs = malloc(g->n * sizeof(*jobs))) || !(gr->start = calloc(1, sizeof(*gr->start))))
         goto fail;
     memcpy(gr->jobs, jobs, g->n * sizeof(*jobs));
@@ -393,13 +395,17 @@ static int flag_deleted(struct spill *sp, struct grp *gr, uint32_t index)
         goto free_buffers;
     pthread_mutex_lock(&sp->hdr_lock);
     if ((rc = full_io(gr->seg->fd, buf, gr->hdr_len, gr->off, 0)) == 0) {
+        /* With a key, a header changed since it was read at open is not signed again. */
         if (spill_hdr_decode_fixed(buf, gr->hdr_len, &g) < 0 || g.hdr_len != gr->hdr_len ||
-            index >= g.n || spill_hdr_decode(buf, &g, e) < 0) {
+            index >= g.n || spill_hdr_decode(buf, &g, e) < 0 ||
+            (sp->keyed && spill_hdr_verify(buf, g.hdr_len, sp->key, gr->seg->no, gr->off) < 0)) {
             rc = -EBADMSG;
         } else {
             e[index].flags |= SPILL_ENTRY_DELETED;
             spill_hdr_encode(buf, &g, e);
-            rc = full_io(gr->seg->fd, buf, gr->hdr_len, gr->off, 1);
+            rc = sp->keyed && spill_hdr_sign(buf, g.hdr_len, sp->key, gr->seg->no, gr->off) < 0
+                     ? -EBADMSG
+                     : full_io(gr->seg->fd, buf, gr->hdr_len, gr->off, 1);
         }
     }
     pthread_mutex_unlock(&sp->hdr_lock);

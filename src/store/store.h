@@ -87,6 +87,7 @@ struct store_events {
 struct store_counters {
     uint64_t created, sealed, aborted, deleted, evicted_objects, evicted_bytes, refused;
     uint64_t restores, restore_wait_ns, restore_failures, spill_failures, creates_waited;
+    uint64_t recovered_too_large; /* found on disk, larger than the arena: left there */
 };
 
 /* Writes in flight at most (more when one create or restore needs more). */
@@ -170,8 +171,11 @@ int store_reserve(struct store *s, uint64_t size, alloc_block **out);
 void store_unreserve(struct store *s, alloc_block *b);
 
 /* Opens the spill directory (spill.h) and takes in the objects found there as spilled, sealed
- * ones; spill_at is the percent of the arena past which writes start. */
-int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at);
+ * ones (but for those larger than the arena: left on disk, counted); spill_at is the percent of
+ * the arena past which writes start; key: NULL, or the MAC_LEN bytes that sign the directory's
+ * records (spill_open). */
+int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at,
+                     const uint8_t *key);
 /* Readable when spill I/O finished: call store_collect_spill. -1 without a spill directory. */
 int store_spill_fd(const struct store *s);
 void store_collect_spill(struct store *s);

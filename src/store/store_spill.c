@@ -331,12 +331,22 @@ void store_after_turn(struct store *s)
 /* ---- recovery, persistence ---- */
 
 /* An object found on disk joins the table, spilled; of two records of an id the newer (the
- * larger group sequence) stays and the other is forgotten. */
+ * larger group sequence) stays and the other is forgotten. One that the arena could never hold
+ * stays on disk (a restart with a larger arena takes it), out of the table. */
 static void found(void *ctx, struct spill *sp, const struct spill_entry *e, struct spill_rec *r)
 {
     struct store *s = ctx;
     struct object *o = store_find(s, &e->id);
+    char hex[2 * FERRY_ID_SIZE + 1], f[2][SIZE_FORMAT_LEN];
 
+    if (e->data_size + e->metadata_size > alloc_capacity(s->alloc)) {
+        s->counters.recovered_too_large++;
+        ferry_id_format(&e->id, hex);
+        log_warn("spill: object %s of %s found on disk, larger than the arena of %s: left there",
+                 hex, size_format(e->data_size + e->metadata_size, f[0], sizeof(f[0])),
+                 size_format(alloc_capacity(s->alloc), f[1], sizeof(f[1])));
+        return;
+    }
     if (o && spill_rec_seq(o->rec) > spill_rec_seq(r)) {
         spill_forget(sp, r);
         return;
@@ -367,12 +377,13 @@ static void found(void *ctx, struct spill *sp, const struct spill_entry *e, stru
     s->spilled_bytes += object_len(o);
 }
 
-int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at)
+int store_spill_open(struct store *s, const char *dir, uint64_t max_bytes, unsigned spill_at,
+                     const uint8_t *key)
 {
     int rc;
 
     s->spill_at = spill_at;
-    if ((rc = spill_open(&s->spill, dir, max_bytes, found, s)) < 0)
+    if ((rc = spill_open(&s->spill, dir, max_bytes, key, found, s)) < 0)
         s->spill = NULL;
     return rc;
 }
