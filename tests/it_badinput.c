@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/falloc.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,17 +107,13 @@ static void random_bytes(uint8_t *buf, size_t n, uint32_t seed)
         buf[6] = 1;
 }
 
-/* The arena's memfd is in every client's hands, writable: truncating it (or growing it) must
- * fail, and the daemon go on serving. The test reopens it through /proc, as the same file. */
-H_TEST(arena_size_cannot_be_changed_by_a_client)
+/* The daemon's arena memfd, reopened through /proc as the same file (what every client holds). */
+static int arena_fd(const struct ferryd *d)
 {
-    ferry_client *c = client(d);
-    ferry_id x = h_id("survives-truncate");
     char dir[64], link[256], path[320];
     struct dirent *e;
     int fd = -1;
 
-    H_OK(h_put_direct(c, &x, 4096, 0));
     snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)d->pid);
     DIR *fds = opendir(dir);
     assert_non_null(fds);
@@ -127,6 +126,18 @@ H_TEST(arena_size_cannot_be_changed_by_a_client)
     }
     closedir(fds);
     assert_true(fd >= 0);
+    return fd;
+}
+
+/* The arena's memfd is in every client's hands, writable: truncating it (or growing it) must
+ * fail, and the daemon go on serving. */
+H_TEST(arena_size_cannot_be_changed_by_a_client)
+{
+    ferry_client *c = client(d);
+    ferry_id x = h_id("survives-truncate");
+
+    H_OK(h_put_direct(c, &x, 4096, 0));
+    int fd = arena_fd(d);
     int seals = fcntl(fd, F_GET_SEALS);
     assert_true(seals >= 0);
     assert_true((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
@@ -421,6 +432,89 @@ H_TEST(silent_and_stalled_connections_do_not_block_others)
     ferry_disconnect(c);
 }
 
+#define HUGE (2u << 20)
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+
+static long read_long(const char *path, const char *key)
+{
+    char line[256];
+    long v = -1;
+    FILE *f = fopen(path, "r");
+
+    while (f && v < 0 && fgets(line, sizeof(line), f))
+        if (!key || strncmp(line, key, strlen(key)) == 0)
+            v = strtol(line + (key ? strlen(key) : 0), NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static long hugepages_before = -1; /* what the huge-page case found, put back by its teardown */
+
+static int write_long(const char *path, long v)
+{
+    FILE *f = fopen(path, "w");
+    int ok = f && fprintf(f, "%ld\n", v) > 0;
+
+    if (f && fclose(f) != 0)
+        ok = 0;
+    return ok ? 0 : -1;
+}
+
+/* A client punches a hole in a --hugepages arena (no seal but F_SEAL_WRITE stops it), another
+ * process takes the freed huge page, and the daemon then touches the range (it hashes the
+ * object there at seal): it must not die of SIGBUS. It counts the fault, and serves on. Raises
+ * nr_hugepages by the two the arena needs and puts it back; skipped where it cannot. */
+static void punched_huge_page_does_not_kill_the_daemon(void **state)
+{
+    static const char *const huge[] = {"--hugepages", NULL};
+    struct ferryd d;
+    long before = hugepages_before = read_long(NR_HUGEPAGES, NULL);
+    ferry_id big = h_id("punched"), small = h_id("after");
+    uint8_t *data;
+
+    if (before < 0 || write_long(NR_HUGEPAGES, before + 2) < 0 ||
+        read_long("/proc/meminfo", "HugePages_Free:") < 2)
+        H_SKIP("cannot have two free huge pages here (nr_hugepages %ld)", before);
+    h_daemon_init(&d);
+    h_daemon_start(&d, "4M", huge);
+    ferry_client *c = h_connect(&d), *other = h_connect(&d);   /* mapped before the hole */
+    H_OK(h_put_direct(other, &small, 4096, 0));                /* in the first page, which stays */
+    H_OK(ferry_create(c, &big, 3 * HUGE / 2, NULL, 0, &data)); /* over both pages */
+    memset(data, 1, 3 * HUGE / 2);
+    int fd = arena_fd(&d);
+    assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, HUGE, HUGE), 0);
+    close(fd);
+    long free_pages = read_long("/proc/meminfo", "HugePages_Free:");
+    assert_true(free_pages >= 1);
+    size_t hog_len = (size_t)free_pages * HUGE;
+    void *hog = mmap(NULL, hog_len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+    assert_true(hog != MAP_FAILED);
+    assert_int_equal(read_long("/proc/meminfo", "HugePages_Free:"), 0);
+    H_OK(ferry_seal(c, &big)); /* hashed by the daemon: it reads the punched page */
+    assert_true(h_wait_stat_min(other, "arena_faults", 1, H_EVENT_MS) >= 1);
+    h_assert_object(other, &small, 4096, 0);
+    H_OK(ferry_delete(other, &big));
+    assert_int_equal(kill(d.pid, 0), 0);
+    ferry_disconnect(other);
+    ferry_disconnect(c);
+    munmap(hog, hog_len);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    assert_true(h_file_contains(d.log, "arena_faults"));
+    h_daemon_cleanup(&d);
+    (void)state;
+}
+
+static int put_hugepages_back(void **state)
+{
+    if (hugepages_before >= 0)
+        write_long(NR_HUGEPAGES, hugepages_before);
+    (void)state;
+    return 0;
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, h_teardown)
 
 int main(void)
@@ -438,6 +532,7 @@ int main(void)
         T(put_batch_outside_the_staging_area_is_rejected),
         T(well_formed_raw_requests_are_answered),
         T(silent_and_stalled_connections_do_not_block_others),
+        cmocka_unit_test_teardown(punched_huge_page_does_not_kill_the_daemon, put_hugepages_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -299,6 +299,21 @@ void server_schedule(struct server *s, struct session *ss)
 }
 
 /* After each turn: input left waiting (a get that ended), then what was closed. */
+/* The first page of the arena a client punched (arena_catch_faults), said once: the handler
+ * cannot log. */
+static void log_arena_faults(struct server *s)
+{
+    uint64_t n;
+
+    if (s->arena_fault_logged || (n = arena_faults()) == 0)
+        return;
+    s->arena_fault_logged = 1;
+    log_warn("arena: %" PRIu64 " page%s of the arena were missing when touched (a client punched "
+             "a hole in the arena's memfd and the memory was taken): replaced by private memory "
+             "in this daemon; the objects there are damaged (counted in arena_faults)",
+             n, n == 1 ? "" : "s");
+}
+
 static void after_turn(struct loop *l, void *arg)
 {
     struct server *s = arg;
@@ -327,6 +342,7 @@ static void after_turn(struct loop *l, void *arg)
         free(sub);
     }
     store_after_turn(&s->store);
+    log_arena_faults(s);
     l->busy = s->ready != NULL || s->closed != NULL;
 }
 
@@ -608,7 +624,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     loop_timer_init(&s->accept_resume, on_accept_resume, s);
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
-    if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)
+    if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0 ||
+        (rc = arena_catch_faults(&s->arena)) < 0)
         goto destroy;
     if ((rc = store_init(&s->store, s->arena.base, s->arena.size, &ev)) < 0)
         goto destroy;

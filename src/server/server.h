@@ -86,6 +86,7 @@ struct server {
     struct session *hash_waiters;   /* blocked in HASH for a digest being computed */
     struct loop_watch hasher_watch; /* the store's hasher finished digests */
     struct loop_watch spill_watch;  /* the store's spill I/O finished jobs */
+    int arena_fault_logged;         /* the first arena_faults was logged */
     struct session *room_waiters;   /* blocked in a create that waits for spilling */
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */

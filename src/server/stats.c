@@ -77,6 +77,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
     out->cluster_node = srv->dir != NULL;
+    out->arena_faults = arena_faults();
     server_stats_spill(srv, out);
     if (srv->metrics) {
         out->metrics_scrapes = metrics_counters(srv->metrics)->scrapes;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/falloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,6 +17,10 @@
 #include "common/size.h"
 
 #define HUGE_PAGE_SIZE ((uint64_t)2 << 20)
+
+/* The arena the SIGBUS handler patches (arena_catch_faults), read in the handler. */
+static atomic_uintptr_t fault_base;
+static atomic_uint_fast64_t fault_size, fault_page, fault_count;
 
 /* A "Key: N kB" figure from /proc/meminfo in bytes, 0 when absent. */
 static uint64_t meminfo_bytes(const char *key)
@@ -159,6 +164,47 @@ int arena_prefault_start(struct arena *a)
     return 0;
 }
 
+/* Async-signal-safe: atomics, mmap and sigaction only. */
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+    uintptr_t base = atomic_load(&fault_base), addr = (uintptr_t)si->si_addr;
+    uint64_t size = atomic_load(&fault_size), page = atomic_load(&fault_page);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+
+    (void)uctx;
+    if (si->si_code > 0 && base && addr >= base && addr - base < size) {
+        void *at = (void *)(base + (addr - base) / page * page);
+        if (mmap(at, page, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                 0) != MAP_FAILED) {
+            atomic_fetch_add(&fault_count, 1);
+            return; /* the faulting access runs again, on the new page */
+        }
+    }
+    /* Not the arena's: the default action, as without this handler (a fault repeats on return;
+     * a signal sent by kill is sent again). */
+    sigaction(SIGBUS, &dfl, NULL);
+    if (si->si_code <= 0)
+        raise(sig);
+}
+
+int arena_catch_faults(struct arena *a)
+{
+    struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
+
+    atomic_store(&fault_size, a->size);
+    atomic_store(&fault_page, a->hugepages ? HUGE_PAGE_SIZE : (uint64_t)sysconf(_SC_PAGESIZE));
+    atomic_store(&fault_base, (uintptr_t)a->base);
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) < 0)
+        return err_sys("sigaction(SIGBUS)");
+    return 0;
+}
+
+uint64_t arena_faults(void)
+{
+    return atomic_load(&fault_count);
+}
+
 void arena_close(struct arena *a)
 {
     if (a->prefaulting) {
@@ -166,6 +212,8 @@ void arena_close(struct arena *a)
         pthread_join(a->prefaulter, NULL);
         a->prefaulting = 0;
     }
+    if (a->base && atomic_load(&fault_base) == (uintptr_t)a->base)
+        atomic_store(&fault_base, 0);
     if (a->base)
         munmap(a->base, a->size);
     if (a->fd >= 0)

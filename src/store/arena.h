@@ -3,6 +3,12 @@
  * of its memory reserved at start so that clients never take SIGBUS from an overcommitted
  * /dev/shm, mapped once by the daemon and once by each client (the fd goes by SCM_RIGHTS). Its
  * size is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): a client cannot truncate it.
+ *
+ * No seal short of F_SEAL_WRITE (which clients, who write their objects in place, cannot live
+ * with) stops a client from punching a hole in it (fallocate FALLOC_FL_PUNCH_HOLE): the pages go
+ * back to the system, and a later touch faults them in again, zeroed. With huge pages, that
+ * fault has nothing to take once another process took the freed pages, and the toucher gets
+ * SIGBUS. arena_catch_faults makes the daemon survive it (see there).
  */
 #ifndef FERRY_ARENA_H
 #define FERRY_ARENA_H
@@ -28,6 +34,16 @@ struct arena {
 int arena_open(struct arena *a, uint64_t size, int hugepages);
 /* Stops the prefaulter (if any), unmaps and closes. */
 void arena_close(struct arena *a);
+
+/* Installs a SIGBUS handler (process-wide, for this one arena) that, for a fault inside a's
+ * mapping, maps private anonymous memory over the faulting page (a huge page with
+ * --hugepages) in the daemon's own view, so that the thread carries on, and counts it
+ * (arena_faults). From then on the daemon's view of that page is its own: the objects there are
+ * damaged (as any client can damage any object by writing the arena). A SIGBUS elsewhere, or
+ * sent by kill, keeps the default action. FERRY_ESYS if sigaction fails. */
+int arena_catch_faults(struct arena *a);
+/* Pages replaced so far (any thread may have faulted). */
+uint64_t arena_faults(void);
 
 /* Maps every page of the daemon's view of the arena, in the background: fallocate reserves
  * the memory but leaves each page to be zeroed and mapped at its first touch, which costs the
