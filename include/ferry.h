@@ -328,7 +328,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
     X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")  \
     X(spill_segments_refused, COUNTER,                                                             \
-      "spill segments refused at start: not a regular file of ours with one link")                 \
+      "spill segments refused at start: not a regular file of ours with one link, or of another "  \
+      "format version")                                                                            \
     X(spill_segments_unauthenticated, COUNTER,                                                     \
       "spill segments refused at start: a record not signed with our secret")                      \
     X(spill_files_ignored, COUNTER, "files in the spill directory that are not segments")          \

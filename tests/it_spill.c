@@ -591,6 +591,41 @@ static void segment_without_the_secrets_mac_is_not_served(void **state)
     (void)state;
 }
 
+/* A segment of another format version (a previous release's) is refused and left as it is, not
+ * cut as damaged. */
+static void segment_of_another_format_version_is_left_alone(void **state)
+{
+    static const char *const persist[] = {"--persist-on-exit", NULL};
+    struct spilld s = {0};
+    char path[256];
+    uint8_t version;
+    ferry_id id = h_id("old");
+
+    spill_start(&s, persist);
+    ferry_client *c = h_connect(&s.d);
+    H_OK(h_put_direct(c, &id, 4096, 0));
+    ferry_disconnect(c);
+    h_daemon_stop(&s.d);
+    snprintf(path, sizeof(path), "%s/00000000.seg", s.spill);
+    long size = h_file_size(path);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &version, 1, 8), 1);
+    version++;
+    assert_int_equal(pwrite(fd, &version, 1, 8), 1);
+    close(fd);
+
+    spill_start(&s, persist);
+    c = h_connect(&s.d);
+    assert_int_equal(h_contains(c, &id), 0);
+    assert_int_equal(h_file_size(path), size);
+    assert_int_equal(h_stat(c, "spill_segments_refused"), 1);
+    ferry_disconnect(c);
+    s.d.ok = 1;
+    spill_done(&s);
+    (void)state;
+}
+
 /* A file name read from the directory reaches the log with its control bytes escaped. */
 static void file_names_from_disk_are_logged_escaped(void **state)
 {
@@ -627,6 +662,7 @@ int main(void)
         cmocka_unit_test(links_planted_as_segments_are_refused_and_left_alone),
         cmocka_unit_test(spill_dir_others_can_write_is_refused),
         cmocka_unit_test(segment_without_the_secrets_mac_is_not_served),
+        cmocka_unit_test(segment_of_another_format_version_is_left_alone),
         cmocka_unit_test(file_names_from_disk_are_logged_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

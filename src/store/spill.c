@@ -454,8 +454,22 @@ static void seg_cut(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size
         log_warn("spill: cutting %08" PRIu32 ".seg: %s", s->no, strerror(errno));
 }
 
+/* Whether buf starts a group header of another format version (a ferryd of another release
+ * wrote it): its segment is left alone for that ferryd, not cut as damaged. */
+static int other_version(const uint8_t *buf)
+{
+    uint64_t magic = 0, version = 0;
+
+    for (int i = 7; i >= 0; i--) {
+        magic = magic << 8 | buf[i];
+        version = version << 8 | (i < 4 ? buf[8 + i] : 0);
+    }
+    return magic == SPILL_MAGIC && version != SPILL_VERSION;
+}
+
 /* Reads the group header at pos into buf (SPILL_HDR_MAX bytes, aligned) and checks it against
- * the file: 0, FERRY_EPROTO (damaged) or, with a key, FERRY_EAUTH (not signed with it). */
+ * the file: 0, FERRY_EPROTO (damaged), FERRY_ENOSYS (another format version) or, with a key,
+ * FERRY_EAUTH (not signed with it). */
 static int read_group(struct spill *sp, struct seg *s, uint64_t pos, uint64_t size, uint8_t *buf,
                       struct spill_group *g, struct spill_entry *e)
 {
@@ -467,7 +481,7 @@ static int read_group(struct spill *sp, struct seg *s, uint64_t pos, uint64_t si
     if ((n = pread(s->fd, buf, SPILL_BLOCK, (off_t)pos)) != SPILL_BLOCK)
         return err_set(FERRY_EPROTO, "%s", n < 0 ? strerror(errno) : "short read");
     if ((rc = spill_hdr_decode_fixed(buf, SPILL_BLOCK, g)) < 0)
-        return rc;
+        return other_version(buf) ? err_set(FERRY_ENOSYS, "%s", ferry_errmsg()) : rc;
     if (g->group_len > size - pos)
         return err_set(FERRY_EPROTO, "a group of %" PRIu64 " bytes, %" PRIu64 " left in the file",
                        g->group_len, size - pos);
@@ -521,8 +535,9 @@ static int take_group(struct spill *sp, struct seg *s, uint64_t pos, const struc
 }
 
 /* Walks segment s's chain twice: first checking every group (with a key, a group without its
- * MAC refuses the whole segment: FERRY_EAUTH, nothing taken, nothing cut), then taking the
- * intact ones in; a damaged group ends the chain and the segment is cut there. */
+ * MAC refuses the whole segment: FERRY_EAUTH, nothing taken, nothing cut; so does a group of
+ * another format version: FERRY_ENOSYS), then taking the intact ones in; a damaged group ends
+ * the chain and the segment is cut there. */
 static int recover_segment(struct spill *sp, struct seg *s, uint64_t size, uint8_t *buf,
                            struct spill_entry *e, spill_found_fn *found, void *ctx)
 {
@@ -533,7 +548,7 @@ static int recover_segment(struct spill *sp, struct seg *s, uint64_t size, uint8
 
     while (pos < size && (rc = read_group(sp, s, pos, size, buf, &g, e)) == 0)
         pos += g.group_len;
-    if (pos < size && rc == FERRY_EAUTH)
+    if (pos < size && (rc == FERRY_EAUTH || rc == FERRY_ENOSYS))
         return rc;
     if (pos < size)
         snprintf(why, sizeof(why), "%s", ferry_errmsg());
@@ -683,8 +698,11 @@ static int recover_one(struct spill *sp, uint32_t no, uint8_t *buf, struct spill
     s->users++; /* not dropped while walked, when a group with nothing live is freed */
     rc = recover_segment(sp, s, (uint64_t)st.st_size, buf, e, found, ctx);
     s->users--;
-    if (rc == FERRY_EAUTH) {
-        sp->counters.segments_unauthentic++;
+    if (rc == FERRY_EAUTH || rc == FERRY_ENOSYS) {
+        if (rc == FERRY_EAUTH)
+            sp->counters.segments_unauthentic++;
+        else
+            sp->counters.segments_refused++;
         log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no,
                  ferry_errmsg());
         seg_unlink_list(sp, s);
