@@ -553,7 +553,7 @@ static int recover_segment(struct spill *sp, struct seg *s, uint64_t size, uint8
     if (pos < size)
         snprintf(why, sizeof(why), "%s", ferry_errmsg());
     for (end = pos, pos = 0; pos < end; pos += g.group_len) {
-        if ((rc = read_group(sp, s, pos, size, buf, &g, e)) < 0) /* changed since: the end */
+        if (read_group(sp, s, pos, size, buf, &g, e) < 0) /* changed since: the end */
             break;
         if ((rc = take_group(sp, s, pos, &g, e, found, ctx)) < 0)
             return rc;
@@ -671,6 +671,13 @@ static int seg_check(int fd, struct stat *st)
     return 0;
 }
 
+/* Segment no is refused (why in ferry_errmsg()): counted in *counter, logged, left alone. */
+static void seg_refuse(struct spill *sp, uint32_t no, uint64_t *counter)
+{
+    (*counter)++;
+    log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no, ferry_errmsg());
+}
+
 /* Recovers segment no: taken in, refused (left alone, counted, logged), or an error that stops
  * the daemon (memory). */
 static int recover_one(struct spill *sp, uint32_t no, uint8_t *buf, struct spill_entry *e,
@@ -683,10 +690,8 @@ static int recover_one(struct spill *sp, uint32_t no, uint8_t *buf, struct spill
 
     if (no >= sp->next_seg) /* never created anew, even when refused */
         sp->next_seg = no + 1;
-    if ((rc = fd < 0 ? fd : seg_check(fd, &st)) < 0) {
-        sp->counters.segments_refused++;
-        log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no,
-                 ferry_errmsg());
+    if (fd < 0 || seg_check(fd, &st) < 0) {
+        seg_refuse(sp, no, &sp->counters.segments_refused);
         if (fd >= 0)
             close(fd);
         return 0;
@@ -699,12 +704,9 @@ static int recover_one(struct spill *sp, uint32_t no, uint8_t *buf, struct spill
     rc = recover_segment(sp, s, (uint64_t)st.st_size, buf, e, found, ctx);
     s->users--;
     if (rc == FERRY_EAUTH || rc == FERRY_ENOSYS) {
-        if (rc == FERRY_EAUTH)
-            sp->counters.segments_unauthentic++;
-        else
-            sp->counters.segments_refused++;
-        log_warn("spill: %s/%08" PRIu32 ".seg refused, left alone: %s", sp->dir, no,
-                 ferry_errmsg());
+        seg_refuse(sp, no,
+                   rc == FERRY_EAUTH ? &sp->counters.segments_unauthentic
+                                     : &sp->counters.segments_refused);
         seg_unlink_list(sp, s);
         close(fd);
         free(s);
