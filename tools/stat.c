@@ -161,6 +161,10 @@ static void print_spill(const struct stat_view *v)
            " objects found, %" PRIu64 " damaged records dropped\n",
            "room", val(v, "creates_waited"), val(v, "spill_recovered_objects"),
            val(v, "spill_recovery_dropped"));
+    printf("  %-13s at start %" PRIu64 " segments not ours, %" PRIu64 " not signed with the "
+           "secret, %" PRIu64 " other files, %" PRIu64 " objects larger than the arena\n",
+           "left alone", val(v, "spill_segments_refused"), val(v, "spill_segments_unauthenticated"),
+           val(v, "spill_files_ignored"), val(v, "spill_recovery_too_large"));
 }
 
 static void print_clients(const struct stat_view *v)
@@ -248,6 +252,9 @@ static void print_stats_people(const struct stat_view *v)
 {
     print_uptime(v);
     print_store(v);
+    if (val(v, "arena_faults"))
+        printf("  %-13s %" PRIu64 " pages punched out of the arena by a client, replaced\n",
+               "faults", val(v, "arena_faults"));
     if (val(v, "spill_enabled"))
         print_spill(v);
     print_clients(v);
