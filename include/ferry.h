@@ -326,7 +326,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
     X(creates_waited, COUNTER, "times a create or restore found no room and waited for writes")    \
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
-    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")
+    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")  \
+    X(max_objects, GAUGE, "objects the store holds at most (ferryd --max-objects)")                \
+    X(refused_objects, COUNTER,                                                                    \
+      "creates refused: the store held max_objects, or the client its unsealed share")             \
+    X(accept_pauses, COUNTER,                                                                      \
+      "times a listener stopped accepting for 100 ms: out of descriptors or memory")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

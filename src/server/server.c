@@ -585,7 +585,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->loop.after_turn_arg = s;
     if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)
         goto destroy;
-    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, &ev)) < 0)
+    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
     s->staging_size = staging_size_for(s->arena.size);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and

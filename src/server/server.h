@@ -40,6 +40,7 @@ struct server_config {
     const char *socket_path;
     mode_t socket_mode;
     uint64_t memory;
+    uint64_t max_objects; /* 0: store_init's default for the arena */
     int hugepages;
     uint32_t busy_poll_us; /* see loop.busy_poll_ns */
     /* Cluster: all NULL for a standalone node. */

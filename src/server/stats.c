@@ -63,6 +63,8 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->gets = srv->counters.gets;
     out->get_timeouts = srv->counters.get_timeouts;
     out->refused_creates = st->counters.refused;
+    out->max_objects = st->max_objects;
+    out->refused_objects = st->counters.refused_objects;
     out->protocol_errors = srv->counters.protocol_errors;
     out->connections_total = srv->counters.connections_total;
     out->subscribers = srv->subscriber_count;
