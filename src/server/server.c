@@ -334,28 +334,14 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
     struct server *s = server_of(l);
 
     for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                /* Level-triggered: without a pause this would spin. */
-                log_warn("accept: %s; pausing for 100 ms", strerror(errno));
-                loop_watch_mod(l, &s->listen_watch, 0);
-                loop_timer_start(l, &s->accept_resume, loop_now_ms() + 100);
-            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-                log_warn("accept: %s", strerror(errno));
-            }
+        int fd = acceptor_next(&s->listener, NULL, NULL);
+        if (fd < 0)
             return;
-        }
         if (session_open(s, fd) < 0) {
             log_warn("refusing a client: %s", ferry_errmsg());
             close(fd);
         }
     }
-}
-
-static void on_accept_resume(struct loop *l, struct loop_timer *t)
-{
-    loop_watch_mod(l, &server_of(l)->listen_watch, LOOP_READ);
 }
 
 static void on_left(void *arg)
@@ -421,7 +407,7 @@ static int open_socket(struct server *s)
         s->socket_dev = st.st_dev;
         s->socket_ino = st.st_ino;
     }
-    return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, LOOP_READ, on_accept, s);
+    return acceptor_open(&s->loop, &s->listener, s->listen_fd, "client socket", on_accept, s);
 }
 
 /* Reads the cluster secret: the file's bytes, less a trailing newline. */
@@ -580,7 +566,6 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
-    loop_timer_init(&s->accept_resume, on_accept_resume, s);
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
     if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0)
@@ -623,6 +608,7 @@ static void remove_socket(struct server *s)
 
     if (s->listen_fd < 0)
         return;
+    acceptor_close(&s->listener);
     close(s->listen_fd);
     s->listen_fd = -1;
     if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->socket_dev &&
