@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Creates and seals objects named prefix-0, prefix-1, ... up to n, releasing each when release:
@@ -243,6 +244,66 @@ static void client_socket_out_of_descriptors_does_not_spin(void **state)
     h_daemon_cleanup(&d);
 }
 
+/* ---- names ---- */
+
+/* A name with a right-to-left override (U+202E), a C1 control (U+0085) and a byte that is not
+ * UTF-8 is kept as given, and `ferry ls` shows it escaped: none of those bytes reach the
+ * terminal. */
+static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
+{
+    static const char name[] = "evil\xe2\x80\xaegpj.exe\xc2\x85x\xff";
+    struct ferryd d;
+    char cmd[512], out[4096];
+    size_t got;
+    ferry_object_info info;
+
+    h_daemon_init(&d);
+    h_daemon_start(&d, "8M", NULL);
+    ferry_client *c = h_connect(&d);
+    ferry_id id = h_id("named");
+    H_OK(ferry_put(c, &id, "x", 1, NULL, 0));
+    H_OK(ferry_set_name(c, &id, name));
+    assert_int_equal(h_list_find(c, &id, &info), 1);
+    assert_string_equal(info.name, name); /* user data intact */
+    snprintf(cmd, sizeof(cmd), "%s/ferry --socket %s ls", getenv("FERRY_BIN_DIR"), d.sock);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    got = fread(out, 1, sizeof(out) - 1, f);
+    out[got] = '\0';
+    assert_int_equal(pclose(f), 0);
+    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}x\\xff"))
+        fail_msg("ferry ls shows the name unescaped:\n%s", out);
+    assert_null(strstr(out, "\xe2\x80\xae"));
+    assert_null(strstr(out, "\xc2\x85"));
+    ferry_disconnect(c);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+/* A node id that would act on a terminal or a log is refused at start, shown escaped. */
+static void node_ids_with_bidi_characters_are_refused_at_start(void **state)
+{
+    const char *extra[] = {"--node-id",
+                           "a\xe2\x80\xae"
+                           "b",
+                           "--listen",
+                           "127.0.0.1:0",
+                           "--directory",
+                           "redis://127.0.0.1:1",
+                           NULL};
+    struct ferryd d;
+    int status;
+
+    h_daemon_init(&d);
+    pid_t pid = h_daemon_spawn(&d, d.log, "8M", extra);
+    assert_int_equal(h_wait_exit(pid, H_START_MS, &status), 1);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    assert_true(h_file_contains(d.log, "node id 'a\\u{202e}b': 1 to"));
+    assert_false(h_file_contains(d.log, "\xe2\x80\xae"));
+    h_daemon_cleanup(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +311,8 @@ int main(void)
         cmocka_unit_test(idle_metrics_connections_do_not_lock_scrapes_out),
         cmocka_unit_test(metrics_listener_out_of_descriptors_does_not_spin),
         cmocka_unit_test(client_socket_out_of_descriptors_does_not_spin),
+        cmocka_unit_test(names_with_bidi_or_c1_characters_are_shown_escaped),
+        cmocka_unit_test(node_ids_with_bidi_characters_are_refused_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

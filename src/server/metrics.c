@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "common/hist.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "loop/accept.h"
 #include "server/server.h"
 #include "server/stats.h"
@@ -88,6 +89,14 @@ static const char *escape(const char *s, char *buf, size_t len)
     }
     buf[o] = '\0';
     return buf;
+}
+
+/* A label value from outside (a node id): made safe to show (common/text.h), then escaped. */
+static const char *label(const char *s, char *buf, size_t len)
+{
+    char safe[256];
+
+    return escape(text_safe(s, safe, sizeof(safe)), buf, len);
 }
 
 /* One sample; samples of one family are written together under one HELP and TYPE. */
@@ -198,7 +207,7 @@ static void render_info(struct server *srv, struct pbuf *b)
         "# HELP ferry_build_info The daemon's release and node id.\n"
         "# TYPE ferry_build_info gauge\nferry_build_info{version=\"%s\",node=\"%s\"} 1\n",
         escape(ferry_version(), e1, sizeof(e1)),
-        escape(srv->cfg.node_id ? srv->cfg.node_id : "", e2, sizeof(e2)));
+        label(srv->cfg.node_id ? srv->cfg.node_id : "", e2, sizeof(e2)));
     if (provider && provider[0])
         out(b,
             "# HELP ferry_provider_info The libfabric provider of the node's fabric.\n"
@@ -213,7 +222,7 @@ static void render_info(struct server *srv, struct pbuf *b)
            "# TYPE ferry_peer_info gauge\n");
     for (size_t i = 0; i < n; i++)
         out(b, "ferry_peer_info{peer=\"%s\",transport=\"%s\",provider=\"%s\"} 1\n",
-            escape(v[i].node, e1, sizeof(e1)), escape(v[i].transport, e2, sizeof(e2)),
+            label(v[i].node, e1, sizeof(e1)), escape(v[i].transport, e2, sizeof(e2)),
             escape(v[i].provider, e3, sizeof(e3)));
     free(v);
 }

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/proto.h"
 #include "common/size.h"
 #include "common/usock.h"
@@ -430,9 +431,19 @@ static int read_secret(const char *path, uint8_t *buf, size_t size, size_t *len)
     return 0;
 }
 
+/* Node ids travel in the directory's text, which other nodes keep to printable ASCII, and end
+ * up in logs and metric labels: refused at start otherwise (rather than shown escaped). */
+static int node_id_printable(const char *id)
+{
+    for (const char *p = id; *p; p++)
+        if (*p <= ' ' || *p > '~' || *p == ':' || *p == ',')
+            return 0;
+    return 1;
+}
+
 int server_check_config(const struct server_config *c)
 {
-    char host[256], port[16];
+    char host[256], port[16], shown[4 * DIRECTORY_NODE_ID_MAX + 1];
 
     if (!c->spill_dir && (c->spill_max || c->persist_on_exit))
         return err_set(FERRY_EINVAL, "--spill-max and --persist-on-exit need --spill-dir");
@@ -442,9 +453,10 @@ int server_check_config(const struct server_config *c)
     if (!c->directory_url || !c->listen_addr || !c->node_id)
         return err_set(FERRY_EINVAL, "a cluster node needs --node-id, --listen and --directory");
     if (!c->node_id[0] || strlen(c->node_id) > DIRECTORY_NODE_ID_MAX ||
-        strpbrk(c->node_id, " \t\n:,"))
-        return err_set(FERRY_EINVAL, "node id '%s': 1 to %d characters, no spaces, ':' or ','",
-                       c->node_id, DIRECTORY_NODE_ID_MAX);
+        !node_id_printable(c->node_id))
+        return err_set(FERRY_EINVAL,
+                       "node id '%s': 1 to %d printable ASCII characters, no spaces, ':' or ','",
+                       text_safe(c->node_id, shown, sizeof(shown)), DIRECTORY_NODE_ID_MAX);
     if (transport_split_addr(c->listen_addr, host, sizeof(host), port, sizeof(port)) < 0)
         return err_set(FERRY_EINVAL, "--listen %s: expected HOST:PORT", c->listen_addr);
     if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
