@@ -36,8 +36,16 @@ static long flood(ferry_client *c, const char *prefix, long n, int release, int 
     return n;
 }
 
+/* What the daemon may grow by while objects churn through a full table: 216 KiB to 10 MiB
+ * measured; under ASan, plus the 16 MiB of freed memory h_rss_asan_quarantine lets it keep. */
+#ifdef __SANITIZE_ADDRESS__
+#define GROWTH_MAX_KIB (32 * 1024)
+#else
+#define GROWTH_MAX_KIB (16 * 1024)
+#endif
+
 /* One client holds its share (4096, a whole put batch), then can create no more; another that
- * releases what it seals pushes 60,000 objects through a table of 6000 by eviction, the
+ * releases what it seals pushes 120,000 objects through a table of 6000 by eviction, the
  * daemon's memory staying put; a third that holds objects meets the table's bound. */
 static void object_flood_meets_max_objects_and_a_clients_share(void **state)
 {
@@ -54,11 +62,12 @@ static void object_flood_meets_max_objects_and_a_clients_share(void **state)
     H_RC(rc, FERRY_ENOSPACE);
     assert_non_null(strstr(ferry_errmsg(), "this client holds 4096 objects, at most 4096"));
     uint64_t rss = h_rss_kib(d.pid);
-    assert_int_equal(flood(churn, "churn", 60000, 1, &rc), 60000);
+    assert_int_equal(flood(churn, "churn", 120000, 1, &rc), 120000);
     uint64_t grown = h_rss_kib(d.pid) - rss;
     assert_true(h_stat(churn, "objects") <= 6000);
-    assert_true(h_stat(churn, "evicted_objects") >= 60000 - 6000);
-    assert_true(grown < 8 * 1024); /* 60,000 objects kept: ~24 MiB */
+    assert_true(h_stat(churn, "evicted_objects") >= 120000 - 6000);
+    if (grown >= GROWTH_MAX_KIB) /* 120,000 objects kept would be ~48 MiB */
+        fail_msg("the daemon grew by %llu KiB", (unsigned long long)grown);
     assert_int_equal(flood(late, "late", 10000, 0, &rc), 6000 - 4096);
     H_RC(rc, FERRY_ENOSPACE);
     assert_non_null(
