@@ -700,7 +700,7 @@ static int tcp_reaches(const struct xlistener *ls, const char *addr, char *why, 
     return 1;
 }
 
-/* The engine counts tcp's connections and bytes itself: nothing of its own to add. */
+/* The engine counts tcp's connections and bytes itself; tcp adds its listener's pauses. */
 static void tcp_counters(const struct xlistener *ls, xcounter_fn *fn, void *arg)
 {
     fn(arg, "tcp_accept_pauses", FERRY_STAT_COUNTER,
