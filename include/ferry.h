@@ -337,7 +337,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "objects found in the spill directory larger than the arena, left there")                    \
     X(arena_faults, COUNTER,                                                                       \
       "huge pages of the arena found missing (punched by a client) and replaced by private "       \
-      "memory")
+      "memory")                                                                                    \
+    X(max_objects, GAUGE, "objects the store holds at most (ferryd --max-objects)")                \
+    X(refused_objects, COUNTER,                                                                    \
+      "creates refused: the store held max_objects, or the client its unsealed share")             \
+    X(accept_pauses, COUNTER,                                                                      \
+      "times a listener stopped accepting for 100 ms: out of descriptors or memory")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -46,7 +46,7 @@ static int setup(void **state)
     struct store_events ev = {.sealed = on_sealed, .removed = on_removed, .ctx = f};
 
     f->base = calloc(1, CAP);
-    assert_int_equal(store_init(&f->st, f->base, CAP, &ev), 0);
+    assert_int_equal(store_init(&f->st, f->base, CAP, 0, &ev), 0);
     *state = f;
     return 0;
 }

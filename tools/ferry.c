@@ -22,6 +22,7 @@
 
 #include "common/proto.h"
 #include "common/size.h"
+#include "common/text.h"
 
 /* Largest single read() or write(): Linux moves at most about 2 GiB per call anyway. */
 #define IO_CHUNK ((size_t)1 << 30)
@@ -460,17 +461,20 @@ static const char *state_name(int state)
     }
 }
 
+/* Names are shown escaped (common/text.h): they are kept as given, and may hold C1 controls or
+ * bidi overrides that would act on the terminal. */
 static void print_objects_table(const ferry_object_info *objs, size_t n)
 {
     printf("%-40s %12s %8s %-7s %4s %11s  %s\n", "ID", "DATA", "META", "STATE", "REFS", "AGE",
            "NAME");
     for (size_t i = 0; i < n; i++) {
-        char hex[2 * FERRY_ID_SIZE + 1];
+        char hex[2 * FERRY_ID_SIZE + 1], name[8 * FERRY_NAME_MAX + 1];
         ferry_id_format(&objs[i].id, hex);
         printf("%-40s %12" PRIu64 " %8" PRIu64 " %-7s %4" PRIu32 " %6" PRIu64 ".%03" PRIu64
                "s  %s\n",
                hex, objs[i].data_size, objs[i].metadata_size, state_name(objs[i].state),
-               objs[i].refcount, objs[i].age_ms / 1000, objs[i].age_ms % 1000, objs[i].name);
+               objs[i].refcount, objs[i].age_ms / 1000, objs[i].age_ms % 1000,
+               text_safe(objs[i].name, name, sizeof(name)));
     }
 }
 

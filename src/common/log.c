@@ -28,22 +28,6 @@ void log_set_format(enum log_format format)
     log_fmt = format;
 }
 
-const char *log_escape(const char *in, char *out, size_t size)
-{
-    size_t o = 0;
-
-    for (; *in && o + 5 <= size; in++) {
-        unsigned char c = (unsigned char)*in;
-        if (c < 0x20 || c >= 0x7f || c == '\\')
-            o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
-        else
-            out[o++] = (char)c;
-    }
-    if (size)
-        out[o] = '\0';
-    return out;
-}
-
 /* msg as a JSON string's content: quotes, backslashes and control characters escaped. */
 static void json_escape(const char *msg, char *out, size_t len)
 {

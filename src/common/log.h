@@ -28,11 +28,6 @@ struct log_limit {
 void log_limited(struct log_limit *lim, enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* in (a name read from disk or the network) fit for a log line: bytes outside printable ASCII,
- * and the backslash, written as \xNN; cut to what fits in size bytes. Returns out. */
-#define LOG_ESCAPED_SIZE(len) (4 * (len) + 1)
-const char *log_escape(const char *in, char *out, size_t size);
-
 #define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)

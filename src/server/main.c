@@ -31,7 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
-            "              [--log-format text|json]\n"
+            "              [--log-format text|json] [--max-objects N]\n"
             "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
             "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
@@ -49,6 +49,9 @@ static void usage(FILE *f)
             "  --verbose           log debug records: one per request and per object received\n"
             "                      (at most %d a second of each)\n"
             "  --log-format FMT    text (default) or json: one object per line, for collectors\n"
+            "  --max-objects N     objects the store holds at most, sealed or not (default: one\n"
+            "                      per %u KiB of arena, at least %u: about %u B of daemon memory\n"
+            "                      each); a client may hold a sixteenth of them unsealed\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "spilling (memory as a cache over local disk):\n"
             "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
@@ -97,7 +100,8 @@ static void usage(FILE *f)
             "                      shm_lock, watchdog; each on only where the running release\n"
             "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
-            LOG_LIMIT_PER_SECOND, FERRYD_DEFAULT_SPILL_AT, transport_names(),
+            LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
+            STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT, transport_names(),
             FERRYD_DEFAULT_SPLIT_MIN_TEXT, ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS,
             ENGINE_BREAKER_MS);
 }
@@ -130,6 +134,17 @@ static int parse_transport(const char *text, const char **out)
     if (strcmp(text, "auto") != 0 && !registry_find(text))
         return err_set(FERRY_EINVAL, "transport '%s': expected auto|%s", text, transport_names());
     *out = text;
+    return 0;
+}
+
+static int parse_max_objects(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+
+    if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 32))
+        return err_set(FERRY_EINVAL, "--max-objects '%s': expected 1 to %llu", text, 1ull << 32);
+    *out = v;
     return 0;
 }
 
@@ -237,6 +252,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"spill-max", required_argument, NULL, 'X'},
                                          {"spill-at", required_argument, NULL, 'A'},
                                          {"persist-on-exit", no_argument, NULL, 'p'},
+                                         {"max-objects", required_argument, NULL, 'O'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET");
     int c, rc = 0;
@@ -325,6 +341,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'p':
             cfg->persist_on_exit = 1;
+            break;
+        case 'O':
+            rc = parse_max_objects(optarg, &cfg->max_objects);
             break;
         case 'h':
             usage(stdout);

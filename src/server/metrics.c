@@ -18,6 +18,8 @@
 #include "common/err.h"
 #include "common/hist.h"
 #include "common/log.h"
+#include "common/text.h"
+#include "loop/accept.h"
 #include "server/server.h"
 #include "server/stats.h"
 #include "transfer/engine.h"
@@ -39,7 +41,7 @@ struct mconn {
 struct metrics {
     struct server *srv;
     int fd;
-    struct loop_watch watch;
+    struct acceptor acceptor;
     char addr[80];
     unsigned nconns;
     struct mconn *conns;
@@ -87,6 +89,14 @@ static const char *escape(const char *s, char *buf, size_t len)
     }
     buf[o] = '\0';
     return buf;
+}
+
+/* A label value from outside (a node id): made safe to show (common/text.h), then escaped. */
+static const char *label(const char *s, char *buf, size_t len)
+{
+    char safe[256];
+
+    return escape(text_safe(s, safe, sizeof(safe)), buf, len);
 }
 
 /* One sample; samples of one family are written together under one HELP and TYPE. */
@@ -197,7 +207,7 @@ static void render_info(struct server *srv, struct pbuf *b)
         "# HELP ferry_build_info The daemon's release and node id.\n"
         "# TYPE ferry_build_info gauge\nferry_build_info{version=\"%s\",node=\"%s\"} 1\n",
         escape(ferry_version(), e1, sizeof(e1)),
-        escape(srv->cfg.node_id ? srv->cfg.node_id : "", e2, sizeof(e2)));
+        label(srv->cfg.node_id ? srv->cfg.node_id : "", e2, sizeof(e2)));
     if (provider && provider[0])
         out(b,
             "# HELP ferry_provider_info The libfabric provider of the node's fabric.\n"
@@ -212,7 +222,7 @@ static void render_info(struct server *srv, struct pbuf *b)
            "# TYPE ferry_peer_info gauge\n");
     for (size_t i = 0; i < n; i++)
         out(b, "ferry_peer_info{peer=\"%s\",transport=\"%s\",provider=\"%s\"} 1\n",
-            escape(v[i].node, e1, sizeof(e1)), escape(v[i].transport, e2, sizeof(e2)),
+            label(v[i].node, e1, sizeof(e1)), escape(v[i].transport, e2, sizeof(e2)),
             escape(v[i].provider, e3, sizeof(e3)));
     free(v);
 }
@@ -365,37 +375,63 @@ static void on_deadline(struct loop *l, struct loop_timer *t)
     conn_close(c);
 }
 
+/* The oldest connection still sending its request, or NULL: the one to drop for a new one when
+ * all places are taken, so that connections held open without a request (slowloris) cannot
+ * keep honest scrapes out for longer than it takes METRICS_CONNS_MAX new ones to come. */
+static struct mconn *oldest_reading(struct metrics *m)
+{
+    struct mconn *oldest = NULL;
+
+    for (struct mconn *c = m->conns; c; c = c->next) /* newest first */
+        if (!c->out.len)
+            oldest = c;
+    return oldest;
+}
+
+static int conn_add(struct loop *l, struct metrics *m, int fd)
+{
+    struct mconn *c, *old;
+
+    if (m->nconns >= METRICS_CONNS_MAX && (old = oldest_reading(m))) {
+        m->counters.refused++;
+        conn_close(old);
+    }
+    if (m->nconns >= METRICS_CONNS_MAX || !(c = calloc(1, sizeof(*c))))
+        return -1;
+    c->m = m;
+    c->fd = fd;
+    loop_timer_init(&c->timer, on_deadline, c);
+    if (loop_watch_add(l, &c->watch, fd, LOOP_READ, on_conn, c) < 0)
+        goto free_c;
+    if (loop_timer_start(l, &c->timer, loop_now_ms() + METRICS_TIMEOUT_MS) < 0)
+        goto del_watch;
+    c->next = m->conns;
+    c->prev = &m->conns;
+    if (m->conns)
+        m->conns->prev = &c->next;
+    m->conns = c;
+    m->nconns++;
+    return 0;
+
+del_watch:
+    loop_watch_del(l, &c->watch);
+free_c:
+    free(c);
+    return -1;
+}
+
 static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
 {
     struct metrics *m = w->arg;
 
     for (int k = 0; k < 16; k++) { /* bounded per turn */
-        int fd = accept4(m->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = acceptor_next(&m->acceptor, NULL, NULL);
         if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: the next turn tries again */
-        struct mconn *c = m->nconns < METRICS_CONNS_MAX ? calloc(1, sizeof(*c)) : NULL;
-        if (!c) {
+            return;
+        if (conn_add(l, m, fd) < 0) {
             m->counters.refused++;
             close(fd);
-            continue;
         }
-        c->m = m;
-        c->fd = fd;
-        loop_timer_init(&c->timer, on_deadline, c);
-        if (loop_watch_add(l, &c->watch, fd, LOOP_READ, on_conn, c) < 0 ||
-            loop_timer_start(l, &c->timer, loop_now_ms() + METRICS_TIMEOUT_MS) < 0) {
-            loop_watch_del(l, &c->watch);
-            close(fd);
-            free(c);
-            m->counters.refused++;
-            continue;
-        }
-        c->next = m->conns;
-        c->prev = &m->conns;
-        if (m->conns)
-            m->conns->prev = &c->next;
-        m->conns = c;
-        m->nconns++;
     }
 }
 
@@ -434,7 +470,7 @@ int metrics_open(struct server *srv, const char *addr, struct metrics **out)
         err_set(rc, "--metrics: %s", why);
         goto free_m;
     }
-    if ((rc = loop_watch_add(&srv->loop, &m->watch, m->fd, LOOP_READ, on_accept, m)) < 0)
+    if ((rc = acceptor_open(&srv->loop, &m->acceptor, m->fd, "metrics", on_accept, m)) < 0)
         goto close_fd;
     name_address(m, addr);
     *out = m;
@@ -452,6 +488,11 @@ const struct metrics_counters *metrics_counters(const struct metrics *m)
     return &m->counters;
 }
 
+uint64_t metrics_accept_pauses(const struct metrics *m)
+{
+    return m->acceptor.pauses;
+}
+
 const char *metrics_address(const struct metrics *m)
 {
     return m->addr;
@@ -467,7 +508,7 @@ void metrics_close(struct metrics *m)
         loop_timer_stop(&m->srv->loop, &c->timer);
         conn_free(&m->srv->loop, &c->timer);
     }
-    loop_watch_del(&m->srv->loop, &m->watch);
+    acceptor_close(&m->acceptor);
     close(m->fd);
     free(m);
 }

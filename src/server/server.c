@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/mac.h"
+#include "common/text.h"
 #include "common/proto.h"
 #include "common/size.h"
 #include "common/usock.h"
@@ -351,28 +352,14 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
     struct server *s = server_of(l);
 
     for (int i = 0; i < ACCEPTS_PER_TURN; i++) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                /* Level-triggered: without a pause this would spin. */
-                log_warn("accept: %s; pausing for 100 ms", strerror(errno));
-                loop_watch_mod(l, &s->listen_watch, 0);
-                loop_timer_start(l, &s->accept_resume, loop_now_ms() + 100);
-            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-                log_warn("accept: %s", strerror(errno));
-            }
+        int fd = acceptor_next(&s->listener, NULL, NULL);
+        if (fd < 0)
             return;
-        }
         if (session_open(s, fd) < 0) {
             log_warn("refusing a client: %s", ferry_errmsg());
             close(fd);
         }
     }
-}
-
-static void on_accept_resume(struct loop *l, struct loop_timer *t)
-{
-    loop_watch_mod(l, &server_of(l)->listen_watch, LOOP_READ);
 }
 
 static void on_left(void *arg)
@@ -438,7 +425,7 @@ static int open_socket(struct server *s)
         s->socket_dev = st.st_dev;
         s->socket_ino = st.st_ino;
     }
-    return loop_watch_add(&s->loop, &s->listen_watch, s->listen_fd, LOOP_READ, on_accept, s);
+    return acceptor_open(&s->loop, &s->listener, s->listen_fd, "client socket", on_accept, s);
 }
 
 /* Reads the cluster secret: the file's bytes, less a trailing newline. */
@@ -461,9 +448,19 @@ static int read_secret(const char *path, uint8_t *buf, size_t size, size_t *len)
     return 0;
 }
 
+/* Node ids travel in the directory's text, which other nodes keep to printable ASCII, and end
+ * up in logs and metric labels: refused at start otherwise (rather than shown escaped). */
+static int node_id_printable(const char *id)
+{
+    for (const char *p = id; *p; p++)
+        if (*p <= ' ' || *p > '~' || *p == ':' || *p == ',')
+            return 0;
+    return 1;
+}
+
 int server_check_config(const struct server_config *c)
 {
-    char host[256], port[16];
+    char host[256], port[16], shown[4 * DIRECTORY_NODE_ID_MAX + 1];
 
     if (!c->spill_dir && (c->spill_max || c->persist_on_exit))
         return err_set(FERRY_EINVAL, "--spill-max and --persist-on-exit need --spill-dir");
@@ -473,9 +470,10 @@ int server_check_config(const struct server_config *c)
     if (!c->directory_url || !c->listen_addr || !c->node_id)
         return err_set(FERRY_EINVAL, "a cluster node needs --node-id, --listen and --directory");
     if (!c->node_id[0] || strlen(c->node_id) > DIRECTORY_NODE_ID_MAX ||
-        strpbrk(c->node_id, " \t\n:,"))
-        return err_set(FERRY_EINVAL, "node id '%s': 1 to %d characters, no spaces, ':' or ','",
-                       c->node_id, DIRECTORY_NODE_ID_MAX);
+        !node_id_printable(c->node_id))
+        return err_set(FERRY_EINVAL,
+                       "node id '%s': 1 to %d printable ASCII characters, no spaces, ':' or ','",
+                       text_safe(c->node_id, shown, sizeof(shown)), DIRECTORY_NODE_ID_MAX);
     if (transport_split_addr(c->listen_addr, host, sizeof(host), port, sizeof(port)) < 0)
         return err_set(FERRY_EINVAL, "--listen %s: expected HOST:PORT", c->listen_addr);
     if (strncmp(c->listen_addr, "0.0.0.0:", 8) == 0 || strncmp(c->listen_addr, "[::]:", 5) == 0)
@@ -621,13 +619,12 @@ int server_init(struct server *s, const struct server_config *cfg)
     if ((rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
-    loop_timer_init(&s->accept_resume, on_accept_resume, s);
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
     if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0 ||
         (rc = arena_catch_faults(&s->arena)) < 0)
         goto destroy;
-    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, &ev)) < 0)
+    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
     s->staging_size = staging_size_for(s->arena.size);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
@@ -665,6 +662,7 @@ static void remove_socket(struct server *s)
 
     if (s->listen_fd < 0)
         return;
+    acceptor_close(&s->listener);
     close(s->listen_fd);
     s->listen_fd = -1;
     if (stat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->socket_dev &&

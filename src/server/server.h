@@ -14,6 +14,7 @@
 #include "common/idmap.h"
 #include "directory/directory.h"
 #include "loop/loop.h"
+#include "loop/accept.h"
 #include "store/arena.h"
 #include "store/store.h"
 #include "transfer/engine.h"
@@ -40,6 +41,7 @@ struct server_config {
     const char *socket_path;
     mode_t socket_mode;
     uint64_t memory;
+    uint64_t max_objects; /* 0: store_init's default for the arena */
     int hugepages;
     uint32_t busy_poll_us; /* see loop.busy_poll_ns */
     /* Cluster: all NULL for a standalone node. */
@@ -76,9 +78,9 @@ struct server {
     struct arena arena;
     struct store store;
     int listen_fd, signal_fd;
-    struct loop_watch listen_watch, signal_watch;
-    struct loop_timer accept_resume; /* re-enables accepting after running out of fds */
-    dev_t socket_dev; /* identity of the socket file we bound, to unlink only our own */
+    struct loop_watch signal_watch;
+    struct acceptor listener; /* of listen_fd */
+    dev_t socket_dev;         /* identity of the socket file we bound, to unlink only our own */
     ino_t socket_ino;
     struct session *sessions;       /* connected */
     struct session *ready;          /* with input left to process after this turn */

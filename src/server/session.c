@@ -184,12 +184,27 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
+int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
+                   uint64_t metadata_size, struct object **out)
+{
+    struct store *st = &ss->srv->store;
+
+    if (ss->held.count >= st->max_held) {
+        st->counters.refused_objects++;
+        return err_set(FERRY_ENOSPACE,
+                       "this client holds %zu objects, at most %" PRIu64
+                       " (a sixteenth of --max-objects): release some first",
+                       ss->held.count, st->max_held);
+    }
+    return store_create(st, id, data_size, metadata_size, ss, out);
+}
+
 static int handle_create(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
     struct object *o;
     int rc =
-        store_create(st, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, ss, &o);
+        session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, &o);
 
     if (rc == FERRY_EAGAIN)
         return SESSION_RETRY;

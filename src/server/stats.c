@@ -67,6 +67,9 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->gets = srv->counters.gets;
     out->get_timeouts = srv->counters.get_timeouts;
     out->refused_creates = st->counters.refused;
+    out->max_objects = st->max_objects;
+    out->refused_objects = st->counters.refused_objects;
+    out->accept_pauses = srv->listener.pauses;
     out->protocol_errors = srv->counters.protocol_errors;
     out->connections_total = srv->counters.connections_total;
     out->subscribers = srv->subscriber_count;
@@ -82,6 +85,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     if (srv->metrics) {
         out->metrics_scrapes = metrics_counters(srv->metrics)->scrapes;
         out->metrics_refused = metrics_counters(srv->metrics)->refused;
+        out->accept_pauses += metrics_accept_pauses(srv->metrics);
     }
     if (ec) {
         out->connections_opened = ec->connections_opened;

@@ -16,6 +16,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/proto.h"
 #include "common/size.h"
 
@@ -595,13 +596,13 @@ static int seg_number(const char *name, uint32_t *no)
 /* A file in the directory that is not a segment: counted, and named (escaped) in the log. */
 static void ignore_file(struct spill *sp, const char *name)
 {
-    char esc[LOG_ESCAPED_SIZE(256)];
+    char esc[1024]; /* a d_name is at most 255 bytes, 4 per escaped byte */
 
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strcmp(name, "LOCK") == 0)
         return;
     if (sp->counters.files_ignored++ < SPILL_IGNORED_LOGGED)
         log_warn("spill: %s: ignoring \"%s\": not a segment", sp->dir,
-                 log_escape(name, esc, sizeof(esc)));
+                 text_safe(name, esc, sizeof(esc)));
 }
 
 static int cmp_u32(const void *a, const void *b)

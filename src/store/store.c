@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/proto.h"
 #include "common/size.h"
 
 uint64_t store_block_size(const struct object *o)
@@ -86,12 +87,19 @@ void store_lru_insert_ordered(struct store *s, struct object *o)
 
 /* ---- table ---- */
 
-int store_init(struct store *s, uint8_t *base, uint64_t capacity, const struct store_events *ev)
+int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_objects,
+               const struct store_events *ev)
 {
     int rc;
 
     memset(s, 0, sizeof(*s));
     s->base = base;
+    s->max_objects = max_objects ? max_objects : capacity / STORE_BYTES_PER_OBJECT;
+    if (!max_objects && s->max_objects < STORE_OBJECTS_MIN)
+        s->max_objects = STORE_OBJECTS_MIN;
+    s->max_held = s->max_objects / 16 < PROTO_MAX_BATCH ? PROTO_MAX_BATCH : s->max_objects / 16;
+    if (s->max_held > s->max_objects)
+        s->max_held = s->max_objects;
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
     s->dirty.lru_next = s->dirty.lru_prev = &s->dirty;
     if (ev)
@@ -306,6 +314,23 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
     return rc;
 }
 
+/* Room in the table for one more object, evicting the oldest LRU objects while the table is
+ * full and eviction shrinks it (without a spill directory: with one, evicted objects stay in
+ * the table, on disk). */
+static int count_room(struct store *s)
+{
+    while (s->table.count >= s->max_objects && !s->spill && have_victim(s))
+        evict_oldest(s);
+    if (s->table.count >= s->max_objects) {
+        s->counters.refused_objects++;
+        return err_set(FERRY_ENOSPACE,
+                       "the store holds %zu objects, at most %" PRIu64
+                       " (--max-objects), none of them evictable",
+                       s->table.count, s->max_objects);
+    }
+    return 0;
+}
+
 int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
                  void *creator, struct object **out)
 {
@@ -319,6 +344,8 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
         s->counters.refused++;
         return err_set(FERRY_ETOOBIG, "data and metadata sizes overflow");
     }
+    if ((rc = count_room(s)) < 0)
+        return rc;
     if (!(o = calloc(1, sizeof(*o))))
         return err_set(FERRY_ENOMEM, "object record");
     if (total && (rc = store_alloc(s, total, &o->block)) < 0)

@@ -23,6 +23,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "loop/accept.h"
 #include "transfer/framer.h"
 #include "transfer/registry.h"
 #include "transfer/wire.h"
@@ -73,8 +74,7 @@ struct xlistener {
     struct loop *loop;
     char addr[128];
     int fd;
-    struct loop_watch watch;
-    struct loop_timer resume; /* re-enables accepting after running out of descriptors */
+    struct acceptor acceptor;
     const struct xconn_events *ev;
     xaccept_fn *fn;
     void *arg;
@@ -614,19 +614,10 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
         socklen_t len = sizeof(ss);
         char peer[128];
         struct tcp_conn *c;
-        int fd = accept4(ls->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = acceptor_next(&ls->acceptor, (struct sockaddr *)&ss, &len);
 
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE) {
-                /* Level-triggered: without a pause this would spin. */
-                log_warn("transfer accept: %s; pausing for 100 ms", strerror(errno));
-                loop_watch_mod(ls->loop, &ls->watch, 0);
-                loop_timer_start(ls->loop, &ls->resume, loop_now_ms() + 100);
-            } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-                log_warn("transfer accept: %s", strerror(errno));
-            }
+        if (fd < 0)
             return;
-        }
         tune(fd);
         peer_name(&ss, len, peer, sizeof(peer));
         if (!(c = conn_new(ls, fd, ls->ev, peer))) {
@@ -636,12 +627,6 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
         }
         ls->fn(ls, &c->base, ls->arg);
     }
-}
-
-static void on_resume(struct loop *l, struct loop_timer *t)
-{
-    struct xlistener *ls = t->arg;
-    loop_watch_mod(l, &ls->watch, LOOP_READ);
 }
 
 /* The test hook, from FERRY_FAULT (tcp-send-delay-ms=N). */
@@ -673,11 +658,10 @@ static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct
         return err_set(FERRY_ENOMEM, "listener");
     *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
     snprintf(ls->addr, sizeof(ls->addr), "%s", addr);
-    loop_timer_init(&ls->resume, on_resume, ls);
     read_faults(ls);
     if ((rc = transport_listen_tcp(addr, 128, &ls->fd)) < 0)
         goto free_ls;
-    if ((rc = loop_watch_add(loop, &ls->watch, ls->fd, LOOP_READ, on_accept, ls)) < 0)
+    if ((rc = acceptor_open(loop, &ls->acceptor, ls->fd, "transfer port", on_accept, ls)) < 0)
         goto close_fd;
     *out = ls;
     return 0;
@@ -693,8 +677,7 @@ static void tcp_listener_close(struct xlistener *ls)
 {
     if (!ls)
         return;
-    loop_timer_stop(ls->loop, &ls->resume);
-    loop_watch_del(ls->loop, &ls->watch);
+    acceptor_close(&ls->acceptor);
     close(ls->fd);
     free(ls);
 }
@@ -717,8 +700,13 @@ static int tcp_reaches(const struct xlistener *ls, const char *addr, char *why, 
     return 1;
 }
 
-/* The engine counts tcp's connections and bytes itself: nothing of its own to add. */
-static void tcp_counters(const struct xlistener *ls, xcounter_fn *fn, void *arg) {}
+/* The engine counts tcp's connections and bytes itself; tcp adds its listener's pauses. */
+static void tcp_counters(const struct xlistener *ls, xcounter_fn *fn, void *arg)
+{
+    fn(arg, "tcp_accept_pauses", FERRY_STAT_COUNTER,
+       "times the transfer port stopped accepting for 100 ms: out of descriptors or memory",
+       ls->acceptor.pauses);
+}
 
 static int tcp_eager_default(const struct xlistener *ls, uint64_t *out)
 {

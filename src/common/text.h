@@ -1,0 +1,23 @@
+/*
+ * text.h - untrusted text (object names, node ids) made safe to show: on a terminal, in a log
+ * line or in a metric label, where a control character could move the cursor, forge a log
+ * record or end a line, and a bidi override could reorder what a reader sees.
+ *
+ * Escaped: '\' as "\\"; C0 controls, DEL and every byte of invalid UTF-8 (overlong forms,
+ * surrogates, past U+10FFFF, cut sequences) as \xNN; C1 controls (U+0080-U+009F), the bidi
+ * marks, embeddings, overrides and isolates (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069)
+ * as \u{NNNN}. Everything else (printable ASCII, other UTF-8) is kept as it is, so names in
+ * any script read as they were given.
+ */
+#ifndef FERRY_TEXT_H
+#define FERRY_TEXT_H
+
+#include <stddef.h>
+
+/* s escaped into buf (len bytes, at least 1), cut at a whole character or escape when it
+ * does not fit; returns buf. */
+const char *text_safe(const char *s, char *buf, size_t len);
+/* 1 when text_safe leaves s as it is. */
+int text_is_safe(const char *s);
+
+#endif

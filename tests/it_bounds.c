@@ -1,0 +1,327 @@
+/*
+ * it_bounds.c - what one local client, or anyone who reaches /metrics, can take from the
+ * daemon: a flood of objects meets --max-objects and a client's share of it with a clear
+ * error while other clients go on; idle /metrics connections cannot lock scrapes out; and a
+ * daemon out of file descriptors pauses its listeners instead of spinning on them.
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Creates and seals objects named prefix-0, prefix-1, ... up to n, releasing each when release:
+ * the number sealed before the first refusal (n when none), whose code goes in *rc. */
+static long flood(ferry_client *c, const char *prefix, long n, int release, int *rc)
+{
+    *rc = 0;
+    for (long i = 0; i < n; i++) {
+        ferry_id id = h_idf("%s-%ld", prefix, i);
+        uint8_t *data;
+        if ((*rc = ferry_create(c, &id, 0, NULL, 0, &data)) != 0)
+            return i;
+        H_OK(ferry_seal(c, &id));
+        if (release)
+            H_OK(ferry_release(c, &id));
+    }
+    return n;
+}
+
+/* What the daemon may grow by while objects churn through a full table: 216 KiB to 10 MiB
+ * measured; under ASan, plus the 16 MiB of freed memory h_rss_asan_quarantine lets it keep. */
+#ifdef __SANITIZE_ADDRESS__
+#define GROWTH_MAX_KIB (32 * 1024)
+#else
+#define GROWTH_MAX_KIB (16 * 1024)
+#endif
+
+/* One client holds its share (4096, a whole put batch), then can create no more; another that
+ * releases what it seals pushes 120,000 objects through a table of 6000 by eviction, the
+ * daemon's memory staying put; a third that holds objects meets the table's bound. */
+static void object_flood_meets_max_objects_and_a_clients_share(void **state)
+{
+    struct ferryd d;
+    const char *extra[] = {"--max-objects", "6000", NULL};
+    int rc;
+
+    h_rss_asan_quarantine();
+    h_daemon_init(&d);
+    h_daemon_start(&d, "16M", extra);
+    ferry_client *hog = h_connect(&d), *churn = h_connect(&d), *late = h_connect(&d);
+
+    assert_int_equal(flood(hog, "hog", 10000, 0, &rc), 4096);
+    H_RC(rc, FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "this client holds 4096 objects, at most 4096"));
+    uint64_t rss = h_rss_kib(d.pid);
+    assert_int_equal(flood(churn, "churn", 120000, 1, &rc), 120000);
+    uint64_t grown = h_rss_kib(d.pid) - rss;
+    assert_true(h_stat(churn, "objects") <= 6000);
+    assert_true(h_stat(churn, "evicted_objects") >= 120000 - 6000);
+    if (grown >= GROWTH_MAX_KIB) /* 120,000 objects kept would be ~48 MiB */
+        fail_msg("the daemon grew by %llu KiB", (unsigned long long)grown);
+    assert_int_equal(flood(late, "late", 10000, 0, &rc), 6000 - 4096);
+    H_RC(rc, FERRY_ENOSPACE);
+    assert_non_null(
+        strstr(ferry_errmsg(), "the store holds 6000 objects, at most 6000 (--max-objects)"));
+    assert_true(h_stat(late, "refused_objects") == 2);
+    assert_int_equal(h_stat(late, "max_objects"), 6000);
+    ferry_disconnect(late); /* its objects become evictable: the others create again */
+    assert_int_equal(flood(churn, "again", 100, 1, &rc), 100);
+    ferry_disconnect(hog);
+    ferry_disconnect(churn);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+/* ---- /metrics ---- */
+
+static int metrics_port(pid_t pid)
+{
+    int ports[4];
+
+    assert_int_equal(h_listen_ports(pid, ports, 4), 1);
+    return ports[0];
+}
+
+static int tcp_connect(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_true(fd >= 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        fail_msg("connect 127.0.0.1:%d: %s", port, strerror(errno));
+    return fd;
+}
+
+/* GET /metrics within timeout_ms: 1 when the answer is 200 OK and complete. */
+static int scrape(int port, int timeout_ms)
+{
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    char buf[4096];
+    size_t got = 0;
+    uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+    int fd = tcp_connect(port), ok = 0;
+
+    if (h_raw_write(fd, req, sizeof(req) - 1) < 0)
+        goto close_fd;
+    for (uint64_t now = h_now_ms(); now < end; now = h_now_ms()) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(end - now)) <= 0)
+            break;
+        ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (r <= 0) { /* the daemon closes after the answer */
+            ok = r == 0 && got > 12 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+            break;
+        }
+        got = got + (size_t)r < sizeof(buf) - 1 ? got + (size_t)r : 12; /* keep the status */
+    }
+close_fd:
+    close(fd);
+    return ok;
+}
+
+static void start_with_metrics(struct ferryd *d)
+{
+    const char *extra[] = {"--metrics", "127.0.0.1:0", NULL};
+
+    h_daemon_init(d);
+    h_daemon_start(d, "8M", extra);
+}
+
+/* Twelve connections that send half a request and wait (slowloris), then twenty honest
+ * scrapes: every one answered within its second. */
+static void idle_metrics_connections_do_not_lock_scrapes_out(void **state)
+{
+    struct ferryd d;
+    int idle[12], answered = 0;
+
+    start_with_metrics(&d);
+    int port = metrics_port(d.pid);
+    for (int i = 0; i < 12; i++) {
+        idle[i] = tcp_connect(port);
+        assert_int_equal(h_raw_write(idle[i], "GET /met", 8), 0);
+    }
+    for (int i = 0; i < 20; i++)
+        answered += scrape(port, 1000);
+    assert_int_equal(answered, 20);
+    for (int i = 0; i < 12; i++)
+        close(idle[i]);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+static int open_fds(pid_t pid)
+{
+    char path[64];
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    assert_non_null(dir);
+    for (struct dirent *de; (de = readdir(dir));)
+        n += de->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+/* Lowers d's descriptor limit to what it has open plus two, then opens `n` connections with
+ * connect_fn to fill it and more: CPU time of the daemon over the next 2 s, in percent. */
+static unsigned starve_and_measure(struct ferryd *d, int (*connect_fn)(const struct ferryd *, int),
+                                   int arg, int *fds, int n)
+{
+    struct rlimit lim;
+    long hz = sysconf(_SC_CLK_TCK);
+
+    lim.rlim_cur = lim.rlim_max = (rlim_t)open_fds(d->pid) + 2;
+    if (prlimit(d->pid, RLIMIT_NOFILE, &lim, NULL) != 0)
+        fail_msg("prlimit: %s", strerror(errno));
+    for (int i = 0; i < n; i++)
+        fds[i] = connect_fn(d, arg);
+    h_sleep_ms(200); /* the daemon has met EMFILE by now */
+    uint64_t t0 = h_cpu_ticks(d->pid), w0 = h_now_ms();
+    h_sleep_ms(2000);
+    uint64_t ticks = h_cpu_ticks(d->pid) - t0, ms = h_now_ms() - w0;
+    return (unsigned)(ticks * 1000 * 100 / (uint64_t)hz / ms);
+}
+
+static int metrics_connect(const struct ferryd *d, int port)
+{
+    return tcp_connect(port);
+}
+
+static int unix_connect(const struct ferryd *d, int unused)
+{
+    return h_raw_connect(d->sock);
+}
+
+/* Out of descriptors, a listener pauses (accept_pauses) instead of spinning at 84 % CPU, and
+ * serves again once connections close. */
+static void metrics_listener_out_of_descriptors_does_not_spin(void **state)
+{
+    struct ferryd d;
+    int fds[8];
+
+    start_with_metrics(&d);
+    int port = metrics_port(d.pid);
+    unsigned cpu = starve_and_measure(&d, metrics_connect, port, fds, 8);
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+    if (cpu >= 20)
+        fail_msg("the daemon used %u %% of a CPU while out of descriptors", cpu);
+    int answered = 0;
+    for (int i = 0; i < 50 && !answered; i++) /* bounded: the pause is 100 ms */
+        answered = scrape(port, 1000);
+    assert_true(answered);
+    ferry_client *c = h_connect(&d);
+    assert_true(h_stat(c, "accept_pauses") >= 1);
+    ferry_disconnect(c);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+static void client_socket_out_of_descriptors_does_not_spin(void **state)
+{
+    struct ferryd d;
+    int fds[8];
+
+    h_daemon_init(&d);
+    h_daemon_start(&d, "8M", NULL);
+    unsigned cpu = starve_and_measure(&d, unix_connect, 0, fds, 8);
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+    if (cpu >= 20)
+        fail_msg("the daemon used %u %% of a CPU while out of descriptors", cpu);
+    ferry_client *c = h_connect(&d);
+    assert_true(h_stat(c, "accept_pauses") >= 1);
+    ferry_disconnect(c);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+/* ---- names ---- */
+
+/* A name with a right-to-left override (U+202E), a C1 control (U+0085) and a byte that is not
+ * UTF-8 is kept as given, and `ferry ls` shows it escaped: none of those bytes reach the
+ * terminal. */
+static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
+{
+    static const char name[] = "evil\xe2\x80\xaegpj.exe\xc2\x85x\xff";
+    struct ferryd d;
+    char cmd[512], out[4096];
+    size_t got;
+    ferry_object_info info;
+
+    h_daemon_init(&d);
+    h_daemon_start(&d, "8M", NULL);
+    ferry_client *c = h_connect(&d);
+    ferry_id id = h_id("named");
+    H_OK(ferry_put(c, &id, "x", 1, NULL, 0));
+    H_OK(ferry_set_name(c, &id, name));
+    assert_int_equal(h_list_find(c, &id, &info), 1);
+    assert_string_equal(info.name, name); /* user data intact */
+    snprintf(cmd, sizeof(cmd), "%s/ferry --socket %s ls", getenv("FERRY_BIN_DIR"), d.sock);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    got = fread(out, 1, sizeof(out) - 1, f);
+    out[got] = '\0';
+    assert_int_equal(pclose(f), 0);
+    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}x\\xff"))
+        fail_msg("ferry ls shows the name unescaped:\n%s", out);
+    assert_null(strstr(out, "\xe2\x80\xae"));
+    assert_null(strstr(out, "\xc2\x85"));
+    ferry_disconnect(c);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
+/* A node id that would act on a terminal or a log is refused at start, shown escaped. */
+static void node_ids_with_bidi_characters_are_refused_at_start(void **state)
+{
+    const char *extra[] = {"--node-id",
+                           "a\xe2\x80\xae"
+                           "b",
+                           "--listen",
+                           "127.0.0.1:0",
+                           "--directory",
+                           "redis://127.0.0.1:1",
+                           NULL};
+    struct ferryd d;
+    int status;
+
+    h_daemon_init(&d);
+    pid_t pid = h_daemon_spawn(&d, d.log, "8M", extra);
+    assert_int_equal(h_wait_exit(pid, H_START_MS, &status), 1);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    assert_true(h_file_contains(d.log, "node id 'a\\u{202e}b': 1 to"));
+    assert_false(h_file_contains(d.log, "\xe2\x80\xae"));
+    h_daemon_cleanup(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(object_flood_meets_max_objects_and_a_clients_share),
+        cmocka_unit_test(idle_metrics_connections_do_not_lock_scrapes_out),
+        cmocka_unit_test(metrics_listener_out_of_descriptors_does_not_spin),
+        cmocka_unit_test(client_socket_out_of_descriptors_does_not_spin),
+        cmocka_unit_test(names_with_bidi_or_c1_characters_are_shown_escaped),
+        cmocka_unit_test(node_ids_with_bidi_characters_are_refused_at_start),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
