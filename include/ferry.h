@@ -326,7 +326,14 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
     X(creates_waited, COUNTER, "times a create or restore found no room and waited for writes")    \
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
-    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")
+    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")  \
+    X(unsigned_records, COUNTER,                                                                   \
+      "object records in the directory not believed: not signed with our secret")                  \
+    X(records_repaired, COUNTER, "records not signed with our secret that a publication replaced") \
+    X(unsigned_events, COUNTER,                                                                    \
+      "delete events in the directory ignored: not signed with our secret")                        \
+    X(stale_events, COUNTER, "signed delete events refused: taken before, or before this run")     \
+    X(directory_bad_keys, COUNTER, "directory keys of the wrong type met (replaced when ours)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;
