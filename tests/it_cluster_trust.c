@@ -33,8 +33,8 @@ static void secret_file(struct h_cluster *cl, char *path, size_t size)
 }
 
 /* Starts n nodes sharing a secret, node A with a spill directory kept across its restarts
- * (--persist-on-exit), and waits until each lists all. */
-static void start_trusted(struct h_cluster *cl, int n)
+ * (--persist-on-exit), waits until each lists all, and connects c[i] to each. */
+static void start_trusted(struct h_cluster *cl, int n, ferry_client **c)
 {
     static char secret[256], spill[256];
     secret_file(cl, secret, sizeof(secret));
@@ -44,6 +44,8 @@ static void start_trusted(struct h_cluster *cl, int n)
     const char *const plain[] = {"--secret-file", secret, NULL};
     h_node_start(cl, A, "64M", with_spill);
     h_cluster_start(cl, n - 1, "64M", plain);
+    for (int i = 0; i < n; i++)
+        c[i] = h_node_connect(cl, i);
 }
 
 /* Restarts node A (a clean stop: its objects stay in its spill directory). */
@@ -97,10 +99,8 @@ static void assert_held_by_all(ferry_client *const *c, const ferry_id *id, const
  * is there again after a restart. A genuine delete still deletes everywhere. */
 H_CLUSTER_TEST(forged_delete_events_delete_nothing)
 {
-    start_trusted(cl, 3);
     ferry_client *c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = h_node_connect(cl, i);
+    start_trusted(cl, 3, c);
     ferry_id id = h_id("kept-against-forgeries"), other = h_id("deleted-for-real");
     char hex[2 * FERRY_ID_SIZE + 1];
     ferry_id_format(&id, hex);
@@ -134,10 +134,8 @@ H_CLUSTER_TEST(forged_delete_events_delete_nothing)
  * nothing: the nodes that heard it once refuse it (stale_events). */
 H_CLUSTER_TEST(replayed_delete_event_spares_a_later_put)
 {
-    start_trusted(cl, 3);
     ferry_client *c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = h_node_connect(cl, i);
+    start_trusted(cl, 3, c);
     ferry_id id = h_id("put-again");
     put_everywhere(cl, c, &id);
     H_OK(ferry_delete_cluster(c[A], &id));
@@ -178,8 +176,9 @@ static void assert_record_refused(ferry_client *c, const ferry_id *id, int rc, c
 H_CLUSTER_TEST(inflated_record_evicts_nothing)
 {
     enum { N = 20 };
-    start_trusted(cl, 2);
-    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *c[2];
+    start_trusted(cl, 2, c);
+    ferry_client *a = c[A], *b = c[B];
     ferry_id id = h_id("inflated"), cached[N];
     char key[64] = "ferry:obj:";
     H_OK(h_put_direct(a, &id, 1000, 0));
@@ -209,10 +208,8 @@ H_CLUSTER_TEST(inflated_record_evicts_nothing)
  * the fetch succeeds. */
 H_CLUSTER_TEST(switched_record_is_refused_then_repaired)
 {
-    start_trusted(cl, 3);
     ferry_client *c[3];
-    for (int i = 0; i < 3; i++)
-        c[i] = h_node_connect(cl, i);
+    start_trusted(cl, 3, c);
     ferry_id id = h_id("switched"), other = h_id("switched-to");
     char key[64] = "ferry:obj:", key2[64] = "ferry:obj:";
     H_OK(h_put_direct(c[A], &id, 1000, 0));

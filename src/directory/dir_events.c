@@ -18,22 +18,20 @@ static int event_trusted(struct directory *d, const struct dir_event *e, uint64_
     if (!d->secret_len)
         return 1;
     if (dir_event_sign(d, e, expect) < 0 || !dir_sig_matches(expect, e->sig)) {
-        d->counters.unsigned_events++;
-        dir_distrust(d, DISTRUST_EVENT,
+        dir_distrust(d, DISTRUST_EVENT, &d->counters.unsigned_events,
                      "a delete event for id %s (naming node %s) is not signed with our cluster "
-                     "secret: ignored (%" PRIu64 " so far)",
-                     e->id, e->node, d->counters.unsigned_events);
+                     "secret: ignored",
+                     e->id, e->node);
         return 0;
     }
     snprintf(run, sizeof(run), "%s %s", e->node, e->inc);
     dir_node_cache_key(run, &key);
     last = idmap_get(&d->emitters, &key);
     if ((last && t <= *last) || t + EVENTS_SKEW_MS < (d->self.inc >> 12)) {
-        d->counters.stale_events++;
-        dir_distrust(d, DISTRUST_STALE,
-                     "a signed delete event for id %s by node %s is older than what was taken "
-                     "from that node, or than this run: refused as a replay (%" PRIu64 " so far)",
-                     e->id, e->node, d->counters.stale_events);
+        dir_distrust(d, DISTRUST_STALE, &d->counters.stale_events,
+                     "a signed delete event for id %s by node %s is not later than what was "
+                     "taken from that node's run, or is from before this run: refused as a replay",
+                     e->id, e->node);
         return 0;
     }
     if (!last) {

@@ -95,8 +95,7 @@ static enum entry parse_entry(const struct directory *d, const redisReply *r,
  * another one). */
 static void entry_refused(struct directory *d, const char *id)
 {
-    d->counters.unsigned_entries++;
-    dir_distrust(d, DISTRUST_ENTRY,
+    dir_distrust(d, DISTRUST_ENTRY, &d->counters.unsigned_entries,
                  "the entry of node %s is not signed with our cluster secret: ignored "
                  "(planted by a writer of the directory, or a node with another secret)",
                  id);
@@ -220,11 +219,10 @@ static void record_refused(struct directory *d, struct request *r, const redisRe
     struct holder h = {.inc = 0};
 
     ferry_id_format(&r->id, hex);
-    d->counters.unsigned_records++;
-    dir_distrust(d, DISTRUST_RECORD,
+    dir_distrust(d, DISTRUST_RECORD, &d->counters.unsigned_records,
                  "the record of id %s (its size and digest) is not signed with our cluster "
-                 "secret: not believed, nothing is fetched by it (%" PRIu64 " so far)",
-                 hex, d->counters.unsigned_records);
+                 "secret: not believed, nothing is fetched by it",
+                 hex);
     r->a.has_content = 0;
     for (size_t i = 0; i + 1 < rep->elements && r->a.ngone < LOOKUP_HOLDERS_MAX; i += 2) {
         if (dir_string_copy(name, sizeof(name), rep->element[i]) &&

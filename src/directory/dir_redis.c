@@ -97,12 +97,13 @@ void dir_command_failed(struct directory *d, const char *what, const char *why)
              d->counters.errors);
 }
 
-void dir_distrust(struct directory *d, enum distrust k, const char *fmt, ...)
+void dir_distrust(struct directory *d, enum distrust k, uint64_t *count, const char *fmt, ...)
 {
     uint64_t now = loop_now_ms();
     va_list ap;
     char text[512];
 
+    ++*count;
     if (d->warned_ms[k] && now - d->warned_ms[k] < DISTRUST_INTERVAL_MS)
         return;
     d->warned_ms[k] = now;
@@ -111,14 +112,12 @@ void dir_distrust(struct directory *d, enum distrust k, const char *fmt, ...)
     /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized) */
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    log_warn("directory: %s (logged once a minute at most)", text);
+    log_warn("directory: %s (%" PRIu64 " so far, logged once a minute at most)", text, *count);
 }
 
 void dir_bad_key(struct directory *d, const char *what)
 {
-    d->counters.bad_keys++;
-    dir_distrust(d, DISTRUST_KEY, "a key of the wrong type: %.200s (%" PRIu64 " met so far)", what,
-                 d->counters.bad_keys);
+    dir_distrust(d, DISTRUST_KEY, &d->counters.bad_keys, "a key of the wrong type: %.200s", what);
 }
 
 int dir_wrongtype(const redisReply *r)

@@ -302,11 +302,10 @@ static void conflict_report(struct directory *d, const struct directory_answer *
 /* A publication that replaced a record not signed with our secret: counted and logged. */
 static void repaired_report(struct directory *d, const char *hex)
 {
-    d->counters.records_repaired++;
-    dir_distrust(d, DISTRUST_RECORD,
+    dir_distrust(d, DISTRUST_REPAIR, &d->counters.records_repaired,
                  "the record of id %s was not signed with our cluster secret: replaced by this "
-                 "node's (%" PRIu64 " replaced so far)",
-                 hex, d->counters.records_repaired);
+                 "node's",
+                 hex);
 }
 
 /* The arguments the scripts take after their keys. */

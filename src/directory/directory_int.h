@@ -133,6 +133,7 @@ typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 enum distrust {
     DISTRUST_ENTRY,
     DISTRUST_RECORD,
+    DISTRUST_REPAIR,
     DISTRUST_EVENT,
     DISTRUST_STALE,
     DISTRUST_KEY,
@@ -297,10 +298,10 @@ const char *dir_reply_error(const redisReply *r);
 const char *dir_reply_why(const redisReply *r);
 /* Counts a failed command, and logs it at most once per WARN_INTERVAL_MS. */
 void dir_command_failed(struct directory *d, const char *what, const char *why);
-/* Logs what the directory refuses to believe, of kind k, at most once per
- * DISTRUST_INTERVAL_MS (the caller counts it). */
-void dir_distrust(struct directory *d, enum distrust k, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* What the directory refuses to believe (or replaced), of kind k: counted in *count, and
+ * logged with the count at most once per DISTRUST_INTERVAL_MS. */
+void dir_distrust(struct directory *d, enum distrust k, uint64_t *count, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* A key of the wrong type met (what: "ferry:held:x (a string): replaced"): counted, logged. */
 void dir_bad_key(struct directory *d, const char *what);
 /* 1 when a reply is Redis's WRONGTYPE error. */
