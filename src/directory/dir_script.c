@@ -503,7 +503,7 @@ static int delete_event(struct directory *d, const ferry_id *id, struct dir_even
 static int send_delete(struct directory *d, const struct pubop *op)
 {
     char key[OBJ_KEY_MAX];
-    struct dir_event e;
+    struct dir_event e = {.type = ""};
     const char *args[] = {key, EVENTS_KEY, e.id, e.node, e.inc, EVENTS_KEEP, e.t, e.sig};
 
     if (delete_event(d, &op->id, &e) < 0)

@@ -22,7 +22,8 @@ static int sign(const struct directory *d, const char *const *texts, size_t n,
                        SIGNED_TEXTS_MAX);
     for (size_t i = 0; i < n; i++) {
         size_t len = strlen(texts[i]);
-        parts[2 * i] = (struct mac_part){lens[i], (size_t)snprintf(lens[i], U64_TEXT, "%zu:", len)};
+        int prefix = snprintf(lens[i], U64_TEXT, "%zu:", len);
+        parts[2 * i] = (struct mac_part){lens[i], (size_t)prefix};
         parts[2 * i + 1] = (struct mac_part){texts[i], len};
     }
     if (mac_sha256(d->secret, d->secret_len, parts, 2 * n, mac) < 0)
