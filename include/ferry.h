@@ -342,7 +342,14 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(refused_objects, COUNTER,                                                                    \
       "creates refused: the store held max_objects, or the client its unsealed share")             \
     X(accept_pauses, COUNTER,                                                                      \
-      "times a listener stopped accepting for 100 ms: out of descriptors or memory")
+      "times a listener stopped accepting for 100 ms: out of descriptors or memory")               \
+    X(unsigned_records, COUNTER,                                                                   \
+      "object records in the directory not believed: not signed with our secret")                  \
+    X(records_repaired, COUNTER, "records not signed with our secret that a publication replaced") \
+    X(unsigned_events, COUNTER,                                                                    \
+      "delete events in the directory ignored: not signed with our secret")                        \
+    X(stale_events, COUNTER, "signed delete events refused: taken before, or before this run")     \
+    X(directory_bad_keys, COUNTER, "directory keys of the wrong type met (replaced when ours)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

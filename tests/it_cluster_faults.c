@@ -246,9 +246,10 @@ static void start_secret_cluster(struct h_cluster *cl)
 }
 
 /* A fetch on node `from` of id, held by node `holder` only, across a secret mismatch: it
- * fails and the holder sends nothing. A fetcher with a secret ignores the holder's entry
- * (signed with another secret: counted in unsigned_entries); a fetcher without one connects,
- * and the holder counts the peer that failed its challenge. */
+ * fails and the holder sends nothing. A fetcher with a secret ignores the id's record and the
+ * holder's entry (signed with another secret: counted in unsigned_records or
+ * unsigned_entries); a fetcher without one connects, and the holder counts the peer that
+ * failed its challenge. */
 static void assert_refused_between(struct h_cluster *cl, ferry_client *const *c, int from,
                                    int holder, const ferry_id *id)
 {
@@ -257,7 +258,8 @@ static void assert_refused_between(struct h_cluster *cl, ferry_client *const *c,
     ferry_stats h1 = h_stats(c[holder]);
     assert_int_equal(h1.transfers_out, h0.transfers_out);
     assert_int_equal(h1.bytes_out, h0.bytes_out);
-    if (h_stats(c[from]).unsigned_entries > f0.unsigned_entries)
+    ferry_stats f1 = h_stats(c[from]);
+    if (f1.unsigned_entries > f0.unsigned_entries || f1.unsigned_records > f0.unsigned_records)
         return;
     uint64_t errors = H_WAIT_STAT_MIN(c[holder], peer_errors, h0.peer_errors + 1, H_EVENT_MS);
     if (errors <= h0.peer_errors)
@@ -321,15 +323,22 @@ static void assert_planted_ignored(ferry_client *c, int lfd, const ferry_id *id)
 }
 
 /* Whoever can write to Redis but lacks the secret cannot make a node dial it: an entry it
- * wrote, or a real node's signed entry copied under another name and address, is ignored. */
+ * wrote, or a real node's signed entry copied under another name and address, is ignored.
+ * The fake holder is added to a genuine (signed) record, whose real holder B then reads as
+ * gone (its field names another run), so that the fake's entry is what A is left to judge. */
 H_CLUSTER_TEST(nodes_planted_in_the_directory_are_ignored)
 {
     start_secret_cluster(cl);
-    ferry_client *a = h_node_connect(cl, A);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *d = h_node_connect(cl, D); /* looks the record up: A must not cache it */
     int port, lfd = h_tcp_listen(&port);
-    char addr[32], key[64];
+    char addr[32], key[64], obj[64] = "ferry:obj:";
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     ferry_id id = h_id("planted");
+    H_OK(h_put_direct(b, &id, 1000, 0));
+    h_assert_where(d, cl, &id, BIT(B), H_CLUSTER_MS);
+    ferry_id_format(&id, obj + strlen(obj));
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", obj, "h:node-b", "1", NULL});
 
     plant_node(cl, &id, (const char *[]){"addr", addr, "inc", "1", "t:tcp", addr, NULL});
     assert_planted_ignored(a, lfd, &id);
@@ -341,6 +350,8 @@ H_CLUSTER_TEST(nodes_planted_in_the_directory_are_ignored)
     assert_planted_ignored(a, lfd, &id);
     close(lfd);
     ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(d);
 }
 
 /* ---- raw transfer connections ---- */

@@ -188,6 +188,12 @@ static void print_cluster(const struct stat_view *v)
            "directory", val(v, "directory_up") ? "up" : "DOWN", val(v, "directory_lookups"),
            val(v, "directory_cache_hits"), val(v, "directory_reconnects"), val(v, "id_conflicts"),
            val(v, "unsigned_entries"));
+    printf("  %-13s unsigned ignored: %" PRIu64 " entries, %" PRIu64 " records (%" PRIu64
+           " replaced), %" PRIu64 " events; %" PRIu64 " stale events, %" PRIu64
+           " keys of the wrong type\n",
+           "trust", val(v, "unsigned_entries"), val(v, "unsigned_records"),
+           val(v, "records_repaired"), val(v, "unsigned_events"), val(v, "stale_events"),
+           val(v, "directory_bad_keys"));
     printf("  %-13s %" PRIu64 " asked; %" PRIu64 " objects in (%s), %" PRIu64 " out (%s), %" PRIu64
            " failed from a holder\n",
            "fetches", val(v, "fetches"), val(v, "transfers_in"), sz(val(v, "bytes_in"), a),

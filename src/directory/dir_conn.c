@@ -161,17 +161,16 @@ static void on_cleanup(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *rep = reply;
+    uint64_t taken, removed;
 
     if (!rep)
         return;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        rep->element[0]->type != REDIS_REPLY_INTEGER ||
-        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+    if (!dir_cleanup_reply(d, rep, &taken, &removed)) {
         dir_drop(d, "cleanup: %s", dir_reply_error(rep) ? dir_reply_error(rep) : "bad reply");
         return;
     }
-    d->counters.cleaned += (uint64_t)rep->element[1]->integer;
-    if (rep->element[0]->integer > 0) {
+    d->counters.cleaned += removed;
+    if (taken > 0) {
         if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
             dir_drop(d, "cannot send the cleanup");
         return;

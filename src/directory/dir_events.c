@@ -5,14 +5,56 @@
  */
 #include "directory/directory_int.h"
 
+/* Whether a delete event is taken. Without a secret, every one (the cluster is open). With
+ * one, only an event signed with it (else unsigned_events), later than the last taken from
+ * its node's run and not from before this run began (else stale_events): a genuine event
+ * copied into the stream again, or one from before this node's time, deletes nothing. */
+static int event_trusted(struct directory *d, const struct dir_event *e, uint64_t t)
+{
+    char expect[DIR_SIG_HEX], run[sizeof(e->node) + sizeof(e->inc)];
+    ferry_id key;
+    uint64_t *last;
+
+    if (!d->secret_len)
+        return 1;
+    if (dir_event_sign(d, e, expect) < 0 || !dir_sig_matches(expect, e->sig)) {
+        dir_distrust(d, DISTRUST_EVENT, &d->counters.unsigned_events,
+                     "a delete event for id %s (naming node %s) is not signed with our cluster "
+                     "secret: ignored",
+                     e->id, e->node);
+        return 0;
+    }
+    snprintf(run, sizeof(run), "%s %s", e->node, e->inc);
+    dir_node_cache_key(run, &key);
+    last = idmap_get(&d->emitters, &key);
+    if ((last && t <= *last) || t + EVENTS_SKEW_MS < (d->self.inc >> 12)) {
+        dir_distrust(d, DISTRUST_STALE, &d->counters.stale_events,
+                     "a signed delete event for id %s by node %s is not later than what was "
+                     "taken from that node's run, or is from before this run: refused as a replay",
+                     e->id, e->node);
+        return 0;
+    }
+    if (!last) {
+        if (d->emitters.count >= EMITTERS_MAX)
+            dir_cache_clear(&d->emitters);
+        if ((last = malloc(sizeof(*last))) && idmap_put(&d->emitters, &key, last) < 0) {
+            free(last);
+            last = NULL;
+        }
+    }
+    if (last)
+        *last = t;
+    return 1;
+}
+
 /* The fields of one stream entry ([id, [field, value, ...]]) that matter: a delete by another
- * incarnation than this one is kept for the owner. */
+ * incarnation than this one, if trusted, is kept for the owner. */
 static void take_entry(struct directory *d, const redisReply *e)
 {
     const redisReply *f;
-    char type[8] = "", hex[HEX_ID_MAX] = "";
+    struct dir_event ev = {.type = ""};
     struct heard *h = &d->heard[d->nheard];
-    uint64_t inc = 0;
+    uint64_t t = 0;
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
         !dir_string_copy(d->events_last, sizeof(d->events_last), e->element[0]))
@@ -24,19 +66,35 @@ static void take_entry(struct directory *d, const redisReply *e)
         if (k->type != REDIS_REPLY_STRING)
             continue;
         if (strcmp(k->str, "type") == 0)
-            (void)dir_string_copy(type, sizeof(type), v);
+            (void)dir_string_copy(ev.type, sizeof(ev.type), v);
         else if (strcmp(k->str, "id") == 0)
-            (void)dir_string_copy(hex, sizeof(hex), v);
+            (void)dir_string_copy(ev.id, sizeof(ev.id), v);
         else if (strcmp(k->str, "node") == 0)
-            (void)dir_string_copy(h->node, sizeof(h->node), v);
+            (void)dir_string_copy(ev.node, sizeof(ev.node), v);
         else if (strcmp(k->str, "inc") == 0)
-            (void)dir_reply_u64(v, 10, &inc);
+            (void)dir_string_copy(ev.inc, sizeof(ev.inc), v);
+        else if (strcmp(k->str, "t") == 0 && dir_reply_u64(v, 10, &t))
+            (void)dir_string_copy(ev.t, sizeof(ev.t), v);
+        else if (strcmp(k->str, "sig") == 0)
+            (void)dir_string_copy(ev.sig, sizeof(ev.sig), v);
     }
-    if (strcmp(type, "del") != 0 || ferry_id_parse(hex, &h->id) != 0 ||
-        (strcmp(h->node, d->self.id) == 0 && inc == d->self.inc))
+    if (strcmp(ev.type, "del") != 0 ||
+        (strcmp(ev.node, d->self.id) == 0 && strcmp(ev.inc, d->inc_text) == 0) ||
+        !event_trusted(d, &ev, t) || ferry_id_parse(ev.id, &h->id) != 0)
         return;
+    memcpy(h->node, ev.node, sizeof(h->node));
     d->nheard++;
     d->counters.deletes_heard++;
+}
+
+/* A read of the stream failed: a key of the wrong type in its place is replaced (the next
+ * delete makes the stream again), anything else counted. */
+static void events_failed(struct directory *d, const char *what, const redisReply *rep)
+{
+    if (dir_wrongtype(rep))
+        dir_fix_key(d, EVENTS_KEY, "stream");
+    else
+        dir_command_failed(d, what, dir_reply_why(rep));
 }
 
 /* The reply to XREAD: [[stream, [entry, ...]]], or nil when nothing is new. */
@@ -53,7 +111,7 @@ static void on_events(redisAsyncContext *ac, void *reply, void *priv)
         rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2)
         entries = rep->element[0]->element[1];
     if (!entries || entries->type != REDIS_REPLY_ARRAY) {
-        dir_command_failed(d, "XREAD", dir_reply_why(rep));
+        events_failed(d, "XREAD", rep);
         return;
     }
     n = entries->elements < EVENTS_BATCH_N ? entries->elements : EVENTS_BATCH_N;
@@ -77,7 +135,7 @@ static void on_events_start(redisAsyncContext *ac, void *reply, void *priv)
     if (!rep)
         return;
     if (rep->type != REDIS_REPLY_ARRAY) {
-        dir_command_failed(d, "XREVRANGE", dir_reply_why(rep));
+        events_failed(d, "XREVRANGE", rep);
         return;
     }
     if (rep->elements == 0 || rep->element[0]->type != REDIS_REPLY_ARRAY ||
@@ -149,18 +207,17 @@ static void on_leave_cleanup(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *rep = reply;
+    uint64_t taken, removed;
 
     if (!rep)
         return; /* connection_lost finishes the leave */
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        rep->element[0]->type != REDIS_REPLY_INTEGER ||
-        rep->element[1]->type != REDIS_REPLY_INTEGER) {
+    if (!dir_cleanup_reply(d, rep, &taken, &removed)) {
         dir_command_failed(d, "leave", dir_reply_why(rep));
         dir_leave_finish(d);
         return;
     }
-    d->counters.cleaned += (uint64_t)rep->element[1]->integer;
-    if (rep->element[0]->integer > 0)
+    d->counters.cleaned += removed;
+    if (taken > 0)
         leave_step(d);
     else
         dir_leave_finish(d);

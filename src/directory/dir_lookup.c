@@ -56,8 +56,7 @@ static int entry_signed(const struct directory *d, const struct directory_node *
 
     if (!d->secret_len)
         return 1;
-    return strlen(sig) == DIR_SIG_HEX - 1 && dir_node_sign(d, node, expect) == 0 &&
-           mac_equal((const uint8_t *)expect, (const uint8_t *)sig, DIR_SIG_HEX - 1);
+    return dir_node_sign(d, node, expect) == 0 && dir_sig_matches(expect, sig);
 }
 
 /* The node's entry (copied out of a reply to HGETALL) when it has an address and, with a
@@ -93,18 +92,13 @@ static enum entry parse_entry(const struct directory *d, const redisReply *r,
 }
 
 /* An entry that fails our signature: written by someone without the secret (or a node with
- * another one). Logged once a minute at most: a planted entry is asked about on every lookup. */
+ * another one). */
 static void entry_refused(struct directory *d, const char *id)
 {
-    uint64_t now = loop_now_ms();
-
-    d->counters.unsigned_entries++;
-    if (now - d->last_unsigned_ms < 60000 && d->last_unsigned_ms)
-        return;
-    d->last_unsigned_ms = now;
-    log_warn("directory: the entry of node %s is not signed with our cluster secret: ignored "
-             "(planted by a writer of the directory, or a node with another secret)",
-             id);
+    dir_distrust(d, DISTRUST_ENTRY, &d->counters.unsigned_entries,
+                 "the entry of node %s is not signed with our cluster secret: ignored "
+                 "(planted by a writer of the directory, or a node with another secret)",
+                 id);
 }
 
 /* A reply to HGETALL ferry:node:<id>, for the oldest holder (or node) r asked about: live when
@@ -117,11 +111,17 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
     const struct holder *h = &r->asked[r->asked_head++];
     struct directory_node node = {0};
     enum entry kind;
-    char when[32];
+    char when[32], key[NODE_KEY_MAX], what[NODE_KEY_MAX + 32];
 
     memcpy(node.id, h->id, sizeof(node.id));
     if (!rep) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
+    } else if (dir_wrongtype(rep)) { /* another node's key: left to it, the node taken as gone */
+        dir_entry_key(key, h->id);
+        snprintf(what, sizeof(what), "%s (not a hash): left alone", key);
+        dir_bad_key(d, what);
+        if (r->kind == REQ_LOOKUP)
+            gone_add(r, h, "its directory entry is not a hash");
     } else if (rep->type == REDIS_REPLY_ERROR) {
         dir_command_failed(d, "HGETALL", rep->str);
     } else if ((kind = parse_entry(d, rep, &node)) != ENTRY_OK) {
@@ -189,32 +189,95 @@ static void consider_holder(struct directory *d, struct request *r, const redisR
         ask_node(d, r, &h);
 }
 
-/* The reply to HGETALL ferry:obj:<hex>: the content and the holders. */
+/* An object's record as stored: the texts its signature covers, and the signature. */
+struct record {
+    char size[U64_TEXT], digest[DIGEST_TEXT], sig[DIR_SIG_HEX];
+};
+
+/* Whether the holders of a record are taken: with a secret, only when it has a content and our
+ * signature over it. */
+static int record_believed(const struct directory *d, const struct request *r,
+                           const redisReply *rep, const struct record *rec)
+{
+    char hex[HEX_ID_MAX], expect[DIR_SIG_HEX];
+
+    if (!d->secret_len || rep->elements == 0) /* open cluster, or no record */
+        return 1;
+    if (!r->a.has_content)
+        return 0;
+    ferry_id_format(&r->id, hex);
+    return dir_record_sign(d, hex, rec->size, rec->digest, expect) == 0 &&
+           dir_sig_matches(expect, rec->sig);
+}
+
+/* A record not signed with our secret: no content, and its holders are all left out, each with
+ * why (so that a fetch says it), none asked for. */
+static void record_refused(struct directory *d, struct request *r, const redisReply *rep)
+{
+    char hex[HEX_ID_MAX], name[sizeof(HOLDER_FIELD) + DIRECTORY_NODE_ID_MAX];
+    size_t pre = strlen(HOLDER_FIELD);
+    struct holder h = {.inc = 0};
+
+    ferry_id_format(&r->id, hex);
+    dir_distrust(d, DISTRUST_RECORD, &d->counters.unsigned_records,
+                 "the record of id %s (its size and digest) is not signed with our cluster "
+                 "secret: not believed, nothing is fetched by it",
+                 hex);
+    r->a.has_content = 0;
+    for (size_t i = 0; i + 1 < rep->elements && r->a.ngone < LOOKUP_HOLDERS_MAX; i += 2) {
+        if (dir_string_copy(name, sizeof(name), rep->element[i]) &&
+            strncmp(name, HOLDER_FIELD, pre) == 0 && name[pre]) {
+            snprintf(h.id, sizeof(h.id), "%s", name + pre);
+            gone_add(r, &h, "listed by a record of the id not signed with our secret");
+        }
+    }
+}
+
+/* The holders of a record's fields, answered from the cache or asked for. */
+static void consider_holders(struct directory *d, struct request *r, const redisReply *rep)
+{
+    for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2)
+        consider_holder(d, r, rep->element[i], rep->element[i + 1]);
+}
+
+/* The reply to HGETALL ferry:obj:<hex>: the content and the holders. A key of the wrong type
+ * in its place is answered as no record and replaced. */
 static void on_object(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *rep = reply;
     struct request *r = priv;
+    struct record rec = {.sig = ""};
+    char key[OBJ_KEY_MAX];
 
     if (!rep) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
+    } else if (dir_wrongtype(rep)) {
+        dir_holders_key(key, &r->id);
+        dir_fix_key(d, key, "hash");
     } else if (rep->type != REDIS_REPLY_ARRAY) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
         dir_command_failed(d, "HGETALL", dir_reply_why(rep));
     } else {
         int sized = 0, digested = 0;
-        for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2) {
+        for (size_t i = 0; i + 1 < rep->elements; i += 2) {
             const redisReply *f = rep->element[i], *v = rep->element[i + 1];
             if (f->type != REDIS_REPLY_STRING)
                 continue;
             if (strcmp(f->str, "size") == 0)
-                sized = dir_reply_u64(v, 10, &r->a.size);
+                sized = dir_reply_u64(v, 10, &r->a.size) &&
+                        dir_string_copy(rec.size, sizeof(rec.size), v);
             else if (strcmp(f->str, "digest") == 0)
-                digested = dir_reply_u64(v, 16, &r->a.digest);
-            else
-                consider_holder(d, r, f, v);
+                digested = dir_reply_u64(v, 16, &r->a.digest) &&
+                           dir_string_copy(rec.digest, sizeof(rec.digest), v);
+            else if (strcmp(f->str, "sig") == 0)
+                (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);
         }
         r->a.has_content = sized && digested;
+        if (record_believed(d, r, rep, &rec))
+            consider_holders(d, r, rep);
+        else
+            record_refused(d, r, rep);
     }
     dir_request_settle(d, r);
 }

@@ -1,6 +1,7 @@
 /*
  * dir_redis.c - the Redis vocabulary the files share: the keys of entries, reading replies,
- * and failed commands (counted, logged sparingly). It calls no other file of the unit.
+ * failed commands, what is not believed and keys of the wrong type (counted, logged
+ * sparingly). It calls no other file of the unit.
  */
 #include "directory/directory_int.h"
 
@@ -94,4 +95,34 @@ void dir_command_failed(struct directory *d, const char *what, const char *why)
     text[i] = '\0';
     log_warn("directory: %s failed: %s (%" PRIu64 " errors so far)", what, text,
              d->counters.errors);
+}
+
+void dir_distrust(struct directory *d, enum distrust k, uint64_t *count, const char *fmt, ...)
+{
+    uint64_t now = loop_now_ms();
+    va_list ap;
+    char text[512];
+
+    ++*count;
+    if (d->warned_ms[k] && now - d->warned_ms[k] < DISTRUST_INTERVAL_MS)
+        return;
+    d->warned_ms[k] = now;
+    va_start(ap, fmt);
+    /* ap is started (va_start); clang 14 misreads that on x86-64: LLVM issue 40656. */
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized) */
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_warn("directory: %s (%" PRIu64 " so far, logged once a minute at most)", text, *count);
+}
+
+void dir_bad_key(struct directory *d, const char *what)
+{
+    dir_distrust(d, DISTRUST_KEY, &d->counters.bad_keys, "a key of the wrong type: %.200s", what);
+}
+
+int dir_wrongtype(const redisReply *r)
+{
+    const char *why = dir_reply_error(r);
+
+    return why && strncmp(why, "WRONGTYPE", 9) == 0;
 }

@@ -10,79 +10,140 @@
  */
 #include "directory/directory_int.h"
 
+#include "common/clock.h"
+
 #include <openssl/evp.h>
 #include <pthread.h>
 
-/* KEYS: obj, held. ARGV: node, inc, size, digest, hex. Records the content at the first
- * publication; refuses other content while a live holder (another node, running the
- * incarnation its field names) has the recorded one: {1, that node, its size and digest, hex,
- * ours}. When none is live any more, the entry starts again with ours. */
-static const char publish_lua[] =
-    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest')\n"
-    "if cur[1] and (cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4]) then\n"
+/* What every script starts with. bad lists the keys of the wrong type it met (a string where
+ * a hash belongs...), each "key (a TYPE)": fix replaces such a key of ours (DEL: the script
+ * then writes it anew; ": replaced" is added), is only tells whether a key (another node's)
+ * has the type. bare: an object's record has no holder field left (size, digest and, when
+ * signed, sig). */
+#define LUA_PRELUDE                                                                                \
+    "local bad = {}\n"                                                                             \
+    "local function is(k, t)\n"                                                                    \
+    "  local have = redis.call('TYPE', k).ok\n"                                                    \
+    "  if have == t or have == 'none' then return have == t end\n"                                 \
+    "  bad[#bad + 1] = k .. ' (a ' .. have .. ')'\n"                                               \
+    "  return false\n"                                                                             \
+    "end\n"                                                                                        \
+    "local function fix(k, t)\n"                                                                   \
+    "  if is(k, t) or redis.call('EXISTS', k) == 0 then return end\n"                              \
+    "  redis.call('DEL', k)\n"                                                                     \
+    "  bad[#bad] = bad[#bad] .. ': replaced'\n"                                                    \
+    "end\n"                                                                                        \
+    "local function bare(k)\n"                                                                     \
+    "  return redis.call('HLEN', k) <= 2 + redis.call('HEXISTS', k, 'sig')\n"                      \
+    "end\n"
+
+/* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig ("" without a secret), then, for a
+ * replacement, the size, digest and sig of the record to replace. A record whose fields do not
+ * have the shape publications give them (size: up to 20 digits, digest and sig: up to 64 hex
+ * digits; size and digest present) is replaced first. Records the content at the
+ * first publication, with its signature; refuses other content while a live holder (another
+ * node, running the incarnation its field names) has the recorded one: {1, hex, that node,
+ * its size and digest, ours, its sig}, for the node to check that signature. When none is live
+ * any more, the entry starts again with ours. A replacement happens only if the record is
+ * still the one named (else {3, hex}); it, and our signature written over another for the
+ * same content, answer {2, hex}; a plain publication {0, hex}. */
+static const char publish_lua[] = LUA_PRELUDE
+    "fix(KEYS[1], 'hash')\n"
+    "fix(KEYS[2], 'set')\n"
+    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest', 'sig')\n"
+    "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"
+    "if redis.call('EXISTS', KEYS[1]) == 1 and not (shaped(cur[1], '^%d+$', 20) and\n"
+    "   shaped(cur[2], '^%x+$', 64) and (not cur[3] or shaped(cur[3], '^%x+$', 64))) then\n"
+    "  bad[#bad + 1] = KEYS[1] .. ' (a hash of fields of the wrong shape): replaced'\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  cur = {false, false, false}\n"
+    "end\n"
+    "local code = 0\n"
+    "if ARGV[7] then\n"
+    "  if cur[1] ~= ARGV[7] or cur[2] ~= ARGV[8] or (cur[3] or '') ~= ARGV[9] then\n"
+    "    return {bad, 3, ARGV[5]}\n"
+    "  end\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  code = 2\n"
+    "elseif cur[1] and (cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4]) then\n"
     "  local f = redis.call('HGETALL', KEYS[1])\n"
     "  for i = 1, #f, 2 do\n"
     "    local n = string.match(f[i], '^h:(.+)$')\n"
-    "    if n and n ~= ARGV[1] and\n"
-    "       redis.call('HGET', 'ferry:node:' .. n, 'inc') == f[i + 1] then\n"
-    "      return {1, n, cur[1], cur[2], ARGV[5], ARGV[3], ARGV[4]}\n"
+    "    local entry = n and 'ferry:node:' .. n\n"
+    "    if n and n ~= ARGV[1] and is(entry, 'hash') and\n"
+    "       redis.call('HGET', entry, 'inc') == f[i + 1] then\n"
+    "      return {bad, 1, ARGV[5], n, cur[1], cur[2], ARGV[3], ARGV[4], cur[3] or ''}\n"
     "    end\n"
     "  end\n"
     "  redis.call('DEL', KEYS[1])\n"
+    "elseif cur[1] and ARGV[6] ~= '' and cur[3] ~= ARGV[6] then\n"
+    "  code = 2\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'size', ARGV[3], 'digest', ARGV[4], 'h:' .. ARGV[1], ARGV[2])\n"
+    "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'sig', ARGV[6]) end\n"
     "redis.call('SADD', KEYS[2], ARGV[5])\n"
-    "return {0}\n";
+    "return {bad, code, ARGV[5]}\n";
 
 /* KEYS: obj, held. ARGV: node, inc, hex. Removes the node's field if this incarnation wrote it,
- * and the entry with its last holder (size and digest are the other two fields). */
+ * and the entry with its last holder: {0}. */
 static const char withdraw_lua[] =
-    "local f = 'h:' .. ARGV[1]\n"
-    "if redis.call('HGET', KEYS[1], f) == ARGV[2] then\n"
-    "  redis.call('HDEL', KEYS[1], f)\n"
-    "  if redis.call('HLEN', KEYS[1]) <= 2 then redis.call('DEL', KEYS[1]) end\n"
-    "end\n"
-    "redis.call('SREM', KEYS[2], ARGV[3])\n"
-    "return 0\n";
+    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
+                "fix(KEYS[2], 'set')\n"
+                "local f = 'h:' .. ARGV[1]\n"
+                "if redis.call('HGET', KEYS[1], f) == ARGV[2] then\n"
+                "  redis.call('HDEL', KEYS[1], f)\n"
+                "  if bare(KEYS[1]) then redis.call('DEL', KEYS[1]) end\n"
+                "end\n"
+                "redis.call('SREM', KEYS[2], ARGV[3])\n"
+                "return {bad, 0}\n";
 
 /* KEYS: held. ARGV: node, keep, count. Takes up to count ids off the node's index and removes
  * the node's field from each unless incarnation keep wrote it: {ids taken, fields removed}. */
 static const char cleanup_lua[] =
-    "local ids = redis.call('SPOP', KEYS[1], ARGV[3])\n"
-    "local f, removed = 'h:' .. ARGV[1], 0\n"
-    "for _, hex in ipairs(ids) do\n"
-    "  local obj = 'ferry:obj:' .. hex\n"
-    "  local v = redis.call('HGET', obj, f)\n"
-    "  if v and v ~= ARGV[2] then\n"
-    "    redis.call('HDEL', obj, f)\n"
-    "    removed = removed + 1\n"
-    "    if redis.call('HLEN', obj) <= 2 then redis.call('DEL', obj) end\n"
-    "  end\n"
-    "end\n"
-    "return {#ids, removed}\n";
+    LUA_PRELUDE "fix(KEYS[1], 'set')\n"
+                "local ids = redis.call('SPOP', KEYS[1], ARGV[3])\n"
+                "local f, removed = 'h:' .. ARGV[1], 0\n"
+                "for _, hex in ipairs(ids) do\n"
+                "  local obj = 'ferry:obj:' .. hex\n"
+                "  local v = is(obj, 'hash') and redis.call('HGET', obj, f)\n"
+                "  if v and v ~= ARGV[2] then\n"
+                "    redis.call('HDEL', obj, f)\n"
+                "    removed = removed + 1\n"
+                "    if bare(obj) then redis.call('DEL', obj) end\n"
+                "  end\n"
+                "end\n"
+                "return {bad, #ids, removed}\n";
 
-/* KEYS: obj, events. ARGV: hex, node, inc, keep. Removes the entry and the id from its
- * holders' indexes, and tells every node (an event); the number of holders it had. */
-static const char delete_lua[] =
+/* KEYS: obj, events. ARGV: hex, node, inc, keep, t, sig ("" without a secret). Removes the
+ * entry and the id from its holders' indexes, and tells every node (an event): {the number of
+ * holders it had}. */
+static const char delete_lua[] = LUA_PRELUDE
+    "fix(KEYS[1], 'hash')\n"
+    "fix(KEYS[2], 'stream')\n"
     "local f = redis.call('HGETALL', KEYS[1])\n"
     "local n = 0\n"
     "for i = 1, #f, 2 do\n"
     "  local h = string.match(f[i], '^h:(.+)$')\n"
     "  if h then\n"
-    "    redis.call('SREM', 'ferry:held:' .. h, ARGV[1])\n"
+    "    if is('ferry:held:' .. h, 'set') then redis.call('SREM', 'ferry:held:' .. h, ARGV[1]) "
+    "end\n"
     "    n = n + 1\n"
     "  end\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'type', 'del', 'id', ARGV[1],\n"
-    "           'node', ARGV[2], 'inc', ARGV[3])\n"
-    "return n\n";
+    "local ev = {'type', 'del', 'id', ARGV[1], 'node', ARGV[2], 'inc', ARGV[3], 't', ARGV[5]}\n"
+    "if ARGV[6] ~= '' then ev[#ev + 1] = 'sig'; ev[#ev + 1] = ARGV[6] end\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))\n"
+    "return {bad, n}\n";
+
+/* KEYS: a key of ours. ARGV: its type. Replaces it unless it has that type (or is absent). */
+static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
+                                          "return {bad, 0}\n";
 
 static const char *const scripts[N_SCRIPTS] = {
-    [SCRIPT_PUBLISH] = publish_lua,
-    [SCRIPT_WITHDRAW] = withdraw_lua,
-    [SCRIPT_CLEANUP] = cleanup_lua,
-    [SCRIPT_DELETE] = delete_lua,
+    [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_WITHDRAW] = withdraw_lua,
+    [SCRIPT_CLEANUP] = cleanup_lua, [SCRIPT_DELETE] = delete_lua,
+    [SCRIPT_FIX] = fix_lua,
 };
 static char shas[N_SCRIPTS][41];
 static int shas_ok;
@@ -146,92 +207,207 @@ static int evalsha(struct directory *d, int s, redisCallbackFn *fn, void *priv, 
     return dir_send_command(d, fn, priv, 3 + nargs, argv);
 }
 
-/* A conflict reply of the publish script ({1, node, size, digest, hex, our size, digest}):
- * its parts into a; 0 when it is not one. */
-static int parse_conflict(const redisReply *r, struct directory_answer *a, node_name other,
-                          char hex[HEX_ID_MAX], uint64_t *size, uint64_t *digest)
+int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***res, size_t *n)
 {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 1 ||
-        !dir_string_copy(other, sizeof(node_name), r->element[1]) ||
-        !dir_reply_u64(r->element[2], 10, &a->size) ||
-        !dir_reply_u64(r->element[3], 16, &a->digest) ||
-        !dir_string_copy(hex, HEX_ID_MAX, r->element[4]) ||
-        !dir_reply_u64(r->element[5], 10, size) || !dir_reply_u64(r->element[6], 16, digest))
+    const redisReply *bad;
+    char what[OBJ_KEY_MAX + NODE_KEY_MAX + 64];
+
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+        rep->element[0]->type != REDIS_REPLY_ARRAY)
         return 0;
-    a->has_content = 1;
+    bad = rep->element[0];
+    for (size_t i = 0; i < bad->elements; i++)
+        if (dir_string_copy(what, sizeof(what), bad->element[i]))
+            dir_bad_key(d, what);
+    *res = rep->element + 1;
+    *n = rep->elements - 1;
     return 1;
 }
 
-static int published(const redisReply *r)
+/* The reply to a script sent only for its repairs. */
+static void on_fixed(redisAsyncContext *ac, void *reply, void *priv)
 {
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-           r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0;
+    struct directory *d = dir_reply_begin(ac, reply);
+    redisReply **res;
+    size_t n;
+
+    if (reply && !dir_script_reply(d, reply, &res, &n))
+        dir_check_reply(d, reply, priv);
+}
+
+void dir_fix_key(struct directory *d, const char *key, const char *type)
+{
+    const char *args[] = {key, type};
+
+    if (evalsha(d, SCRIPT_FIX, on_fixed, "fix", 1, args, 2) < 0)
+        dir_command_failed(d, "fix", ferry_errmsg());
+}
+
+/* An object's record as stored: the texts its signature covers, and the signature. */
+struct record_text {
+    char size[U64_TEXT], digest[DIGEST_TEXT], sig[DIR_SIG_HEX];
+};
+
+/* What the publish script answered (after the bad keys): code 0 published, 1 refused, 2
+ * published over a record not signed with our secret, 3 that record had changed before it
+ * could be replaced; op: the publication (id, and for a refusal our size and digest, which it
+ * names); other and rec: the refusal's other node and the record as stored. */
+struct published {
+    int code;
+    struct pubop op;
+    node_name other;
+    char hex[HEX_ID_MAX];
+    struct record_text rec;
+};
+
+/* The script's answer into p (and a refusal's content into a): 0, or -1 when the reply is
+ * none of its answers. */
+static int parse_published(struct directory *d, const redisReply *rep, struct published *p,
+                           struct directory_answer *a)
+{
+    redisReply **r;
+    size_t n;
+
+    memset(p, 0, sizeof(*p));
+    if (!dir_script_reply(d, rep, &r, &n) || n < 2 || r[0]->type != REDIS_REPLY_INTEGER ||
+        r[0]->integer < 0 || r[0]->integer > 3 || !dir_string_copy(p->hex, HEX_ID_MAX, r[1]) ||
+        ferry_id_parse(p->hex, &p->op.id) != 0)
+        return -1;
+    p->code = (int)r[0]->integer;
+    if (p->code != 1)
+        return 0;
+    /* {1, hex, node, size, digest, our size, our digest, sig} */
+    if (n != 8 || !dir_string_copy(p->other, sizeof(p->other), r[2]) ||
+        !dir_string_copy(p->rec.size, sizeof(p->rec.size), r[3]) ||
+        !dir_string_copy(p->rec.digest, sizeof(p->rec.digest), r[4]) ||
+        !dir_reply_u64(r[3], 10, &a->size) || !dir_reply_u64(r[4], 16, &a->digest) ||
+        !dir_reply_u64(r[5], 10, &p->op.size) || !dir_reply_u64(r[6], 16, &p->op.digest) ||
+        !dir_string_copy(p->rec.sig, sizeof(p->rec.sig), r[7]))
+        return -1;
+    a->has_content = 1;
+    return 0;
 }
 
 /* A refused publication: counted, and logged with both nodes. */
 static void conflict_report(struct directory *d, const struct directory_answer *a,
-                            const char *other, const char *hex, uint64_t size, uint64_t digest)
+                            const struct published *p)
 {
     d->counters.id_conflicts++;
     log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %016" PRIx64
              ") than node %s holds (%" PRIu64 " bytes, digest %016" PRIx64
              "): this copy is not listed, other nodes fetch %s's",
-             hex, d->self.id, size, digest, other, a->size, a->digest, other);
+             p->hex, d->self.id, p->op.size, p->op.digest, p->other, a->size, a->digest, p->other);
 }
 
-/* The reply to a queued publication's script. */
-static void on_published(redisAsyncContext *ac, void *reply, void *priv)
+/* A publication that replaced a record not signed with our secret: counted and logged. */
+static void repaired_report(struct directory *d, const char *hex)
 {
-    struct directory *d = dir_reply_begin(ac, reply);
-    const redisReply *rep = reply;
-    struct directory_answer a = {0};
-    node_name other;
-    char hex[HEX_ID_MAX];
-    uint64_t size, digest;
-
-    if (!rep || published(rep))
-        return;
-    if (parse_conflict(rep, &a, other, hex, &size, &digest))
-        conflict_report(d, &a, other, hex, size, digest);
-    else
-        dir_check_reply(d, rep, "publish");
+    dir_distrust(d, DISTRUST_REPAIR, &d->counters.records_repaired,
+                 "the record of id %s was not signed with our cluster secret: replaced by this "
+                 "node's",
+                 hex);
 }
 
-/* The arguments the publish script takes after its keys. */
+/* The arguments the scripts take after their keys. */
 struct publish_args {
     char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT], digest[U64_TEXT];
+    char sig[DIR_SIG_HEX];
 };
 
-static void publish_args(const struct directory *d, const ferry_id *id, uint64_t size,
-                         uint64_t digest, struct publish_args *p)
+static void object_args(const struct directory *d, const ferry_id *id, struct publish_args *p)
 {
     dir_holders_key(p->key, id);
     dir_held_key(p->held, d->self.id);
     ferry_id_format(id, p->hex);
-    snprintf(p->size, sizeof(p->size), "%" PRIu64, size);
-    snprintf(p->digest, sizeof(p->digest), "%016" PRIx64, digest);
 }
 
-static int send_claim(struct directory *d, const struct pubop *op);
+/* Sends op's publication (or claim) with fn and priv; with replace, only in place of that
+ * record. FERRY_ESYS, FERRY_EDIRECTORY. */
+static int send_publish(struct directory *d, const struct pubop *op, redisCallbackFn *fn,
+                        void *priv, const struct record_text *replace)
+{
+    struct publish_args p;
+    const char *args[11] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex, p.sig};
+    int nargs = 8;
+
+    object_args(d, &op->id, &p);
+    snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
+    snprintf(p.digest, sizeof(p.digest), "%016" PRIx64, op->digest);
+    p.sig[0] = '\0';
+    if (d->secret_len && dir_record_sign(d, p.hex, p.size, p.digest, p.sig) < 0)
+        return FERRY_ESYS;
+    if (replace) {
+        args[nargs++] = replace->size;
+        args[nargs++] = replace->digest;
+        args[nargs++] = replace->sig;
+    }
+    return evalsha(d, SCRIPT_PUBLISH, fn, priv, 2, args, nargs);
+}
+
+/* A refusal: with a secret, a record without our signature is not believed and is replaced
+ * (1: the replacement was sent, with fn and priv); 0 when the record is signed (a real
+ * conflict), or without a secret. */
+static int replace_unsigned(struct directory *d, const struct published *p, redisCallbackFn *fn,
+                            void *priv)
+{
+    char expect[DIR_SIG_HEX];
+
+    if (!d->secret_len || (dir_record_sign(d, p->hex, p->rec.size, p->rec.digest, expect) == 0 &&
+                           dir_sig_matches(expect, p->rec.sig)))
+        return 0;
+    return send_publish(d, &p->op, fn, priv, &p->rec) == 0;
+}
+
+/* The reply to a queued publication's script (or to its replacement of a record). */
+static void on_published(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    struct directory_answer a = {0};
+    struct published p;
+
+    if (!reply)
+        return;
+    if (parse_published(d, reply, &p, &a) < 0)
+        dir_check_reply(d, reply, "publish");
+    else if (p.code == 2)
+        repaired_report(d, p.hex);
+    else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL))
+        conflict_report(d, &a, &p);
+    else if (p.code == 3)
+        log_debug("directory: the record of id %s changed before it could be replaced; the "
+                  "next publication looks again",
+                  p.hex);
+}
+
+/* The reply to a withdrawal. */
+static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    redisReply **r;
+    size_t n;
+
+    if (reply && !dir_script_reply(d, reply, &r, &n))
+        dir_check_reply(d, reply, "withdraw");
+}
+
 static int send_delete(struct directory *d, const struct pubop *op);
+static void on_claimed(redisAsyncContext *ac, void *reply, void *priv);
 
 int dir_send_pubop(struct directory *d, const struct pubop *op)
 {
     struct publish_args p;
+    const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.hex};
     int rc;
 
     if (op->kind == OP_CLAIM)
-        return send_claim(d, op);
+        return send_publish(d, op, on_claimed, op->r, NULL);
     if (op->kind == OP_DELETE)
         return send_delete(d, op);
-    publish_args(d, &op->id, op->size, op->digest, &p);
     if (op->kind == OP_PUBLISH) {
-        const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex};
-        rc = evalsha(d, SCRIPT_PUBLISH, on_published, NULL, 2, args, 7);
+        rc = send_publish(d, op, on_published, NULL, NULL);
     } else {
-        const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.hex};
-        rc = evalsha(d, SCRIPT_WITHDRAW, dir_on_checked, "withdraw", 2, args, 5);
+        object_args(d, &op->id, &p);
+        rc = evalsha(d, SCRIPT_WITHDRAW, on_withdrawn, NULL, 2, args, 5);
     }
     if (rc < 0)
         return rc;
@@ -254,36 +430,32 @@ static void request_queue(struct directory *d, struct request *r, const struct p
     dir_request_settle(d, r);
 }
 
-/* The reply to a claim: published, or refused for a live holder's other content. */
+/* The reply to a claim: published (over a record not signed with our secret, which is
+ * replaced first), or refused for a live holder's other content. */
 static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
-    const redisReply *rep = reply;
     struct request *r = priv;
-    char hex[HEX_ID_MAX];
-    uint64_t size, digest;
+    struct published p;
 
-    if (!rep) {
+    if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (parse_conflict(rep, &r->a, r->other, hex, &size, &digest)) {
-        conflict_report(d, &r->a, r->other, hex, size, digest);
+    } else if (parse_published(d, reply, &p, &r->a) < 0 || p.code == 3) {
+        dir_command_failed(d, "claim",
+                           p.code == 3 ? "the record changed meanwhile" : dir_reply_why(reply));
+        dir_request_fail(d, r, FERRY_EDIRECTORY);
+    } else if (p.code == 1 && replace_unsigned(d, &p, on_claimed, r)) {
+        return; /* the replacement's reply settles r */
+    } else if (p.code == 1) {
+        snprintf(r->other, sizeof(r->other), "%s", p.other);
+        conflict_report(d, &r->a, &p);
         dir_request_fail(d, r, FERRY_EEXIST);
-    } else if (!published(rep)) {
-        dir_command_failed(d, "claim", dir_reply_why(rep));
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
+        if (p.code == 2)
+            repaired_report(d, p.hex);
         d->counters.published++;
     }
     dir_request_settle(d, r);
-}
-
-static int send_claim(struct directory *d, const struct pubop *op)
-{
-    struct publish_args p;
-    const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex};
-
-    publish_args(d, &op->id, op->size, op->digest, &p);
-    return evalsha(d, SCRIPT_PUBLISH, on_claimed, op->r, 2, args, 7);
 }
 
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest)
@@ -297,28 +469,47 @@ void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint
 static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
-    const redisReply *rep = reply;
     struct request *r = priv;
+    redisReply **res;
+    size_t n;
 
-    if (!rep) {
+    if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (rep->type != REDIS_REPLY_INTEGER) {
-        dir_command_failed(d, "delete", dir_reply_why(rep));
+    } else if (!dir_script_reply(d, reply, &res, &n) || res[0]->type != REDIS_REPLY_INTEGER) {
+        dir_command_failed(d, "delete", dir_reply_why(reply));
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
-        r->a.count = rep->integer > 0 ? (uint64_t)rep->integer : 0;
+        r->a.count = res[0]->integer > 0 ? (uint64_t)res[0]->integer : 0;
     }
     dir_request_settle(d, r);
 }
 
+/* The event of a delete by this run: its time is the wall clock's, or just after this run's
+ * last event (each is later than the one before: readers take an event only once). */
+static int delete_event(struct directory *d, const ferry_id *id, struct dir_event *e)
+{
+    uint64_t now = clock_real_ns() / 1000000;
+
+    d->event_t = now > d->event_t ? now : d->event_t + 1;
+    snprintf(e->type, sizeof(e->type), "del");
+    ferry_id_format(id, e->id);
+    snprintf(e->node, sizeof(e->node), "%s", d->self.id);
+    snprintf(e->inc, sizeof(e->inc), "%s", d->inc_text);
+    snprintf(e->t, sizeof(e->t), "%" PRIu64, d->event_t);
+    e->sig[0] = '\0';
+    return d->secret_len ? dir_event_sign(d, e, e->sig) : 0;
+}
+
 static int send_delete(struct directory *d, const struct pubop *op)
 {
-    char key[OBJ_KEY_MAX], hex[HEX_ID_MAX];
-    const char *args[] = {key, EVENTS_KEY, hex, d->self.id, d->inc_text, EVENTS_KEEP};
+    char key[OBJ_KEY_MAX];
+    struct dir_event e = {.type = ""};
+    const char *args[] = {key, EVENTS_KEY, e.id, e.node, e.inc, EVENTS_KEEP, e.t, e.sig};
 
+    if (delete_event(d, &op->id, &e) < 0)
+        return FERRY_ESYS;
     dir_holders_key(key, &op->id);
-    ferry_id_format(&op->id, hex);
-    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 6);
+    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 8);
 }
 
 void dir_delete_start(struct directory *d, struct request *r)
@@ -337,4 +528,18 @@ int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn)
 
     dir_held_key(held, d->self.id);
     return evalsha(d, SCRIPT_CLEANUP, fn, d, 1, args, 4);
+}
+
+int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,
+                      uint64_t *removed)
+{
+    redisReply **r;
+    size_t n;
+
+    if (!dir_script_reply(d, rep, &r, &n) || n != 2 || r[0]->type != REDIS_REPLY_INTEGER ||
+        r[1]->type != REDIS_REPLY_INTEGER || r[0]->integer < 0 || r[1]->integer < 0)
+        return 0;
+    *taken = (uint64_t)r[0]->integer;
+    *removed = (uint64_t)r[1]->integer;
+    return 1;
 }

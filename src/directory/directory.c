@@ -56,6 +56,7 @@ void directory_close(struct directory *d)
     idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->nodes);
+    dir_cache_clear(&d->emitters);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
     OPENSSL_cleanse(d->password, sizeof(d->password));
     free(d);

@@ -7,16 +7,32 @@
  *   ferry:node:<node-id>  hash {addr, inc, t:<transport> = its address, one per transport,
  *                         sig}, with a TTL the node refreshes by heartbeat: a node that dies
  *                         disappears when the TTL runs out (a few seconds); one that leaves
- *                         cleanly deletes it. sig (nodes with a cluster secret) is
- *                         HMAC-SHA256 under the secret over the other fields, in hex: a node
- *                         with a secret ignores entries without a valid one (counted in
- *                         unsigned_entries), so whoever can write to Redis but does not know
- *                         the secret cannot invent nodes or move one to another address
- *   ferry:obj:<40 hex>    hash {size, digest (16 hex), h:<node-id> = incarnation} - the content
- *                         of the id's first seal and its holders; gone with its last holder
+ *                         cleanly deletes it
+ *   ferry:obj:<40 hex>    hash {size, digest, sig, h:<node-id> = incarnation} - the content of
+ *                         the id's first seal (size in decimal, digest as its publisher wrote
+ *                         it) and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
  *                         leave removes, in O(objects of that node)
- *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc}, capped
+ *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, sig},
+ *                         capped; t is the deleting node's clock (ms since the epoch), rising
+ *                         with each event of its run
+ *
+ * Trust. With a cluster secret (directory_config.secret), sig is HMAC-SHA256 under it, in hex,
+ * over the entry's fields (each after its length, behind a label naming the kind): a node
+ * entry's id, inc, addr and transports; an object record's id, size and digest (the texts as
+ * stored); an event's type, id, node, inc and t. A node with a secret believes only what
+ * carries a valid one, so that whoever can write to Redis but does not know the secret cannot
+ * invent nodes or move one (unsigned_entries), record a size or digest for an id
+ * (unsigned_records: lookups then give no holder, each left out with why, and no content), or
+ * delete objects (unsigned_events). A signed event is taken once: one whose t is not later
+ * than the last taken from its node's run, or is from before this run began, is refused
+ * (stale_events), so a genuine delete copied into the stream again deletes nothing. A holder
+ * field h:<node>=inc counts only while the node's signed entry runs that incarnation. A
+ * publication that meets a record not signed with our secret replaces it (records_repaired).
+ * Without a secret nothing is signed nor checked: the cluster is open to whoever writes Redis.
+ * With or without, a key of the wrong type (a string where a hash, set or stream belongs) is
+ * counted (directory_bad_keys), logged, and replaced when it is one this node writes (its
+ * index, an object's record, the events stream), left alone when it is another node's.
  *
  * Incarnations: each run of a node has its own (directory_open makes it: the start time in ms
  * times 4096 plus 12 random bits, so it grows across restarts and tells when the run began). A
@@ -119,6 +135,11 @@ struct directory_counters {
     uint64_t deletes_heard;    /* cluster-wide deletes read from the events stream */
     uint64_t cleaned;          /* entries of earlier incarnations removed at start or leave */
     uint64_t unsigned_entries; /* node entries ignored: not signed with our secret */
+    uint64_t unsigned_records; /* object records not believed: not signed with our secret */
+    uint64_t records_repaired; /* such records this node's publications replaced */
+    uint64_t unsigned_events;  /* delete events ignored: not signed with our secret */
+    uint64_t stale_events;     /* signed delete events refused: taken before, or older */
+    uint64_t bad_keys;         /* keys of the wrong type met (replaced when ours) */
     uint64_t errors;           /* failed commands and lost connections */
 };
 

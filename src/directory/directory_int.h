@@ -38,9 +38,10 @@
  * (the events stream, leaving), dir_script.c (the Lua scripts and what uses them:
  * publications, claims, deletes, cleanup), dir_queue.c (the publication queue), dir_lookup.c
  * (lookups and node listings), dir_request.c (requests from call to callback, sending
- * commands), dir_cache.c (the holder and node caches), dir_node.c (node entries' fields and
- * signatures), dir_redis.c (keys, reading replies, failed commands), dir_util.c (growing
- * arrays, arming timers, the turn's scheduling).
+ * commands), dir_cache.c (the holder and node caches), dir_node.c (node entries' fields),
+ * dir_sign.c (the signatures of entries, records and events), dir_redis.c (keys, reading
+ * replies, failed commands, distrusted and malformed keys), dir_util.c (growing arrays, arming
+ * timers, the turn's scheduling).
  */
 #ifndef FERRY_DIRECTORY_INT_H
 #define FERRY_DIRECTORY_INT_H
@@ -84,8 +85,16 @@
 #define EVENTS_BATCH "256"
 #define EVENTS_BATCH_N 256
 #define EVENTS_KEEP "100000"
-/* Failed commands are counted, but logged at most this often. */
+/* With a secret, a delete event is taken only if its time is later than the last one taken from
+ * its node's run (kept for EMITTERS_MAX runs; past that the list starts again) and not earlier
+ * than this run's start less EVENTS_SKEW_MS (the nodes' clocks may differ that much). */
+#define EMITTERS_MAX 4096
+#define EVENTS_SKEW_MS 10000
+/* Failed commands are counted, but logged at most this often; what a writer without the secret
+ * planted, and keys of the wrong type, once a minute per kind (a planted entry is met on every
+ * lookup). */
 #define WARN_INTERVAL_MS 1000
+#define DISTRUST_INTERVAL_MS 60000
 #define SCAN_COUNT "1000"
 /* A node listing stops at this many nodes, and after this many SCAN rounds (a Redis that
  * never ends its SCAN, or holds millions of node keys, cannot grow a listing without bound). */
@@ -107,6 +116,9 @@
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
 #define HEX_ID_MAX (2 * FERRY_ID_SIZE + 1)
 #define U64_TEXT 24
+#define DIR_SIG_HEX (2 * MAC_LEN + 1) /* a signature in hex, with its NUL */
+/* An object record's digest as text, as its publisher wrote it (compared and signed as is). */
+#define DIGEST_TEXT 80
 #define HOST_MAX 256
 #define SENTINELS_MAX 8
 #define MASTER_NAME_MAX 64
@@ -116,6 +128,24 @@
 #define ARGV_MAX (10 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
+
+/* What the directory distrusts, each logged on its own schedule (dir_distrust). */
+enum distrust {
+    DISTRUST_ENTRY,
+    DISTRUST_RECORD,
+    DISTRUST_REPAIR,
+    DISTRUST_EVENT,
+    DISTRUST_STALE,
+    DISTRUST_KEY,
+    N_DISTRUST
+};
+
+/* A delete event's fields, as texts (what its signature covers, and sig). */
+struct dir_event {
+    char type[8], id[HEX_ID_MAX];
+    node_name node;
+    char inc[U64_TEXT], t[U64_TEXT], sig[DIR_SIG_HEX];
+};
 
 /* A publication or withdrawal waiting for the turn's flush. */
 /* What the queue sends, in order, on the one connection: publications and withdrawals, and
@@ -200,9 +230,11 @@ struct directory {
      * [[USER]:PASSWORD@]; password[0] == 0: none. Never logged. */
     char user[USER_MAX + 1], password[PASSWORD_MAX + 1];
     char inc_text[U64_TEXT];              /* self.inc in decimal */
-    uint8_t secret[DIRECTORY_SECRET_MAX]; /* signs and checks node entries (len 0: none) */
-    size_t secret_len;
-    uint64_t last_unsigned_ms; /* when an unsigned entry was last logged */
+    uint8_t secret[DIRECTORY_SECRET_MAX]; /* signs and checks entries, records, events */
+    size_t secret_len;                    /* 0: none, nothing is signed nor checked */
+    uint64_t warned_ms[N_DISTRUST];       /* when each kind of distrust was last logged */
+    uint64_t event_t;                     /* the time of this run's last delete event */
+    idmap emitters; /* hash of "node inc" -> uint64_t: the last event time taken from it */
 
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
@@ -266,12 +298,25 @@ const char *dir_reply_error(const redisReply *r);
 const char *dir_reply_why(const redisReply *r);
 /* Counts a failed command, and logs it at most once per WARN_INTERVAL_MS. */
 void dir_command_failed(struct directory *d, const char *what, const char *why);
+/* What the directory refuses to believe (or replaced), of kind k: counted in *count, and
+ * logged with the count at most once per DISTRUST_INTERVAL_MS. */
+void dir_distrust(struct directory *d, enum distrust k, uint64_t *count, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A key of the wrong type met (what: "ferry:held:x (a string): replaced"): counted, logged. */
+void dir_bad_key(struct directory *d, const char *what);
+/* 1 when a reply is Redis's WRONGTYPE error. */
+int dir_wrongtype(const redisReply *r);
 
-/* dir_node.c: signed node entries */
-#define DIR_SIG_HEX (2 * MAC_LEN + 1)
-/* n's signature (HMAC-SHA256 under the secret over id, inc, addr and its transports sorted by
- * name, each after its length), in hex. FERRY_ESYS. */
+/* dir_sign.c: signatures under the secret, in hex; each FERRY_ESYS when OpenSSL fails */
+/* n's: over id, inc, addr and its transports sorted by name. */
 int dir_node_sign(const struct directory *d, const struct directory_node *n, char hex[DIR_SIG_HEX]);
+/* An object record's: over the id (hex), size and digest, the texts as stored. */
+int dir_record_sign(const struct directory *d, const char *hex_id, const char *size,
+                    const char *digest, char hex[DIR_SIG_HEX]);
+/* A delete event's: over type, id, node, inc and t. */
+int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX]);
+/* 1 when sig is expect (a signature just made), compared in constant time. */
+int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig);
 
 /* dir_config.c: the configuration */
 /* Takes cfg into d, with its defaults, draws this run's incarnation and parses the URL (which
@@ -309,13 +354,30 @@ void dir_lookup_start(struct directory *d, struct request *r);
 void dir_nodes_start(struct directory *d, struct request *r);
 
 /* dir_script.c: the scripts and their uses */
-enum dir_script { SCRIPT_PUBLISH, SCRIPT_WITHDRAW, SCRIPT_CLEANUP, SCRIPT_DELETE, N_SCRIPTS };
+enum dir_script {
+    SCRIPT_PUBLISH,
+    SCRIPT_WITHDRAW,
+    SCRIPT_CLEANUP,
+    SCRIPT_DELETE,
+    SCRIPT_FIX,
+    N_SCRIPTS
+};
 int dir_scripts_init(void);
 int dir_scripts_load(struct directory *d);
+/* Every script answers {bad keys, result...}: the keys of the wrong type it met are counted
+ * and logged; the result (the reply's elements from 1 on) into *res and *n. 0 when the reply
+ * is not of that shape. */
+int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***res, size_t *n);
+/* Replaces key (DEL) unless it is of type (hash, set, stream) or absent: for a reply that
+ * said WRONGTYPE. */
+void dir_fix_key(struct directory *d, const char *key, const char *type);
 int dir_send_pubop(struct directory *d, const struct pubop *op);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest);
 void dir_delete_start(struct directory *d, struct request *r);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
+/* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
+int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,
+                      uint64_t *removed);
 
 /* dir_events.c: the events stream and leaving */
 void dir_events_start(struct directory *d);

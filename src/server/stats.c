@@ -115,6 +115,11 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->deletes_heard = dc->deletes_heard;
         out->directory_cleaned = dc->cleaned;
         out->unsigned_entries = dc->unsigned_entries;
+        out->unsigned_records = dc->unsigned_records;
+        out->records_repaired = dc->records_repaired;
+        out->unsigned_events = dc->unsigned_events;
+        out->stale_events = dc->stale_events;
+        out->directory_bad_keys = dc->bad_keys;
     }
 }
 

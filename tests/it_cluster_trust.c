@@ -1,0 +1,294 @@
+/*
+ * it_cluster_trust.c - what a writer of the directory (Redis) who does not know the cluster
+ * secret can still do, with real ferryd nodes and a real Redis: delete events it wrote, or a
+ * node's genuine one replayed, delete nothing; object records it inflated or switched to
+ * other content are not believed (no room is taken for them, no bytes are refused by them),
+ * and the next honest publication replaces them; keys it gave the wrong type are repaired
+ * and the nodes keep serving.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { A, B, C };
+#define BIT(i) (1u << (i))
+#define ALL3 (BIT(A) | BIT(B) | BIT(C))
+
+/* Copies the newest event of the stream as a new one, with its id field set to ARGV[1] when
+ * that is not empty: a replay, or a forgery that reuses a genuine event's signature. */
+static const char replay_lua[] =
+    "local e = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][2]\n"
+    "for i = 1, #e, 2 do\n"
+    "  if e[i] == 'id' and ARGV[1] ~= '' then e[i + 1] = ARGV[1] end\n"
+    "end\n"
+    "return redis.call('XADD', KEYS[1], '*', unpack(e))\n";
+
+/* Writes the cluster secret into the fixture's Redis directory (removed with it): path. */
+static void secret_file(struct h_cluster *cl, char *path, size_t size)
+{
+    snprintf(path, size, "%s/secret", cl->redis.dir);
+    h_write_file(path, "correct horse battery staple\n");
+}
+
+/* Starts n nodes sharing a secret, node A with a spill directory kept across its restarts
+ * (--persist-on-exit), waits until each lists all, and connects c[i] to each. */
+static void start_trusted(struct h_cluster *cl, int n, ferry_client **c)
+{
+    static char secret[256], spill[256];
+    secret_file(cl, secret, sizeof(secret));
+    snprintf(spill, sizeof(spill), "%s/spill-a", cl->redis.dir);
+    const char *const with_spill[] = {"--secret-file",     secret, "--spill-dir", spill,
+                                      "--persist-on-exit", NULL};
+    const char *const plain[] = {"--secret-file", secret, NULL};
+    h_node_start(cl, A, "64M", with_spill);
+    h_cluster_start(cl, n - 1, "64M", plain);
+    for (int i = 0; i < n; i++)
+        c[i] = h_node_connect(cl, i);
+}
+
+/* Restarts node A (a clean stop: its objects stay in its spill directory). */
+static void restart_a(struct h_cluster *cl)
+{
+    h_daemon_stop(&cl->node[A].d);
+    char secret[256], spill[256];
+    snprintf(secret, sizeof(secret), "%s/secret", cl->redis.dir);
+    snprintf(spill, sizeof(spill), "%s/spill-a", cl->redis.dir);
+    h_node_start(cl, A, "64M",
+                 (const char *const[]){"--secret-file", secret, "--spill-dir", spill,
+                                       "--persist-on-exit", NULL});
+}
+
+static void fetch_one(ferry_client *c, const ferry_id *id)
+{
+    int status = 1;
+    H_OK(ferry_fetch(c, id, 1, 10000, &status));
+    H_RC(status, FERRY_OK);
+}
+
+/* Puts id on A and has B and C fetch it: all three hold it. */
+static void put_everywhere(struct h_cluster *cl, ferry_client *const *c, const ferry_id *id)
+{
+    H_OK(h_put_direct(c[A], id, 100000, 10));
+    fetch_one(c[B], id);
+    fetch_one(c[C], id);
+    h_assert_where(c[A], cl, id, ALL3, H_CLUSTER_MS);
+}
+
+/* Waits until every node counted at least want of the counter name (H_EVENT_MS each). */
+static void wait_all(ferry_client *const *c, int n, const char *name, uint64_t want)
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t got = h_wait_stat_min(c[i], name, want, H_EVENT_MS);
+        if (got < want)
+            fail_msg("node %d: %s is %llu, not at least %llu", i, name, (unsigned long long)got,
+                     (unsigned long long)want);
+    }
+}
+
+static void assert_held_by_all(ferry_client *const *c, const ferry_id *id, const char *after)
+{
+    for (int i = 0; i < 3; i++)
+        if (!h_contains(c[i], id))
+            fail_msg("node %d dropped the object after %s", i, after);
+}
+
+/* A delete event written by hand (no signature), and one that carries a genuine event's
+ * signature for another id, delete nothing on any node; A's copy, in its spill directory,
+ * is there again after a restart. A genuine delete still deletes everywhere. */
+H_CLUSTER_TEST(forged_delete_events_delete_nothing)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("kept-against-forgeries"), other = h_id("deleted-for-real");
+    char hex[2 * FERRY_ID_SIZE + 1];
+    ferry_id_format(&id, hex);
+    put_everywhere(cl, c, &id);
+    put_everywhere(cl, c, &other);
+
+    H_OK(ferry_delete_cluster(c[A], &other)); /* genuine: signed */
+    for (int i = B; i <= C; i++)
+        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    for (int i = 0; i < 3; i++)
+        assert_false(h_contains(c[i], &other));
+
+    h_redis_cmd(&cl->redis, (const char *[]){"XADD", "ferry:events", "*", "type", "del", "id", hex,
+                                             "node", "nobody", "inc", "1", NULL});
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL", replay_lua, "1", "ferry:events", hex, NULL});
+    h_sleep_ms(500); /* five reads of the stream */
+    assert_held_by_all(c, &id, "forged delete events");
+    wait_all(c, 3, "unsigned_events", 2);
+
+    ferry_disconnect(c[A]);
+    restart_a(cl);
+    c[A] = h_node_connect(cl, A);
+    assert_true(h_stat(c[A], "spill_recovered_objects") >= 1);
+    assert_true(h_contains(c[A], &id));
+    h_assert_where(c[B], cl, &id, ALL3, H_CLUSTER_MS);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* A genuine delete event copied into the stream again after the id was put anew deletes
+ * nothing: the nodes that heard it once refuse it (stale_events). */
+H_CLUSTER_TEST(replayed_delete_event_spares_a_later_put)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("put-again");
+    put_everywhere(cl, c, &id);
+    H_OK(ferry_delete_cluster(c[A], &id));
+    for (int i = B; i <= C; i++)
+        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    put_everywhere(cl, c, &id);
+
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL", replay_lua, "1", "ferry:events", "", NULL});
+    h_sleep_ms(500);
+    assert_held_by_all(c, &id, "a replayed delete event");
+    for (int i = B; i <= C; i++)
+        assert_true(H_WAIT_STAT_MIN(c[i], stale_events, 1, H_EVENT_MS) >= 1);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* A fetch of id on c by a record written without the secret: its status, the message in
+ * why. */
+static int fetch_by_forged_record(ferry_client *c, const ferry_id *id, char *why, size_t size)
+{
+    int status = 1, rc = ferry_fetch(c, id, 1, 1500, &status);
+    snprintf(why, size, "%s", ferry_errmsg());
+    return rc;
+}
+
+/* It must not have started: it ended saying the record is not signed, and was counted. */
+static void assert_record_refused(ferry_client *c, const ferry_id *id, int rc, const char *why,
+                                  uint64_t counted_before)
+{
+    if (rc == FERRY_OK || !strstr(why, "not signed"))
+        fail_msg("fetch by a record written without the secret: %d (%s)", rc, why);
+    assert_false(h_contains(c, id));
+    assert_true(h_stat(c, "unsigned_records") > counted_before);
+}
+
+/* A record whose size was inflated (to most of B's arena) is not believed: B's fetch does not
+ * start, and none of the 20 objects B caches is evicted for it. */
+H_CLUSTER_TEST(inflated_record_evicts_nothing)
+{
+    enum { N = 20 };
+    ferry_client *c[2];
+    start_trusted(cl, 2, c);
+    ferry_client *a = c[A], *b = c[B];
+    ferry_id id = h_id("inflated"), cached[N];
+    char key[64] = "ferry:obj:";
+    H_OK(h_put_direct(a, &id, 1000, 0));
+    h_assert_where(a, cl, &id, BIT(A), H_CLUSTER_MS); /* published; B has not looked it up */
+    for (int i = 0; i < N; i++) {
+        cached[i] = h_idf("cached-%d", i);
+        H_OK(h_put_direct(b, &cached[i], 2 << 20, 0));
+    }
+    ferry_stats b0 = h_stats(b);
+    uint64_t refused = h_stat(b, "unsigned_records");
+    char why[512];
+    ferry_id_format(&id, key + strlen(key));
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", "60000000", NULL});
+    int rc = fetch_by_forged_record(b, &id, why, sizeof(why));
+    ferry_stats b1 = h_stats(b);
+    assert_int_equal(b1.evicted_objects, b0.evicted_objects);
+    assert_int_equal(b1.evicted_bytes, b0.evicted_bytes);
+    for (int i = 0; i < N; i++)
+        assert_true(h_contains(b, &cached[i]));
+    assert_record_refused(b, &id, rc, why, refused);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A record switched to another object's content (its size, digest and signature) is refused
+ * by fetchers; the next honest publication of the id (C seals it too) replaces it, and then
+ * the fetch succeeds. */
+H_CLUSTER_TEST(switched_record_is_refused_then_repaired)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("switched"), other = h_id("switched-to");
+    char key[64] = "ferry:obj:", key2[64] = "ferry:obj:";
+    H_OK(h_put_direct(c[A], &id, 1000, 0));
+    H_OK(h_put_direct(c[A], &other, 2000, 0));
+    h_assert_where(c[B], cl, &other, BIT(A), H_CLUSTER_MS);
+    ferry_id_format(&id, key + strlen(key));
+    ferry_id_format(&other, key2 + strlen(key2));
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL",
+                                             "for _, f in ipairs({'size', 'digest', 'sig'}) do\n"
+                                             "  local v = redis.call('HGET', KEYS[2], f)\n"
+                                             "  if v then redis.call('HSET', KEYS[1], f, v) end\n"
+                                             "end\n"
+                                             "return 0\n",
+                                             "2", key, key2, NULL});
+    uint64_t refused = h_stat(c[B], "unsigned_records");
+    char why[512];
+    int rc = fetch_by_forged_record(c[B], &id, why, sizeof(why));
+    assert_record_refused(c[B], &id, rc, why, refused);
+
+    H_OK(h_put_direct(c[C], &id, 1000, 0));
+    assert_true(h_wait_stat_min(c[C], "records_repaired", 1, H_EVENT_MS) >= 1);
+    fetch_one(c[B], &id);
+    h_assert_same_object(c[C], c[B], &id);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* ---- keys of the wrong type ---- */
+
+/* ferry:held:node-b made a string while B is down keeps B out no more: started again, B
+ * cleans up, registers, publishes (its index a set again), and says which key it replaced. */
+H_CLUSTER_TEST(held_index_of_the_wrong_type_is_replaced)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    h_daemon_stop(&cl->node[B].d);
+    h_redis_cmd(&cl->redis, (const char *[]){"SET", "ferry:held:node-b", "junk", NULL});
+    h_node_start(cl, B, "64M", NULL);
+    h_assert_nodes(a, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_client *b = h_node_connect(cl, B);
+    ferry_id id = h_id("indexed-again");
+    H_OK(h_put_direct(b, &id, 1000, 0));
+    h_assert_where(a, cl, &id, BIT(B), H_CLUSTER_MS);
+    assert_true(h_stat(b, "directory_bad_keys") >= 1);
+    assert_true(h_file_contains(cl->node[B].d.log, "ferry:held:node-b"));
+    fetch_one(a, &id);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* ferry:events made a string: a cluster-wide delete still works (the stream is made again)
+ * and reaches the other node, which said which key was of the wrong type. */
+H_CLUSTER_TEST(events_of_the_wrong_type_are_replaced)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id id = h_id("deleted-through-a-repaired-stream");
+    H_OK(h_put_direct(a, &id, 1000, 0));
+    fetch_one(b, &id);
+    h_redis_cmd(&cl->redis, (const char *[]){"SET", "ferry:events", "junk", NULL});
+    h_sleep_ms(300); /* the readers meet it */
+    H_OK(ferry_delete_cluster(a, &id));
+    assert_true(H_WAIT_STAT_MIN(b, deletes_heard, 1, H_EVENT_MS) >= 1);
+    assert_false(h_contains(b, &id));
+    assert_true(h_stat(a, "directory_bad_keys") + h_stat(b, "directory_bad_keys") >= 1);
+    assert_true(h_file_contains(cl->node[A].d.log, "ferry:events") ||
+                h_file_contains(cl->node[B].d.log, "ferry:events"));
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(forged_delete_events_delete_nothing),      T(replayed_delete_event_spares_a_later_put),
+        T(inflated_record_evicts_nothing),           T(switched_record_is_refused_then_repaired),
+        T(held_index_of_the_wrong_type_is_replaced), T(events_of_the_wrong_type_are_replaced),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
