@@ -326,11 +326,11 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(restore_failures, COUNTER, "restores that failed: unreadable, or not matching the digest")   \
     X(creates_waited, COUNTER, "times a create or restore found no room and waited for writes")    \
     X(spill_recovered_objects, COUNTER, "objects found in the spill directory at start")           \
-    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start") \
+    X(spill_recovery_dropped, COUNTER, "damaged records of the spill directory dropped at start")  \
     X(node_connections_evicted, COUNTER,                                                           \
       "transfer connections closed because their node id had the most, or past its share")         \
-    X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                     \
-    X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")     \
+    X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                         \
+    X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")       \
     X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")
 
 typedef struct ferry_stats {

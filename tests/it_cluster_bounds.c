@@ -210,7 +210,8 @@ H_CLUSTER_TEST(an_inflated_record_size_evicts_nothing)
 static int unread_pull_as(int port, const char *node, const ferry_id *ids, uint32_t n)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0)
         return -1;

@@ -90,9 +90,9 @@ struct engine_counters {
     uint64_t connections_evicted; /* closed to make room: unauthenticated, or of a node id
                                    * past its share (counted in node_connections_evicted too) */
     uint64_t node_connections_evicted;
-    uint64_t pinned_bytes; /* a level: bytes pinned for receivers now, every node id's */
-    uint64_t holders_too_slow;     /* holders dropped for sending under the minimum rate */
-    uint64_t transfers_abandoned;  /* transfers under way ended: nobody waited for them */
+    uint64_t pinned_bytes;        /* a level: bytes pinned for receivers now, every node id's */
+    uint64_t holders_too_slow;    /* holders dropped for sending under the minimum rate */
+    uint64_t transfers_abandoned; /* transfers under way ended: nobody waited for them */
     uint64_t split_fetches;       /* objects fetched in ranges from several holders */
     uint64_t ranges_in;           /* ranges received (of those) */
     uint64_t ranges_moved;        /* ranges moved to another holder after theirs failed */

@@ -177,12 +177,12 @@ struct want {
     int dir_down;        /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
-    struct pentry *entry;  /* the pull entry naming this want, if any */
-    struct peer *queued;   /* the peer whose next PULL will name it, if any */
-    struct object *obj;    /* the local object being filled: made when a reply confirms its
-                            * size (the record's), never before */
-    int room;              /* its create found no room yet: asked again when there is */
-    uint64_t digest;       /* the holder's, with verify */
+    struct pentry *entry; /* the pull entry naming this want, if any */
+    struct peer *queued;  /* the peer whose next PULL will name it, if any */
+    struct object *obj;   /* the local object being filled: made when a reply confirms its
+                           * size (the record's), never before */
+    int room;             /* its create found no room yet: asked again when there is */
+    uint64_t digest;      /* the holder's, with verify */
     /* A checked object's digest taken while its bytes land (the transport's landed event),
      * in pieces of STREAM_PIECE, so that it is known soon after the last byte instead of
      * hashed after it: on the loop (stream_on_loop, up to STREAM_LOOP_MAX), else on the
@@ -250,10 +250,10 @@ struct peer {
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
-    int busy;             /* it answered busy (pin limit): no PULL until its pulls are done */
-    int asking;           /* a lookup of its liveness is under way (directory_cancel on free) */
-    char why[112];        /* why this transport */
-    struct watch_rate in; /* a holder that owes bytes and sends none */
+    int busy;                 /* it answered busy (pin limit): no PULL until its pulls are done */
+    int asking;               /* a lookup of its liveness is under way (directory_cancel on free) */
+    char why[112];            /* why this transport */
+    struct watch_rate in;     /* a holder that owes bytes and sends none */
     uint64_t rx_ms, rx_bytes; /* the window of the rate of a reply's bytes: its start (0: no
                                * bytes owed after a reply), and bytes_in then */
     struct loop_timer flush;
@@ -302,10 +302,10 @@ struct inconn {
     struct hpull *queue, **queue_tail;
     uint64_t queued_ids; /* ids in the queue's pulls */
     struct pin *pins;
-    uint64_t pinned; /* bytes of the pins (its node's count them against the limit) */
-    struct innode *node;        /* once authenticated */
-    struct inconn *node_next;   /* its node's other connections */
-    uint64_t given;  /* bytes given to the transport (frames and ranges), against bytes_out */
+    uint64_t pinned;          /* bytes of the pins (its node's count them against the limit) */
+    struct innode *node;      /* once authenticated */
+    struct inconn *node_next; /* its node's other connections */
+    uint64_t given; /* bytes given to the transport (frames and ranges), against bytes_out */
     int paused;
     struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
     struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
