@@ -405,7 +405,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
 /* Makes each of the n objects local: one already local counts at once; otherwise it is
  * pulled from a node that holds it (another holder is tried if one fails), and an id that no
  * node holds yet is waited for until timeout_ms (-1 forever; 0 answers at once, with
- * FERRY_ETIMEDOUT for what is not local yet, while transfers it started go on). Several clients of
+ * FERRY_ETIMEDOUT for what is not local yet). A transfer nobody waits for any more (every
+ * fetcher's timeout passed, or it left) ends, and frees its room. Several clients of
  * a node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
  * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
  * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure; when
