@@ -49,6 +49,9 @@
 #define MAX_TRIED 8
 #define RETRY_FIRST_MS 10
 #define RETRY_MAX_MS 200
+/* A want whose object found no room (spilling makes it) is asked again when the store says
+ * there is room, or after this. */
+#define ROOM_WAIT_MS 1000
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a

@@ -145,7 +145,9 @@ static void on_retry(struct loop *l, struct loop_timer *t)
 }
 
 /* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
- * Holders that had lost it may be asked again then. */
+ * Holders that had lost it may be asked again then. A want whose create waits for room is
+ * asked again by engine_on_room, or after ROOM_WAIT_MS: with the backoff, its whole object
+ * would be pulled, and dropped, every 200 ms while spilling is under way. */
 void eng_want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
@@ -153,8 +155,8 @@ void eng_want_retry(struct want *w)
     eng_want_forget(w, FAULT_LOST, NULL);
     w->retries++;
     w->state = WANT_RETRY;
-    if (loop_timer_start(w->e->loop, &w->retry,
-                         loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
+    delay = w->room ? ROOM_WAIT_MS : delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay;
+    if (loop_timer_start(w->e->loop, &w->retry, loop_now_ms() + delay) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
 }
 
@@ -169,26 +171,28 @@ int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size)
 {
     int rc = store_create(w->e->store, &w->id, data_size, metadata_size, w->e, &w->obj);
 
+    w->room = rc == FERRY_EAGAIN;
     if (rc == 0)
         return 0;
     w->obj = NULL;
-    if (rc == FERRY_EAGAIN)
-        w->room = 1;
-    else if (rc != FERRY_EEXIST)
+    if (rc != FERRY_EAGAIN && rc != FERRY_EEXIST)
         eng_want_finish(w, rc);
     return rc;
 }
 
+/* Wants that wait for room look again now (one whose bytes are still being dropped retries
+ * with the backoff when they are). */
 void engine_on_room(struct engine *e)
 {
     struct want *w;
     size_t pos = 0;
 
     while ((w = idmap_next(&e->wants, &pos, NULL))) {
-        if (w->room && w->state == WANT_RETRY) { /* its retry, now rather than after backoff */
-            w->room = 0;
-            loop_timer_start(e->loop, &w->retry, loop_now_ms());
-        }
+        if (!w->room)
+            continue;
+        w->room = 0;
+        if (w->state == WANT_RETRY)
+            loop_timer_start(e->loop, &w->retry, loop_now_ms()); /* armed: cannot fail */
     }
 }
 
