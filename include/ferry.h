@@ -349,7 +349,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(unsigned_events, COUNTER,                                                                    \
       "delete events in the directory ignored: not signed with our secret")                        \
     X(stale_events, COUNTER, "signed delete events refused: taken before, or before this run")     \
-    X(directory_bad_keys, COUNTER, "directory keys of the wrong type met (replaced when ours)")
+    X(directory_bad_keys, COUNTER, "directory keys of the wrong type met (replaced when ours)")    \
+    X(node_connections_evicted, COUNTER,                                                           \
+      "transfer connections closed because their node id had the most, or past its share")         \
+    X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                         \
+    X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")       \
+    X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;
@@ -423,7 +428,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
 /* Makes each of the n objects local: one already local counts at once; otherwise it is
  * pulled from a node that holds it (another holder is tried if one fails), and an id that no
  * node holds yet is waited for until timeout_ms (-1 forever; 0 answers at once, with
- * FERRY_ETIMEDOUT for what is not local yet, while transfers it started go on). Several clients of
+ * FERRY_ETIMEDOUT for what is not local yet). A transfer nobody waits for any more (every
+ * fetcher's timeout passed, or it left) ends, and frees its room. Several clients of
  * a node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
  * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
  * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure; when

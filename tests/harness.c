@@ -770,6 +770,11 @@ int h_xfer_hello(int fd, uint32_t magic)
 
 int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version)
 {
+    return h_xfer_hello_as(fd, magic, version, "intruder");
+}
+
+int h_xfer_hello_as(int fd, uint32_t magic, uint32_t version, const char *node)
+{
     struct sockaddr_in sa;
     socklen_t salen = sizeof(sa);
     char addr[32];
@@ -777,11 +782,14 @@ int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version)
         return -1;
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
     size_t alen = strlen(addr);
-    uint8_t payload[4 + 4 + 1 + 8 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
+    size_t nlen = strlen(node);
+    uint8_t payload[4 + 4 + 1 + 32 + 8 + 2 + 32 + WIRE_NONCE] = {0}, *p = h_le32(payload, magic);
+    if (nlen > 32)
+        return -1;
     p = h_le32(p, version);
-    *p++ = 8;
-    memcpy(p, "intruder", 8);
-    p = h_le64(p + 8, 1);
+    *p++ = (uint8_t)nlen;
+    memcpy(p, node, nlen);
+    p = h_le64(p + nlen, 1);
     p = h_le16(p, (uint16_t)alen);
     memcpy(p, addr, alen);
     p += alen + WIRE_NONCE;
@@ -791,9 +799,14 @@ int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version)
 /* HELLO, then the node's CHALLENGE read: 0, or -1. *keyed receives its keyed flag. */
 int h_xfer_handshake_start(int fd, int *keyed)
 {
+    return h_xfer_handshake_start_as(fd, "intruder", keyed);
+}
+
+int h_xfer_handshake_start_as(int fd, const char *node, int *keyed)
+{
     uint8_t payload[512];
     uint32_t len = 0;
-    if (h_xfer_hello(fd, WIRE_MAGIC) != 0)
+    if (h_xfer_hello_as(fd, WIRE_MAGIC, WIRE_VERSION, node) != 0)
         return -1;
     int type = h_xfer_read_frame(fd, payload, sizeof(payload), &len);
     if (type != WIRE_CHALLENGE || len < 1 + WIRE_NONCE + 1 + WIRE_MAC)
@@ -804,9 +817,14 @@ int h_xfer_handshake_start(int fd, int *keyed)
 
 int h_xfer_handshake(int fd)
 {
+    return h_xfer_handshake_as(fd, "intruder");
+}
+
+int h_xfer_handshake_as(int fd, const char *node)
+{
     int keyed = -1;
     uint8_t zero_mac[WIRE_MAC] = {0};
-    if (h_xfer_handshake_start(fd, &keyed) != 0 || keyed != 0)
+    if (h_xfer_handshake_start_as(fd, node, &keyed) != 0 || keyed != 0)
         return -1;
     return h_raw_frame(fd, WIRE_AUTH, 0, zero_mac, sizeof(zero_mac));
 }

@@ -69,13 +69,17 @@ int h_timer_ms(const char *name, int real_ms);
  * address fd is connected to as the one dialled (h_xfer_hello_version: of another protocol
  * version, laid out as this one); h_xfer_handshake_start sends it and reads
  * the CHALLENGE (0, or -1; *keyed its keyed flag); h_xfer_handshake completes it with a node
- * without a secret (the proof is zeros); h_xfer_pull sends a PULL of n ids, which
- * h_xfer_pull_frame makes (malloc'd, *len bytes; NULL when out of memory). */
+ * without a secret (the proof is zeros); the _as forms say node id node (at most 32 bytes)
+ * instead; h_xfer_pull sends a PULL of n ids, which h_xfer_pull_frame makes (malloc'd, *len
+ * bytes; NULL when out of memory). */
 int h_xfer_read_frame(int fd, uint8_t *payload, size_t cap, uint32_t *len);
 int h_xfer_hello(int fd, uint32_t magic);
 int h_xfer_hello_version(int fd, uint32_t magic, uint32_t version);
 int h_xfer_handshake_start(int fd, int *keyed);
 int h_xfer_handshake(int fd);
+int h_xfer_hello_as(int fd, uint32_t magic, uint32_t version, const char *node);
+int h_xfer_handshake_start_as(int fd, const char *node, int *keyed);
+int h_xfer_handshake_as(int fd, const char *node);
 int h_xfer_pull(int fd, uint64_t tag, const ferry_id *ids, uint32_t n);
 uint8_t *h_xfer_pull_frame(uint64_t tag, const ferry_id *ids, uint32_t n, size_t *len);
 /* The TCP ports process pid listens on (IPv4), at most max of them: how many. */

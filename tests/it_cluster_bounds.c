@@ -7,9 +7,13 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +25,8 @@ enum { A, B, C };
 
 /* The engine's limits (engine_int.h). */
 #define MAX_UNAUTH_PER_SOURCE 16
+#define MAX_INCONNS 1024
+#define MAX_INCONNS_PER_NODE 4
 
 /* A stat call on c: it must answer within 1 s, whatever the node is going through. */
 static ferry_stats stats_within_1s(ferry_client *c)
@@ -163,6 +169,171 @@ H_CLUSTER_TEST(silent_connections_do_not_lock_peers_out)
     ferry_disconnect(b);
 }
 
+/* A writer of Redis records 60 MiB for B's 1 MiB object x: B, whose 64M arena holds 20 cached
+ * objects, must take no room for a size no holder confirmed (A's reply says 1 MiB): nothing is
+ * evicted, and the fetch fails. The room was taken before the pull, and the 60 MiB evicted
+ * every cached object. */
+#define CACHED 20
+H_CLUSTER_TEST(an_inflated_record_size_evicts_nothing)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id x = h_id("recorded-larger-than-it-is"), cached[CACHED];
+    H_OK(h_put_direct(a, &x, MIB, 0));
+    for (int i = 0; i < CACHED; i++) {
+        cached[i] = h_idf("cached-%d", i);
+        H_OK(h_put_direct(b, &cached[i], 5 * MIB / 2, 0));
+    }
+    h_assert_where(a, cl, &x, 1u << A, H_CLUSTER_MS); /* published; B has cached nothing */
+    char key[64] = "ferry:obj:";
+    ferry_id_format(&x, key + strlen(key));
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", "62914560", NULL});
+    ferry_stats b0 = h_stats(b);
+
+    int status = 1;
+    int rc = ferry_fetch(b, &x, 1, 1500, &status);
+    printf("fetch of 1 MiB recorded as 60 MiB: %s (%s)\n", ferry_strerror(rc), ferry_errmsg());
+    assert_int_not_equal(rc, FERRY_OK);
+    ferry_stats b1 = h_stats(b);
+    printf("B evicted %llu objects of %d\n",
+           (unsigned long long)(b1.evicted_objects - b0.evicted_objects), CACHED);
+    assert_int_equal(b1.evicted_objects, b0.evicted_objects);
+    for (int i = 0; i < CACHED; i++)
+        assert_int_equal(h_contains(b, &cached[i]), 1);
+    assert_int_equal(b1.used_bytes, b0.used_bytes);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A connection to port, authenticated as node, with a small receive buffer (what it is sent
+ * stays pinned), that sent a PULL of ids and reads nothing: its fd, or -1. */
+static int unread_pull_as(int port, const char *node, const ferry_id *ids, uint32_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int)); /* AUTH, PULL: no wait */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || h_xfer_handshake_as(fd, node) ||
+        h_xfer_pull(fd, 1, ids, n)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A reply to the pull on fd within timeout_ms: how many of its n entries were granted
+ * (status 0), or -1 when none came. */
+static int granted_within(int fd, uint32_t n, int timeout_ms)
+{
+    uint8_t reply[4 + 4 * WIRE_REPLY_ENTRY_SIZE];
+    uint32_t len = 0;
+    int granted = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_true(n <= 4);
+    if (poll(&pfd, 1, timeout_ms) <= 0)
+        return -1;
+    assert_int_equal(h_xfer_read_frame(fd, reply, sizeof(reply), &len), WIRE_REPLY);
+    assert_int_equal(len, 4 + n * WIRE_REPLY_ENTRY_SIZE);
+    for (uint32_t i = 0; i < n; i++)
+        granted += h_rd32(reply + 4 + i * WIRE_REPLY_ENTRY_SIZE) == 0;
+    return granted;
+}
+
+/* One node id (a holder of the secret names any) opens MAX_INCONNS + 16 connections to A, each
+ * with a PULL of an 8 MiB object it never reads: that node id keeps MAX_INCONNS_PER_NODE of
+ * them, each new one closing its oldest, and B, an honest node, still fetches at once. All
+ * 1,024 were kept, each busy, and every new peer was refused. */
+#define INSIDER_CONNS (MAX_INCONNS + 16)
+H_CLUSTER_TEST(one_node_id_holds_no_more_than_its_share_of_connections)
+{
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < INSIDER_CONNS + 256)
+        H_SKIP("RLIMIT_NOFILE's hard limit %llu is under %d", (unsigned long long)rl.rlim_max,
+               INSIDER_CONNS + 256);
+    rl.rlim_cur = INSIDER_CONNS + 256 > rl.rlim_cur ? INSIDER_CONNS + 256 : rl.rlim_cur;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0); /* the nodes start with it too */
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id y = h_id("pulled-and-never-read");
+    H_OK(h_put_direct(a, &y, 8 * MIB, 0));
+    ferry_stats a0 = h_stats(a);
+    int port = h_node_port(cl, A), *fds = malloc(INSIDER_CONNS * sizeof(int)), opened = 0;
+    assert_non_null(fds);
+    int64_t t0 = h_now_ms();
+    for (int i = 0; i < INSIDER_CONNS && h_now_ms() - t0 < 20000; i++) {
+        /* One at a time, each answered (so authenticated) before the next. */
+        if ((fds[i] = unread_pull_as(port, "insider", &y, 1)) < 0 ||
+            granted_within(fds[i], 1, 1000) != 1)
+            break;
+        opened++;
+    }
+    printf("%d connections of one node id opened in %lld ms\n", opened,
+           (long long)(h_now_ms() - t0));
+    stats_within_1s(a);
+    uint64_t evicted =
+        h_wait_stat_min(a, "node_connections_evicted",
+                        a0.node_connections_evicted + INSIDER_CONNS - MAX_INCONNS_PER_NODE,
+                        H_EVENT_MS) -
+        a0.node_connections_evicted;
+    printf("A closed %llu of them for their node id's share\n", (unsigned long long)evicted);
+
+    ferry_id x = h_id("past-the-insider");
+    H_OK(h_put_direct(a, &x, 100000, 0));
+    int status = 1;
+    t0 = h_now_ms();
+    int rc = ferry_fetch(b, &x, 1, 3000, &status);
+    printf("honest fetch past them: %s in %lld ms\n", ferry_strerror(rc),
+           (long long)(h_now_ms() - t0));
+    H_RC(rc, FERRY_OK);
+    h_assert_same_object(a, b, &x);
+    assert_int_equal(opened, INSIDER_CONNS);
+    assert_true(evicted >= INSIDER_CONNS - MAX_INCONNS_PER_NODE);
+    for (int i = 0; i <= opened && i < INSIDER_CONNS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A's pin limit is 64 MiB (a quarter of 256M) per node id. One node pins 48 MiB on a first
+ * connection (two of four 24 MiB objects), unread: a PULL on its second connection waits
+ * until the first closes, then gets its pins; another node id is not held up. The limit was
+ * per connection: four connections of one node pinned 240 of 256 MiB. */
+H_CLUSTER_TEST(pins_of_one_node_id_stay_within_its_limit_over_its_connections)
+{
+    h_node_start(cl, A, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_id ids[4];
+    for (int i = 0; i < 4; i++) {
+        ids[i] = h_idf("pinned-%d", i);
+        H_OK(h_put_direct(a, &ids[i], PIECE, 0));
+    }
+    int port = h_node_port(cl, A);
+    int first = unread_pull_as(port, "pinner", ids, 4);
+    assert_true(first >= 0);
+    assert_int_equal(granted_within(first, 4, H_EVENT_MS), 2);
+    int second = unread_pull_as(port, "pinner", ids + 2, 2);
+    assert_true(second >= 0);
+    int early = granted_within(second, 2, 1000);
+    printf("second connection of the node: %d granted while the first holds 48 MiB\n", early);
+    int other = unread_pull_as(port, "other", ids, 1);
+    assert_true(other >= 0);
+    assert_int_equal(granted_within(other, 1, H_EVENT_MS), 1);
+    assert_true(h_stats(a).pinned_bytes <= 3 * (uint64_t)PIECE);
+    assert_int_equal(early, -1);
+    close(first);
+    assert_int_equal(granted_within(second, 2, H_EVENT_MS), 2);
+    close(second);
+    close(other);
+    ferry_disconnect(a);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -260,6 +431,9 @@ int main(void)
         T(silent_connections_do_not_lock_peers_out),
         T(a_fetch_too_large_moves_no_bytes),
         T(garbage_on_the_provider_port_does_not_spin),
+        T(an_inflated_record_size_evicts_nothing),
+        T(one_node_id_holds_no_more_than_its_share_of_connections),
+        T(pins_of_one_node_id_stay_within_its_limit_over_its_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -540,12 +540,14 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
 
 /* The fake holder answers the pull at once, then sends the object's bytes one at a time, for
  * a second longer than the stall watchdog's STALL_MS (30 s at its real scale): the bytes keep
- * coming, so the transfer must not be cut off, and the object arrives whole. */
+ * coming, so the stall watchdog must not cut the transfer off, and the object arrives whole.
+ * (The minimum rate after a reply would: its window is set out of the way here, an hour;
+ * slow_holder_is_dropped_for_another guards it.) */
 #define SLOW_SIZE 64u
 H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
 {
     const int every_ms = (STALL_MS + 1000) / (int)(SLOW_SIZE - 1) + 1; /* outlasts the watchdog */
-    h_cluster_start(cl, 1, "64M", NULL);
+    h_cluster_start(cl, 1, "64M", (const char *[]){"--timers", "rate=3600000", NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     int port, lfd = h_tcp_listen(&port);
     ferry_id x = h_id("sent-slowly");
@@ -974,7 +976,7 @@ static void fetch_from_busy_holders(struct h_cluster *cl, const char *name, uint
 }
 
 /* In ranges (24 MiB) and whole (512 KiB, below --split-min): a want being received, or a part
- * of one, is not ended by its fetchers' timeouts, and busy answers had it asked again without
+ * of one, was not ended by its fetchers' timeouts, and busy answers had it asked again without
  * end (840 MiB in ranges in the 1.5 s after the fetch). */
 H_CLUSTER_TEST(ranges_answered_busy_stop_with_the_fetch)
 {
@@ -982,6 +984,115 @@ H_CLUSTER_TEST(ranges_answered_busy_stop_with_the_fetch)
     h_cluster_start(cl, 1, "96M", split);
     fetch_from_busy_holders(cl, "busy-in-ranges", 24u << 20);
     fetch_from_busy_holders(cl, "busy-whole", 512u << 10);
+}
+
+/* Sends one more byte of bytes (at *sent) on fd every 100 ms, as a trickling holder: 0 once the
+ * connection is closed. */
+static int trickle(int fd, const uint8_t *bytes, uint64_t *sent)
+{
+    h_sleep_ms(100);
+    return send(fd, bytes + (*sent)++, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1;
+}
+
+/* A holder answers with the recorded content of 8 MiB, then trickles a byte every 100 ms: once
+ * the fetch's 1.5 s are up, nobody waits for the object, its transfer ends and the room it took
+ * in A's arena is freed within a second. The transfer outlived its fetch, its room held for as
+ * long as the holder kept trickling (95 s and counting in the attacker's run). */
+#define TRICKLED_SIZE (8u << 20)
+H_CLUSTER_TEST(trickled_transfer_ends_with_its_fetch)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port, lfd = h_tcp_listen(&port);
+    ferry_id x = h_id("trickled");
+    uint64_t digest, tag = 0, sent = 1;
+    register_fake(cl, port, &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, TRICKLED_SIZE, 0, &digest);
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 1500, &status);
+    int cfd = fake_accept_pull(lfd, &x, &tag);
+    fake_reply(cfd, tag, TRICKLED_SIZE, digest, bytes, sent);
+    uint64_t held = 0;
+    while (!h_fetch_done(&f) && sent < 100 && trickle(cfd, bytes, &sent)) {
+        uint64_t used = h_stats(a).used_bytes - a0.used_bytes;
+        held = used > held ? used : held;
+    }
+    h_fetch_join(&f, 5000);
+    int64_t freed = -1;
+    while (freed < 0 && h_now_ms() - f.ended_ms < 3000 && trickle(cfd, bytes, &sent))
+        if (h_stats(a).used_bytes <= a0.used_bytes)
+            freed = h_now_ms() - f.ended_ms;
+    if (freed < 0 && h_stats(a).used_bytes <= a0.used_bytes) /* closed: gone with it */
+        freed = h_now_ms() - f.ended_ms;
+    ferry_stats a1 = h_stats(a);
+    printf("trickled: %llu MiB held while the fetch waited; freed %lld ms after its end "
+           "(-1: not within 3 s)\n",
+           (unsigned long long)(held >> 20), (long long)freed);
+    assert_int_equal(status, FERRY_ETIMEDOUT);
+    assert_true(held >= TRICKLED_SIZE);
+    assert_true(freed >= 0 && freed <= 1000);
+    assert_int_equal(a1.transfers_abandoned - a0.transfers_abandoned, 1);
+    free(bytes);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* A holder answers with the recorded 4 MiB and trickles a byte every 100 ms, under A's minimum
+ * rate (1 MiB/s over --timers rate=1000): A drops it within a couple of windows, far below the
+ * stall watchdog, and takes the object from the holder that came since. The trickle kept the
+ * fetch until its end. */
+#define SLOW_HOLDER_SIZE (4u << 20)
+H_CLUSTER_TEST(slow_holder_is_dropped_for_another)
+{
+    h_cluster_start(cl, 1, "64M", (const char *[]){"--timers", "rate=1000", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port[2], lfd[2] = {h_tcp_listen(&port[0]), h_tcp_listen(&port[1])};
+    ferry_id x = h_id("slow-then-fast");
+    uint64_t digest, tag = 0, sent = 1;
+    struct wire_range r[MAX_FAKE_RANGES];
+    uint32_t n;
+    register_fake_as(cl, "slow", port[0], NULL, &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, SLOW_HOLDER_SIZE, 0, &digest);
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 8000, &status);
+    int cfd = fake_accept(lfd[0], H_EVENT_MS);
+    assert_true(cfd >= 0);
+    fake_handshake_as(cfd, "slow");
+    read_pull_of(cfd, &x, 1, SLOW_HOLDER_SIZE, &tag, r, &n);
+    fake_reply(cfd, tag, SLOW_HOLDER_SIZE, digest, bytes, sent);
+    int64_t t0 = h_now_ms();
+    register_fake_as(cl, "fast", port[1], NULL, &x);
+    int gfd = -1;
+    while (gfd < 0 && h_now_ms() - t0 < 6000 && trickle(cfd, bytes, &sent))
+        gfd = fake_accept(lfd[1], 0);
+    if (gfd < 0 && h_now_ms() - t0 < 6000) /* the slow one closed: the other comes soon */
+        gfd = fake_accept(lfd[1], 6000 - (int)(h_now_ms() - t0));
+    int64_t dropped = h_now_ms() - t0;
+    printf("slow holder: %llu bytes in %lld ms before the other holder was asked\n",
+           (unsigned long long)sent, (long long)dropped);
+    if (gfd < 0)
+        fail_msg("the slow holder was not dropped within 6 s");
+    fake_handshake_as(gfd, "fast");
+    read_pull_of(gfd, &x, 1, SLOW_HOLDER_SIZE, &tag, r, &n);
+    fake_reply(gfd, tag, SLOW_HOLDER_SIZE, digest, bytes, SLOW_HOLDER_SIZE);
+    h_fetch_join(&f, 10000);
+    H_RC(f.rc, FERRY_OK);
+    h_assert_object(a, &x, SLOW_HOLDER_SIZE, 0);
+    assert_int_equal(h_stats(a).holders_too_slow - a0.holders_too_slow, 1);
+    assert_true(dropped < STALL_MS);
+    free(bytes);
+    close(cfd);
+    close(gfd);
+    close(lfd[0]);
+    close(lfd[1]);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
 }
 
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
@@ -1010,6 +1121,8 @@ int main(void)
         T(holder_of_other_content_is_asked_again_once_its_content_is_recorded),
         T(holders_at_odds_over_the_layout_are_asked_again),
         T(ranges_answered_busy_stop_with_the_fetch),
+        T(trickled_transfer_ends_with_its_fetch),
+        T(slow_holder_is_dropped_for_another),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,7 +94,8 @@ static void usage(FILE *f)
             "                      defaults suit every network): stall (%d: a peer that owes\n"
             "                      bytes and sends none is dropped), handshake (%d), answer\n"
             "                      (%d: a holder's answer to our hello), breaker (%d: a failing\n"
-            "                      transport is left out), lease (5000: a one-sided read's)\n"
+            "                      transport is left out), lease (5000: a one-sided read's),\n"
+            "                      rate (%d: a holder must send 1 MiB/s over each such window)\n"
             "Environment:\n"
             "  FERRY_FABRIC_QUIRKS  switches the fabric's libfabric workarounds (recv, errno,\n"
             "                      shm_lock, watchdog; each on only where the running release\n"
@@ -103,7 +104,7 @@ static void usage(FILE *f)
             LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
             STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT, transport_names(),
             FERRYD_DEFAULT_SPLIT_MIN_TEXT, ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS,
-            ENGINE_BREAKER_MS);
+            ENGINE_BREAKER_MS, ENGINE_RATE_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)

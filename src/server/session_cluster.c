@@ -64,8 +64,8 @@ static void fetch_done(void *ctx, uint32_t index, int status)
     }
 }
 
-/* The time is up: what is not local by now times out (transfers under way go on), with what
- * the engine knows of why. */
+/* The time is up: what is not local by now times out, with what the engine knows of why
+ * (engine_cancel ends the transfers nobody else waits for). */
 static void fetch_expire(struct session *ss, const ferry_id *ids)
 {
     struct pending_fetch *f = &ss->fetch;

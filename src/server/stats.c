@@ -104,6 +104,10 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->pins_deferred = ec->pins_deferred;
         out->peers_too_slow = ec->peers_too_slow;
         out->connections_evicted = ec->connections_evicted;
+        out->node_connections_evicted = ec->node_connections_evicted;
+        out->pinned_bytes = ec->pinned_bytes;
+        out->holders_too_slow = ec->holders_too_slow;
+        out->transfers_abandoned = ec->transfers_abandoned;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

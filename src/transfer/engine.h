@@ -42,11 +42,14 @@ struct engine_timers {
     uint32_t breaker_ms;   /* a transport that keeps failing to a peer is left out this long */
     uint32_t lease_ms;     /* fabric: a one-sided read's lease, before its per-byte share
                             * (0: the transport's default, 5 s) */
+    uint32_t rate_ms;      /* a holder whose reply came must send at least 1 MiB/s over each
+                            * window of this, or it is dropped */
 };
 #define ENGINE_STALL_MS 30000
 #define ENGINE_HANDSHAKE_MS 10000
 #define ENGINE_ANSWER_MS 3000
 #define ENGINE_BREAKER_MS 30000
+#define ENGINE_RATE_MS 5000
 /* Bounds of each timer: from a tenth of a second (a loop turn and a round trip must fit) to
  * an hour. */
 #define ENGINE_TIMER_MIN_MS 100
@@ -54,7 +57,7 @@ struct engine_timers {
 /* The lease's own floor: a fabric reader refuses a lease under 1 s (it gives up a second
  * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
 #define ENGINE_LEASE_MIN_MS 2000
-/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease) into t, whose
+/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate) into t, whose
  * other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
 int engine_timers_parse(const char *text, struct engine_timers *t);
 
@@ -84,7 +87,12 @@ struct engine_counters {
     uint64_t peer_errors;
     uint64_t pins_deferred;       /* objects a receiver asked for past its pin limit: ask again */
     uint64_t peers_too_slow;      /* receivers dropped for reading nothing, or too slowly */
-    uint64_t connections_evicted; /* closed to make room: unauthenticated, or idle */
+    uint64_t connections_evicted; /* closed to make room: unauthenticated, or of a node id
+                                   * past its share (counted in node_connections_evicted too) */
+    uint64_t node_connections_evicted;
+    uint64_t pinned_bytes;        /* a level: bytes pinned for receivers now, every node id's */
+    uint64_t holders_too_slow;    /* holders dropped for sending under the minimum rate */
+    uint64_t transfers_abandoned; /* transfers under way ended: nobody waited for them */
     uint64_t split_fetches;       /* objects fetched in ranges from several holders */
     uint64_t ranges_in;           /* ranges received (of those) */
     uint64_t ranges_moved;        /* ranges moved to another holder after theirs failed */

@@ -21,17 +21,125 @@ static void hpull_free(struct hpull *hp)
     free(hp);
 }
 
+/* ---- node ids: the connections and pins of each ---- */
+
+/* The node's connections whose pulls wait for its pins to drop look again (from the loop: the
+ * caller may be freeing a connection). */
+static void node_wake(struct engine *e, const struct innode *n)
+{
+    for (struct inconn *ic = n->conns; ic; ic = ic->node_next)
+        if (ic->queue || ic->paused)
+            loop_timer_start(e->loop, &ic->backlog, loop_now_ms());
+}
+
+/* len bytes more (add) or fewer pinned for ic: its node's and the engine's counts follow. */
+static void pins_count(struct inconn *ic, uint64_t len, int add)
+{
+    uint64_t *counts[3] = {&ic->pinned, &ic->node->pinned, &ic->e->counters.pinned_bytes};
+
+    for (int i = 0; i < 3; i++)
+        *counts[i] = add ? *counts[i] + len : *counts[i] - len;
+    if (!add)
+        node_wake(ic->e, ic->node);
+}
+
+/* ic leaves its node (its pins with it); the node goes with its last connection. */
+static void node_leave(struct inconn *ic)
+{
+    struct engine *e = ic->e;
+    struct innode *n = ic->node, **np;
+    struct inconn **pp;
+
+    if (!n)
+        return;
+    if (ic->pinned)
+        pins_count(ic, ic->pinned, 0);
+    for (pp = &n->conns; *pp != ic; pp = &(*pp)->node_next)
+        ;
+    *pp = ic->node_next;
+    ic->node = NULL;
+    e->inconns_authed--;
+    if (--n->nconns)
+        return;
+    for (np = &e->innodes; *np != n; np = &(*np)->next)
+        ;
+    *np = n->next;
+    free(n);
+}
+
+static struct inconn *node_oldest(const struct innode *n)
+{
+    struct inconn *old = n->conns;
+
+    for (struct inconn *ic = n->conns; ic; ic = ic->node_next)
+        if (ic->born < old->born)
+            old = ic;
+    return old;
+}
+
+/* Closes the oldest connection of n to make room for a newer one, and says why (the log is
+ * rate-limited: a holder of the secret could fill it). */
+static void node_evict(struct engine *e, const struct innode *n, const char *why)
+{
+    static struct log_limit lim;
+    struct inconn *ic = node_oldest(n);
+
+    e->counters.connections_evicted++;
+    e->counters.node_connections_evicted++;
+    log_limited(&lim, LOG_WARN, "closing the transfer connection from %s (%s) to make room: %s",
+                ic->hs.node_c, ic->conn->peer, why);
+    ic->conn->type->close(ic->conn);
+    eng_inconn_free(ic);
+}
+
+/* ic authenticated as hs.node_c: it joins that node id's connections, past
+ * MAX_INCONNS_PER_NODE closing that node's oldest, past MAX_INCONNS in all the oldest of the
+ * node id that holds the most. 0, or FERRY_ENOMEM. */
+static int node_join(struct inconn *ic)
+{
+    struct engine *e = ic->e;
+    struct innode *n, *most = NULL;
+    char why[96];
+
+    for (n = e->innodes; n && strcmp(n->node, ic->hs.node_c) != 0; n = n->next)
+        ;
+    if (!n && !(n = calloc(1, sizeof(*n))))
+        return err_set(FERRY_ENOMEM, "the record of node %s", ic->hs.node_c);
+    if (!n->nconns) {
+        snprintf(n->node, sizeof(n->node), "%s", ic->hs.node_c);
+        n->next = e->innodes;
+        e->innodes = n;
+    } else if (n->nconns >= MAX_INCONNS_PER_NODE) {
+        snprintf(why, sizeof(why), "its node id has %u connections, the most one may have",
+                 n->nconns);
+        node_evict(e, n, why);
+    }
+    if (e->inconns_authed >= MAX_INCONNS) {
+        for (struct innode *m = e->innodes; m; m = m->next)
+            most = !most || m->nconns > most->nconns ? m : most;
+        snprintf(why, sizeof(why), "%u are open, and its node id has the most (%u)",
+                 e->inconns_authed, most->nconns);
+        node_evict(e, most, why);
+    }
+    ic->node = n;
+    ic->node_next = n->conns;
+    n->conns = ic;
+    n->nconns++;
+    e->inconns_authed++;
+    return 0;
+}
+
 void eng_inconn_free(struct inconn *ic)
 {
     struct hpull *hp;
 
+    node_leave(ic);
     *ic->pprev = ic->next;
     if (ic->next)
         ic->next->pprev = ic->pprev;
     loop_timer_stop(ic->e->loop, &ic->deadline);
     loop_timer_stop(ic->e->loop, &ic->backlog);
     eng_watch_stop(ic->e, &ic->out);
-    ic->e->inconn_count--;
     auth_session_end(&ic->as);
     pins_drop(ic);
     while ((hp = ic->queue)) {
@@ -152,6 +260,10 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
         in_abort(ic, "cannot derive the session's keys");
         return;
     }
+    if (node_join(ic) < 0) {
+        in_abort(ic, ferry_errmsg());
+        return;
+    }
     ic->state = IN_READY;
     ic->conn->max_frame = WIRE_MAX_FRAME;
     loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + HOLDER_IDLE_MS);
@@ -170,8 +282,9 @@ static uint64_t object_bytes(const struct object *o)
 }
 
 /* A receiver that does not read what it asked for would keep the holder's objects pinned
- * without bound: past a quarter of the arena (at least 64 MiB) pinned for one connection, its
- * further pulls wait, and reading stops until it has read half of that. */
+ * without bound: past a quarter of the arena (at least 64 MiB) pinned for one node id, over all
+ * its connections, the further pulls of each wait, and reading stops until half of that is
+ * read. */
 static uint64_t pin_limit(const struct engine *e)
 {
     uint64_t quarter = store_capacity(e->store) / 4;
@@ -244,7 +357,7 @@ static int send_object(struct inconn *ic, struct object *o, uint64_t off, uint64
     if (ic->pins)
         ic->pins->pprev = &pn->next;
     ic->pins = pn;
-    ic->pinned += len;
+    pins_count(ic, len, 1);
     ic->given += len;
     return ic->conn->type->send_range(ic->conn, e->store->base + o->offset + off, len, pn);
 }
@@ -264,7 +377,8 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     }
     len = o ? hpull_len(hp, i, o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
-    if (o && len && ic->pinned + *pinning && ic->pinned + *pinning + len > pin_limit(ic->e)) {
+    if (o && len && ic->node->pinned + *pinning &&
+        ic->node->pinned + *pinning + len > pin_limit(ic->e)) {
         re[i].status = FERRY_EBUSY;
         ic->e->counters.pins_deferred++;
         return;
@@ -353,20 +467,21 @@ static void on_out_check(struct loop *l, struct loop_timer *t)
     loop_timer_start(l, t, loop_now_ms() + ic->e->check_ms);
 }
 
-static void in_backpressure(struct inconn *ic);
+static void in_process(struct inconn *ic);
 
+/* Frames left, or the node's pins dropped (node_wake): the pulls that waited may go. */
 static void on_backlog_poll(struct loop *l, struct loop_timer *t)
 {
-    in_backpressure(t->arg);
+    in_process(t->arg);
 }
 
-/* Reading stops while the receiver has too much pinned, too many ids queued, or too many of
- * our frames unread; it resumes once all are at half their limits. */
+/* Reading stops while the receiver's node id has too much pinned, or the connection too many
+ * ids queued or too many of our frames unread; it resumes once all are at half their limits. */
 static void in_backpressure(struct inconn *ic)
 {
-    uint64_t limit = pin_limit(ic->e), backlog = frame_backlog(ic);
-    int over = ic->pinned > limit || ic->queued_ids > MAX_QUEUED_IDS || backlog > MAX_FRAME_BACKLOG;
-    int under = ic->pinned <= limit / 2 && ic->queued_ids <= MAX_QUEUED_IDS / 2 &&
+    uint64_t limit = pin_limit(ic->e), backlog = frame_backlog(ic), pinned = ic->node->pinned;
+    int over = pinned > limit || ic->queued_ids > MAX_QUEUED_IDS || backlog > MAX_FRAME_BACKLOG;
+    int under = pinned <= limit / 2 && ic->queued_ids <= MAX_QUEUED_IDS / 2 &&
                 backlog <= MAX_FRAME_BACKLOG / 2;
     int pause = over || (ic->paused && !under);
 
@@ -383,13 +498,15 @@ static void in_backpressure(struct inconn *ic)
 }
 
 /* Answers queued pulls in order, as far as their digests and the pin limit allow: a pull
- * waits while what it would pin, on top of what is pinned, passes the limit. */
+ * waits while what it would pin, on top of what is pinned for its node id, passes the limit
+ * (node_wake has it look again). */
 static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
 
     while ((hp = ic->queue) && hpull_ready(ic->e, hp)) {
-        if (ic->pinned && ic->pinned + hpull_bytes(ic->e, hp) > pin_limit(ic->e))
+        uint64_t pinned = ic->node->pinned;
+        if (pinned && pinned + hpull_bytes(ic->e, hp) > pin_limit(ic->e))
             break;
         ic->queue = hp->next;
         if (!ic->queue)
@@ -468,7 +585,7 @@ static void in_sent(struct xconn *c, void *arg)
 
     ic->e->counters.transfers_out++;
     ic->e->counters.bytes_out += pn->len;
-    ic->pinned -= pn->len;
+    pins_count(ic, pn->len, 0);
     *pn->pprev = pn->next;
     if (pn->next)
         pn->next->pprev = pn->pprev;
@@ -520,35 +637,29 @@ static int same_source(const struct xconn *a, const struct xconn *b)
     return len == source_len(b) && memcmp(a->peer, b->peer, len) == 0;
 }
 
-/* Closes the oldest connection that has not authenticated (from c's source when per_source),
- * or, when there is none and idle is set, the one idle longest (nothing pinned or queued).
- * 1 when one was closed. */
-static int make_room(struct engine *e, const struct xconn *c, int per_source, int idle)
+/* Closes the oldest connection that has not authenticated (from c's source when per_source). */
+static void make_room(struct engine *e, const struct xconn *c, int per_source)
 {
-    struct inconn *ic, *oldest = NULL, *idlest = NULL;
+    struct inconn *ic, *oldest = NULL;
 
     for (ic = e->inconns; ic; ic = ic->next) {
-        if (ic->state != IN_READY) {
-            if ((!per_source || same_source(ic->conn, c)) && (!oldest || ic->born < oldest->born))
-                oldest = ic;
-        } else if (idle && !ic->pinned && !ic->queue &&
-                   (!idlest || ic->deadline.deadline_ms < idlest->deadline.deadline_ms)) {
-            idlest = ic;
-        }
+        if (ic->state != IN_READY && (!per_source || same_source(ic->conn, c)) &&
+            (!oldest || ic->born < oldest->born))
+            oldest = ic;
     }
-    if (!(ic = oldest ? oldest : idlest))
-        return 0;
+    if (!oldest)
+        return;
     e->counters.connections_evicted++;
-    log_warn("closing the transfer connection from %s (%s) to make room: %s",
-             ic->hs.node_c[0] ? ic->hs.node_c : "?", ic->conn->peer,
-             oldest ? "it has not authenticated, and newer ones came" : "the idlest");
-    ic->conn->type->close(ic->conn);
-    eng_inconn_free(ic);
-    return 1;
+    log_warn("closing the transfer connection from %s (%s) to make room: it has not "
+             "authenticated, and newer ones came",
+             oldest->hs.node_c[0] ? oldest->hs.node_c : "?", oldest->conn->peer);
+    oldest->conn->type->close(oldest->conn);
+    eng_inconn_free(oldest);
 }
 
-/* Room for c among the incoming connections: 0, or -1 when there is none. */
-static int admit(struct engine *e, const struct xconn *c)
+/* Room for c among the connections that have not authenticated (those that have are bounded
+ * when they do: node_join). */
+static void admit(struct engine *e, const struct xconn *c)
 {
     int unauth = 0, from_source = 0;
 
@@ -559,12 +670,9 @@ static int admit(struct engine *e, const struct xconn *c)
         from_source += same_source(ic->conn, c);
     }
     if (from_source >= MAX_UNAUTH_PER_SOURCE)
-        make_room(e, c, 1, 0);
+        make_room(e, c, 1);
     else if (unauth >= MAX_UNAUTH)
-        make_room(e, c, 0, 0);
-    if (e->inconn_count >= MAX_INCONNS && !make_room(e, c, 0, 1))
-        return -1;
-    return 0;
+        make_room(e, c, 0);
 }
 
 void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
@@ -572,18 +680,11 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     struct engine *e = arg;
     struct inconn *ic;
 
-    if (admit(e, c) < 0) {
-        e->counters.peer_errors++;
-        log_warn("refusing a transfer connection from %s: %d are open, all busy", c->peer,
-                 MAX_INCONNS);
-        c->type->close(c);
-        return;
-    }
+    admit(e, c);
     if (!(ic = calloc(1, sizeof(*ic)))) {
         c->type->close(c);
         return;
     }
-    e->inconn_count++;
     ic->e = e;
     ic->conn = c;
     ic->born = loop_now_ms();

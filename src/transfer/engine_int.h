@@ -49,6 +49,9 @@
 #define MAX_TRIED 8
 #define RETRY_FIRST_MS 10
 #define RETRY_MAX_MS 200
+/* A want whose object found no room (spilling makes it) is asked again when the store says
+ * there is room, or after this. */
+#define ROOM_WAIT_MS 1000
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a
@@ -63,6 +66,10 @@
 /* A receiver holding pins must read at least this fast (bytes per second, over stall_ms):
  * slower, and its pins go with its connection. */
 #define MIN_RATE (64u << 10)
+/* A holder whose reply came must send at least this fast (bytes per second, over each window
+ * of timers.rate_ms): slower, and it is dropped, its transfers moved to other holders (one
+ * trickling a byte every 20 s held 200 MiB of a receiver's arena for as long as it liked). */
+#define RECV_MIN_RATE (1u << 20)
 /* A receiver's PULLs wait, unread, past this many ids queued on its connection. */
 #define MAX_QUEUED_IDS WIRE_MAX_IDS
 /* Frames (replies) written for a receiver and not yet taken by it: past this, its PULLs wait
@@ -76,10 +83,13 @@
 #define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
 #define UNAUTH_MAX_FRAME 1024
-/* Incoming transfer connections beyond this make room by closing the oldest that has not
- * authenticated, else the one idle longest; with none, the new one is refused (peers reuse
- * theirs: one per node and transport). */
+/* Authenticated incoming connections, in all and per node id (honest peers reuse theirs: one
+ * per node and transport). A connection that authenticates past MAX_INCONNS_PER_NODE for its
+ * node id closes that node's oldest; past MAX_INCONNS in all, the oldest of the node id that
+ * holds the most. So a holder of the secret, who may name any node id, holds at most its share
+ * (1,024 connections of one node id, each with an unread PULL, locked every new peer out). */
 #define MAX_INCONNS 1024
+#define MAX_INCONNS_PER_NODE 4
 /* Connections that have not authenticated yet, in all and per source address: past either,
  * the oldest of them is closed, so that a flood of silent connections only churns and an
  * honest peer, which authenticates in a round trip, still gets through. */
@@ -170,11 +180,12 @@ struct want {
     int dir_down;        /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
-    struct pentry *entry;  /* the pull entry naming this want, if any */
-    struct peer *queued;   /* the peer whose next PULL will name it, if any */
-    struct object *obj;    /* the local object being filled */
-    alloc_block *reserved; /* room for the recorded size, taken before its PULL goes */
-    uint64_t digest;       /* the holder's, with verify */
+    struct pentry *entry; /* the pull entry naming this want, if any */
+    struct peer *queued;  /* the peer whose next PULL will name it, if any */
+    struct object *obj;   /* the local object being filled: made when a reply confirms its
+                           * size (the record's), never before */
+    int room;             /* its create found no room yet: asked again when there is */
+    uint64_t digest;      /* the holder's, with verify */
     /* A checked object's digest taken while its bytes land (the transport's landed event),
      * in pieces of STREAM_PIECE, so that it is known soon after the last byte instead of
      * hashed after it: on the loop (stream_on_loop, up to STREAM_LOOP_MAX), else on the
@@ -209,6 +220,7 @@ struct want {
     int split_leak;   /* a dead connection may write into obj for ever: never reused */
     int no_split;     /* fetched whole from now on */
     int split_asked;  /* a fresh lookup was made for its split */
+    int abandoned;    /* nobody waits for it while its bytes come: their connections close */
     char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
 };
 
@@ -241,13 +253,26 @@ struct peer {
     uint32_t nqueue, capqueue;
     struct pull *pulls, **pulls_tail;
     uint64_t next_tag;
-    int busy;             /* it answered busy (pin limit): no PULL until its pulls are done */
-    int asking;           /* a lookup of its liveness is under way (directory_cancel on free) */
-    char why[112];        /* why this transport */
-    struct watch_rate in; /* a holder that owes bytes and sends none */
+    int busy;                 /* it answered busy (pin limit): no PULL until its pulls are done */
+    int asking;               /* a lookup of its liveness is under way (directory_cancel on free) */
+    char why[112];            /* why this transport */
+    struct watch_rate in;     /* a holder that owes bytes and sends none */
+    uint64_t rx_ms, rx_bytes; /* the window of the rate of a reply's bytes: its start (0: no
+                               * bytes owed after a reply), and bytes_in then */
     struct loop_timer flush;
     struct loop_timer idle; /* closes the connection after PEER_IDLE_MS unused */
     struct peer *next;
+};
+
+/* A node id that authenticated on incoming connections: its connections and the bytes pinned
+ * for them, which the pin limit bounds (per node id, not per connection: one node pinned 240 of
+ * 256 MiB through 4 connections). In e->innodes while it has a connection. */
+struct innode {
+    char node[WIRE_NODE_MAX + 1];
+    uint32_t nconns;
+    uint64_t pinned;
+    struct inconn *conns; /* through inconn.node_next */
+    struct innode *next;
 };
 
 struct pin {
@@ -280,8 +305,10 @@ struct inconn {
     struct hpull *queue, **queue_tail;
     uint64_t queued_ids; /* ids in the queue's pulls */
     struct pin *pins;
-    uint64_t pinned; /* bytes of the pins: past the engine's limit, reading stops */
-    uint64_t given;  /* bytes given to the transport (frames and ranges), against bytes_out */
+    uint64_t pinned;          /* bytes of the pins (its node's count them against the limit) */
+    struct innode *node;      /* once authenticated */
+    struct inconn *node_next; /* its node's other connections */
+    uint64_t given; /* bytes given to the transport (frames and ranges), against bytes_out */
     int paused;
     struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
     struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
@@ -330,7 +357,8 @@ struct engine {
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;
-    int inconn_count;
+    struct innode *innodes;
+    uint32_t inconns_authed; /* connections of the innodes */
     struct hasher *verifier;
     struct loop_watch verifier_watch;
     struct engine_counters counters;
@@ -383,8 +411,9 @@ void eng_want_fail_all(struct want *w);
 /* Looks holders up (fresh: not from the cache); asks again later, with backoff. */
 void eng_want_lookup(struct want *w, int fresh);
 void eng_want_retry(struct want *w);
-/* Takes room for w's recorded size: 0, FERRY_EAGAIN (wait for room), or w finished with why. */
-int eng_want_reserve(struct want *w);
+/* Creates w's object with the sizes a reply confirmed: 0, FERRY_EEXIST, FERRY_EAGAIN (w waits
+ * for room), or w finished with why; w->obj is set only on 0. */
+int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size);
 /* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
 void eng_want_seal(struct want *w);
 
@@ -396,6 +425,9 @@ struct peer *eng_peer_find(struct engine *e, const char *node);
 void eng_peer_enqueue(struct peer *p, struct want *w);
 void eng_peer_free(struct peer *p);
 void eng_pull_free(struct pull *pl);
+/* Closes the connections whose bytes go into abandoned wants (their other wants are asked
+ * again, of the same holder too). */
+void eng_peers_drop_abandoned(struct engine *e);
 
 /* engine_verify.c: the check of received bytes */
 /* Whether w's bytes are checked against the holder's digest before the seal. */

@@ -26,8 +26,9 @@ void eng_pull_free(struct pull *pl)
     free(pl);
 }
 
-/* Detaches every want the peer had in hand and sends each on to its next holder. */
-static void peer_fail_wants(struct peer *p, const char *why)
+/* Detaches every want the peer had in hand and sends each on to its next holder (fault
+ * FAULT_LOST: the holder may be asked again). */
+static void peer_fail_wants(struct peer *p, const char *why, enum fault fault)
 {
     struct engine *e = p->e;
     struct pull *pl;
@@ -45,18 +46,18 @@ static void peer_fail_wants(struct peer *p, const char *why)
                 eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
-            eng_want_failed_holder(w, why, FAULT_REAL, NULL);
+            eng_want_failed_holder(w, why, fault, NULL);
         }
         eng_pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
         p->queue[i]->queued = NULL;
-        eng_want_failed_holder(p->queue[i], why, FAULT_REAL, NULL);
+        eng_want_failed_holder(p->queue[i], why, fault, NULL);
     }
     p->nqueue = 0;
 }
 
-static void peer_remove(struct peer *p, const char *why)
+static void peer_remove(struct peer *p, const char *why, enum fault fault)
 {
     struct engine *e = p->e;
     struct peer **pp;
@@ -67,7 +68,7 @@ static void peer_remove(struct peer *p, const char *why)
         *pp = p->next;
     if (e->dir)
         directory_forget_node(e->dir, p->node.id);
-    peer_fail_wants(p, why);
+    peer_fail_wants(p, why, fault);
     eng_peer_free(p);
 }
 
@@ -80,14 +81,14 @@ static void peer_closed(struct xconn *c, int err, const char *why)
     snprintf(reason, sizeof(reason), "%s", why);
     if (err != FERRY_EPROTO && p->authed && !p->pulls && !p->nqueue) {
         log_info("idle transfer connection to %s (%s) closed: %s", p->node.id, c->peer, reason);
-        peer_remove(p, reason); /* nothing was lost: the next fetch connects again */
+        peer_remove(p, reason, FAULT_REAL); /* nothing was lost: the next fetch connects again */
         return;
     }
     if (err == FERRY_EPROTO)
         p->e->counters.peer_errors++;
     log_warn("transfer connection to %s (%s) lost: %s", p->node.id, c->peer, reason);
     eng_breaker_fail(p->e, p->node.id, c->type, reason);
-    peer_remove(p, reason);
+    peer_remove(p, reason, FAULT_REAL);
 }
 
 /* Drops a peer that broke the protocol. why is copied first, as in peer_closed. */
@@ -100,7 +101,7 @@ static void peer_abort(struct peer *p, const char *reason)
     log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
     p->conn->type->close(p->conn);
     eng_breaker_fail(p->e, p->node.id, p->conn->type, why);
-    peer_remove(p, why);
+    peer_remove(p, why, FAULT_REAL);
 }
 
 /* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
@@ -126,7 +127,7 @@ static void on_peer_idle(struct loop *l, struct loop_timer *t)
         return; /* a pull is on its way: the watchdog has it */
     log_debug("closing the idle transfer connection to %s (%s)", p->node.id, p->conn->peer);
     p->conn->type->close(p->conn);
-    peer_remove(p, "idle");
+    peer_remove(p, "idle", FAULT_REAL);
 }
 
 /* The answer to a fresh lookup of what p owes: p is dropped when its node is among the
@@ -160,6 +161,39 @@ static void peer_check_liveness(struct peer *p)
         p->asking = 1;
 }
 
+/* Whether the head pull was answered and its bytes are coming. */
+static int peer_receiving(const struct peer *p)
+{
+    return p->pulls && p->pulls->replied && p->pulls->pending;
+}
+
+/* A holder whose reply came sends at least RECV_MIN_RATE over each window of timers.rate_ms,
+ * or it is dropped: 1 then. */
+static int peer_too_slow(struct peer *p)
+{
+    struct engine *e = p->e;
+    uint64_t now = loop_now_ms(), in = p->conn->bytes_in, rate;
+    char why[112];
+
+    if (!peer_receiving(p) || !p->rx_ms) { /* the window starts at the first look after it */
+        p->rx_ms = peer_receiving(p) ? now : 0;
+        p->rx_bytes = in;
+        return 0;
+    }
+    if (now - p->rx_ms < e->timers.rate_ms)
+        return 0;
+    rate = (in - p->rx_bytes) * 1000 / (now - p->rx_ms);
+    p->rx_ms = now;
+    p->rx_bytes = in;
+    if (rate >= RECV_MIN_RATE)
+        return 0;
+    e->counters.holders_too_slow++;
+    snprintf(why, sizeof(why), "sent %" PRIu64 " B/s for %u ms, under the minimum of %u", rate,
+             e->timers.rate_ms, RECV_MIN_RATE);
+    peer_abort(p, why);
+    return 1;
+}
+
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
     struct peer *p = t->arg;
@@ -178,6 +212,8 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         peer_abort(p, why);
         return;
     }
+    if (peer_too_slow(p))
+        return;
     if (p->authed && idle >= LIVENESS_MS)
         peer_check_liveness(p);
     loop_timer_start(l, t, loop_now_ms() + p->e->check_ms);
@@ -185,7 +221,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
 
 /* Drops the queued wants that finished while they waited (a local put, say), and those (or the
  * parts of objects) nobody waits for any more: a holder that answers busy has them asked
- * again, and a want being received is not ended by its fetchers' timeouts. Ending them here
+ * again, and engine_cancel ended the wants but not the parts, which go here. Ending them here
  * touches nothing but the want (a lookup without waiters ends it at once). */
 static void peer_prune_queue(struct peer *p)
 {
@@ -210,35 +246,20 @@ static void peer_prune_queue(struct peer *p)
 }
 
 /* How many queued wants the next PULL takes: up to PULL_BYTES_MAX recorded bytes (at least
- * one want) and WIRE_MAX_IDS ids; wants that cannot have their room leave the queue. */
-static uint32_t pull_size(struct peer *p)
+ * one want) and WIRE_MAX_IDS ids. No room is taken yet: the reply confirms the sizes first. */
+static uint32_t pull_size(const struct peer *p)
 {
     uint64_t bytes = 0;
-    uint32_t n = 0, k = 0;
-    int no_room = 0;
+    uint32_t n = 0;
 
-    for (uint32_t i = 0; i < p->nqueue; i++) {
-        struct want *w = p->queue[i];
-        int rc;
-        if (no_room || n == WIRE_MAX_IDS || (n && bytes + w->size > PULL_BYTES_MAX)) {
-            p->queue[k++] = w; /* the rest stays in order */
-            continue;
-        }
-        if ((rc = eng_want_reserve(w)) == FERRY_EAGAIN) { /* it and the rest wait for room */
-            no_room = 1;
-            p->queue[k++] = w;
-            continue;
-        }
-        if (rc < 0) { /* finished: it is ours to free */
-            w->queued = NULL;
-            eng_want_free(w);
-            continue;
-        }
-        bytes += w->has_content ? w->size : 0;
-        p->queue[k++] = w;
+    while (n < p->nqueue && n < WIRE_MAX_IDS) {
+        const struct want *w = p->queue[n];
+        uint64_t size = w->has_content ? w->size : 0;
+        if (n && bytes + size > PULL_BYTES_MAX)
+            break;
+        bytes += size;
         n++;
     }
-    p->nqueue = k;
     return n;
 }
 
@@ -410,7 +431,7 @@ struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
     if (p && !same_addresses(&p->node, node)) {
         log_info("%s is at a new address (restarted): reconnecting", node->id);
         p->conn->type->close(p->conn);
-        peer_remove(p, "the node restarted at a new address");
+        peer_remove(p, "the node restarted at a new address", FAULT_REAL);
     } else if (p) {
         return p;
     }
@@ -586,19 +607,8 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
     pe->other = w->has_content && (re->digest != w->hash || len != w->size);
     pe->other_fault = FAULT_OTHER;
     pe->had = (struct content){len, re->digest};
-    if (w->reserved) { /* its room, for the create just below */
-        store_unreserve(e->store, w->reserved);
-        w->reserved = NULL;
-    }
-    if (!w->done && !pe->other) {
-        rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
-        if (rc == FERRY_EEXIST) {
-            w->obj = NULL; /* being created here too: its seal will finish the want */
-        } else if (rc < 0) {
-            w->obj = NULL;
-            eng_want_finish(w, rc);
-        }
-    }
+    if (!w->done && !pe->other)
+        eng_want_create(w, re->data_size, re->metadata_size); /* without it, bytes are dropped */
     w->digest = re->digest;
     w->state = WANT_RECEIVING;
     eng_stream_start(e, w, len, re->data_size);
@@ -687,10 +697,30 @@ static const struct xconn_events peer_events = {
     .closed = peer_closed,
 };
 
-void engine_on_room(struct engine *e)
+/* Whether a want whose bytes come on p is abandoned (a part: its parent). */
+static int peer_carries_abandoned(const struct peer *p)
 {
-    for (struct peer *p = e->peers; p; p = p->next) {
-        if (p->nqueue && p->authed)
-            loop_timer_start(e->loop, &p->flush, 0);
+    for (const struct pull *pl = p->pulls; pl; pl = pl->next) {
+        for (uint32_t i = 0; i < pl->n; i++) {
+            const struct want *w = pl->entries[i].w;
+            if (w && pl->entries[i].receiving && (w->parent ? w->parent : w)->abandoned)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+void eng_peers_drop_abandoned(struct engine *e)
+{
+    struct peer *p, *next;
+
+    for (p = e->peers; p; p = next) {
+        next = p->next;
+        if (!peer_carries_abandoned(p))
+            continue;
+        log_info("closing the transfer connection to %s (%s): nobody waits for what it sends",
+                 p->node.id, p->conn->peer);
+        p->conn->type->close(p->conn);
+        peer_remove(p, "closed: nobody waited for an object it was sending", FAULT_LOST);
     }
 }

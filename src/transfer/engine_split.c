@@ -155,7 +155,6 @@ int eng_split(struct want *w, const struct directory_answer *a)
     struct want *parts[ENGINE_SPLIT_RANGES];
     uint64_t chunk;
     size_t n, k;
-    int rc;
 
     if (!e->cfg.split_min || w->no_split || !w->has_content || w->size < e->cfg.split_min ||
         w->size < ENGINE_SPLIT_MAX)
@@ -169,9 +168,6 @@ int eng_split(struct want *w, const struct directory_answer *a)
     }
     if (a->n < 2)
         return 0;
-    /* Room for the whole object first: waiting for room is the usual path's job. */
-    if ((rc = eng_want_reserve(w)) < 0)
-        return rc != FERRY_EAGAIN; /* else finished with why */
     split_peers(w, a, peers, &n);
     if (n < 2)
         return 0;
@@ -211,24 +207,13 @@ int eng_split(struct want *w, const struct directory_answer *a)
     return 1;
 }
 
-/* Creates the parent's object once, from the first reply that matches the record. */
+/* Creates the parent's object once, from the first reply that matches the record: its room is
+ * taken only then. Without it, the parts' bytes are dropped and split_settle decides. */
 static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
-    struct engine *e = w->e;
-    int rc;
-
     w->split_made = 1;
-    if (w->reserved) { /* its room, for the create just below */
-        store_unreserve(e->store, w->reserved);
-        w->reserved = NULL;
-    }
-    rc = store_create(e->store, &w->id, re->data_size, re->metadata_size, e, &w->obj);
-    if (rc < 0)
-        w->obj = NULL;
-    if (rc == 0)
-        eng_stream_start(e, w, w->size, re->data_size);
-    if (rc < 0 && rc != FERRY_EEXIST) /* FERRY_EEXIST: being created here; its seal finishes w */
-        eng_want_finish(w, rc);
+    if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
+        eng_stream_start(w->e, w, w->size, re->data_size);
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,

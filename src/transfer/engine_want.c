@@ -14,8 +14,6 @@ void eng_want_free(struct want *w)
     loop_timer_stop(e->loop, &w->retry);
     if (e->dir)
         directory_cancel(e->dir, w);
-    if (w->reserved)
-        store_unreserve(e->store, w->reserved);
     while (w->waiters) {
         struct waiter *x = w->waiters;
         w->waiters = x->next;
@@ -147,7 +145,9 @@ static void on_retry(struct loop *l, struct loop_timer *t)
 }
 
 /* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
- * Holders that had lost it may be asked again then. */
+ * Holders that had lost it may be asked again then. A want whose create waits for room is
+ * asked again by engine_on_room, or after ROOM_WAIT_MS: with the backoff, its whole object
+ * would be pulled, and dropped, every 200 ms while spilling is under way. */
 void eng_want_retry(struct want *w)
 {
     uint64_t delay = (uint64_t)RETRY_FIRST_MS << (w->retries < 5 ? w->retries : 5);
@@ -155,26 +155,45 @@ void eng_want_retry(struct want *w)
     eng_want_forget(w, FAULT_LOST, NULL);
     w->retries++;
     w->state = WANT_RETRY;
-    if (loop_timer_start(w->e->loop, &w->retry,
-                         loop_now_ms() + (delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay)) < 0)
+    delay = w->room ? ROOM_WAIT_MS : delay > RETRY_MAX_MS ? RETRY_MAX_MS : delay;
+    if (loop_timer_start(w->e->loop, &w->retry, loop_now_ms() + delay) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
 }
 
-/* Takes room for w's recorded size before its bytes are asked for: a fetch that cannot fit
- * fails here, before anything moves. 0, FERRY_EAGAIN (spilling makes room: engine_on_room asks
- * again), or the want is finished with why. */
-int eng_want_reserve(struct want *w)
+/* Creates w's object with the sizes a holder's reply gave, which equal the recorded ones when
+ * there is a record (other sizes are never taken): the only room a fetch takes, and only once
+ * a holder has confirmed the size. A size nobody confirmed takes nothing and evicts nothing: a
+ * writer of the directory can record any size (250 MiB recorded for a 1 MiB object evicted 20
+ * of 20 cached objects when the room was taken before the pull). 0; FERRY_EEXIST (being
+ * created here: its seal finishes w); FERRY_EAGAIN (spilling makes room: w waits for room, and
+ * engine_on_room has it asked again); or w is finished with why. w->obj is NULL but on 0. */
+int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size)
 {
-    int rc;
+    int rc = store_create(w->e->store, &w->id, data_size, metadata_size, w->e, &w->obj);
 
-    if (w->parent || !w->has_content || !w->size || w->reserved)
-        return 0; /* a part: its parent has the room */
-    if ((rc = store_reserve(w->e->store, w->size, &w->reserved)) < 0) {
-        w->reserved = NULL;
-        if (rc != FERRY_EAGAIN)
-            eng_want_finish(w, rc);
-    }
+    w->room = rc == FERRY_EAGAIN;
+    if (rc == 0)
+        return 0;
+    w->obj = NULL;
+    if (rc != FERRY_EAGAIN && rc != FERRY_EEXIST)
+        eng_want_finish(w, rc);
     return rc;
+}
+
+/* Wants that wait for room look again now (one whose bytes are still being dropped retries
+ * with the backoff when they are). */
+void engine_on_room(struct engine *e)
+{
+    struct want *w;
+    size_t pos = 0;
+
+    while ((w = idmap_next(&e->wants, &pos, NULL))) {
+        if (!w->room)
+            continue;
+        w->room = 0;
+        if (w->state == WANT_RETRY)
+            loop_timer_start(e->loop, &w->retry, loop_now_ms()); /* armed: cannot fail */
+    }
 }
 
 /* Whether id was deleted cluster-wide after since (ms), as far as the ring remembers. */
@@ -300,6 +319,12 @@ static void on_holders(void *arg, const struct directory_answer *a)
         w->size = a->size;
         w->hash = a->digest;
     }
+    if (w->has_content && w->size > store_capacity(w->e->store)) { /* nothing is asked */
+        eng_want_finish(w, err_set(FERRY_ETOOBIG,
+                                   "the recorded %" PRIu64 " bytes exceed the arena's %" PRIu64,
+                                   w->size, store_capacity(w->e->store)));
+        return;
+    }
     if (eng_split(w, a))
         return; /* in ranges from several holders, or finished */
     if (!(pick = choose(w->e, w, a->nodes, a->n))) {
@@ -378,6 +403,7 @@ void engine_cancel(struct engine *e, void *ctx)
 {
     struct want *w, **idle = calloc(e->wants.count ? e->wants.count : 1, sizeof(*idle));
     size_t pos = 0, nidle = 0;
+    int abandoned = 0;
 
     while ((w = idmap_next(&e->wants, &pos, NULL))) {
         for (struct waiter **pp = &w->waiters; *pp;) {
@@ -389,14 +415,24 @@ void engine_cancel(struct engine *e, void *ctx)
                 pp = &x->next;
             }
         }
-        /* Nobody waits and nothing is under way: stop asking the directory. (Without
-         * memory for the list, such wants stop at their next lookup instead.) */
-        if (idle && !w->waiters && (w->state == WANT_RETRY || w->state == WANT_QUEUED))
+        /* Nobody waits: stop asking the directory, and end what is under way, whose bytes
+         * would be dropped if they came, or, already coming into its object, close their
+         * connections (a holder trickling a byte every 20 s held 200 MiB of the arena past
+         * the fetch's end). Being looked up, it ends when the answer comes; being checked,
+         * its bytes are all in. (Without memory for the list, such wants stop at their next
+         * lookup instead.) */
+        if (idle && !w->waiters && w->state != WANT_LOOKUP && w->state != WANT_VERIFY)
             idle[nidle++] = w;
     }
-    for (size_t i = 0; i < nidle; i++)
+    for (size_t i = 0; i < nidle; i++) {
+        idle[i]->abandoned = idle[i]->obj != NULL;
+        e->counters.transfers_abandoned += (uint64_t)idle[i]->abandoned;
+        abandoned |= idle[i]->abandoned;
         eng_want_finish(idle[i], FERRY_ETIMEDOUT);
+    }
     free(idle);
+    if (abandoned)
+        eng_peers_drop_abandoned(e);
 }
 
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
