@@ -53,7 +53,7 @@ static size_t escape_one(const unsigned char *s, char *out, int json)
     }
     if (!(n = utf8_next(s, &cp))) {
         if (json)
-            strcpy(out, "\\ufffd");
+            snprintf(out, 12, "\\ufffd");
         else
             snprintf(out, 12, "\\x%02x", s[0]);
         return 1;
