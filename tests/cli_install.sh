@@ -32,6 +32,18 @@ test_install() {
     ok "the unit waits for READY=1" grep -q '^Type=notify' "$ROOT/lib/systemd/system/ferryd.service"
 }
 
+# ferryd.conf may hold the directory's password: installed 0640, and an operator's (edited,
+# made 0600) is neither loosened nor replaced by the next install.
+test_conf_mode() {
+    local conf=$ROOT/etc/ferry/ferryd.conf
+    ok "ferryd.conf is installed mode 0640" test "$(stat -c %a "$conf")" = 640
+    chmod 600 "$conf"
+    echo 'FERRY_DIRECTORY_PASSWORD=operators' >>"$conf"
+    run "install again" 0 env DESTDIR="$DEST" cmake --install "$BUILD" && pass
+    ok "an existing ferryd.conf keeps its mode" test "$(stat -c %a "$conf")" = 600
+    ok "and its contents" grep -qx 'FERRY_DIRECTORY_PASSWORD=operators' "$conf"
+}
+
 test_versions() {
     local version
     version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD/CMakeCache.txt")
@@ -133,6 +145,7 @@ with ferry.Client(sys.argv[1]) as c:
 
 main() {
     test_install
+    test_conf_mode
     test_versions
     test_pkg_config
     test_python

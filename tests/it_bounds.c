@@ -256,13 +256,15 @@ static void client_socket_out_of_descriptors_does_not_spin(void **state)
 /* ---- names ---- */
 
 /* A name with a right-to-left override (U+202E), a C1 control (U+0085) and a byte that is not
- * UTF-8 is kept as given, and `ferry ls` shows it escaped: none of those bytes reach the
- * terminal. */
-static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
+ * UTF-8. */
+static const char evil_name[] = "evil\xe2\x80\xaegpj.exe\xc2\x85x\xff";
+
+/* The output of `ferry --socket SOCK ARGS` (a shell command's tail) into out, against a daemon
+ * that holds one object named evil_name, kept as given. */
+static void ferry_on_evil_name(const char *args, char *out, size_t cap)
 {
-    static const char name[] = "evil\xe2\x80\xaegpj.exe\xc2\x85x\xff";
     struct ferryd d;
-    char cmd[512], out[4096];
+    char cmd[768];
     size_t got;
     ferry_object_info info;
 
@@ -271,23 +273,48 @@ static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
     ferry_client *c = h_connect(&d);
     ferry_id id = h_id("named");
     H_OK(ferry_put(c, &id, "x", 1, NULL, 0));
-    H_OK(ferry_set_name(c, &id, name));
+    H_OK(ferry_set_name(c, &id, evil_name));
     assert_int_equal(h_list_find(c, &id, &info), 1);
-    assert_string_equal(info.name, name); /* user data intact */
-    snprintf(cmd, sizeof(cmd), "%s/ferry --socket %s ls", getenv("FERRY_BIN_DIR"), d.sock);
+    assert_string_equal(info.name, evil_name); /* user data intact */
+    snprintf(cmd, sizeof(cmd), "%s/ferry --socket %s %s", getenv("FERRY_BIN_DIR"), d.sock, args);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
-    got = fread(out, 1, sizeof(out) - 1, f);
+    got = fread(out, 1, cap - 1, f);
     out[got] = '\0';
     assert_int_equal(pclose(f), 0);
-    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}x\\xff"))
-        fail_msg("ferry ls shows the name unescaped:\n%s", out);
-    assert_null(strstr(out, "\xe2\x80\xae"));
-    assert_null(strstr(out, "\xc2\x85"));
     ferry_disconnect(c);
     d.ok = 1;
     h_daemon_stop(&d);
     h_daemon_cleanup(&d);
+}
+
+/* `ferry ls` shows evil_name escaped: none of those bytes reach the terminal. */
+static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
+{
+    char out[4096];
+
+    ferry_on_evil_name("ls", out, sizeof(out));
+    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}x\\xff"))
+        fail_msg("ferry ls shows the name unescaped:\n%s", out);
+    assert_null(strstr(out, "\xe2\x80\xae"));
+    assert_null(strstr(out, "\xc2\x85"));
+}
+
+/* `ferry ls --json` writes evil_name with JSON's escapes (\u202e, \u0085, and \ufffd for the
+ * byte JSON cannot hold): its output is ASCII, and a JSON parser reads the name back. */
+static void names_with_bidi_or_c1_characters_are_escaped_in_ls_json(void **state)
+{
+    char out[4096];
+
+    ferry_on_evil_name("ls --json | python3 -c 'import json, sys\n"
+                       "raw = sys.stdin.buffer.read()\n"
+                       "assert raw.isascii(), raw\n"
+                       "name = json.loads(raw)[0][\"name\"]\n"
+                       "assert name == \"evil\\u202egpj.exe\\x85x\\ufffd\", ascii(name)\n"
+                       "print(raw.decode())'",
+                       out, sizeof(out));
+    if (!strstr(out, "\"evil\\u202egpj.exe\\u0085x\\ufffd\""))
+        fail_msg("ferry ls --json writes the name unescaped:\n%s", out);
 }
 
 /* A node id that would act on a terminal or a log is refused at start, shown escaped. */
@@ -321,6 +348,7 @@ int main(void)
         cmocka_unit_test(metrics_listener_out_of_descriptors_does_not_spin),
         cmocka_unit_test(client_socket_out_of_descriptors_does_not_spin),
         cmocka_unit_test(names_with_bidi_or_c1_characters_are_shown_escaped),
+        cmocka_unit_test(names_with_bidi_or_c1_characters_are_escaped_in_ls_json),
         cmocka_unit_test(node_ids_with_bidi_characters_are_refused_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -311,10 +311,12 @@ static void test_bad_configuration(void **state)
     directory_close(d);
 }
 
-/* Whether d registers within WAIT_MS (else it keeps retrying: the password is refused). */
-static int registers(struct loop *l, const char *url_text)
+/* Whether d registers within WAIT_MS (else it keeps retrying: the password is refused), with
+ * password given apart from the URL (NULL: none). */
+static int registers_with(struct loop *l, const char *url_text, const char *password)
 {
-    struct directory_config cfg = {.url = url_text, .self = {.id = "a", .addr = "h:1"}};
+    struct directory_config cfg = {
+        .url = url_text, .password = password, .self = {.id = "a", .addr = "h:1"}};
     struct directory *d;
     int up;
 
@@ -322,6 +324,11 @@ static int registers(struct loop *l, const char *url_text)
     up = run_until(l, is_connected, d, 1500);
     directory_close(d);
     return up;
+}
+
+static int registers(struct loop *l, const char *url_text)
+{
+    return registers_with(l, url_text, NULL);
 }
 
 /* A Redis with a password for its default user and an ACL user: the URL's credentials (the
@@ -344,6 +351,15 @@ static void test_auth_from_the_url(void **state)
     assert_true(registers(*state, u));
     snprintf(u, sizeof(u), "redis://ferry:p%%40ss%%3A%%2Fw@127.0.0.1:%d/0", redis.port);
     assert_false(registers(*state, u)); /* the default user's password is not ferry's */
+    /* Given apart (ferryd's password file or environment): the URL names the user alone. */
+    snprintf(u, sizeof(u), "redis://ferry@127.0.0.1:%d", redis.port);
+    assert_true(registers_with(*state, u, "s3cret"));
+    assert_int_equal(directory_check_url(u, NULL), FERRY_EINVAL); /* a user needs one */
+    snprintf(u, sizeof(u), "redis://127.0.0.1:%d", redis.port);
+    assert_true(registers_with(*state, u, "p@ss:/w")); /* not percent-encoded: not a URL */
+    assert_false(registers_with(*state, u, "wrong"));
+    snprintf(u, sizeof(u), "redis://:p%%40ss%%3A%%2Fw@127.0.0.1:%d", redis.port);
+    assert_int_equal(directory_check_url(u, "p@ss:/w"), FERRY_EINVAL); /* two: which? */
     freeReplyObject(redisCommand(c, "ACL DELUSER ferry"));
     freeReplyObject(redisCommand(c, "CONFIG SET requirepass %s", ""));
     redisFree(c);

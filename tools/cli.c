@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/size.h"
+#include "common/text.h"
 
 static void vreport(const char *cmd, int err, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
@@ -234,18 +235,10 @@ int cli_start_json(struct cli *cli, int argc, char **argv, ferry_id *id, int *js
     return cli_start(cli, argc, argv, opts, &p, id);
 }
 
-/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
+/* s of at most CLI_JSON_TEXT_MAX bytes (a longer one is cut at a whole character). */
 void cli_json_string(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
+    char buf[TEXT_JSON_MAX(CLI_JSON_TEXT_MAX)];
+
+    printf("\"%s\"", text_json(s, buf, sizeof(buf)));
 }

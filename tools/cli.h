@@ -91,7 +91,11 @@ int cmd_stat(struct cli *cli, int argc, char **argv);
 /* The name in names[0..n) nearest to word, when it is a likely misspelling of it; or NULL. */
 const char *cli_nearest(const char *word, const char *const *names, size_t n);
 
-/* Writes s as a JSON string: quoted, with quotes, backslashes and control characters escaped. */
+/* The longest text cli_json_string writes whole: an object's name (node ids, addresses and
+ * the peers' fields are shorter). */
+#define CLI_JSON_TEXT_MAX FERRY_NAME_MAX
+/* Writes s as a JSON string: quoted, escaped as text_json (common/text.h) says, so that no
+ * control, C1 or bidi character and no invalid UTF-8 reaches the output raw. */
 void cli_json_string(const char *s);
 
 #endif

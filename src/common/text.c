@@ -30,18 +30,20 @@ static int hidden(uint32_t cp)
            (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
-/* The escape of the character at s into out (at least 12 bytes), and its length in s. */
-static size_t escape_one(const unsigned char *s, char *out)
+/* The escape of the character at s into out (at least 12 bytes), and its length in s: for a
+ * JSON string (json: the same characters escaped, in JSON's forms, '"' too, and an invalid
+ * byte as U+FFFD, which JSON has no escape for) or else text_safe's. */
+static size_t escape_one(const unsigned char *s, char *out, int json)
 {
     uint32_t cp;
     size_t n;
 
-    if (s[0] == '\\') {
-        strcpy(out, "\\\\");
+    if (s[0] == '\\' || (json && s[0] == '"')) {
+        snprintf(out, 12, "\\%c", s[0]);
         return 1;
     }
     if (s[0] < 0x20 || s[0] == 0x7f) {
-        snprintf(out, 12, "\\x%02x", s[0]);
+        snprintf(out, 12, json ? "\\u%04x" : "\\x%02x", s[0]);
         return 1;
     }
     if (s[0] < 0x80) {
@@ -50,11 +52,14 @@ static size_t escape_one(const unsigned char *s, char *out)
         return 1;
     }
     if (!(n = utf8_next(s, &cp))) {
-        snprintf(out, 12, "\\x%02x", s[0]);
+        if (json)
+            snprintf(out, 12, "\\ufffd");
+        else
+            snprintf(out, 12, "\\x%02x", s[0]);
         return 1;
     }
     if (hidden(cp))
-        snprintf(out, 12, "\\u{%04x}", (unsigned)cp);
+        snprintf(out, 12, json ? "\\u%04x" : "\\u{%04x}", (unsigned)cp);
     else {
         memcpy(out, s, n);
         out[n] = '\0';
@@ -62,14 +67,14 @@ static size_t escape_one(const unsigned char *s, char *out)
     return n;
 }
 
-const char *text_safe(const char *s, char *buf, size_t len)
+static const char *escape(const char *s, char *buf, size_t len, int json)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t o = 0;
     char one[12];
 
     while (*p) {
-        size_t used = escape_one(p, one), w = strlen(one);
+        size_t used = escape_one(p, one, json), w = strlen(one);
         if (o + w >= len)
             break;
         memcpy(buf + o, one, w);
@@ -80,13 +85,23 @@ const char *text_safe(const char *s, char *buf, size_t len)
     return buf;
 }
 
+const char *text_safe(const char *s, char *buf, size_t len)
+{
+    return escape(s, buf, len, 0);
+}
+
+const char *text_json(const char *s, char *buf, size_t len)
+{
+    return escape(s, buf, len, 1);
+}
+
 int text_is_safe(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     char one[12];
 
     while (*p) {
-        size_t used = escape_one(p, one);
+        size_t used = escape_one(p, one, 0);
         if (strlen(one) != used || memcmp(one, p, used) != 0)
             return 0;
         p += used;

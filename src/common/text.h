@@ -17,6 +17,12 @@
 /* s escaped into buf (len bytes, at least 1), cut at a whole character or escape when it
  * does not fit; returns buf. */
 const char *text_safe(const char *s, char *buf, size_t len);
+/* s as the inside of a JSON string (no quotes) into buf, by the same rules in JSON's forms:
+ * '"' and '\' after a backslash, C0 controls, DEL, C1 controls and the bidi characters as
+ * \uNNNN (a JSON parser gives back the name itself), every byte of invalid UTF-8 as \ufffd
+ * (JSON holds no raw bytes). At most 6 bytes of buf per byte of s; cut like text_safe. */
+#define TEXT_JSON_MAX(n) (6 * (n) + 1)
+const char *text_json(const char *s, char *buf, size_t len);
 /* 1 when text_safe leaves s as it is. */
 int text_is_safe(const char *s);
 

@@ -110,8 +110,9 @@ static int decode_part(const char *s, const char *end, char *out, size_t cap)
     return 0;
 }
 
-/* [[USER]:PASSWORD@] at *rest (before the first '/'; the last '@' ends it), percent-decoded
- * into d->user and d->password; *rest then points after it. */
+/* [[USER]:PASSWORD@] or USER@ at *rest (before the first '/'; the last '@' ends it),
+ * percent-decoded into d->user and d->password (USER@ leaves the password to
+ * directory_config.password); *rest then points after it. */
 static int parse_credentials(struct directory *d, const char **rest)
 {
     const char *slash = strchr(*rest, '/'), *end = slash ? slash : *rest + strlen(*rest);
@@ -123,15 +124,36 @@ static int parse_credentials(struct directory *d, const char **rest)
     if (!at)
         return 0;
     colon = memchr(*rest, ':', (size_t)(at - *rest));
-    if (!colon)
-        return err_set(FERRY_EINVAL, "directory URL: expected [USER]:PASSWORD@ before the host");
-    if (decode_part(*rest, colon, d->user, sizeof(d->user)) < 0 ||
-        decode_part(colon + 1, at, d->password, sizeof(d->password)) < 0 || !d->password[0])
+    if (decode_part(*rest, colon ? colon : at, d->user, sizeof(d->user)) < 0 ||
+        (colon &&
+         (decode_part(colon + 1, at, d->password, sizeof(d->password)) < 0 || !d->password[0])))
         return err_set(FERRY_EINVAL,
                        "directory URL: a user of at most %d and a password of 1 to %d bytes "
                        "(percent-encoded, no %%00)",
-                       USER_MAX, PASSWORD_MAX);
+                       USER_MAX, DIRECTORY_PASSWORD_MAX);
     *rest = at + 1;
+    return 0;
+}
+
+/* The password from outside the URL (a file, the environment), if any: one place only, and
+ * a user in the URL needs one from somewhere. */
+static int take_password(struct directory *d, const char *password)
+{
+    size_t len = password ? strlen(password) : 0;
+
+    if (password && d->password[0])
+        return err_set(FERRY_EINVAL, "directory: a password in the URL and another given apart "
+                                     "(file or environment): give one");
+    if (password && (len == 0 || len > DIRECTORY_PASSWORD_MAX))
+        return err_set(FERRY_EINVAL, "directory: a password of 1 to %d bytes, not %zu",
+                       DIRECTORY_PASSWORD_MAX, len);
+    if (password)
+        memcpy(d->password, password, len + 1);
+    if (d->user[0] && !d->password[0])
+        return err_set(FERRY_EINVAL,
+                       "directory URL: user '%s' but no password (in the URL, "
+                       "a password file or the environment)",
+                       d->user);
     return 0;
 }
 
@@ -213,7 +235,7 @@ static int parse_url(struct directory *d, const char *url)
                    "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]");
 }
 
-int directory_check_url(const char *url)
+int directory_check_url(const char *url, const char *password)
 {
     struct directory *d = calloc(1, sizeof(*d));
     int rc;
@@ -221,6 +243,8 @@ int directory_check_url(const char *url)
     if (!d)
         return err_set(FERRY_ENOMEM, "directory URL check");
     rc = parse_url(d, url);
+    if (rc == 0)
+        rc = take_password(d, password);
     OPENSSL_cleanse(d->password, sizeof(d->password));
     free(d);
     return rc;
@@ -268,5 +292,7 @@ int dir_configure(struct directory *d, const struct directory_config *cfg)
     if (d->ttl_ms <= d->heartbeat_ms)
         return err_set(FERRY_EINVAL, "directory: the TTL (%u ms) must exceed the heartbeat (%u ms)",
                        (unsigned)d->ttl_ms, (unsigned)d->heartbeat_ms);
-    return parse_url(d, cfg->url);
+    if ((rc = parse_url(d, cfg->url)) < 0)
+        return rc;
+    return take_password(d, cfg->password);
 }

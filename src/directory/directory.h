@@ -106,10 +106,17 @@ void directory_node_names(const struct directory_node *n, char *buf, size_t len)
 /* When incarnation inc began, as "YYYY-MM-DD HH:MM:SS" (UTC), into buf. */
 void directory_inc_time(uint64_t inc, char *buf, size_t len);
 
+/* The longest password AUTH sends. */
+#define DIRECTORY_PASSWORD_MAX 512
+
 struct directory_config {
-    const char *url;       /* redis://HOST:PORT[/DB] or redis-sentinel://H:P[,H:P...]/MASTER[/DB] */
-    const uint8_t *secret; /* the cluster secret (copied), or NULL: entries go unsigned */
-    size_t secret_len;     /* at most DIRECTORY_SECRET_MAX */
+    const char *url; /* redis://HOST:PORT[/DB] or redis-sentinel://H:P[,H:P...]/MASTER[/DB] */
+    /* The password AUTH sends (copied; to the master, not the sentinels), given apart from the
+     * URL so that no process listing shows it; NULL: the URL's [USER]:PASSWORD@, if any. The
+     * URL may then name the user alone: redis://USER@HOST:PORT. */
+    const char *password;
+    const uint8_t *secret;      /* the cluster secret (copied), or NULL: entries go unsigned */
+    size_t secret_len;          /* at most DIRECTORY_SECRET_MAX */
     struct directory_node self; /* its inc is made by directory_open */
     uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (default 1000) */
     uint32_t ttl_ms;            /* the node entry's TTL (default 3000) */
@@ -164,9 +171,10 @@ struct directory_answer {
 
 typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
 
-/* 0 when url is a directory URL directory_open takes, else FERRY_EINVAL with the reason
- * (nothing is connected: for checking a command line before anything is reserved). */
-int directory_check_url(const char *url);
+/* 0 when url (with password, as directory_config.password) is what directory_open takes, else
+ * FERRY_EINVAL with the reason (nothing is connected: for checking a command line before
+ * anything is reserved). */
+int directory_check_url(const char *url, const char *password);
 
 /* Parses cfg->url, makes this run's incarnation and starts connecting (asynchronously: a Redis
  * that is down at start is retried like a lost one). FERRY_EINVAL (with a reason) for a bad

@@ -123,7 +123,6 @@
 #define SENTINELS_MAX 8
 #define MASTER_NAME_MAX 64
 #define USER_MAX 128
-#define PASSWORD_MAX 512
 /* Arguments of one command, at most: the registration's HSET is the longest. */
 #define ARGV_MAX (10 + 2 * DIRECTORY_XPORTS)
 
@@ -227,8 +226,8 @@ struct directory {
     int nsentinels, sentinel_at, asking, resolved;
     char master[MASTER_NAME_MAX + 1];
     /* AUTH on every connection to Redis (not to the sentinels): from the URL's
-     * [[USER]:PASSWORD@]; password[0] == 0: none. Never logged. */
-    char user[USER_MAX + 1], password[PASSWORD_MAX + 1];
+     * [[USER]:PASSWORD@], or directory_config.password; password[0] == 0: none. Never logged. */
+    char user[USER_MAX + 1], password[DIRECTORY_PASSWORD_MAX + 1];
     char inc_text[U64_TEXT];              /* self.inc in decimal */
     uint8_t secret[DIRECTORY_SECRET_MAX]; /* signs and checks entries, records, events */
     size_t secret_len;                    /* 0: none, nothing is signed nor checked */

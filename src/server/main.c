@@ -14,6 +14,10 @@
 #include "transfer/registry.h"
 #include "transfer/wire.h"
 
+/* The environment variable that may hold the directory's password (ferryd.conf can set it for
+ * the systemd unit). */
+#define PASSWORD_ENV "FERRY_DIRECTORY_PASSWORD"
+
 /* The names of this build's transports, preferred first: "fabric|tcp". */
 static const char *transport_names(void)
 {
@@ -69,7 +73,13 @@ static void usage(FILE *f)
             "                      redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or redis-sentinel://\n"
             "                      [[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to\n"
             "                      follow the master Sentinel names (AUTH to the master;\n"
-            "                      percent-encode '@', ':' and '/'; blanked in ps once read)\n"
+            "                      percent-encode '@', ':' and '/'; a password there is seen in\n"
+            "                      /proc until blanked: prefer --directory-password-file or\n"
+            "                      $FERRY_DIRECTORY_PASSWORD)\n"
+            "  --directory-password-file PATH\n"
+            "                      the password of the directory's Redis (AUTH; with a\n"
+            "                      redis://USER@... URL, that user's), read once at start, its\n"
+            "                      trailing newline cut; keep it mode 0600 (a warning if not)\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256); it signs\n"
             "                      the spill directory's records too\n"
             "  --verify            check an XXH3 digest of every fetched object before sealing\n"
@@ -97,6 +107,8 @@ static void usage(FILE *f)
             "                      transport is left out), lease (5000: a one-sided read's),\n"
             "                      rate (%d: a holder must send 1 MiB/s over each such window)\n"
             "Environment:\n"
+            "  FERRY_DIRECTORY_PASSWORD  the directory's password, as the file above would give\n"
+            "                      it; taken out of the environment at start\n"
             "  FERRY_FABRIC_QUIRKS  switches the fabric's libfabric workarounds (recv, errno,\n"
             "                      shm_lock, watchdog; each on only where the running release\n"
             "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
@@ -184,7 +196,8 @@ static int parse_eager(const char *text, uint64_t *out)
 }
 
 /* Keeps a copy of the directory URL and blanks its credentials ([[USER]:PASSWORD@]) in arg:
- * the process's arguments are visible to every local user (ps). */
+ * the process's arguments are visible to every local user (ps). Warns when they held a
+ * password: blanked is not unseen (between exec and this, /proc/PID/cmdline shows it). */
 static int keep_url(char *arg, const char **out)
 {
     static char url[2048];
@@ -194,9 +207,58 @@ static int keep_url(char *arg, const char **out)
         return err_set(FERRY_EINVAL, "--directory: a URL of at most %zu bytes", sizeof(url) - 1);
     memcpy(url, arg, strlen(arg) + 1);
     *out = url;
-    if (creds && (at = strrchr(creds, '@')))
-        for (char *p = creds + 3; p < at; p++)
-            *p = 'x';
+    if (!creds || !(at = strrchr(creds, '@')))
+        return 0;
+    if (memchr(creds + 3, ':', (size_t)(at - creds - 3)))
+        log_warn("--directory: a password in the URL can be read by every local user "
+                 "(/proc/PID/cmdline) until ferryd blanks it: give it with "
+                 "--directory-password-file or %s instead",
+                 PASSWORD_ENV);
+    for (char *p = creds + 3; p < at; p++)
+        *p = 'x';
+    return 0;
+}
+
+/* The directory's password, from the environment or a file (room for a CR LF and for a byte
+ * too many: longer files are refused, not cut). */
+static char password[DIRECTORY_PASSWORD_MAX + 4];
+
+/* PASSWORD_ENV, taken out of the environment before anything else runs (no thread yet): its
+ * bytes are overwritten where they lie, which is what /proc/PID/environ shows, and the variable
+ * is unset, so that neither a later reader of the environment nor a child sees it. */
+static int take_env_password(const char **out)
+{
+    char *v = getenv(PASSWORD_ENV);
+    size_t len = v ? strlen(v) : 0;
+
+    if (!v)
+        return 0;
+    if (len < sizeof(password)) {
+        memcpy(password, v, len + 1);
+        *out = password;
+    }
+    explicit_bzero(v, len);
+    unsetenv(PASSWORD_ENV);
+    if (len >= sizeof(password))
+        return err_set(FERRY_EINVAL, "%s: a password of at most %d bytes, not %zu", PASSWORD_ENV,
+                       DIRECTORY_PASSWORD_MAX, len);
+    return 0;
+}
+
+/* --directory-password-file PATH: read once, its trailing newline cut. */
+static int read_password_file(const char *path, const char **out)
+{
+    size_t len;
+    int rc = server_read_secret(path, "--directory-password-file", (uint8_t *)password,
+                                sizeof(password) - 1, 1, &len);
+
+    if (rc < 0)
+        return rc;
+    if (memchr(password, '\0', len))
+        return err_set(FERRY_EINVAL, "--directory-password-file %s: a NUL byte in the password",
+                       path);
+    password[len] = '\0';
+    *out = password;
     return 0;
 }
 
@@ -236,6 +298,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"node-id", required_argument, NULL, 'n'},
                                          {"listen", required_argument, NULL, 'l'},
                                          {"directory", required_argument, NULL, 'd'},
+                                         {"directory-password-file", required_argument, NULL, 'F'},
                                          {"secret-file", required_argument, NULL, 'S'},
                                          {"verify", no_argument, NULL, 'V'},
                                          {"strict-ids", no_argument, NULL, 'I'},
@@ -255,7 +318,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"persist-on-exit", no_argument, NULL, 'p'},
                                          {"max-objects", required_argument, NULL, 'O'},
                                          {NULL, 0, NULL, 0}};
-    const char *env = getenv("FERRY_SOCKET");
+    const char *env = getenv("FERRY_SOCKET"), *password_file = NULL;
     int c, rc = 0;
 
     opterr = 0; /* getopt's own messages would come before ours */
@@ -294,6 +357,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'd':
             rc = keep_url(optarg, &cfg->directory_url);
+            break;
+        case 'F':
+            password_file = optarg;
             break;
         case 'S':
             cfg->secret_file = optarg;
@@ -361,6 +427,10 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    if (rc == 0 && password_file && cfg->directory_password)
+        rc = err_set(FERRY_EINVAL, "--directory-password-file and %s: give one", PASSWORD_ENV);
+    else if (rc == 0 && password_file)
+        rc = read_password_file(password_file, &cfg->directory_password);
     if (rc == 0 && cfg->strict_ids && !cfg->directory_url)
         rc = err_set(FERRY_EINVAL, "--strict-ids needs --directory (it asks the directory)");
     if (rc == 0 && cfg->memory < (1u << 20))
@@ -377,7 +447,7 @@ int main(int argc, char **argv)
     int rc;
 
     log_set_name("ferryd");
-    if (parse_args(argc, argv, &cfg) < 0) {
+    if (take_env_password(&cfg.directory_password) < 0 || parse_args(argc, argv, &cfg) < 0) {
         fprintf(stderr, "ferryd: %s (see ferryd --help)\n", ferry_errmsg());
         return 2;
     }

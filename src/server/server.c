@@ -428,22 +428,26 @@ static int open_socket(struct server *s)
     return acceptor_open(&s->loop, &s->listener, s->listen_fd, "client socket", on_accept, s);
 }
 
-/* Reads the cluster secret: the file's bytes, less a trailing newline. */
-static int read_secret(const char *path, uint8_t *buf, size_t size, size_t *len)
+int server_read_secret(const char *path, const char *what, uint8_t *buf, size_t size, size_t min,
+                       size_t *len)
 {
     FILE *f = fopen(path, "rb");
+    struct stat st;
     size_t n;
 
     if (!f)
-        return err_set(FERRY_EINVAL, "secret file %s: %s", path, strerror(errno));
+        return err_set(FERRY_EINVAL, "%s %s: %s", what, path, strerror(errno));
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+        log_warn("%s %s can be read by its group or by others (mode %04o): chmod 600 it", what,
+                 path, (unsigned)(st.st_mode & 07777));
     n = fread(buf, 1, size, f);
     fclose(f);
+    if (n == size) /* before the newline is cut: a longer file is not taken for a shorter one */
+        return err_set(FERRY_EINVAL, "%s %s: more than %zu bytes", what, path, size - 1);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         n--;
-    if (n < 16)
-        return err_set(FERRY_EINVAL, "secret file %s: at least 16 bytes of secret needed", path);
-    if (n == size)
-        return err_set(FERRY_EINVAL, "secret file %s: more than %zu bytes", path, size - 1);
+    if (n < min)
+        return err_set(FERRY_EINVAL, "%s %s: at least %zu bytes needed", what, path, min);
     *len = n;
     return 0;
 }
@@ -481,13 +485,13 @@ int server_check_config(const struct server_config *c)
                        "--listen %s: peers connect to this address, so it must be "
                        "one they can reach, not a wildcard",
                        c->listen_addr);
-    return directory_check_url(c->directory_url);
+    return directory_check_url(c->directory_url, c->directory_password);
 }
 
 static int open_cluster(struct server *s)
 {
     const struct server_config *c = &s->cfg;
-    struct directory_config dc = {.url = c->directory_url};
+    struct directory_config dc = {.url = c->directory_url, .password = c->directory_password};
     struct directory_hooks hooks = {.republish = republish, .deleted = on_deleted, .ctx = s};
     struct engine_config ec = {.node_id = c->node_id,
                                .listen_addr = c->listen_addr,
@@ -507,7 +511,8 @@ static int open_cluster(struct server *s)
     if (!c->directory_url)
         return 0;
     if (c->secret_file) {
-        if ((rc = read_secret(c->secret_file, secret, sizeof(secret), &ec.secret_len)) < 0)
+        if ((rc = server_read_secret(c->secret_file, "secret file", secret, sizeof(secret), 16,
+                                     &ec.secret_len)) < 0)
             return rc;
         ec.secret = secret;
         dc.secret = secret;
@@ -540,7 +545,7 @@ static int spill_key(const char *secret_file, uint8_t key[MAC_LEN])
     const struct mac_part part = {label, sizeof(label) - 1};
     uint8_t secret[1024];
     size_t len = 0;
-    int rc = read_secret(secret_file, secret, sizeof(secret), &len);
+    int rc = server_read_secret(secret_file, "secret file", secret, sizeof(secret), 16, &len);
 
     if (rc == 0)
         rc = mac_sha256(secret, len, &part, 1, key);

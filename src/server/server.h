@@ -48,6 +48,9 @@ struct server_config {
     const char *node_id;
     const char *listen_addr;   /* HOST:PORT for peers */
     const char *directory_url; /* redis://HOST:PORT[/DB] */
+    /* AUTH's password, from --directory-password-file or FERRY_DIRECTORY_PASSWORD (never from
+     * the command line); NULL: the URL's, if any. */
+    const char *directory_password;
     const char *secret_file;
     int verify;
     const char *transport;       /* auto (or NULL), or a transport's name (registry.h) */
@@ -113,6 +116,11 @@ static inline struct server *server_of(struct loop *l)
  * cluster options all or none, the node id, the form of --listen, the directory URL. Checks
  * only; reserves and connects nothing. */
 int server_check_config(const struct server_config *cfg);
+/* The secret in the file at path (what names it in messages: "secret file") into buf, its
+ * length (trailing CR/LF cut, at least min bytes) into *len. Reads at most size bytes: a longer
+ * file is FERRY_EINVAL. Warns when the file's group or others can read it. */
+int server_read_secret(const char *path, const char *what, uint8_t *buf, size_t size, size_t min,
+                       size_t *len);
 /* Opens the arena and the socket; refuses (with ferry_errmsg()) what it cannot honour. */
 int server_init(struct server *s, const struct server_config *cfg);
 /* Serves until SIGTERM or SIGINT. */

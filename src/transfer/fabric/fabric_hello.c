@@ -4,6 +4,8 @@
  */
 #include "transfer/fabric/fabric_int.h"
 
+#include "common/text.h"
+
 /* Our CONNECT or ACCEPT body for c. */
 static size_t hello_put(const struct xlistener *f, const struct fconn *c, uint8_t *p)
 {
@@ -100,10 +102,14 @@ int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *
 
 void fab_printable(struct xlistener *f, const uint8_t *name, size_t len, char *out, size_t n)
 {
-    size_t sz = n;
+    char raw[256];
+    size_t sz = sizeof(raw);
 
-    if (!fi_av_straddr(f->av, name, out, &sz))
+    /* The provider prints the peer's own bytes for some names (shm's are strings): escaped. */
+    if (!fi_av_straddr(f->av, name, raw, &sz))
         snprintf(out, n, "?");
+    else
+        text_safe(raw, out, n);
 }
 
 int fab_send_hello(struct fconn *c)

@@ -446,6 +446,7 @@ void fab_peers_watch(struct xlistener *f);
 
 /* fabric_hello.c: the handshake */
 int fab_av_get(struct xlistener *f, const uint8_t *name, size_t len, fi_addr_t *out);
+/* The address name (a peer's) as text for logs, escaped (common/text.h), into out. */
 void fab_printable(struct xlistener *f, const uint8_t *name, size_t len, char *out, size_t n);
 int fab_send_hello(struct fconn *c);
 void fab_process(struct xlistener *f, struct rbuf *b);
