@@ -24,7 +24,7 @@ static uint8_t *three(struct spill_group *g)
         memset(entries[i].id.bytes, 'a' + i, FERRY_ID_SIZE);
         entries[i].data_size = 1000u * (i + 1);
         entries[i].metadata_size = 7;
-        entries[i].digest = 0x1234567890abcdefull + i;
+        memset(entries[i].digest, 0xd0 + i, DIGEST_LEN);
         entries[i].created_ns = 1700000000000000000ull + i;
     }
     memset(entries[1].name, 'n', FERRY_NAME_MAX);
@@ -86,9 +86,11 @@ static void test_other_versions_and_shapes_are_refused(void **state)
 
     assert_int_equal(spill_hdr_decode_fixed(zero, sizeof(zero), &back), FERRY_EPROTO);
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_FIXED_SIZE - 1, &back), FERRY_EPROTO);
-    buf[8] = 2; /* version */
+    buf[8] = 3; /* a later version */
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), FERRY_EPROTO);
-    buf[8] = 1;
+    buf[8] = 1; /* an older one (XXH3 digests): refused as such, not taken for damage */
+    assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), FERRY_ENOSYS);
+    buf[8] = 2;
     buf[12] = 0; /* n = 0 */
     assert_int_equal(spill_hdr_decode_fixed(buf, SPILL_BLOCK, &back), FERRY_EPROTO);
     buf[12] = 3;

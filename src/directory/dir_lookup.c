@@ -210,7 +210,7 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
             if (strcmp(f->str, "size") == 0)
                 sized = dir_reply_u64(v, 10, &r->a.size);
             else if (strcmp(f->str, "digest") == 0)
-                digested = dir_reply_u64(v, 16, &r->a.digest);
+                digested = dir_reply_digest(v, r->a.digest);
             else
                 consider_holder(d, r, f, v);
         }

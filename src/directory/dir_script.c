@@ -149,15 +149,15 @@ static int evalsha(struct directory *d, int s, redisCallbackFn *fn, void *priv, 
 /* A conflict reply of the publish script ({1, node, size, digest, hex, our size, digest}):
  * its parts into a; 0 when it is not one. */
 static int parse_conflict(const redisReply *r, struct directory_answer *a, node_name other,
-                          char hex[HEX_ID_MAX], uint64_t *size, uint64_t *digest)
+                          char hex[HEX_ID_MAX], uint64_t *size, uint8_t digest[DIGEST_LEN])
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 1 ||
         !dir_string_copy(other, sizeof(node_name), r->element[1]) ||
         !dir_reply_u64(r->element[2], 10, &a->size) ||
-        !dir_reply_u64(r->element[3], 16, &a->digest) ||
+        !dir_reply_digest(r->element[3], a->digest) ||
         !dir_string_copy(hex, HEX_ID_MAX, r->element[4]) ||
-        !dir_reply_u64(r->element[5], 10, size) || !dir_reply_u64(r->element[6], 16, digest))
+        !dir_reply_u64(r->element[5], 10, size) || !dir_reply_digest(r->element[6], digest))
         return 0;
     a->has_content = 1;
     return 1;
@@ -171,13 +171,18 @@ static int published(const redisReply *r)
 
 /* A refused publication: counted, and logged with both nodes. */
 static void conflict_report(struct directory *d, const struct directory_answer *a,
-                            const char *other, const char *hex, uint64_t size, uint64_t digest)
+                            const char *other, const char *hex, uint64_t size,
+                            const uint8_t digest[DIGEST_LEN])
 {
+    char ours[DIGEST_HEX + 1], theirs[DIGEST_HEX + 1];
+
     d->counters.id_conflicts++;
-    log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %016" PRIx64
-             ") than node %s holds (%" PRIu64 " bytes, digest %016" PRIx64
-             "): this copy is not listed, other nodes fetch %s's",
-             hex, d->self.id, size, digest, other, a->size, a->digest, other);
+    digest_hex(digest, ours);
+    digest_hex(a->digest, theirs);
+    log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %s) than node "
+             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed, other nodes "
+             "fetch %s's",
+             hex, d->self.id, size, ours, other, a->size, theirs, other);
 }
 
 /* The reply to a queued publication's script. */
@@ -188,11 +193,12 @@ static void on_published(redisAsyncContext *ac, void *reply, void *priv)
     struct directory_answer a = {0};
     node_name other;
     char hex[HEX_ID_MAX];
-    uint64_t size, digest;
+    uint64_t size;
+    uint8_t digest[DIGEST_LEN];
 
     if (!rep || published(rep))
         return;
-    if (parse_conflict(rep, &a, other, hex, &size, &digest))
+    if (parse_conflict(rep, &a, other, hex, &size, digest))
         conflict_report(d, &a, other, hex, size, digest);
     else
         dir_check_reply(d, rep, "publish");
@@ -200,17 +206,18 @@ static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 
 /* The arguments the publish script takes after its keys. */
 struct publish_args {
-    char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT], digest[U64_TEXT];
+    char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT];
+    char digest[DIGEST_HEX + 1];
 };
 
 static void publish_args(const struct directory *d, const ferry_id *id, uint64_t size,
-                         uint64_t digest, struct publish_args *p)
+                         const uint8_t digest[DIGEST_LEN], struct publish_args *p)
 {
     dir_holders_key(p->key, id);
     dir_held_key(p->held, d->self.id);
     ferry_id_format(id, p->hex);
     snprintf(p->size, sizeof(p->size), "%" PRIu64, size);
-    snprintf(p->digest, sizeof(p->digest), "%016" PRIx64, digest);
+    digest_hex(digest, p->digest);
 }
 
 static int send_claim(struct directory *d, const struct pubop *op);
@@ -261,11 +268,12 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
     const redisReply *rep = reply;
     struct request *r = priv;
     char hex[HEX_ID_MAX];
-    uint64_t size, digest;
+    uint64_t size;
+    uint8_t digest[DIGEST_LEN];
 
     if (!rep) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (parse_conflict(rep, &r->a, r->other, hex, &size, &digest)) {
+    } else if (parse_conflict(rep, &r->a, r->other, hex, &size, digest)) {
         conflict_report(d, &r->a, r->other, hex, size, digest);
         dir_request_fail(d, r, FERRY_EEXIST);
     } else if (!published(rep)) {
@@ -286,9 +294,12 @@ static int send_claim(struct directory *d, const struct pubop *op)
     return evalsha(d, SCRIPT_PUBLISH, on_claimed, op->r, 2, args, 7);
 }
 
-void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest)
+void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
+                     const uint8_t digest[DIGEST_LEN])
 {
-    struct pubop op = {.id = r->id, .kind = OP_CLAIM, .size = size, .digest = digest, .r = r};
+    struct pubop op = {.id = r->id, .kind = OP_CLAIM, .size = size, .r = r};
+
+    memcpy(op.digest, digest, DIGEST_LEN);
 
     request_queue(d, r, &op);
 }

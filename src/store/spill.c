@@ -479,7 +479,16 @@ static int recover_segment(struct spill *sp, struct seg *s, uint8_t *buf, struct
     size = (uint64_t)st.st_size;
     while (pos < size) {
         struct grp *gr;
-        if (size - pos < SPILL_BLOCK || read_group(sp, s, pos, size, buf, &g, e) < 0) {
+        int rc = size - pos < SPILL_BLOCK ? FERRY_EPROTO : read_group(sp, s, pos, size, buf, &g, e);
+        if (rc == FERRY_ENOSYS) { /* kept as it is: spill_fmt.h says why */
+            char why[128];
+            snprintf(why, sizeof(why), "%s", ferry_errmsg());
+            return err_set(FERRY_ENOSYS,
+                           "spill: %s/%08" PRIu32 ".seg: %s; move the directory aside (its "
+                           "objects cannot be checked with this version's digest)",
+                           sp->dir, s->no, why);
+        }
+        if (rc < 0) {
             seg_cut(sp, s, pos, size,
                     size - pos < SPILL_BLOCK ? "a partial block" : ferry_errmsg());
             break;
