@@ -160,12 +160,11 @@ int eng_split(struct want *w, const struct directory_answer *a)
     /* ENGINE_SPLIT_PER_HOLDER equal ranges per holder (whole chunks of the digest, so that each
      * range's chunks are checked against their leaves on their own; the last takes the rest),
      * dealt in turn. */
-    chunk = (w->size / (n * ENGINE_SPLIT_PER_HOLDER) + DIGEST_CHUNK - 1) / DIGEST_CHUNK *
-            (uint64_t)DIGEST_CHUNK;
+    chunk = w->size / (n * ENGINE_SPLIT_PER_HOLDER) / DIGEST_CHUNK * (uint64_t)DIGEST_CHUNK;
     chunk = chunk > ENGINE_SPLIT_CHUNK_MIN ? chunk : ENGINE_SPLIT_CHUNK_MIN;
-    for (k = 0; k < ENGINE_SPLIT_RANGES && k * chunk < w->size; k++) {
+    for (k = 0; k < n * ENGINE_SPLIT_PER_HOLDER && k * chunk < w->size; k++) {
         uint64_t off = k * chunk, len = w->size - off < chunk ? w->size - off : chunk;
-        if (k == ENGINE_SPLIT_RANGES - 1)
+        if (k == n * ENGINE_SPLIT_PER_HOLDER - 1)
             len = w->size - off;
         if (!(parts[k] = part_new(w, (uint32_t)k, off, len))) {
             while (k)
@@ -298,11 +297,11 @@ void eng_part_checked(struct want *part)
     char why[96];
 
     if (part->bad_chunk != UINT64_MAX) {
-        /* Its holder gave the recorded root and other bytes: one of other content, which the
-         * record never names (a zero digest), so not asked again by this fetch. */
+        /* Its holder gave the recorded root and other bytes: a liar, never asked again by this
+         * fetch (FAULT_REAL; FAULT_OTHER would ask it again should the record change). */
         snprintf(why, sizeof(why), "chunk %" PRIu64 " of its range does not match its digest",
                  part->bad_chunk);
-        eng_part_failed(part, why, FAULT_OTHER, &(struct content){.size = part->parent->size});
+        eng_part_failed(part, why, FAULT_REAL, NULL);
         return;
     }
     part->e->counters.ranges_in++;

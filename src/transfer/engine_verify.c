@@ -188,7 +188,8 @@ static void want_checked(struct want *w)
     }
     snprintf(why, sizeof(why), "chunk %" PRIu64 " of its bytes does not match its digest",
              w->bad_chunk);
-    eng_want_failed_holder(w, why, FAULT_OTHER, &(struct content){.size = w->size});
+    /* It gave the recorded root and other bytes: never asked again by this fetch. */
+    eng_want_failed_holder(w, why, FAULT_REAL, NULL);
 }
 
 static void check_done(struct want *w)
