@@ -297,7 +297,7 @@ int ferry_digest(ferry_client *c, const ferry_id *id, uint8_t out[FERRY_DIGEST_L
 
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)
 {
-    uint8_t root[FERRY_DIGEST_LEN];
+    uint8_t root[FERRY_DIGEST_LEN] = {0};
     int rc;
 
     if (!digest)

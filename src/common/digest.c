@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "common/err.h"
+#include "common/hex.h"
 
 static const uint8_t LEAF_TAG = 0x00, ROOT_TAG = 0x01;
 
@@ -29,29 +30,24 @@ static int sha256_tagged(EVP_MD_CTX *ctx, uint8_t tag, const uint8_t *head, size
     return 0;
 }
 
-static int leaves_in(EVP_MD_CTX *ctx, const uint8_t *bytes, uint64_t size, uint64_t first,
-                     uint64_t n, uint8_t *leaves)
+/* leaf_i of len bytes at p. */
+static int leaf(EVP_MD_CTX *ctx, uint64_t i, const uint8_t *p, size_t len, uint8_t out[DIGEST_LEN])
 {
     uint8_t head[8];
-    int rc = 0;
 
-    for (uint64_t i = first; rc == 0 && i < first + n; i++) {
-        le64(head, i);
-        rc = sha256_tagged(ctx, LEAF_TAG, head, sizeof(head), bytes + i * DIGEST_CHUNK,
-                           digest_chunk_len(size, i), leaves + (i - first) * DIGEST_LEN);
-    }
-    return rc;
+    le64(head, i);
+    return sha256_tagged(ctx, LEAF_TAG, head, sizeof(head), p, len, out);
 }
 
 int digest_leaves_of(const uint8_t *bytes, uint64_t size, uint64_t first, uint64_t n,
                      uint8_t *leaves)
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int rc;
+    int rc = ctx ? 0 : err_set(FERRY_ESYS, "EVP_MD_CTX_new failed");
 
-    if (!ctx)
-        return err_set(FERRY_ESYS, "EVP_MD_CTX_new failed");
-    rc = leaves_in(ctx, bytes, size, first, n, leaves);
+    for (uint64_t i = first; rc == 0 && i < first + n; i++)
+        rc = leaf(ctx, i, bytes + i * DIGEST_CHUNK, digest_chunk_len(size, i),
+                  leaves + (i - first) * DIGEST_LEN);
     EVP_MD_CTX_free(ctx);
     return rc;
 }
@@ -59,13 +55,8 @@ int digest_leaves_of(const uint8_t *bytes, uint64_t size, uint64_t first, uint64
 int digest_leaf(uint64_t i, const uint8_t *chunk, size_t len, uint8_t out[DIGEST_LEN])
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    uint8_t head[8];
-    int rc;
+    int rc = ctx ? leaf(ctx, i, chunk, len, out) : err_set(FERRY_ESYS, "EVP_MD_CTX_new failed");
 
-    if (!ctx)
-        return err_set(FERRY_ESYS, "EVP_MD_CTX_new failed");
-    le64(head, i);
-    rc = sha256_tagged(ctx, LEAF_TAG, head, sizeof(head), chunk, len, out);
     EVP_MD_CTX_free(ctx);
     return rc;
 }
@@ -90,7 +81,7 @@ int digest_object(const uint8_t *bytes, uint64_t data_size, uint64_t metadata_si
                   uint8_t root[DIGEST_LEN])
 {
     uint64_t size = data_size + metadata_size, n = digest_leaves(size);
-    uint8_t one[DIGEST_LEN], *leaves = n == 1 ? one : malloc(n * DIGEST_LEN);
+    uint8_t one[DIGEST_LEN] = {0}, *leaves = n == 1 ? one : malloc(n * DIGEST_LEN);
     int rc;
 
     if (!leaves)
@@ -105,36 +96,17 @@ int digest_object(const uint8_t *bytes, uint64_t data_size, uint64_t metadata_si
 
 void digest_hex(const uint8_t d[DIGEST_LEN], char out[DIGEST_HEX + 1])
 {
-    static const char hex[] = "0123456789abcdef";
-
-    for (unsigned i = 0; i < DIGEST_LEN; i++) {
-        out[2 * i] = hex[d[i] >> 4];
-        out[2 * i + 1] = hex[d[i] & 15];
-    }
-    out[DIGEST_HEX] = '\0';
-}
-
-static int nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    hex_format(d, DIGEST_LEN, out);
 }
 
 int digest_parse(const char *hex, size_t len, uint8_t out[DIGEST_LEN])
 {
+    size_t bad;
+
     if (len != DIGEST_HEX)
         return err_set(FERRY_EINVAL, "a digest is %u hex characters, not %zu", DIGEST_HEX, len);
-    for (unsigned i = 0; i < DIGEST_LEN; i++) {
-        int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return err_set(FERRY_EINVAL, "a digest is hex: '%c%c' at %u", hex[2 * i],
-                           hex[2 * i + 1], 2 * i);
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
+    if ((bad = hex_parse(hex, DIGEST_LEN, out)))
+        return err_set(FERRY_EINVAL, "a digest is hex: '%c%c' at %zu", hex[2 * bad - 2],
+                       hex[2 * bad - 1], 2 * bad - 2);
     return 0;
 }

@@ -284,7 +284,7 @@ static void read_fail(struct spill *sp, struct spill_job *job, int status, const
 static void read_finish(struct spill *sp, struct spill_job *job)
 {
     uint64_t len = job_len(job), n = digest_leaves(len);
-    uint8_t root[DIGEST_LEN], one[DIGEST_LEN], *leaves;
+    uint8_t root[DIGEST_LEN], one[DIGEST_LEN] = {0}, *leaves;
 
     if (job->status)
         return;

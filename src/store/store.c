@@ -370,8 +370,10 @@ static int hash_later(struct store *s, struct object *o, uint64_t len, int evict
     o->leaves = n > 1 ? malloc(n * DIGEST_LEN) : NULL;
     for (uint64_t j = 0; j < njobs && (o->leaves || n == 1); j++) {
         if (!(jobs[j] = calloc(1, sizeof(*jobs[j])))) {
-            while (j)
+            while (j) { /* all or none: hashed on the loop */
                 free(jobs[--j]);
+                jobs[j] = NULL;
+            }
             break;
         }
         uint64_t first = j * HASHER_JOB_CHUNKS;
