@@ -23,8 +23,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ((const uint8_t *)m.ids < payload ||
              (const uint8_t *)(m.ids + m.n) > payload + h.length))
             abort();
-        for (uint32_t i = 0; m.type == WIRE_REPLY && i < m.n; i++)
-            wire_reply_entry(&m, i, &e);
+        size_t at = 0;
+        for (uint32_t i = 0; m.type == WIRE_REPLY && i < m.n; i++) {
+            wire_reply_entry(&m, i, &at, &e);
+            if (e.nleaves && (e.leaves < payload ||
+                              e.leaves + (size_t)e.nleaves * DIGEST_LEN > payload + h.length))
+                abort(); /* the leaves must lie in the frame */
+        }
         if ((m.type == WIRE_HELLO || m.type == WIRE_CHALLENGE) && strlen(m.node) > WIRE_NODE_MAX)
             abort();
     }

@@ -244,8 +244,15 @@ int ferry_evict(ferry_client *c, uint64_t bytes, uint64_t *freed);
  * are refreshed all the same). */
 int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n);
 
-/* The 64-bit digest of an object, computed once at seal: XXH3_64bits_withSeed over the data
- * then the metadata (contiguous), seeded with data_size so that where the data ends counts. */
+/* An object's digest, computed once at seal: the root of a SHA-256 tree over the data then the
+ * metadata (one stream, cut into 1 MiB chunks): leaf_i = SHA-256(0x00 || le64 i || chunk_i),
+ * root = SHA-256(0x01 || le64 data_size || le64 metadata_size || leaf_0 || ... || leaf_n-1);
+ * an empty object has one leaf of no bytes. It names the content across the cluster (the
+ * directory records it; fetches take only bytes that match it). */
+#define FERRY_DIGEST_LEN 32
+int ferry_digest(ferry_client *c, const ferry_id *id, uint8_t out[FERRY_DIGEST_LEN]);
+/* The first 8 bytes of ferry_digest's root, as a little-endian u64 (it was XXH3 before libferry
+ * 0.7: kept for programs that compare digests of objects with each other). */
 int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest);
 
 /* What a counter measures: a total since the daemon started (counter), or a level now (gauge). */
@@ -354,7 +361,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "transfer connections closed because their node id had the most, or past its share")         \
     X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                         \
     X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")       \
-    X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")
+    X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")  \
+    X(chunks_refused, COUNTER, "chunks fetched that did not match their holder's digest")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

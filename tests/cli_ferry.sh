@@ -235,7 +235,7 @@ test_hash() {
     expect "put of a copy" 0 fy put alpha-copy "$DIR/a.bin"
     expect "hash" 0 fy hash alpha
     h1=$(cat "$OUT")
-    ok "hash prints 16 hex digits" grep -Eqx '[0-9a-f]{16}' "$OUT"
+    ok "hash prints the 64 hex digits of the SHA-256 root" grep -Eqx '[0-9a-f]{64}' "$OUT"
     expect "hash of the copy" 0 fy hash alpha-copy
     h2=$(cat "$OUT")
     expect "hash of other data" 0 fy hash beta

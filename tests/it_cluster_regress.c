@@ -34,13 +34,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_generateSecret_fromSeed */
 #include <xxhash.h>
 
+#include "common/digest.h"
 #include "common/proto.h"
 #include "transfer/engine.h"
 #include "transfer/wire.h"
 
-enum { A, B };
+enum { A, B, C, D };
 #define BIT(i) (1u << (i))
 
 /* The engine's deadlines as this test's daemons have them (FERRY_TEST_TIMERS, else engine.h's
@@ -149,29 +151,62 @@ static int send_big_header(int fd, uint16_t type, uint32_t len)
     return h_raw_write(fd, hdr, sizeof(hdr));
 }
 
+/* The tree (common/digest.h) of the bytes recorded last (recorded_bytes), all data: what the
+ * fakes send. The helpers' u64 `digest` is a change to it, XORed into its root's first 8 bytes:
+ * 0 is the true root, anything else another content's. */
+#define MAX_FAKE_LEAVES 64
+static struct {
+    uint8_t root[DIGEST_LEN], leaves[MAX_FAKE_LEAVES * DIGEST_LEN];
+    uint32_t n;
+} tree;
+
+static void tree_root(uint64_t digest, uint8_t out[DIGEST_LEN])
+{
+    memcpy(out, tree.root, DIGEST_LEN);
+    for (int i = 0; i < 8; i++)
+        out[i] ^= (uint8_t)(digest >> (8 * i));
+}
+
 /* Records the content of id in the directory as a publishing node would: size and digest. */
 static void record_content(const struct h_cluster *cl, const ferry_id *id, uint64_t size,
                            uint64_t digest)
 {
-    char key[64], sz[32], dg[32];
+    char key[64], sz[32], dg[DIGEST_HEX + 1];
+    uint8_t root[DIGEST_LEN];
     snprintf(key, sizeof(key), "ferry:obj:");
     ferry_id_format(id, key + strlen(key));
     snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
-    snprintf(dg, sizeof(dg), "%016llx", (unsigned long long)digest);
+    tree_root(digest, root);
+    digest_hex(root, dg);
     h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, "size", sz, "digest", dg, NULL});
 }
 
 /* x's patterned bytes (size of them), their digest recorded in the directory as x's content
- * (in *digest); with tamper, the last byte flipped after. Free them. */
+ * (*digest: 0, the true root); with tamper, the last byte flipped after. Free them. */
 static uint8_t *recorded_bytes(const struct h_cluster *cl, const ferry_id *x, uint64_t size,
                                int tamper, uint64_t *digest)
 {
     uint8_t *bytes = h_pattern(size, h_seed(x));
-    *digest = XXH3_64bits_withSeed(bytes, size, size);
+    tree.n = (uint32_t)digest_leaves(size);
+    assert_true(tree.n <= MAX_FAKE_LEAVES);
+    assert_int_equal(digest_leaves_of(bytes, size, 0, tree.n, tree.leaves), 0);
+    assert_int_equal(digest_root(size, 0, tree.leaves, tree.n, tree.root), 0);
+    *digest = 0;
     record_content(cl, x, size, *digest);
     if (tamper)
         bytes[size - 1] ^= 0xff;
     return bytes;
+}
+
+/* A REPLY entry (wire.h) of status, sizes, root and leaf count at p; returns the end. */
+static uint8_t *fake_entry(uint8_t *p, int status, uint64_t data, uint64_t meta,
+                           const uint8_t root[DIGEST_LEN], uint32_t nleaves)
+{
+    p = h_le32(p, (uint32_t)status);
+    p = h_le64(p, data);
+    p = h_le64(p, meta);
+    memcpy(p, root, DIGEST_LEN);
+    return h_le32(p + DIGEST_LEN, nleaves);
 }
 
 /* Accepts A's connection on lfd, answers its handshake and reads its pull, which must name id
@@ -195,14 +230,18 @@ static void fake_reply_laid_out(int cfd, uint64_t tag, uint64_t size, uint64_t m
                                 uint64_t digest, const uint8_t *bytes, const struct wire_range *r,
                                 uint32_t n)
 {
-    uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
-    for (uint32_t i = 0; i < n; i++) {
-        p = h_le32(p, 0);           /* status */
-        p = h_le64(p, size - meta); /* data */
-        p = h_le64(p, meta);        /* metadata */
-        p = h_le64(p, digest);
-    }
+    uint32_t nleaves = tree.n > 1 ? tree.n : 0;
+    uint8_t *reply = malloc(4 + n * (WIRE_REPLY_ENTRY_SIZE + nleaves * DIGEST_LEN)),
+            root[DIGEST_LEN];
+    uint8_t *p = h_le32(reply, n);
+    assert_non_null(reply);
+    tree_root(digest, root);
+    for (uint32_t i = 0; i < n; i++)
+        p = fake_entry(p, 0, size - meta, meta, root, nleaves);
+    for (uint32_t i = 0; i < n; i++, p += nleaves * DIGEST_LEN)
+        memcpy(p, tree.leaves, nleaves * DIGEST_LEN);
     assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, (size_t)(p - reply)), 0);
+    free(reply);
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(h_raw_write(cfd, bytes + r[i].off, r[i].len), 0);
 }
@@ -226,12 +265,9 @@ static void fake_reply(int cfd, uint64_t tag, uint64_t size, uint64_t digest, co
 static void fake_reply_failed(int cfd, uint64_t tag, uint32_t n, int status)
 {
     uint8_t reply[4 + MAX_FAKE_RANGES * WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, n);
-    for (uint32_t i = 0; i < n; i++) {
-        p = h_le32(p, (uint32_t)status);
-        p = h_le64(p, 0);
-        p = h_le64(p, 0);
-        p = h_le64(p, 0);
-    }
+    static const uint8_t zero[DIGEST_LEN];
+    for (uint32_t i = 0; i < n; i++)
+        p = fake_entry(p, status, 0, 0, zero, 0);
     assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, (size_t)(p - reply)), 0);
 }
 
@@ -561,10 +597,8 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     int cfd = fake_accept_pull(lfd, &x, &tag);
 
     uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
-    p = h_le32(p, 0);         /* status */
-    p = h_le64(p, SLOW_SIZE); /* data */
-    p = h_le64(p, 0);         /* metadata */
-    h_le64(p, 0);             /* digest (no --verify) */
+    static const uint8_t zero[DIGEST_LEN]; /* the digest (no --verify) */
+    fake_entry(p, 0, SLOW_SIZE, 0, zero, 0);
     assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
     uint8_t *bytes = h_pattern(SLOW_SIZE, h_seed(&x));
     int64_t t0 = h_now_ms();
@@ -676,8 +710,9 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     ferry_disconnect(a);
 }
 
-/* Past 256 KiB the receiver takes the digest as the bytes land, on its loop up to 16 MiB and
- * on its verifier thread above; the last byte decides. */
+/* Objects of more than one chunk are checked chunk by chunk against their leaves as the bytes
+ * land, on the verifier's threads; an object of one chunk against its root after its last
+ * byte. A tampered last chunk is refused either way. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
 {
     h_cluster_start(cl, 1, "96M", NULL);
@@ -687,8 +722,8 @@ H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
     fetch_recorded_content(cl, 32u << 20, 1);
 }
 
-/* An object in ranges from two holders is hashed over the ranges as they land (on the loop
- * up to 16 MiB, on the verifier above), and refused when one range is other than recorded. */
+/* An object in ranges from two holders is checked range by range against its leaves as they
+ * land, and refused when one range is other than recorded. */
 H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
 {
     const char *const split[] = {"--split-min", "1M", NULL};
@@ -874,12 +909,12 @@ H_CLUSTER_TEST(holder_of_other_content_is_asked_again_once_its_content_is_record
 }
 
 /* A fake holder that answers first, with the recorded content split otherwise into data and
- * metadata, makes the object; the two others' ranges then do not fit it. That shows that two
- * holders disagree, not which one is wrong, so they may be asked again. Their ranges move to
- * the skewed one, which then answers "not here" (counted as holding other content, the others
- * were never asked again, and the fetch waited for its timeout) or serves them skewed (the
- * object then fails its check, which was noted against "skewed and 2 more", and the fetch
- * failed without asking the others again). Either way the others' bytes must be taken. */
+ * metadata. With XXH3 it made the object, and the two others' ranges then did not fit it (which
+ * showed that two holders disagree, not which one is wrong): its later answers "not here" left
+ * the fetch waiting for its timeout, or its skewed ranges failed the object's check against
+ * "skewed and 2 more". The root binds both sizes now, so its leaves do not give the recorded
+ * root under its layout: it is refused at its reply and cannot make the object. Either way the
+ * others' bytes must be taken. */
 static void fetch_from_holders_at_odds(struct h_cluster *cl, const char *name, int serves_on)
 {
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
@@ -926,7 +961,7 @@ static void fetch_from_holders_at_odds(struct h_cluster *cl, const char *name, i
     if (f.rc != FERRY_OK || status != FERRY_OK)
         fail_msg("the fetch did not take the other holders' bytes: rc %d (%s), status %d", f.rc,
                  ferry_strerror(f.rc), status);
-    assert_true(skewed_pulls >= 2); /* the others' ranges moved to it: they did not fit */
+    assert_true(skewed_pulls >= 1);
     h_assert_object(a, &x, size, 0);
     free(bytes);
     fakes_close(pfd);
@@ -1096,11 +1131,153 @@ H_CLUSTER_TEST(slow_holder_is_dropped_for_another)
 }
 
 /* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
+/* An object of one chunk is checked against its root after its last byte, on the loop. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
 {
     h_cluster_start(cl, 1, "64M", NULL);
     fetch_recorded_content(cl, 64u << 10, 0);
     fetch_recorded_content(cl, 64u << 10, 1);
+}
+
+/* The split fetch of fetch_split_content, fake 0 sending one chunk of its first range with a
+ * byte flipped: the chunk names it at once (chunks_refused), its range moves to fake 1
+ * (ranges_moved), and the object is sealed bit-exact from fake 1's bytes. */
+H_CLUSTER_TEST(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 1, "96M", split);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *names[2] = {"badchunk", "goodone"};
+    const uint64_t size = 8u << 20;
+    int port[2], lfd[2], cfd[2], status = 1;
+    uint64_t tag[2], digest;
+    struct wire_range r[2][MAX_FAKE_RANGES];
+    uint32_t n[2];
+    ferry_id x = h_id("one-bad-chunk");
+    for (int i = 0; i < 2; i++) {
+        lfd[i] = h_tcp_listen(&port[i]);
+        register_fake_as(cl, names[i], port[i], NULL, &x);
+    }
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest), *bad = malloc(size);
+    assert_non_null(bad);
+    memcpy(bad, bytes, size);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 10000, &status);
+    for (int i = 0; i < 2; i++)
+        cfd[i] = fake_accept_ranged_pull(lfd[i], names[i], &x, &tag[i], r[i], &n[i]);
+    bad[r[0][0].off + 12345] ^= 0x40; /* in the first chunk of fake 0's first range */
+    fake_reply_ranges(cfd[0], tag[0], size, digest, bad, r[0], n[0]);
+    fake_reply_ranges(cfd[1], tag[1], size, digest, bytes, r[1], n[1]);
+    /* The bad range comes back to fake 1 (fake 0 is never asked again). */
+    struct wire_range moved[MAX_FAKE_RANGES];
+    uint32_t nmoved;
+    uint64_t mtag;
+    read_pull_of(cfd[1], &x, 0, size, &mtag, moved, &nmoved);
+    assert_int_equal(nmoved, 1);
+    assert_int_equal(moved[0].off, r[0][0].off);
+    fake_reply_ranges(cfd[1], mtag, size, digest, bytes, moved, nmoved);
+    h_fetch_join(&f, 15000);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the good holder's bytes were not taken: rc %d (%s), status %d", f.rc,
+                 ferry_strerror(f.rc), status);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.chunks_refused - a0.chunks_refused, 1);
+    assert_int_equal(a1.ranges_moved - a0.ranges_moved, 1);
+    h_assert_object(a, &x, size, 0);
+    free(bad);
+    free(bytes);
+    for (int i = 0; i < 2; i++) {
+        close(cfd[i]);
+        close(lfd[i]);
+    }
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* y: x (len bytes, len > 240) changed where XXH3_64bits_withSeed(., len, seed = len), ferry's
+ * digest before SHA-256, cannot see it. For len > 240 XXH3 reads each 64-byte stripe s of a
+ * 1024-byte block against the (seed-derived) secret at 8 s: lane l's word d, with k the secret's
+ * word at 8 s + 8 l, adds d to acc[l ^ 1] and lo32(d ^ k) * hi32(d ^ k) to acc[l]. A lane-0
+ * word d = u << 32 | lo32(k) makes the product 0; u + 1 in stripe 0 and u - 1 in stripe 1 leave
+ * both sums, hence the hash, as they were. */
+static void xxh3_twin(uint8_t *x, uint8_t *y, size_t len)
+{
+    uint8_t secret[XXH3_SECRET_DEFAULT_SIZE];
+    XXH3_generateSecret_fromSeed(secret, len);
+    for (int s = 0; s < 2; s++)
+        h_le64(x + 64 * s, (uint64_t)(0x1000u + s) << 32 | (uint32_t)h_rd64(secret + 8 * s));
+    memcpy(y, x, len);
+    h_le64(y, h_rd64(x) + (1ull << 32));
+    h_le64(y + 64, h_rd64(x + 64) - (1ull << 32));
+    assert_memory_not_equal(x, y, len);
+    assert_true(XXH3_64bits_withSeed(x, len, len) == XXH3_64bits_withSeed(y, len, len));
+}
+
+/* Fetches x on c (timeout_ms): 1 and x's bytes in got (len) when it came, 0 when not. */
+static int fetch_bytes(ferry_client *c, const ferry_id *x, uint8_t *got, size_t len,
+                       int64_t timeout_ms)
+{
+    int status = 1;
+    ferry_buffer b;
+    if (ferry_fetch(c, x, 1, timeout_ms, &status) != FERRY_OK || status != FERRY_OK)
+        return 0;
+    assert_int_equal(ferry_get(c, x, 1, 0, &b), FERRY_OK);
+    assert_int_equal(b.data_size, len);
+    memcpy(got, b.data, len);
+    ferry_release(c, x);
+    return 1;
+}
+
+/* A holds x; B puts other bytes under x's id with the same size and XXH3 digest (what ferry's
+ * digest was). B's publication conflicts and B is never listed, so no receiver, with --verify
+ * (C) or without (D), ever seals B's bytes: while A lives they get A's, once A is killed
+ * nothing. With XXH3, B was listed as a second holder and receivers sealed its bytes once A was
+ * gone. */
+H_CLUSTER_TEST(forged_bytes_with_the_same_xxh3_are_refused)
+{
+    const char *const verify[] = {"--verify", NULL};
+    const size_t len = 4096;
+    uint8_t *x = h_pattern(len, 7), *y = malloc(len), *got = malloc(len);
+    assert_non_null(y);
+    assert_non_null(got);
+    xxh3_twin(x, y, len);
+    h_cluster_start(cl, 2, "64M", NULL);
+    h_node_start(cl, C, "64M", verify);
+    h_node_start(cl, D, "64M", NULL);
+    ferry_client *c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = h_node_connect(cl, i);
+    h_assert_nodes(c[A], cl, BIT(A) | BIT(B) | BIT(C) | BIT(D), H_CLUSTER_MS);
+    ferry_id id = h_id("forged");
+
+    assert_int_equal(ferry_put(c[A], &id, x, len, NULL, 0), FERRY_OK);
+    h_assert_where(c[A], cl, &id, BIT(A), H_CLUSTER_MS);
+    uint64_t conflicts = h_stat(c[B], "id_conflicts");
+    assert_int_equal(ferry_put(c[B], &id, y, len, NULL, 0), FERRY_OK); /* local: allowed */
+    assert_true(h_wait_stat_min(c[B], "id_conflicts", conflicts + 1, H_CLUSTER_MS) > conflicts);
+    h_assert_where(c[D], cl, &id, BIT(A), H_CLUSTER_MS);
+
+    for (int i = C; i <= D; i++) { /* A's bytes, then the copy goes (a receiver needs none) */
+        assert_true(fetch_bytes(c[i], &id, got, len, 5000));
+        assert_memory_equal(got, x, len);
+        assert_int_equal(ferry_delete(c[i], &id), FERRY_OK);
+    }
+    h_assert_where(c[D], cl, &id, BIT(A), H_CLUSTER_MS);
+    h_node_kill(cl, A);
+    for (int i = C; i <= D; i++) {
+        if (fetch_bytes(c[i], &id, got, len, 1500))
+            fail_msg("node %d sealed %s bytes after A was killed", i,
+                     memcmp(got, y, len) == 0 ? "B's forged" : "some");
+        assert_int_equal(h_contains(c[i], &id), 0);
+    }
+    for (int i = B; i <= D; i++)
+        ferry_disconnect(c[i]);
+    ferry_disconnect(c[A]);
+    free(got);
+    free(y);
+    free(x);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
@@ -1109,6 +1286,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(fetch_queued_on_a_silent_holder_survives_a_local_put),
+        T(forged_bytes_with_the_same_xxh3_are_refused),
+        T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(slow_but_moving_transfer_is_not_cut_off),

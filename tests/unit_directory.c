@@ -48,6 +48,25 @@ struct answer {
     char other[DIRECTORY_NODE_ID_MAX + 1];
 };
 
+/* A digest whose first 8 bytes are v (little-endian), the rest zero: DG(v) in a call. */
+static const uint8_t *digest_of(uint8_t d[DIGEST_LEN], uint64_t v)
+{
+    memset(d, 0, DIGEST_LEN);
+    for (int i = 0; i < 8; i++)
+        d[i] = (uint8_t)(v >> (8 * i));
+    return d;
+}
+#define DG(v) digest_of((uint8_t[DIGEST_LEN]){0}, (v))
+
+/* The first 8 bytes of a digest, little-endian (what DG put there). */
+static uint64_t digest_u64(const uint8_t d[DIGEST_LEN])
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | d[i];
+    return v;
+}
+
 static void on_answer(void *arg, const struct directory_answer *d)
 {
     struct answer *a = arg;
@@ -63,7 +82,7 @@ static void on_answer(void *arg, const struct directory_answer *d)
                (d->ngone < MAX_ANSWER ? d->ngone : MAX_ANSWER) * sizeof(*d->gone));
     a->has_content = d->has_content;
     a->size = d->size;
-    a->digest = d->digest;
+    a->digest = digest_u64(d->digest);
     snprintf(a->other, sizeof(a->other), "%s", d->other ? d->other : "");
     a->count = d->count;
 }
@@ -175,7 +194,7 @@ static void republish(void *ctx)
 
     r->calls++;
     if (r->d)
-        directory_publish(r->d, &r->id, 10, 0xabc);
+        directory_publish(r->d, &r->id, 10, DG(0xabc));
 }
 
 static void deleted(void *ctx, const ferry_id *id, const char *node)
@@ -542,7 +561,7 @@ static void test_publish_lookup_withdraw(void **state)
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
     bc = directory_counters(b);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     assert_int_equal(directory_counters(a)->published, 1);
 
@@ -594,7 +613,7 @@ static void test_publish_lookup_withdraw(void **state)
     assert_int_equal(bc->cache_hits, 1);
 
     /* A node proved unreachable is forgotten with its holdings. */
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -622,7 +641,7 @@ static void test_dead_node(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -653,7 +672,7 @@ static void test_cached_address_expires(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 0);
     assert_int_equal(ans.n, 1);
@@ -680,7 +699,7 @@ static void test_cancel_and_close(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
 
     assert_int_equal(directory_lookup(b, &x, 1, on_answer, &cancelled), 0);
@@ -761,7 +780,7 @@ static void test_redis_restart(void **state)
     assert_true(run_until(l, is_disconnected, a, TIMEOUT_MS + 200));
     ans = lookup(l, a, &x, 1);
     assert_int_equal(ans.status, FERRY_EDIRECTORY);
-    directory_publish(a, &x, 10, 0xabc); /* dropped: the republish hook restores the truth */
+    directory_publish(a, &x, 10, DG(0xabc)); /* dropped: the republish hook restores the truth */
     run_for(l, 300);
 
     assert_int_equal(redis_fixture_start(&redis), 0);
@@ -781,7 +800,7 @@ static struct answer claim(struct loop *l, struct directory *d, const ferry_id *
 {
     struct answer a = {0};
 
-    assert_int_equal(directory_claim(d, id, 10, digest, on_answer, &a), 0);
+    assert_int_equal(directory_claim(d, id, 10, DG(digest), on_answer, &a), 0);
     assert_int_equal(a.calls, 0);
     assert_true(run_until(l, answered, &a, WAIT_MS));
     return a;
@@ -810,7 +829,7 @@ static void test_incarnations(void **state)
     b = open_node(l, "b", u, NULL);
     first = directory_incarnation(a);
     assert_true(first >> 12 > 1700000000000ull); /* the start time in ms, 2023 or later */
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &added, WAIT_MS));
     ans = lookup(l, b, &x, 1);
     assert_int_equal(ans.n, 1);
@@ -861,9 +880,9 @@ static void test_one_content_per_id(void **state)
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
     c = open_node(l, "c", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
-    directory_publish(b, &x, 10, 0xdef);
+    directory_publish(b, &x, 10, DG(0xdef));
     wait_b[0] = b;
     wait_b[1] = (struct directory *)(uintptr_t)1;
     assert_true(run_until(l, conflicts_are, wait_b, WAIT_MS));
@@ -887,7 +906,7 @@ static void test_one_content_per_id(void **state)
     assert_true(membership_is(&b_has));
 
     /* y's only holder dies: its content no longer binds anyone. */
-    directory_publish(a, &y, 10, 0x111);
+    directory_publish(a, &y, 10, DG(0x111));
     struct membership a_has_y = {&y, "a", 1};
     assert_true(run_until(l, membership_is, &a_has_y, WAIT_MS));
     directory_close(a);
@@ -923,8 +942,8 @@ static void test_delete(void **state)
     a = open_node(l, "a", u, &ra);
     b = open_node(l, "b", u, &rb);
     c = open_node(l, "c", u, &rc);
-    directory_publish(a, &x, 10, 0xabc);
-    directory_publish(b, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
+    directory_publish(b, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
     assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
     run_for(l, 3 * 100); /* every node has read where the events stream starts */
@@ -964,7 +983,7 @@ static void test_claim_and_delete_keep_their_place(void **state)
 
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
-    directory_publish(a, &x, 10, 0xa1);
+    directory_publish(a, &x, 10, DG(0xa1));
     assert_int_equal(directory_delete(a, &x, on_answer, &del), 0);
     ans = claim(l, a, &x, 0xb2);
     assert_int_equal(ans.status, 0);
@@ -989,7 +1008,7 @@ static void test_withdrawal_while_down_is_kept(void **state)
 
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &listed, WAIT_MS));
     redis_fixture_freeze(&redis, 1);
     assert_true(run_until(l, is_disconnected, a, HEARTBEAT_MS + TIMEOUT_MS + 500));
@@ -1024,8 +1043,8 @@ static void test_leave(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     b = open_node(l, "b", u, NULL);
-    directory_publish(a, &x, 10, 0xabc);
-    directory_publish(a, &y, 10, 0xabc);
+    directory_publish(a, &x, 10, DG(0xabc));
+    directory_publish(a, &y, 10, DG(0xabc));
     assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
     directory_leave(a, 2000, on_left, &left);
     assert_int_equal(left, 0);
@@ -1086,7 +1105,7 @@ static void republish_bulk(void *ctx)
     r->calls++;
     for (uint32_t i = 0; i < BULK; i++) {
         memcpy(id.bytes, &i, sizeof(i));
-        directory_publish(r->d, &id, 10, 0xabc);
+        directory_publish(r->d, &id, 10, DG(0xabc));
     }
 }
 

@@ -25,7 +25,7 @@ static uint8_t *three(struct spill_group *g)
         memset(entries[i].id.bytes, 'a' + i, FERRY_ID_SIZE);
         entries[i].data_size = 1000u * (i + 1);
         entries[i].metadata_size = 7;
-        entries[i].digest = 0x1234567890abcdefull + i;
+        memset(entries[i].digest, 0xd0 + i, DIGEST_LEN);
         entries[i].created_ns = 1700000000000000000ull + i;
     }
     memset(entries[1].name, 'n', FERRY_NAME_MAX);

@@ -69,7 +69,7 @@ static void test_refuse_round_trip(void **state)
 static void test_pull_and_reply_round_trip(void **state)
 {
     ferry_id ids[2];
-    struct wire_reply_entry in = {FERRY_ENOENT, 1, 2, 3}, out;
+    struct wire_reply_entry in = {.status = FERRY_ENOENT, .data_size = 1, .metadata_size = 2}, out;
     struct wire_range r;
     struct pbuf b = {0};
     struct wire_msg m;
@@ -88,15 +88,74 @@ static void test_pull_and_reply_round_trip(void **state)
     assert_int_equal(r.off, 0);
     assert_int_equal(r.len, UINT64_MAX);
     b.len = 0;
+    memset(in.digest, 3, DIGEST_LEN);
     start = wire_reply_begin(&b, 42, 1);
     wire_reply_add(&b, &in);
+    wire_reply_leaves(&b, &in);
     proto_frame_end(&b, start);
     assert_int_equal(decode(&b, &m), 0);
-    wire_reply_entry(&m, 0, &out);
+    size_t at = 0;
+    wire_reply_entry(&m, 0, &at, &out);
     assert_int_equal(out.status, FERRY_ENOENT);
     assert_int_equal(out.data_size, 1);
     assert_int_equal(out.metadata_size, 2);
-    assert_int_equal(out.digest, 3);
+    assert_memory_equal(out.digest, in.digest, DIGEST_LEN);
+    assert_int_equal(out.nleaves, 0);
+    pbuf_free(&b);
+}
+
+/* A reply's leaves follow its entries, each entry's count bound to its size: the count of a
+ * 3-chunk object is 3, and anything else (or leaves past the frame) is refused. */
+static void test_reply_leaves_are_bounded_by_the_sizes(void **state)
+{
+    uint8_t leaves[3 * DIGEST_LEN];
+    struct wire_reply_entry one = {.data_size = 10},
+                            three = {.data_size = 2 * DIGEST_CHUNK + 1,
+                                     .nleaves = 3,
+                                     .leaves = leaves},
+                            out;
+    struct pbuf b = {0};
+    struct wire_msg m;
+    size_t start, at = 0;
+
+    for (size_t i = 0; i < sizeof(leaves); i++)
+        leaves[i] = (uint8_t)i;
+    start = wire_reply_begin(&b, 7, 2);
+    wire_reply_add(&b, &one);
+    wire_reply_add(&b, &three);
+    wire_reply_leaves(&b, &one);
+    wire_reply_leaves(&b, &three);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &m), 0);
+    wire_reply_entry(&m, 0, &at, &out);
+    assert_int_equal(out.nleaves, 0);
+    wire_reply_entry(&m, 1, &at, &out);
+    assert_int_equal(out.nleaves, 3);
+    assert_memory_equal(out.leaves, leaves, sizeof(leaves));
+
+    b.len = 0; /* a count that is not the object's chunks */
+    three.nleaves = 2;
+    start = wire_reply_begin(&b, 7, 1);
+    wire_reply_add(&b, &three);
+    wire_reply_leaves(&b, &three);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+
+    b.len = 0; /* the right count, leaves missing */
+    three.nleaves = 3;
+    start = wire_reply_begin(&b, 7, 1);
+    wire_reply_add(&b, &three);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
+
+    b.len = 0; /* leaves for an object of one chunk */
+    one.nleaves = 1;
+    one.leaves = leaves;
+    start = wire_reply_begin(&b, 7, 1);
+    wire_reply_add(&b, &one);
+    wire_reply_leaves(&b, &one);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &m), FERRY_EPROTO);
     pbuf_free(&b);
 }
 
@@ -212,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_handshake_round_trip),
         cmocka_unit_test(test_refuse_round_trip),
         cmocka_unit_test(test_pull_and_reply_round_trip),
+        cmocka_unit_test(test_reply_leaves_are_bounded_by_the_sizes),
         cmocka_unit_test(test_ranged_pull_round_trip),
         cmocka_unit_test(test_malformed_rejected),
         cmocka_unit_test(test_other_version_hello_decodes),

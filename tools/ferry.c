@@ -591,19 +591,22 @@ static int cmd_evict(struct cli *cli, int argc, char **argv)
     return STATUS_OK;
 }
 
-/* hash ID: prints the XXH3 digest of the object's data and metadata, 16 hex digits. */
+/* hash ID: prints the digest of the object's data and metadata (its SHA-256 root, ferry.h),
+ * 64 hex digits, as the directory records it. */
 static int cmd_hash(struct cli *cli, int argc, char **argv)
 {
     struct params p = {.names = {"ID"}, .min = 1};
     ferry_id id;
-    uint64_t digest;
+    uint8_t digest[FERRY_DIGEST_LEN];
     int status = cli_start(cli, argc, argv, NULL, &p, &id);
     if (status != STATUS_OK)
         return status;
-    int err = ferry_hash(cli->client, &id, &digest);
+    int err = ferry_digest(cli->client, &id, digest);
     if (err != FERRY_OK)
         return cli_fail(cli, err);
-    printf("%016" PRIx64 "\n", digest);
+    for (int i = 0; i < FERRY_DIGEST_LEN; i++)
+        printf("%02x", digest[i]);
+    printf("\n");
     return STATUS_OK;
 }
 
@@ -656,7 +659,7 @@ static const struct command {
      "Evicts sealed objects nobody holds, oldest first, and says how many and how much.\n"},
     {"id", "NAME", "print the id NAME stands for", cmd_id,
      "An ID of 40 hex digits is itself; any other NAME stands for its SHA-1.\n"},
-    {"hash", "ID", "print the XXH3 digest of ID's data and metadata", cmd_hash,
+    {"hash", "ID", "print the digest (SHA-256 root) of ID's data and metadata", cmd_hash,
      "The digest is XXH3-64 of the data, then the metadata, in 16 hex digits.\n"},
     {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
      cmd_fetch,

@@ -281,6 +281,7 @@ enum small_call {
     CALL_DELETE,
     CALL_DELETE_CLUSTER,
     CALL_HASH,
+    CALL_DIGEST,
     CALL_EVICT,
     CALL_LIST,
     CALL_STATS,
@@ -293,9 +294,10 @@ enum small_call {
 struct call {
     enum small_call op;
     ferry_id id;
-    uint64_t u64; /* evict: bytes in, freed out; hash: the digest */
-    int flag;     /* contains: present; subscribe: the descriptor */
-    void *array;  /* list, stats, nodes, where: the result (ferry_free) */
+    uint64_t u64;                     /* evict: bytes in, freed out; hash: the digest */
+    uint8_t digest[FERRY_DIGEST_LEN]; /* digest */
+    int flag;                         /* contains: present; subscribe: the descriptor */
+    void *array;                      /* list, stats, nodes, where: the result (ferry_free) */
     size_t n;
     const char *name; /* set_name: UTF-8, kept alive by the caller */
 };
@@ -311,6 +313,8 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_delete_cluster(c, &x->id);
     case CALL_HASH:
         return ferry_hash(c, &x->id, &x->u64);
+    case CALL_DIGEST:
+        return ferry_digest(c, &x->id, x->digest);
     case CALL_EVICT:
         return ferry_evict(c, x->u64, &x->u64);
     case CALL_LIST:
@@ -349,7 +353,7 @@ static int call_main(ClientObject *self, struct call *x)
     return 0;
 }
 
-/* contains, delete and hash: one id, an int or nothing back. */
+/* contains, delete, hash and digest: one id, a bool, an int, bytes or nothing back. */
 static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
 {
     struct call x = {.op = op};
@@ -360,6 +364,8 @@ static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
         return PyBool_FromLong(x.flag);
     if (op == CALL_HASH)
         return PyLong_FromUnsignedLongLong(x.u64);
+    if (op == CALL_DIGEST)
+        return PyBytes_FromStringAndSize((const char *)x.digest, FERRY_DIGEST_LEN);
     Py_RETURN_NONE;
 }
 
@@ -396,6 +402,11 @@ static PyObject *client_delete(ClientObject *self, PyObject *const *args, Py_ssi
 static PyObject *client_hash(ClientObject *self, PyObject *id)
 {
     return id_call(self, id, CALL_HASH);
+}
+
+static PyObject *client_digest(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_DIGEST);
 }
 
 static PyObject *client_set_name(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -619,7 +630,11 @@ static PyMethodDef client_methods[] = {
      "last reference (invisible at once). cluster=True deletes it on every node and in the "
      "directory, and fails fetches waiting for it; StandaloneNode without a directory."},
     {"hash", (PyCFunction)client_hash, METH_O,
-     "hash(id) -> int\n\nThe object's 64-bit XXH3 digest, computed once at seal."},
+     "hash(id) -> int\n\nThe first 8 bytes of digest(id), as a little-endian int."},
+    {"digest", (PyCFunction)client_digest, METH_O,
+     "digest(id) -> bytes\n\nThe object's 32-byte digest, computed once at seal: the root of a "
+     "SHA-256 tree over its data then metadata in 1 MiB chunks (ferry.h, ferry_digest); "
+     "digest(id).hex() is what the directory records."},
     {"evict", (PyCFunction)client_evict, METH_O,
      "evict(nbytes) -> int\n\nEvicts sealed, unreferenced objects, oldest first, until nbytes "
      "are freed; returns the bytes freed."},

@@ -278,19 +278,36 @@ int ferry_delete_cluster(ferry_client *c, const ferry_id *id)
     return delete_request(c, PROTO_DELETE_CLUSTER, id);
 }
 
-int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)
+int ferry_digest(ferry_client *c, const ferry_id *id, uint8_t out[FERRY_DIGEST_LEN])
 {
+    const uint8_t *p;
     int rc;
 
-    if (!id || !digest)
-        return err_set(FERRY_EINVAL, "hash: NULL argument");
+    if (!id || !out)
+        return err_set(FERRY_EINVAL, "digest: NULL argument");
     if ((rc = client_enter(c)) < 0)
         return rc;
     if ((rc = id_call(c, PROTO_HASH, id)) == 0) {
-        *digest = prd_u64(&c->rd);
+        if ((p = prd_bytes(&c->rd, FERRY_DIGEST_LEN)))
+            memcpy(out, p, FERRY_DIGEST_LEN);
         rc = client_reply_end(c);
     }
     return client_leave(c, rc);
+}
+
+int ferry_hash(ferry_client *c, const ferry_id *id, uint64_t *digest)
+{
+    uint8_t root[FERRY_DIGEST_LEN] = {0};
+    int rc;
+
+    if (!digest)
+        return err_set(FERRY_EINVAL, "hash: NULL argument");
+    if ((rc = ferry_digest(c, id, root)) < 0)
+        return rc;
+    *digest = 0;
+    for (int i = 7; i >= 0; i--)
+        *digest = *digest << 8 | root[i];
+    return 0;
 }
 
 int ferry_refresh(ferry_client *c, const ferry_id *ids, size_t n)

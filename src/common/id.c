@@ -1,5 +1,6 @@
 /* id.c - printable ids: 40 hex digits are raw, anything else is named through SHA-1. */
 #include "common/err.h"
+#include "common/hex.h"
 
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -15,26 +16,9 @@ static void sha1_fetch(void)
     sha1 = EVP_MD_fetch(NULL, "SHA1", NULL);
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int id_parse_hex(const char *text, ferry_id *out)
 {
-    for (int i = 0; i < FERRY_ID_SIZE; i++) {
-        int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out->bytes[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
+    return hex_parse(text, FERRY_ID_SIZE, out->bytes) ? -1 : 0;
 }
 
 int ferry_id_parse(const char *text, ferry_id *out)
@@ -69,10 +53,5 @@ int ferry_id_from_name(const void *name, size_t len, ferry_id *out)
 
 void ferry_id_format(const ferry_id *id, char out[2 * FERRY_ID_SIZE + 1])
 {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < FERRY_ID_SIZE; i++) {
-        out[2 * i] = digits[id->bytes[i] >> 4];
-        out[2 * i + 1] = digits[id->bytes[i] & 15];
-    }
-    out[2 * FERRY_ID_SIZE] = '\0';
+    hex_format(id->bytes, FERRY_ID_SIZE, out);
 }

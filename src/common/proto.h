@@ -23,7 +23,9 @@
 #include "ferry.h"
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
-#define PROTO_VERSION 5u /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill */
+/* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
+ * SHA-256 root (common/digest.h) instead of a u64 XXH3 */
+#define PROTO_VERSION 6u
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
@@ -45,7 +47,7 @@ enum proto_type {
     PROTO_LIST = 9,       /* - -> u32 n, n list entries (each ends with its name, a str) */
     PROTO_EVICT = 10,     /* u64 bytes -> u64 freed */
     PROTO_REFRESH = 11,   /* u32 n, n ids -> status */
-    PROTO_HASH = 12,      /* id -> u64 digest */
+    PROTO_HASH = 12,      /* id -> 32-byte digest (the root, common/digest.h) */
     PROTO_STATS = 13,     /* - -> u32 n, n stat entries: the daemon's table, then its transports' */
     PROTO_SUBSCRIBE = 14, /* - -> status, with the subscription socket as SCM_RIGHTS */
     PROTO_STAGE = 15,     /* - -> u64 offset, u64 size: this client's staging area */

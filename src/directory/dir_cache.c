@@ -77,7 +77,7 @@ void dir_holders_remember(struct directory *d, const struct request *r)
     if (!h)
         return;
     h->size = r->a.size;
-    h->digest = r->a.digest;
+    memcpy(h->digest, r->a.digest, DIGEST_LEN);
     h->n = r->a.n;
     for (size_t i = 0; i < r->a.n; i++) {
         memcpy(h->h[i].id, r->nodes[i].id, sizeof(h->h[i].id));
@@ -120,6 +120,6 @@ int dir_answer_from_cache(const struct directory *d, struct request *r)
     r->a.cached = 1;
     r->a.has_content = 1;
     r->a.size = h->size;
-    r->a.digest = h->digest;
+    memcpy(r->a.digest, h->digest, DIGEST_LEN);
     return 1;
 }

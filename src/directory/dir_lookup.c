@@ -268,7 +268,7 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
                 sized = dir_reply_u64(v, 10, &r->a.size) &&
                         dir_string_copy(rec.size, sizeof(rec.size), v);
             else if (strcmp(f->str, "digest") == 0)
-                digested = dir_reply_u64(v, 16, &r->a.digest) &&
+                digested = dir_reply_digest(v, r->a.digest) &&
                            dir_string_copy(rec.digest, sizeof(rec.digest), v);
             else if (strcmp(f->str, "sig") == 0)
                 (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);

@@ -57,6 +57,11 @@ int dir_reply_u64(const redisReply *v, int base, uint64_t *out)
     return 1;
 }
 
+int dir_reply_digest(const redisReply *v, uint8_t out[DIGEST_LEN])
+{
+    return v->type == REDIS_REPLY_STRING && digest_parse(v->str, v->len, out) == 0;
+}
+
 /* The error a reply reports, also among its elements (EXEC's replies); NULL when none. */
 const char *dir_reply_error(const redisReply *r)
 {

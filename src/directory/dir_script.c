@@ -280,8 +280,8 @@ static int parse_published(struct directory *d, const redisReply *rep, struct pu
     if (n != 8 || !dir_string_copy(p->other, sizeof(p->other), r[2]) ||
         !dir_string_copy(p->rec.size, sizeof(p->rec.size), r[3]) ||
         !dir_string_copy(p->rec.digest, sizeof(p->rec.digest), r[4]) ||
-        !dir_reply_u64(r[3], 10, &a->size) || !dir_reply_u64(r[4], 16, &a->digest) ||
-        !dir_reply_u64(r[5], 10, &p->op.size) || !dir_reply_u64(r[6], 16, &p->op.digest) ||
+        !dir_reply_u64(r[3], 10, &a->size) || !dir_reply_digest(r[4], a->digest) ||
+        !dir_reply_u64(r[5], 10, &p->op.size) || !dir_reply_digest(r[6], p->op.digest) ||
         !dir_string_copy(p->rec.sig, sizeof(p->rec.sig), r[7]))
         return -1;
     a->has_content = 1;
@@ -292,11 +292,15 @@ static int parse_published(struct directory *d, const redisReply *rep, struct pu
 static void conflict_report(struct directory *d, const struct directory_answer *a,
                             const struct published *p)
 {
+    char ours[DIGEST_HEX + 1], theirs[DIGEST_HEX + 1];
+
     d->counters.id_conflicts++;
-    log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %016" PRIx64
-             ") than node %s holds (%" PRIu64 " bytes, digest %016" PRIx64
-             "): this copy is not listed, other nodes fetch %s's",
-             p->hex, d->self.id, p->op.size, p->op.digest, p->other, a->size, a->digest, p->other);
+    digest_hex(p->op.digest, ours);
+    digest_hex(a->digest, theirs);
+    log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %s) than node "
+             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed, other nodes "
+             "fetch %s's",
+             p->hex, d->self.id, p->op.size, ours, p->other, a->size, theirs, p->other);
 }
 
 /* A publication that replaced a record not signed with our secret: counted and logged. */
@@ -310,8 +314,8 @@ static void repaired_report(struct directory *d, const char *hex)
 
 /* The arguments the scripts take after their keys. */
 struct publish_args {
-    char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT], digest[U64_TEXT];
-    char sig[DIR_SIG_HEX];
+    char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT];
+    char digest[DIGEST_HEX + 1], sig[DIR_SIG_HEX];
 };
 
 static void object_args(const struct directory *d, const ferry_id *id, struct publish_args *p)
@@ -332,7 +336,7 @@ static int send_publish(struct directory *d, const struct pubop *op, redisCallba
 
     object_args(d, &op->id, &p);
     snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
-    snprintf(p.digest, sizeof(p.digest), "%016" PRIx64, op->digest);
+    digest_hex(op->digest, p.digest);
     p.sig[0] = '\0';
     if (d->secret_len && dir_record_sign(d, p.hex, p.size, p.digest, p.sig) < 0)
         return FERRY_ESYS;
@@ -458,9 +462,12 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
     dir_request_settle(d, r);
 }
 
-void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest)
+void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
+                     const uint8_t digest[DIGEST_LEN])
 {
-    struct pubop op = {.id = r->id, .kind = OP_CLAIM, .size = size, .digest = digest, .r = r};
+    struct pubop op = {.id = r->id, .kind = OP_CLAIM, .size = size, .r = r};
+
+    memcpy(op.digest, digest, DIGEST_LEN);
 
     request_queue(d, r, &op);
 }

@@ -82,9 +82,12 @@ uint64_t directory_incarnation(const struct directory *d)
     return d->self.inc;
 }
 
-void directory_publish(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest)
+void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
+                       const uint8_t digest[DIGEST_LEN])
 {
-    struct pubop op = {.id = *id, .kind = OP_PUBLISH, .size = size, .digest = digest};
+    struct pubop op = {.id = *id, .kind = OP_PUBLISH, .size = size};
+
+    memcpy(op.digest, digest, DIGEST_LEN);
 
     (void)dir_queue_push(d, &op); /* while down: the republish after the next registration */
 }
@@ -128,8 +131,8 @@ int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg)
     return 0;
 }
 
-int directory_claim(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest,
-                    directory_answer_fn *cb, void *arg)
+int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
+                    const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg)
 {
     struct request *r = dir_request_new(REQ_CLAIM, cb, arg);
 

@@ -9,8 +9,8 @@
  *                         disappears when the TTL runs out (a few seconds); one that leaves
  *                         cleanly deletes it
  *   ferry:obj:<40 hex>    hash {size, digest, sig, h:<node-id> = incarnation} - the content of
- *                         the id's first seal (size in decimal, digest as its publisher wrote
- *                         it) and its holders; gone with its last holder
+ *                         the id's first seal (size in decimal, digest: the 64-hex SHA-256
+ *                         root of common/digest.h) and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
  *                         leave removes, in O(objects of that node)
  *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, sig},
@@ -62,6 +62,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/digest.h"
 #include "ferry.h"
 #include "loop/loop.h"
 
@@ -163,7 +164,8 @@ struct directory_answer {
     /* Lookups: the content recorded for the id (has_content 0: none recorded). Claims that
      * failed with FERRY_EEXIST: the content recorded, and a node (other) that holds it. */
     int has_content;
-    uint64_t size, digest;
+    uint64_t size;
+    uint8_t digest[DIGEST_LEN];
     const char *other;
     int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
     uint64_t count; /* deletes: the holders the id was removed from */
@@ -192,9 +194,10 @@ const struct directory_counters *directory_counters(const struct directory *d);
 /* This run's incarnation. */
 uint64_t directory_incarnation(const struct directory *d);
 
-/* Queue a publication (with the object's size, data and metadata, and XXH3 digest) or a
+/* Queue a publication (with the object's size, data and metadata, and digest) or a
  * withdrawal of this node as a holder of id. */
-void directory_publish(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest);
+void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
+                       const uint8_t digest[DIGEST_LEN]);
 void directory_withdraw(struct directory *d, const ferry_id *id);
 
 /* Every callback runs later, never from within the call that asked; each returns 0 or
@@ -207,8 +210,8 @@ int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directo
 int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
 /* Publishes this node as a holder of id with this content now, unless another live node holds
  * other content for it: then FERRY_EEXIST with that node and content. */
-int directory_claim(struct directory *d, const ferry_id *id, uint64_t size, uint64_t digest,
-                    directory_answer_fn *cb, void *arg);
+int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
+                    const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
 /* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook). */
 int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its

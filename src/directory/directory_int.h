@@ -155,8 +155,9 @@ enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE };
 struct pubop {
     ferry_id id;
     int kind;
-    uint64_t size, digest; /* publish, claim */
-    struct request *r;     /* claim, delete: answered when Redis answers, failed if dropped */
+    uint64_t size;              /* publish, claim */
+    uint8_t digest[DIGEST_LEN]; /* publish, claim */
+    struct request *r;          /* claim, delete: answered when Redis answers, failed if dropped */
 };
 
 /* A cluster-wide delete by another node, waiting for the turn to reach the owner. */
@@ -173,7 +174,8 @@ struct holder {
 
 /* The holders (other than this node) a lookup found live for an id, and its content. */
 struct cached_holders {
-    uint64_t size, digest;
+    uint64_t size;
+    uint8_t digest[DIGEST_LEN];
     size_t n;
     struct holder h[];
 };
@@ -291,6 +293,8 @@ void dir_holders_key(char key[OBJ_KEY_MAX], const ferry_id *id);
 int dir_string_copy(char *out, size_t cap, const redisReply *v);
 /* A string reply of only digits of base (10 or 16) that fits a u64, into *out; 0 otherwise. */
 int dir_reply_u64(const redisReply *v, int base, uint64_t *out);
+/* A string reply of DIGEST_HEX hex characters into out; 0 when it is not one. */
+int dir_reply_digest(const redisReply *v, uint8_t out[DIGEST_LEN]);
 /* The error a reply reports, also among its elements; NULL when none. */
 const char *dir_reply_error(const redisReply *r);
 /* dir_reply_error, or "unexpected reply" when the reply holds no error. */
@@ -371,7 +375,8 @@ int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***r
  * said WRONGTYPE. */
 void dir_fix_key(struct directory *d, const char *key, const char *type);
 int dir_send_pubop(struct directory *d, const struct pubop *op);
-void dir_claim_start(struct directory *d, struct request *r, uint64_t size, uint64_t digest);
+void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
+                     const uint8_t digest[DIGEST_LEN]);
 void dir_delete_start(struct directory *d, struct request *r);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */

@@ -203,7 +203,7 @@ void server_notify(struct server *s, int event, const struct object *o)
 static void publish(struct server *s, const struct object *o)
 {
     if (s->dir && o->hashed && o->state == FERRY_STATE_SEALED && !o->deleted && o != s->claimed)
-        directory_publish(s->dir, &o->id, o->data_size + o->metadata_size, o->hash);
+        directory_publish(s->dir, &o->id, o->data_size + o->metadata_size, o->root);
 }
 
 static void on_sealed(void *ctx, const struct object *o)
@@ -637,7 +637,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     /* The prefaulter starts last: registering the arena with a fabric provider waited behind
      * it for the address space's lock (17 s on a busy 2-core machine, the prefaulter being at
      * idle priority). */
-    if ((rc = open_signals(s)) < 0 || (rc = hasher_start(&s->store.hasher)) < 0 ||
+    if ((rc = open_signals(s)) < 0 ||
+        (rc = hasher_start(&s->store.hasher, STORE_HASHER_THREADS)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
                              on_hasher, s)) < 0 ||
         (rc = open_spill(s)) < 0 || (rc = open_cluster(s)) < 0 || (rc = open_metrics(s)) < 0 ||

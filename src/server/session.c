@@ -66,6 +66,15 @@ static int reply_u64(struct session *ss, const struct proto_request *q, uint64_t
     return 0;
 }
 
+/* HASH: the object's root. */
+static int reply_digest(struct session *ss, const struct proto_request *q, const struct object *o)
+{
+    size_t start = session_reply_begin(ss, q, 0);
+    pbuf_put(&ss->out, o->root, DIGEST_LEN);
+    proto_frame_end(&ss->out, start);
+    return 0;
+}
+
 /* ---- references held by the session ---- */
 
 int session_held_add(struct session *ss, struct object *o)
@@ -331,7 +340,7 @@ void session_hash_ready(struct server *srv, struct object *o)
         if (ss->hash_wait != o)
             continue;
         hash_unwait(ss);
-        reply_u64(ss, &(struct proto_request){.type = PROTO_HASH, .tag = ss->hash_tag}, o->hash);
+        reply_digest(ss, &(struct proto_request){.type = PROTO_HASH, .tag = ss->hash_tag}, o);
         server_schedule(srv, ss);
     }
 }
@@ -346,7 +355,7 @@ static int handle_hash(struct session *ss, const struct proto_request *q)
         hash_wait(ss, o, q->tag);
         return 0;
     }
-    return reply_u64(ss, q, o->hash);
+    return reply_digest(ss, q, o);
 }
 
 static int handle_evict(struct session *ss, const struct proto_request *q)

@@ -106,7 +106,7 @@ static void seal_commit(struct session *ss, struct object *o)
     struct server *srv = ss->srv;
 
     srv->claimed = o;
-    store_seal_digest(&srv->store, o, o->hash);
+    store_seal_digest(&srv->store, o, o->root, o->leaves);
     srv->claimed = NULL;
     put_timed(srv, o);
     if (ss->seal.type == PROTO_PUT_BATCH)
@@ -147,9 +147,11 @@ static void seal_claimed(void *arg, const struct directory_answer *a)
         return;
     }
     if (status == FERRY_EEXIST) {
+        char hex[DIGEST_HEX + 1];
+        digest_hex(a->digest, hex);
         snprintf(why, sizeof(why),
-                 "exists on node %s with other content (%" PRIu64 " bytes, digest %016" PRIx64 ")",
-                 a->other ? a->other : "(unknown)", a->size, a->digest);
+                 "exists on node %s with other content (%" PRIu64 " bytes, digest %s)",
+                 a->other ? a->other : "(unknown)", a->size, hex);
     } else {
         snprintf(why, sizeof(why), "not sealed: --strict-ids needs the directory: %s",
                  ferry_strerror(status));
@@ -165,7 +167,7 @@ static void seal_claim(struct session *ss, struct object *o, uint32_t i)
 {
     const struct server *srv = ss->srv;
 
-    if (directory_claim(srv->dir, &o->id, o->data_size + o->metadata_size, o->hash, seal_claimed,
+    if (directory_claim(srv->dir, &o->id, o->data_size + o->metadata_size, o->root, seal_claimed,
                         ss) < 0) {
         seal_drop(ss, o, FERRY_ENOMEM);
         seal_settle(ss, i, FERRY_ENOMEM, ferry_errmsg());

@@ -97,6 +97,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->ranges_in = ec->ranges_in;
         out->ranges_moved = ec->ranges_moved;
         out->split_fallbacks = ec->split_fallbacks;
+        out->chunks_refused = ec->chunks_refused;
         out->ranges_out = ec->ranges_out;
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;

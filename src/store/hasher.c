@@ -4,42 +4,21 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/err.h"
 
 struct hasher {
-    pthread_t thread;
+    pthread_t threads[HASHER_THREADS_MAX];
+    unsigned nthreads;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_cond_t idle;                        /* signalled when pending is empty and busy is 0 */
-    int busy;                                   /* guarded by lock: the worker is hashing */
+    int busy;                                   /* guarded by lock: workers hashing */
     struct hasher_job *pending, **pending_tail; /* guarded by lock */
     struct hasher_job *done, **done_tail;       /* guarded by lock */
     int stopping;                               /* guarded by lock */
     int efd;
 };
-
-static void run(struct hasher_job *job)
-{
-    switch (job->kind) {
-    case HASHER_ONESHOT:
-        job->digest = XXH3_64bits_withSeed(job->bytes, job->len, job->seed);
-        break;
-    case HASHER_UPDATE:
-        (void)XXH3_64bits_update(job->state, job->bytes, job->len); /* fails only on NULL */
-        break;
-    case HASHER_FINISH:
-        job->digest = XXH3_64bits_digest(job->state);
-        XXH3_freeState(job->state);
-        job->state = NULL;
-        break;
-    case HASHER_DROP:
-        XXH3_freeState(job->state);
-        job->state = NULL;
-        break;
-    }
-}
 
 static void *worker(void *arg)
 {
@@ -55,15 +34,15 @@ static void *worker(void *arg)
             break;
         if (!(h->pending = job->next))
             h->pending_tail = &h->pending;
-        h->busy = 1;
+        h->busy++;
         pthread_mutex_unlock(&h->lock);
-        run(job);
+        job->status = digest_leaves_of(job->bytes, job->size, job->first, job->n, job->leaves);
         job->next = NULL;
         pthread_mutex_lock(&h->lock);
         *h->done_tail = job;
         h->done_tail = &job->next;
-        h->busy = 0;
-        if (!h->pending)
+        h->busy--;
+        if (!h->pending && !h->busy)
             pthread_cond_broadcast(&h->idle);
         /* Cannot fail: the counter does not overflow at one increment per job. */
         ssize_t n = write(h->efd, &one, sizeof(one));
@@ -73,12 +52,26 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int hasher_start(struct hasher **out)
+/* Stops the first n workers (the others never started). */
+static void stop_workers(struct hasher *h, unsigned n)
 {
-    struct hasher *h = calloc(1, sizeof(*h));
+    pthread_mutex_lock(&h->lock);
+    h->stopping = 1;
+    pthread_cond_broadcast(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(h->threads[i], NULL);
+}
+
+int hasher_start(struct hasher **out, unsigned threads)
+{
+    struct hasher *h;
     int rc;
 
-    if (!h)
+    if (threads < 1 || threads > HASHER_THREADS_MAX)
+        return err_set(FERRY_EINVAL, "hasher threads: %u, not 1 to %u", threads,
+                       HASHER_THREADS_MAX);
+    if (!(h = calloc(1, sizeof(*h))))
         return err_set(FERRY_ENOMEM, "hasher");
     h->pending_tail = &h->pending;
     h->done_tail = &h->done;
@@ -90,14 +83,17 @@ int hasher_start(struct hasher **out)
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->wake, NULL);
     pthread_cond_init(&h->idle, NULL);
-    if ((rc = pthread_create(&h->thread, NULL, worker, h)) != 0) {
-        rc = err_set(FERRY_ESYS, "pthread_create(hasher): error %d", rc);
-        goto destroy_sync;
+    for (; h->nthreads < threads; h->nthreads++) {
+        if ((rc = pthread_create(&h->threads[h->nthreads], NULL, worker, h)) != 0) {
+            rc = err_set(FERRY_ESYS, "pthread_create(hasher): error %d", rc);
+            goto stop_started;
+        }
     }
     *out = h;
     return 0;
 
-destroy_sync:
+stop_started:
+    stop_workers(h, h->nthreads);
     pthread_cond_destroy(&h->idle);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
@@ -111,11 +107,7 @@ struct hasher_job *hasher_stop(struct hasher *h)
 {
     struct hasher_job *jobs;
 
-    pthread_mutex_lock(&h->lock);
-    h->stopping = 1;
-    pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->lock);
-    pthread_join(h->thread, NULL);
+    stop_workers(h, h->nthreads);
     jobs = hasher_take_done(h);
     pthread_cond_destroy(&h->idle);
     pthread_cond_destroy(&h->wake);

@@ -1,43 +1,43 @@
 /*
- * hasher.h - digests of large sealed objects, computed on a worker thread so that a seal of
- * a 64 MiB object does not stall the event loop (and every other client) for milliseconds.
+ * hasher.h - leaves of object digests (common/digest.h), computed on worker threads so that a
+ * seal of a 64 MiB object does not stall the event loop (and every other client) for tens of
+ * milliseconds: the chunks of one object are cut into jobs that the threads share.
  *
  * Ownership and locking: a job belongs to the caller until hasher_submit(), to the hasher
- * until hasher_take_done() returns it. `pending` and `done` are guarded by `lock`; the worker
- * writes job->digest before moving the job to `done` under the lock, so the caller reads it
- * after taking the job, with the mutex ordering the two. The bytes hashed must stay mapped
- * and unchanged until the job is taken back (the store pins the object meanwhile).
+ * until hasher_take_done() returns it. `pending` and `done` are guarded by `lock`; a worker
+ * writes job->leaves and job->status before moving the job to `done` under the lock, so the
+ * caller reads them after taking the job, with the mutex ordering the two. Jobs are
+ * independent: they finish in any order. The bytes hashed must stay mapped until the job is
+ * taken back (the store pins the object meanwhile; a receiver whose object went away only
+ * drops the result).
  */
 #ifndef FERRY_HASHER_H
 #define FERRY_HASHER_H
 
 #include <stdint.h>
-#include <xxhash.h>
+
+#include "common/digest.h"
 
 struct hasher;
 
-/* What a job does. A digest taken in pieces (HASHER_UPDATE, then HASHER_FINISH or
- * HASHER_DROP) lives in a state that only the worker touches once its first job is submitted:
- * jobs run one at a time in the order submitted, so its pieces go in in order. */
-enum hasher_kind {
-    HASHER_ONESHOT, /* digest = XXH3_64bits_withSeed(bytes, len, seed) */
-    HASHER_UPDATE,  /* bytes[0..len) into state */
-    HASHER_FINISH,  /* digest = the state's digest; the state is freed */
-    HASHER_DROP,    /* the state is freed */
-};
-
+/* Leaves [first, first + n) of the object at bytes (size bytes in all) into leaves. */
 struct hasher_job {
-    int kind; /* enum hasher_kind */
     const uint8_t *bytes;
-    uint64_t len, seed;
-    XXH3_state_t *state; /* HASHER_UPDATE, _FINISH, _DROP */
-    uint64_t digest;     /* the result */
+    uint64_t size, first, n;
+    uint8_t *leaves; /* n * DIGEST_LEN bytes: the result */
+    int status;      /* 0, or FERRY_ESYS when OpenSSL failed */
     void *arg;
     struct hasher_job *next;
 };
 
-int hasher_start(struct hasher **out);
-/* Finishes the jobs submitted, stops the worker, frees h and returns the finished jobs that
+/* Jobs of one object are cut at this many chunks, so that the threads share it. */
+#define HASHER_JOB_CHUNKS 4u
+/* Worker threads per hasher (the machine's cores, at most). */
+#define HASHER_THREADS_MAX 8u
+
+/* threads: 1 to HASHER_THREADS_MAX workers. */
+int hasher_start(struct hasher **out, unsigned threads);
+/* Finishes the jobs submitted, stops the workers, frees h and returns the finished jobs that
  * were not taken yet. */
 struct hasher_job *hasher_stop(struct hasher *h);
 /* Blocks until every submitted job is finished (for callers that cannot go on without

@@ -59,6 +59,8 @@ struct spill_job {
     uint8_t *mem;             /* write: the object's bytes; read: where they go */
     struct spill_rec *rec;    /* read: the record; write: the new one (NULL if it failed) */
     int status;               /* 0, or FERRY_ENOSPACE, FERRY_ESYS, FERRY_EIO */
+    uint8_t *leaves;          /* read, status 0: the bytes' leaves (malloc'd; NULL for one
+                               * chunk), the caller's to keep or free */
     char why[256];            /* what failed, with the file and offset */
     void *arg;                /* the caller's */
     /* The spill's. */
@@ -95,7 +97,8 @@ int spill_fd(const struct spill *sp);
 /* Queues the write of job->entry's object from job->mem: FERRY_ENOSPACE (detail with the
  * figures) when the directory's limit has no room for it, nothing queued then. */
 int spill_write(struct spill *sp, struct spill_job *job);
-/* Queues the read of job->rec into job->mem; the bytes are checked against the digest. */
+/* Queues the read of job->rec into job->mem; the bytes are checked against the digest (their
+ * leaves, computed for that, come back in job->leaves). */
 void spill_read(struct spill *sp, struct spill_job *job);
 /* The record's object is gone: its entry is flagged deleted on disk, its bytes' blocks freed,
  * and a segment left with nothing live removed. r is invalid after. */

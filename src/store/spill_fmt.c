@@ -23,7 +23,7 @@ uint64_t spill_hdr_len(const struct spill_entry *e, uint32_t n)
 int spill_entry_equal(const struct spill_entry *a, const struct spill_entry *b)
 {
     return memcmp(a->id.bytes, b->id.bytes, FERRY_ID_SIZE) == 0 && a->data_size == b->data_size &&
-           a->metadata_size == b->metadata_size && a->digest == b->digest &&
+           a->metadata_size == b->metadata_size && memcmp(a->digest, b->digest, DIGEST_LEN) == 0 &&
            a->created_ns == b->created_ns && a->payload_off == b->payload_off &&
            a->flags == b->flags && strcmp(a->name, b->name) == 0;
 }
@@ -72,7 +72,8 @@ void spill_hdr_encode(uint8_t *buf, const struct spill_group *g, const struct sp
         p += FERRY_ID_SIZE;
         p = put64(p, e[i].data_size);
         p = put64(p, e[i].metadata_size);
-        p = put64(p, e[i].digest);
+        memcpy(p, e[i].digest, DIGEST_LEN);
+        p += DIGEST_LEN;
         p = put64(p, e[i].created_ns);
         p = put64(p, e[i].payload_off);
         *p++ = e[i].flags;
@@ -154,12 +155,13 @@ static int decode_entry(const uint8_t **pp, const uint8_t *end, const struct spi
     p += FERRY_ID_SIZE;
     e->data_size = get64(p);
     e->metadata_size = get64(p + 8);
-    e->digest = get64(p + 16);
-    e->created_ns = get64(p + 24);
-    e->payload_off = get64(p + 32);
-    e->flags = p[40];
-    len = p[41];
-    p += 42;
+    memcpy(e->digest, p + 16, DIGEST_LEN);
+    p += 16 + DIGEST_LEN;
+    e->created_ns = get64(p);
+    e->payload_off = get64(p + 8);
+    e->flags = p[16];
+    len = p[17];
+    p += 18;
     if ((uint64_t)(end - p) < len)
         return err_set(FERRY_EPROTO, "a name overruns the header");
     memcpy(e->name, p, len);

@@ -13,9 +13,14 @@
  *
  * Header, little-endian: magic u64, version u32, n u32, seq u64, hdr_len u64, group_len u64,
  * checksum u64 (XXH3 of the hdr_len bytes with this field and the MAC zero), MAC (32 bytes:
- * spill_hdr_sign, zero without a key), then n entries: id,
- * data_size u64, metadata_size u64, digest u64, created_ns u64, payload_off u64, flags u8,
- * name as u8 length + bytes; zeroes to hdr_len.
+ * spill_hdr_sign, zero without a key), then n entries: id, data_size u64, metadata_size u64,
+ * digest (DIGEST_LEN bytes: the root), created_ns u64, payload_off u64, flags u8, name as u8
+ * length + bytes; zeroes to hdr_len.
+ *
+ * Version 2 carries the SHA-256 root (common/digest.h) and the MAC; version 1 carried an XXH3
+ * digest. Segments of another version are left alone, neither taken nor cut (spill.c): bytes
+ * only ever checked with a forgeable hash must not get the new digest's trust by a rehash, so
+ * the operator decides (move the directory aside).
  */
 #ifndef FERRY_SPILL_FMT_H
 #define FERRY_SPILL_FMT_H
@@ -23,13 +28,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/digest.h"
 #include "ferry.h"
 
 #define SPILL_MAGIC 0x31504c5359525246ull /* "FRRYSLP1" */
 #define SPILL_VERSION 2u
 #define SPILL_BLOCK 4096u
 #define SPILL_FIXED_SIZE 80u
-#define SPILL_ENTRY_FIXED (FERRY_ID_SIZE + 6u * 8u + 1u + 1u)
+#define SPILL_ENTRY_FIXED (FERRY_ID_SIZE + 5u * 8u + DIGEST_LEN + 1u + 1u)
 #define SPILL_ENTRIES_MAX 256u /* objects in one group */
 /* The largest header: every entry with the longest name. */
 #define SPILL_HDR_MAX                                                                              \
@@ -42,7 +48,7 @@
 struct spill_entry {
     ferry_id id;
     uint64_t data_size, metadata_size;
-    uint64_t digest; /* the object's XXH3, seeded with data_size (ferry_hash) */
+    uint8_t digest[DIGEST_LEN]; /* the object's root (ferry_digest) */
     uint64_t created_ns;
     uint64_t payload_off; /* from the group's start */
     uint8_t flags;        /* SPILL_ENTRY_DELETED */
@@ -82,7 +88,8 @@ int spill_hdr_verify(const uint8_t *buf, uint64_t len, const uint8_t *key, uint3
                      uint64_t off);
 
 /* Reads the fixed part from the first len bytes (at least SPILL_FIXED_SIZE) and checks what it
- * can: magic, version, n, lengths. FERRY_EPROTO (detail set) when it is not a group's header. */
+ * can: magic, version, n, lengths. FERRY_EPROTO (detail set) when it is not a group's header,
+ * among them one of another format version. */
 int spill_hdr_decode_fixed(const uint8_t *buf, size_t len, struct spill_group *g);
 
 /* Reads a whole header (g->hdr_len bytes, its fixed part decoded into g) into e[0..g->n),

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -286,11 +285,24 @@ static void read_fail(struct spill *sp, struct spill_job *job, int status, const
 /* The last chunk is in: the bytes must be the object's. */
 static void read_finish(struct spill *sp, struct spill_job *job)
 {
-    uint64_t len = job_len(job);
+    uint64_t len = job_len(job), n = digest_leaves(len);
+    uint8_t root[DIGEST_LEN], one[DIGEST_LEN] = {0}, *leaves;
 
-    if (job->status == 0 &&
-        XXH3_64bits_withSeed(job->mem, len, job->entry.data_size) != job->entry.digest)
+    if (job->status)
+        return;
+    if (!(leaves = n > 1 ? malloc(n * DIGEST_LEN) : one)) {
+        read_fail(sp, job, FERRY_ENOMEM, "%s: no memory for its leaves", "spill");
+        return;
+    }
+    if (digest_leaves_of(job->mem, len, 0, n, leaves) < 0 ||
+        digest_root(job->entry.data_size, job->entry.metadata_size, leaves, n, root) < 0 ||
+        memcmp(root, job->entry.digest, DIGEST_LEN) != 0) {
         read_fail(sp, job, FERRY_EIO, "%s: its bytes on disk do not match its digest", "spill");
+        if (leaves != one)
+            free(leaves);
+        return;
+    }
+    job->leaves = leaves != one ? leaves : NULL;
 }
 
 /* Reads [from, to) of the file (aligned) through bounce, keeping the object's part. */

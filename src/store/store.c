@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/err.h"
+#include "common/log.h"
 #include "common/proto.h"
 #include "common/size.h"
 
@@ -115,6 +115,7 @@ void store_object_free(struct store *s, struct object *o)
         alloc_free(s->alloc, o->block);
         s->room_freed = 1;
     }
+    free(o->leaves);
     free(o->name);
     free(o);
 }
@@ -140,6 +141,9 @@ int store_set_name(struct store *s, struct object *o, const char *name)
     return 0;
 }
 
+static void hash_now(struct store *s, struct object *o);
+
+/* A job of o's is back; with the last, o's root is taken over its leaves (microseconds). */
 static void finish_hashes(struct store *s, struct hasher_job *jobs)
 {
     struct hasher_job *job;
@@ -147,8 +151,15 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
     while ((job = jobs)) {
         struct object *o = job->arg;
         jobs = job->next;
-        o->hash = job->digest;
+        o->hash_failed |= job->status < 0;
         free(job);
+        if (--o->hash_jobs)
+            continue;
+        if (o->hash_failed ||
+            digest_root(o->data_size, o->metadata_size, o->leaves ? o->leaves : o->root,
+                        digest_leaves(o->data_size + o->metadata_size), o->root) < 0)
+            hash_now(s, o); /* OpenSSL failed on a thread: once more here */
+        o->hash_failed = 0;
         o->hashed = 1;
         o->hashing = 0;
         if (o->hash_counted)
@@ -372,24 +383,47 @@ free_object:
     return rc;
 }
 
-/* Starts the digest of o on the hasher, pinning o until it is in; 0 when started. */
-/* Submits o to the hasher; evictable: o will be evictable once hashed (a seal), so that its
- * bytes count in hashing_bytes, which eviction may wait for. */
+/* Submits o's chunks to the hasher in jobs of HASHER_JOB_CHUNKS, which its threads share,
+ * pinning o until the last is back; 0 when started. evictable: o will be evictable once hashed
+ * (a seal), so that its bytes count in hashing_bytes, which eviction may wait for. */
 static int hash_later(struct store *s, struct object *o, uint64_t len, int evictable)
 {
-    struct hasher_job *job;
+    uint64_t n = digest_leaves(len), njobs = (n + HASHER_JOB_CHUNKS - 1) / HASHER_JOB_CHUNKS;
+    struct hasher_job **jobs;
 
-    if (!s->hasher || len <= STORE_INLINE_HASH_MAX || !(job = calloc(1, sizeof(*job))))
+    if (!s->hasher || len <= STORE_INLINE_HASH_MAX || !(jobs = calloc(njobs, sizeof(*jobs))))
         return -1;
-    job->bytes = s->base + o->offset;
-    job->len = len;
-    job->seed = o->data_size;
-    job->arg = o;
+    free(o->leaves);
+    o->leaves = n > 1 ? malloc(n * DIGEST_LEN) : NULL;
+    for (uint64_t j = 0; j < njobs && (o->leaves || n == 1); j++) {
+        if (!(jobs[j] = calloc(1, sizeof(*jobs[j])))) {
+            while (j) { /* all or none: hashed on the loop */
+                free(jobs[--j]);
+                jobs[j] = NULL;
+            }
+            break;
+        }
+        uint64_t first = j * HASHER_JOB_CHUNKS;
+        *jobs[j] =
+            (struct hasher_job){.bytes = s->base + o->offset,
+                                .size = len,
+                                .first = first,
+                                .n = n - first < HASHER_JOB_CHUNKS ? n - first : HASHER_JOB_CHUNKS,
+                                .leaves = (o->leaves ? o->leaves : o->root) + first * DIGEST_LEN,
+                                .arg = o};
+    }
+    if (!jobs[0]) { /* no memory: hashed on the loop */
+        free(jobs);
+        return -1;
+    }
     o->hashing = 1;
+    o->hash_jobs = (uint32_t)njobs;
     o->hash_counted = (uint8_t)evictable;
     if (evictable)
         s->hashing_bytes += store_block_size(o);
-    hasher_submit(s->hasher, job);
+    for (uint64_t j = 0; j < njobs; j++)
+        hasher_submit(s->hasher, jobs[j]);
+    free(jobs);
     return 0;
 }
 
@@ -407,15 +441,30 @@ static void seal_visible(struct store *s, struct object *o)
     store_spill_pump(s);
 }
 
+/* o's root and leaves, on the loop. Only OpenSSL failing to allocate fails: then the
+ * root is zero, which matches no content (its fetches fail, its publication conflicts). */
+static void hash_now(struct store *s, struct object *o)
+{
+    uint64_t len = o->data_size + o->metadata_size, n = digest_leaves(len);
+    uint8_t *leaves = n > 1 ? malloc(n * DIGEST_LEN) : o->root;
+
+    if (!leaves || digest_leaves_of(s->base + o->offset, len, 0, n, leaves) < 0 ||
+        digest_root(o->data_size, o->metadata_size, leaves, n, o->root) < 0) {
+        log_error("the digest of an object of %" PRIu64 " bytes failed: %s", len, ferry_errmsg());
+        memset(o->root, 0, sizeof(o->root));
+    }
+    if (leaves != o->root) {
+        free(o->leaves);
+        o->leaves = leaves;
+    }
+}
+
 /* o's digest, now (1) or from the hasher (0). */
 static int hash_object(struct store *s, struct object *o, int evictable)
 {
-    uint64_t len = o->data_size + o->metadata_size;
-
-    if (hash_later(s, o, len, evictable) == 0)
+    if (hash_later(s, o, o->data_size + o->metadata_size, evictable) == 0)
         return 0;
-    /* The sizes seed the digest so that moving the data/metadata boundary changes it. */
-    o->hash = XXH3_64bits_withSeed(s->base + o->offset, len, o->data_size);
+    hash_now(s, o);
     o->hashed = 1;
     return 1;
 }
@@ -431,9 +480,14 @@ void store_seal(struct store *s, struct object *o)
     seal_visible(s, o);
 }
 
-void store_seal_digest(struct store *s, struct object *o, uint64_t digest)
+void store_seal_digest(struct store *s, struct object *o, const uint8_t root[DIGEST_LEN],
+                       uint8_t *leaves)
 {
-    o->hash = digest;
+    memcpy(o->root, root, DIGEST_LEN);
+    if (leaves != o->leaves) {
+        free(o->leaves);
+        o->leaves = leaves;
+    }
     o->hashed = 1;
     seal_visible(s, o);
 }

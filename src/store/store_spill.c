@@ -32,8 +32,8 @@ static int write_object(struct store *s, struct object *o)
     job->entry = (struct spill_entry){.id = o->id,
                                       .data_size = o->data_size,
                                       .metadata_size = o->metadata_size,
-                                      .digest = o->hash,
                                       .created_ns = o->created_ns};
+    memcpy(job->entry.digest, o->root, DIGEST_LEN);
     snprintf(job->entry.name, sizeof(job->entry.name), "%s", o->name ? o->name : "");
     job->mem = s->base + o->offset;
     job->arg = o;
@@ -187,10 +187,9 @@ static int restore_start(struct store *s, struct object *o)
         phase = spill_rec_phase(s->spill, o->rec);
         o->offset += (phase + align - o->offset % align) % align;
     }
-    job->entry = (struct spill_entry){.id = o->id,
-                                      .data_size = o->data_size,
-                                      .metadata_size = o->metadata_size,
-                                      .digest = o->hash};
+    job->entry = (struct spill_entry){
+        .id = o->id, .data_size = o->data_size, .metadata_size = o->metadata_size};
+    memcpy(job->entry.digest, o->root, DIGEST_LEN);
     job->mem = s->base + o->offset;
     job->rec = o->rec;
     job->arg = o;
@@ -239,6 +238,12 @@ static void read_done(struct store *s, struct spill_job *job)
     char hex[2 * FERRY_ID_SIZE + 1];
     int status = job->status;
 
+    if (status == 0 && !o->leaves) { /* found on disk at start: its leaves are new */
+        o->leaves = job->leaves;
+        job->leaves = NULL;
+    }
+    free(job->leaves);
+    job->leaves = NULL;
     if (status == 0 && o->deleted) { /* its waiters are not for this one any more */
         o->spilled = 0;              /* a delete counted it out already */
         err_set(FERRY_ENOENT, "deleted while it was being restored");
@@ -369,7 +374,9 @@ static void found(void *ctx, struct spill *sp, const struct spill_entry *e, stru
     }
     o->data_size = e->data_size;
     o->metadata_size = e->metadata_size;
-    o->hash = e->digest;
+    memcpy(o->root, e->digest, DIGEST_LEN);
+    free(o->leaves); /* another record's: this one's come with its first restore */
+    o->leaves = NULL;
     o->created_ns = e->created_ns;
     o->rec = r;
     free(o->name);

@@ -179,7 +179,7 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->cfg.secret = NULL; /* not kept: the auth module has its copy */
     if (cfg->transport && strcmp(cfg->transport, "auto") != 0)
         snprintf(e->only, sizeof(e->only), "%s", cfg->transport);
-    if ((rc = hasher_start(&e->verifier)) < 0)
+    if ((rc = hasher_start(&e->verifier, STORE_HASHER_THREADS)) < 0)
         goto free_secret;
     if ((rc = loop_watch_add(l, &e->verifier_watch, hasher_fd(e->verifier), LOOP_READ,
                              eng_on_verified, e)) < 0)
@@ -213,7 +213,7 @@ free_e:
 void engine_close(struct engine *e)
 {
     struct loop *l = e ? e->loop : NULL;
-    struct hasher_job *job, *next;
+    struct hasher_job *job;
     struct want *w;
     size_t pos = 0;
 
@@ -256,19 +256,8 @@ void engine_close(struct engine *e)
     close_transports(e);
     loop_watch_del(l, &e->verifier_watch);
     job = hasher_stop(e->verifier);
-    e->verifier = NULL; /* streamed digests still held are freed here (eng_stream_drop) */
-    for (; job; job = next) {
-        struct want *v = job->arg;
-        next = job->next;
-        if (v) {
-            v->busy = 0;
-            if (v->done) {
-                store_abort(e->store, v->obj);
-                eng_want_free(v);
-            }
-        }
-        free(job);
-    }
+    e->verifier = NULL;
+    eng_checks_closed(e, job);
     /* Every want left: abort its partial object, free it without answering (the owner is
      * going away too). */
     while ((w = idmap_next(&e->wants, &pos, NULL))) {

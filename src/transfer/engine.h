@@ -98,6 +98,7 @@ struct engine_counters {
     uint64_t ranges_moved;        /* ranges moved to another holder after theirs failed */
     uint64_t split_fallbacks;     /* split fetches that ran out of holders: fetched whole */
     uint64_t ranges_out;          /* ranges of objects sent (ranged pulls) */
+    uint64_t chunks_refused;      /* chunks received that did not match their holder's leaf */
     struct hist transfer_latency; /* from the first want of an object to its seal here */
 };
 

@@ -390,7 +390,11 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     *pinning += len;
     re[i].data_size = o->data_size;
     re[i].metadata_size = o->metadata_size;
-    re[i].digest = o->hashed ? o->hash : 0;
+    if (o->hashed) { /* with its leaves, so that the receiver checks each chunk as it lands */
+        memcpy(re[i].digest, o->root, DIGEST_LEN);
+        re[i].nleaves = o->leaves ? (uint32_t)digest_leaves(object_bytes(o)) : 0;
+        re[i].leaves = o->leaves;
+    }
 }
 
 /* Answers one pull: the reply, then the bytes of each object pinned for it. */
@@ -411,6 +415,8 @@ static int hpull_answer(struct inconn *ic, struct hpull *hp)
     size_t start = wire_reply_begin(&b, hp->tag, hp->n);
     for (uint32_t i = 0; i < hp->n; i++)
         wire_reply_add(&b, &re[i]);
+    for (uint32_t i = 0; i < hp->n; i++)
+        wire_reply_leaves(&b, &re[i]);
     auth_seal(&ic->as, &b, start);
     rc = in_send(ic, &b);
     ic->conn->eager_max = hp->eager_max;

@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/err.h"
@@ -111,13 +110,12 @@
 /* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
  * providers start from the generic one. */
 #define EAGER_DEFAULT (64u << 10)
-/* The landed bytes hashed at once (fewer at the end): small enough to be still in cache. */
-#define STREAM_PIECE (256u << 10)
 /* An object is fetched in ranges from at most this many holders at once, this many ranges
- * from each (of at least ENGINE_SPLIT_CHUNK_MIN bytes), dealt in turn. */
+ * from each (whole chunks of the digest, at least ENGINE_SPLIT_CHUNK_MIN bytes), dealt in
+ * turn. */
 #define ENGINE_SPLIT_MAX 4
 #define ENGINE_SPLIT_PER_HOLDER 8
-#define ENGINE_SPLIT_CHUNK_MIN (1u << 20)
+#define ENGINE_SPLIT_CHUNK_MIN DIGEST_CHUNK
 #define ENGINE_SPLIT_RANGES (ENGINE_SPLIT_MAX * ENGINE_SPLIT_PER_HOLDER)
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
@@ -141,7 +139,16 @@ enum fault {
 
 /* An object's content as a holder describes it in a reply. */
 struct content {
-    uint64_t size, digest; /* data and metadata bytes; the store's digest */
+    uint64_t size;              /* data and metadata bytes */
+    uint8_t digest[DIGEST_LEN]; /* the store's digest (the root) */
+};
+
+/* The checks of one want's chunks in flight on the verifier: the jobs point here, not at the
+ * want, which may go (or start its bytes again) before they are back; w is then NULL, and the
+ * last job back frees it. */
+struct vcheck {
+    struct want *w;
+    uint32_t out; /* jobs not back yet */
 };
 
 struct pentry {
@@ -173,11 +180,12 @@ struct want {
     struct waiter *waiters;
     struct tried tried[MAX_TRIED];
     int ntried;
-    char gone[160];      /* the holders the last lookup left out, and why */
-    int has_content;     /* the directory recorded the id's content: */
-    uint64_t size, hash; /* only bytes of this size and digest are taken */
-    int deleted;         /* deleted cluster-wide: what arrives is dropped */
-    int dir_down;        /* the last lookup found the directory unreachable */
+    char gone[160];           /* the holders the last lookup left out, and why */
+    int has_content;          /* the directory recorded the id's content: */
+    uint64_t size;            /* only bytes of this size */
+    uint8_t hash[DIGEST_LEN]; /* and digest are taken */
+    int deleted;              /* deleted cluster-wide: what arrives is dropped */
+    int dir_down;             /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
     struct pentry *entry; /* the pull entry naming this want, if any */
@@ -185,21 +193,24 @@ struct want {
     struct object *obj;   /* the local object being filled: made when a reply confirms its
                            * size (the record's), never before */
     int room;             /* its create found no room yet: asked again when there is */
-    uint64_t digest;      /* the holder's, with verify */
-    /* A checked object's digest taken while its bytes land (the transport's landed event),
-     * in pieces of STREAM_PIECE, so that it is known soon after the last byte instead of
-     * hashed after it: on the loop (stream_on_loop, up to STREAM_LOOP_MAX), else on the
-     * verifier thread. stream is the digest's state (NULL: not streamed; small objects are
-     * hashed at once on the loop; a transport that does not tell; no memory); on the
-     * verifier, only that thread touches it once a piece went, and stream_end is the job
-     * that will finish or drop it (allocated up front, so that ending cannot fail). piece and
-     * piece_len are the landed bytes not hashed or sent yet; streamed counts the others; the
-     * digest is used only when that reached the object's length. */
-    XXH3_state_t *stream;
-    struct hasher_job *stream_end;
-    const uint8_t *piece;
-    uint64_t piece_len, streamed;
-    int stream_broken, stream_on_loop;
+    /* The check of a checked object's bytes (engine_verify.c). A whole want (and a split's
+     * parent) has the holder's tree: digest, the root (with a record, the recorded one), and
+     * for more than one chunk its nleaves leaves, checked against the root at the reply. Each
+     * chunk is checked against its leaf once its bytes are in (the transport's landed events),
+     * on the verifier's threads, so that the check ends soon after the last byte and a bad
+     * chunk names its sender; a part checks the chunks of its range (whole chunks) against its
+     * parent's leaves. An object of one chunk is checked against the root after its last
+     * byte, on the loop. landed counts the bytes of the want's range in place, in order;
+     * handed the bytes of whole chunks given to checks; bad_chunk is the first chunk that
+     * failed (UINT64_MAX: none). Bytes told out of order (check_broken) are checked after the
+     * last one; checks_wait: every byte is in, the want waits for its checks in flight (vc). */
+    uint8_t digest[DIGEST_LEN];
+    uint8_t *leaves;
+    uint64_t nleaves;
+    struct vcheck *vc;
+    uint64_t landed, handed, bad_chunk;
+    int check_broken, checks_wait;
+    int recheck; /* a split's parent: a dead connection may have written into checked chunks */
     char holder[DIRECTORY_NODE_ID_MAX + 1];
     /* A fetch in ranges from several holders (engine_split.c). A part is a want of its own,
      * not in e->wants, that fills [off, off + size) of its parent's object; it has no
@@ -210,11 +221,6 @@ struct want {
     uint64_t off;
     uint32_t range; /* a part: its range's index in the parent */
     uint32_t parts_out, drains, nsplit, nranges;
-    /* The parent: range i is [range_off[i], + range_len[i]), in order, and its first
-     * range_landed[i] bytes are in place (from its current holder): the parent's digest is
-     * taken over the prefix of the object whose bytes are all in, as they come. */
-    uint64_t range_off[ENGINE_SPLIT_RANGES], range_len[ENGINE_SPLIT_RANGES];
-    uint64_t range_landed[ENGINE_SPLIT_RANGES];
     int split_made;   /* a part's reply created the object (or tried to) */
     int split_failed; /* a part found no holder left: fetched whole once its parts are in */
     int split_leak;   /* a dead connection may write into obj for ever: never reused */
@@ -432,14 +438,23 @@ void eng_peers_drop_abandoned(struct engine *e);
 /* engine_verify.c: the check of received bytes */
 /* Whether w's bytes are checked against the holder's digest before the seal. */
 int eng_checked(const struct engine *e, const struct want *w);
-/* Start (or forget) the digest of w's len bytes as they land. */
-void eng_stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size);
-void eng_stream_drop(struct want *w);
-/* n bytes of w's object landed at p. */
-void eng_stream_landed(struct want *w, const uint8_t *p, size_t n);
+/* Takes the holder's tree from its reply into w (a whole want, or a split's parent): 0, or -1
+ * when its leaves do not give its root (the holder is then one of other content). */
+int eng_check_tree(struct want *w, const struct wire_reply_entry *re);
+/* Starts w's checks again from its range's first byte (a new holder); forgets those in
+ * flight. */
+void eng_check_reset(struct want *w);
+/* n bytes of w's range landed at p (in order, or checked after the last byte). */
+void eng_check_landed(struct want *w, const uint8_t *p, size_t n);
+/* Gives the chunks of w's range not given yet to checks: 1 when some are in flight (w waits,
+ * checks_wait, and eng_check_done follows), 0 when none are, -1 without memory. */
+int eng_check_rest(struct want *w);
 /* All of w's bytes are in: check them (on the loop or the verifier), then seal or refuse. */
 void eng_want_received(struct want *w);
 void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events);
+/* The engine closes: the checks it had are back (hasher_stop); the wants waiting for them let
+ * go. */
+void eng_checks_closed(struct engine *e, struct hasher_job *jobs);
 
 /* engine_split.c: an object in ranges from several holders */
 /* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
@@ -460,8 +475,8 @@ void eng_part_drain(struct xconn *c, struct want *part);
 void eng_part_unqueued(struct want *part);
 /* The engine closes: the part is freed, and its parent when it is finished. */
 void eng_part_close(struct want *part);
-/* n more bytes of a part's range are in place at p. */
-void eng_part_landed(struct want *part, const uint8_t *p, size_t n);
+/* A part's checks are back (its bytes were all in): it ends, or its holder failed. */
+void eng_part_checked(struct want *part);
 
 /* engine_hold.c: the holding side */
 void eng_inconn_free(struct inconn *ic);

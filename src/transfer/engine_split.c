@@ -6,12 +6,13 @@
  * its own (not in e->wants) that goes through the peers' queues and pulls like any other, asks its
  * holder for its range (WIRE_PULL_RANGES) and lands in the parent's object at its offset. A part
  * whose holder fails moves to another holder of the split; with none left, the parent is fetched
- * whole, the usual way, once its parts are in. The whole object is hashed over the prefix whose
- * bytes are all in, as ranges land (each range's bytes once those before them are in), the rest
- * after the last range, and checked against the record. A range that moves to another holder once
- * the digest has taken some of it, or that a dead connection may still write into, breaks the
- * streamed digest: the object is then hashed after its last range, so that what is hashed is what
- * is sealed.
+ * whole, the usual way, once its parts are in. Ranges are whole chunks of the digest
+ * (common/digest.h): the first reply that matches the record gives the tree (its leaves checked
+ * against the recorded root), and each part checks the chunks of its range against their leaves
+ * as they land (engine_verify.c), so that a bad chunk names the holder that sent it: its range
+ * moves to another holder, and that holder counts as one of other content. An object that a
+ * dead connection may still have written into after its chunks were checked is checked again
+ * whole after its last range (recheck), so that what is checked is what is sealed.
  *
  * Ownership: a part belongs to the peer that queued or pulls it, and ends (part_end) when its
  * range is in, or dropped; the parent lives while parts_out parts are out or drains of dead
@@ -21,27 +22,6 @@
 
 /* A part's retry timer is never started: it is initialised only so that freeing is safe. */
 static void part_no_retry(struct loop *l, struct loop_timer *t) {}
-
-/* Takes into the parent's digest the landed bytes right after those taken, across ranges, up
- * to budget bytes (bounded work per landed call; unbounded once every range is in). */
-static void split_advance(struct want *w, uint64_t budget)
-{
-    uint32_t i = 0;
-
-    while (budget && w->stream && !w->stream_broken && w->obj) {
-        uint64_t at = w->streamed + w->piece_len, avail, take;
-        while (i < w->nranges && at >= w->range_off[i] + w->range_len[i])
-            i++;
-        if (i == w->nranges || at < w->range_off[i])
-            return;
-        avail = w->range_off[i] + w->range_landed[i] - at;
-        if (w->range_off[i] + w->range_landed[i] <= at)
-            return; /* waits for this range's next bytes */
-        take = avail < budget ? avail : budget;
-        eng_stream_landed(w, w->e->store->base + w->obj->offset + at, take);
-        budget -= take;
-    }
-}
 
 /* The parent is done with its parts and drains: seal, refuse, fetch whole, or let go. */
 static void split_settle(struct want *w)
@@ -67,8 +47,7 @@ static void split_settle(struct want *w)
         else
             eng_want_lookup(w, 1);
     } else if (w->obj) {
-        split_advance(w, UINT64_MAX); /* every range is in */
-        eng_want_received(w);
+        eng_want_received(w); /* every chunk was checked, unless recheck */
     } else if ((here = store_find(e->store, &w->id)) && here->state == FERRY_STATE_SEALED) {
         eng_want_finish(w, 0);
     } else {
@@ -80,6 +59,7 @@ static void part_end(struct want *part)
 {
     struct want *w = part->parent;
 
+    eng_check_reset(part);
     free(part);
     w->parts_out--;
     split_settle(w);
@@ -95,6 +75,7 @@ void eng_part_close(struct want *part)
 {
     struct want *w = part->parent;
 
+    eng_check_reset(part);
     free(part);
     if (--w->parts_out == 0 && w->done && !w->drains)
         eng_want_free(w);
@@ -112,7 +93,8 @@ static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint6
     part->range = range;
     part->off = off;
     part->size = len;
-    part->has_content = 1; /* its size counts in its pull's bytes */
+    part->has_content = 1; /* its size counts in its pull's bytes; its chunks are checked */
+    eng_check_reset(part);
     part->born_ms = w->born_ms;
     part->born_ns = w->born_ns;
     loop_timer_init(&part->retry, part_no_retry, part);
@@ -171,14 +153,14 @@ int eng_split(struct want *w, const struct directory_answer *a)
     split_peers(w, a, peers, &n);
     if (n < 2)
         return 0;
-    /* ENGINE_SPLIT_PER_HOLDER equal ranges per holder (whole pages, at least
-     * ENGINE_SPLIT_CHUNK_MIN; the last takes the rest), dealt in turn: the ranges come in about
-     * in order, so the digest taken over the prefix keeps up with them. */
-    chunk = (w->size / (n * ENGINE_SPLIT_PER_HOLDER) + 4095) & ~(uint64_t)4095;
+    /* ENGINE_SPLIT_PER_HOLDER equal ranges per holder (whole chunks of the digest, so that each
+     * range's chunks are checked against their leaves on their own; the last takes the rest),
+     * dealt in turn. */
+    chunk = w->size / (n * ENGINE_SPLIT_PER_HOLDER) / DIGEST_CHUNK * (uint64_t)DIGEST_CHUNK;
     chunk = chunk > ENGINE_SPLIT_CHUNK_MIN ? chunk : ENGINE_SPLIT_CHUNK_MIN;
-    for (k = 0; k < ENGINE_SPLIT_RANGES && k * chunk < w->size; k++) {
+    for (k = 0; k < n * ENGINE_SPLIT_PER_HOLDER && k * chunk < w->size; k++) {
         uint64_t off = k * chunk, len = w->size - off < chunk ? w->size - off : chunk;
-        if (k == ENGINE_SPLIT_RANGES - 1)
+        if (k == n * ENGINE_SPLIT_PER_HOLDER - 1)
             len = w->size - off;
         if (!(parts[k] = part_new(w, (uint32_t)k, off, len))) {
             while (k)
@@ -187,15 +169,11 @@ int eng_split(struct want *w, const struct directory_answer *a)
         }
     }
     w->state = WANT_RECEIVING;
-    w->digest = w->hash; /* every part's holder gives the recorded digest, or is not taken */
     w->split_made = 0;
+    w->recheck = 0;
+    eng_check_reset(w);
     w->nranges = (uint32_t)k;
-    for (size_t i = 0; i < k; i++) {
-        w->range_off[i] = parts[i]->off;
-        w->range_len[i] = parts[i]->size;
-        w->range_landed[i] = 0;
-        w->parts_out++;
-    }
+    w->parts_out += (uint32_t)k;
     for (w->nsplit = 0; w->nsplit < n; w->nsplit++)
         snprintf(w->split[w->nsplit], sizeof(w->split[0]), "%s", peers[w->nsplit]->node.id);
     /* For the log and a failed check: every holder of the split. */
@@ -213,7 +191,7 @@ static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
     w->split_made = 1;
     if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
-        eng_stream_start(w->e, w, w->size, re->data_size);
+        w->landed = w->handed = w->size; /* its chunks are checked by the parts, range by range */
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
@@ -229,12 +207,21 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     *len = wire_range_cut(&r, total);
     *dst = NULL;
     /* Other bytes than the recorded ones, or other sizes than the object made: dropped. */
-    pe->had = (struct content){total, re->digest};
-    pe->other_fault = re->digest != w->hash || total != w->size ? FAULT_OTHER : FAULT_LOST;
+    pe->had = (struct content){.size = total};
+    memcpy(pe->had.digest, re->digest, DIGEST_LEN);
+    pe->other_fault =
+        memcmp(re->digest, w->hash, DIGEST_LEN) || total != w->size ? FAULT_OTHER : FAULT_LOST;
     pe->other = pe->other_fault == FAULT_OTHER || (w->obj && re->data_size != w->obj->data_size);
     part->state = WANT_RECEIVING;
+    eng_check_reset(part);
     if (pe->other || w->done || w->split_failed)
         return 0;
+    if (!w->split_made && eng_check_tree(w, re) < 0) { /* leaves that do not give the root */
+        pe->other = 1;
+        pe->other_fault = FAULT_OTHER;
+        memset(pe->had.digest, 0, DIGEST_LEN); /* never the record's: not asked again */
+        return 0;
+    }
     if (!w->split_made)
         split_create(w, re);
     if (w->obj)
@@ -253,11 +240,7 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
     eng_want_note_tried(w, part->holder, why, fault, had);
-    /* Its range starts again from another holder: bytes of it already taken into the digest
-     * may be overwritten. */
-    if (w->streamed + w->piece_len > w->range_off[part->range])
-        w->stream_broken = 1;
-    w->range_landed[part->range] = 0;
+    eng_check_reset(part); /* its range starts again from another holder */
     /* Each holder is noted once, so a range moves at most nsplit - 1 times; with the list of
      * those tried full, a holder noted could be forgotten: no more moves then. */
     for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed && w->ntried < MAX_TRIED;
@@ -275,37 +258,39 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
 void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
 {
     char why[96];
+    int rc;
 
     if (pe->other) {
         if (pe->other_fault == FAULT_OTHER)
-            snprintf(why, sizeof(why), "holds other content (digest %016" PRIx64 ")",
-                     pe->had.digest);
+            snprintf(why, sizeof(why), "holds other content (digest %02x%02x%02x%02x...)",
+                     pe->had.digest[0], pe->had.digest[1], pe->had.digest[2], pe->had.digest[3]);
         else
             snprintf(why, sizeof(why), "splits data and metadata otherwise than the object made");
         eng_part_failed(part, why, pe->other_fault, &pe->had);
         return;
     }
     eng_breaker_ok(p->e, p->node.id, p->conn->type);
-    p->e->counters.ranges_in++;
-    part->parent->range_landed[part->range] = part->size; /* all in, told or not */
-    part_end(part);
+    if ((rc = eng_check_rest(part)) < 0)
+        eng_part_failed(part, "no memory to check its range", FAULT_LOST, NULL);
+    else if (rc == 0)
+        eng_part_checked(part);
+    /* else its checks are in flight: eng_part_checked follows */
 }
 
-void eng_part_landed(struct want *part, const uint8_t *p, size_t n)
+void eng_part_checked(struct want *part)
 {
-    struct want *w = part->parent;
-    uint64_t *landed = &w->range_landed[part->range];
+    char why[96];
 
-    if (!w->stream || w->stream_broken)
-        return;
-    /* In order within the range, from its start: anything else breaks the streamed digest. */
-    if (!w->obj || p != w->e->store->base + w->obj->offset + part->off + *landed ||
-        n > part->size - *landed) {
-        w->stream_broken = 1;
+    if (part->bad_chunk != UINT64_MAX) {
+        /* Its holder gave the recorded root and other bytes: a liar, never asked again by this
+         * fetch (FAULT_REAL; FAULT_OTHER would ask it again should the record change). */
+        snprintf(why, sizeof(why), "chunk %" PRIu64 " of its range does not match its digest",
+                 part->bad_chunk);
+        eng_part_failed(part, why, FAULT_REAL, NULL);
         return;
     }
-    *landed += n;
-    split_advance(w, 2 * (uint64_t)n + STREAM_PIECE);
+    part->e->counters.ranges_in++;
+    part_end(part);
 }
 
 static void on_part_drained(void *arg)
@@ -325,7 +310,7 @@ void eng_part_drain(struct xconn *c, struct want *part)
         return;
     if ((rc = c->type->drain(c, on_part_drained, w)) == 0) {
         w->drains++;
-        w->stream_broken = 1; /* a late write may change bytes already hashed */
+        w->recheck = 1; /* a late write may change bytes already checked */
         return;
     }
     if (rc != FERRY_ENOSYS) { /* a one-sided read may still land: keep the object */

@@ -1,110 +1,184 @@
 /*
- * engine_verify.c - the check of received bytes against their holder's digest: streamed as the
- * bytes land (on the loop, or on the verifier thread for large objects), or hashed after the
- * last byte; the verifier's answers.
+ * engine_verify.c - the check of received bytes against their holder's tree (common/digest.h):
+ * the leaves against the root at the reply, then each chunk against its leaf as soon as its
+ * bytes are in, on the verifier's threads (the chunks of one object spread over them), so that
+ * a bad chunk names the holder that sent it; the verifier's answers.
  */
 #include "transfer/engine_int.h"
 
-/* Whether w's bytes are hashed and checked against the holder's digest before the seal: with
- * --verify, and whenever the directory recorded the id's content (the holder's digest was
- * compared with the record, so this checks the bytes against the record). */
+#define NO_CHUNK UINT64_MAX
+
+/* Whether w's bytes are checked against the holder's digest before the seal: with --verify,
+ * and whenever the directory recorded the id's content (the holder's digest was compared with
+ * the record, so this checks the bytes against the record). */
 int eng_checked(const struct engine *e, const struct want *w)
 {
     return e->cfg.verify || w->has_content;
 }
 
-/* Up to this size a streamed digest is taken on the loop, piece by piece; above it on the
- * verifier thread, in parallel with the next bytes. Measured (ferry-bench remote, tcp, 2
- * cores, three alternating runs): on the loop, fetch / raw request-response 0.70-0.79 at 1 MiB
- * and 1.00-1.09 at 16 MiB against 0.50-0.77 and 0.79-1.12 on the verifier, where handing
- * pieces over costs more than it saves while both daemons copy; at 256 MiB 1.23-1.33 on the
- * loop against 1.38-1.44 on the verifier. */
-#define STREAM_LOOP_MAX (16u << 20)
-
-/* Forgets w's streamed digest, if any: a state the verifier has is freed by it after the
- * pieces before; the loop's own (or any once the verifier has stopped) here. */
-void eng_stream_drop(struct want *w)
+/* The want that has the tree and the object: a part's parent, or w. */
+static struct want *tree_of(struct want *w)
 {
-    struct engine *e = w->e;
-    struct hasher_job *end = w->stream_end;
-
-    if (!w->stream)
-        return;
-    if (e->verifier && !w->stream_on_loop) {
-        *end = (struct hasher_job){.kind = HASHER_DROP, .state = w->stream};
-        hasher_submit(e->verifier, end);
-    } else {
-        XXH3_freeState(w->stream);
-        free(end);
-    }
-    w->stream = NULL;
-    w->stream_end = NULL;
+    return w->parent ? w->parent : w;
 }
 
-/* Starts the digest of w's bytes as they land: for checked objects that would otherwise be
- * hashed after their last byte. Seeded like the store's digest (with the data size). Without
- * memory it is not streamed, and is hashed after. */
-void eng_stream_start(struct engine *e, struct want *w, uint64_t len, uint64_t data_size)
+/* Where w's range starts in its object, and how long it is. */
+static uint64_t range_off(const struct want *w)
 {
-    eng_stream_drop(w);
-    w->piece = NULL;
-    w->piece_len = w->streamed = 0;
-    w->stream_broken = 0;
-    w->stream_on_loop = len <= STREAM_LOOP_MAX;
-    if (!eng_checked(e, w) || !w->obj || len <= STORE_INLINE_HASH_MAX)
-        return;
-    w->stream = XXH3_createState();
-    w->stream_end = calloc(1, sizeof(*w->stream_end));
-    if (!w->stream || !w->stream_end ||
-        XXH3_64bits_reset_withSeed(w->stream, data_size) != XXH_OK) {
-        XXH3_freeState(w->stream);
-        free(w->stream_end);
-        w->stream = NULL;
-        w->stream_end = NULL;
-    }
+    return w->parent ? w->off : 0;
 }
 
-/* Hashes the landed bytes not hashed yet, or sends them to the verifier. A piece that cannot
- * be sent breaks the stream: the object is hashed after its last byte instead. */
-static void stream_flush(struct want *w)
+static uint64_t range_len(const struct want *w)
 {
+    return w->parent ? w->size : w->obj ? w->obj->data_size + w->obj->metadata_size : 0;
+}
+
+int eng_check_tree(struct want *w, const struct wire_reply_entry *re)
+{
+    uint64_t n = digest_leaves(re->data_size + re->metadata_size);
+    uint8_t root[DIGEST_LEN];
+
+    free(w->leaves);
+    w->leaves = NULL;
+    w->nleaves = n;
+    memcpy(w->digest, re->digest, DIGEST_LEN);
+    if (n == 1)
+        return 0; /* the chunk is checked against the root itself */
+    if (re->nleaves != n || !re->leaves ||
+        digest_root(re->data_size, re->metadata_size, re->leaves, n, root) < 0 ||
+        !mac_equal(root, re->digest, DIGEST_LEN))
+        return -1;
+    if (!(w->leaves = malloc(n * DIGEST_LEN)))
+        return -1; /* taken as a failure of the holder: the next one may fit */
+    memcpy(w->leaves, re->leaves, n * DIGEST_LEN);
+    return 0;
+}
+
+/* Detaches w from its checks in flight: their answers are dropped. */
+static void check_detach(struct want *w)
+{
+    if (!w->vc)
+        return;
+    if (w->vc->out)
+        w->vc->w = NULL; /* the last job back frees it */
+    else
+        free(w->vc);
+    w->vc = NULL;
+}
+
+void eng_check_reset(struct want *w)
+{
+    check_detach(w);
+    w->landed = w->handed = 0;
+    w->bad_chunk = NO_CHUNK;
+    w->check_broken = w->checks_wait = 0;
+}
+
+/* Chunk i of t's object (computed leaf) against t's tree; a bad one is named at once. */
+static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_LEN])
+{
+    struct want *t = tree_of(w);
+    uint8_t root[DIGEST_LEN];
+    int ok;
+
+    if (t->nleaves > 1)
+        ok = i < t->nleaves && mac_equal(leaf, t->leaves + i * DIGEST_LEN, DIGEST_LEN);
+    else
+        ok = t->obj && digest_root(t->obj->data_size, t->obj->metadata_size, leaf, 1, root) == 0 &&
+             mac_equal(root, t->digest, DIGEST_LEN);
+    if (ok || w->bad_chunk != NO_CHUNK)
+        return;
+    w->bad_chunk = i;
+    w->e->counters.chunks_refused++;
+    log_warn("object from %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64
+             ") does not match its leaf",
+             w->holder, i, i * DIGEST_CHUNK, i * DIGEST_CHUNK + DIGEST_CHUNK - 1);
+}
+
+/* Gives chunk i of w's object to the verifier: 0, or -1 without memory. */
+static int check_chunk(struct want *w, uint64_t i)
+{
+    struct want *t = tree_of(w);
     struct hasher_job *job;
 
-    if (!w->piece_len || w->stream_broken)
-        return;
-    if (w->stream_on_loop) {
-        (void)XXH3_64bits_update(w->stream, w->piece, w->piece_len); /* fails only on NULL */
-    } else if ((job = calloc(1, sizeof(*job)))) {
-        /* If the object is aborted while this waits, its bytes may be reused meanwhile: the
-         * state is then dropped, its digest never used. */
-        *job = (struct hasher_job){
-            .kind = HASHER_UPDATE, .state = w->stream, .bytes = w->piece, .len = w->piece_len};
-        hasher_submit(w->e->verifier, job);
-    } else {
-        w->stream_broken = 1;
-        return;
-    }
-    w->streamed += w->piece_len;
-    w->piece = NULL;
-    w->piece_len = 0;
+    if (!w->vc && !(w->vc = calloc(1, sizeof(*w->vc))))
+        return -1;
+    if (!(job = calloc(1, sizeof(*job) + DIGEST_LEN)))
+        return -1;
+    w->vc->w = w;
+    *job = (struct hasher_job){.bytes = w->e->store->base + t->obj->offset,
+                               .size = t->obj->data_size + t->obj->metadata_size,
+                               .first = i,
+                               .n = 1,
+                               .leaves = (uint8_t *)(job + 1),
+                               .arg = w->vc};
+    w->vc->out++;
+    hasher_submit(w->e->verifier, job);
+    return 0;
 }
 
-/* The digest of w's bytes is in: sealed when it is the holder's (which is the recorded one, when
- * there is a record), else refused. */
-static void want_checked(struct want *w, uint64_t digest)
+/* Hands the whole chunks of w's range that are in (all of them, once last) to checks. */
+static int check_hand(struct want *w, int last)
 {
-    if (digest == w->digest) {
+    uint64_t len = range_len(w), base = range_off(w) / DIGEST_CHUNK;
+
+    while (w->handed < len && (last || w->handed + DIGEST_CHUNK <= w->landed)) {
+        if (check_chunk(w, base + w->handed / DIGEST_CHUNK) < 0)
+            return -1;
+        w->handed += len - w->handed < DIGEST_CHUNK ? len - w->handed : DIGEST_CHUNK;
+    }
+    return 0;
+}
+
+void eng_check_landed(struct want *w, const uint8_t *p, size_t n)
+{
+    struct want *t = tree_of(w);
+
+    if (!eng_checked(w->e, t) || !t->obj || t->nleaves < 2 || w->check_broken)
+        return;
+    /* Exactly the range's bytes, from its first, each once: anything else (a transport that
+     * tells out of order) leaves the chunks not handed yet for after the last byte. */
+    if (p != w->e->store->base + t->obj->offset + range_off(w) + w->landed ||
+        n > range_len(w) - w->landed) {
+        w->check_broken = 1;
+        return;
+    }
+    w->landed += n;
+    if (check_hand(w, 0) < 0)
+        w->check_broken = 1; /* no memory now: after the last byte */
+}
+
+int eng_check_rest(struct want *w)
+{
+    struct want *t = tree_of(w);
+
+    if (!t->obj || !eng_checked(w->e, t) || t->nleaves < 2)
+        return 0; /* nothing landed here, or one chunk: checked whole (eng_want_received) */
+    if (check_hand(w, 1) < 0)
+        return -1;
+    if (!w->vc || !w->vc->out)
+        return 0;
+    w->checks_wait = 1;
+    return 1;
+}
+
+/* The checks of a whole want (or a split's parent) are done: sealed when every chunk matched,
+ * else refused. */
+static void want_checked(struct want *w)
+{
+    char why[96];
+
+    w->busy = 0;
+    if (w->bad_chunk == NO_CHUNK) {
         eng_want_seal(w);
         return;
     }
-    log_warn("object from %s failed verification (digest %016" PRIx64 ", expected %016" PRIx64 ")",
-             w->holder, digest, w->digest);
     store_abort(w->e->store, w->obj);
     w->obj = NULL;
     if (w->nsplit) {
-        /* In ranges: which holder sent what is not known, so none is noted ("a and 2 more" was,
-         * a holder that cannot be asked). Those that only disagreed with this object may be
-         * right; one holder at a time from now on, each failure its own. */
+        /* In ranges, checked again after a dead connection's late writes: which holder wrote
+         * what is not known, so none is noted. Those that only disagreed with this object may
+         * be right; one holder at a time from now on, each failure its own. */
         w->e->counters.transfer_failures++;
         w->no_split = 1;
         w->nsplit = 0;
@@ -112,80 +186,78 @@ static void want_checked(struct want *w, uint64_t digest)
         eng_want_lookup(w, 1);
         return;
     }
-    eng_want_failed_holder(w, "its bytes do not match its digest", FAULT_REAL, NULL);
+    snprintf(why, sizeof(why), "chunk %" PRIu64 " of its bytes does not match its digest",
+             w->bad_chunk);
+    /* It gave the recorded root and other bytes: never asked again by this fetch. */
+    eng_want_failed_holder(w, why, FAULT_REAL, NULL);
+}
+
+static void check_done(struct want *w)
+{
+    w->checks_wait = 0;
+    if (w->parent)
+        eng_part_checked(w);
+    else
+        want_checked(w);
 }
 
 void eng_want_received(struct want *w)
 {
     struct engine *e = w->e;
-    struct hasher_job *job;
-    uint64_t len;
+    uint8_t leaf[DIGEST_LEN];
+    int rc;
 
     if (!eng_checked(e, w) || !w->obj) {
         eng_want_seal(w);
         return;
     }
-    len = w->obj->data_size + w->obj->metadata_size;
-    if (w->stream) {
-        stream_flush(w);
-        if (!w->stream_broken && w->streamed == len && w->stream_on_loop) {
-            uint64_t digest = XXH3_64bits_digest(w->stream);
-            eng_stream_drop(w);
-            want_checked(w, digest);
-            return;
-        }
-        if (!w->stream_broken && w->streamed == len) { /* hashed as it landed: finish it */
-            job = w->stream_end;
-            *job = (struct hasher_job){.kind = HASHER_FINISH, .state = w->stream, .arg = w};
-            w->stream = NULL;
-            w->stream_end = NULL;
-            w->state = WANT_VERIFY;
-            w->busy = 1;
-            hasher_submit(e->verifier, job);
-            return;
-        }
-    }
-    eng_stream_drop(w);
-    if (len <= STORE_INLINE_HASH_MAX) { /* as the store would at seal, on the loop */
-        want_checked(w,
-                     XXH3_64bits_withSeed(e->store->base + w->obj->offset, len, w->obj->data_size));
+    if (w->nleaves == 1) { /* one chunk (at most 1 MiB): on the loop, after its last byte */
+        w->bad_chunk = NO_CHUNK;
+        if (digest_leaf(0, e->store->base + w->obj->offset,
+                        w->obj->data_size + w->obj->metadata_size, leaf) < 0)
+            w->bad_chunk = 0;
+        else
+            chunk_checked(w, 0, leaf);
+        want_checked(w);
         return;
     }
-    if (!(job = calloc(1, sizeof(*job)))) {
+    if (w->recheck) { /* a split's parent that a dead connection may have written into */
+        eng_check_reset(w);
+        w->landed = range_len(w);
+    }
+    if ((rc = eng_check_rest(w)) < 0) {
         /* Cannot check it: refuse the object rather than seal it unchecked. */
         store_abort(e->store, w->obj);
         w->obj = NULL;
         eng_want_finish(w, err_set(FERRY_ENOMEM, "verification job"));
         return;
     }
-    job->bytes = e->store->base + w->obj->offset;
-    job->len = w->obj->data_size + w->obj->metadata_size;
-    job->seed = w->obj->data_size;
-    job->arg = w;
-    w->state = WANT_VERIFY;
-    w->busy = 1;
-    hasher_submit(e->verifier, job);
-}
-
-/* Bytes of w's object in place: into its digest, when streamed, a piece at a time. The
- * transport writes only where recv_into told it to, in order, so p..p+n should lie within
- * w->obj right after the bytes before; that is checked, not assumed. */
-void eng_stream_landed(struct want *w, const uint8_t *p, size_t n)
-{
-    if (!w->stream || w->stream_broken)
-        return;
-    /* Exactly the object's bytes, from its first, each once: anything else (a transport that
-     * tells out of order) breaks the stream, and the object is hashed after its last byte. */
-    if (!w->obj || p != w->e->store->base + w->obj->offset + w->streamed + w->piece_len ||
-        n > w->obj->data_size + w->obj->metadata_size - w->streamed - w->piece_len) {
-        w->stream_broken = 1;
+    if (rc == 0) {
+        want_checked(w);
         return;
     }
-    if (!w->piece_len)
-        w->piece = p;
-    w->piece_len += n;
-    if (w->piece_len >= STREAM_PIECE)
-        stream_flush(w);
+    w->state = WANT_VERIFY;
+    w->busy = 1;
+}
+
+/* A job is back: its chunk counts for its want, if the want still waits for it. */
+static void job_back(struct hasher_job *job)
+{
+    struct vcheck *vc = job->arg;
+    struct want *w = vc->w;
+
+    vc->out--;
+    if (!w) {
+        if (!vc->out)
+            free(vc);
+        return;
+    }
+    if (job->status < 0)
+        w->bad_chunk = w->bad_chunk == NO_CHUNK ? job->first : w->bad_chunk;
+    else
+        chunk_checked(w, job->first, job->leaves);
+    if (!vc->out && w->checks_wait)
+        check_done(w);
 }
 
 void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
@@ -194,12 +266,35 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events)
     struct hasher_job *job = hasher_take_done(e->verifier), *next;
 
     for (; job; job = next) {
-        struct want *w = job->arg;
         next = job->next;
-        if (w) { /* a digest (pieces and drops name no want) */
-            w->busy = 0;
-            want_checked(w, job->digest);
-        }
+        job_back(job);
         free(job);
+    }
+}
+
+void eng_checks_closed(struct engine *e, struct hasher_job *jobs)
+{
+    struct hasher_job *next;
+
+    for (; jobs; jobs = next) {
+        struct vcheck *vc = jobs->arg;
+        struct want *w = vc->w;
+        next = jobs->next;
+        free(jobs);
+        if (--vc->out)
+            continue;
+        free(vc);
+        if (!w)
+            continue;
+        w->vc = NULL;
+        if (!w->checks_wait)
+            continue;
+        w->checks_wait = 0;
+        if (w->parent) {
+            eng_part_close(w);
+        } else if ((w->busy = 0, w->done)) {
+            store_abort(e->store, w->obj);
+            eng_want_free(w);
+        }
     }
 }

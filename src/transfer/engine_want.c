@@ -10,7 +10,8 @@ void eng_want_free(struct want *w)
 {
     struct engine *e = w->e;
 
-    eng_stream_drop(w);
+    eng_check_reset(w);
+    free(w->leaves);
     loop_timer_stop(e->loop, &w->retry);
     if (e->dir)
         directory_cancel(e->dir, w);
@@ -108,7 +109,7 @@ void eng_want_forget(struct want *w, enum fault fault, const struct content *rec
     for (int i = 0; i < w->ntried; i++) {
         const struct tried *t = &w->tried[i];
         if (t->fault != fault ||
-            (rec && (t->had.size != rec->size || t->had.digest != rec->digest)))
+            (rec && (t->had.size != rec->size || memcmp(t->had.digest, rec->digest, DIGEST_LEN))))
             w->tried[kept++] = *t;
     }
     w->ntried = kept;
@@ -244,9 +245,10 @@ void eng_want_seal(struct want *w)
      * checked copy keeps the digest it was checked against; otherwise it is hashed here,
      * rather than trusting a digest nobody checked. */
     w->busy = 1;
-    if (eng_checked(e, w))
-        store_seal_digest(e->store, o, w->digest);
-    else
+    if (eng_checked(e, w)) {
+        store_seal_digest(e->store, o, w->digest, w->leaves);
+        w->leaves = NULL; /* the object's now */
+    } else
         store_seal(e->store, o);
     store_unref(e->store, o);
     w->busy = 0;
@@ -313,11 +315,14 @@ static void on_holders(void *arg, const struct directory_answer *a)
     }
     note_gone(w, a);
     if (a->has_content) {
-        if (w->has_content && (a->digest != w->hash || a->size != w->size))
-            eng_want_forget(w, FAULT_OTHER, &(struct content){a->size, a->digest});
+        if (w->has_content && (memcmp(a->digest, w->hash, DIGEST_LEN) || a->size != w->size)) {
+            struct content rec = {.size = a->size};
+            memcpy(rec.digest, a->digest, DIGEST_LEN);
+            eng_want_forget(w, FAULT_OTHER, &rec);
+        }
         w->has_content = 1;
         w->size = a->size;
-        w->hash = a->digest;
+        memcpy(w->hash, a->digest, DIGEST_LEN);
     }
     if (w->has_content && w->size > store_capacity(w->e->store)) { /* nothing is asked */
         eng_want_finish(w, err_set(FERRY_ETOOBIG,

@@ -1,5 +1,6 @@
 #include "transfer/wire.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -52,6 +53,31 @@ static void get_fixed(struct preader *r, uint8_t *out, size_t n)
         memcpy(out, p, n);
 }
 
+/* The leaves after a REPLY's entries: each entry's count is 0, or its object's number of
+ * chunks when it has more than one (and is there); the bytes must follow. */
+static int decode_leaves(struct preader *r, struct wire_msg *m)
+{
+    uint64_t total = 0;
+
+    for (uint32_t i = 0; m->entries && i < m->n; i++) {
+        size_t leaves_at = 0;
+        struct wire_reply_entry e;
+        wire_reply_entry(m, i, &leaves_at, &e);
+        uint64_t size = e.data_size + e.metadata_size;
+        if (!e.nleaves)
+            continue;
+        if (e.status != 0 || size < e.data_size || e.nleaves > DIGEST_MAX_LEAVES || e.nleaves < 2 ||
+            e.nleaves != digest_leaves(size))
+            return err_set(FERRY_EPROTO,
+                           "reply entry %u: %u leaves for %" PRIu64 " + %" PRIu64
+                           " bytes (status %d)",
+                           i, e.nleaves, e.data_size, e.metadata_size, e.status);
+        total += e.nleaves;
+    }
+    m->leaves = prd_bytes(r, (size_t)(total * DIGEST_LEN));
+    return 0;
+}
+
 static int decode_body(struct preader *r, struct wire_msg *m)
 {
     switch (m->type) {
@@ -99,7 +125,7 @@ static int decode_body(struct preader *r, struct wire_msg *m)
         if (m->n > WIRE_MAX_IDS)
             return err_set(FERRY_EPROTO, "reply of %u entries exceeds %u", m->n, WIRE_MAX_IDS);
         m->entries = prd_bytes(r, (size_t)m->n * WIRE_REPLY_ENTRY_SIZE);
-        return 0;
+        return decode_leaves(r, m);
     case WIRE_REFUSE:
         return get_text(r, m->reason, WIRE_REASON_MAX, 0x20, "refusal");
     default:
@@ -126,14 +152,18 @@ int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wir
     return 0;
 }
 
-void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out)
+void wire_reply_entry(const struct wire_msg *m, uint32_t i, size_t *leaves_at,
+                      struct wire_reply_entry *out)
 {
     struct preader r = {m->entries + (size_t)i * WIRE_REPLY_ENTRY_SIZE, WIRE_REPLY_ENTRY_SIZE, 0};
 
     out->status = (int32_t)prd_u32(&r);
     out->data_size = prd_u64(&r);
     out->metadata_size = prd_u64(&r);
-    out->digest = prd_u64(&r);
+    memcpy(out->digest, prd_bytes(&r, DIGEST_LEN), DIGEST_LEN);
+    out->nleaves = prd_u32(&r);
+    out->leaves = out->nleaves && m->leaves ? m->leaves + *leaves_at : NULL;
+    *leaves_at += (size_t)out->nleaves * DIGEST_LEN;
 }
 
 void wire_pull_range(const struct wire_msg *m, uint32_t i, struct wire_range *out)
@@ -215,5 +245,12 @@ void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e)
     pbuf_u32(b, (uint32_t)e->status);
     pbuf_u64(b, e->data_size);
     pbuf_u64(b, e->metadata_size);
-    pbuf_u64(b, e->digest);
+    pbuf_put(b, e->digest, DIGEST_LEN);
+    pbuf_u32(b, e->nleaves);
+}
+
+void wire_reply_leaves(struct pbuf *b, const struct wire_reply_entry *e)
+{
+    if (e->nleaves)
+        pbuf_put(b, e->leaves, (size_t)e->nleaves * DIGEST_LEN);
 }

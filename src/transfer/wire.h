@@ -13,7 +13,10 @@
  *              that range of each object's bytes (data then metadata) is sent, cut to the
  *              object (wire_range_cut); a range {0, UINT64_MAX} is the whole object
  *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
- *              u64 metadata_size, u64 digest}; on the tcp transport the bytes (data then
+ *              u64 metadata_size, digest (DIGEST_LEN bytes: the root), u32 nleaves}, then
+ *              the leaves of every entry in order (nleaves * DIGEST_LEN bytes each; nleaves is
+ *              0, or digest_leaves(size) for an object of more than one chunk whose digest
+ *              is known: common/digest.h); on the tcp transport the bytes (data then
  *              metadata) of every entry with status 0 follow the frame on the stream, in order
  *              (of a ranged PULL: the range's bytes)
  *   REFUSE     acceptor -> connector, before it closes a connection it refuses: u8 length,
@@ -35,10 +38,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/digest.h"
 #include "common/proto.h"
 
 #define WIRE_MAGIC 0x58595246u /* "FRYX" */
-#define WIRE_VERSION 4u
+#define WIRE_VERSION 5u        /* 5: SHA-256 roots and leaves in REPLY (4: XXH3) */
 #define WIRE_MAX_FRAME (4u << 20)
 #define WIRE_MAX_IDS 65536u
 #define WIRE_NONCE 32u
@@ -51,7 +55,7 @@
 /* Ranges follow the ids (nodes before this flag refuse the PULL: unknown flags). */
 #define WIRE_PULL_RANGES 2u
 #define WIRE_RANGE_SIZE (8u + 8u)
-#define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + 8u)
+#define WIRE_REPLY_ENTRY_SIZE (4u + 8u + 8u + DIGEST_LEN + 4u)
 
 enum wire_type {
     WIRE_HELLO = 1,
@@ -64,7 +68,10 @@ enum wire_type {
 
 struct wire_reply_entry {
     int32_t status;
-    uint64_t data_size, metadata_size, digest;
+    uint64_t data_size, metadata_size;
+    uint8_t digest[DIGEST_LEN]; /* the root; zero when the holder had not hashed it yet */
+    uint32_t nleaves;
+    const uint8_t *leaves; /* nleaves * DIGEST_LEN bytes (in the frame, or the holder's) */
 };
 
 /* Bytes [off, off + len) of an object: the range a ranged PULL asks for. */
@@ -97,12 +104,15 @@ struct wire_msg {
     const ferry_id *ids;              /* PULL: n ids inside the payload */
     const uint8_t *ranges;            /* PULL with WIRE_PULL_RANGES: n ranges in the payload */
     const uint8_t *entries;           /* REPLY: n entries inside the payload */
+    const uint8_t *leaves;            /* REPLY: the entries' leaves, in order */
     char reason[WIRE_REASON_MAX + 1]; /* REFUSE */
 };
 
 int wire_decode(const struct proto_header *h, const uint8_t *payload, struct wire_msg *out);
-/* Entry i (< n) of a decoded REPLY. */
-void wire_reply_entry(const struct wire_msg *m, uint32_t i, struct wire_reply_entry *out);
+/* Entry i (< n) of a decoded REPLY, read in order: *leaves_at (0 before entry 0) is where
+ * entry i's leaves start among the frame's, and moves past them. */
+void wire_reply_entry(const struct wire_msg *m, uint32_t i, size_t *leaves_at,
+                      struct wire_reply_entry *out);
 /* Range i (< n) of a decoded PULL: the whole object ({0, UINT64_MAX}) without ranges. */
 void wire_pull_range(const struct wire_msg *m, uint32_t i, struct wire_range *out);
 
@@ -117,8 +127,10 @@ void wire_refuse(struct pbuf *b, const char *reason);
 /* ranges: NULL, or n ranges (flags must then have WIRE_PULL_RANGES). */
 void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
                const struct wire_range *ranges, uint32_t n);
-/* A reply is built in place: begin, n entries, end. */
+/* A reply is built in place: begin, n entries, then the leaves of each (wire_reply_leaves, in
+ * the same order). */
 size_t wire_reply_begin(struct pbuf *b, uint64_t tag, uint32_t n);
 void wire_reply_add(struct pbuf *b, const struct wire_reply_entry *e);
+void wire_reply_leaves(struct pbuf *b, const struct wire_reply_entry *e);
 
 #endif

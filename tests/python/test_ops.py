@@ -77,7 +77,14 @@ def test_contains_delete_hash_list_stats(client, daemon):
 
     out = subprocess.run([os.path.join(BIN_DIR, "ferry"), "--socket", daemon.socket, "hash", "a"],
                          capture_output=True, text=True, timeout=10, check=True)
-    assert int(out.stdout.split()[0], 16) == h
+    d = client.digest("a")
+    assert out.stdout.split()[0] == d.hex()  # the CLI prints the root, as the directory records it
+    assert len(d) == 32 and h == int.from_bytes(d[:8], "little")  # hash: its first 8 bytes
+    import hashlib
+    import struct
+
+    leaf = hashlib.sha256(b"\0" + struct.pack("<Q", 0) + b"12345m").digest()
+    assert d == hashlib.sha256(b"\1" + struct.pack("<QQ", 5, 1) + leaf).digest()
     listing = {o["id"]: o for o in client.list()}
     a = listing[ferry.ObjectID("a")]
     assert (a["size"], a["metadata_size"], a["state"], a["refcount"]) == (5, 1, "sealed", 0)

@@ -153,8 +153,11 @@ static int sim_publish(struct sim *s)
     uint64_t m = s->run->o->objects;
 
     s->t0[PUBLISH] = bench_now();
-    for (uint64_t k = 0; k < m; k++)
-        directory_publish(s->d, &s->ids[k], 4096 + k, k + 1);
+    for (uint64_t k = 0; k < m; k++) {
+        uint8_t digest[DIGEST_LEN] = {0};
+        memcpy(digest, &k, sizeof(k)); /* a distinct content per id */
+        directory_publish(s->d, &s->ids[k], 4096 + k, digest);
+    }
     loop_timer_start(&s->loop, &s->poll, loop_now_ms());
     if (!sim_run(s, PHASE_MS))
         sim_fail(s, "publications unfinished");
