@@ -6,12 +6,12 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <openssl/sha.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define MIB (1024u * 1024u)
 
@@ -265,15 +265,41 @@ H_TEST(release_without_a_reference_is_enoent)
     ferry_disconnect(b);
 }
 
-static uint64_t xxh3_of(const uint8_t *data, size_t n, const uint8_t *meta, size_t m)
+/* SHA-256 of the n bytes at p behind a tag byte and a little-endian u64 (and, for the root,
+ * a second one): the tree of common/digest.h, written here again from its documentation. */
+static void sha_tagged(uint8_t tag, uint64_t a, const uint64_t *b, const uint8_t *p, size_t n,
+                       uint8_t out[32])
 {
-    uint8_t *all = malloc(n + m + 1);
-    assert_non_null(all);
+    uint8_t *buf = malloc(1 + 16 + n);
+    size_t at = 1 + 8;
+    assert_non_null(buf);
+    buf[0] = tag;
+    for (int k = 0; k < 8; k++)
+        buf[1 + k] = (uint8_t)(a >> (8 * k));
+    for (int k = 0; b && k < 8; k++)
+        buf[at++] = (uint8_t)(*b >> (8 * k));
+    memcpy(buf + at, p, n);
+    assert_non_null(SHA256(buf, at + n, out));
+    free(buf);
+}
+
+/* The root of data then metadata: a leaf per MiB, SHA-256(0x00, i, chunk); the root
+ * SHA-256(0x01, data size, metadata size, the leaves). */
+static void tree_of(const uint8_t *data, size_t n, const uint8_t *meta, size_t m, uint8_t root[32])
+{
+    size_t total = n + m, chunk = 1u << 20, nl = total ? (total + chunk - 1) / chunk : 1;
+    uint8_t *all = malloc(total + 1), *leaves = malloc(nl * 32);
+    uint64_t ms = m;
+    assert_true(all && leaves);
     memcpy(all, data, n);
     memcpy(all + n, meta, m);
-    uint64_t h = XXH3_64bits_withSeed(all, n + m, n);
+    for (size_t i = 0; i < nl; i++) {
+        size_t len = total - i * chunk < chunk ? total - i * chunk : chunk;
+        sha_tagged(0x00, i, NULL, all + i * chunk, len, leaves + 32 * i);
+    }
+    sha_tagged(0x01, n, &ms, leaves, nl * 32, root);
+    free(leaves);
     free(all);
-    return h;
 }
 
 /* hash: equal for equal content, different when data or metadata differ, ENOENT when
@@ -303,20 +329,26 @@ H_TEST(hash_is_equal_for_equal_content_and_differs_otherwise)
     ferry_disconnect(a);
 }
 
-/* hash is what ferry.h documents, so a client can compute it itself: XXH3_64bits_withSeed
- * over data then metadata, seeded with data_size. Checked for a small object (hashed at
- * seal on the loop) and a large one (hashed on the hasher thread). */
-H_TEST(hash_is_the_documented_xxh3_of_data_then_metadata)
+/* The digest is what ferry.h documents, so a client can compute it itself: the SHA-256 tree of
+ * data then metadata (ferry_digest), and ferry_hash its first 8 bytes as a little-endian u64.
+ * Checked for a small object (hashed at seal on the loop) and one of four chunks (hashed on
+ * the hasher threads). */
+H_TEST(digest_is_the_documented_sha256_tree_of_data_then_metadata)
 {
     static const size_t sizes[] = {5000, 3u << 20};
     ferry_client *a = h_connect(d);
     for (size_t i = 0; i < 2; i++) {
-        uint8_t *data = h_pattern(sizes[i], 1);
-        ferry_id id = h_id(i ? "h-xxh3-large" : "h-xxh3");
+        uint8_t *data = h_pattern(sizes[i], 1), root[32], got[FERRY_DIGEST_LEN];
+        ferry_id id = h_id(i ? "h-tree-large" : "h-tree");
+        uint64_t h, first = 0;
         H_OK(ferry_put(a, &id, data, sizes[i], "meta", 4));
-        uint64_t h;
+        tree_of(data, sizes[i], (const uint8_t *)"meta", 4, root);
+        H_OK(ferry_digest(a, &id, got));
+        assert_memory_equal(got, root, 32);
         H_OK(ferry_hash(a, &id, &h));
-        assert_int_equal(h, xxh3_of(data, sizes[i], (const uint8_t *)"meta", 4));
+        for (int k = 7; k >= 0; k--)
+            first = first << 8 | root[k];
+        assert_int_equal(h, first);
         free(data);
     }
     ferry_disconnect(a);
@@ -741,7 +773,7 @@ int main(void)
         T(get_same_id_twice_holds_two_references),
         T(release_without_a_reference_is_enoent),
         T(hash_is_equal_for_equal_content_and_differs_otherwise),
-        T(hash_is_the_documented_xxh3_of_data_then_metadata),
+        T(digest_is_the_documented_sha256_tree_of_data_then_metadata),
         T(list_shows_state_refcount_and_sizes),
         T(delete_of_absent_is_enoent_and_of_unsealed_is_enotsealed),
         T(delete_of_referenced_object_frees_at_last_release),
