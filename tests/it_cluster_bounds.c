@@ -339,6 +339,40 @@ H_CLUSTER_TEST(pins_of_one_node_id_stay_within_its_limit_over_its_connections)
     ferry_disconnect(a);
 }
 
+/* A's pins in all stop at half its arena (128 of 256M): node ids are names any holder of the
+ * secret picks. Two node ids pin 48 MiB each, unread; a third one's pull of 48 MiB more waits
+ * (96 + 48 > 128) until one of them closes, then gets its pins. With a limit per node id
+ * alone, the third was granted at once (144 MiB pinned), and more node ids pin more. */
+H_CLUSTER_TEST(pins_of_all_node_ids_stay_within_half_the_arena)
+{
+    h_node_start(cl, A, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_id ids[6];
+    for (int i = 0; i < 6; i++) {
+        ids[i] = h_idf("pinned-by-many-%d", i);
+        H_OK(h_put_direct(a, &ids[i], PIECE, 0));
+    }
+    int port = h_node_port(cl, A);
+    int n1 = unread_pull_as(port, "pinner-1", ids, 2);
+    int n2 = unread_pull_as(port, "pinner-2", ids + 2, 2);
+    assert_true(n1 >= 0 && n2 >= 0);
+    assert_int_equal(granted_within(n1, 2, H_EVENT_MS), 2);
+    assert_int_equal(granted_within(n2, 2, H_EVENT_MS), 2);
+    int n3 = unread_pull_as(port, "pinner-3", ids + 4, 2);
+    assert_true(n3 >= 0);
+    int early = granted_within(n3, 2, 1000);
+    uint64_t pinned = h_stats(a).pinned_bytes;
+    printf("third node id: %d granted while two hold 96 MiB; %llu MiB pinned\n", early,
+           (unsigned long long)(pinned / MIB));
+    assert_int_equal(early, -1);
+    assert_true(pinned <= 128 * MIB);
+    close(n1);
+    assert_int_equal(granted_within(n3, 2, H_EVENT_MS), 2);
+    close(n2);
+    close(n3);
+    ferry_disconnect(a);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -439,6 +473,7 @@ int main(void)
         T(an_inflated_record_size_evicts_nothing),
         T(one_node_id_holds_no_more_than_its_share_of_connections),
         T(pins_of_one_node_id_stay_within_its_limit_over_its_connections),
+        T(pins_of_all_node_ids_stay_within_half_the_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

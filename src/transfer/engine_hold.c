@@ -39,8 +39,15 @@ static void pins_count(struct inconn *ic, uint64_t len, int add)
 
     for (int i = 0; i < 3; i++)
         *counts[i] = add ? *counts[i] + len : *counts[i] - len;
-    if (!add)
-        node_wake(ic->e, ic->node);
+    if (add)
+        return;
+    node_wake(ic->e, ic->node);
+    if (ic->e->pins_full) { /* every node id's pulls may wait for the pins of all */
+        ic->e->pins_full = 0;
+        for (const struct innode *n = ic->e->innodes; n; n = n->next)
+            if (n != ic->node)
+                node_wake(ic->e, n);
+    }
 }
 
 /* ic leaves its node (its pins with it); the node goes with its last connection. */
@@ -291,6 +298,32 @@ static uint64_t pin_limit(const struct engine *e)
     return quarter > (64ull << 20) ? quarter : 64ull << 20;
 }
 
+/* Node ids are names that any holder of the secret picks, so a limit per id alone bounds
+ * nothing: past half the arena (at least one node id's limit) pinned for all of them together,
+ * pulls wait too, and the arena keeps room for the node's own puts. */
+static uint64_t pin_limit_all(const struct engine *e)
+{
+    uint64_t half = store_capacity(e->store) / 2, one = pin_limit(e);
+    return half > one ? half : one;
+}
+
+/* Whether pinning len bytes more for ic's node id (pinning already counted for this pull)
+ * passes its limit or the limit of all; a node id without pins passes its own limit once, so
+ * that objects larger than the limit still move. */
+static int pins_over(struct inconn *ic, uint64_t pinning, uint64_t len)
+{
+    struct engine *e = ic->e;
+    uint64_t node = ic->node->pinned + pinning, all = e->counters.pinned_bytes + pinning;
+
+    if (node && node + len > pin_limit(e))
+        return 1;
+    if (all && all + len > pin_limit_all(e)) {
+        e->pins_full = 1;
+        return 1;
+    }
+    return 0;
+}
+
 /* Whether a pull can be answered. Spilled objects are restored first, as many as the pin limit
  * covers; the pull waits for its first present object only (the others are answered busy if
  * they are still on disk, and asked again), so that a pull of more than the arena holds still
@@ -377,8 +410,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     }
     len = o ? hpull_len(hp, i, o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
-    if (o && len && ic->node->pinned + *pinning &&
-        ic->node->pinned + *pinning + len > pin_limit(ic->e)) {
+    if (o && len && pins_over(ic, *pinning, len)) {
         re[i].status = FERRY_EBUSY;
         ic->e->counters.pins_deferred++;
         return;
@@ -503,16 +535,15 @@ static void in_backpressure(struct inconn *ic)
     in_watch(ic);
 }
 
-/* Answers queued pulls in order, as far as their digests and the pin limit allow: a pull
- * waits while what it would pin, on top of what is pinned for its node id, passes the limit
- * (node_wake has it look again). */
+/* Answers queued pulls in order, as far as their digests and the pin limits allow: a pull
+ * waits while what it would pin passes its node id's limit or the limit of all (pins_over;
+ * node_wake has it look again). */
 static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
 
     while ((hp = ic->queue) && hpull_ready(ic->e, hp)) {
-        uint64_t pinned = ic->node->pinned;
-        if (pinned && pinned + hpull_bytes(ic->e, hp) > pin_limit(ic->e))
+        if (pins_over(ic, 0, hpull_bytes(ic->e, hp)))
             break;
         ic->queue = hp->next;
         if (!ic->queue)

@@ -365,6 +365,7 @@ struct engine {
     struct inconn *inconns;
     struct innode *innodes;
     uint32_t inconns_authed; /* connections of the innodes */
+    int pins_full;           /* a pull waits for the pins of all node ids to drop */
     struct hasher *verifier;
     struct loop_watch verifier_watch;
     struct engine_counters counters;
