@@ -15,7 +15,8 @@
  * of its direction (derived from the secret and the handshake) over a sequence number, the
  * header and the payload. A frame injected, replayed, reordered or altered on the stream fails
  * its tag and ends the connection. Object bytes are not tagged: REPLY (tagged) carries each
- * object's digest, and the receiver checks the bytes against it before sealing.
+ * object's SHA-256 root and leaves, and a receiver with --verify checks every chunk against
+ * them before sealing; without it, it trusts the bytes of the connection it authenticated.
  *
  * Holds its own copy of the secret. Pure computation: no I/O.
  */
