@@ -152,6 +152,39 @@ H_CLUSTER_TEST(replayed_delete_event_spares_a_later_put)
         ferry_disconnect(c[i]);
 }
 
+/* Rewrites an object's record with ARGV[1] holder fields of nodes nobody runs before its real
+ * ones (small hashes keep their order), its size, digest and signature untouched. */
+static const char crowd_lua[] =
+    "local r = redis.call('HGETALL', KEYS[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "local real = {}\n"
+    "for i = 1, #r, 2 do\n"
+    "  if string.sub(r[i], 1, 2) == 'h:' then real[#real + 1] = {r[i], r[i + 1]}\n"
+    "  else redis.call('HSET', KEYS[1], r[i], r[i + 1]) end\n"
+    "end\n"
+    "for j = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], 'h:nobody-' .. j, '1') end\n"
+    "for _, f in ipairs(real) do redis.call('HSET', KEYS[1], f[1], f[2]) end\n"
+    "return #real\n";
+
+/* A genuine record given 64 holder fields of nodes nobody runs ahead of its real holder: a
+ * lookup asks the nodes it knows first, so C (which never looked the id up) still finds A. A
+ * lookup took the first 64 fields it met, and the fetch failed ("nobody-1: gone ..."). */
+H_CLUSTER_TEST(planted_holders_do_not_crowd_out_the_real_one)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("crowded");
+    char key[64] = "ferry:obj:";
+    ferry_id_format(&id, key + strlen(key));
+    H_OK(h_put_direct(c[A], &id, 100000, 10));
+    h_assert_where(c[B], cl, &id, BIT(A), H_CLUSTER_MS);
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL", crowd_lua, "1", key, "64", NULL});
+    fetch_one(c[C], &id);
+    h_assert_same_object(c[A], c[C], &id);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
 /* A fetch of id on c by a record written without the secret: its status, the message in
  * why. */
 static int fetch_by_forged_record(ferry_client *c, const ferry_id *id, char *why, size_t size)
@@ -286,9 +319,13 @@ H_CLUSTER_TEST(events_of_the_wrong_type_are_replaced)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(forged_delete_events_delete_nothing),      T(replayed_delete_event_spares_a_later_put),
-        T(inflated_record_evicts_nothing),           T(switched_record_is_refused_then_repaired),
-        T(held_index_of_the_wrong_type_is_replaced), T(events_of_the_wrong_type_are_replaced),
+        T(forged_delete_events_delete_nothing),
+        T(replayed_delete_event_spares_a_later_put),
+        T(inflated_record_evicts_nothing),
+        T(switched_record_is_refused_then_repaired),
+        T(held_index_of_the_wrong_type_is_replaced),
+        T(events_of_the_wrong_type_are_replaced),
+        T(planted_holders_do_not_crowd_out_the_real_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,11 +233,26 @@ static void record_refused(struct directory *d, struct request *r, const redisRe
     }
 }
 
-/* The holders of a record's fields, answered from the cache or asked for. */
+/* Whether field is a holder field of a node whose entry this node has seen (live, and signed
+ * with our secret when there is one). */
+static int holder_known(const struct directory *d, const redisReply *field)
+{
+    size_t pre = strlen(HOLDER_FIELD);
+
+    return field->type == REDIS_REPLY_STRING && field->len > pre &&
+           strncmp(field->str, HOLDER_FIELD, pre) == 0 &&
+           dir_node_cached(d, field->str + pre) != NULL;
+}
+
+/* The holders of a record's fields, answered from the cache or asked for, at most
+ * LOOKUP_HOLDERS_MAX: the nodes this node knows first, so that fields a writer of the directory
+ * planted for nodes nobody runs cannot crowd the real holders out. */
 static void consider_holders(struct directory *d, struct request *r, const redisReply *rep)
 {
-    for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2)
-        consider_holder(d, r, rep->element[i], rep->element[i + 1]);
+    for (int known = 1; known >= 0; known--)
+        for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2)
+            if (holder_known(d, rep->element[i]) == known)
+                consider_holder(d, r, rep->element[i], rep->element[i + 1]);
 }
 
 /* The reply to HGETALL ferry:obj:<hex>: the content and the holders. A key of the wrong type
