@@ -362,7 +362,11 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                         \
     X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")       \
     X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")  \
-    X(chunks_refused, COUNTER, "chunks fetched that did not match their holder's digest")
+    X(chunks_refused, COUNTER, "chunks fetched that did not match their holder's digest")          \
+    X(hashed_bytes, COUNTER,                                                                       \
+      "bytes hashed for digests of objects here (standalone: only those asked for or spilled)")    \
+    X(hash_jobs_dropped, COUNTER,                                                                  \
+      "hash jobs (4 MiB at most) dropped: their object was evicted or deleted before its turn")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -710,23 +710,23 @@ H_CLUSTER_TEST(refused_fabric_says_why_in_the_peers_line)
     ferry_disconnect(a);
 }
 
-/* Objects of more than one chunk are checked chunk by chunk against their leaves as the bytes
- * land, on the verifier's threads; an object of one chunk against its root after its last
- * byte. A tampered last chunk is refused either way. */
+/* With --verify, objects of more than one chunk are checked chunk by chunk against their
+ * leaves as the bytes land, on the verifier's threads; an object of one chunk against its root
+ * after its last byte. A tampered last chunk is refused either way. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_as_they_land)
 {
-    h_cluster_start(cl, 1, "96M", NULL);
+    h_cluster_start(cl, 1, "96M", (const char *[]){"--verify", NULL});
     fetch_recorded_content(cl, 1u << 20, 0);
     fetch_recorded_content(cl, 1u << 20, 1);
     fetch_recorded_content(cl, 32u << 20, 0);
     fetch_recorded_content(cl, 32u << 20, 1);
 }
 
-/* An object in ranges from two holders is checked range by range against its leaves as they
- * land, and refused when one range is other than recorded. */
+/* With --verify, an object in ranges from two holders is checked range by range against its
+ * leaves as they land, and refused when one range is other than recorded. */
 H_CLUSTER_TEST(other_bytes_in_one_range_are_refused)
 {
-    const char *const split[] = {"--split-min", "1M", NULL};
+    const char *const split[] = {"--split-min", "1M", "--verify", NULL};
     h_cluster_start(cl, 1, "96M", split);
     fetch_split_content(cl, 4u << 20, 0);
     fetch_split_content(cl, 4u << 20, 1);
@@ -1130,21 +1130,21 @@ H_CLUSTER_TEST(slow_holder_is_dropped_for_another)
     ferry_disconnect(a);
 }
 
-/* Up to 256 KiB the digest is taken at once after the last byte, on the loop. */
-/* An object of one chunk is checked against its root after its last byte, on the loop. */
+/* With --verify, an object of one chunk is checked against its root after its last byte, on
+ * the loop. */
 H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
 {
-    h_cluster_start(cl, 1, "64M", NULL);
+    h_cluster_start(cl, 1, "64M", (const char *[]){"--verify", NULL});
     fetch_recorded_content(cl, 64u << 10, 0);
     fetch_recorded_content(cl, 64u << 10, 1);
 }
 
-/* The split fetch of fetch_split_content, fake 0 sending one chunk of its first range with a
- * byte flipped: the chunk names it at once (chunks_refused), its range moves to fake 1
- * (ranges_moved), and the object is sealed bit-exact from fake 1's bytes. */
+/* The split fetch of fetch_split_content with --verify, fake 0 sending one chunk of its first
+ * range with a byte flipped: the chunk names it at once (chunks_refused), its range moves to
+ * fake 1 (ranges_moved), and the object is sealed bit-exact from fake 1's bytes. */
 H_CLUSTER_TEST(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range)
 {
-    const char *const split[] = {"--split-min", "1M", NULL};
+    const char *const split[] = {"--split-min", "1M", "--verify", NULL};
     h_cluster_start(cl, 1, "96M", split);
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const char *names[2] = {"badchunk", "goodone"};

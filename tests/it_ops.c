@@ -329,10 +329,30 @@ H_TEST(hash_is_equal_for_equal_content_and_differs_otherwise)
     ferry_disconnect(a);
 }
 
+/* A standalone daemon (no directory to publish to) hashes nothing at seal: the digest is
+ * computed when a client asks for it (the request waits), once (hashed_bytes). */
+H_TEST(standalone_digest_is_computed_when_asked_not_at_seal)
+{
+    const size_t size = 3u << 20; /* on the hasher's threads */
+    ferry_client *a = h_connect(d);
+    uint8_t *data = h_pattern(size, 2), root[2][FERRY_DIGEST_LEN];
+    ferry_id id[2] = {h_id("lazy-1"), h_id("lazy-2")};
+    for (int i = 0; i < 2; i++)
+        H_OK(ferry_put(a, &id[i], data, size, "meta", 4));
+    assert_int_equal(h_stats(a).hashed_bytes, 0);
+    for (int i = 0; i < 2; i++)
+        H_OK(ferry_digest(a, &id[i], root[i]));
+    assert_memory_equal(root[0], root[1], FERRY_DIGEST_LEN);
+    H_OK(ferry_digest(a, &id[0], root[1]));
+    assert_int_equal(h_stats(a).hashed_bytes, 2 * (size + 4));
+    free(data);
+    ferry_disconnect(a);
+}
+
 /* The digest is what ferry.h documents, so a client can compute it itself: the SHA-256 tree of
  * data then metadata (ferry_digest), and ferry_hash its first 8 bytes as a little-endian u64.
- * Checked for a small object (hashed at seal on the loop) and one of four chunks (hashed on
- * the hasher threads). */
+ * Checked for a small object (hashed on the loop) and one of four chunks (on the hasher
+ * threads). */
 H_TEST(digest_is_the_documented_sha256_tree_of_data_then_metadata)
 {
     static const size_t sizes[] = {5000, 3u << 20};
@@ -774,6 +794,7 @@ int main(void)
         T(release_without_a_reference_is_enoent),
         T(hash_is_equal_for_equal_content_and_differs_otherwise),
         T(digest_is_the_documented_sha256_tree_of_data_then_metadata),
+        T(standalone_digest_is_computed_when_asked_not_at_seal),
         T(list_shows_state_refcount_and_sizes),
         T(delete_of_absent_is_enoent_and_of_unsealed_is_enotsealed),
         T(delete_of_referenced_object_frees_at_last_release),

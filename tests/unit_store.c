@@ -229,9 +229,9 @@ static void collect(struct fixture *f)
     store_collect_hashes(&f->st);
 }
 
-/* A large object's digest is computed off the loop: until it is in, the object is not in the
- * LRU; afterwards it has the digest an inline one would have. */
-static void test_large_digest_on_hasher_blocks_eviction_until_collected(void **state)
+/* A large object's digest is computed off the loop: meanwhile the object is in the LRU
+ * (evictable); afterwards it has the digest an inline one would have. */
+static void test_large_digest_on_hasher_stays_evictable(void **state)
 {
     struct fixture *f = *state;
     uint64_t size = STORE_INLINE_HASH_MAX + 4096;
@@ -240,7 +240,7 @@ static void test_large_digest_on_hasher_blocks_eviction_until_collected(void **s
     assert_int_equal(hasher_start(&f->st.hasher, STORE_HASHER_THREADS), 0);
     o = put(f, 7, size);
     assert_int_equal(o->hashed, 0);
-    assert_null(o->lru_next);
+    assert_non_null(o->lru_next); /* evictable while being hashed */
     collect(f);
     assert_int_equal(o->hashed, 1);
     uint8_t root[DIGEST_LEN];
@@ -269,9 +269,8 @@ static void test_hashing_keeps_lru_order(void **state)
     assert_memory_equal(f->ids[0].bytes, id_of(1).bytes, FERRY_ID_SIZE);
 }
 
-/* Under memory pressure, eviction waits for objects being hashed rather than fail: a create
- * right after large puts must still find them evictable. */
-static void test_eviction_waits_for_hashing_objects(void **state)
+/* A create evicts objects whose digests are still queued rather than wait for them. */
+static void test_a_create_evicts_objects_being_hashed(void **state)
 {
     struct fixture *f = *state;
     uint64_t size = CAP / 2;
@@ -283,21 +282,61 @@ static void test_eviction_waits_for_hashing_objects(void **state)
     put(f, 2, size);
     assert_int_equal(store_create(&f->st, &id, size, 0, f, &o), 0);
     assert_int_equal(f->st.counters.evicted_objects, 1);
+    assert_null(store_find(&f->st, &ID(1)));
+    o = store_find(&f->st, &ID(2));
+    for (int i = 0; i < 100 && !o->hashed; i++)
+        collect(f);
+    assert_int_equal(o->hashed, 1);
 }
 
-/* An object deleted while the hasher reads it is freed only when the hasher is done. */
-static void test_delete_while_hashing_frees_after(void **state)
+/* An object deleted while it is being hashed is freed at once; its queued jobs are dropped
+ * (32 MiB: 8 jobs, 2 threads), those running finish first. */
+static void test_delete_while_hashing_frees_at_once(void **state)
 {
     struct fixture *f = *state;
-    uint64_t size = STORE_INLINE_HASH_MAX + 64;
+    uint64_t size = 32u << 20;
+    struct object *o;
+    ferry_id id = id_of(1);
+    uint8_t *base = calloc(1, size);
+    struct store st;
+
+    (void)f;
+    assert_non_null(base);
+    assert_int_equal(store_init(&st, base, size, 0, NULL), 0);
+    assert_int_equal(hasher_start(&st.hasher, STORE_HASHER_THREADS), 0);
+    assert_int_equal(store_create(&st, &id, size, 0, NULL, &o), 0);
+    store_seal(&st, o);
+    store_unref(&st, o);
+    assert_int_equal(o->hashing, 1);
+    store_delete(&st, o);
+    assert_int_equal(store_used(&st), 0);
+    assert_true(st.counters.hash_jobs_dropped > 0);
+    store_collect_hashes(&st);
+    store_destroy(&st);
+    free(base);
+}
+
+/* With hash_on_demand (no directory) a seal hashes nothing; store_hash computes the digest. */
+static void test_hash_on_demand_hashes_when_asked(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t size = STORE_INLINE_HASH_MAX + 4096;
+    uint8_t root[DIGEST_LEN];
     struct object *o;
 
     assert_int_equal(hasher_start(&f->st.hasher, STORE_HASHER_THREADS), 0);
-    o = put(f, 1, size);
-    store_delete(&f->st, o);
-    assert_int_equal(store_used(&f->st), (size + 63) / 64 * 64);
-    collect(f);
-    assert_int_equal(store_used(&f->st), 0);
+    f->st.hash_on_demand = 1;
+    o = put(f, 5, size);
+    assert_int_equal(o->hashed + o->hashing, 0);
+    assert_int_equal(f->st.counters.hashed_bytes, 0);
+    assert_int_equal(store_hash(&f->st, o), 0);
+    for (int i = 0; i < 100 && !o->hashed; i++)
+        collect(f);
+    assert_int_equal(o->hashed, 1);
+    assert_int_equal(f->st.counters.hashed_bytes, size);
+    assert_int_equal(digest_object(f->base + o->offset, size, 0, root), 0);
+    assert_memory_equal(o->root, root, DIGEST_LEN);
+    assert_int_equal(store_hash(&f->st, o), 1);
 }
 
 int main(void)
@@ -313,11 +352,12 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_touch_and_reserve, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_large_digest_on_hasher_blocks_eviction_until_collected,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_digest_on_hasher_stays_evictable, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_hashing_keeps_lru_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_delete_while_hashing_frees_after, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_eviction_waits_for_hashing_objects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_while_hashing_frees_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_create_evicts_objects_being_hashed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hash_on_demand_hashes_when_asked, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -644,6 +644,9 @@ int server_init(struct server *s, const struct server_config *cfg)
         (rc = open_spill(s)) < 0 || (rc = open_cluster(s)) < 0 || (rc = open_metrics(s)) < 0 ||
         (rc = open_socket(s)) < 0 || (rc = arena_prefault_start(&s->arena)) < 0)
         goto destroy;
+    /* Without a directory nobody is told a digest unasked: computed when a client asks for it
+     * or its object is spilled, not at every seal. */
+    s->store.hash_on_demand = s->dir == NULL;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
              s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
              (unsigned)cfg->socket_mode);

@@ -303,11 +303,13 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, 0);
 }
 
-/* Blocks the session until o's digest is in (o stays pinned by the hasher until then). */
+/* Blocks the session until o's digest is in, holding a reference: o is not evicted (which
+ * would drop its hash) nor freed meanwhile. */
 static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
 {
     struct server *srv = ss->srv;
 
+    store_ref(&srv->store, o);
     ss->hash_wait = o;
     ss->hash_tag = tag;
     ss->hash_next = srv->hash_waiters;
@@ -319,12 +321,15 @@ static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
 
 static void hash_unwait(struct session *ss)
 {
-    if (!ss->hash_wait)
+    struct object *o = ss->hash_wait;
+
+    if (!o)
         return;
     *ss->hash_pprev = ss->hash_next;
     if (ss->hash_next)
         ss->hash_next->hash_pprev = ss->hash_pprev;
     ss->hash_wait = NULL;
+    store_unref(&ss->srv->store, o);
 }
 
 void session_hash_ready(struct server *srv, struct object *o)
@@ -339,8 +344,8 @@ void session_hash_ready(struct server *srv, struct object *o)
         next = ss->hash_next;
         if (ss->hash_wait != o)
             continue;
-        hash_unwait(ss);
         reply_digest(ss, &(struct proto_request){.type = PROTO_HASH, .tag = ss->hash_tag}, o);
+        hash_unwait(ss); /* o outlives it: the store holds it across its hashed() hook */
         server_schedule(srv, ss);
     }
 }
@@ -351,7 +356,7 @@ static int handle_hash(struct session *ss, const struct proto_request *q)
 
     if (!o)
         return session_reply_status(ss, q, session_not_found(&q->u.one.id, "sealed object"));
-    if (!o->hashed) {
+    if (!store_hash(&ss->srv->store, o)) { /* the first to ask starts it (hash_on_demand) */
         hash_wait(ss, o, q->tag);
         return 0;
     }

@@ -179,7 +179,7 @@ static void seal_claim(struct session *ss, struct object *o, uint32_t i)
 static void seal_begin(struct session *ss, uint32_t i, struct object *o)
 {
     ss->seal.ids[i] = o->id;
-    if (store_hash_created(&ss->srv->store, o))
+    if (store_hash(&ss->srv->store, o))
         seal_claim(ss, o, i);
 }
 

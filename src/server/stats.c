@@ -69,6 +69,8 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->refused_creates = st->counters.refused;
     out->max_objects = st->max_objects;
     out->refused_objects = st->counters.refused_objects;
+    out->hashed_bytes = st->counters.hashed_bytes;
+    out->hash_jobs_dropped = st->counters.hash_jobs_dropped;
     out->accept_pauses = srv->listener.pauses;
     out->protocol_errors = srv->counters.protocol_errors;
     out->connections_total = srv->counters.connections_total;

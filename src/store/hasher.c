@@ -12,7 +12,7 @@ struct hasher {
     unsigned nthreads;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    pthread_cond_t idle;                        /* signalled when pending is empty and busy is 0 */
+    pthread_cond_t finished;                    /* broadcast whenever a job is done */
     int busy;                                   /* guarded by lock: workers hashing */
     struct hasher_job *pending, **pending_tail; /* guarded by lock */
     struct hasher_job *done, **done_tail;       /* guarded by lock */
@@ -42,8 +42,7 @@ static void *worker(void *arg)
         *h->done_tail = job;
         h->done_tail = &job->next;
         h->busy--;
-        if (!h->pending && !h->busy)
-            pthread_cond_broadcast(&h->idle);
+        pthread_cond_broadcast(&h->finished);
         /* Cannot fail: the counter does not overflow at one increment per job. */
         ssize_t n = write(h->efd, &one, sizeof(one));
         (void)n;
@@ -82,7 +81,7 @@ int hasher_start(struct hasher **out, unsigned threads)
     }
     pthread_mutex_init(&h->lock, NULL);
     pthread_cond_init(&h->wake, NULL);
-    pthread_cond_init(&h->idle, NULL);
+    pthread_cond_init(&h->finished, NULL);
     for (; h->nthreads < threads; h->nthreads++) {
         if ((rc = pthread_create(&h->threads[h->nthreads], NULL, worker, h)) != 0) {
             rc = err_set(FERRY_ESYS, "pthread_create(hasher): error %d", rc);
@@ -94,7 +93,7 @@ int hasher_start(struct hasher **out, unsigned threads)
 
 stop_started:
     stop_workers(h, h->nthreads);
-    pthread_cond_destroy(&h->idle);
+    pthread_cond_destroy(&h->finished);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
     close(h->efd);
@@ -109,7 +108,7 @@ struct hasher_job *hasher_stop(struct hasher *h)
 
     stop_workers(h, h->nthreads);
     jobs = hasher_take_done(h);
-    pthread_cond_destroy(&h->idle);
+    pthread_cond_destroy(&h->finished);
     pthread_cond_destroy(&h->wake);
     pthread_mutex_destroy(&h->lock);
     close(h->efd);
@@ -121,8 +120,43 @@ void hasher_wait_idle(struct hasher *h)
 {
     pthread_mutex_lock(&h->lock);
     while (h->pending || h->busy)
-        pthread_cond_wait(&h->idle, &h->lock);
+        pthread_cond_wait(&h->finished, &h->lock);
     pthread_mutex_unlock(&h->lock);
+}
+
+/* Moves the jobs of arg from the list at *head (tail *tail) to *out; how many. */
+static uint32_t take_of(struct hasher_job **head, struct hasher_job ***tail, const void *arg,
+                        struct hasher_job **out)
+{
+    struct hasher_job **pp = head, *job;
+    uint32_t n = 0;
+
+    while ((job = *pp)) {
+        if (job->arg != arg) {
+            pp = &job->next;
+            continue;
+        }
+        *pp = job->next;
+        job->next = *out;
+        *out = job;
+        n++;
+    }
+    *tail = pp;
+    return n;
+}
+
+struct hasher_job *hasher_cancel(struct hasher *h, const void *arg, uint32_t n, uint32_t *dropped)
+{
+    struct hasher_job *out = NULL;
+    uint32_t got;
+
+    pthread_mutex_lock(&h->lock);
+    got = *dropped = take_of(&h->pending, &h->pending_tail, arg, &out);
+    /* The others are running (a job's chunks at most: milliseconds) or done. */
+    while ((got += take_of(&h->done, &h->done_tail, arg, &out)) < n)
+        pthread_cond_wait(&h->finished, &h->lock);
+    pthread_mutex_unlock(&h->lock);
+    return out;
 }
 
 int hasher_fd(const struct hasher *h)

@@ -8,8 +8,8 @@
  * writes job->leaves and job->status before moving the job to `done` under the lock, so the
  * caller reads them after taking the job, with the mutex ordering the two. Jobs are
  * independent: they finish in any order. The bytes hashed must stay mapped until the job is
- * taken back (the store pins the object meanwhile; a receiver whose object went away only
- * drops the result).
+ * taken back, by hasher_take_done() or hasher_cancel() (the store takes back the jobs of an
+ * object before it frees it; a receiver whose object went away only drops the result).
  */
 #ifndef FERRY_HASHER_H
 #define FERRY_HASHER_H
@@ -46,6 +46,10 @@ void hasher_wait_idle(struct hasher *h);
 /* Readable (an eventfd) when finished jobs wait in hasher_take_done(). */
 int hasher_fd(const struct hasher *h);
 void hasher_submit(struct hasher *h, struct hasher_job *job);
+/* Takes back the n jobs of arg not taken yet: those still queued at once (*dropped of them:
+ * never run), those running once they finish (waits for them: HASHER_JOB_CHUNKS chunks at
+ * most), those done. After it, no worker reads their bytes. */
+struct hasher_job *hasher_cancel(struct hasher *h, const void *arg, uint32_t n, uint32_t *dropped);
 /* The finished jobs, oldest first (NULL when none); resets the fd's readiness. */
 struct hasher_job *hasher_take_done(struct hasher *h);
 

@@ -60,17 +60,19 @@ static struct object *list_of(struct store *s, const struct object *o)
     return goes_dirty(s, o) ? &s->dirty : &s->lru;
 }
 
-/* Whether o may join a list now: its bytes are here and nothing else holds them. */
-static int listable(const struct object *o)
+/* Whether o may join a list now: its bytes are here and nothing else holds them. An object
+ * being hashed is evictable (its jobs are dropped: store_object_free), but not written: its
+ * spill entry needs its root. */
+static int listable(const struct store *s, const struct object *o)
 {
-    return !o->hashing && !o->writing && !o->spilled && !o->restoring;
+    return !(o->hashing && goes_dirty(s, o)) && !o->writing && !o->spilled && !o->restoring;
 }
 
 /* o was just used and is now unreferenced: it becomes the youngest (once hashed). */
 void store_lru_push_young(struct store *s, struct object *o)
 {
     o->lru_seq = ++s->lru_clock;
-    if (listable(o))
+    if (listable(s, o))
         lru_link(s, o, list_of(s, o)->lru_prev);
 }
 
@@ -109,8 +111,11 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_o
     return 0;
 }
 
+static void drop_hashes(struct store *s, struct object *o);
+
 void store_object_free(struct store *s, struct object *o)
 {
+    drop_hashes(s, o); /* before its bytes go: no thread reads them after */
     if (o->block) {
         alloc_free(s->alloc, o->block);
         s->room_freed = 1;
@@ -143,14 +148,40 @@ int store_set_name(struct store *s, struct object *o, const char *name)
 
 static void hash_now(struct store *s, struct object *o);
 
-/* A job of o's is back; with the last, o's root is taken over its leaves (microseconds). */
+/* o's hash is over: it is hashed, and (unreferenced) joins its list if it is not in it. */
+static void hash_over(struct store *s, struct object *o)
+{
+    o->hash_failed = 0;
+    o->hashed = 1;
+    o->hashing = 0;
+    if (o->hash_counted)
+        s->hashing_bytes -= store_block_size(o);
+    o->hash_counted = 0;
+    /* A reference across the hook: what it does with o (answer and unpin replies that waited
+     * for the digest) cannot free it or put it in the LRU under our feet. */
+    o->refcount++;
+    if (s->events.hashed)
+        s->events.hashed(s->events.ctx, o);
+    o->refcount--;
+    if (o->deleted && o->refcount == 0)
+        store_object_free(s, o);
+    else if (!o->deleted && o->refcount == 0 && !store_in_lru(o))
+        store_lru_insert_ordered(s, o);
+}
+
+/* Jobs are back; with the last of an object, its root is taken over its leaves
+ * (microseconds). The jobs wait in s->hashes_back, where drop_hashes finds those of an object a
+ * hook frees. */
 static void finish_hashes(struct store *s, struct hasher_job *jobs)
 {
-    struct hasher_job *job;
+    struct hasher_job *job, **tail = &s->hashes_back;
 
-    while ((job = jobs)) {
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = jobs;
+    while ((job = s->hashes_back)) {
         struct object *o = job->arg;
-        jobs = job->next;
+        s->hashes_back = job->next;
         o->hash_failed |= job->status < 0;
         free(job);
         if (--o->hash_jobs)
@@ -159,24 +190,41 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
             digest_root(o->data_size, o->metadata_size, o->leaves ? o->leaves : o->root,
                         digest_leaves(o->data_size + o->metadata_size), o->root) < 0)
             hash_now(s, o); /* OpenSSL failed on a thread: once more here */
-        o->hash_failed = 0;
-        o->hashed = 1;
-        o->hashing = 0;
-        if (o->hash_counted)
-            s->hashing_bytes -= store_block_size(o);
-        o->hash_counted = 0;
-        /* A reference across the hook: what it does with o (answer and unpin replies that
-         * waited for the digest) cannot free it or put it in the LRU under our feet. */
-        o->refcount++;
-        if (s->events.hashed)
-            s->events.hashed(s->events.ctx, o);
-        o->refcount--;
-        if (o->deleted && o->refcount == 0)
-            store_object_free(s, o);
-        else if (!o->deleted && o->refcount == 0)
-            store_lru_insert_ordered(s, o);
+        else
+            s->counters.hashed_bytes += o->data_size + o->metadata_size;
+        hash_over(s, o);
     }
     store_spill_pump(s);
+}
+
+/* Takes back o's jobs (o is going): those queued are dropped, those running finish first. */
+static void drop_hashes(struct store *s, struct object *o)
+{
+    struct hasher_job **pp = &s->hashes_back, *job, *jobs;
+    uint32_t dropped = 0;
+
+    if (!o->hash_jobs)
+        return;
+    while ((job = *pp)) {
+        if (job->arg != o) {
+            pp = &job->next;
+            continue;
+        }
+        *pp = job->next;
+        free(job);
+        o->hash_jobs--;
+    }
+    jobs = o->hash_jobs ? hasher_cancel(s->hasher, o, o->hash_jobs, &dropped) : NULL;
+    while ((job = jobs)) {
+        jobs = job->next;
+        free(job);
+    }
+    s->counters.hash_jobs_dropped += dropped;
+    o->hash_jobs = 0;
+    o->hashing = 0;
+    if (o->hash_counted)
+        s->hashing_bytes -= store_block_size(o);
+    o->hash_counted = 0;
 }
 
 void store_collect_hashes(struct store *s)
@@ -227,7 +275,7 @@ void store_remove(struct store *s, struct object *o, int event)
             s->events.removed(s->events.ctx, o, event);
     }
     o->deleted = 1;
-    if (o->refcount == 0 && !o->hashing && !o->writing)
+    if (o->refcount == 0 && !o->writing)
         store_object_free(s, o);
 }
 
@@ -248,17 +296,6 @@ static uint64_t evict_oldest(struct store *s)
     return freed;
 }
 
-/* Waits for the digests being computed and takes them in, so that eviction sees every
- * candidate in its LRU place and deleted objects are freed first. Only under memory pressure,
- * and for as long as the queued digests take. */
-static void settle_hashes(struct store *s)
-{
-    if (s->hashing_bytes && s->hasher) {
-        hasher_wait_idle(s->hasher);
-        store_collect_hashes(s);
-    }
-}
-
 static int have_victim(const struct store *s)
 {
     return s->lru.lru_next != &s->lru;
@@ -268,7 +305,6 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
 {
     uint64_t freed = 0;
 
-    settle_hashes(s);
     while (freed < bytes && have_victim(s))
         freed += evict_oldest(s);
     return freed;
@@ -301,10 +337,7 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
                        size_format(used, f[2], SIZE_FORMAT_LEN),
                        size_format(candidates, f[3], SIZE_FORMAT_LEN), disk);
     }
-    if ((rc = alloc_alloc(s->alloc, size, out)) == FERRY_ENOSPACE) {
-        settle_hashes(s);
-        rc = alloc_alloc(s->alloc, size, out);
-    }
+    rc = alloc_alloc(s->alloc, size, out);
     while (rc == FERRY_ENOSPACE && have_victim(s)) {
         evict_oldest(s);
         rc = alloc_alloc(s->alloc, size, out);
@@ -383,10 +416,11 @@ free_object:
     return rc;
 }
 
-/* Submits o's chunks to the hasher in jobs of HASHER_JOB_CHUNKS, which its threads share,
- * pinning o until the last is back; 0 when started. evictable: o will be evictable once hashed
- * (a seal), so that its bytes count in hashing_bytes, which eviction may wait for. */
-static int hash_later(struct store *s, struct object *o, uint64_t len, int evictable)
+/* Submits o's chunks to the hasher in jobs of HASHER_JOB_CHUNKS, which its threads share;
+ * 0 when started. o stays evictable (its jobs are then dropped), but for a list of objects to
+ * spill: it leaves the dirty list until hashed, its bytes counted in hashing_bytes (to be
+ * written soon: creates wait for them). */
+static int hash_later(struct store *s, struct object *o, uint64_t len)
 {
     uint64_t n = digest_leaves(len), njobs = (n + HASHER_JOB_CHUNKS - 1) / HASHER_JOB_CHUNKS;
     struct hasher_job **jobs;
@@ -418,8 +452,10 @@ static int hash_later(struct store *s, struct object *o, uint64_t len, int evict
     }
     o->hashing = 1;
     o->hash_jobs = (uint32_t)njobs;
-    o->hash_counted = (uint8_t)evictable;
-    if (evictable)
+    if (store_in_lru(o) && !listable(s, o))
+        store_lru_unlink(s, o);
+    o->hash_counted = (uint8_t)goes_dirty(s, o);
+    if (o->hash_counted)
         s->hashing_bytes += store_block_size(o);
     for (uint64_t j = 0; j < njobs; j++)
         hasher_submit(s->hasher, jobs[j]);
@@ -453,30 +489,28 @@ static void hash_now(struct store *s, struct object *o)
         log_error("the digest of an object of %" PRIu64 " bytes failed: %s", len, ferry_errmsg());
         memset(o->root, 0, sizeof(o->root));
     }
+    s->counters.hashed_bytes += len;
     if (leaves != o->root) {
         free(o->leaves);
         o->leaves = leaves;
     }
 }
 
-/* o's digest, now (1) or from the hasher (0). */
-static int hash_object(struct store *s, struct object *o, int evictable)
+int store_hash(struct store *s, struct object *o)
 {
-    if (hash_later(s, o, o->data_size + o->metadata_size, evictable) == 0)
+    if (o->hashed)
+        return 1;
+    if (o->hashing || hash_later(s, o, o->data_size + o->metadata_size) == 0)
         return 0;
     hash_now(s, o);
     o->hashed = 1;
     return 1;
 }
 
-int store_hash_created(struct store *s, struct object *o)
-{
-    return hash_object(s, o, 0); /* unsealed and referenced: not evictable once hashed */
-}
-
 void store_seal(struct store *s, struct object *o)
 {
-    hash_object(s, o, 1);
+    if (!s->hash_on_demand)
+        store_hash(s, o);
     seal_visible(s, o);
 }
 
@@ -512,7 +546,7 @@ void store_unref(struct store *s, struct object *o)
         return;
     s->room_freed = 1;
     if (o->deleted) {
-        if (!o->hashing && !o->writing)
+        if (!o->writing)
             store_object_free(s, o);
     } else if (o->state == FERRY_STATE_SEALED) {
         store_lru_push_young(s, o);

@@ -5,18 +5,23 @@
  * Ownership and rules (the daemon's event loop is the only thread that calls in):
  * - An object is created (unsealed) with one reference, its creator's. It is in the table
  *   (by id) from create until abort, delete or eviction.
- * - It is in the LRU exactly when it is sealed, unreferenced, not deleted and not being
- *   hashed; the LRU runs from oldest (lru.next) to youngest (lru.prev), ordered by lru_seq,
- *   the logical time of last use. Only LRU members are ever evicted.
- * - While the hasher reads an object (`hashing`) it is neither evicted nor freed; it joins
- *   the LRU afterwards at the place its lru_seq gives it, as if it had been there all along.
+ * - It is in the LRU exactly when it is sealed, unreferenced and not deleted; the LRU runs
+ *   from oldest (lru.next) to youngest (lru.prev), ordered by lru_seq, the logical time of
+ *   last use. Only LRU members are ever evicted.
+ * - Its digest is computed after its seal, on the hasher's threads (`hashing`), or only when
+ *   asked for (store_hash: hash_on_demand, a daemon with no directory to publish it to). An
+ *   object being hashed is evicted and deleted like any other: its jobs not started yet are
+ *   dropped, those running (HASHER_JOB_CHUNKS chunks at most) finish first, so no thread reads
+ *   freed bytes and no create waits for digests.
  * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
  *   goes with its last reference. So a new object may take the id while old readers remain.
  * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
  *
  * With a spill directory (store_spill_open) memory is a cache over the disk:
  * - A sealed, unreferenced, resident object without a copy on disk (`rec`) is in the dirty
- *   list instead of the LRU: it must be written before its memory can go. Writes start, oldest
+ *   list instead of the LRU: it must be written before its memory can go, and hashed before
+ *   it is written (its entry holds its root): while being hashed it is in neither list and
+ *   its bytes count in hashing_bytes (creates wait for them as for writes). Writes start, oldest
  *   first, when the arena's use less what can go at once passes spill_at percent, or when a
  *   create or restore needs room; while its bytes are written (`writing`) an object is in
  *   neither list and is not freed (readers may still take and use it: reading wins).
@@ -65,8 +70,8 @@ struct object {
     uint8_t state;        /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
     uint8_t deleted;      /* unlinked from the table, waiting for its last reference */
     uint8_t hashed;       /* `root` (and `leaves`) are set */
-    uint8_t hashing;      /* the hasher thread is reading the bytes */
-    uint8_t hash_counted; /* while hashing: its bytes are in hashing_bytes (sealed, evictable) */
+    uint8_t hashing;      /* the hasher's threads are reading the bytes */
+    uint8_t hash_counted; /* while hashing: its bytes are in hashing_bytes (to be spilled) */
     uint8_t hash_failed;  /* while hashing: a job failed (the rest is hashed on the loop) */
     uint32_t hash_jobs;   /* while hashing: the hasher's jobs not taken back yet */
     uint64_t lru_seq;     /* logical time of last use (seal, release to zero, refresh) */
@@ -103,6 +108,8 @@ struct store_counters {
     uint64_t restores, restore_wait_ns, restore_failures, spill_failures, creates_waited;
     uint64_t recovered_too_large; /* found on disk, larger than the arena: left there */
     uint64_t refused_objects;     /* creates refused by max_objects, or by a client's share */
+    uint64_t hashed_bytes;        /* of the digests computed here */
+    uint64_t hash_jobs_dropped;   /* of objects that went before their turn (hasher_cancel) */
 };
 
 /* Writes in flight at most (more when one create or restore needs more). */
@@ -114,14 +121,16 @@ struct store {
     idmap table;
     struct object lru; /* sentinel */
     uint64_t evictable_bytes;
-    uint64_t hashing_bytes; /* of objects being hashed: evictable once hashed, at most */
+    uint64_t hashing_bytes; /* of objects hashed before they are written (hash_counted) */
     uint64_t lru_clock;
     uint64_t sealed_objects;
     uint64_t max_objects; /* in the table at most (store_init: the default for the arena) */
     uint64_t max_held;    /* objects one client may hold (server.h) when it creates one */
     struct store_events events;
     struct store_counters counters;
-    struct hasher *hasher; /* NULL: every digest is computed at seal, inline */
+    struct hasher *hasher;          /* NULL: every digest is computed inline */
+    struct hasher_job *hashes_back; /* taken from the hasher, being finished (finish_hashes) */
+    int hash_on_demand;             /* seals do not hash: store_hash does, when asked */
     /* Spilling (all zero without a spill directory). */
     struct spill *spill;
     struct object dirty; /* sentinel of the dirty list, oldest first */
@@ -152,8 +161,14 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
                  void *creator, struct object **out);
 
 /* Seals an unsealed object and makes it visible; its digest is computed now, or started on
- * the hasher (o->hashed tells which). */
+ * the hasher (o->hashed tells which), or with hash_on_demand left for store_hash. */
 void store_seal(struct store *s, struct object *o);
+
+/* Makes sure o's digest is computed or under way: 1 when it is in (o->hashed), 0 when the
+ * hasher computes it and hashed() follows (unless o goes first: keep a reference to wait for
+ * it). Also for a created object whose bytes are final, ahead of its seal (a seal that waits
+ * for the directory: ferryd --strict-ids); it stays unsealed and invisible. */
+int store_hash(struct store *s, struct object *o);
 
 /* Seals o with a digest computed elsewhere from the same bytes (a fetched copy inherits the
  * holder's root and leaves, which its transfer checked): nothing is hashed again. leaves
@@ -171,11 +186,6 @@ void store_ref(struct store *s, struct object *o);
 /* Drops a reference; at zero a deleted object is freed and a sealed one joins the young end
  * of the LRU. */
 void store_unref(struct store *s, struct object *o);
-
-/* Starts the digest of a created object whose bytes are final, ahead of its seal (a seal that
- * waits for the directory: ferryd --strict-ids): 1 when it is done (o->hashed), 0 when the
- * hasher computes it and hashed() follows; o stays unsealed and invisible either way. */
-int store_hash_created(struct store *s, struct object *o);
 
 /* Deletes a sealed object (see the rules above). */
 void store_delete(struct store *s, struct object *o);

@@ -55,10 +55,16 @@ static int write_object(struct store *s, struct object *o)
     return rc;
 }
 
-/* Memory that cannot be freed at once: neither evictable nor being written. */
+/* Bytes on their way to disk: being written, or hashed first. */
+static uint64_t going_bytes(const struct store *s)
+{
+    return s->writing_bytes + s->hashing_bytes;
+}
+
+/* Memory that cannot be freed at once: neither evictable nor on its way to disk. */
 static uint64_t held_bytes(const struct store *s)
 {
-    uint64_t used = alloc_used(s->alloc), free_soon = s->evictable_bytes + s->writing_bytes;
+    uint64_t used = alloc_used(s->alloc), free_soon = s->evictable_bytes + going_bytes(s);
     return used > free_soon ? used - free_soon : 0;
 }
 
@@ -72,10 +78,13 @@ void store_spill_pump(struct store *s)
         return;
     threshold = alloc_capacity(s->alloc) / 100 * s->spill_at;
     limit = s->room_wanted > STORE_SPILL_INFLIGHT ? s->room_wanted : STORE_SPILL_INFLIGHT;
-    while (s->dirty.lru_next != &s->dirty && s->writing_bytes < limit) {
-        if (held_bytes(s) <= threshold && s->room_wanted <= s->writing_bytes)
+    while (s->dirty.lru_next != &s->dirty && going_bytes(s) < limit) {
+        struct object *o = s->dirty.lru_next;
+        if (held_bytes(s) <= threshold && s->room_wanted <= going_bytes(s))
             break;
-        if (write_object(s, s->dirty.lru_next) < 0)
+        if (!store_hash(s, o))
+            continue; /* out of the list until hashed; then written */
+        if (write_object(s, o) < 0)
             break;
     }
 }
@@ -100,14 +109,14 @@ int store_spill_make_room(struct store *s, uint64_t rounded)
     if (rounded > s->room_wanted)
         s->room_wanted = rounded;
     store_spill_pump(s);
-    if (s->writing_bytes == 0) {
+    if (going_bytes(s) == 0) {
         s->room_wanted = 0;
         return FERRY_ENOSPACE;
     }
     s->counters.creates_waited++;
     return err_set(FERRY_EAGAIN, "%s needed: waiting for %s being spilled",
                    size_format(rounded, f[0], sizeof(f[0])),
-                   size_format(s->writing_bytes, f[1], sizeof(f[1])));
+                   size_format(going_bytes(s), f[1], sizeof(f[1])));
 }
 
 void store_spill_describe(const struct store *s, char *buf, size_t size)
@@ -409,10 +418,14 @@ void store_persist(struct store *s)
 
     if (!s->spill)
         return;
+    while ((o = idmap_next(&s->table, &pos, NULL))) /* those never asked for: hashed now */
+        if (o->state == FERRY_STATE_SEALED)
+            store_hash(s, o);
     if (s->hasher) {
         hasher_wait_idle(s->hasher);
         store_collect_hashes(s);
     }
+    pos = 0;
     while ((o = idmap_next(&s->table, &pos, NULL))) {
         if (o->state != FERRY_STATE_SEALED || o->rec || o->writing || o->spilled || !o->hashed)
             continue;

@@ -437,8 +437,10 @@ void eng_pull_free(struct pull *pl);
 void eng_peers_drop_abandoned(struct engine *e);
 
 /* engine_verify.c: the check of received bytes */
-/* Whether w's bytes are checked against the holder's digest before the seal. */
-int eng_checked(const struct engine *e, const struct want *w);
+/* Whether w's bytes are checked against the holder's tree before the seal (--verify). */
+int eng_checked(const struct engine *e);
+/* Whether w seals with the holder's tree, taken from its reply (--verify, or a record). */
+int eng_inherits(const struct engine *e, const struct want *w);
 /* Takes the holder's tree from its reply into w (a whole want, or a split's parent): 0, or -1
  * when its leaves do not give its root (the holder is then one of other content). */
 int eng_check_tree(struct want *w, const struct wire_reply_entry *re);

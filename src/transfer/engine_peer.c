@@ -608,7 +608,7 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
      * give the root: never taken. */
     eng_check_reset(w);
     pe->other = w->has_content && (memcmp(re->digest, w->hash, DIGEST_LEN) || len != w->size);
-    pe->other = pe->other || (eng_checked(e, w) && eng_check_tree(w, re) < 0);
+    pe->other = pe->other || (eng_inherits(e, w) && eng_check_tree(w, re) < 0);
     pe->other_fault = FAULT_OTHER;
     pe->had = (struct content){.size = len};
     memcpy(pe->had.digest, re->digest, DIGEST_LEN);

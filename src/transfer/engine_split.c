@@ -93,7 +93,8 @@ static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint6
     part->range = range;
     part->off = off;
     part->size = len;
-    part->has_content = 1; /* its size counts in its pull's bytes; its chunks are checked */
+    part->has_content = 1; /* its size counts in its pull's bytes; with --verify its chunks are
+                            * checked */
     eng_check_reset(part);
     part->born_ms = w->born_ms;
     part->born_ns = w->born_ns;

@@ -242,10 +242,10 @@ void eng_want_seal(struct want *w)
         log_transfer(w, o, ns);
     e->counters.bytes_in += o->data_size + o->metadata_size;
     /* The seal reaches engine_on_sealed, which answers the waiters; busy keeps w alive. A
-     * checked copy keeps the digest it was checked against; otherwise it is hashed here,
-     * rather than trusting a digest nobody checked. */
+     * copy whose holder's tree matched the record (or whose bytes were checked) keeps that
+     * tree; otherwise it is hashed here, rather than trusting a digest nobody compared. */
     w->busy = 1;
-    if (eng_checked(e, w)) {
+    if (eng_inherits(e, w)) {
         store_seal_digest(e->store, o, w->digest, w->leaves);
         w->leaves = NULL; /* the object's now */
     } else
