@@ -48,7 +48,7 @@ from ._ferry import (
     WouldBlock,
 )
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = [
     "Client",
