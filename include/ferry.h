@@ -362,7 +362,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(pinned_bytes, GAUGE, "bytes of objects pinned for peers' pulls now")                         \
     X(holders_too_slow, COUNTER, "holders dropped for sending what we asked for too slowly")       \
     X(transfers_abandoned, COUNTER, "transfers under way ended: nobody waited for them any more")  \
-    X(chunks_refused, COUNTER, "chunks fetched that did not match their holder's digest")
+    X(chunks_refused, COUNTER, "chunks fetched that did not match their holder's digest")          \
+    X(deletes_spared, COUNTER,                                                                     \
+      "cluster-wide deletes heard that named other content than the copy here: it stays")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

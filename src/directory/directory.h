@@ -128,9 +128,12 @@ struct directory_hooks {
     /* Called after every (re)connection, once the node is registered: the owner calls
      * directory_publish for every sealed object it holds. */
     void (*republish)(void *ctx);
-    /* Another node deleted id cluster-wide (node names it): drop the local copy, fail the
+    /* Another node deleted id cluster-wide (node names it), the content whose digest is root
+     * (all zeros when the event named none): drop the local copy if it has that content (a
+     * copy of other content is a later life of the id, or another node's: it stays), fail the
      * fetches of it. */
-    void (*deleted)(void *ctx, const ferry_id *id, const char *node);
+    void (*deleted)(void *ctx, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                    const char *node);
     void *ctx;
 };
 
@@ -212,8 +215,10 @@ int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
  * other content for it: then FERRY_EEXIST with that node and content. */
 int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
                     const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
-/* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook). */
-int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg);
+/* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook), with
+ * root, the content deleted (a node drops only a copy of that content; all zeros: none). */
+int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                     directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its
  * holdings, as far as they go before the deadline (ms from now); the rest goes at the next
  * start. cb(arg) when done or given up (at once without a connection). The directory stays
