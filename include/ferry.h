@@ -366,7 +366,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(hashed_bytes, COUNTER,                                                                       \
       "bytes hashed for digests of objects here (standalone: only those asked for or spilled)")    \
     X(hash_jobs_dropped, COUNTER,                                                                  \
-      "hash jobs (4 MiB at most) dropped: their object was evicted or deleted before its turn")
+      "hash jobs (4 MiB at most) dropped: their object was evicted or deleted before its turn")    \
+    X(deletes_spared, COUNTER,                                                                     \
+      "cluster-wide deletes heard that named other content than the copy here: it stays")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

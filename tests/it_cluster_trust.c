@@ -25,6 +25,12 @@ static const char replay_lua[] =
     "end\n"
     "return redis.call('XADD', KEYS[1], '*', unpack(e))\n";
 
+/* Copies the newest entry of stream KEYS[1] into stream KEYS[2], fields as they are: saves a
+ * genuine event aside, or puts it back. */
+static const char copy_lua[] =
+    "local e = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][2]\n"
+    "return redis.call('XADD', KEYS[2], '*', unpack(e))\n";
+
 /* Writes the cluster secret into the fixture's Redis directory (removed with it): path. */
 static void secret_file(struct h_cluster *cl, char *path, size_t size)
 {
@@ -48,6 +54,15 @@ static void start_trusted(struct h_cluster *cl, int n, ferry_client **c)
         c[i] = h_node_connect(cl, i);
 }
 
+/* Restarts node i other than A (its objects are lost). */
+static void restart_plain(struct h_cluster *cl, int i)
+{
+    char secret[256];
+    h_daemon_stop(&cl->node[i].d);
+    snprintf(secret, sizeof(secret), "%s/secret", cl->redis.dir);
+    h_node_start(cl, i, "64M", (const char *const[]){"--secret-file", secret, NULL});
+}
+
 /* Restarts node A (a clean stop: its objects stay in its spill directory). */
 static void restart_a(struct h_cluster *cl)
 {
@@ -67,10 +82,12 @@ static void fetch_one(ferry_client *c, const ferry_id *id)
     H_RC(status, FERRY_OK);
 }
 
-/* Puts id on A and has B and C fetch it: all three hold it. */
-static void put_everywhere(struct h_cluster *cl, ferry_client *const *c, const ferry_id *id)
+/* Puts id on A (meta_size bytes of metadata: other sizes, other content) and has B and C
+ * fetch it: all three hold it. */
+static void put_everywhere(struct h_cluster *cl, ferry_client *const *c, const ferry_id *id,
+                           uint64_t meta_size)
 {
-    H_OK(h_put_direct(c[A], id, 100000, 10));
+    H_OK(h_put_direct(c[A], id, 100000, meta_size));
     fetch_one(c[B], id);
     fetch_one(c[C], id);
     h_assert_where(c[A], cl, id, ALL3, H_CLUSTER_MS);
@@ -104,8 +121,8 @@ H_CLUSTER_TEST(forged_delete_events_delete_nothing)
     ferry_id id = h_id("kept-against-forgeries"), other = h_id("deleted-for-real");
     char hex[2 * FERRY_ID_SIZE + 1];
     ferry_id_format(&id, hex);
-    put_everywhere(cl, c, &id);
-    put_everywhere(cl, c, &other);
+    put_everywhere(cl, c, &id, 10);
+    put_everywhere(cl, c, &other, 10);
 
     H_OK(ferry_delete_cluster(c[A], &other)); /* genuine: signed */
     for (int i = B; i <= C; i++)
@@ -137,11 +154,11 @@ H_CLUSTER_TEST(replayed_delete_event_spares_a_later_put)
     ferry_client *c[3];
     start_trusted(cl, 3, c);
     ferry_id id = h_id("put-again");
-    put_everywhere(cl, c, &id);
+    put_everywhere(cl, c, &id, 10);
     H_OK(ferry_delete_cluster(c[A], &id));
     for (int i = B; i <= C; i++)
         assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
-    put_everywhere(cl, c, &id);
+    put_everywhere(cl, c, &id, 10);
 
     h_redis_cmd(&cl->redis, (const char *[]){"EVAL", replay_lua, "1", "ferry:events", "", NULL});
     h_sleep_ms(500);
@@ -314,6 +331,59 @@ H_CLUSTER_TEST(events_of_the_wrong_type_are_replaced)
     ferry_disconnect(b);
 }
 
+/* An entry whose id is far in the future, then the stream deleted: the nodes' read cursors
+ * passed that id, yet a genuine delete made in the stream made anew reaches them. */
+H_CLUSTER_TEST(events_cursor_in_the_future_is_not_followed)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("deleted-after-the-junk");
+    put_everywhere(cl, c, &id, 10);
+
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"XADD", "ferry:events", "9999999999999-0", "type", "junk", NULL});
+    h_sleep_ms(500); /* five reads of the stream: the cursors are past the junk */
+    h_redis_cmd(&cl->redis, (const char *[]){"DEL", "ferry:events", NULL});
+    H_OK(ferry_delete_cluster(c[A], &id));
+    for (int i = B; i <= C; i++) {
+        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+        assert_false(h_contains(c[i], &id));
+    }
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* A genuine delete event saved aside and put back after the id was put again with other
+ * content spares that content everywhere, even on a node whose run began after the delete
+ * (which has not taken the event before, and is within the clocks' skew): the event names the
+ * content it deletes. */
+H_CLUSTER_TEST(withheld_delete_replayed_spares_other_content)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("deleted-then-other-content");
+    put_everywhere(cl, c, &id, 10);
+    H_OK(ferry_delete_cluster(c[A], &id));
+    for (int i = B; i <= C; i++)
+        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"EVAL", copy_lua, "2", "ferry:events", "withheld", NULL});
+    ferry_disconnect(c[C]);
+    restart_plain(cl, C);
+    c[C] = h_node_connect(cl, C);
+    put_everywhere(cl, c, &id, 20);
+
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"EVAL", copy_lua, "2", "withheld", "ferry:events", NULL});
+    assert_true(H_WAIT_STAT_MIN(c[C], deletes_heard, 1, H_EVENT_MS) >= 1);
+    assert_held_by_all(c, &id, "a withheld delete event put back");
+    for (int i = 0; i < 3; i++)
+        h_assert_object(c[i], &id, 100000, 20);
+    assert_true(h_stat(c[C], "deletes_spared") >= 1);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -326,6 +396,8 @@ int main(void)
         T(held_index_of_the_wrong_type_is_replaced),
         T(events_of_the_wrong_type_are_replaced),
         T(planted_holders_do_not_crowd_out_the_real_one),
+        T(events_cursor_in_the_future_is_not_followed),
+        T(withheld_delete_replayed_spares_other_content),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

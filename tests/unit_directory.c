@@ -185,6 +185,7 @@ struct republisher {
     int calls;
     int deletes; /* deletes heard */
     ferry_id deleted;
+    uint8_t root[DIGEST_LEN]; /* the content the last delete heard named */
     char by[DIRECTORY_NODE_ID_MAX + 1];
 };
 
@@ -197,12 +198,13 @@ static void republish(void *ctx)
         directory_publish(r->d, &r->id, 10, DG(0xabc));
 }
 
-static void deleted(void *ctx, const ferry_id *id, const char *node)
+static void deleted(void *ctx, const ferry_id *id, const uint8_t root[DIGEST_LEN], const char *node)
 {
     struct republisher *r = ctx;
 
     r->deletes++;
     r->deleted = *id;
+    memcpy(r->root, root, DIGEST_LEN);
     snprintf(r->by, sizeof(r->by), "%s", node);
 }
 
@@ -948,13 +950,14 @@ static void test_delete(void **state)
     assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
     run_for(l, 3 * 100); /* every node has read where the events stream starts */
 
-    assert_int_equal(directory_delete(c, &x, on_answer, &ans), 0);
+    assert_int_equal(directory_delete(c, &x, DG(0xabc), on_answer, &ans), 0);
     assert_true(run_until(l, answered, &ans, WAIT_MS));
     assert_int_equal(ans.status, 0);
     assert_int_equal(ans.count, 2);
     assert_true(run_until(l, heard_delete, &ra, WAIT_MS));
     assert_true(run_until(l, heard_delete, &rb, WAIT_MS));
     assert_memory_equal(&ra.deleted, &x, sizeof(x));
+    assert_memory_equal(ra.root, DG(0xabc), DIGEST_LEN); /* the event names the content */
     assert_string_equal(ra.by, "c");
     run_for(l, 300);
     assert_int_equal(rc.deletes, 0);
@@ -984,7 +987,7 @@ static void test_claim_and_delete_keep_their_place(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     directory_publish(a, &x, 10, DG(0xa1));
-    assert_int_equal(directory_delete(a, &x, on_answer, &del), 0);
+    assert_int_equal(directory_delete(a, &x, DG(0xa1), on_answer, &del), 0);
     ans = claim(l, a, &x, 0xb2);
     assert_int_equal(ans.status, 0);
     assert_true(run_until(l, answered, &del, WAIT_MS));

@@ -1,6 +1,7 @@
 /*
  * dir_events.c - the events stream (cluster-wide deletes: every node reads what the others
- * add, every EVENTS_MS while up, from where it stopped, across reconnections) and leaving the
+ * add, every EVENTS_MS while up, from where it stopped, across reconnections, and from the start
+ * again when the stream was made anew) and leaving the
  * cluster (the node entry, then the holdings, before a deadline).
  */
 #include "directory/directory_int.h"
@@ -75,6 +76,8 @@ static void take_entry(struct directory *d, const redisReply *e)
             (void)dir_string_copy(ev.inc, sizeof(ev.inc), v);
         else if (strcmp(k->str, "t") == 0 && dir_reply_u64(v, 10, &t))
             (void)dir_string_copy(ev.t, sizeof(ev.t), v);
+        else if (strcmp(k->str, "root") == 0)
+            (void)dir_string_copy(ev.root, sizeof(ev.root), v);
         else if (strcmp(k->str, "sig") == 0)
             (void)dir_string_copy(ev.sig, sizeof(ev.sig), v);
     }
@@ -82,6 +85,9 @@ static void take_entry(struct directory *d, const redisReply *e)
         (strcmp(ev.node, d->self.id) == 0 && strcmp(ev.inc, d->inc_text) == 0) ||
         !event_trusted(d, &ev, t) || ferry_id_parse(ev.id, &h->id) != 0)
         return;
+    /* an event without a root (an open cluster's older nodes) names no content: it drops no
+     * copy */
+    (void)digest_parse(ev.root, strlen(ev.root), h->root);
     memcpy(h->node, ev.node, sizeof(h->node));
     d->nheard++;
     d->counters.deletes_heard++;
@@ -97,6 +103,47 @@ static void events_failed(struct directory *d, const char *what, const redisRepl
         dir_command_failed(d, what, dir_reply_why(rep));
 }
 
+/* A stream entry id "MS-SEQ" as two numbers: 1, or 0 when it is not one. */
+static int stream_id_parse(const char *text, uint64_t *ms, uint64_t *seq)
+{
+    char *end;
+
+    errno = 0;
+    *ms = strtoull(text, &end, 10);
+    if (errno || end == text || *end != '-')
+        return 0;
+    text = end + 1;
+    *seq = strtoull(text, &end, 10);
+    return !errno && end != text && *end == '\0';
+}
+
+/* Whether stream id a is below b (an id that is not one is below anything). */
+static int stream_id_below(const char *a, const char *b)
+{
+    uint64_t ams, aseq, bms, bseq;
+
+    if (!stream_id_parse(a, &ams, &aseq))
+        return 1;
+    if (!stream_id_parse(b, &bms, &bseq))
+        return 0;
+    return ams < bms || (ams == bms && aseq < bseq);
+}
+
+static void on_events_start(redisAsyncContext *ac, void *reply, void *priv);
+
+/* Nothing new: at most every EVENTS_CHECK_MS, ask for the stream's last entry, to find out
+ * whether the stream was made anew below the cursor (on_events_start, priv set). */
+static void events_check(struct directory *d)
+{
+    const char *argv[] = {"XREVRANGE", EVENTS_KEY, "+", "-", "COUNT", "1"};
+    uint64_t now = loop_now_ms();
+
+    if (now < d->events_checked_ms + EVENTS_CHECK_MS || d->heard)
+        return;
+    d->events_checked_ms = now;
+    d->events_reading = dir_send_command(d, on_events_start, d, 6, argv) == 0;
+}
+
 /* The reply to XREAD: [[stream, [entry, ...]]], or nil when nothing is new. */
 static void on_events(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -105,8 +152,12 @@ static void on_events(redisAsyncContext *ac, void *reply, void *priv)
     size_t n;
 
     d->events_reading = 0;
-    if (!rep || rep->type == REDIS_REPLY_NIL)
+    if (!rep)
         return;
+    if (rep->type == REDIS_REPLY_NIL) {
+        events_check(d);
+        return;
+    }
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
         rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2)
         entries = rep->element[0]->element[1];
@@ -124,12 +175,18 @@ static void on_events(redisAsyncContext *ac, void *reply, void *priv)
     dir_turn_soon(d);
 }
 
-/* The reply to XREVRANGE ... COUNT 1: where this run starts reading (older deletes were
- * before its time). */
+/* The reply to XREVRANGE ... COUNT 1: the stream's last entry. At the first read (priv NULL),
+ * where this run starts reading (older deletes were before its time). At a check (priv set),
+ * a last entry below the cursor, or none, means the stream was deleted or made anew (its ids
+ * start again, or someone added an entry far in the future and deleted it): what it holds now
+ * came after, so reading starts again from 0-0 (each event still passes event_trusted), and
+ * the rewind is counted with the bad keys and logged. (An entry with an id in the future is
+ * followed: Redis numbers every entry added after it above it, genuine ones included.) */
 static void on_events_start(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     const redisReply *rep = reply;
+    char last[sizeof(d->events_last)] = "0-0";
 
     d->events_reading = 0;
     if (!rep)
@@ -138,10 +195,18 @@ static void on_events_start(redisAsyncContext *ac, void *reply, void *priv)
         events_failed(d, "XREVRANGE", rep);
         return;
     }
-    if (rep->elements == 0 || rep->element[0]->type != REDIS_REPLY_ARRAY ||
-        rep->element[0]->elements < 1 ||
-        !dir_string_copy(d->events_last, sizeof(d->events_last), rep->element[0]->element[0]))
+    if (rep->elements > 0 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
+        rep->element[0]->elements >= 1)
+        (void)dir_string_copy(last, sizeof(last), rep->element[0]->element[0]);
+    if (!priv) {
+        memcpy(d->events_last, last, sizeof(last));
+    } else if (stream_id_below(last, d->events_last) && strcmp(d->events_last, "0-0") != 0) {
+        dir_distrust(d, DISTRUST_KEY, &d->counters.bad_keys,
+                     "the events stream ends at %s, below where this node read up to (%s): it "
+                     "was deleted or made anew; reading it again from its start",
+                     last, d->events_last);
         snprintf(d->events_last, sizeof(d->events_last), "0-0");
+    }
 }
 
 /* Reads what was added since the last read; the first read of the run asks where to start. */
@@ -173,6 +238,7 @@ void dir_on_events_timer(struct loop *l, struct loop_timer *t)
 void dir_events_start(struct directory *d)
 {
     d->events_reading = 0;
+    d->events_checked_ms = 0;
     dir_arm(d, &d->events, loop_now_ms());
 }
 
@@ -187,7 +253,7 @@ void dir_events_deliver(struct directory *d)
     for (size_t i = 0; i < n; i++) {
         free(idmap_remove(&d->holders, &h[i].id)); /* its holders and content are history */
         if (d->hooks.deleted)
-            d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].node);
+            d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].root, h[i].node);
     }
     free(h);
 }

@@ -114,7 +114,7 @@ static const char cleanup_lua[] =
                 "end\n"
                 "return {bad, #ids, removed}\n";
 
-/* KEYS: obj, events. ARGV: hex, node, inc, keep, t, sig ("" without a secret). Removes the
+/* KEYS: obj, events. ARGV: hex, node, inc, keep, t, sig ("" without a secret), root. Removes the
  * entry and the id from its holders' indexes, and tells every node (an event): {the number of
  * holders it had}. */
 static const char delete_lua[] = LUA_PRELUDE
@@ -131,7 +131,8 @@ static const char delete_lua[] = LUA_PRELUDE
     "  end\n"
     "end\n"
     "redis.call('DEL', KEYS[1])\n"
-    "local ev = {'type', 'del', 'id', ARGV[1], 'node', ARGV[2], 'inc', ARGV[3], 't', ARGV[5]}\n"
+    "local ev = {'type', 'del', 'id', ARGV[1], 'node', ARGV[2], 'inc', ARGV[3], 't', ARGV[5],\n"
+    "            'root', ARGV[7]}\n"
     "if ARGV[6] ~= '' then ev[#ev + 1] = 'sig'; ev[#ev + 1] = ARGV[6] end\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))\n"
     "return {bad, n}\n";
@@ -492,8 +493,10 @@ static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
 }
 
 /* The event of a delete by this run: its time is the wall clock's, or just after this run's
- * last event (each is later than the one before: readers take an event only once). */
-static int delete_event(struct directory *d, const ferry_id *id, struct dir_event *e)
+ * last event (each is later than the one before: readers take an event only once); root names
+ * the content deleted (readers drop only a copy of it). */
+static int delete_event(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                        struct dir_event *e)
 {
     uint64_t now = clock_real_ns() / 1000000;
 
@@ -503,6 +506,7 @@ static int delete_event(struct directory *d, const ferry_id *id, struct dir_even
     snprintf(e->node, sizeof(e->node), "%s", d->self.id);
     snprintf(e->inc, sizeof(e->inc), "%s", d->inc_text);
     snprintf(e->t, sizeof(e->t), "%" PRIu64, d->event_t);
+    digest_hex(root, e->root);
     e->sig[0] = '\0';
     return d->secret_len ? dir_event_sign(d, e, e->sig) : 0;
 }
@@ -511,17 +515,19 @@ static int send_delete(struct directory *d, const struct pubop *op)
 {
     char key[OBJ_KEY_MAX];
     struct dir_event e = {.type = ""};
-    const char *args[] = {key, EVENTS_KEY, e.id, e.node, e.inc, EVENTS_KEEP, e.t, e.sig};
+    const char *args[] = {key, EVENTS_KEY, e.id, e.node, e.inc, EVENTS_KEEP, e.t, e.sig, e.root};
 
-    if (delete_event(d, &op->id, &e) < 0)
+    if (delete_event(d, &op->id, op->digest, &e) < 0)
         return FERRY_ESYS;
     dir_holders_key(key, &op->id);
-    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 8);
+    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 9);
 }
 
-void dir_delete_start(struct directory *d, struct request *r)
+void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN])
 {
     struct pubop op = {.id = r->id, .kind = OP_DELETE, .r = r};
+
+    memcpy(op.digest, root, DIGEST_LEN);
 
     request_queue(d, r, &op);
 }

@@ -66,9 +66,9 @@ int dir_record_sign(const struct directory *d, const char *hex_id, const char *s
 
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX])
 {
-    const char *texts[] = {"ferry event 1", e->type, e->id, e->node, e->inc, e->t};
+    const char *texts[] = {"ferry event 2", e->type, e->id, e->node, e->inc, e->t, e->root};
 
-    return sign(d, texts, 6, hex);
+    return sign(d, texts, 7, hex);
 }
 
 int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig)

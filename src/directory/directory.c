@@ -143,7 +143,8 @@ int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
     return 0;
 }
 
-int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg)
+int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                     directory_answer_fn *cb, void *arg)
 {
     struct request *r = dir_request_new(REQ_DELETE, cb, arg);
 
@@ -151,7 +152,7 @@ int directory_delete(struct directory *d, const ferry_id *id, directory_answer_f
         return err_set(FERRY_ENOMEM, "directory delete");
     r->id = *id;
     free(idmap_remove(&d->holders, id));
-    dir_delete_start(d, r);
+    dir_delete_start(d, r, root);
     return 0;
 }
 

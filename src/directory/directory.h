@@ -13,20 +13,26 @@
  *                         root of common/digest.h) and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
  *                         leave removes, in O(objects of that node)
- *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, sig},
- *                         capped; t is the deleting node's clock (ms since the epoch), rising
- *                         with each event of its run
+ *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, root,
+ *                         sig}, capped; t is the deleting node's clock (ms since the epoch),
+ *                         rising with each event of its run; root the 64-hex digest of the
+ *                         content deleted (all zeros: none recorded): a node drops only a copy
+ *                         of that content (the deleted hook compares). A stream whose last
+ *                         entry is below a node's read cursor (deleted, made anew) is read again
+ *                         from its start
  *
  * Trust. With a cluster secret (directory_config.secret), sig is HMAC-SHA256 under it, in hex,
  * over the entry's fields (each after its length, behind a label naming the kind): a node
  * entry's id, inc, addr and transports; an object record's id, size and digest (the texts as
- * stored); an event's type, id, node, inc and t. A node with a secret believes only what
+ * stored); an event's type, id, node, inc, t and root. A node with a secret believes only what
  * carries a valid one, so that whoever can write to Redis but does not know the secret cannot
  * invent nodes or move one (unsigned_entries), record a size or digest for an id
  * (unsigned_records: lookups then give no holder, each left out with why, and no content), or
  * delete objects (unsigned_events). A signed event is taken once: one whose t is not later
  * than the last taken from its node's run, or is from before this run began, is refused
- * (stale_events), so a genuine delete copied into the stream again deletes nothing. A holder
+ * (stale_events), so a genuine delete copied into the stream again deletes nothing; and, as it
+ * names the content it deletes, one withheld and put back after the id was put again with
+ * other content spares that content (the owner counts it). A holder
  * field h:<node>=inc counts only while the node's signed entry runs that incarnation. A
  * publication that meets a record not signed with our secret replaces it (records_repaired).
  * Without a secret nothing is signed nor checked: the cluster is open to whoever writes Redis.
@@ -128,9 +134,12 @@ struct directory_hooks {
     /* Called after every (re)connection, once the node is registered: the owner calls
      * directory_publish for every sealed object it holds. */
     void (*republish)(void *ctx);
-    /* Another node deleted id cluster-wide (node names it): drop the local copy, fail the
+    /* Another node deleted id cluster-wide (node names it), the content whose digest is root
+     * (all zeros when the event named none): drop the local copy if it has that content (a
+     * copy of other content is a later life of the id, or another node's: it stays), fail the
      * fetches of it. */
-    void (*deleted)(void *ctx, const ferry_id *id, const char *node);
+    void (*deleted)(void *ctx, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                    const char *node);
     void *ctx;
 };
 
@@ -212,8 +221,10 @@ int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
  * other content for it: then FERRY_EEXIST with that node and content. */
 int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
                     const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
-/* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook). */
-int directory_delete(struct directory *d, const ferry_id *id, directory_answer_fn *cb, void *arg);
+/* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook), with
+ * root, the content deleted (a node drops only a copy of that content; all zeros: none). */
+int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                     directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its
  * holdings, as far as they go before the deadline (ms from now); the rest goes at the next
  * start. cb(arg) when done or given up (at once without a connection). The directory stays

@@ -90,6 +90,9 @@
  * than this run's start less EVENTS_SKEW_MS (the nodes' clocks may differ that much). */
 #define EMITTERS_MAX 4096
 #define EVENTS_SKEW_MS 10000
+/* A read that finds nothing new asks, at most this often, for the stream's last entry: one
+ * below the cursor means the stream was deleted or made anew (its ids start again). */
+#define EVENTS_CHECK_MS 1000
 /* Failed commands are counted, but logged at most this often; what a writer without the secret
  * planted, and keys of the wrong type, once a minute per kind (a planted entry is met on every
  * lookup). */
@@ -143,7 +146,7 @@ enum distrust {
 struct dir_event {
     char type[8], id[HEX_ID_MAX];
     node_name node;
-    char inc[U64_TEXT], t[U64_TEXT], sig[DIR_SIG_HEX];
+    char inc[U64_TEXT], t[U64_TEXT], root[DIGEST_HEX + 1], sig[DIR_SIG_HEX];
 };
 
 /* A publication or withdrawal waiting for the turn's flush. */
@@ -156,13 +159,14 @@ struct pubop {
     ferry_id id;
     int kind;
     uint64_t size;              /* publish, claim */
-    uint8_t digest[DIGEST_LEN]; /* publish, claim */
+    uint8_t digest[DIGEST_LEN]; /* publish, claim; delete: the content deleted */
     struct request *r;          /* claim, delete: answered when Redis answers, failed if dropped */
 };
 
 /* A cluster-wide delete by another node, waiting for the turn to reach the owner. */
 struct heard {
     ferry_id id;
+    uint8_t root[DIGEST_LEN]; /* the content deleted (all zeros: none named) */
     node_name node;
 };
 
@@ -253,8 +257,10 @@ struct directory {
     char why[256];         /* why this side gave the connection up */
 
     char events_last[48]; /* the id of the last event read ("" before the first read) */
-    int events_reading;   /* an XREAD (or the first XREVRANGE) is out */
-    struct heard *heard;  /* deletes read, for the turn to deliver */
+    int events_reading;   /* an XREAD (or an XREVRANGE) is out */
+    uint64_t
+        events_checked_ms; /* when the stream's last entry was last compared (EVENTS_CHECK_MS) */
+    struct heard *heard;   /* deletes read, for the turn to deliver */
     size_t nheard;
 
     int leaving;                 /* in directory_leave: nothing is published or retried */
@@ -316,7 +322,7 @@ int dir_node_sign(const struct directory *d, const struct directory_node *n, cha
 /* An object record's: over the id (hex), size and digest, the texts as stored. */
 int dir_record_sign(const struct directory *d, const char *hex_id, const char *size,
                     const char *digest, char hex[DIR_SIG_HEX]);
-/* A delete event's: over type, id, node, inc and t. */
+/* A delete event's: over type, id, node, inc, t and root. */
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX]);
 /* 1 when sig is expect (a signature just made), compared in constant time. */
 int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig);
@@ -377,7 +383,7 @@ void dir_fix_key(struct directory *d, const char *key, const char *type);
 int dir_send_pubop(struct directory *d, const struct pubop *op);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
-void dir_delete_start(struct directory *d, struct request *r);
+void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN]);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
 int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,

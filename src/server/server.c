@@ -261,21 +261,26 @@ static void republish(void *ctx)
         publish(s, o);
 }
 
-/* Another node deleted id cluster-wide: the copy here goes (with its last reader), and the
- * fetches of it fail. */
-void server_drop_deleted(struct server *s, const ferry_id *id, const char *node)
+void server_drop_deleted(struct server *s, const ferry_id *id, const uint8_t *root,
+                         const char *node)
 {
     struct object *o = store_find(&s->store, id);
 
+    if (root && o && o->state == FERRY_STATE_SEALED &&
+        (!o->hashed || memcmp(o->root, root, DIGEST_LEN) != 0)) {
+        s->counters.deletes_spared++;
+        return;
+    }
     if (o && o->state == FERRY_STATE_SEALED)
         store_delete(&s->store, o);
     if (s->engine)
         engine_on_deleted(s->engine, id, node);
 }
 
-static void on_deleted(void *ctx, const ferry_id *id, const char *node)
+static void on_deleted(void *ctx, const ferry_id *id, const uint8_t root[DIGEST_LEN],
+                       const char *node)
 {
-    server_drop_deleted(ctx, id, node);
+    server_drop_deleted(ctx, id, root, node);
 }
 
 static void on_hasher(struct loop *l, struct loop_watch *w, uint32_t events)

@@ -71,6 +71,7 @@ struct server_counters {
     uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
     uint64_t subscriptions_refused;
     uint64_t fetches;
+    uint64_t deletes_spared; /* cluster-wide deletes that named other content than the copy here */
     /* From the request to the reply (get, fetch); from the create to the seal (put). */
     struct hist get_latency, put_latency, fetch_latency;
 };
@@ -134,8 +135,12 @@ void server_notify(struct server *s, int event, const struct object *o);
  * closes it). FERRY_EBUSY past the limits of subscriptions per client and in all. */
 int server_subscribe(struct server *s, uint64_t client, int *client_fd);
 /* id was deleted cluster-wide by node: drops the local copy (a referenced one goes with its
- * last reference) and fails the fetches waiting for it. */
-void server_drop_deleted(struct server *s, const ferry_id *id, const char *node);
+ * last reference) and fails the fetches waiting for it. With root (the content the delete
+ * names; NULL: a delete made here, of whatever is here), a sealed copy whose root differs, or
+ * is not hashed yet, stays and nothing fails (deletes_spared): a delete binds to its content,
+ * so a withheld or replayed event spares a later life of the id. */
+void server_drop_deleted(struct server *s, const ferry_id *id, const uint8_t *root,
+                         const char *node);
 /* Makes the loop process ss's buffered input after this turn. */
 void server_schedule(struct server *s, struct session *ss);
 

@@ -81,7 +81,8 @@ struct pending_dir {
     int active;
     uint16_t type;
     uint64_t tag;
-    ferry_id id; /* WHERE */
+    ferry_id id; /* WHERE, DELETE_CLUSTER */
+    int looking; /* DELETE_CLUSTER: the lookup of the content recorded for id is out */
 };
 
 struct session {

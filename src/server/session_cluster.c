@@ -160,13 +160,26 @@ static void put_dir_node(struct session *ss, const struct directory_node *d, int
  * the object), or DELETE_CLUSTER with a status. */
 static void dir_done(void *arg, const struct directory_answer *a)
 {
+    static const uint8_t no_root[DIGEST_LEN]; /* nothing recorded: the event drops no copy */
     struct session *ss = arg;
     struct server *srv = ss->srv;
     struct proto_request q = {.type = ss->dir.type, .tag = ss->dir.tag};
     const char *self = srv->cfg.node_id;
     int here = q.type == PROTO_WHERE && session_find_sealed(ss, &ss->dir.id) != NULL;
     size_t start;
+    int rc;
 
+    if (ss->dir.looking && a->status == 0) { /* the delete, of the content recorded */
+        ss->dir.looking = 0;
+        rc = directory_delete(srv->dir, &ss->dir.id, a->has_content ? a->digest : no_root, dir_done,
+                              ss);
+        if (rc == 0)
+            return;
+        ss->dir.active = 0;
+        server_schedule(srv, ss);
+        session_reply_status(ss, &q, rc);
+        return;
+    }
     ss->dir.active = 0;
     server_schedule(srv, ss);
     if (a->status < 0 || q.type == PROTO_DELETE_CLUSTER) {
@@ -190,17 +203,26 @@ static void dir_done(void *arg, const struct directory_answer *a)
     proto_frame_end(&ss->out, start);
 }
 
-/* Deletes id here and cluster-wide; answers once the directory has recorded it. */
+/* Deletes id here and cluster-wide; answers once the directory has recorded it. The event names
+ * the content deleted (other nodes drop only a copy of it): the copy here, if hashed, else the
+ * content the directory records for id, looked up first. */
 int session_handle_delete_cluster(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
-    int rc;
+    const struct object *o = store_find(&srv->store, &q->u.one.id);
+    int known = o && o->state == FERRY_STATE_SEALED && o->hashed, rc;
+    uint8_t root[DIGEST_LEN];
 
     if (!srv->dir)
         return session_reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no cluster to delete from"));
-    server_drop_deleted(srv, &q->u.one.id, srv->cfg.node_id);
-    ss->dir = (struct pending_dir){.active = 1, .type = q->type, .tag = q->tag};
-    if ((rc = directory_delete(srv->dir, &q->u.one.id, dir_done, ss)) < 0) {
+    if (known)
+        memcpy(root, o->root, DIGEST_LEN);
+    server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
+    ss->dir = (struct pending_dir){
+        .active = 1, .type = q->type, .tag = q->tag, .id = q->u.one.id, .looking = !known};
+    rc = known ? directory_delete(srv->dir, &q->u.one.id, root, dir_done, ss)
+               : directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
+    if (rc < 0) {
         ss->dir.active = 0;
         return session_reply_status(ss, q, rc);
     }

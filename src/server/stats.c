@@ -78,6 +78,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->notifications_dropped = srv->counters.notifications_dropped;
     out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
+    out->deletes_spared = srv->counters.deletes_spared;
     out->evictable_bytes = st->evictable_bytes;
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
