@@ -44,38 +44,73 @@ static long flood(ferry_client *c, const char *prefix, long n, int release, int 
 #define GROWTH_MAX_KIB (16 * 1024)
 #endif
 
-/* One client holds its share (4096, a whole put batch), then can create no more; another that
- * releases what it seals pushes 120,000 objects through a table of 6000 by eviction, the
- * daemon's memory staying put; a third that holds objects meets the table's bound. */
+/* A put_many batch of n empty objects named prefix-0, ...: how many went in. */
+static size_t put_batch(ferry_client *c, const char *prefix, size_t n)
+{
+    ferry_put_item *items = calloc(n, sizeof(*items));
+    int *statuses = calloc(n, sizeof(*statuses));
+    size_t ok = 0;
+
+    assert_true(items && statuses);
+    for (size_t i = 0; i < n; i++)
+        items[i].id = h_idf("%s-%zu", prefix, i);
+    ferry_put_many(c, items, n, statuses);
+    for (size_t i = 0; i < n; i++)
+        ok += statuses[i] == 0;
+    free(statuses);
+    free(items);
+    return ok;
+}
+
+#define MAX_OBJECTS 4096
+#define SHARE (MAX_OBJECTS / 16)
+
+/* With --max-objects 4096, a client's share is 256, a sixteenth: a whole put batch still goes
+ * in (its objects are given back within the exchange: none is held); one client that holds
+ * its objects stops at 256; another that releases what it seals pushes 120,000 objects
+ * through the table by eviction, the daemon's memory staying put; fifteen more fill the
+ * table, 256 each, and the next meets the table's bound. */
 static void object_flood_meets_max_objects_and_a_clients_share(void **state)
 {
     struct ferryd d;
-    const char *extra[] = {"--max-objects", "6000", NULL};
+    const char *extra[] = {"--max-objects", "4096", NULL};
+    ferry_client *late[MAX_OBJECTS / SHARE];
     int rc;
 
     h_rss_asan_quarantine();
     h_daemon_init(&d);
     h_daemon_start(&d, "16M", extra);
-    ferry_client *hog = h_connect(&d), *churn = h_connect(&d), *late = h_connect(&d);
+    ferry_client *hog = h_connect(&d), *churn = h_connect(&d);
 
-    assert_int_equal(flood(hog, "hog", 10000, 0, &rc), 4096);
+    assert_int_equal(put_batch(hog, "batch", MAX_OBJECTS), MAX_OBJECTS);
+    assert_int_equal(flood(hog, "hog", 10000, 0, &rc), SHARE);
     H_RC(rc, FERRY_ENOSPACE);
-    assert_non_null(strstr(ferry_errmsg(), "this client holds 4096 objects, at most 4096"));
+    assert_non_null(strstr(ferry_errmsg(), "this client holds 256 objects, at most 256"));
     uint64_t rss = h_rss_kib(d.pid);
     assert_int_equal(flood(churn, "churn", 120000, 1, &rc), 120000);
     uint64_t grown = h_rss_kib(d.pid) - rss;
-    assert_true(h_stat(churn, "objects") <= 6000);
-    assert_true(h_stat(churn, "evicted_objects") >= 120000 - 6000);
+    assert_true(h_stat(churn, "objects") <= MAX_OBJECTS);
+    assert_true(h_stat(churn, "evicted_objects") >= 120000 - MAX_OBJECTS);
     if (grown >= GROWTH_MAX_KIB) /* 120,000 objects kept would be ~48 MiB */
         fail_msg("the daemon grew by %llu KiB", (unsigned long long)grown);
-    assert_int_equal(flood(late, "late", 10000, 0, &rc), 6000 - 4096);
-    H_RC(rc, FERRY_ENOSPACE);
+    for (int i = 0; i < MAX_OBJECTS / SHARE; i++) { /* the last one finds the table full */
+        char prefix[16];
+        snprintf(prefix, sizeof(prefix), "late%d", i);
+        late[i] = h_connect(&d);
+        assert_int_equal(flood(late[i], prefix, 10000, 0, &rc),
+                         i < MAX_OBJECTS / SHARE - 1 ? SHARE : 0);
+        H_RC(rc, FERRY_ENOSPACE);
+    }
     assert_non_null(
-        strstr(ferry_errmsg(), "the store holds 6000 objects, at most 6000 (--max-objects)"));
-    assert_true(h_stat(late, "refused_objects") == 2);
-    assert_int_equal(h_stat(late, "max_objects"), 6000);
-    ferry_disconnect(late); /* its objects become evictable: the others create again */
+        strstr(ferry_errmsg(), "the store holds 4096 objects, at most 4096 (--max-objects)"));
+    assert_int_equal(h_stat(churn, "refused_objects"), 1 + MAX_OBJECTS / SHARE);
+    assert_int_equal(h_stat(churn, "max_objects"), MAX_OBJECTS);
+    ferry_disconnect(late[0]); /* its objects become evictable: the others create again */
+    assert_int_equal(h_wait_stat(churn, "clients", 1 + MAX_OBJECTS / SHARE),
+                     1 + MAX_OBJECTS / SHARE);
     assert_int_equal(flood(churn, "again", 100, 1, &rc), 100);
+    for (int i = 1; i < MAX_OBJECTS / SHARE; i++)
+        ferry_disconnect(late[i]);
     ferry_disconnect(hog);
     ferry_disconnect(churn);
     d.ok = 1;
@@ -257,7 +292,10 @@ static void client_socket_out_of_descriptors_does_not_spin(void **state)
 
 /* A name with a right-to-left override (U+202E), a C1 control (U+0085) and a byte that is not
  * UTF-8. */
-static const char evil_name[] = "evil\xe2\x80\xaegpj.exe\xc2\x85x\xff";
+/* U+202E (a bidi override), U+0085 (C1), U+061C (the Arabic letter mark), U+2028 (a line
+ * separator), U+FEFF (the byte order mark, invisible) and a byte of invalid UTF-8. */
+static const char evil_name[] =
+    "evil\xe2\x80\xaegpj.exe\xc2\x85\xd8\x9c\xe2\x80\xa8\xef\xbb\xbfx\xff";
 
 /* The output of `ferry --socket SOCK ARGS` (a shell command's tail) into out, against a daemon
  * that holds one object named evil_name, kept as given. */
@@ -289,31 +327,32 @@ static void ferry_on_evil_name(const char *args, char *out, size_t cap)
 }
 
 /* `ferry ls` shows evil_name escaped: none of those bytes reach the terminal. */
-static void names_with_bidi_or_c1_characters_are_shown_escaped(void **state)
+static void names_with_format_or_c1_characters_are_shown_escaped(void **state)
 {
     char out[4096];
 
     ferry_on_evil_name("ls", out, sizeof(out));
-    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}x\\xff"))
+    if (!strstr(out, "evil\\u{202e}gpj.exe\\u{0085}\\u{061c}\\u{2028}\\u{feff}x\\xff"))
         fail_msg("ferry ls shows the name unescaped:\n%s", out);
-    assert_null(strstr(out, "\xe2\x80\xae"));
-    assert_null(strstr(out, "\xc2\x85"));
+    for (const char *p = out; *p; p++)
+        assert_true((unsigned char)*p < 0x80); /* the only other bytes are escaped */
 }
 
-/* `ferry ls --json` writes evil_name with JSON's escapes (\u202e, \u0085, and \ufffd for the
+/* `ferry ls --json` writes evil_name with JSON's escapes (\u202e, \u0085, ..., \ufffd for the
  * byte JSON cannot hold): its output is ASCII, and a JSON parser reads the name back. */
-static void names_with_bidi_or_c1_characters_are_escaped_in_ls_json(void **state)
+static void names_with_format_or_c1_characters_are_escaped_in_ls_json(void **state)
 {
     char out[4096];
 
-    ferry_on_evil_name("ls --json | python3 -c 'import json, sys\n"
-                       "raw = sys.stdin.buffer.read()\n"
-                       "assert raw.isascii(), raw\n"
-                       "name = json.loads(raw)[0][\"name\"]\n"
-                       "assert name == \"evil\\u202egpj.exe\\x85x\\ufffd\", ascii(name)\n"
-                       "print(raw.decode())'",
-                       out, sizeof(out));
-    if (!strstr(out, "\"evil\\u202egpj.exe\\u0085x\\ufffd\""))
+    ferry_on_evil_name(
+        "ls --json | python3 -c 'import json, sys\n"
+        "raw = sys.stdin.buffer.read()\n"
+        "assert raw.isascii(), raw\n"
+        "name = json.loads(raw)[0][\"name\"]\n"
+        "assert name == \"evil\\u202egpj.exe\\x85\\u061c\\u2028\\ufeffx\\ufffd\", ascii(name)\n"
+        "print(raw.decode())'",
+        out, sizeof(out));
+    if (!strstr(out, "\"evil\\u202egpj.exe\\u0085\\u061c\\u2028\\ufeffx\\ufffd\""))
         fail_msg("ferry ls --json writes the name unescaped:\n%s", out);
 }
 
@@ -347,8 +386,8 @@ int main(void)
         cmocka_unit_test(idle_metrics_connections_do_not_lock_scrapes_out),
         cmocka_unit_test(metrics_listener_out_of_descriptors_does_not_spin),
         cmocka_unit_test(client_socket_out_of_descriptors_does_not_spin),
-        cmocka_unit_test(names_with_bidi_or_c1_characters_are_shown_escaped),
-        cmocka_unit_test(names_with_bidi_or_c1_characters_are_escaped_in_ls_json),
+        cmocka_unit_test(names_with_format_or_c1_characters_are_shown_escaped),
+        cmocka_unit_test(names_with_format_or_c1_characters_are_escaped_in_ls_json),
         cmocka_unit_test(node_ids_with_bidi_characters_are_refused_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

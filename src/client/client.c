@@ -323,7 +323,12 @@ static int hello(struct ferry_client *c)
         rc = err_set(FERRY_EPROTO, "ferryd sent no arena descriptor");
         goto close_fd;
     }
-    c->base = mmap(NULL, c->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* MAP_NORESERVE: a shared hugetlb mapping otherwise reserves huge pages for the whole
+     * range, and once any client has punched a hole in the arena whose page someone else
+     * then took, that reservation fails and no new client could connect. Without it a hole
+     * costs only whoever touches it: a client that reads or writes a punched page whose
+     * memory cannot be found again gets SIGBUS (the daemon catches its own). */
+    c->base = mmap(NULL, c->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (c->base == MAP_FAILED) {
         c->base = NULL;
         rc = err_sys("mmap(arena)");

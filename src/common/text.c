@@ -24,13 +24,39 @@ static size_t utf8_next(const unsigned char *s, uint32_t *cp)
     return n;
 }
 
+/* Unicode's format characters (category Cf): invisible, they change how the text around them
+ * is shown (bidi marks, embeddings, overrides and isolates, the Arabic letter mark) or hide in
+ * it (zero-width spaces and joiners, the word joiner, the byte order mark, the soft hyphen,
+ * tags). Unicode 15's, by ascending code point: Python's
+ * [c for c in range(0x110000) if unicodedata.category(chr(c)) == 'Cf'] gives the same but
+ * U+13439-U+1343F, which its Unicode 14 does not have yet. */
+static const uint32_t format_chars[][2] = {
+    {0x00ad, 0x00ad},   {0x0600, 0x0605},   {0x061c, 0x061c},   {0x06dd, 0x06dd},
+    {0x070f, 0x070f},   {0x0890, 0x0891},   {0x08e2, 0x08e2},   {0x180e, 0x180e},
+    {0x200b, 0x200f},   {0x202a, 0x202e},   {0x2060, 0x2064},   {0x2066, 0x206f},
+    {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd}, {0x110cd, 0x110cd},
+    {0x13430, 0x1343f}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a}, {0xe0001, 0xe0001},
+    {0xe0020, 0xe007f},
+};
+
+/* 1 for what is escaped although valid: C1 controls, the line and paragraph separators
+ * (U+2028, U+2029: a line break to many readers) and the format characters. */
 static int hidden(uint32_t cp)
 {
-    return (cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
-           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+    if (cp <= 0x9f)
+        return cp >= 0x80;
+    if (cp == 0x2028 || cp == 0x2029)
+        return 1;
+    for (size_t i = 0; i < sizeof(format_chars) / sizeof(format_chars[0]); i++)
+        if (cp <= format_chars[i][1])
+            return cp >= format_chars[i][0];
+    return 0;
 }
 
-/* The escape of the character at s into out (at least 12 bytes), and its length in s: for a
+/* The longest escape of one character, with its NUL: a surrogate pair, "\\udb40\\udc01". */
+#define ESCAPE_MAX 16
+
+/* The escape of the character at s into out (ESCAPE_MAX bytes), and its length in s: for a
  * JSON string (json: the same characters escaped, in JSON's forms, '"' too, and an invalid
  * byte as U+FFFD, which JSON has no escape for) or else text_safe's. */
 static size_t escape_one(const unsigned char *s, char *out, int json)
@@ -39,11 +65,11 @@ static size_t escape_one(const unsigned char *s, char *out, int json)
     size_t n;
 
     if (s[0] == '\\' || (json && s[0] == '"')) {
-        snprintf(out, 12, "\\%c", s[0]);
+        snprintf(out, ESCAPE_MAX, "\\%c", s[0]);
         return 1;
     }
     if (s[0] < 0x20 || s[0] == 0x7f) {
-        snprintf(out, 12, json ? "\\u%04x" : "\\x%02x", s[0]);
+        snprintf(out, ESCAPE_MAX, json ? "\\u%04x" : "\\x%02x", s[0]);
         return 1;
     }
     if (s[0] < 0x80) {
@@ -53,13 +79,16 @@ static size_t escape_one(const unsigned char *s, char *out, int json)
     }
     if (!(n = utf8_next(s, &cp))) {
         if (json)
-            snprintf(out, 12, "\\ufffd");
+            snprintf(out, ESCAPE_MAX, "\\ufffd");
         else
-            snprintf(out, 12, "\\x%02x", s[0]);
+            snprintf(out, ESCAPE_MAX, "\\x%02x", s[0]);
         return 1;
     }
-    if (hidden(cp))
-        snprintf(out, 12, json ? "\\u%04x" : "\\u{%04x}", (unsigned)cp);
+    if (hidden(cp) && json && cp > 0xffff) /* JSON writes those as a UTF-16 surrogate pair */
+        snprintf(out, ESCAPE_MAX, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
+                 (unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
+    else if (hidden(cp))
+        snprintf(out, ESCAPE_MAX, json ? "\\u%04x" : "\\u{%04x}", (unsigned)cp);
     else {
         memcpy(out, s, n);
         out[n] = '\0';
@@ -71,7 +100,7 @@ static const char *escape(const char *s, char *buf, size_t len, int json)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t o = 0;
-    char one[12];
+    char one[ESCAPE_MAX];
 
     while (*p) {
         size_t used = escape_one(p, one, json), w = strlen(one);
@@ -98,7 +127,7 @@ const char *text_json(const char *s, char *buf, size_t len)
 int text_is_safe(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
-    char one[12];
+    char one[ESCAPE_MAX];
 
     while (*p) {
         size_t used = escape_one(p, one, 0);

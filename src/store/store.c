@@ -89,6 +89,9 @@ void store_lru_insert_ordered(struct store *s, struct object *o)
 
 /* ---- table ---- */
 
+_Static_assert(STORE_OBJECTS_MIN / STORE_HELD_SHARE >= PROTO_MAX_BATCH,
+               "by default a client's share of the table holds a whole put batch");
+
 int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_objects,
                const struct store_events *ev)
 {
@@ -99,9 +102,7 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_o
     s->max_objects = max_objects ? max_objects : capacity / STORE_BYTES_PER_OBJECT;
     if (!max_objects && s->max_objects < STORE_OBJECTS_MIN)
         s->max_objects = STORE_OBJECTS_MIN;
-    s->max_held = s->max_objects / 16 < PROTO_MAX_BATCH ? PROTO_MAX_BATCH : s->max_objects / 16;
-    if (s->max_held > s->max_objects)
-        s->max_held = s->max_objects;
+    s->max_held = s->max_objects / STORE_HELD_SHARE ? s->max_objects / STORE_HELD_SHARE : 1;
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
     s->dirty.lru_next = s->dirty.lru_prev = &s->dirty;
     if (ev)

@@ -52,10 +52,14 @@
 /* What one object costs in the daemon's own memory (its record, its slot in the table, the
  * allocator's block), measured: 200,000 sealed empty objects grew ferryd's RSS by 80 MiB,
  * STORE_OBJECT_COST bytes each. The default bound on objects keeps that to about 5 % of the
- * arena: one object per STORE_BYTES_PER_OBJECT of it, and never fewer than STORE_OBJECTS_MIN. */
+ * arena: one object per STORE_BYTES_PER_OBJECT of it, and never fewer than STORE_OBJECTS_MIN,
+ * whose sixteenth (a client's share, max_held) is a whole put batch (PROTO_MAX_BATCH, 4096):
+ * 65536 objects, about 26 MiB of daemon memory when all are there (the table grows as they
+ * come). */
 #define STORE_OBJECT_COST 420u
 #define STORE_BYTES_PER_OBJECT (8u << 10)
-#define STORE_OBJECTS_MIN 16384u
+#define STORE_OBJECTS_MIN 65536u
+#define STORE_HELD_SHARE 16u /* a client may hold 1/STORE_HELD_SHARE of max_objects */
 
 struct object {
     ferry_id id;
@@ -143,7 +147,8 @@ struct store {
 };
 
 /* max_objects 0: one per STORE_BYTES_PER_OBJECT of capacity, at least STORE_OBJECTS_MIN.
- * max_held: a sixteenth of them, at least PROTO_MAX_BATCH (a whole put batch), at most all. */
+ * max_held: a sixteenth of them (at least 1) in every case, so that sixteen clients are needed
+ * to fill the table; a whole put batch at the default, fewer under a smaller --max-objects. */
 int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_objects,
                const struct store_events *ev);
 /* Stops the hasher (if any), collecting its digests, then frees every object whatever its
