@@ -37,9 +37,11 @@ static long flood(ferry_client *c, const char *prefix, long n, int release, int 
 }
 
 /* What the daemon may grow by while objects churn through a full table: 216 KiB to 10 MiB
- * measured; under ASan, plus the 16 MiB of freed memory h_rss_asan_quarantine lets it keep. */
+ * measured; under ASan, whose allocator keeps more (16 MiB of quarantine, h_rss_asan_quarantine,
+ * and its caches), up to 38 MiB was seen on a loaded machine. Keeping the 120,000 objects would
+ * grow it by ~48 MiB of metadata (420 B each), plus ASan's redzones around each allocation. */
 #ifdef __SANITIZE_ADDRESS__
-#define GROWTH_MAX_KIB (32 * 1024)
+#define GROWTH_MAX_KIB (64 * 1024)
 #else
 #define GROWTH_MAX_KIB (16 * 1024)
 #endif
