@@ -196,6 +196,11 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         hash_over(s, o);
     }
     store_spill_pump(s);
+    /* Creates that wait for bytes on their way to disk look again (store_after_turn): these
+     * are no longer hashed, and if spilling is held up by a failed write, nothing else would
+     * tell them that none are going (they then fail with ENOSPACE). */
+    if (s->spill && s->room_wanted)
+        s->room_freed = 1;
 }
 
 /* Takes back o's jobs (o is going): those queued are dropped, those running finish first. */
