@@ -140,6 +140,19 @@ def stopped(daemon, call, bound_s):
     return out.get("exc"), out.get("took"), ended
 
 
+def after_the_stop(call, tries=10):
+    """call()'s result once the daemon, just continued, answers within the handle's timeout: a
+    loaded machine may take longer than 300 ms for the first HELLO after SIGCONT (seen in a full
+    run), and each try that times out gives the handle up and the next connects again."""
+    for i in range(tries):
+        try:
+            return call()
+        except ferry.Timeout:
+            if i == tries - 1:
+                raise
+            time.sleep(0.1)
+
+
 def test_a_stopped_daemon_times_out_and_the_client_connects_again(daemon):
     with ferry.Client(daemon.socket, timeout_ms=300) as c:
         c.put("kept", b"1")
@@ -148,7 +161,7 @@ def test_a_stopped_daemon_times_out_and_the_client_connects_again(daemon):
         assert isinstance(exc, TimeoutError) and isinstance(exc, ferry.Timeout), exc
         assert took >= 0.29 and "STATS" in str(exc) and "300 ms" in str(exc), (took, exc)
         # The handle that timed out is given up; the next call connects again.
-        assert c.stats()["objects"] == 1
+        assert after_the_stop(c.stats)["objects"] == 1
         assert bytes(c.get("kept")) == b"1"
 
 
@@ -159,7 +172,7 @@ def test_a_get_on_a_stopped_daemon_times_out(daemon):
         # The first look (timeout 0, through the Client's main handle) times out already.
         assert isinstance(exc, TimeoutError) and "GET" in str(exc), exc
         assert took >= 0.29, took
-        assert not c.contains("never")
+        assert not after_the_stop(lambda: c.contains("never"))
 
 
 def test_client_timeout_is_checked(daemon):
