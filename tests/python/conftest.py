@@ -153,8 +153,17 @@ def cluster(start_daemon, redis_port):
                          "--directory", f"redis://127.0.0.1:{redis_port}", "--transport", "tcp")
         )
     with ferry.Client(nodes[1].socket) as c:
-        wait_until(lambda: len(c.nodes()) == 2, what="both nodes in the directory")
+        wait_until(lambda: listed(c) == 2, what="both nodes in the directory")
     return tuple(nodes)
+
+
+def listed(c):
+    """How many nodes c's daemon lists; 0 while its directory is not reached yet (a node that
+    just started connects to Redis in the background: slow under a loaded sanitizer run)."""
+    try:
+        return len(c.nodes())
+    except ferry.DirectoryUnavailable:
+        return 0
 
 
 def arena_mapping(address):
