@@ -1,0 +1,246 @@
+#!/bin/bash
+# testbed.sh - a ferry cluster on one machine: N ferryd nodes, each in a network namespace of
+# its own with a veth to a bridge, links shaped to a rate and a round trip (netem), a Redis
+# directory on the bridge. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN), iproute2 and tc.
+#
+#   testbed.sh run [OPTIONS] -- COMMAND...   bring a testbed up, run COMMAND with
+#                                            FERRY_TESTBED=its state directory, take it down
+#                                            (on exit, Ctrl-C and TERM alike)
+#   testbed.sh up [OPTIONS]                  bring one up; print its state directory
+#   testbed.sh down STATE_DIR | --all        take one down (--all: every testbed, of crashed
+#                                            runs too: what carries the prefix "ftb")
+#   testbed.sh exec STATE_DIR NODE CMD...    run CMD in node NODE's namespace (1..N), with
+#                                            FERRY_SOCKET set to that node's daemon
+# OPTIONS: -n NODES (default 8, at most 200), -r RATE per link each way (tc units, default
+#          1gbit), -d RTT between two nodes (default 100us), -l LOSS percent per hop (default
+#          0), -m ARENA per node (default 512M), -t TRANSPORT of ferryd (tcp, fabric, auto;
+#          default tcp), -b BIN_DIR (default build/bin beside this script). Delay and loss need
+#          the kernel's netem (sch_netem); without it the rate is shaped by tbf, no delay is
+#          added (the default round trip is dropped, with a message), and -d or -l are refused.
+#
+# The path between two nodes crosses two shaped queues: the sender's veth (its uplink) and
+# the receiver's bridge-side veth (its downlink), each with netem's rate and a quarter of the
+# round trip, so that each node's link has RATE each way and two nodes see RTT. Names carry a
+# run id (ftb + 5 hex digits; interfaces ftbXXXXX-b for the bridge, ftbXXXXX-N on the bridge
+# side): `down --all` finds what a crashed run left. Addresses are 10.A.B.0/24, from the run
+# id, on the bridge alone: nothing is routed out. The state directory holds the nodes' sockets,
+# logs and pids, and an env file (NODES, RATE, RTT, LOSS, SUBNET, REDIS).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PREFIX=ftb
+
+die() {
+    echo "testbed: $*" >&2
+    exit 1
+}
+
+# Whether this process may make namespaces and links; says why not.
+check_allowed() {
+    [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, veth links, tc): run as root"
+    command -v ip >/dev/null || die "needs iproute2 (ip): apt-get install iproute2"
+    command -v tc >/dev/null || die "needs tc (iproute2)"
+    command -v redis-server >/dev/null || die "needs redis-server: apt-get install redis-server"
+    local probe="${PREFIX}probe$$"
+    ip netns add "$probe" 2>/dev/null || die "cannot make a network namespace here (ip netns add" \
+        "failed: a container without CAP_SYS_ADMIN, or netns not mounted)"
+    ip netns del "$probe"
+}
+
+# Whether the kernel has netem (sch_netem): delay and loss need it; rate alone is tbf's.
+have_netem() {
+    local dev="${PREFIX}nt$$" ok=0
+    ip link add "$dev" type veth peer name "${dev}p" || return 1
+    tc qdisc add dev "$dev" root netem delay 1us 2>/dev/null && ok=1
+    ip link del "$dev"
+    [ $ok = 1 ]
+}
+
+# shape DEV NS: DEV's queue (in namespace NS, or the root one when NS is empty): netem with the
+# rate, a quarter of the round trip and the loss; without netem, tbf with the rate alone.
+shape() {
+    local dev=$1 ns=$2 quarter_us=$((RTT_US / 4)) loss=()
+    [ "$LOSS" = 0 ] || loss=(loss "${LOSS}%")
+    if [ "$NETEM" = 1 ]; then
+        ${ns:+ip netns exec "$ns"} tc qdisc replace dev "$dev" root netem delay "${quarter_us}us" \
+            rate "$RATE" "${loss[@]}" limit 10000
+    else
+        ${ns:+ip netns exec "$ns"} tc qdisc replace dev "$dev" root tbf rate "$RATE" \
+            burst 256kb latency 20ms
+    fi
+}
+
+# wait_for CHECK... : runs CHECK every 50 ms until it succeeds, at most 10 s.
+wait_for() {
+    local i
+    for ((i = 0; i < 200; i++)); do
+        "$@" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+node_up() {
+    local i=$1 ns="${RUN}-$1" host="${RUN}-$1" dir="$STATE/node$1"
+    mkdir -p "$dir"
+    ip netns add "$ns"
+    ip link add "$host" type veth peer name eth0 netns "$ns"
+    ip link set "$host" master "${RUN}-b" up
+    ip netns exec "$ns" ip link set lo up
+    ip netns exec "$ns" ip addr add "$SUBNET.$i/24" dev eth0
+    ip netns exec "$ns" ip link set eth0 up
+    shape eth0 "$ns"
+    shape "$host" ""
+    ip netns exec "$ns" "$BIN/ferryd" --socket "$dir/ferry.sock" --memory "$MEM" \
+        --node-id "node$i" --listen "$SUBNET.$i:7000" --transport "$TRANSPORT" \
+        --directory "redis://$SUBNET.254:6379" >"$dir/ferryd.log" 2>&1 &
+    echo $! >"$dir/pid"
+    disown
+}
+
+# The run's /24 (its first three parts), from its id: known again after a crash.
+subnet_of() {
+    echo "10.$((16#${1:3:2} % 200 + 20)).$((16#${1:5:2}))"
+}
+
+up() {
+    check_allowed
+    NETEM=0
+    if have_netem; then
+        NETEM=1
+    elif [ -n "$RTT_GIVEN$LOSS_GIVEN" ]; then
+        die "-d and -l need netem (sch_netem), which this kernel does not have; tbf shapes" \
+            "the rate alone"
+    else
+        RTT_US=0 # the veths' own round trip, measured by whoever needs it
+        echo "testbed: no netem in this kernel: links shaped to $RATE by tbf, no added delay" >&2
+    fi
+    [ -x "$BIN/ferryd" ] || die "no ferryd in $BIN: make build"
+    [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "-n $NODES: 1 to 200 nodes"
+    RUN="$PREFIX$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n' | cut -c1-5)"
+    SUBNET=$(subnet_of "$RUN")
+    STATE=$(mktemp -d "/tmp/ferry-testbed-$RUN.XXXX")
+    echo "$RUN" >"$STATE/run"
+    ip link add "${RUN}-b" type bridge
+    ip addr add "$SUBNET.254/24" dev "${RUN}-b"
+    ip link set "${RUN}-b" up
+    redis-server --bind "$SUBNET.254" --port 6379 --save '' --appendonly no \
+        --protected-mode no --daemonize no >"$STATE/redis.log" 2>&1 &
+    echo $! >"$STATE/redis.pid"
+    disown
+    wait_for redis-cli -h "$SUBNET.254" -p 6379 ping >/dev/null ||
+        die "redis did not answer on $SUBNET.254:6379 (see $STATE/redis.log)"
+    for ((i = 1; i <= NODES; i++)); do
+        node_up "$i"
+    done
+    cat >"$STATE/env" <<EOF
+NODES=$NODES
+RATE=$RATE
+RTT_US=$RTT_US
+LOSS=$LOSS
+NETEM=$NETEM
+SUBNET=$SUBNET
+REDIS=$SUBNET.254:6379
+TRANSPORT=$TRANSPORT
+EOF
+    for ((i = 1; i <= NODES; i++)); do
+        wait_for test -S "$STATE/node$i/ferry.sock" ||
+            die "node $i did not start (see $STATE/node$i/ferryd.log)"
+    done
+    wait_for listed ||
+        die "the nodes did not all register in the directory within 10 s ($STATE/node*/ferryd.log)"
+}
+
+# Whether node 1 lists every node.
+listed() {
+    [ "$(FERRY_SOCKET="$STATE/node1/ferry.sock" "$BIN/ferry" nodes | grep -c node)" -eq "$NODES" ]
+}
+
+# down_run RUN [STATE]: kills what the run started, removes its namespaces, links and state.
+down_run() {
+    local run=$1 state=${2:-} ns pidf
+    if [ -n "$state" ] && [ -d "$state" ]; then
+        for pidf in "$state"/node*/pid "$state/redis.pid"; do
+            [ -f "$pidf" ] && kill -9 "$(cat "$pidf")" 2>/dev/null || true
+        done
+    fi
+    for ns in $(ip netns list | awk '{print $1}' | grep "^$run-" || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$run-" |
+        while read -r dev; do ip link del "$dev" 2>/dev/null || true; done
+    pkill -9 -f "^redis-server $(subnet_of "$run" | sed 's/\./\\./g')\.254:6379" || true
+    [ -z "$state" ] || rm -rf "$state"
+}
+
+down() {
+    local arg=${1:-}
+    if [ "$arg" = --all ]; then
+        local runs
+        runs=$( (ip netns list | awk '{print $1}'; ip -o link show | awk -F': ' '{print $2}') |
+            grep -o "^$PREFIX[0-9a-f]\{5\}" | sort -u || true)
+        for run in $runs; do
+            down_run "$run" "$(ls -d /tmp/ferry-testbed-"$run".* 2>/dev/null | head -1)"
+        done
+        rm -rf /tmp/ferry-testbed-"$PREFIX"*
+        return
+    fi
+    [ -f "$arg/run" ] || die "$arg: not a testbed's state directory"
+    down_run "$(cat "$arg/run")" "$arg"
+}
+
+options() {
+    NODES=8 RATE=1gbit RTT=100us LOSS=0 MEM=512M TRANSPORT=tcp BIN="$ROOT/build/bin"
+    RTT_GIVEN="" LOSS_GIVEN=""
+    while getopts "n:r:d:l:m:t:b:" o; do
+        case $o in
+        n) NODES=$OPTARG ;;
+        r) RATE=$OPTARG ;;
+        d) RTT=$OPTARG RTT_GIVEN=1 ;;
+        l) LOSS=$OPTARG LOSS_GIVEN=1 ;;
+        m) MEM=$OPTARG ;;
+        t) TRANSPORT=$OPTARG ;;
+        b) BIN=$OPTARG ;;
+        *) die "unknown option (see the head of $0)" ;;
+        esac
+    done
+    case $RTT in
+    *us) RTT_US=${RTT%us} ;;
+    *ms) RTT_US=$((${RTT%ms} * 1000)) ;;
+    *) die "-d $RTT: give us or ms (100us, 2ms)" ;;
+    esac
+    SHIFT=$((OPTIND - 1))
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+up)
+    options "$@"
+    trap '[ "${UP_OK:-}" = 1 ] || down_run "${RUN:-none}" "${STATE:-}"' EXIT # a failed up leaves nothing
+    trap 'exit 130' INT TERM
+    up
+    UP_OK=1
+    echo "$STATE"
+    ;;
+run)
+    options "$@"
+    shift "$SHIFT"
+    [ "${1:-}" = -- ] && shift
+    [ $# -gt 0 ] || die "run: no command after --"
+    trap 'down_run "${RUN:-none}" "${STATE:-}"' EXIT
+    trap 'exit 130' INT TERM
+    up
+    FERRY_TESTBED=$STATE "$@"
+    ;;
+down) down "${1:-}" ;;
+exec)
+    [ $# -ge 3 ] || die "usage: exec STATE_DIR NODE CMD..."
+    state=$1 node=$2
+    shift 2
+    [ -f "$state/run" ] || die "$state: not a testbed's state directory"
+    FERRY_SOCKET="$state/node$node/ferry.sock" exec ip netns exec "$(cat "$state/run")-$node" "$@"
+    ;;
+*) sed -n '2,27p' "$0" >&2 && exit 2 ;;
+esac
