@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# cli_testbed.sh - four ferryd nodes in network namespaces (scripts/testbed.sh, 1 Gbit/s links):
+# a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a link taken
+# down and a holder killed in the middle of transfers end every fetch within its timeout (from
+# another holder, or with an error), the fetching node answering `ferry stat` within 1 s; and
+# once the testbed is down, no namespace, link or process of it is left. Skipped, with the
+# reason, where namespaces cannot be made.
+set -u
+
+# shellcheck source-path=SCRIPTDIR source=lib_cli.sh
+. "$(dirname "$0")/lib_cli.sh"
+
+TESTBED="$(dirname "$0")/../scripts/testbed.sh"
+STATE=
+RUN=
+
+# The reason this machine cannot make a testbed, if any.
+cannot() {
+    [ "$(id -u)" -eq 0 ] || { echo "not root"; return; }
+    ip netns add "ftbprobe$$" 2>/dev/null || { echo "ip netns add failed"; return; }
+    ip netns del "ftbprobe$$"
+}
+
+# on NODE ARGS...: the ferry tool in node NODE's namespace, against its daemon, bounded.
+on() {
+    local node=$1
+    shift
+    timeout "$CMD_LIMIT" "$TESTBED" exec "$STATE" "$node" "$FERRY" "$@"
+}
+
+# object NAME SIZE: a file of random bytes, $DIR/NAME.
+object() {
+    head -c "$2" /dev/urandom >"$DIR/$1"
+}
+
+# arrived NODE NAME: NODE's copy of NAME is bit-exact.
+arrived() {
+    on "$1" get "$2" -o "$DIR/$2.$1" && cmp -s "$DIR/$2" "$DIR/$2.$1"
+}
+
+test_workloads_arrive_bit_exact() {
+    local n pids=() ok=1
+    object pair 4194304
+    on 1 put pair "$DIR/pair" >/dev/null && on 2 fetch pair --timeout 10000 >/dev/null &&
+        arrived 2 pair && pass || fail "pair: node 2 did not get node 1's object bit-exact"
+
+    object bcast 8388608
+    on 1 put bcast "$DIR/bcast" >/dev/null || fail "broadcast: put"
+    for n in 2 3 4; do
+        on "$n" fetch bcast --timeout 15000 >/dev/null &
+        pids+=($!)
+    done
+    for n in "${pids[@]}"; do wait "$n" || ok=0; done
+    for n in 2 3 4; do arrived "$n" bcast || ok=0; done
+    [ $ok = 1 ] && pass || fail "broadcast: not every node got the object bit-exact"
+
+    ok=1
+    for n in 2 3 4; do
+        object "g$n" 2097152
+        on "$n" put "g$n" "$DIR/g$n" >/dev/null || ok=0
+    done
+    on 1 fetch g2 g3 g4 --timeout 15000 >/dev/null || ok=0
+    for n in 2 3 4; do arrived 1 "g$n" || ok=0; done
+    [ $ok = 1 ] && pass || fail "gather: node 1 did not get every object bit-exact"
+
+    ok=1 pids=()
+    local from to
+    for from in 1 2 3 4; do
+        for to in 1 2 3 4; do
+            [ "$from" = "$to" ] && continue
+            object "s$from$to" 1048576
+            on "$from" put "s$from$to" "$DIR/s$from$to" >/dev/null || ok=0
+        done
+    done
+    for to in 1 2 3 4; do
+        local names=()
+        for from in 1 2 3 4; do [ "$from" = "$to" ] || names+=("s$from$to"); done
+        on "$to" fetch "${names[@]}" --timeout 15000 >/dev/null &
+        pids+=($!)
+    done
+    for n in "${pids[@]}"; do wait "$n" || ok=0; done
+    for from in 1 2 3 4; do
+        for to in 1 2 3 4; do
+            [ "$from" = "$to" ] || arrived "$to" "s$from$to" || ok=0
+        done
+    done
+    [ $ok = 1 ] && pass || fail "shuffle: not every node got its objects bit-exact"
+}
+
+# A fetch NODE does of NAME (timeout 5 s) while FAULT runs 200 ms in: it must end within 8 s
+# (done, or failed), and NODE answers stat within 1 s after.
+fetch_through() {
+    local node=$1 name=$2 what=$3 t0 took pid
+    shift 3
+    t0=$(date +%s%N)
+    on "$node" fetch "$name" --timeout 5000 >"$DIR/fault.out" 2>&1 &
+    pid=$!
+    sleep 0.2
+    "$@"
+    wait "$pid"
+    took=$((($(date +%s%N) - t0) / 1000000))
+    echo "$what: the fetch ended in $took ms: $(head -c 200 "$DIR/fault.out")"
+    [ "$took" -le 8000 ] && pass || fail "$what: the fetch took $took ms (timeout 5000)"
+    expect_answer "$what: node $node answers stat" 0 timeout 1 "$TESTBED" exec "$STATE" "$node" \
+        "$FERRY" stat
+}
+
+test_faults_end_every_fetch_in_time() {
+    local run
+    run=$(cat "$STATE/run")
+    object big 134217728 # 1 s at 1 Gbit/s
+    on 1 put big "$DIR/big" >/dev/null || fail "fault: put"
+    fetch_through 2 big "link of node 1 taken down" ip link set "$run-1" down
+    ip link set "$run-1" up
+    on 3 put big2 "$DIR/big" >/dev/null || fail "fault: put on node 3"
+    fetch_through 4 big2 "node 3 killed" kill -9 "$(cat "$STATE/node3/pid")"
+}
+
+test_nothing_is_left() {
+    local run
+    run=$(cat "$STATE/run")
+    "$TESTBED" down "$STATE"
+    STATE=
+    ok "no namespace of the run is left" bash -c "! ip netns list | grep -q '^$run-'"
+    ok "no link of the run is left" bash -c "! ip -o link show | grep -q '$run-'"
+    ok "no process of the run is left" bash -c "! pgrep -f '[f]erry-testbed-$run' >/dev/null"
+}
+
+why=$(cannot)
+if [ -n "$why" ]; then
+    echo "testbed: skipped: $why"
+    exit 0
+fi
+trap '[ -z "$STATE" ] || "$TESTBED" down "$STATE"; cleanup' EXIT
+STATE=$(timeout 60 "$TESTBED" up -n 4 -m 160M -b "$BIN" 2>"$DIR/up.err" | tail -1)
+if [ ! -f "$STATE/run" ]; then
+    cat "$DIR/up.err" >&2
+    echo "FAIL: the testbed did not come up" >&2
+    exit 1
+fi
+test_workloads_arrive_bit_exact
+test_faults_end_every_fetch_in_time
+test_nothing_is_left
+summary
