@@ -106,6 +106,15 @@ H_CLUSTER_TEST(unread_replies_stop_the_reading)
 /* A reply of up to four entries of up to 64 MiB each: the entries, then their leaves. */
 #define REPLY_CAP (4 + 4 * (WIRE_REPLY_ENTRY_SIZE + 64 * DIGEST_LEN))
 
+/* Puts n objects of PIECE bytes on c, named prefix-0 ...: their ids in ids. */
+static void put_pieces(ferry_client *c, const char *prefix, ferry_id *ids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ids[i] = h_idf("%s-%d", prefix, i);
+        H_OK(h_put_direct(c, &ids[i], PIECE, 0));
+    }
+}
+
 /* A's pin limit is 64 MiB (a quarter of 256M): one PULL of four 24 MiB objects gets the
  * first two (48 MiB pinned) and FERRY_EBUSY for the others, read or not. B, an honest
  * receiver, fetches all four at once: its pulls stay within the limit and all arrive. */
@@ -115,10 +124,7 @@ H_CLUSTER_TEST(one_pull_pins_no_more_than_the_limit)
     h_node_start(cl, B, "256M", NULL);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
     ferry_id ids[4];
-    for (int i = 0; i < 4; i++) {
-        ids[i] = h_idf("piece-%d", i);
-        H_OK(h_put_direct(a, &ids[i], PIECE, 0));
-    }
+    put_pieces(a, "piece", ids, 4);
     h_assert_where(b, cl, &ids[3], 1u << A, H_CLUSTER_MS);
     ferry_stats a0 = h_stats(a);
 
@@ -315,10 +321,7 @@ H_CLUSTER_TEST(pins_of_one_node_id_stay_within_its_limit_over_its_connections)
     h_node_start(cl, A, "256M", NULL);
     ferry_client *a = h_node_connect(cl, A);
     ferry_id ids[4];
-    for (int i = 0; i < 4; i++) {
-        ids[i] = h_idf("pinned-%d", i);
-        H_OK(h_put_direct(a, &ids[i], PIECE, 0));
-    }
+    put_pieces(a, "pinned", ids, 4);
     int port = h_node_port(cl, A);
     int first = unread_pull_as(port, "pinner", ids, 4);
     assert_true(first >= 0);
@@ -348,10 +351,7 @@ H_CLUSTER_TEST(pins_of_all_node_ids_stay_within_half_the_arena)
     h_node_start(cl, A, "256M", NULL);
     ferry_client *a = h_node_connect(cl, A);
     ferry_id ids[6];
-    for (int i = 0; i < 6; i++) {
-        ids[i] = h_idf("pinned-by-many-%d", i);
-        H_OK(h_put_direct(a, &ids[i], PIECE, 0));
-    }
+    put_pieces(a, "pinned-by-many", ids, 6);
     int port = h_node_port(cl, A);
     int n1 = unread_pull_as(port, "pinner-1", ids, 2);
     int n2 = unread_pull_as(port, "pinner-2", ids + 2, 2);
