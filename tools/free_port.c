@@ -3,9 +3,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #define HIGHEST_PORT 65535
 #define MIN_WINDOW 1000
 #define TRIES 200
+#define RESERVE_S 120 /* longer than any daemon takes to bind what it was given */
 
 /* The kernel's ephemeral range; Linux's default where it cannot be read. */
 static void ephemeral_range(int *lo, int *hi)
@@ -50,20 +55,58 @@ static int try_bind(int *port)
     return rc;
 }
 
-int free_port_pick(void)
+/* The registry's directory in buf; 0 or -1. */
+static int registry_dir(char *buf, size_t size)
+{
+    const char *tmp = getenv("TMPDIR");
+    int n =
+        snprintf(buf, size, "%s/ferry-ports-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)getuid());
+    if (n < 0 || (size_t)n >= size)
+        return -1;
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+/* The registry's lock, taken: its fd, or -1 where there is no registry. */
+static int registry_lock(char *dir, size_t size)
+{
+    char path[512];
+    if (registry_dir(dir, size) != 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (flock(fd, LOCK_EX) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if port is reserved by a pick of the last RESERVE_S seconds; else reserves it, 0. */
+static int reserved_else_reserve(const char *dir, int port)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%d", dir, port);
+    if (stat(path, &st) == 0 && time(NULL) - st.st_mtime < RESERVE_S)
+        return 1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        futimens(fd, NULL);
+        close(fd);
+    }
+    return 0;
+}
+
+/* A free port of the window that no pick reserved, reserved now; or -1 with errno. */
+static int pick_in(int first, int count)
 {
     static unsigned state;
-    int lo, hi, first, count, port = 0;
-    ephemeral_range(&lo, &hi);
-    if (lo - LOWEST_PORT >= MIN_WINDOW) {
-        first = LOWEST_PORT;
-        count = lo - LOWEST_PORT;
-    } else if (HIGHEST_PORT - hi >= MIN_WINDOW) {
-        first = hi + 1;
-        count = HIGHEST_PORT - hi;
-    } else {
-        return try_bind(&port) == 0 ? port : -1; /* the range covers everything */
-    }
+    char dir[256];
+    int port = -1, lock = registry_lock(dir, sizeof(dir));
     if (!state) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -71,9 +114,28 @@ int free_port_pick(void)
     }
     for (int k = 0; k < TRIES; k++) {
         state = state * 1103515245u + 12345u;
-        port = first + (int)((state >> 8) % (unsigned)count);
-        if (try_bind(&port) == 0)
-            return port;
+        int p = first + (int)((state >> 8) % (unsigned)count);
+        if (lock >= 0 && reserved_else_reserve(dir, p))
+            continue;
+        if (try_bind(&p) == 0) {
+            port = p;
+            break;
+        }
     }
-    return -1;
+    int saved = errno;
+    if (lock >= 0)
+        close(lock); /* releases the flock */
+    errno = saved;
+    return port;
+}
+
+int free_port_pick(void)
+{
+    int lo, hi, port = 0;
+    ephemeral_range(&lo, &hi);
+    if (lo - LOWEST_PORT >= MIN_WINDOW)
+        return pick_in(LOWEST_PORT, lo - LOWEST_PORT);
+    if (HIGHEST_PORT - hi >= MIN_WINDOW)
+        return pick_in(hi + 1, HIGHEST_PORT - hi);
+    return try_bind(&port) == 0 ? port : -1; /* the range covers everything */
 }
