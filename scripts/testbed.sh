@@ -13,10 +13,12 @@
 #                                            FERRY_SOCKET set to that node's daemon
 # OPTIONS: -n NODES (default 8, at most 200), -r RATE per link each way (tc units, default
 #          1gbit), -d RTT between two nodes (default 100us), -l LOSS percent per hop (default
-#          0), -m ARENA per node (default 512M), -t TRANSPORT of ferryd (tcp, fabric, auto;
-#          default tcp), -b BIN_DIR (default build/bin beside this script). Delay and loss need
-#          the kernel's netem (sch_netem); without it the rate is shaped by tbf, no delay is
-#          added (the default round trip is dropped, with a message), and -d or -l are refused.
+#          0), -m ARENA per node (default 512M), -t TRANSPORT of ferryd (tcp; rxm: libfabric's
+#          tcp;ofi_rxm over the veths; fabric; auto; default tcp), -b BIN_DIR (default
+#          build/bin beside this script), -a "ARGS" more arguments for every ferryd (split at
+#          spaces: "--verbose --verify"). Delay and loss need the kernel's netem (sch_netem);
+#          without it the rate is shaped by tbf, no delay is added (the default round trip is
+#          dropped, with a message), and -d or -l are refused.
 #
 # The path between two nodes crosses two shaped queues: the sender's veth (its uplink) and
 # the receiver's bridge-side veth (its downlink), each with netem's rate and a quarter of the
@@ -92,7 +94,7 @@ node_up() {
     shape eth0 "$ns"
     shape "$host" ""
     ip netns exec "$ns" "$BIN/ferryd" --socket "$dir/ferry.sock" --memory "$MEM" \
-        --node-id "node$i" --listen "$SUBNET.$i:7000" --transport "$TRANSPORT" \
+        --node-id "node$i" --listen "$SUBNET.$i:7000" "${TRANSPORT_ARGS[@]}" $EXTRA \
         --directory "redis://$SUBNET.254:6379" >"$dir/ferryd.log" 2>&1 &
     echo $! >"$dir/pid"
     disown
@@ -117,6 +119,11 @@ up() {
     fi
     [ -x "$BIN/ferryd" ] || die "no ferryd in $BIN: make build"
     [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "-n $NODES: 1 to 200 nodes"
+    case $TRANSPORT in
+    rxm) TRANSPORT_ARGS=(--transport fabric --fabric-provider "tcp;ofi_rxm") ;;
+    tcp | fabric | auto) TRANSPORT_ARGS=(--transport "$TRANSPORT") ;;
+    *) die "-t $TRANSPORT: tcp, rxm, fabric or auto" ;;
+    esac
     RUN="$PREFIX$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n' | cut -c1-5)"
     SUBNET=$(subnet_of "$RUN")
     STATE=$(mktemp -d "/tmp/ferry-testbed-$RUN.XXXX")
@@ -191,9 +198,9 @@ down() {
 }
 
 options() {
-    NODES=8 RATE=1gbit RTT=100us LOSS=0 MEM=512M TRANSPORT=tcp BIN="$ROOT/build/bin"
+    NODES=8 RATE=1gbit RTT=100us LOSS=0 MEM=512M TRANSPORT=tcp BIN="$ROOT/build/bin" EXTRA=""
     RTT_GIVEN="" LOSS_GIVEN=""
-    while getopts "n:r:d:l:m:t:b:" o; do
+    while getopts "n:r:d:l:m:t:b:a:" o; do
         case $o in
         n) NODES=$OPTARG ;;
         r) RATE=$OPTARG ;;
@@ -202,6 +209,7 @@ options() {
         m) MEM=$OPTARG ;;
         t) TRANSPORT=$OPTARG ;;
         b) BIN=$OPTARG ;;
+        a) EXTRA=$OPTARG ;;
         *) die "unknown option (see the head of $0)" ;;
         esac
     done
@@ -242,5 +250,5 @@ exec)
     [ -f "$state/run" ] || die "$state: not a testbed's state directory"
     FERRY_SOCKET="$state/node$node/ferry.sock" exec ip netns exec "$(cat "$state/run")-$node" "$@"
     ;;
-*) sed -n '2,27p' "$0" >&2 && exit 2 ;;
+*) sed -n '2,28p' "$0" >&2 && exit 2 ;;
 esac

@@ -37,6 +37,8 @@ static const struct suite suites[] = {
      "spilling to disk and reading back against plain O_DIRECT writes and reads; gets meanwhile"},
     {"python", bench_python,
      "the Python module against shared_memory, redis-py, pickle and np.copyto"},
+    {"cluster", bench_cluster,
+     "pair, gather, shuffle, broadcast, hot small objects on nodes in network namespaces"},
 #ifdef FERRY_BENCH_MPI
     {"mpi", bench_mpi, "all-to-all and many-to-one fetches between nodes, under mpirun"},
 #else

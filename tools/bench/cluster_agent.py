@@ -1,0 +1,180 @@
+"""cluster_agent.py - ferry-bench cluster's hands inside one node's network namespace.
+
+Run by cluster_bench.py through `testbed.sh exec STATE NODE python3 cluster_agent.py`, it
+serves the node's ferryd (FERRY_SOCKET) through the Python module and answers one JSON
+request per line on stdin with one JSON line on stdout, so that every time it reports is
+taken in this process, around the call alone (no process start in it). Requests that name
+"at" start at that CLOCK_MONOTONIC time, which is one clock for every namespace: that is how
+the nodes of a broadcast or a shuffle start together.
+
+  {"op": "put", "names": [...], "size": S}     objects of S bytes (a pattern, seeded per name)
+  {"op": "fetch", "names": [...], "at": T}     fetch them all in one call: start and end times
+  {"op": "reads", "names": [...]}              get(fetch=True) each in turn: microseconds each
+  {"op": "delete", "names": [...]}             delete the local copies
+  {"op": "echo", "addr": A, "port": P}         serve a TCP echo (for round trips) on A:P
+  {"op": "rtt", "addr": A, "port": P, "count": K}  K one-byte round trips: microseconds each
+  {"op": "raw_recv", "addr": A, "port": P, "size": S}  receive S bytes of one TCP stream ...
+  {"op": "raw_send", "addr": A, "port": P, "size": S, "at": T}   ... sent by another agent
+  {"op": "raw_result"}                         the receiver's bytes and seconds (first byte on)
+  {"op": "link"}                               eth0's rx and tx byte counters
+Answers carry "ok": true, or "ok": false and "error".
+"""
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import ferry
+
+TIMEOUT_MS = 600_000
+CHUNK = 1 << 20
+
+
+def pattern(name, size):
+    """size bytes that differ per name, made fast: a random MiB (seeded by name) repeated."""
+    block = hashlib.shake_256(name.encode()).digest(min(size, CHUNK))
+    whole, rest = divmod(size, len(block)) if block else (0, 0)
+    return block * whole + block[:rest]
+
+
+def wait_until(at):
+    while True:
+        left = at - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.001))
+
+
+class Agent:
+    def __init__(self):
+        self.client = ferry.Client(os.environ["FERRY_SOCKET"])
+        self.raw = None  # the receiver thread's [bytes, seconds] or an error
+        self.threads = []
+
+    def put(self, names, size):
+        for name in names:
+            self.client.put(name, pattern(name, size))
+        return {}
+
+    def fetch(self, names, at=None):
+        if at is not None:
+            wait_until(at)
+        start = time.monotonic()
+        self.client.fetch(names, timeout_ms=TIMEOUT_MS)
+        return {"start": start, "end": time.monotonic()}
+
+    def reads(self, names):
+        us = []
+        for name in names:
+            t0 = time.perf_counter()
+            buf = self.client.get(name, timeout_ms=TIMEOUT_MS, fetch=True)
+            us.append((time.perf_counter() - t0) * 1e6)
+            buf.release()
+        return {"us": us}
+
+    def delete(self, names):
+        for name in names:
+            try:
+                self.client.delete(name)
+            except ferry.ObjectNotFound:
+                pass
+        return {}
+
+    def echo(self, addr, port):
+        srv = socket.create_server((addr, port))
+
+        def serve():
+            while True:
+                conn, _ = srv.accept()
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with conn:
+                    while (b := conn.recv(64)):
+                        conn.sendall(b)
+
+        self._thread(serve)
+        return {}
+
+    def rtt(self, addr, port, count):
+        with socket.create_connection((addr, port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            us = []
+            for _ in range(count):
+                t0 = time.perf_counter()
+                s.sendall(b"x")
+                if s.recv(1) != b"x":
+                    raise RuntimeError("echo closed")
+                us.append((time.perf_counter() - t0) * 1e6)
+        return {"us": us}
+
+    def raw_recv(self, addr, port, size):
+        srv = socket.create_server((addr, port))
+        self.raw = None
+
+        def receive():
+            try:
+                conn, _ = srv.accept()
+                got, t0, buf = 0, None, bytearray(CHUNK)
+                with conn:
+                    while got < size:
+                        n = conn.recv_into(buf)
+                        if not n:
+                            break
+                        t0 = t0 or time.monotonic()
+                        got += n
+                self.raw = {"bytes": got, "seconds": time.monotonic() - t0}
+            except OSError as e:
+                self.raw = {"error": str(e)}
+            finally:
+                srv.close()
+
+        self._thread(receive)
+        return {}
+
+    def raw_send(self, addr, port, size, at=None):
+        block = bytes(CHUNK)
+        with socket.create_connection((addr, port), timeout=30) as s:
+            if at is not None:
+                wait_until(at)
+            while size > 0:
+                k = min(size, CHUNK)
+                s.sendall(memoryview(block)[:k])
+                size -= k
+        return {}
+
+    def raw_result(self):
+        for t in self.threads:
+            if t.name == "receive":
+                t.join(timeout=600)
+        if self.raw is None or "error" in self.raw:
+            raise RuntimeError(f"raw stream: {self.raw}")
+        return dict(self.raw)
+
+    def link(self):
+        base = "/sys/class/net/eth0/statistics/"
+        return {k: int(open(base + k).read()) for k in ("rx_bytes", "tx_bytes")}
+
+    def _thread(self, fn):
+        t = threading.Thread(target=fn, name=fn.__name__, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+
+def main():
+    agent = Agent()
+    print(json.dumps({"ok": True, "ready": True}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req.pop("op")
+        try:
+            out = getattr(agent, op)(**req)
+            out["ok"] = True
+        except Exception as e:  # reported to the suite, which stops with it
+            out = {"ok": False, "error": f"{op}: {type(e).__name__}: {e}"}
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

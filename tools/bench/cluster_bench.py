@@ -1,0 +1,435 @@
+"""ferry-bench cluster - ferry on a testbed of nodes in network namespaces (scripts/testbed.sh),
+every figure beside its physical bound measured in the same run. Needs root.
+
+For each N of --nodes a testbed of N nodes comes up with links shaped to --rate each way; an
+agent (cluster_agent.py) in every node's namespace times each call in-process. Workloads:
+
+  rtt        one-byte TCP round trips between two nodes, and to the directory: the round trip
+             every latency below is a multiple of
+  hot        objects of --hot-sizes on nodes that nobody has fetched from yet, read in turn by
+             the other nodes: a first read (a holder the reader has never reached), reads of
+             other objects of the same holder (seen), and a read again (local)
+  pair       node 2 fetches objects of --sizes from node 1, beside a raw TCP stream of the same
+             bytes between the same namespaces, --runs times interleaved (medians)
+  gather     nodes 2..N each hold a --gather object, node 1 fetches them all in one call
+  shuffle    every node holds a --shuffle object for each other node and fetches its N-1 at once
+  broadcast  a --broadcast object on node 1, nodes 2..N ask for it at once: time to the last,
+             each node's rate, against node 2's fetch of such an object alone
+hot and pair run on the first N only; the others on every N. The link's payload rate (the
+bound of gather, shuffle and broadcast) is a raw TCP stream of --link-probe bytes on each
+testbed. Progress on stderr; a table on stdout, or with --json the JSON document on stdout and
+the table on stderr; --plot DIR writes gnuplot charts of pair, broadcast and shuffle.
+    ferry-bench cluster --nodes 8,16 --rate 1gbit --json --plot /tmp/charts > cluster.json
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TESTBED = os.path.join(ROOT, "scripts", "testbed.sh")
+AGENT = os.path.join(HERE, "cluster_agent.py")
+MIB = 1 << 20
+PORT = 9100  # raw streams and echoes, inside the namespaces
+START_LEAD_S = 0.3  # how far ahead a synchronised start is set
+
+
+def log(*args):
+    print("cluster:", *args, file=sys.stderr, flush=True)
+
+
+def size_bytes(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip()
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].isalpha() else int(text)
+
+
+def size_text(n):
+    for unit, k in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def rate_bits(text):
+    """tc's rate units (bit, kbit, mbit, gbit) in bits per second."""
+    t = text.lower()
+    for unit, k in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3), ("bit", 1)):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * k
+    raise ValueError(f"rate {text}: give it in tc's units (1gbit, 100mbit)")
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Agent:
+    """One node's agent process, answering one JSON line per request."""
+
+    def __init__(self, state, node, bin_dir):
+        env = dict(os.environ, FERRY_BIN_DIR=bin_dir)
+        self.node = node
+        self.proc = subprocess.Popen(
+            [TESTBED, "exec", state, str(node), sys.executable, AGENT], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.answer()
+
+    def send(self, op, **args):
+        self.proc.stdin.write(json.dumps(dict(args, op=op)) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"node {self.node}'s agent ended (see its ferryd.log)")
+        out = json.loads(line)
+        if not out.pop("ok"):
+            raise RuntimeError(f"node {self.node}: {out['error']}")
+        return out
+
+    def call(self, op, **args):
+        self.send(op, **args)
+        return self.answer()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+class Testbed:
+    def __init__(self, a, nodes):
+        cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", a.memory, "-t",
+               a.transport, "-b", a.bin]
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, timeout=300)
+        self.state = out.stdout.strip().splitlines()[-1]
+        self.env = dict(line.split("=", 1) for line in open(os.path.join(self.state, "env"))
+                        .read().split())
+        self.n = nodes
+        self.agents = {}
+        try:
+            for i in range(1, nodes + 1):
+                self.agents[i] = Agent(self.state, i, a.bin)
+        except Exception:
+            self.down()
+            raise
+
+    def addr(self, node):
+        return f"{self.env['SUBNET']}.{node}"
+
+    def all(self, requests):
+        """Sends {node: (op, args)} at once, then takes every answer: {node: answer}."""
+        for node, (op, args) in requests.items():
+            self.agents[node].send(op, **args)
+        return {node: self.agents[node].answer() for node in requests}
+
+    def down(self):
+        for agent in self.agents.values():
+            try:
+                agent.close()
+            except Exception:
+                agent.proc.kill()
+        subprocess.run([TESTBED, "down", self.state], check=False, timeout=120)
+
+
+def raw_stream(tb, src, dst, size):
+    """Seconds a raw TCP stream of size bytes takes from src's namespace to dst's."""
+    tb.agents[dst].call("raw_recv", addr=tb.addr(dst), port=PORT, size=size)
+    tb.agents[src].call("raw_send", addr=tb.addr(dst), port=PORT, size=size)
+    got = tb.agents[dst].call("raw_result")
+    if got["bytes"] != size:
+        raise RuntimeError(f"raw stream {src}->{dst}: {got['bytes']} of {size} bytes")
+    return got["seconds"]
+
+
+def link_rate(tb, size, runs):
+    """The link's payload rate in MiB/s: the median of runs raw streams, node 1 to node 2."""
+    rates = [size / raw_stream(tb, 1, 2, size) / MIB for _ in range(runs)]
+    log(f"link: raw TCP {median(rates):.1f} MiB/s (runs {', '.join(f'{r:.1f}' for r in rates)})")
+    return median(rates)
+
+
+def rtt(tb, count):
+    tb.agents[1].call("echo", addr=tb.addr(1), port=PORT + 1)
+    node = tb.agents[2].call("rtt", addr=tb.addr(1), port=PORT + 1, count=count)["us"]
+    out = {"node_us": median(node[count // 10:]), "count": count}
+    log(f"rtt: node to node {out['node_us']:.0f} us (median of {count}, one-byte TCP round "
+        "trips from Python)")
+    return out
+
+
+def hot(tb, sizes, round_trip_us):
+    """Holder N-i serves size i; readers 1..N-len(sizes) read in turn."""
+    sizes = sizes[: max(0, tb.n - 2)]
+    readers = range(1, tb.n - len(sizes) + 1)
+    rows = []
+    for i, size in enumerate(sizes):
+        holder = tb.n - i
+        names = [f"hot-{size}-{k}" for k in range(4)]
+        tb.agents[holder].call("put", names=names, size=size)
+        first, seen, local = [], [], []
+        for r in readers:
+            first += tb.agents[r].call("reads", names=names[:1])["us"]
+            seen += tb.agents[r].call("reads", names=names[1:])["us"]
+            local += tb.agents[r].call("reads", names=names[:1])["us"]
+        row = {"size": size, "holder": holder, "readers": len(readers),
+               "first_us": median(first), "seen_us": median(seen), "local_us": median(local)}
+        for k in ("first", "seen", "local"):
+            row[k + "_rtts"] = row[k + "_us"] / round_trip_us
+        rows.append(row)
+        log(f"hot {size_text(size)}: first read {row['first_us']:.0f} us "
+            f"({row['first_rtts']:.1f} RTT), holder seen {row['seen_us']:.0f} us "
+            f"({row['seen_rtts']:.1f} RTT), local {row['local_us']:.0f} us "
+            f"(medians over {len(readers)} readers)")
+    return rows
+
+
+def fetch_alone(tb, node, names):
+    got = tb.agents[node].call("fetch", names=names)
+    return got["end"] - got["start"]
+
+
+def pair(tb, sizes, runs):
+    rows = []
+    for size in sizes:
+        ferry_s, raw_s = [], []
+        for run in range(runs):
+            name = f"pair-{size}-{run}"
+            tb.agents[1].call("put", names=[name], size=size)
+            ferry_s.append(fetch_alone(tb, 2, [name]))
+            raw_s.append(raw_stream(tb, 1, 2, size))
+            for node in (1, 2):
+                tb.agents[node].call("delete", names=[name])
+        f, r = median(ferry_s), median(raw_s)
+        rows.append({"size": size, "runs": runs, "ferry_s": ferry_s, "raw_s": raw_s,
+                     "ferry_mib_s": size / f / MIB, "raw_mib_s": size / r / MIB, "ratio": r / f})
+        log(f"pair {size_text(size)}: ferry {rows[-1]['ferry_mib_s']:.1f} MiB/s, raw TCP "
+            f"{rows[-1]['raw_mib_s']:.1f} MiB/s, ratio {rows[-1]['ratio']:.3f} "
+            f"(medians of {runs})")
+    return rows
+
+
+def at_once(tb, requests):
+    """Fetches {node: names} starting together: {node: seconds}, and the span to the last."""
+    at = time.monotonic() + START_LEAD_S
+    got = tb.all({n: ("fetch", {"names": names, "at": at}) for n, names in requests.items()})
+    per = {n: g["end"] - g["start"] for n, g in got.items()}
+    return per, max(g["end"] for g in got.values()) - at
+
+
+def link_bytes(tb, node):
+    return tb.agents[node].call("link")["rx_bytes"]
+
+
+def gather(tb, size, link_mib_s, wire_bits):
+    names = {n: f"gather-{n}" for n in range(2, tb.n + 1)}
+    tb.all({n: ("put", {"names": [name], "size": size}) for n, name in names.items()})
+    rx0 = link_bytes(tb, 1)
+    seconds = fetch_alone(tb, 1, list(names.values()))
+    rx = link_bytes(tb, 1) - rx0
+    total = size * len(names)
+    out = {"size": size, "sources": len(names), "seconds": seconds,
+           "mib_s": total / seconds / MIB, "busy": total / seconds / MIB / link_mib_s,
+           "wire_busy": rx * 8 / seconds / wire_bits}
+    log(f"gather {len(names)} x {size_text(size)} to node 1: {seconds:.2f} s, "
+        f"{out['mib_s']:.1f} MiB/s, the receiving link {out['busy']:.1%} busy (of raw TCP; "
+        f"{out['wire_busy']:.1%} of the wire rate)")
+    tb.all({n: ("delete", {"names": [name]}) for n, name in names.items()})
+    tb.agents[1].call("delete", names=list(names.values()))
+    return out
+
+
+def shuffle(tb, size, link_mib_s):
+    nodes = range(1, tb.n + 1)
+    tb.all({i: ("put", {"names": [f"sh-{i}-{j}" for j in nodes if j != i], "size": size})
+            for i in nodes})
+    per, span = at_once(tb, {j: [f"sh-{i}-{j}" for i in nodes if i != j] for j in nodes})
+    each = size * (tb.n - 1)
+    out = {"size": size, "nodes": tb.n, "span_s": span, "per_node_s": per,
+           "busy": each * tb.n / span / MIB / (link_mib_s * tb.n),
+           "min_node_busy": min(each / s / MIB / link_mib_s for s in per.values()),
+           "bound_s": each / MIB / link_mib_s}
+    log(f"shuffle {tb.n} x {tb.n - 1} x {size_text(size)}: {span:.2f} s to the last "
+        f"(bound {out['bound_s']:.2f} s), receiving links {out['busy']:.1%} busy over the span, "
+        f"the least busy node {out['min_node_busy']:.1%} over its own fetch")
+    tb.all({i: ("delete", {"names": [f"sh-{i}-{j}" for j in nodes if j != i] +
+                           [f"sh-{j}-{i}" for j in nodes if j != i]}) for i in nodes})
+    return out
+
+
+def broadcast(tb, size, link_mib_s):
+    tb.agents[1].call("put", names=["bcast-alone", "bcast"], size=size)
+    alone = fetch_alone(tb, 2, ["bcast-alone"])
+    tb.agents[2].call("delete", names=["bcast-alone"])
+    per, span = at_once(tb, {n: ["bcast"] for n in range(2, tb.n + 1)})
+    out = {"size": size, "receivers": tb.n - 1, "last_s": span, "alone_s": alone,
+           "ratio_to_alone": span / alone, "bound_s": size / MIB / link_mib_s,
+           "per_node_mib_s": {n: size / s / MIB for n, s in per.items()}}
+    rates = sorted(out["per_node_mib_s"].values())
+    log(f"broadcast {size_text(size)} to {tb.n - 1} nodes at once: last after {span:.2f} s = "
+        f"{span / alone:.2f} x one node's fetch alone ({alone:.2f} s; the link's bound "
+        f"{out['bound_s']:.2f} s); per node {rates[0]:.1f}-{rates[-1]:.1f} MiB/s")
+    tb.all({n: ("delete", {"names": ["bcast"]}) for n in range(1, tb.n + 1)})
+    return out
+
+
+def one_testbed(a, n, first, wire_bits):
+    log(f"testbed: {n} nodes, {a.rate} links, transport {a.transport}")
+    tb = Testbed(a, n)
+    try:
+        doc = {"nodes": n, "env": tb.env}
+        doc["link_mib_s"] = link_rate(tb, a.link_probe, 3)
+        work = a.workloads
+        if first and "hot" in work:
+            doc["rtt"] = rtt(tb, 200)
+            doc["hot"] = hot(tb, a.hot_sizes, doc["rtt"]["node_us"])
+        if first and "pair" in work:
+            doc["pair"] = pair(tb, a.sizes, a.runs)
+        if "gather" in work:
+            doc["gather"] = gather(tb, a.gather, doc["link_mib_s"], wire_bits)
+        if "shuffle" in work:
+            doc["shuffle"] = shuffle(tb, a.shuffle, doc["link_mib_s"])
+        if "broadcast" in work:
+            doc["broadcast"] = broadcast(tb, a.broadcast, doc["link_mib_s"])
+        return doc
+    finally:
+        tb.down()
+
+
+def table(doc, f):
+    p = lambda *x: print(*x, file=f)
+    p(f"ferry-bench cluster: {doc['rate']} links, transport {doc['transport']}")
+    for t in doc["testbeds"]:
+        p(f"\nN = {t['nodes']}: link payload rate (raw TCP) {t['link_mib_s']:.1f} MiB/s")
+        if "rtt" in t:
+            p(f"  round trip node to node {t['rtt']['node_us']:.0f} us")
+        for h in t.get("hot", []):
+            p(f"  hot {size_text(h['size']):>4}: first {h['first_us']:6.0f} us "
+              f"({h['first_rtts']:4.1f} RTT)  seen {h['seen_us']:6.0f} us "
+              f"({h['seen_rtts']:4.1f} RTT)  local {h['local_us']:4.0f} us")
+        for r in t.get("pair", []):
+            p(f"  pair {size_text(r['size']):>4}: ferry {r['ferry_mib_s']:7.1f} MiB/s  raw TCP "
+              f"{r['raw_mib_s']:7.1f} MiB/s  ratio {r['ratio']:.3f}")
+        if "gather" in t:
+            g = t["gather"]
+            p(f"  gather {g['sources']} x {size_text(g['size'])}: {g['seconds']:.2f} s, link "
+              f"{g['busy']:.1%} busy")
+        if "shuffle" in t:
+            s = t["shuffle"]
+            p(f"  shuffle {size_text(s['size'])}: {s['span_s']:.2f} s (bound {s['bound_s']:.2f}"
+              f" s), links {s['busy']:.1%} busy, least busy node {s['min_node_busy']:.1%}")
+        if "broadcast" in t:
+            b = t["broadcast"]
+            p(f"  broadcast {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
+              f"{b['ratio_to_alone']:.2f} x alone (bound {b['bound_s']:.2f} s)")
+
+
+def plots(doc, out_dir):
+    if not shutil.which("gnuplot"):
+        raise SystemExit("--plot needs gnuplot, which is not on $PATH (Debian: apt-get install "
+                         "gnuplot-nox)")
+    os.makedirs(out_dir, exist_ok=True)
+    beds = doc["testbeds"]
+    with open(os.path.join(out_dir, "cluster-n.dat"), "w") as f:
+        f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s\n")
+        for t in beds:
+            b, s = t.get("broadcast", {}), t.get("shuffle", {})
+            f.write(f"{t['nodes']} {b.get('last_s', 'NaN')} {b.get('bound_s', 'NaN')} "
+                    f"{s.get('span_s', 'NaN')} {s.get('bound_s', 'NaN')}\n")
+    pair_rows = next((t["pair"] for t in beds if "pair" in t), [])
+    with open(os.path.join(out_dir, "cluster-pair.dat"), "w") as f:
+        f.write("# size_bytes ferry_mib_s raw_mib_s\n")
+        for r in pair_rows:
+            f.write(f"{r['size']} {r['ferry_mib_s']} {r['raw_mib_s']}\n")
+    b0 = next((t["broadcast"] for t in beds if "broadcast" in t), {"size": 0})
+    s0 = next((t["shuffle"] for t in beds if "shuffle" in t), {"size": 0})
+    script = f"""# ferry-bench cluster charts; run `gnuplot cluster.gp` in this directory.
+if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {{
+    set terminal pngcairo size 1000,650
+}} else {{
+    set terminal png size 1000,650
+}}
+set grid
+set key top left
+set xlabel "nodes (N)"
+set ylabel "seconds to the last node"
+set output "cluster-broadcast.png"
+set title "broadcast of {size_text(b0['size'])} from one node to N-1 ({doc['rate']} links)" noenhanced
+plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \\
+     "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP)"
+set output "cluster-shuffle.png"
+set title "shuffle: every node fetches {size_text(s0['size'])} from each other node ({doc['rate']} links)" noenhanced
+plot "cluster-n.dat" using 1:4 with linespoints title "ferry", \\
+     "" using 1:5 with lines dashtype 2 title "bound: N-1 objects over one link (raw TCP)"
+set output "cluster-pair.png"
+set title "pair: one node fetches from another ({doc['rate']} links)" noenhanced
+set logscale x 2
+set xlabel "object size (bytes)"
+set ylabel "MiB/s"
+plot "cluster-pair.dat" using 1:2 with linespoints title "ferry", \\
+     "" using 1:3 with linespoints title "raw TCP stream"
+"""
+    with open(os.path.join(out_dir, "cluster.gp"), "w") as f:
+        f.write(script)
+    subprocess.run(["gnuplot", "cluster.gp"], cwd=out_dir, check=True)
+    log(f"charts: {out_dir}/cluster-broadcast.png, cluster-shuffle.png, cluster-pair.png")
+
+
+WORKLOADS = ("hot", "pair", "gather", "shuffle", "broadcast")
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="ferry-bench cluster",
+                                 description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--nodes", default="8", help="testbed sizes, comma-separated (default 8)")
+    ap.add_argument("--rate", default="1gbit", help="each link's rate each way (default 1gbit)")
+    ap.add_argument("--transport", default="tcp", help="tcp (default), rxm, fabric or auto")
+    ap.add_argument("--memory", default="2G", help="each node's arena (default 2G)")
+    ap.add_argument("--sizes", default="64K,1M,16M,128M,1G", help="pair sizes")
+    ap.add_argument("--runs", type=int, default=3, help="pair runs per size (default 3)")
+    ap.add_argument("--hot-sizes", default="1K,4K,16K,64K")
+    ap.add_argument("--gather", default="32M", help="each source's object (default 32M)")
+    ap.add_argument("--shuffle", default="16M", help="each object of the shuffle (default 16M)")
+    ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
+    ap.add_argument("--link-probe", default="64M", help="raw stream measuring the link")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--json", action="store_true", help="the JSON document on stdout")
+    ap.add_argument("--plot", metavar="DIR", help="gnuplot charts into DIR")
+    ap.add_argument("--bin", default=os.environ.get("FERRY_BIN_DIR",
+                                                    os.path.join(ROOT, "build", "bin")))
+    a = ap.parse_args()
+    a.sizes = [size_bytes(s) for s in a.sizes.split(",")]
+    a.hot_sizes = [size_bytes(s) for s in a.hot_sizes.split(",")]
+    for k in ("gather", "shuffle", "broadcast", "link_probe"):
+        setattr(a, k, size_bytes(getattr(a, k)))
+    a.workloads = a.workloads.split(",")
+    unknown = set(a.workloads) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"unknown workloads {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
+    if os.geteuid() != 0:
+        raise SystemExit("ferry-bench cluster: needs root (network namespaces, veth links, tc)")
+    counts = [int(n) for n in a.nodes.split(",")]
+    if any(n < 3 for n in counts):
+        ap.error("--nodes: at least 3 nodes per testbed")
+    doc = {"suite": "cluster", "rate": a.rate, "transport": a.transport,
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
+    wire = rate_bits(a.rate)
+    for k, n in enumerate(counts):
+        doc["testbeds"].append(one_testbed(a, n, k == 0, wire))
+    table(doc, sys.stderr if a.json else sys.stdout)
+    if a.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    if a.plot:
+        plots(doc, a.plot)
+
+
+if __name__ == "__main__":
+    main()
