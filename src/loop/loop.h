@@ -76,6 +76,10 @@ void loop_timer_init(struct loop_timer *t, loop_timer_fn *fn, void *arg);
 /* Arms (or re-arms) t for deadline_ms. FERRY_ENOMEM when the heap cannot grow. */
 int loop_timer_start(struct loop *l, struct loop_timer *t, uint64_t deadline_ms);
 void loop_timer_stop(struct loop *l, struct loop_timer *t);
+static inline int loop_timer_armed(const struct loop_timer *t)
+{
+    return t->heap_index != SIZE_MAX;
+}
 
 /* Runs the timers that are due now (closing code uses it to let deferred frees happen). */
 void loop_fire_due(struct loop *l);

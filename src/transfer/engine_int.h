@@ -51,6 +51,12 @@
 /* A want whose object found no room (spilling makes it) is asked again when the store says
  * there is room, or after this. */
 #define ROOM_WAIT_MS 1000
+/* A want under way that nobody waits for any more ends after this, unless a fetch takes it
+ * up again: clients wait in slices (the Python module's are 100 ms) and ask again at once,
+ * and a transfer longer than a slice must not restart at every slice (a 16 MiB fetch over a
+ * 1 Gbit/s link never ended that way). Short enough that a trickling holder's room is freed
+ * within a second of the fetch's end. */
+#define ORPHAN_GRACE_MS 500
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a
@@ -188,11 +194,12 @@ struct want {
     int dir_down;             /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
-    struct pentry *entry; /* the pull entry naming this want, if any */
-    struct peer *queued;  /* the peer whose next PULL will name it, if any */
-    struct object *obj;   /* the local object being filled: made when a reply confirms its
-                           * size (the record's), never before */
-    int room;             /* its create found no room yet: asked again when there is */
+    struct loop_timer orphan; /* armed while nobody waits: ends it after ORPHAN_GRACE_MS */
+    struct pentry *entry;     /* the pull entry naming this want, if any */
+    struct peer *queued;      /* the peer whose next PULL will name it, if any */
+    struct object *obj;       /* the local object being filled: made when a reply confirms its
+                               * size (the record's), never before */
+    int room;                 /* its create found no room yet: asked again when there is */
     /* The check of a checked object's bytes (engine_verify.c). A whole want (and a split's
      * parent) has the holder's tree: digest, the root (with a record, the recorded one), and
      * for more than one chunk its nleaves leaves, checked against the root at the reply. Each

@@ -13,6 +13,7 @@ void eng_want_free(struct want *w)
     eng_check_reset(w);
     free(w->leaves);
     loop_timer_stop(e->loop, &w->retry);
+    loop_timer_stop(e->loop, &w->orphan);
     if (e->dir)
         directory_cancel(e->dir, w);
     while (w->waiters) {
@@ -363,6 +364,28 @@ void eng_want_lookup(struct want *w, int fresh)
         eng_want_finish(w, FERRY_ENOMEM);
 }
 
+/* Nobody took w up again within the grace: it stops asking the directory, and what is under
+ * way ends, whose bytes would be dropped if they came, or, already coming into its object, has
+ * its connections closed (a holder trickling a byte every 20 s held 200 MiB of the arena past
+ * the fetch's end). */
+static void want_orphaned(struct want *w)
+{
+    struct engine *e = w->e;
+
+    if (w->waiters || w->done || w->state == WANT_LOOKUP || w->state == WANT_VERIFY)
+        return; /* taken up; or ends when its answer comes, or its bytes are all in */
+    w->abandoned = w->obj != NULL;
+    e->counters.transfers_abandoned += (uint64_t)w->abandoned;
+    eng_want_finish(w, FERRY_ETIMEDOUT);
+    if (w->abandoned)
+        eng_peers_drop_abandoned(e);
+}
+
+static void on_orphan(struct loop *l, struct loop_timer *t)
+{
+    want_orphaned(t->arg);
+}
+
 /* A new want for id, its lookup started. */
 static struct want *want_new(struct engine *e, const ferry_id *id)
 {
@@ -377,6 +400,7 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     w->born_ms = loop_now_ms();
     w->born_ns = clock_mono_ns();
     loop_timer_init(&w->retry, on_retry, w);
+    loop_timer_init(&w->orphan, on_orphan, w);
     if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
         idmap_remove(&e->wants, id);
         free(w);
@@ -401,14 +425,14 @@ int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void
     }
     *x = (struct waiter){.fn = fn, .ctx = ctx, .index = index, .next = w->waiters};
     w->waiters = x;
+    loop_timer_stop(e->loop, &w->orphan); /* taken up again */
     return 0;
 }
 
 void engine_cancel(struct engine *e, void *ctx)
 {
-    struct want *w, **idle = calloc(e->wants.count ? e->wants.count : 1, sizeof(*idle));
-    size_t pos = 0, nidle = 0;
-    int abandoned = 0;
+    struct want *w;
+    size_t pos = 0;
 
     while ((w = idmap_next(&e->wants, &pos, NULL))) {
         for (struct waiter **pp = &w->waiters; *pp;) {
@@ -420,24 +444,13 @@ void engine_cancel(struct engine *e, void *ctx)
                 pp = &x->next;
             }
         }
-        /* Nobody waits: stop asking the directory, and end what is under way, whose bytes
-         * would be dropped if they came, or, already coming into its object, close their
-         * connections (a holder trickling a byte every 20 s held 200 MiB of the arena past
-         * the fetch's end). Being looked up, it ends when the answer comes; being checked,
-         * its bytes are all in. (Without memory for the list, such wants stop at their next
-         * lookup instead.) */
-        if (idle && !w->waiters && w->state != WANT_LOOKUP && w->state != WANT_VERIFY)
-            idle[nidle++] = w;
+        /* Nobody waits: it ends after the grace unless a fetch takes it up. Being looked up,
+         * it ends when the answer comes; being checked, its bytes are all in. (Without memory
+         * for the timer, it ends with its transfer or at its next lookup.) */
+        if (!w->waiters && w->state != WANT_LOOKUP && w->state != WANT_VERIFY &&
+            !loop_timer_armed(&w->orphan))
+            loop_timer_start(e->loop, &w->orphan, loop_now_ms() + ORPHAN_GRACE_MS);
     }
-    for (size_t i = 0; i < nidle; i++) {
-        idle[i]->abandoned = idle[i]->obj != NULL;
-        e->counters.transfers_abandoned += (uint64_t)idle[i]->abandoned;
-        abandoned |= idle[i]->abandoned;
-        eng_want_finish(idle[i], FERRY_ETIMEDOUT);
-    }
-    free(idle);
-    if (abandoned)
-        eng_peers_drop_abandoned(e);
 }
 
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
