@@ -72,10 +72,10 @@ shape() {
     fi
 }
 
-# wait_for CHECK... : runs CHECK every 50 ms until it succeeds, at most 10 s.
+# wait_for CHECK... : runs CHECK every 50 ms until it succeeds, at most 10 s (WAIT_S).
 wait_for() {
     local i
-    for ((i = 0; i < 200; i++)); do
+    for ((i = 0; i < ${WAIT_S:-10} * 20; i++)); do
         "$@" 2>/dev/null && return 0
         sleep 0.05
     done
@@ -156,6 +156,12 @@ EOF
     done
     wait_for listed ||
         die "the nodes did not all register in the directory within 10 s ($STATE/node*/ferryd.log)"
+    # Each ferryd maps its arena in the background at start (all of it, at idle priority):
+    # what is measured on the testbed must not share the CPU with that.
+    for ((i = 1; i <= NODES; i++)); do
+        WAIT_S=120 wait_for grep -q "arena mapped" "$STATE/node$i/ferryd.log" ||
+            die "node $i did not map its arena within 120 s (see $STATE/node$i/ferryd.log)"
+    done
 }
 
 # Whether node 1 lists every node.

@@ -11,8 +11,10 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
              other objects of the same holder (seen), and a read again (local)
   pair       node 2 fetches objects of --sizes from node 1, beside a raw TCP stream of the same
              bytes between the same namespaces, --runs times interleaved (medians)
-  gather     nodes 2..N each hold a --gather object, node 1 fetches them all in one call
-  shuffle    every node holds a --shuffle object for each other node and fetches its N-1 at once
+  gather     nodes 2..N each hold an object of --gather bytes / (N-1), node 1 fetches them all
+             in one call
+  shuffle    every node holds an object of --shuffle bytes / (N-1) for each other node and
+             fetches its N-1 at once (all-to-all; each node receives --shuffle bytes)
   broadcast  a --broadcast object on node 1, nodes 2..N ask for it at once: time to the last,
              each node's rate, against node 2's fetch of such an object alone
 hot and pair run on the first N only; the others on every N. The link's payload rate (the
@@ -103,8 +105,8 @@ class Agent:
 
 
 class Testbed:
-    def __init__(self, a, nodes):
-        cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", a.memory, "-t",
+    def __init__(self, a, nodes, memory):
+        cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", memory, "-t",
                a.transport, "-b", a.bin]
         out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, timeout=300)
         self.state = out.stdout.strip().splitlines()[-1]
@@ -226,15 +228,21 @@ def link_bytes(tb, node):
     return tb.agents[node].call("link")["rx_bytes"]
 
 
-def gather(tb, size, link_mib_s, wire_bits):
+def share(total, parts):
+    """total split in parts, each a whole number of 64 KiB."""
+    return total // parts // (64 << 10) * (64 << 10)
+
+
+def gather(tb, total, link_mib_s, wire_bits):
+    size = share(total, tb.n - 1)
     names = {n: f"gather-{n}" for n in range(2, tb.n + 1)}
     tb.all({n: ("put", {"names": [name], "size": size}) for n, name in names.items()})
     rx0 = link_bytes(tb, 1)
     seconds = fetch_alone(tb, 1, list(names.values()))
     rx = link_bytes(tb, 1) - rx0
-    total = size * len(names)
-    out = {"size": size, "sources": len(names), "seconds": seconds,
-           "mib_s": total / seconds / MIB, "busy": total / seconds / MIB / link_mib_s,
+    got = size * len(names)
+    out = {"size": size, "total": got, "sources": len(names), "seconds": seconds,
+           "mib_s": got / seconds / MIB, "busy": got / seconds / MIB / link_mib_s,
            "wire_busy": rx * 8 / seconds / wire_bits}
     log(f"gather {len(names)} x {size_text(size)} to node 1: {seconds:.2f} s, "
         f"{out['mib_s']:.1f} MiB/s, the receiving link {out['busy']:.1%} busy (of raw TCP; "
@@ -244,13 +252,14 @@ def gather(tb, size, link_mib_s, wire_bits):
     return out
 
 
-def shuffle(tb, size, link_mib_s):
+def shuffle(tb, total, link_mib_s):
+    size = share(total, tb.n - 1)
     nodes = range(1, tb.n + 1)
     tb.all({i: ("put", {"names": [f"sh-{i}-{j}" for j in nodes if j != i], "size": size})
             for i in nodes})
     per, span = at_once(tb, {j: [f"sh-{i}-{j}" for i in nodes if i != j] for j in nodes})
     each = size * (tb.n - 1)
-    out = {"size": size, "nodes": tb.n, "span_s": span, "per_node_s": per,
+    out = {"size": size, "total": each, "nodes": tb.n, "span_s": span, "per_node_s": per,
            "busy": each * tb.n / span / MIB / (link_mib_s * tb.n),
            "min_node_busy": min(each / s / MIB / link_mib_s for s in per.values()),
            "bound_s": each / MIB / link_mib_s}
@@ -279,8 +288,12 @@ def broadcast(tb, size, link_mib_s):
 
 
 def one_testbed(a, n, first, wire_bits):
-    log(f"testbed: {n} nodes, {a.rate} links, transport {a.transport}")
-    tb = Testbed(a, n)
+    memory = a.memory
+    if not memory:
+        biggest = max(a.sizes) if first and "pair" in a.workloads else 0
+        memory = f"{max(512, (biggest >> 20) + 256)}M"
+    log(f"testbed: {n} nodes, {a.rate} links, transport {a.transport}, arenas of {memory}")
+    tb = Testbed(a, n, memory)
     try:
         doc = {"nodes": n, "env": tb.env}
         doc["link_mib_s"] = link_rate(tb, a.link_probe, 3)
@@ -347,7 +360,7 @@ def plots(doc, out_dir):
         for r in pair_rows:
             f.write(f"{r['size']} {r['ferry_mib_s']} {r['raw_mib_s']}\n")
     b0 = next((t["broadcast"] for t in beds if "broadcast" in t), {"size": 0})
-    s0 = next((t["shuffle"] for t in beds if "shuffle" in t), {"size": 0})
+    s0 = next((t["shuffle"] for t in beds if "shuffle" in t), {"total": 0})
     script = f"""# ferry-bench cluster charts; run `gnuplot cluster.gp` in this directory.
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {{
     set terminal pngcairo size 1000,650
@@ -363,9 +376,9 @@ set title "broadcast of {size_text(b0['size'])} from one node to N-1 ({doc['rate
 plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \\
      "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP)"
 set output "cluster-shuffle.png"
-set title "shuffle: every node fetches {size_text(s0['size'])} from each other node ({doc['rate']} links)" noenhanced
+set title "shuffle: every node receives {size_text(s0['total'])} from the N-1 others at once ({doc['rate']} links)" noenhanced
 plot "cluster-n.dat" using 1:4 with linespoints title "ferry", \\
-     "" using 1:5 with lines dashtype 2 title "bound: N-1 objects over one link (raw TCP)"
+     "" using 1:5 with lines dashtype 2 title "bound: what a node receives over its link (raw TCP)"
 set output "cluster-pair.png"
 set title "pair: one node fetches from another ({doc['rate']} links)" noenhanced
 set logscale x 2
@@ -391,12 +404,13 @@ def main():
     ap.add_argument("--nodes", default="8", help="testbed sizes, comma-separated (default 8)")
     ap.add_argument("--rate", default="1gbit", help="each link's rate each way (default 1gbit)")
     ap.add_argument("--transport", default="tcp", help="tcp (default), rxm, fabric or auto")
-    ap.add_argument("--memory", default="2G", help="each node's arena (default 2G)")
+    ap.add_argument("--memory", help="each node's arena (default: 512M, and on the first "
+                    "testbed the largest pair size and 256M more where that is larger)")
     ap.add_argument("--sizes", default="64K,1M,16M,128M,1G", help="pair sizes")
     ap.add_argument("--runs", type=int, default=3, help="pair runs per size (default 3)")
     ap.add_argument("--hot-sizes", default="1K,4K,16K,64K")
-    ap.add_argument("--gather", default="32M", help="each source's object (default 32M)")
-    ap.add_argument("--shuffle", default="16M", help="each object of the shuffle (default 16M)")
+    ap.add_argument("--gather", default="224M", help="bytes gathered (default 224M)")
+    ap.add_argument("--shuffle", default="224M", help="bytes each node receives (default 224M)")
     ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
     ap.add_argument("--link-probe", default="64M", help="raw stream measuring the link")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
