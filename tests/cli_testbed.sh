@@ -3,8 +3,9 @@
 # a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a link taken
 # down and a holder killed in the middle of transfers end every fetch within its timeout (from
 # another holder, or with an error), the fetching node answering `ferry stat` within 1 s; and
-# once the testbed is down, no namespace, link or process of it is left. Skipped, with the
-# reason, where namespaces cannot be made.
+# once the testbed is down, no namespace, link or process of it is left; ferry-bench cluster runs
+# every workload on a small testbed of its own. Skipped, with the reason, where namespaces
+# cannot be made.
 set -u
 
 # shellcheck source-path=SCRIPTDIR source=lib_cli.sh
@@ -116,6 +117,38 @@ test_faults_end_every_fetch_in_time() {
     fetch_through 4 big2 "node 3 killed" kill -9 "$(cat "$STATE/node3/pid")"
 }
 
+# ferry-bench cluster on a testbed of its own (3 nodes, small sizes): every workload gives its
+# figures beside its bound, the JSON document holds them, and its testbed is gone after it.
+test_bench_runs_every_workload() {
+    local before after
+    before=$(ip netns list | grep -c '^ftb' || true)
+    if ! timeout 180 "$BIN/ferry-bench" cluster --nodes 3 --sizes 64K,4M --runs 1 \
+        --hot-sizes 1K --gather 8M --shuffle 8M --broadcast 8M --link-probe 8M --json \
+        >"$DIR/bench.json" 2>"$DIR/bench.err"; then
+        tail -20 "$DIR/bench.err" >&2
+        fail "ferry-bench cluster failed"
+        return
+    fi
+    expect_answer "the bench's JSON holds every workload's figures" 0 python3 -c '
+import json, math, sys
+t = json.load(open(sys.argv[1]))["testbeds"][0]
+pos = lambda *v: all(isinstance(x, float) and x > 0 and math.isfinite(x) for x in v)
+h, g, s, b = t["hot"][0], t["gather"], t["shuffle"], t["broadcast"]
+assert t["nodes"] == 3 and pos(t["link_mib_s"], t["rtt"]["node_us"]), t
+assert pos(h["first_us"], h["seen_us"], h["local_us"], h["first_rtts"]), h
+assert [r["size"] for r in t["pair"]] == [65536, 4194304], t["pair"]
+assert all(pos(r["ferry_mib_s"], r["raw_mib_s"], r["ratio"]) for r in t["pair"]), t["pair"]
+assert g["sources"] == 2 and g["total"] == 8 << 20 and pos(g["seconds"], g["busy"]), g
+assert s["total"] == 8 << 20 and pos(s["span_s"], s["raw_span_s"], s["busy"]), s
+assert len(s["per_node_s"]) == 3, s
+assert b["receivers"] == 2 and pos(b["last_s"], b["alone_s"]), b
+assert len(b["per_node_mib_s"]) == 2, b
+' "$DIR/bench.json"
+    after=$(ip netns list | grep -c '^ftb' || true)
+    ok "the bench took its testbed down ($before namespaces before, $after after)" \
+        test "$after" -le "$before"
+}
+
 test_nothing_is_left() {
     local run
     run=$(cat "$STATE/run")
@@ -140,5 +173,6 @@ if [ ! -f "$STATE/run" ]; then
 fi
 test_workloads_arrive_bit_exact
 test_faults_end_every_fetch_in_time
+test_bench_runs_every_workload
 test_nothing_is_left
 summary

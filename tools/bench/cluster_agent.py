@@ -17,6 +17,8 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "raw_recv", "addr": A, "port": P, "size": S}  receive S bytes of one TCP stream ...
   {"op": "raw_send", "addr": A, "port": P, "size": S, "at": T}   ... sent by another agent
   {"op": "raw_result"}                         the receiver's bytes and seconds (first byte on)
+  {"op": "mesh", "addr": A, "peers": [...], "port": P, "size": S, "at": T}
+                                               raw TCP all-to-all: S bytes to and from each peer
   {"op": "link"}                               eth0's rx and tx byte counters
 Answers carry "ok": true, or "ok": false and "error".
 """
@@ -161,6 +163,46 @@ class Agent:
                 s.sendall(memoryview(block)[:k])
                 size -= k
         return {}
+
+    def mesh(self, addr, peers, port, size, at):
+        """Raw TCP all-to-all: receives size bytes from each of peers (addresses) on addr:port
+        while sending size bytes to each of them, all starting at at: when the last byte in
+        came."""
+        srv = socket.create_server((addr, port), backlog=len(peers))
+        got, errors, lock = [], [], threading.Lock()
+
+        def receive(conn):
+            n, buf = 0, bytearray(CHUNK)
+            with conn:
+                while n < size and (k := conn.recv_into(buf)):
+                    n += k
+            with lock:
+                got.append((n, time.monotonic()))
+
+        def accept():
+            for _ in peers:
+                conn, _ = srv.accept()
+                threading.Thread(target=receive, args=(conn,), daemon=True).start()
+
+        def send(peer):
+            try:
+                self.raw_send(peer, port, size, at)
+            except OSError as e:
+                errors.append(f"{peer}: {e}")
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        time.sleep(max(0.0, at - time.monotonic() - 0.2))  # every listener is up by then
+        senders = [threading.Thread(target=send, args=(p,), daemon=True) for p in peers]
+        for t in senders:
+            t.start()
+        deadline = time.monotonic() + 600
+        while len(got) < len(peers) and time.monotonic() < deadline and not errors:
+            time.sleep(0.001)
+        srv.close()
+        if errors or len(got) < len(peers) or any(n != size for n, _ in got):
+            raise RuntimeError(f"mesh: {errors or got}")
+        return {"end": max(t for _, t in got)}
 
     def raw_result(self):
         for t in self.threads:

@@ -76,6 +76,9 @@ class Agent:
 
     def __init__(self, state, node, bin_dir):
         env = dict(os.environ, FERRY_BIN_DIR=bin_dir)
+        if os.environ.get("FERRY_PY_PRELOAD"):  # a sanitizer build's module (tests/CMakeLists)
+            env.update(LD_PRELOAD=os.environ["FERRY_PY_PRELOAD"], PYTHONMALLOC="malloc",
+                       ASAN_OPTIONS="detect_leaks=0:abort_on_error=1")
         self.node = node
         self.proc = subprocess.Popen(
             [TESTBED, "exec", state, str(node), sys.executable, AGENT], env=env,
@@ -259,22 +262,30 @@ def shuffle(tb, total, link_mib_s):
             for i in nodes})
     per, span = at_once(tb, {j: [f"sh-{i}-{j}" for i in nodes if i != j] for j in nodes})
     each = size * (tb.n - 1)
+    at = time.monotonic() + START_LEAD_S + 0.5
+    got = tb.all({i: ("mesh", {"addr": tb.addr(i), "port": PORT + 3, "size": size, "at": at,
+                               "peers": [tb.addr(j) for j in nodes if j != i]}) for i in nodes})
+    raw_span = max(g["end"] for g in got.values()) - at
     out = {"size": size, "total": each, "nodes": tb.n, "span_s": span, "per_node_s": per,
+           "raw_span_s": raw_span, "ratio_to_raw": raw_span / span,
            "busy": each * tb.n / span / MIB / (link_mib_s * tb.n),
            "min_node_busy": min(each / s / MIB / link_mib_s for s in per.values()),
            "bound_s": each / MIB / link_mib_s}
     log(f"shuffle {tb.n} x {tb.n - 1} x {size_text(size)}: {span:.2f} s to the last "
-        f"(bound {out['bound_s']:.2f} s), receiving links {out['busy']:.1%} busy over the span, "
-        f"the least busy node {out['min_node_busy']:.1%} over its own fetch")
+        f"(bound {out['bound_s']:.2f} s; raw TCP all-to-all of the same bytes {raw_span:.2f} s, "
+        f"ratio {out['ratio_to_raw']:.2f}), receiving links {out['busy']:.1%} busy over the "
+        f"span, the least busy node {out['min_node_busy']:.1%} over its own fetch")
     tb.all({i: ("delete", {"names": [f"sh-{i}-{j}" for j in nodes if j != i] +
                            [f"sh-{j}-{i}" for j in nodes if j != i]}) for i in nodes})
     return out
 
 
 def broadcast(tb, size, link_mib_s):
-    tb.agents[1].call("put", names=["bcast-alone", "bcast"], size=size)
+    tb.agents[1].call("put", names=["bcast-alone"], size=size)
     alone = fetch_alone(tb, 2, ["bcast-alone"])
-    tb.agents[2].call("delete", names=["bcast-alone"])
+    for node in (1, 2):
+        tb.agents[node].call("delete", names=["bcast-alone"])
+    tb.agents[1].call("put", names=["bcast"], size=size)
     per, span = at_once(tb, {n: ["bcast"] for n in range(2, tb.n + 1)})
     out = {"size": size, "receivers": tb.n - 1, "last_s": span, "alone_s": alone,
            "ratio_to_alone": span / alone, "bound_s": size / MIB / link_mib_s,
@@ -334,8 +345,10 @@ def table(doc, f):
               f"{g['busy']:.1%} busy")
         if "shuffle" in t:
             s = t["shuffle"]
-            p(f"  shuffle {size_text(s['size'])}: {s['span_s']:.2f} s (bound {s['bound_s']:.2f}"
-              f" s), links {s['busy']:.1%} busy, least busy node {s['min_node_busy']:.1%}")
+            p(f"  shuffle {size_text(s['total'])} per node: {s['span_s']:.2f} s (bound "
+              f"{s['bound_s']:.2f} s, raw TCP {s['raw_span_s']:.2f} s, ratio "
+              f"{s['ratio_to_raw']:.2f}), links {s['busy']:.1%} busy, least busy node "
+              f"{s['min_node_busy']:.1%}")
         if "broadcast" in t:
             b = t["broadcast"]
             p(f"  broadcast {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
@@ -349,11 +362,12 @@ def plots(doc, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     beds = doc["testbeds"]
     with open(os.path.join(out_dir, "cluster-n.dat"), "w") as f:
-        f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s\n")
+        f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s shuffle_raw_s\n")
         for t in beds:
             b, s = t.get("broadcast", {}), t.get("shuffle", {})
             f.write(f"{t['nodes']} {b.get('last_s', 'NaN')} {b.get('bound_s', 'NaN')} "
-                    f"{s.get('span_s', 'NaN')} {s.get('bound_s', 'NaN')}\n")
+                    f"{s.get('span_s', 'NaN')} {s.get('bound_s', 'NaN')} "
+                    f"{s.get('raw_span_s', 'NaN')}\n")
     pair_rows = next((t["pair"] for t in beds if "pair" in t), [])
     with open(os.path.join(out_dir, "cluster-pair.dat"), "w") as f:
         f.write("# size_bytes ferry_mib_s raw_mib_s\n")
@@ -378,6 +392,7 @@ plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \\
 set output "cluster-shuffle.png"
 set title "shuffle: every node receives {size_text(s0['total'])} from the N-1 others at once ({doc['rate']} links)" noenhanced
 plot "cluster-n.dat" using 1:4 with linespoints title "ferry", \\
+     "" using 1:6 with linespoints title "raw TCP all-to-all of the same bytes", \\
      "" using 1:5 with lines dashtype 2 title "bound: what a node receives over its link (raw TCP)"
 set output "cluster-pair.png"
 set title "pair: one node fetches from another ({doc['rate']} links)" noenhanced
