@@ -29,7 +29,9 @@ struct gather {
     int *sub_status;
     int fail_rc; /* a fetch's first lasting failure */
     char fail_msg[256];
-    void *heap; /* the block of the arrays when they did not fit in small */
+    int wait_rc;        /* why the last round of a fetch ended without them all, when it says: */
+    char wait_msg[256]; /* FERRY_EDIRECTORY (the daemon waits for the directory like a holder) */
+    void *heap;         /* the block of the arrays when they did not fit in small */
     union {
         max_align_t align;
         char bytes[GATHER_SMALL * (2 * sizeof(ferry_buffer) + sizeof(struct pyf_conn *) +
@@ -131,11 +133,20 @@ static void gather_found(struct gather *g, struct pyf_conn *k, size_t m, const c
     }
 }
 
-/* Records one fetch's statuses; lasting failures are kept in fail_rc/fail_msg. */
+/* Records one fetch's statuses; lasting failures are kept in fail_rc/fail_msg. A directory
+ * that was down when a round's wait ended is not one: the daemon goes on asking it, so the
+ * next round waits on (with a round of 100 ms, a directory slow for a moment under a 32-node
+ * shuffle failed a fetch that had 600 s); it is what the fetch reports if its time runs out. */
 static void gather_fetched(struct gather *g, size_t m, const char *detail)
 {
+    g->wait_rc = 0;
     for (size_t j = 0; j < m; j++) {
         int st = g->sub_status[j];
+        if (st == FERRY_EDIRECTORY) {
+            st = FERRY_ETIMEDOUT;
+            g->wait_rc = FERRY_EDIRECTORY;
+            snprintf(g->wait_msg, sizeof(g->wait_msg), "%s", detail);
+        }
         g->status[g->sub_index[j]] = st;
         if (st != 0 && st != FERRY_ETIMEDOUT && !g->fail_rc) {
             g->fail_rc = st;
@@ -249,16 +260,18 @@ static PyObject *raise_missing(const struct gather *g, const struct pyf_deadline
     char hex[2 * FERRY_ID_SIZE + 1], msg[512];
     size_t missing = gather_missing(g), first = 0;
     int rc = g->fail_rc                     ? g->fail_rc
+             : g->wait_rc                   ? g->wait_rc
              : d->timeout_ms == 0 && !fetch ? FERRY_ENOENT
                                             : FERRY_ETIMEDOUT;
+    const char *why = g->fail_rc ? g->fail_msg : g->wait_msg;
     PyObject *exc, *list;
 
     while (g->status[first] == 0)
         first++;
     ferry_id_format(&g->ids[first], hex);
-    if (g->fail_rc && *g->fail_msg && strcmp(g->fail_msg, ferry_strerror(rc)) != 0)
-        snprintf(msg, sizeof(msg), "%s: %s", ferry_strerror(rc), g->fail_msg);
-    else if (g->fail_rc)
+    if ((g->fail_rc || g->wait_rc) && *why && strcmp(why, ferry_strerror(rc)) != 0)
+        snprintf(msg, sizeof(msg), "%s: %s", ferry_strerror(rc), why);
+    else if (g->fail_rc || g->wait_rc)
         snprintf(msg, sizeof(msg), "%s", ferry_strerror(rc));
     else if (rc == FERRY_ENOENT)
         snprintf(msg, sizeof(msg), "%s: not in the store", ferry_strerror(rc));
@@ -311,6 +324,7 @@ static int parse_ids(PyObject *ids, PyObject *timeout, struct gather *g, struct 
     g->heap = NULL;
     g->from = NULL;
     g->fail_rc = 0;
+    g->wait_rc = 0;
     if (pyf_ids_from_object(ids, &g->one_id, &g->ids, &n, single) < 0)
         return -1;
     if (pyf_deadline_from_object(timeout, 0, d) < 0 || gather_alloc(g, n) < 0)

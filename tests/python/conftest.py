@@ -119,7 +119,13 @@ def client(daemon):
 
 
 @pytest.fixture
-def redis_port(workdir):
+def redis_port(redis_server):
+    return redis_server[0]
+
+
+@pytest.fixture
+def redis_server(workdir):
+    """A redis-server for the test: (port, its Popen)."""
     port = free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
@@ -138,7 +144,8 @@ def redis_port(workdir):
             return False
 
     wait_until(answers, what="redis-server")
-    yield port
+    yield port, proc
+    proc.send_signal(signal.SIGCONT)  # a test may have stopped it
     proc.terminate()
     proc.wait(timeout=START_S)
 

@@ -4,6 +4,7 @@ notifications read through selectors and asyncio."""
 import asyncio
 import os
 import selectors
+import signal
 import threading
 import time
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import ferry
-from conftest import in_arena
+from conftest import in_arena, wait_until
 
 
 def test_fetch_across_two_daemons(cluster):
@@ -153,3 +154,27 @@ def test_subscribe_with_asyncio(client, daemon):
 
     notes = asyncio.run(main())
     assert [n.id for n in notes] == [ferry.ObjectID(f"a{i}") for i in range(3)]
+
+
+def test_fetch_waits_out_a_directory_that_stops_answering(cluster, redis_server):
+    """Redis stopped for longer than a wait round (100 ms) and the directory's request timeout
+    (1 s): the fetch waits on and completes once Redis answers again. It raised
+    DirectoryUnavailable at the first round that ended with the directory down (a 32-node
+    shuffle on the testbed failed so, with 600 s of its timeout left)."""
+    a, b = cluster
+    redis = redis_server[1]
+    data = os.urandom(64 << 10)
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        ca.put("directory-stalled", data)
+        wait_until(lambda: ca.where("directory-stalled"), what="the object listed")
+        redis.send_signal(signal.SIGSTOP)
+        resume = threading.Timer(2.5, redis.send_signal, (signal.SIGCONT,))
+        resume.start()
+        try:
+            t0 = time.monotonic()
+            with cb.get("directory-stalled", timeout_ms=20000, fetch=True) as buf:
+                assert bytes(buf) == data
+            assert time.monotonic() - t0 >= 2.0  # it did wait for Redis
+        finally:
+            resume.cancel()
+            redis.send_signal(signal.SIGCONT)
