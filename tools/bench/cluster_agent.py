@@ -12,6 +12,7 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "fetch", "names": [...], "at": T}     fetch them all in one call: start and end times
   {"op": "reads", "names": [...]}              get(fetch=True) each in turn: microseconds each
   {"op": "delete", "names": [...]}             delete the local copies
+  {"op": "drop_all"}                           delete every object of the node
   {"op": "echo", "addr": A, "port": P}         serve a TCP echo (for round trips) on A:P
   {"op": "rtt", "addr": A, "port": P, "count": K}  K one-byte round trips: microseconds each
   {"op": "raw_recv", "addr": A, "port": P, "size": S}  receive S bytes of one TCP stream ...
@@ -73,11 +74,19 @@ class Agent:
         end = time.monotonic() + 30
         for name in names:
             self.client.digest(name)
-            while not self.client.where(name):
+            while not self.listed(name):
                 if time.monotonic() > end:
                     raise RuntimeError(f"{name} not listed in the directory within 30 s")
-                time.sleep(0.002)
+                time.sleep(0.01)
         return {}
+
+    def listed(self, name):
+        """Whether the directory lists name; not yet while it does not answer (32 nodes
+        putting at once on two cores have had a request outlast its 1 s)."""
+        try:
+            return bool(self.client.where(name))
+        except ferry.DirectoryUnavailable:
+            return False
 
     def fetch(self, names, at=None):
         if at is not None:
@@ -100,6 +109,15 @@ class Agent:
             try:
                 self.client.delete(name)
             except ferry.ObjectNotFound:
+                pass
+        return {}
+
+    def drop_all(self):
+        """Deletes every object of the node (after a failed workload)."""
+        for entry in self.client.list():
+            try:
+                self.client.delete(entry["id"])
+            except ferry.Error:
                 pass
         return {}
 

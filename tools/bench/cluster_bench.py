@@ -110,7 +110,7 @@ class Agent:
 class Testbed:
     def __init__(self, a, nodes, memory):
         cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", memory, "-t",
-               a.transport, "-b", a.bin]
+               a.transport, "-b", a.bin] + (["-a", a.ferryd_args] if a.ferryd_args else [])
         out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, timeout=300)
         self.state = out.stdout.strip().splitlines()[-1]
         self.env = dict(line.split("=", 1) for line in open(os.path.join(self.state, "env"))
@@ -131,7 +131,15 @@ class Testbed:
         """Sends {node: (op, args)} at once, then takes every answer: {node: answer}."""
         for node, (op, args) in requests.items():
             self.agents[node].send(op, **args)
-        return {node: self.agents[node].answer() for node in requests}
+        answers, failed = {}, None
+        for node in requests:  # every answer is read, so that none is left for the next call
+            try:
+                answers[node] = self.agents[node].answer()
+            except RuntimeError as e:
+                failed = failed or e
+        if failed:
+            raise failed
+        return answers
 
     def down(self):
         for agent in self.agents.values():
@@ -298,6 +306,17 @@ def broadcast(tb, size, link_mib_s):
     return out
 
 
+def attempt(tb, name, run):
+    """A workload's figures; or, where one of its calls failed, {"error": why}, the testbed's
+    objects deleted (the other workloads still run: a failure is a result too)."""
+    try:
+        return run()
+    except RuntimeError as e:
+        log(f"{name} failed on {tb.n} nodes: {e}")
+        tb.all({n: ("drop_all", {}) for n in tb.agents})
+        return {"error": str(e)}
+
+
 def one_testbed(a, n, first, wire_bits):
     memory = a.memory
     if not memory:
@@ -314,12 +333,11 @@ def one_testbed(a, n, first, wire_bits):
             doc["hot"] = hot(tb, a.hot_sizes, doc["rtt"]["node_us"])
         if first and "pair" in work:
             doc["pair"] = pair(tb, a.sizes, a.runs)
-        if "gather" in work:
-            doc["gather"] = gather(tb, a.gather, doc["link_mib_s"], wire_bits)
-        if "shuffle" in work:
-            doc["shuffle"] = shuffle(tb, a.shuffle, doc["link_mib_s"])
-        if "broadcast" in work:
-            doc["broadcast"] = broadcast(tb, a.broadcast, doc["link_mib_s"])
+        for name, run in (("gather", lambda: gather(tb, a.gather, doc["link_mib_s"], wire_bits)),
+                          ("shuffle", lambda: shuffle(tb, a.shuffle, doc["link_mib_s"])),
+                          ("broadcast", lambda: broadcast(tb, a.broadcast, doc["link_mib_s"]))):
+            if name in work:
+                doc[name] = attempt(tb, name, run)
         return doc
     finally:
         tb.down()
@@ -339,17 +357,20 @@ def table(doc, f):
         for r in t.get("pair", []):
             p(f"  pair {size_text(r['size']):>4}: ferry {r['ferry_mib_s']:7.1f} MiB/s  raw TCP "
               f"{r['raw_mib_s']:7.1f} MiB/s  ratio {r['ratio']:.3f}")
-        if "gather" in t:
+        for name in ("gather", "shuffle", "broadcast"):
+            if "error" in t.get(name, {}):
+                p(f"  {name}: failed: {t[name]['error']}")
+        if "gather" in t and "error" not in t["gather"]:
             g = t["gather"]
             p(f"  gather {g['sources']} x {size_text(g['size'])}: {g['seconds']:.2f} s, link "
               f"{g['busy']:.1%} busy")
-        if "shuffle" in t:
+        if "shuffle" in t and "error" not in t["shuffle"]:
             s = t["shuffle"]
             p(f"  shuffle {size_text(s['total'])} per node: {s['span_s']:.2f} s (bound "
               f"{s['bound_s']:.2f} s, raw TCP {s['raw_span_s']:.2f} s, ratio "
               f"{s['ratio_to_raw']:.2f}), links {s['busy']:.1%} busy, least busy node "
               f"{s['min_node_busy']:.1%}")
-        if "broadcast" in t:
+        if "broadcast" in t and "error" not in t["broadcast"]:
             b = t["broadcast"]
             p(f"  broadcast {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
               f"{b['ratio_to_alone']:.2f} x alone (bound {b['bound_s']:.2f} s)")
@@ -429,6 +450,8 @@ def main():
     ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
     ap.add_argument("--link-probe", default="64M", help="raw stream measuring the link")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--ferryd-args", metavar="ARGS", help="more arguments for every ferryd "
+                    "(testbed.sh -a: \"--timers answer=10000\")")
     ap.add_argument("--json", action="store_true", help="the JSON document on stdout")
     ap.add_argument("--plot", metavar="DIR", help="gnuplot charts into DIR")
     ap.add_argument("--bin", default=os.environ.get("FERRY_BIN_DIR",
