@@ -94,7 +94,7 @@ node_up() {
     shape eth0 "$ns"
     shape "$host" ""
     ip netns exec "$ns" "$BIN/ferryd" --socket "$dir/ferry.sock" --memory "$MEM" \
-        --node-id "node$i" --listen "$SUBNET.$i:7000" "${TRANSPORT_ARGS[@]}" $EXTRA \
+        --node-id "node$i" --listen "$SUBNET.$i:7000" "${TRANSPORT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
         --directory "redis://$SUBNET.254:6379" >"$dir/ferryd.log" 2>&1 &
     echo $! >"$dir/pid"
     disown
@@ -119,6 +119,7 @@ up() {
     fi
     [ -x "$BIN/ferryd" ] || die "no ferryd in $BIN: make build"
     [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "-n $NODES: 1 to 200 nodes"
+    read -ra EXTRA_ARGS <<<"$EXTRA" # split at spaces, no globbing
     case $TRANSPORT in
     rxm) TRANSPORT_ARGS=(--transport fabric --fabric-provider "tcp;ofi_rxm") ;;
     tcp | fabric | auto) TRANSPORT_ARGS=(--transport "$TRANSPORT") ;;
@@ -159,9 +160,16 @@ EOF
     # Each ferryd maps its arena in the background at start (all of it, at idle priority):
     # what is measured on the testbed must not share the CPU with that.
     for ((i = 1; i <= NODES; i++)); do
-        WAIT_S=120 wait_for grep -q "arena mapped" "$STATE/node$i/ferryd.log" ||
+        WAIT_S=120 wait_for mapped_or_dead "$i" ||
             die "node $i did not map its arena within 120 s (see $STATE/node$i/ferryd.log)"
+        kill -0 "$(cat "$STATE/node$i/pid")" 2>/dev/null ||
+            die "node $i exited (see $STATE/node$i/ferryd.log)"
     done
+}
+
+# Whether node I logged its arena mapped (or at first touch), or is gone.
+mapped_or_dead() {
+    grep -q "arena mapped" "$STATE/node$1/ferryd.log" || ! kill -0 "$(cat "$STATE/node$1/pid")"
 }
 
 # Whether node 1 lists every node.
@@ -232,7 +240,7 @@ shift || true
 case $cmd in
 up)
     options "$@"
-    trap '[ "${UP_OK:-}" = 1 ] || down_run "${RUN:-none}" "${STATE:-}"' EXIT # a failed up leaves nothing
+    trap '[ "${UP_OK:-}" = 1 ] || [ -z "${RUN:-}" ] || down_run "$RUN" "${STATE:-}"' EXIT # a failed up leaves nothing
     trap 'exit 130' INT TERM
     up
     UP_OK=1
@@ -243,7 +251,7 @@ run)
     shift "$SHIFT"
     [ "${1:-}" = -- ] && shift
     [ $# -gt 0 ] || die "run: no command after --"
-    trap 'down_run "${RUN:-none}" "${STATE:-}"' EXIT
+    trap '[ -z "${RUN:-}" ] || down_run "$RUN" "${STATE:-}"' EXIT
     trap 'exit 130' INT TERM
     up
     FERRY_TESTBED=$STATE "$@"

@@ -17,7 +17,8 @@
 #define HIGHEST_PORT 65535
 #define MIN_WINDOW 1000
 #define TRIES 200
-#define RESERVE_S 120 /* longer than any daemon takes to bind what it was given */
+#define RESERVE_S 120  /* longer than any daemon takes to bind what it was given */
+#define LOCK_TRIES 500 /* of 2 ms: a lock held longer is not waited for */
 
 /* The kernel's ephemeral range; Linux's default where it cannot be read. */
 static void ephemeral_range(int *lo, int *hi)
@@ -55,46 +56,53 @@ static int try_bind(int *port)
     return rc;
 }
 
-/* The registry's directory in buf; 0 or -1. */
-static int registry_dir(char *buf, size_t size)
+/* The registry's directory, ours alone: its fd, or -1 (another user's, a link, too open). */
+static int registry_dir(void)
 {
     const char *tmp = getenv("TMPDIR");
-    int n =
-        snprintf(buf, size, "%s/ferry-ports-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)getuid());
-    if (n < 0 || (size_t)n >= size)
-        return -1;
-    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
+    char path[256];
+    struct stat st;
+    int n = snprintf(path, sizeof(path), "%s/ferry-ports-%u", tmp && *tmp ? tmp : "/tmp",
+                     (unsigned)getuid()),
+        fd;
 
-/* The registry's lock, taken: its fd, or -1 where there is no registry. */
-static int registry_lock(char *dir, size_t size)
-{
-    char path[512];
-    if (registry_dir(dir, size) != 0)
+    if (n < 0 || (size_t)n >= sizeof(path) || (mkdir(path, 0700) != 0 && errno != EEXIST))
         return -1;
-    snprintf(path, sizeof(path), "%s/.lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return -1;
-    if (flock(fd, LOCK_EX) != 0) {
+    if (fstat(fd, &st) != 0 || st.st_uid != getuid() || (st.st_mode & 077)) {
         close(fd);
         return -1;
     }
     return fd;
 }
 
-/* 1 if port is reserved by a pick of the last RESERVE_S seconds; else reserves it, 0. */
-static int reserved_else_reserve(const char *dir, int port)
+/* The registry's lock in dir, taken within about a second: its fd, or -1. */
+static int registry_lock(int dir)
 {
-    char path[512];
+    int fd = openat(dir, ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+    for (int i = 0; fd >= 0 && i < LOCK_TRIES; i++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return fd;
+        usleep(2000);
+    }
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* 1 if port is reserved by a pick of the last RESERVE_S seconds; else reserves it, 0. */
+static int reserved_else_reserve(int dir, int port)
+{
+    char name[16];
     struct stat st;
-    snprintf(path, sizeof(path), "%s/%d", dir, port);
-    if (stat(path, &st) == 0 && time(NULL) - st.st_mtime < RESERVE_S)
+    int fd;
+
+    snprintf(name, sizeof(name), "%d", port);
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && time(NULL) - st.st_mtime < RESERVE_S)
         return 1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0) {
+    if ((fd = openat(dir, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) >= 0) {
         futimens(fd, NULL);
         close(fd);
     }
@@ -105,13 +113,14 @@ static int reserved_else_reserve(const char *dir, int port)
 static int pick_in(int first, int count)
 {
     static unsigned state;
-    char dir[256];
-    int port = -1, lock = registry_lock(dir, sizeof(dir));
+    int port = -1, dir = registry_dir(), lock = dir >= 0 ? registry_lock(dir) : -1;
+
     if (!state) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         state = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
     }
+    errno = EADDRINUSE;
     for (int k = 0; k < TRIES; k++) {
         state = state * 1103515245u + 12345u;
         int p = first + (int)((state >> 8) % (unsigned)count);
@@ -125,6 +134,8 @@ static int pick_in(int first, int count)
     int saved = errno;
     if (lock >= 0)
         close(lock); /* releases the flock */
+    if (dir >= 0)
+        close(dir);
     errno = saved;
     return port;
 }

@@ -12,8 +12,10 @@
  * ctest -j6). So every port handed out is also reserved for RESERVE_S seconds in a registry
  * that all pickers share: a file per port under $TMPDIR/ferry-ports-<uid>/, its mtime the
  * time of the reservation, checked and renewed under an flock of the directory's .lock.
- * Where the registry cannot be used the pick goes on without it; it holds at most one empty
- * file per port of the window.
+ * The directory must be the caller's own, mode 0700, not a link, and nothing in it is followed
+ * (a directory another user made first is not used); a lock held for more than a second is
+ * not waited for. Where the registry cannot be used the pick goes on without it. It holds at
+ * most one empty file per port of the window.
  * tests/python/free_port.py is the same rule, on the same registry, for the shell and Python.
  */
 #ifndef FERRY_TOOLS_FREE_PORT_H

@@ -145,7 +145,6 @@ static void gather_fetched(struct gather *g, size_t m, const char *detail)
         if (st == FERRY_EDIRECTORY) {
             st = FERRY_ETIMEDOUT;
             g->wait_rc = FERRY_EDIRECTORY;
-            snprintf(g->wait_msg, sizeof(g->wait_msg), "%s", detail);
         }
         g->status[g->sub_index[j]] = st;
         if (st != 0 && st != FERRY_ETIMEDOUT && !g->fail_rc) {
@@ -263,21 +262,21 @@ static PyObject *raise_missing(const struct gather *g, const struct pyf_deadline
              : g->wait_rc                   ? g->wait_rc
              : d->timeout_ms == 0 && !fetch ? FERRY_ENOENT
                                             : FERRY_ETIMEDOUT;
-    const char *why = g->fail_rc ? g->fail_msg : g->wait_msg;
     PyObject *exc, *list;
 
     while (g->status[first] == 0)
         first++;
     ferry_id_format(&g->ids[first], hex);
-    if ((g->fail_rc || g->wait_rc) && *why && strcmp(why, ferry_strerror(rc)) != 0)
-        snprintf(msg, sizeof(msg), "%s: %s", ferry_strerror(rc), why);
-    else if (g->fail_rc || g->wait_rc)
+    if (g->fail_rc && *g->fail_msg && strcmp(g->fail_msg, ferry_strerror(rc)) != 0)
+        snprintf(msg, sizeof(msg), "%s: %s", ferry_strerror(rc), g->fail_msg);
+    else if (g->fail_rc)
         snprintf(msg, sizeof(msg), "%s", ferry_strerror(rc));
     else if (rc == FERRY_ENOENT)
         snprintf(msg, sizeof(msg), "%s: not in the store", ferry_strerror(rc));
     else
-        snprintf(msg, sizeof(msg), "%s: not %s within %lld ms", ferry_strerror(rc), what,
-                 (long long)d->timeout_ms);
+        snprintf(msg, sizeof(msg), "%s: not %s within %lld ms%s", ferry_strerror(rc), what,
+                 (long long)d->timeout_ms,
+                 g->wait_rc ? ", the directory unreachable at the end" : "");
     if (missing == 1)
         snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (object %s)", hex);
     else

@@ -154,7 +154,7 @@ void loop_timer_stop(struct loop *l, struct loop_timer *t)
 {
     size_t i = t->heap_index;
 
-    if (i == SIZE_MAX)
+    if (i >= l->heap_len || l->heap[i] != t) /* not armed (SIZE_MAX), or never initialised */
         return;
     t->heap_index = SIZE_MAX;
     if (i == --l->heap_len)

@@ -56,7 +56,7 @@
  * and a transfer longer than a slice must not restart at every slice (a 16 MiB fetch over a
  * 1 Gbit/s link never ended that way). Short enough that a trickling holder's room is freed
  * within a second of the fetch's end. */
-#define ORPHAN_GRACE_MS 500
+#define ORPHAN_GRACE_MS 300
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a

@@ -99,6 +99,7 @@ static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint6
     part->born_ms = w->born_ms;
     part->born_ns = w->born_ns;
     loop_timer_init(&part->retry, part_no_retry, part);
+    loop_timer_init(&part->orphan, part_no_retry, part); /* never armed: parts have no waiters */
     return part;
 }
 

@@ -372,12 +372,14 @@ static void want_orphaned(struct want *w)
 {
     struct engine *e = w->e;
 
+    int abandoned;
+
     if (w->waiters || w->done || w->state == WANT_LOOKUP || w->state == WANT_VERIFY)
         return; /* taken up; or ends when its answer comes, or its bytes are all in */
-    w->abandoned = w->obj != NULL;
-    e->counters.transfers_abandoned += (uint64_t)w->abandoned;
-    eng_want_finish(w, FERRY_ETIMEDOUT);
-    if (w->abandoned)
+    abandoned = w->abandoned = w->obj != NULL;
+    e->counters.transfers_abandoned += (uint64_t)abandoned;
+    eng_want_finish(w, FERRY_ETIMEDOUT); /* may free w */
+    if (abandoned)
         eng_peers_drop_abandoned(e);
 }
 

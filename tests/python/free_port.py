@@ -17,37 +17,60 @@ HIGHEST_PORT = 65535
 MIN_WINDOW = 1000
 TRIES = 200
 RESERVE_S = 120
+LOCK_TRIES = 500  # of 2 ms
 
 
 @contextlib.contextmanager
 def registry():
-    """The registry's directory, its lock held; None where it cannot be used."""
+    """The registry's directory fd, its lock held; None where it cannot be used: not ours
+    alone (another user's, a link, open to others), or its lock held for over a second."""
+    dirfd = lock = None
     try:
         path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"ferry-ports-{os.getuid()}")
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        lock = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        dirfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        st = os.fstat(dirfd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError("the port registry is not ours alone")
+        lock = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=dirfd)
+        for _ in range(LOCK_TRIES):
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.002)
+        else:
+            raise OSError("the port registry's lock is held")
     except OSError:
+        for fd in (lock, dirfd):
+            if fd is not None:
+                os.close(fd)
         yield None
         return
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield path
+        yield dirfd
     finally:
         os.close(lock)
+        os.close(dirfd)
 
 
-def reserved_else_reserve(path, port):
+def reserved_else_reserve(dirfd, port):
     """True if a pick reserved port in the last RESERVE_S seconds; else reserves it."""
-    entry = os.path.join(path, str(port))
+    name = str(port)
     try:
-        if time.time() - os.stat(entry).st_mtime < RESERVE_S:
+        if time.time() - os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mtime < RESERVE_S:
             return True
     except OSError:
         pass
     try:
-        with open(entry, "a"):
-            pass
-        os.utime(entry)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=dirfd)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
     except OSError:
         pass
     return False
@@ -87,7 +110,7 @@ def free_port():
     with registry() as path:
         for _ in range(TRIES):
             port = rng.choice(window)
-            if path and reserved_else_reserve(path, port):
+            if path is not None and reserved_else_reserve(path, port):
                 continue
             if binds(port):
                 return port

@@ -167,11 +167,11 @@ def test_fetch_waits_out_a_directory_that_stops_answering(cluster, redis_server)
     with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
         ca.put("directory-stalled", data)
         wait_until(lambda: ca.where("directory-stalled"), what="the object listed")
+        t0 = time.monotonic()
         redis.send_signal(signal.SIGSTOP)
         resume = threading.Timer(2.5, redis.send_signal, (signal.SIGCONT,))
         resume.start()
         try:
-            t0 = time.monotonic()
             with cb.get("directory-stalled", timeout_ms=20000, fetch=True) as buf:
                 assert bytes(buf) == data
             assert time.monotonic() - t0 >= 2.0  # it did wait for Redis

@@ -16,8 +16,9 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "echo", "addr": A, "port": P}         serve a TCP echo (for round trips) on A:P
   {"op": "rtt", "addr": A, "port": P, "count": K}  K one-byte round trips: microseconds each
   {"op": "raw_recv", "addr": A, "port": P, "size": S}  receive S bytes of one TCP stream ...
-  {"op": "raw_send", "addr": A, "port": P, "size": S, "at": T}   ... sent by another agent
-  {"op": "raw_result"}                         the receiver's bytes and seconds (first byte on)
+  {"op": "raw_send", "addr": A, "port": P, "size": S, "at": T}   ... sent by another agent:
+                                               when it began (its connect included)
+  {"op": "raw_result"}                         the receiver's bytes, and when the last came
   {"op": "mesh", "addr": A, "peers": [...], "port": P, "size": S, "at": T}
                                                raw TCP all-to-all: S bytes to and from each peer
   {"op": "link"}                               eth0's rx and tx byte counters
@@ -149,20 +150,20 @@ class Agent:
 
     def raw_recv(self, addr, port, size):
         srv = socket.create_server((addr, port))
+        srv.settimeout(60)  # a sender that never comes frees the port
         self.raw = None
 
         def receive():
             try:
                 conn, _ = srv.accept()
-                got, t0, buf = 0, None, bytearray(CHUNK)
+                got, buf = 0, bytearray(CHUNK)
                 with conn:
                     while got < size:
                         n = conn.recv_into(buf)
                         if not n:
                             break
-                        t0 = t0 or time.monotonic()
                         got += n
-                self.raw = {"bytes": got, "seconds": time.monotonic() - t0}
+                self.raw = {"bytes": got, "end": time.monotonic()}
             except OSError as e:
                 self.raw = {"error": str(e)}
             finally:
@@ -172,7 +173,10 @@ class Agent:
         return {}
 
     def raw_send(self, addr, port, size, at=None):
+        """Sends size bytes to addr:port (at at, after connecting): when it began, connect
+        included, as a fetch's time includes its request."""
         block = bytes(CHUNK)
+        start = time.monotonic()
         with socket.create_connection((addr, port), timeout=30) as s:
             if at is not None:
                 wait_until(at)
@@ -180,7 +184,7 @@ class Agent:
                 k = min(size, CHUNK)
                 s.sendall(memoryview(block)[:k])
                 size -= k
-        return {}
+        return {"start": start}
 
     def mesh(self, addr, peers, port, size, at):
         """Raw TCP all-to-all: receives size bytes from each of peers (addresses) on addr:port

@@ -4,8 +4,8 @@ every figure beside its physical bound measured in the same run. Needs root.
 For each N of --nodes a testbed of N nodes comes up with links shaped to --rate each way; an
 agent (cluster_agent.py) in every node's namespace times each call in-process. Workloads:
 
-  rtt        one-byte TCP round trips between two nodes, and to the directory: the round trip
-             every latency below is a multiple of
+  rtt        one-byte TCP round trips between two nodes: the round trip every latency below
+             is a multiple of
   hot        objects of --hot-sizes on nodes that nobody has fetched from yet, read in turn by
              the other nodes: a first read (a holder the reader has never reached), reads of
              other objects of the same holder (seen), and a read again (local)
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -111,8 +112,16 @@ class Testbed:
     def __init__(self, a, nodes, memory):
         cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", memory, "-t",
                a.transport, "-b", a.bin] + (["-a", a.ferryd_args] if a.ferryd_args else [])
-        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, timeout=300)
-        self.state = out.stdout.strip().splitlines()[-1]
+        up = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        try:
+            out, _ = up.communicate(timeout=300)
+        except BaseException:  # a timeout, Ctrl-C, TERM: its own trap takes down what it made
+            up.terminate()
+            up.wait(timeout=120)
+            raise
+        if up.returncode != 0:
+            raise SystemExit(f"ferry-bench cluster: testbed.sh up failed ({up.returncode})")
+        self.state = out.strip().splitlines()[-1]
         self.env = dict(line.split("=", 1) for line in open(os.path.join(self.state, "env"))
                         .read().split())
         self.n = nodes
@@ -120,7 +129,7 @@ class Testbed:
         try:
             for i in range(1, nodes + 1):
                 self.agents[i] = Agent(self.state, i, a.bin)
-        except Exception:
+        except BaseException:
             self.down()
             raise
 
@@ -153,11 +162,11 @@ class Testbed:
 def raw_stream(tb, src, dst, size):
     """Seconds a raw TCP stream of size bytes takes from src's namespace to dst's."""
     tb.agents[dst].call("raw_recv", addr=tb.addr(dst), port=PORT, size=size)
-    tb.agents[src].call("raw_send", addr=tb.addr(dst), port=PORT, size=size)
+    start = tb.agents[src].call("raw_send", addr=tb.addr(dst), port=PORT, size=size)["start"]
     got = tb.agents[dst].call("raw_result")
     if got["bytes"] != size:
         raise RuntimeError(f"raw stream {src}->{dst}: {got['bytes']} of {size} bytes")
-    return got["seconds"]
+    return got["end"] - start  # one clock in every namespace: connect to the last byte
 
 
 def link_rate(tb, size, runs):
@@ -232,6 +241,9 @@ def at_once(tb, requests):
     at = time.monotonic() + START_LEAD_S
     got = tb.all({n: ("fetch", {"names": names, "at": at}) for n, names in requests.items()})
     per = {n: g["end"] - g["start"] for n, g in got.items()}
+    late = max(g["start"] for g in got.values()) - at
+    if late > 0.05:
+        log(f"a node started {late * 1e3:.0f} ms after the others were told to")
     return per, max(g["end"] for g in got.values()) - at
 
 
@@ -383,12 +395,14 @@ def plots(doc, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     beds = doc["testbeds"]
     with open(os.path.join(out_dir, "cluster-n.dat"), "w") as f:
-        f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s shuffle_raw_s\n")
+        f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s shuffle_raw_s "
+                "broadcast_serial_s\n")
         for t in beds:
             b, s = t.get("broadcast", {}), t.get("shuffle", {})
             f.write(f"{t['nodes']} {b.get('last_s', 'NaN')} {b.get('bound_s', 'NaN')} "
                     f"{s.get('span_s', 'NaN')} {s.get('bound_s', 'NaN')} "
-                    f"{s.get('raw_span_s', 'NaN')}\n")
+                    f"{s.get('raw_span_s', 'NaN')} "
+                    f"{b['receivers'] * b['alone_s'] if 'alone_s' in b else 'NaN'}\n")
     pair_rows = next((t["pair"] for t in beds if "pair" in t), [])
     with open(os.path.join(out_dir, "cluster-pair.dat"), "w") as f:
         f.write("# size_bytes ferry_mib_s raw_mib_s\n")
@@ -408,8 +422,10 @@ set xlabel "nodes (N)"
 set ylabel "seconds to the last node"
 set output "cluster-broadcast.png"
 set title "broadcast of {size_text(b0['size'])} from one node to N-1 ({doc['rate']} links)" noenhanced
+set yrange [0:*]
 plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \\
-     "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP)"
+     "" using 1:7 with lines dashtype 3 title "N-1 fetches, one after another, from the one holder", \\
+     "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP): a pipeline's bound"
 set output "cluster-shuffle.png"
 set title "shuffle: every node receives {size_text(s0['total'])} from the N-1 others at once ({doc['rate']} links)" noenhanced
 plot "cluster-n.dat" using 1:4 with linespoints title "ferry", \\
@@ -470,7 +486,10 @@ def main():
     counts = [int(n) for n in a.nodes.split(",")]
     if any(n < 3 for n in counts):
         ap.error("--nodes: at least 3 nodes per testbed")
+    # TERM (a timeout's, a scheduler's) unwinds like Ctrl-C, through every testbed's down().
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     doc = {"suite": "cluster", "rate": a.rate, "transport": a.transport,
+           "ferryd_args": a.ferryd_args or "",
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "testbeds": []}
     wire = rate_bits(a.rate)
     for k, n in enumerate(counts):
@@ -481,6 +500,11 @@ def main():
         print()
     if a.plot:
         plots(doc, a.plot)
+    failed = [f"{name} on {t['nodes']} nodes" for t in doc["testbeds"]
+              for name in ("gather", "shuffle", "broadcast") if "error" in t.get(name, {})]
+    if failed:
+        log(f"failed: {', '.join(failed)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
