@@ -275,12 +275,29 @@ def gather(tb, total, link_mib_s, wire_bits):
     return out
 
 
+def cpu_seconds(tb):
+    """CPU seconds so far of every node's ferryd, and of the whole machine (busy, all cores)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    daemons = 0
+    for n in tb.agents:
+        with open(os.path.join(tb.state, f"node{n}", "pid")) as f:
+            pid = f.read().strip()
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        daemons += int(fields[11]) + int(fields[12])  # utime, stime
+    with open("/proc/stat") as f:
+        cpu = [int(v) for v in f.readline().split()[1:]]
+    return daemons / tick, (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+
+
 def shuffle(tb, total, link_mib_s):
     size = share(total, tb.n - 1)
     nodes = range(1, tb.n + 1)
     tb.all({i: ("put", {"names": [f"sh-{i}-{j}" for j in nodes if j != i], "size": size})
             for i in nodes})
+    cpu0 = cpu_seconds(tb)
     per, span = at_once(tb, {j: [f"sh-{i}-{j}" for i in nodes if i != j] for j in nodes})
+    cpu1 = cpu_seconds(tb)
     each = size * (tb.n - 1)
     at = time.monotonic() + START_LEAD_S + 0.5
     got = tb.all({i: ("mesh", {"addr": tb.addr(i), "port": PORT + 3, "size": size, "at": at,
@@ -288,13 +305,16 @@ def shuffle(tb, total, link_mib_s):
     raw_span = max(g["end"] for g in got.values()) - at
     out = {"size": size, "total": each, "nodes": tb.n, "span_s": span, "per_node_s": per,
            "raw_span_s": raw_span, "ratio_to_raw": raw_span / span,
+           "ferryd_cpu_s": cpu1[0] - cpu0[0], "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
            "busy": each * tb.n / span / MIB / (link_mib_s * tb.n),
            "min_node_busy": min(each / s / MIB / link_mib_s for s in per.values()),
            "bound_s": each / MIB / link_mib_s}
     log(f"shuffle {tb.n} x {tb.n - 1} x {size_text(size)}: {span:.2f} s to the last "
         f"(bound {out['bound_s']:.2f} s; raw TCP all-to-all of the same bytes {raw_span:.2f} s, "
         f"ratio {out['ratio_to_raw']:.2f}), receiving links {out['busy']:.1%} busy over the "
-        f"span, the least busy node {out['min_node_busy']:.1%} over its own fetch")
+        f"span, the least busy node {out['min_node_busy']:.1%} over its own fetch; the daemons "
+        f"took {out['ferryd_cpu_s']:.1f} s of CPU, the machine {out['machine_busy_cores']:.2f} "
+        f"of its {os.cpu_count()} cores")
     tb.all({i: ("delete", {"names": [f"sh-{i}-{j}" for j in nodes if j != i] +
                            [f"sh-{j}-{i}" for j in nodes if j != i]}) for i in nodes})
     return out
