@@ -2,7 +2,8 @@
 # cli_testbed.sh - four ferryd nodes in network namespaces (scripts/testbed.sh, 1 Gbit/s links):
 # a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a link taken
 # down and a holder killed in the middle of transfers end every fetch within its timeout (from
-# another holder, or with an error), the fetching node answering `ferry stat` within 1 s; and
+# another holder, or with an error), the fetching node answering `ferry stat` within 1 s; a
+# fetch made while the directory is cut off completes once it is back; and
 # once the testbed is down, no namespace, link or process of it is left; ferry-bench cluster runs
 # every workload on a small testbed of its own. Skipped, with the reason, where namespaces
 # cannot be made.
@@ -117,6 +118,29 @@ test_faults_end_every_fetch_in_time() {
     fetch_through 4 big2 "node 3 killed" kill -9 "$(cat "$STATE/node3/pid")"
 }
 
+# The directory cut off from every node for 2 s (its address taken off the bridge) while node 4
+# starts a fetch: the fetch waits for it like a holder and completes, bit-exact, once it is
+# back; node 4 answers stat meanwhile.
+test_directory_cut_off_then_back() {
+    local run subnet t0 took pid
+    run=$(cat "$STATE/run")
+    subnet=$(sed -n 's/^SUBNET=//p' "$STATE/env")
+    object cut 8388608
+    on 1 put cut "$DIR/cut" >/dev/null || fail "directory cut: put"
+    ip addr del "$subnet.254/24" dev "$run-b" || fail "directory cut: address not removed"
+    t0=$(date +%s%N)
+    on 4 fetch cut --timeout 20000 >"$DIR/cut.out" 2>&1 &
+    pid=$!
+    expect_answer "directory cut: node 4 answers stat" 0 timeout 1 "$TESTBED" exec "$STATE" 4 \
+        "$FERRY" stat
+    sleep 2
+    ip addr add "$subnet.254/24" dev "$run-b"
+    if wait "$pid"; then pass; else fail "directory cut: the fetch failed: $(head -c 300 "$DIR/cut.out")"; fi
+    took=$((($(date +%s%N) - t0) / 1000000))
+    echo "directory cut off for 2 s: the fetch ended after $took ms"
+    ok "directory cut: node 4's copy is bit-exact" arrived 4 cut
+}
+
 # ferry-bench cluster on a testbed of its own (3 nodes, small sizes): every workload gives its
 # figures beside its bound, the JSON document holds them, and its testbed is gone after it.
 test_bench_runs_every_workload() {
@@ -173,6 +197,7 @@ if [ ! -f "$STATE/run" ]; then
 fi
 test_workloads_arrive_bit_exact
 test_faults_end_every_fetch_in_time
+test_directory_cut_off_then_back
 test_bench_runs_every_workload
 test_nothing_is_left
 summary

@@ -574,6 +574,60 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
     ferry_disconnect(b);
 }
 
+/* A listening socket on 127.0.0.1 whose accept queue holds nothing more once filler is
+ * connected (backlog 0): the kernel then drops SYNs, as a link full of other transfers does. */
+static int listen_full(int *port, int *filler)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(fd, 0), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    *filler = h_tcp_connect(*port);
+    return fd;
+}
+
+/* The only holder takes no connection for a while (its SYNs dropped): no connection within the
+ * answer deadline, and the holder is asked again once it takes them; the fetch gets the
+ * object. It failed at the deadline as if the holder had been silent: 32 nodes fetching
+ * all-to-all at once failed so, their SYNs dropped by links the first transfers filled. */
+H_CLUSTER_TEST(holder_not_connected_in_time_is_asked_again)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port, filler, lfd = listen_full(&port, &filler);
+    ferry_id x = h_id("held-by-a-congested-holder");
+    uint64_t digest, tag = 0;
+    register_fake(cl, port, &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, 4096, 0, &digest);
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int status = 1;
+    h_fetch_start(&f, fa, &x, 1, 20000, &status);
+    for (int64_t end = h_now_ms() + ANSWER_MS + 5000;
+         h_stats(a).transfer_failures == a0.transfer_failures && h_now_ms() < end;)
+        h_sleep_ms(50);
+    assert_true(h_stats(a).transfer_failures > a0.transfer_failures); /* the deadline passed */
+    assert_false(h_fetch_done(&f));                                   /* and the fetch waits */
+    close(fake_accept(lfd, 1000)); /* the queue drained: connections are taken again */
+    close(filler);
+    int cfd = fake_accept_pull(lfd, &x, &tag);
+    fake_reply(cfd, tag, 4096, digest, bytes, 4096);
+    h_fetch_join(&f, 10000);
+    printf("congested holder: the fetch ended after %lld ms with %s\n", (long long)f.elapsed_ms,
+           ferry_strerror(status));
+    assert_int_equal(status, 0);
+    h_assert_object(a, &x, 4096, 0);
+    free(bytes);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* The fake holder answers the pull at once, then sends the object's bytes one at a time, for
  * a second longer than the stall watchdog's STALL_MS (30 s at its real scale): the bytes keep
  * coming, so the stall watchdog must not cut the transfer off, and the object arrives whole.
@@ -1351,6 +1405,7 @@ int main(void)
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
+        T(holder_not_connected_in_time_is_asked_again),
         T(slow_but_moving_transfer_is_not_cut_off),
         T(large_frame_before_authentication_is_dropped),
         T(refused_fabric_says_why_in_the_peers_line),

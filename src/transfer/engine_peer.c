@@ -91,8 +91,8 @@ static void peer_closed(struct xconn *c, int err, const char *why)
     peer_remove(p, reason, FAULT_REAL);
 }
 
-/* Drops a peer that broke the protocol. why is copied first, as in peer_closed. */
-static void peer_abort(struct peer *p, const char *reason)
+/* Drops a peer that failed its wants as fault says. why is copied first, as in peer_closed. */
+static void peer_abort_as(struct peer *p, const char *reason, enum fault fault)
 {
     char why[ERR_DETAIL_MAX];
 
@@ -101,7 +101,13 @@ static void peer_abort(struct peer *p, const char *reason)
     log_warn("closing the transfer connection to %s (%s): %s", p->node.id, p->conn->peer, why);
     p->conn->type->close(p->conn);
     eng_breaker_fail(p->e, p->node.id, p->conn->type, why);
-    peer_remove(p, why, FAULT_REAL);
+    peer_remove(p, why, fault);
+}
+
+/* Drops a peer that broke the protocol, or failed for real. */
+static void peer_abort(struct peer *p, const char *reason)
+{
+    peer_abort_as(p, reason, FAULT_REAL);
 }
 
 /* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
@@ -201,10 +207,21 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     uint64_t rate, idle = eng_watch_idle(p->e, &p->in, p->conn->bytes_in, &rate);
     char why[96];
 
-    if (!p->authed && idle >= tm->answer_ms) {
+    if (!p->authed && idle >= tm->answer_ms && p->conn->bytes_out) {
+        /* Our hello went out and the peer said nothing back: given up on. */
         snprintf(why, sizeof(why), "no answer to our hello within %u ms (dead or unreachable)",
                  tm->answer_ms);
         peer_abort(p, why);
+        return;
+    }
+    if (!p->authed && idle >= tm->answer_ms) {
+        /* Not even connected: a host that is down, or a link so full that its SYNs were
+         * dropped twice (32 nodes opening 992 connections at once into links the first ones
+         * filled). Its wants may ask it again after their backoff, while they have time (the
+         * breaker still stops that after BREAKER_FAILS in a row). */
+        snprintf(why, sizeof(why), "not connected within %u ms (down, or its link congested)",
+                 tm->answer_ms);
+        peer_abort_as(p, why, FAULT_LOST);
         return;
     }
     if (idle >= tm->stall_ms) {
