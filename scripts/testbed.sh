@@ -151,12 +151,14 @@ SUBNET=$SUBNET
 REDIS=$SUBNET.254:6379
 TRANSPORT=$TRANSPORT
 EOF
+    static_neighbours
     for ((i = 1; i <= NODES; i++)); do
         wait_for test -S "$STATE/node$i/ferry.sock" ||
             die "node $i did not start (see $STATE/node$i/ferryd.log)"
     done
-    wait_for listed ||
-        die "the nodes did not all register in the directory within 10 s ($STATE/node*/ferryd.log)"
+    WAIT_S=$((10 + NODES)) wait_for listed ||
+        die "the nodes did not all register in the directory within $((10 + NODES)) s" \
+            "($STATE/node*/ferryd.log)"
     # Each ferryd maps its arena in the background at start (all of it, at idle priority):
     # what is measured on the testbed must not share the CPU with that.
     for ((i = 1; i <= NODES; i++)); do
@@ -164,6 +166,26 @@ EOF
             die "node $i did not map its arena within 120 s (see $STATE/node$i/ferryd.log)"
         kill -0 "$(cat "$STATE/node$i/pid")" 2>/dev/null ||
             die "node $i exited (see $STATE/node$i/ferryd.log)"
+    done
+}
+
+# Every node knows every other's MAC, and the bridge (Redis) knows theirs, for good: the shaped
+# links drop ARP as they drop data, and 32 nodes opening 992 connections at once into links
+# the first ones filled had connects fail "No route to host" when resolution gave up.
+static_neighbours() {
+    local i j macs=() bridge
+    for ((i = 1; i <= NODES; i++)); do
+        macs[i]=$(ip netns exec "$RUN-$i" cat /sys/class/net/eth0/address)
+    done
+    bridge=$(cat "/sys/class/net/$RUN-b/address")
+    for ((i = 1; i <= NODES; i++)); do
+        {
+            echo "neigh replace $SUBNET.254 lladdr $bridge dev eth0 nud permanent"
+            for ((j = 1; j <= NODES; j++)); do
+                [ "$j" = "$i" ] || echo "neigh replace $SUBNET.$j lladdr ${macs[j]} dev eth0 nud permanent"
+            done
+        } | ip -n "$RUN-$i" -batch -
+        ip neigh replace "$SUBNET.$i" lladdr "${macs[i]}" dev "$RUN-b" nud permanent
     done
 }
 
