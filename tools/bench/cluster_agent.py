@@ -22,6 +22,7 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "mesh", "addr": A, "peers": [...], "port": P, "size": S, "at": T}
                                                raw TCP all-to-all: S bytes to and from each peer
   {"op": "link"}                               eth0's rx and tx byte counters
+  {"op": "stats"}                              the daemon's counters
 Answers carry "ok": true, or "ok": false and "error".
 """
 import hashlib
@@ -233,6 +234,10 @@ class Agent:
         if self.raw is None or "error" in self.raw:
             raise RuntimeError(f"raw stream: {self.raw}")
         return dict(self.raw)
+
+    def stats(self):
+        """The daemon's counters (ferry stat)."""
+        return {"stats": dict(self.client.stats())}
 
     def link(self):
         base = "/sys/class/net/eth0/statistics/"

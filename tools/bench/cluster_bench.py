@@ -326,14 +326,21 @@ def broadcast(tb, size, link_mib_s):
     for node in (1, 2):
         tb.agents[node].call("delete", names=["bcast-alone"])
     tb.agents[1].call("put", names=["bcast"], size=size)
-    per, span = at_once(tb, {n: ["bcast"] for n in range(2, tb.n + 1)})
+    receivers = range(2, tb.n + 1)
+    before = tb.all({n: ("stats", {}) for n in receivers})
+    per, span = at_once(tb, {n: ["bcast"] for n in receivers})
+    after = tb.all({n: ("stats", {}) for n in receivers})
+    counted = {k: sum(after[n]["stats"][k] - before[n]["stats"][k] for n in receivers)
+               for k in ("transfer_failures", "split_fetches")}
     out = {"size": size, "receivers": tb.n - 1, "last_s": span, "alone_s": alone,
            "ratio_to_alone": span / alone, "bound_s": size / MIB / link_mib_s,
-           "per_node_mib_s": {n: size / s / MIB for n, s in per.items()}}
+           "per_node_mib_s": {n: size / s / MIB for n, s in per.items()}, **counted}
     rates = sorted(out["per_node_mib_s"].values())
     log(f"broadcast {size_text(size)} to {tb.n - 1} nodes at once: last after {span:.2f} s = "
         f"{span / alone:.2f} x one node's fetch alone ({alone:.2f} s; the link's bound "
-        f"{out['bound_s']:.2f} s); per node {rates[0]:.1f}-{rates[-1]:.1f} MiB/s")
+        f"{out['bound_s']:.2f} s); per node {rates[0]:.1f}-{rates[-1]:.1f} MiB/s; the receivers "
+        f"counted {counted['transfer_failures']} failed transfers and "
+        f"{counted['split_fetches']} fetches in ranges from several holders")
     tb.all({n: ("delete", {"names": ["bcast"]}) for n in range(1, tb.n + 1)})
     return out
 
