@@ -129,7 +129,8 @@ up() {
     SUBNET=$(subnet_of "$RUN")
     STATE=$(mktemp -d "/tmp/ferry-testbed-$RUN.XXXX")
     echo "$RUN" >"$STATE/run"
-    ip link add "${RUN}-b" type bridge
+    # A bridge takes its lowest port's MAC unless given one: pinned, for the static neighbours.
+    ip link add "${RUN}-b" address "02:${RUN:3:2}:${RUN:5:2}:00:00:fe" type bridge
     ip addr add "$SUBNET.254/24" dev "${RUN}-b"
     ip link set "${RUN}-b" up
     redis-server --bind "$SUBNET.254" --port 6379 --save '' --appendonly no \

@@ -52,6 +52,8 @@ enum { A, B, C, D };
 #define STALL_MS h_timer_ms("stall", ENGINE_STALL_MS)
 /* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
 #define MAX_FAKE_RANGES 32
+/* How often a holder never connected within ANSWER_MS is asked (engine_int.h: UNREACHED_MAX). */
+#define UNREACHED_MAX 3
 
 /* Registers node name at 127.0.0.1:port as a holder of id, the way a node publishes, with a
  * fabric address too when fabric is not NULL. */
@@ -574,19 +576,21 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
     ferry_disconnect(b);
 }
 
-/* A listening socket on 127.0.0.1 whose accept queue holds nothing more once filler is
- * connected (backlog 0): the kernel then drops SYNs, as a link full of other transfers does. */
-static int listen_full(int *port, int *filler)
+/* A listening socket on 127.0.0.1 whose accept queue is full once the two fillers are in
+ * (backlog 1: two queued connections fill it, without syncookies): the kernel then drops
+ * SYNs, as a link full of other transfers does. */
+static int listen_full(int *port, int filler[2])
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(sa);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(fd, 0), 0);
+    assert_int_equal(listen(fd, 1), 0);
     assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
     *port = ntohs(sa.sin_port);
-    *filler = h_tcp_connect(*port);
+    filler[0] = h_tcp_connect(*port);
+    filler[1] = h_tcp_connect(*port);
     return fd;
 }
 
@@ -598,7 +602,7 @@ H_CLUSTER_TEST(holder_not_connected_in_time_is_asked_again)
 {
     h_cluster_start(cl, 1, "64M", NULL);
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
-    int port, filler, lfd = listen_full(&port, &filler);
+    int port, filler[2], lfd = listen_full(&port, filler);
     ferry_id x = h_id("held-by-a-congested-holder");
     uint64_t digest, tag = 0;
     register_fake(cl, port, &x);
@@ -612,8 +616,10 @@ H_CLUSTER_TEST(holder_not_connected_in_time_is_asked_again)
         h_sleep_ms(50);
     assert_true(h_stats(a).transfer_failures > a0.transfer_failures); /* the deadline passed */
     assert_false(h_fetch_done(&f));                                   /* and the fetch waits */
-    close(fake_accept(lfd, 1000)); /* the queue drained: connections are taken again */
-    close(filler);
+    for (int i = 0; i < 2; i++) { /* the queue drained: connections are taken again */
+        close(fake_accept(lfd, 1000));
+        close(filler[i]);
+    }
     int cfd = fake_accept_pull(lfd, &x, &tag);
     fake_reply(cfd, tag, 4096, digest, bytes, 4096);
     h_fetch_join(&f, 10000);
@@ -625,6 +631,36 @@ H_CLUSTER_TEST(holder_not_connected_in_time_is_asked_again)
     close(cfd);
     close(lfd);
     ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* The only holder never takes a connection (its SYNs dropped for good, as by a firewall): it
+ * is asked UNREACHED_MAX times, one answer deadline each, then given up, and the fetch fails
+ * with the reason long before its timeout. It was asked every 3 s until the fetch's timeout
+ * (for ever with no timeout): tcp, the fallback, has no breaker. */
+H_CLUSTER_TEST(holder_never_connected_is_given_up_after_a_few_deadlines)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    int port, filler[2], lfd = listen_full(&port, filler);
+    ferry_id x = h_id("held-behind-a-firewall");
+    uint64_t digest;
+    register_fake(cl, port, &x);
+    free(recorded_bytes(cl, &x, 4096, 0, &digest));
+    int status = 1;
+    int64_t t0 = h_now_ms();
+    int rc = ferry_fetch(a, &x, 1, 60000, &status);
+    int64_t took = h_now_ms() - t0;
+    printf("unreachable holder: %s after %lld ms: %s\n", ferry_strerror(status), (long long)took,
+           ferry_errmsg());
+    assert_int_equal(rc, FERRY_ETRANSFER);
+    assert_int_equal(status, FERRY_ETRANSFER);
+    assert_true(took >= (UNREACHED_MAX - 1) * ANSWER_MS &&
+                took <= UNREACHED_MAX * ANSWER_MS + 5000);
+    assert_non_null(strstr(ferry_errmsg(), "not connected within"));
+    close(filler[0]);
+    close(filler[1]);
+    close(lfd);
     ferry_disconnect(a);
 }
 
@@ -1406,6 +1442,7 @@ int main(void)
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),
+        T(holder_never_connected_is_given_up_after_a_few_deadlines),
         T(slow_but_moving_transfer_is_not_cut_off),
         T(large_frame_before_authentication_is_dropped),
         T(refused_fabric_says_why_in_the_peers_line),

@@ -137,11 +137,19 @@ struct pull;
 
 /* How a holder failed a want, and when it may be asked again by it. */
 enum fault {
-    FAULT_REAL,  /* the transfer failed, or its bytes were refused: never */
-    FAULT_LOST,  /* it no longer holds the object (it may again): on the next retry */
-    FAULT_OTHER, /* it holds other content than the recorded one (a stale record, or a lying
-                  * holder): once the directory records the content it said it had */
+    FAULT_REAL,      /* the transfer failed, or its bytes were refused: never */
+    FAULT_LOST,      /* it no longer holds the object (it may again): on the next retry */
+    FAULT_OTHER,     /* it holds other content than the recorded one (a stale record, or a lying
+                      * holder): once the directory records the content it said it had */
+    FAULT_UNREACHED, /* not even connected within the answer deadline (down, or its SYNs
+                      * dropped by a full link): FAULT_LOST for a want's first
+                      * UNREACHED_MAX - 1 such failures, then FAULT_REAL (eng_want_failed_holder
+                      * turns it into one of the two; nothing else sees it) */
 };
+/* How many times a want's holders may fail to connect within the answer deadline before the
+ * failure counts for real: the breaker does not apply to tcp, the fallback, so without it a
+ * holder whose SYNs are dropped for good (a firewall) would be asked every 3 s for ever. */
+#define UNREACHED_MAX 3
 
 /* An object's content as a holder describes it in a reply. */
 struct content {
@@ -228,12 +236,13 @@ struct want {
     uint64_t off;
     uint32_t range; /* a part: its range's index in the parent */
     uint32_t parts_out, drains, nsplit, nranges;
-    int split_made;   /* a part's reply created the object (or tried to) */
-    int split_failed; /* a part found no holder left: fetched whole once its parts are in */
-    int split_leak;   /* a dead connection may write into obj for ever: never reused */
-    int no_split;     /* fetched whole from now on */
-    int split_asked;  /* a fresh lookup was made for its split */
-    int abandoned;    /* nobody waits for it while its bytes come: their connections close */
+    int split_made;     /* a part's reply created the object (or tried to) */
+    int split_failed;   /* a part found no holder left: fetched whole once its parts are in */
+    int split_leak;     /* a dead connection may write into obj for ever: never reused */
+    int no_split;       /* fetched whole from now on */
+    int split_asked;    /* a fresh lookup was made for its split */
+    int abandoned;      /* nobody waits for it while its bytes come: their connections close */
+    uint32_t unreached; /* FAULT_UNREACHED failures so far (a split's parent counts its parts') */
     char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
 };
 

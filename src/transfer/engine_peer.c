@@ -217,11 +217,11 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     if (!p->authed && idle >= tm->answer_ms) {
         /* Not even connected: a host that is down, or a link so full that its SYNs were
          * dropped twice (32 nodes opening 992 connections at once into links the first ones
-         * filled). Its wants may ask it again after their backoff, while they have time (the
-         * breaker still stops that after BREAKER_FAILS in a row). */
+         * filled). Its wants may ask it again after their backoff, while they have time, up
+         * to UNREACHED_MAX - 1 times each. */
         snprintf(why, sizeof(why), "not connected within %u ms (down, or its link congested)",
                  tm->answer_ms);
-        peer_abort_as(p, why, FAULT_LOST);
+        peer_abort_as(p, why, FAULT_UNREACHED);
         return;
     }
     if (idle >= tm->stall_ms) {

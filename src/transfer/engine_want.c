@@ -121,7 +121,10 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
                             const struct content *had)
 {
     struct engine *e = w->e;
+    struct want *root = w->parent ? w->parent : w;
 
+    if (fault == FAULT_UNREACHED)
+        fault = ++root->unreached < UNREACHED_MAX ? FAULT_LOST : FAULT_REAL;
     if (w->parent) {
         eng_part_failed(w, why, fault, had);
         return;

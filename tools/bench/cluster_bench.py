@@ -287,7 +287,9 @@ def cpu_seconds(tb):
         daemons += int(fields[11]) + int(fields[12])  # utime, stime
     with open("/proc/stat") as f:
         cpu = [int(v) for v in f.readline().split()[1:]]
-    return daemons / tick, (sum(cpu) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    # user nice system idle iowait irq softirq steal guest...: guest is inside user, steal is
+    # another machine's
+    return daemons / tick, (sum(cpu[0:3]) + cpu[5] + cpu[6]) / tick
 
 
 def shuffle(tb, total, link_mib_s):
