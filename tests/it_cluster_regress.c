@@ -664,6 +664,42 @@ H_CLUSTER_TEST(holder_never_connected_is_given_up_after_a_few_deadlines)
     ferry_disconnect(a);
 }
 
+/* The only holder takes the connection and sends a byte every 2 s, never its CHALLENGE (16
+ * of them would make a frame header: 32 s); B comes to hold the object meanwhile: the
+ * handshake deadline (10 s) gives the trickler up and the fetch takes the object from B. It
+ * held the fetch until its timeout: each byte kept the answer deadline (3 s since the last
+ * byte) away. */
+H_CLUSTER_TEST(holder_trickling_before_its_handshake_is_given_up)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    int port, lfd = h_tcp_listen(&port);
+    ferry_id x = h_id("trickled-before-the-handshake");
+    register_fake(cl, port, &x);
+    struct h_fetch f;
+    int status = 1, trickled = 0;
+    h_fetch_start(&f, a, &x, 1, 30000, &status);
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    assert_true(cfd >= 0);
+    H_OK(h_put_direct(b, &x, 3000, 7));
+    while (!h_fetch_done(&f) && trickled < 15 &&
+           send(cfd, "\0", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) {
+        trickled++;
+        h_sleep_ms(2000);
+    }
+    h_fetch_join(&f, 10000);
+    printf("trickling holder: %d bytes over %lld ms, then the fetch ended with %s\n", trickled,
+           (long long)f.elapsed_ms, ferry_strerror(status));
+    assert_int_equal(status, 0);
+    assert_true(trickled >= 3); /* past the answer deadline, kept away by the bytes */
+    assert_true(f.elapsed_ms < 20000);
+    h_assert_object(a, &x, 3000, 7);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* The fake holder answers the pull at once, then sends the object's bytes one at a time, for
  * a second longer than the stall watchdog's STALL_MS (30 s at its real scale): the bytes keep
  * coming, so the stall watchdog must not cut the transfer off, and the object arrives whole.
@@ -1443,6 +1479,7 @@ int main(void)
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),
         T(holder_never_connected_is_given_up_after_a_few_deadlines),
+        T(holder_trickling_before_its_handshake_is_given_up),
         T(slow_but_moving_transfer_is_not_cut_off),
         T(large_frame_before_authentication_is_dropped),
         T(refused_fabric_says_why_in_the_peers_line),

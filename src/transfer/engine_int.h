@@ -281,6 +281,7 @@ struct peer {
     struct watch_rate in;     /* a holder that owes bytes and sends none */
     uint64_t rx_ms, rx_bytes; /* the window of the rate of a reply's bytes: its start (0: no
                                * bytes owed after a reply), and bytes_in then */
+    uint64_t born_ms;         /* when we began connecting: the handshake must end by handshake_ms */
     struct loop_timer flush;
     struct loop_timer idle; /* closes the connection after PEER_IDLE_MS unused */
     struct peer *next;

@@ -214,6 +214,14 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         peer_abort(p, why);
         return;
     }
+    if (!p->authed && loop_now_ms() - p->born_ms >= tm->handshake_ms) {
+        /* A byte now and then keeps the answer deadline away, never this one: a holder that
+         * trickled bytes of no frame held its fetch, and the honest holders it had, until the
+         * fetch's timeout. */
+        snprintf(why, sizeof(why), "no handshake within %u ms", tm->handshake_ms);
+        peer_abort(p, why);
+        return;
+    }
     if (!p->authed && idle >= tm->answer_ms) {
         /* Not even connected: a host that is down, or a link so full that its SYNs were
          * dropped twice (32 nodes opening 992 connections at once into links the first ones
@@ -456,6 +464,7 @@ struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
         return NULL;
     p->e = e;
     p->node = *node;
+    p->born_ms = loop_now_ms();
     p->pulls_tail = &p->pulls;
     loop_timer_init(&p->flush, on_flush, p);
     loop_timer_init(&p->in.timer, on_stall, p);
