@@ -93,6 +93,14 @@ static void put_everywhere(struct h_cluster *cl, ferry_client *const *c, const f
     h_assert_where(c[A], cl, id, ALL3, H_CLUSTER_MS);
 }
 
+/* Deletes id cluster-wide from A and waits until B and C have heard it (deletes_heard). */
+static void delete_heard_everywhere(ferry_client *const *c, const ferry_id *id)
+{
+    H_OK(ferry_delete_cluster(c[A], id));
+    for (int i = B; i <= C; i++)
+        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+}
+
 /* Waits until every node counted at least want of the counter name (H_EVENT_MS each). */
 static void wait_all(ferry_client *const *c, int n, const char *name, uint64_t want)
 {
@@ -155,9 +163,7 @@ H_CLUSTER_TEST(replayed_delete_event_spares_a_later_put)
     start_trusted(cl, 3, c);
     ferry_id id = h_id("put-again");
     put_everywhere(cl, c, &id, 10);
-    H_OK(ferry_delete_cluster(c[A], &id));
-    for (int i = B; i <= C; i++)
-        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    delete_heard_everywhere(c, &id);
     put_everywhere(cl, c, &id, 10);
 
     h_redis_cmd(&cl->redis, (const char *[]){"EVAL", replay_lua, "1", "ferry:events", "", NULL});
@@ -344,11 +350,9 @@ H_CLUSTER_TEST(events_cursor_in_the_future_is_not_followed)
                 (const char *[]){"XADD", "ferry:events", "9999999999999-0", "type", "junk", NULL});
     h_sleep_ms(500); /* five reads of the stream: the cursors are past the junk */
     h_redis_cmd(&cl->redis, (const char *[]){"DEL", "ferry:events", NULL});
-    H_OK(ferry_delete_cluster(c[A], &id));
-    for (int i = B; i <= C; i++) {
-        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    delete_heard_everywhere(c, &id);
+    for (int i = B; i <= C; i++)
         assert_false(h_contains(c[i], &id));
-    }
     for (int i = 0; i < 3; i++)
         ferry_disconnect(c[i]);
 }
@@ -363,9 +367,7 @@ H_CLUSTER_TEST(withheld_delete_replayed_spares_other_content)
     start_trusted(cl, 3, c);
     ferry_id id = h_id("deleted-then-other-content");
     put_everywhere(cl, c, &id, 10);
-    H_OK(ferry_delete_cluster(c[A], &id));
-    for (int i = B; i <= C; i++)
-        assert_true(H_WAIT_STAT_MIN(c[i], deletes_heard, 1, H_EVENT_MS) >= 1);
+    delete_heard_everywhere(c, &id);
     h_redis_cmd(&cl->redis,
                 (const char *[]){"EVAL", copy_lua, "2", "ferry:events", "withheld", NULL});
     ferry_disconnect(c[C]);

@@ -54,11 +54,18 @@ def wait_until(at):
         time.sleep(min(left, 0.001))
 
 
+def background(fn):
+    """fn running on a daemon thread of its own: the thread."""
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
 class Agent:
     def __init__(self):
         self.client = ferry.Client(os.environ["FERRY_SOCKET"])
-        self.raw = None  # the receiver thread's [bytes, seconds] or an error
-        self.threads = []
+        self.raw = None  # what the receiver thread got: bytes and end, or an error
+        self.receiver = None
         # The handle a waiting get or fetch takes is made by the first one: made here, so
         # that no timed call pays for it.
         try:
@@ -134,7 +141,7 @@ class Agent:
                     while (b := conn.recv(64)):
                         conn.sendall(b)
 
-        self._thread(serve)
+        background(serve)
         return {}
 
     def rtt(self, addr, port, count):
@@ -170,7 +177,7 @@ class Agent:
             finally:
                 srv.close()
 
-        self._thread(receive)
+        self.receiver = background(receive)
         return {}
 
     def raw_send(self, addr, port, size, at=None):
@@ -205,7 +212,7 @@ class Agent:
         def accept():
             for _ in peers:
                 conn, _ = srv.accept()
-                threading.Thread(target=receive, args=(conn,), daemon=True).start()
+                background(lambda c=conn: receive(c))
 
         def send(peer):
             try:
@@ -213,12 +220,10 @@ class Agent:
             except OSError as e:
                 errors.append(f"{peer}: {e}")
 
-        acceptor = threading.Thread(target=accept, daemon=True)
-        acceptor.start()
+        background(accept)
         time.sleep(max(0.0, at - time.monotonic() - 0.2))  # every listener is up by then
-        senders = [threading.Thread(target=send, args=(p,), daemon=True) for p in peers]
-        for t in senders:
-            t.start()
+        for peer in peers:
+            background(lambda p=peer: send(p))
         deadline = time.monotonic() + 600
         while len(got) < len(peers) and time.monotonic() < deadline and not errors:
             time.sleep(0.001)
@@ -228,9 +233,8 @@ class Agent:
         return {"end": max(t for _, t in got)}
 
     def raw_result(self):
-        for t in self.threads:
-            if t.name == "receive":
-                t.join(timeout=600)
+        if self.receiver:
+            self.receiver.join(timeout=600)
         if self.raw is None or "error" in self.raw:
             raise RuntimeError(f"raw stream: {self.raw}")
         return dict(self.raw)
@@ -242,12 +246,6 @@ class Agent:
     def link(self):
         base = "/sys/class/net/eth0/statistics/"
         return {k: int(open(base + k).read()) for k in ("rx_bytes", "tx_bytes")}
-
-    def _thread(self, fn):
-        t = threading.Thread(target=fn, name=fn.__name__, daemon=True)
-        t.start()
-        self.threads.append(t)
-
 
 def main():
     agent = Agent()
