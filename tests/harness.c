@@ -928,11 +928,11 @@ uint64_t h_rss_kib(pid_t pid)
     FILE *f = fopen(path, "r");
     if (!f)
         fail_msg("%s: %s", path, strerror(errno));
-    while (fgets(line, sizeof(line), f) && sscanf(line, "VmRSS: %llu kB", &kib) != 1)
+    while (fgets(line, sizeof(line), f) && sscanf(line, "RssAnon: %llu kB", &kib) != 1)
         ;
     fclose(f);
     if (!kib)
-        fail_msg("%s: no VmRSS", path);
+        fail_msg("%s: no RssAnon", path);
     return kib;
 }
 

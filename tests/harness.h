@@ -86,7 +86,9 @@ uint8_t *h_xfer_pull_frame(uint64_t tag, const ferry_id *ids, uint32_t n, size_t
 int h_listen_ports(pid_t pid, int *ports, int max);
 /* The CPU time process pid used so far (user and system), in clock ticks. */
 uint64_t h_cpu_ticks(pid_t pid);
-/* The resident memory of process pid (VmRSS), in KiB; fails the test if it cannot be read. */
+/* The resident anonymous memory of process pid (RssAnon: its heap and stacks, not the arena it
+ * shares, whose pages count in VmRSS as they are first touched), in KiB; fails the test if it
+ * cannot be read. */
 uint64_t h_rss_kib(pid_t pid);
 /* For tests that bound a daemon's RSS: under ASan, daemons started from now on keep at most
  * 16 MiB of freed memory in quarantine (256 MiB by default, which is not the daemon's doing).
