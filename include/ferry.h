@@ -368,7 +368,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(hash_jobs_dropped, COUNTER,                                                                  \
       "hash jobs (4 MiB at most) dropped: their object was evicted or deleted before its turn")    \
     X(deletes_spared, COUNTER,                                                                     \
-      "cluster-wide deletes heard that named other content than the copy here: it stays")
+      "cluster-wide deletes heard that named other content than the copy here: it stays")          \
+    X(relays, COUNTER,                                                                             \
+      "fetches findable as partial holders, serving ranges before they are whole")                 \
+    X(ranges_relayed, COUNTER, "ranges sent to peers from objects still being received here")      \
+    X(relay_waits_expired, COUNTER,                                                                \
+      "ranges asked of this node while it received them, not here within the answer deadline")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

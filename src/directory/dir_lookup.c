@@ -8,7 +8,7 @@
  * must not make one lookup ask for the entries of thousands of nodes. */
 #define LOOKUP_HOLDERS_MAX 64
 
-static void answer_add(struct request *r, const struct directory_node *node)
+static void answer_add(struct request *r, const struct directory_node *node, uint64_t seq)
 {
     if (r->a.n == r->cap) {
         struct directory_node *p = dir_grow(r->nodes, &r->cap, sizeof(*p));
@@ -18,7 +18,8 @@ static void answer_add(struct request *r, const struct directory_node *node)
         }
         r->nodes = p;
     }
-    r->nodes[r->a.n++] = *node;
+    r->nodes[r->a.n] = *node;
+    r->nodes[r->a.n++].seq = seq;
 }
 
 /* Notes a holder left out of the answer, and why. */
@@ -134,7 +135,7 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
     } else {
         dir_node_remember(d, &node);
         if (r->kind == REQ_NODES || node.inc == h->inc) {
-            answer_add(r, &node);
+            answer_add(r, &node, h->seq);
         } else {
             directory_inc_time(h->inc, when, sizeof(when));
             gone_add(r, h, "gone (its run of %s ended)", when);
@@ -166,25 +167,47 @@ static void ask_node(struct directory *d, struct request *r, const struct holder
     r->awaiting++;
 }
 
-/* A holder field of an object's entry: answered from the cache when the node's entry is
- * trusted there for the same incarnation (and the lookup is not fresh), else asked for. */
+/* A partial holder's value, "<inc>:<seq>" (seq at least 1): 1 when it has that shape. */
+static int parse_partial(const redisReply *value, struct holder *h)
+{
+    char text[2 * U64_TEXT + 2], *colon, *end;
+
+    if (!dir_string_copy(text, sizeof(text), value) || !(colon = strchr(text, ':')))
+        return 0;
+    *colon = '\0';
+    errno = 0;
+    h->inc = strtoull(text, &end, 10);
+    if (errno || end == text || *end)
+        return 0;
+    h->seq = strtoull(colon + 1, &end, 10);
+    return !errno && end != colon + 1 && !*end && h->seq > 0;
+}
+
+/* A holder field of an object's entry (or, for a lookup of partial holders, a partial
+ * holder's): answered from the cache when the node's entry is trusted there for the same
+ * incarnation (and the lookup is not fresh), else asked for. */
 static void consider_holder(struct directory *d, struct request *r, const redisReply *field,
                             const redisReply *value)
 {
     char name[sizeof(HOLDER_FIELD) + DIRECTORY_NODE_ID_MAX];
     size_t pre = strlen(HOLDER_FIELD);
     const struct directory_node *known;
-    struct holder h;
+    struct holder h = {.seq = 0};
+    int whole;
 
-    if (!dir_string_copy(name, sizeof(name), field) || strncmp(name, HOLDER_FIELD, pre) != 0 ||
-        !name[pre] || strcmp(name + pre, d->self.id) == 0 || !dir_reply_u64(value, 10, &h.inc))
+    if (!dir_string_copy(name, sizeof(name), field) || !name[pre] ||
+        strcmp(name + pre, d->self.id) == 0)
+        return;
+    whole = strncmp(name, HOLDER_FIELD, pre) == 0;
+    if (whole ? !dir_reply_u64(value, 10, &h.inc)
+              : !r->partial || strncmp(name, PARTIAL_FIELD, pre) != 0 || !parse_partial(value, &h))
         return;
     snprintf(h.id, sizeof(h.id), "%s", name + pre);
     if (r->asked_len + r->a.n >= LOOKUP_HOLDERS_MAX)
         return;
     known = r->fresh ? NULL : dir_node_cached(d, h.id);
     if (known && known->inc == h.inc)
-        answer_add(r, known);
+        answer_add(r, known, h.seq);
     else
         ask_node(d, r, &h);
 }

@@ -81,7 +81,7 @@ void dir_request_settle(struct directory *d, struct request *r)
     *r->pprev = r->next;
     if (r->next)
         r->next->pprev = r->pprev;
-    if (r->a.status == 0 && r->kind == REQ_LOOKUP)
+    if (r->a.status == 0 && r->kind == REQ_LOOKUP && !r->partial)
         dir_holders_remember(d, r);
     else if (r->a.status == 0 && r->kind == REQ_NODES)
         nodes_sort_unique(r);

@@ -34,7 +34,10 @@
     "  bad[#bad] = bad[#bad] .. ': replaced'\n"                                                    \
     "end\n"                                                                                        \
     "local function bare(k)\n"                                                                     \
-    "  return redis.call('HLEN', k) <= 2 + redis.call('HEXISTS', k, 'sig')\n"                      \
+    "  for _, f in ipairs(redis.call('HKEYS', k)) do\n"                                            \
+    "    if string.match(f, '^[hp]:') then return false end\n"                                     \
+    "  end\n"                                                                                      \
+    "  return true\n"                                                                              \
     "end\n"
 
 /* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig ("" without a secret), then, for a
@@ -102,15 +105,19 @@ static const char withdraw_lua[] =
 static const char cleanup_lua[] =
     LUA_PRELUDE "fix(KEYS[1], 'set')\n"
                 "local ids = redis.call('SPOP', KEYS[1], ARGV[3])\n"
-                "local f, removed = 'h:' .. ARGV[1], 0\n"
+                "local f, pf, removed = 'h:' .. ARGV[1], 'p:' .. ARGV[1], 0\n"
                 "for _, hex in ipairs(ids) do\n"
                 "  local obj = 'ferry:obj:' .. hex\n"
                 "  local v = is(obj, 'hash') and redis.call('HGET', obj, f)\n"
+                "  local p = is(obj, 'hash') and redis.call('HGET', obj, pf)\n"
                 "  if v and v ~= ARGV[2] then\n"
                 "    redis.call('HDEL', obj, f)\n"
                 "    removed = removed + 1\n"
-                "    if bare(obj) then redis.call('DEL', obj) end\n"
                 "  end\n"
+                "  if p and string.match(p, '^(%d+):') ~= ARGV[2] then\n"
+                "    redis.call('HDEL', obj, pf)\n"
+                "  end\n"
+                "  if (v or p) and bare(obj) then redis.call('DEL', obj) end\n"
                 "end\n"
                 "return {bad, #ids, removed}\n";
 
@@ -137,6 +144,31 @@ static const char delete_lua[] = LUA_PRELUDE
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))\n"
     "return {bad, n}\n";
 
+/* KEYS: obj, held. ARGV: node, inc, hex, size, digest (64 hex). When the record is that
+ * content, adds the node as a partial holder, p:<node> = "<inc>:<seq>", seq counting the
+ * object's receivers (pseq): {seq}; else {0}. */
+static const char relay_lua[] =
+    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
+                "fix(KEYS[2], 'set')\n"
+                "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest')\n"
+                "if cur[1] ~= ARGV[4] or cur[2] ~= ARGV[5] then return {bad, 0} end\n"
+                "local seq = redis.call('HINCRBY', KEYS[1], 'pseq', 1)\n"
+                "redis.call('HSET', KEYS[1], 'p:' .. ARGV[1], ARGV[2] .. ':' .. seq)\n"
+                "redis.call('SADD', KEYS[2], ARGV[3])\n"
+                "return {bad, seq}\n";
+
+/* KEYS: obj. ARGV: node, inc. Removes the node's partial field if this incarnation wrote it,
+ * and the record with its last holder: {0}. */
+static const char unrelay_lua[] =
+    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
+                "local f = 'p:' .. ARGV[1]\n"
+                "local v = redis.call('HGET', KEYS[1], f)\n"
+                "if v and string.match(v, '^(%d+):') == ARGV[2] then\n"
+                "  redis.call('HDEL', KEYS[1], f)\n"
+                "  if bare(KEYS[1]) then redis.call('DEL', KEYS[1]) end\n"
+                "end\n"
+                "return {bad, 0}\n";
+
 /* KEYS: a key of ours. ARGV: its type. Replaces it unless it has that type (or is absent). */
 static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
                                           "return {bad, 0}\n";
@@ -144,7 +176,8 @@ static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
 static const char *const scripts[N_SCRIPTS] = {
     [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_WITHDRAW] = withdraw_lua,
     [SCRIPT_CLEANUP] = cleanup_lua, [SCRIPT_DELETE] = delete_lua,
-    [SCRIPT_FIX] = fix_lua,
+    [SCRIPT_FIX] = fix_lua,         [SCRIPT_RELAY] = relay_lua,
+    [SCRIPT_UNRELAY] = unrelay_lua,
 };
 static char shas[N_SCRIPTS][41];
 static int shas_ok;
@@ -397,6 +430,7 @@ static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
 
 static int send_delete(struct directory *d, const struct pubop *op);
 static void on_claimed(redisAsyncContext *ac, void *reply, void *priv);
+static int send_relay(struct directory *d, const struct pubop *op);
 
 int dir_send_pubop(struct directory *d, const struct pubop *op)
 {
@@ -408,6 +442,8 @@ int dir_send_pubop(struct directory *d, const struct pubop *op)
         return send_publish(d, op, on_claimed, op->r, NULL);
     if (op->kind == OP_DELETE)
         return send_delete(d, op);
+    if (op->kind == OP_RELAY || op->kind == OP_UNRELAY)
+        return send_relay(d, op);
     if (op->kind == OP_PUBLISH) {
         rc = send_publish(d, op, on_published, NULL, NULL);
     } else {
@@ -555,4 +591,47 @@ int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *take
     *taken = (uint64_t)r[0]->integer;
     *removed = (uint64_t)r[1]->integer;
     return 1;
+}
+
+/* The reply to a relay: its seq (0: the record is not that content). */
+static void on_relayed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    struct request *r = priv;
+    redisReply **res;
+    size_t n;
+
+    if (!reply) {
+        dir_request_fail(d, r, FERRY_EDIRECTORY);
+    } else if (!dir_script_reply(d, reply, &res, &n) || n < 1 ||
+               res[0]->type != REDIS_REPLY_INTEGER || res[0]->integer < 0) {
+        dir_command_failed(d, "relay", dir_reply_why(reply));
+        dir_request_fail(d, r, FERRY_EDIRECTORY);
+    } else {
+        r->a.count = (uint64_t)res[0]->integer;
+    }
+    dir_request_settle(d, r);
+}
+
+static int send_relay(struct directory *d, const struct pubop *op)
+{
+    struct publish_args p;
+    const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.hex, p.size, p.digest};
+
+    object_args(d, &op->id, &p);
+    if (op->kind == OP_UNRELAY)
+        return evalsha(d, SCRIPT_UNRELAY, on_withdrawn, NULL, 1,
+                       (const char *[]){p.key, d->self.id, d->inc_text}, 3);
+    snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
+    digest_hex(op->digest, p.digest);
+    return evalsha(d, SCRIPT_RELAY, on_relayed, op->r, 2, args, 7);
+}
+
+void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
+                     const uint8_t digest[DIGEST_LEN])
+{
+    struct pubop op = {.id = r->id, .kind = OP_RELAY, .size = size, .r = r};
+
+    memcpy(op.digest, digest, DIGEST_LEN);
+    request_queue(d, r, &op);
 }

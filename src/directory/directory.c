@@ -111,7 +111,8 @@ int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directo
     if (!r)
         return err_set(FERRY_ENOMEM, "directory lookup");
     r->id = *id;
-    r->fresh = fresh;
+    r->fresh = fresh != 0;
+    r->partial = (fresh & DIRECTORY_PARTIAL) != 0;
     if (!fresh && dir_answer_from_cache(d, r)) {
         d->counters.cache_hits++;
         dir_done_push(d, r);
@@ -119,6 +120,25 @@ int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directo
     }
     dir_lookup_start(d, r);
     return 0;
+}
+
+int directory_relay(struct directory *d, const ferry_id *id, uint64_t size,
+                    const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg)
+{
+    struct request *r = dir_request_new(REQ_RELAY, cb, arg);
+
+    if (!r)
+        return err_set(FERRY_ENOMEM, "directory relay");
+    r->id = *id;
+    dir_relay_start(d, r, size, digest);
+    return 0;
+}
+
+void directory_unrelay(struct directory *d, const ferry_id *id)
+{
+    struct pubop op = {.id = *id, .kind = OP_UNRELAY};
+
+    (void)dir_queue_push(d, &op); /* while down: the next start removes it */
 }
 
 int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg)

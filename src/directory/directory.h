@@ -93,6 +93,10 @@ struct directory_node {
     char id[DIRECTORY_NODE_ID_MAX + 1];
     char addr[DIRECTORY_ADDR_MAX + 1]; /* the node's transfer address (--listen), for people */
     uint64_t inc;                      /* its incarnation (0: unknown) */
+    /* Lookups with DIRECTORY_PARTIAL: 0 for a holder of the whole object; else the node is
+     * receiving it (a partial holder), and this is its place in the order in which the
+     * object's receivers began (directory_relay), from 1. */
+    uint64_t seq;
     struct directory_xport xp[DIRECTORY_XPORTS];
     uint32_t nxp;
 };
@@ -177,7 +181,7 @@ struct directory_answer {
     uint8_t digest[DIGEST_LEN];
     const char *other;
     int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
-    uint64_t count; /* deletes: the holders the id was removed from */
+    uint64_t count; /* deletes: the holders the id was removed from; relays: the seq */
 };
 
 typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
@@ -212,9 +216,20 @@ void directory_withdraw(struct directory *d, const ferry_id *id);
 /* Every callback runs later, never from within the call that asked; each returns 0 or
  * FERRY_ENOMEM. Without a connection to Redis the answer is FERRY_EDIRECTORY. */
 
-/* Looks up the holders of id and its recorded content; from the cache unless fresh is set. */
+/* Looks up the holders of id and its recorded content; from the cache unless fresh (flags:
+ * DIRECTORY_FRESH) is set. With DIRECTORY_PARTIAL (fresh too) the live partial holders come
+ * too, after the whole ones, each with its seq. */
+#define DIRECTORY_FRESH 1
+#define DIRECTORY_PARTIAL 2
 int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,
                      void *arg);
+/* Records this node as a partial holder of id (it is receiving it, and serves the ranges it
+ * has), if the record is this content: answered with a.count = its seq (the receivers of id
+ * before it have lower ones), 0 when the record is another content or missing. Withdrawn with
+ * directory_unrelay (or by the node's next start). */
+int directory_relay(struct directory *d, const ferry_id *id, uint64_t size,
+                    const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
+void directory_unrelay(struct directory *d, const ferry_id *id);
 /* The live nodes, this one included. */
 int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
 /* Publishes this node as a holder of id with this content now, unless another live node holds

@@ -114,6 +114,8 @@
  * object's entry: h:<node>. */
 #define XPORT_FIELD "t:"
 #define HOLDER_FIELD "h:"
+/* A partial holder's field: p:<node> = "<inc>:<seq>" (directory_relay). */
+#define PARTIAL_FIELD "p:"
 #define NODE_KEY_MAX (sizeof(NODE_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define HELD_KEY_MAX (sizeof(HELD_PREFIX) + DIRECTORY_NODE_ID_MAX)
 #define OBJ_KEY_MAX (sizeof(OBJ_PREFIX) + 2 * FERRY_ID_SIZE)
@@ -153,14 +155,14 @@ struct dir_event {
 /* What the queue sends, in order, on the one connection: publications and withdrawals, and
  * the claims and cluster-wide deletes that must not overtake them (a delete and a new claim of
  * an id must not be undone by a republish queued before them). */
-enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE };
+enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE, OP_RELAY, OP_UNRELAY };
 
 struct pubop {
     ferry_id id;
     int kind;
-    uint64_t size;              /* publish, claim */
-    uint8_t digest[DIGEST_LEN]; /* publish, claim; delete: the content deleted */
-    struct request *r;          /* claim, delete: answered when Redis answers, failed if dropped */
+    uint64_t size;              /* publish, claim, relay */
+    uint8_t digest[DIGEST_LEN]; /* publish, claim, relay; delete: the content deleted */
+    struct request *r; /* claim, delete, relay: answered when Redis answers, failed if dropped */
 };
 
 /* A cluster-wide delete by another node, waiting for the turn to reach the owner. */
@@ -174,6 +176,7 @@ struct heard {
 struct holder {
     node_name id;
     uint64_t inc;
+    uint64_t seq; /* a partial holder's (p:<node> = "inc:seq"); 0 for a whole one */
 };
 
 /* The holders (other than this node) a lookup found live for an id, and its content. */
@@ -190,7 +193,7 @@ struct cached_node {
     uint64_t expires_ms;
 };
 
-enum request_kind { REQ_LOOKUP, REQ_NODES, REQ_CLAIM, REQ_DELETE };
+enum request_kind { REQ_LOOKUP, REQ_NODES, REQ_CLAIM, REQ_DELETE, REQ_RELAY };
 
 /* A request from its call until its callback. */
 struct request {
@@ -200,6 +203,7 @@ struct request {
     int kind;             /* enum request_kind */
     ferry_id id;          /* lookups, claims, deletes */
     int fresh;            /* lookups: ask Redis for the holders' entries too, not the cache */
+    int partial;          /* lookups: partial holders too */
     unsigned awaiting;    /* replies due (plus one while the request is being started) */
     unsigned rounds;      /* listings: SCAN rounds so far */
     struct holder *asked; /* the holders (or nodes) whose entries were asked for, in order */
@@ -369,6 +373,8 @@ enum dir_script {
     SCRIPT_CLEANUP,
     SCRIPT_DELETE,
     SCRIPT_FIX,
+    SCRIPT_RELAY,
+    SCRIPT_UNRELAY,
     N_SCRIPTS
 };
 int dir_scripts_init(void);
@@ -384,6 +390,8 @@ int dir_send_pubop(struct directory *d, const struct pubop *op);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
 void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN]);
+void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
+                     const uint8_t digest[DIGEST_LEN]);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
 int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,

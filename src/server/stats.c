@@ -101,6 +101,9 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->ranges_moved = ec->ranges_moved;
         out->split_fallbacks = ec->split_fallbacks;
         out->chunks_refused = ec->chunks_refused;
+        out->relays = ec->relays;
+        out->ranges_relayed = ec->ranges_relayed;
+        out->relay_waits_expired = ec->relay_waits_expired;
         out->ranges_out = ec->ranges_out;
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;

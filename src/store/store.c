@@ -535,7 +535,8 @@ void store_seal_digest(struct store *s, struct object *o, const uint8_t root[DIG
 void store_abort(struct store *s, struct object *o)
 {
     s->counters.aborted++;
-    o->refcount = 0;
+    if (o->refcount) /* the creator's; peers' pins of a copy being received keep it */
+        o->refcount--;
     store_remove(s, o, 0);
 }
 

@@ -184,7 +184,8 @@ void store_seal_digest(struct store *s, struct object *o, const uint8_t root[DIG
 /* Takes in the digests the hasher finished (call when hasher_fd() is readable). */
 void store_collect_hashes(struct store *s);
 
-/* Drops an unsealed object whatever its references. */
+/* Drops an unsealed object and its creator's reference: it leaves the table now, and its memory
+ * goes with the last other reference (a peer's pin of a copy being received, sent onward). */
 void store_abort(struct store *s, struct object *o);
 
 void store_ref(struct store *s, struct object *o);

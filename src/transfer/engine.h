@@ -99,6 +99,9 @@ struct engine_counters {
     uint64_t split_fallbacks;     /* split fetches that ran out of holders: fetched whole */
     uint64_t ranges_out;          /* ranges of objects sent (ranged pulls) */
     uint64_t chunks_refused;      /* chunks received that did not match their holder's leaf */
+    uint64_t relays;              /* fetches made findable as partial holders */
+    uint64_t ranges_relayed;      /* ranges sent from objects still being received */
+    uint64_t relay_waits_expired; /* ranges asked of a partial copy, not in within answer_ms */
     struct hist transfer_latency; /* from the first want of an object to its seal here */
 };
 

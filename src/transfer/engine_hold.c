@@ -4,6 +4,8 @@
  */
 #include "transfer/engine_int.h"
 
+static void in_process(struct inconn *ic);
+
 static void pins_drop(struct inconn *ic)
 {
     while (ic->pins) {
@@ -146,6 +148,7 @@ void eng_inconn_free(struct inconn *ic)
         ic->next->pprev = ic->pprev;
     loop_timer_stop(ic->e->loop, &ic->deadline);
     loop_timer_stop(ic->e->loop, &ic->backlog);
+    loop_timer_stop(ic->e->loop, &ic->relay);
     eng_watch_stop(ic->e, &ic->out);
     auth_session_end(&ic->as);
     pins_drop(ic);
@@ -324,16 +327,86 @@ static int pins_over(struct inconn *ic, uint64_t pinning, uint64_t len)
     return 0;
 }
 
+/* The bytes of o that entry i of hp asks for: all of them, or its range's. */
+static uint64_t hpull_len(const struct hpull *hp, uint32_t i, const struct object *o)
+{
+    return hp->ranges ? wire_range_cut(&hp->ranges[i], object_bytes(o)) : object_bytes(o);
+}
+
+/* What entry i of hp is answered from: the sealed object, or (a range) the copy being received
+ * here when its range is in (*from: its want); NULL when neither. */
+static struct object *entry_object(struct engine *e, const struct hpull *hp, uint32_t i,
+                                   struct want **from)
+{
+    struct object *o = sealed(e, &hp->ids[i]);
+    struct want *w;
+
+    *from = NULL;
+    if (o || !hp->ranges || hp->expired || !(w = eng_relay_source(e, &hp->ids[i])))
+        return o;
+    if (!eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len))
+        return NULL;
+    *from = w;
+    return w->obj;
+}
+
+/* Whether a pull's ranges of copies being received here are all in; while they are not, it
+ * waits, at most answer_ms from when it began to (then they are answered "not here", and the
+ * receiver asks another holder). */
+static int relay_ready(struct inconn *ic, struct hpull *hp)
+{
+    struct engine *e = ic->e;
+    uint64_t now = loop_now_ms();
+    int wait = 0;
+
+    for (uint32_t i = 0; hp->ranges && !hp->expired && i < hp->n && !wait; i++) {
+        struct want *w;
+        wait = !sealed(e, &hp->ids[i]) && (w = eng_relay_source(e, &hp->ids[i])) &&
+               !eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len);
+    }
+    if (!wait) {
+        ic->head_ms = 0;
+        loop_timer_stop(e->loop, &ic->relay);
+        return 1;
+    }
+    if (!ic->head_ms) {
+        ic->head_ms = now;
+        loop_timer_start(e->loop, &ic->relay, now + e->timers.answer_ms);
+    }
+    if (now - ic->head_ms < e->timers.answer_ms)
+        return 0;
+    hp->expired = 1;
+    e->counters.relay_waits_expired++;
+    ic->head_ms = 0;
+    loop_timer_stop(e->loop, &ic->relay);
+    return 1;
+}
+
+void eng_relay_wake(struct engine *e)
+{
+    struct inconn *ic, *next;
+
+    for (ic = e->inconns; ic; ic = next) {
+        next = ic->next;
+        if (ic->head_ms)
+            in_process(ic);
+    }
+}
+
 /* Whether a pull can be answered. Spilled objects are restored first, as many as the pin limit
  * covers; the pull waits for its first present object only (the others are answered busy if
  * they are still on disk, and asked again), so that a pull of more than the arena holds still
  * moves: waiting for all of them could wait for ever, each restore evicting another. When it
- * verifies, the digests must be known. */
-static int hpull_ready(struct engine *e, const struct hpull *hp)
+ * verifies, the digests must be known; ranges of copies being received must be in
+ * (relay_ready). */
+static int hpull_ready(struct inconn *ic, struct hpull *hp)
 {
+    struct engine *e = ic->e;
     uint64_t restoring = 0;
     int first = 1;
 
+    if (!relay_ready(ic, hp))
+        return 0;
     for (uint32_t i = 0; i < hp->n; i++) {
         struct object *o = sealed(e, &hp->ids[i]);
         int rc = 0;
@@ -352,18 +425,13 @@ static int hpull_ready(struct engine *e, const struct hpull *hp)
     return 1;
 }
 
-/* The bytes of o that entry i of hp asks for: all of them, or its range's. */
-static uint64_t hpull_len(const struct hpull *hp, uint32_t i, const struct object *o)
-{
-    return hp->ranges ? wire_range_cut(&hp->ranges[i], object_bytes(o)) : object_bytes(o);
-}
-
 /* The bytes a pull would pin now. */
 static uint64_t hpull_bytes(struct engine *e, const struct hpull *hp)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < hp->n; i++) {
-        struct object *o = sealed(e, &hp->ids[i]);
+        struct want *from;
+        struct object *o = entry_object(e, hp, i, &from);
         sum += o ? hpull_len(hp, i, o) : 0;
     }
     return sum;
@@ -400,7 +468,8 @@ static int send_object(struct inconn *ic, struct object *o, uint64_t off, uint64
 static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object **objs,
                       struct wire_reply_entry *re, uint32_t i, uint64_t *pinning)
 {
-    struct object *o = sealed(ic->e, &hp->ids[i]);
+    struct want *from;
+    struct object *o = entry_object(ic->e, hp, i, &from);
     uint64_t len;
 
     if (o && o->spilled) { /* still on disk (hpull_ready): asked again later */
@@ -422,7 +491,13 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     *pinning += len;
     re[i].data_size = o->data_size;
     re[i].metadata_size = o->metadata_size;
-    if (o->hashed) { /* with its leaves, so that the receiver checks each chunk as it lands */
+    if (from) { /* a copy being received: the tree it took from the record and its holder */
+        ic->e->counters.ranges_relayed++;
+        memcpy(re[i].digest, from->digest, DIGEST_LEN);
+        re[i].nleaves = from->nleaves > 1 ? (uint32_t)from->nleaves : 0;
+        re[i].leaves = from->leaves;
+    } else if (o->hashed) { /* with its leaves, so that the receiver checks each chunk as it lands
+                             */
         memcpy(re[i].digest, o->root, DIGEST_LEN);
         re[i].nleaves = o->leaves ? (uint32_t)digest_leaves(object_bytes(o)) : 0;
         re[i].leaves = o->leaves;
@@ -505,8 +580,6 @@ static void on_out_check(struct loop *l, struct loop_timer *t)
     loop_timer_start(l, t, loop_now_ms() + ic->e->check_ms);
 }
 
-static void in_process(struct inconn *ic);
-
 /* Frames left, or the node's pins dropped (node_wake): the pulls that waited may go. */
 static void on_backlog_poll(struct loop *l, struct loop_timer *t)
 {
@@ -542,7 +615,7 @@ static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
 
-    while ((hp = ic->queue) && hpull_ready(ic->e, hp)) {
+    while ((hp = ic->queue) && hpull_ready(ic, hp)) {
         if (pins_over(ic, 0, hpull_bytes(ic->e, hp)))
             break;
         ic->queue = hp->next;
@@ -731,6 +804,7 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     ic->given = c->bytes_out;
     loop_timer_init(&ic->out.timer, on_out_check, ic);
     loop_timer_init(&ic->backlog, on_backlog_poll, ic);
+    loop_timer_init(&ic->relay, on_backlog_poll, ic);
     loop_timer_init(&ic->deadline, on_handshake_deadline, ic);
     loop_timer_start(e->loop, &ic->deadline, loop_now_ms() + e->timers.handshake_ms);
     ic->next = e->inconns;

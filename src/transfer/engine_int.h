@@ -123,6 +123,10 @@
 #define ENGINE_SPLIT_PER_HOLDER 8
 #define ENGINE_SPLIT_CHUNK_MIN DIGEST_CHUNK
 #define ENGINE_SPLIT_RANGES (ENGINE_SPLIT_MAX * ENGINE_SPLIT_PER_HOLDER)
+/* A relayed object (engine_relay.c) comes in ranges of this many bytes (whole chunks of the
+ * digest): what a node passes on as soon as it has it, so each node of a chain adds about one
+ * range's time to the last one's. */
+#define RELAY_RANGE (2u * DIGEST_CHUNK)
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -244,6 +248,17 @@ struct want {
     int abandoned;      /* nobody waits for it while its bytes come: their connections close */
     uint32_t unreached; /* FAULT_UNREACHED failures so far (a split's parent counts its parts') */
     char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
+    uint64_t split_seq[ENGINE_SPLIT_MAX]; /* 0: a whole holder; else a partial one (relays) */
+    /* Relaying (engine_relay.c). A want of at least split_min recorded bytes is made findable
+     * as a partial holder (relay_seq, its place among the object's receivers; relay_off: not
+     * relayed), and the chunks of its object that are in (and checked, when they came from a
+     * partial holder) are set in have, which the holding side serves ranges from. A part
+     * whose holder is partial is relayed: checked as it lands, alone in its PULL. rlanded:
+     * an unchecked part's bytes in place, in order. */
+    uint64_t relay_seq;
+    int relay_off, relay_asking, relayed;
+    uint8_t *have;
+    uint64_t rlanded;
 };
 
 struct pull {
@@ -311,6 +326,7 @@ struct hpull {
     uint8_t flags;
     uint32_t n;
     ferry_id *ids;             /* looked up, and what is found pinned, when the pull is answered */
+    int expired;               /* its ranges of partial copies waited past answer_ms: not here */
     struct wire_range *ranges; /* WIRE_PULL_RANGES: what of each object is sent; else NULL */
     struct hpull *next;
 };
@@ -335,6 +351,9 @@ struct inconn {
     int paused;
     struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
     struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
+    uint64_t head_ms;          /* when its first pull began waiting for ranges of a partial copy
+                                * (0: it does not wait) */
+    struct loop_timer relay;   /* that wait's deadline */
     struct inconn *next, **pprev;
 };
 
@@ -454,8 +473,9 @@ void eng_pull_free(struct pull *pl);
 void eng_peers_drop_abandoned(struct engine *e);
 
 /* engine_verify.c: the check of received bytes */
-/* Whether w's bytes are checked against the holder's tree before the seal (--verify). */
-int eng_checked(const struct engine *e);
+/* Whether w's bytes are checked against the holder's tree before the seal (--verify, or a
+ * relayed part). */
+int eng_checked(const struct want *w);
 /* Whether w seals with the holder's tree, taken from its reply (--verify, or a record). */
 int eng_inherits(const struct engine *e, const struct want *w);
 /* Takes the holder's tree from its reply into w (a whole want, or a split's parent): 0, or -1
@@ -480,6 +500,8 @@ void eng_checks_closed(struct engine *e, struct hasher_job *jobs);
 /* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
  * why), 0 to fetch it whole. */
 int eng_split(struct want *w, const struct directory_answer *a);
+/* A part of w for len bytes from off (range index range), not queued; NULL without memory. */
+struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len);
 /* A part's reply: where its range goes (*dst NULL: dropped) and how long it is. */
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
                    uint64_t *len);
@@ -498,8 +520,28 @@ void eng_part_close(struct want *part);
 /* A part's checks are back (its bytes were all in): it ends, or its holder failed. */
 void eng_part_checked(struct want *part);
 
+/* engine_relay.c: partial holders */
+/* Takes w (1) when it is relayed: registers it as a partial holder first (its lookups then
+ * list partial holders), then deals its ranges to the receiver that began before it, else to
+ * the whole holders; 0 to fetch it as usual. */
+int eng_relay(struct want *w, const struct directory_answer *a);
+/* The chunks [first, first + n) of t's object are in (set) or are being received again. */
+void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set);
+/* n bytes of an unchecked relay part's range landed at p. */
+void eng_relay_landed(struct want *part, const uint8_t *p, size_t n);
+/* w's object was made: chunks are counted from none. */
+void eng_relay_made(struct want *w);
+/* w ends: it is no partial holder any more. */
+void eng_relay_end(struct want *w);
+/* The want receiving id as a partial holder, or NULL; whether its copy has every chunk of len
+ * bytes from off (none before it is made). */
+struct want *eng_relay_source(struct engine *e, const ferry_id *id);
+int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len);
+
 /* engine_hold.c: the holding side */
 void eng_inconn_free(struct inconn *ic);
+/* Chunks of a partial copy came in: pulls that wait for them look again. */
+void eng_relay_wake(struct engine *e);
 void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg);
 
 /* engine_hold.c: the events of incoming connections */

@@ -271,7 +271,8 @@ static void peer_prune_queue(struct peer *p)
 }
 
 /* How many queued wants the next PULL takes: up to PULL_BYTES_MAX recorded bytes (at least
- * one want) and WIRE_MAX_IDS ids. No room is taken yet: the reply confirms the sizes first. */
+ * one want) and WIRE_MAX_IDS ids; a relayed part alone. No room is taken yet: the reply confirms
+ * the sizes first. */
 static uint32_t pull_size(const struct peer *p)
 {
     uint64_t bytes = 0;
@@ -280,7 +281,9 @@ static uint32_t pull_size(const struct peer *p)
     while (n < p->nqueue && n < WIRE_MAX_IDS) {
         const struct want *w = p->queue[n];
         uint64_t size = w->has_content ? w->size : 0;
-        if (n && bytes + size > PULL_BYTES_MAX)
+        /* A partial holder answers a pull once it has all of it: a relayed range goes alone,
+         * so that it is passed on as soon as it is in there. */
+        if (n && (bytes + size > PULL_BYTES_MAX || w->relayed || p->queue[0]->relayed))
             break;
         bytes += size;
         n++;

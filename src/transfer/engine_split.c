@@ -81,7 +81,7 @@ void eng_part_close(struct want *part)
         eng_want_free(w);
 }
 
-static struct want *part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len)
+struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len)
 {
     struct want *part = calloc(1, sizeof(*part));
 
@@ -125,7 +125,8 @@ static void split_peers(struct want *w, const struct directory_answer *a, struct
     for (size_t i = 0; i < a->n && *n < ENGINE_SPLIT_MAX; i++) {
         const char *id = a->nodes[i].id;
         struct peer *p;
-        if (eng_want_tried(w, id) || strcmp(id, e->node_id) == 0 || split_has(out, *n, id))
+        if (a->nodes[i].seq || eng_want_tried(w, id) || strcmp(id, e->node_id) == 0 ||
+            split_has(out, *n, id))
             continue;
         if ((p = eng_peer_get(e, &a->nodes[i])))
             out[(*n)++] = p;
@@ -143,6 +144,8 @@ int eng_split(struct want *w, const struct directory_answer *a)
     if (!e->cfg.split_min || w->no_split || !w->has_content || w->size < e->cfg.split_min ||
         w->size < ENGINE_SPLIT_MAX)
         return 0;
+    if (eng_relay(w, a))
+        return 1;
     /* The cache may predate holders that came since: large enough to split, ask Redis (a
      * round trip against the transfer of split_min bytes). */
     if (a->cached && a->n < ENGINE_SPLIT_MAX && !w->split_asked) {
@@ -164,7 +167,7 @@ int eng_split(struct want *w, const struct directory_answer *a)
         uint64_t off = k * chunk, len = w->size - off < chunk ? w->size - off : chunk;
         if (k == n * ENGINE_SPLIT_PER_HOLDER - 1)
             len = w->size - off;
-        if (!(parts[k] = part_new(w, (uint32_t)k, off, len))) {
+        if (!(parts[k] = eng_part_new(w, (uint32_t)k, off, len))) {
             while (k)
                 free(parts[--k]);
             return 0;
@@ -176,8 +179,10 @@ int eng_split(struct want *w, const struct directory_answer *a)
     eng_check_reset(w);
     w->nranges = (uint32_t)k;
     w->parts_out += (uint32_t)k;
-    for (w->nsplit = 0; w->nsplit < n; w->nsplit++)
+    for (w->nsplit = 0; w->nsplit < n; w->nsplit++) {
         snprintf(w->split[w->nsplit], sizeof(w->split[0]), "%s", peers[w->nsplit]->node.id);
+        w->split_seq[w->nsplit] = 0;
+    }
     /* For the log and a failed check: every holder of the split. */
     snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
              (unsigned)(n - 1));
@@ -192,8 +197,10 @@ int eng_split(struct want *w, const struct directory_answer *a)
 static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
     w->split_made = 1;
-    if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
+    if (eng_want_create(w, re->data_size, re->metadata_size) == 0) {
         w->landed = w->handed = w->size; /* its chunks are checked by the parts, range by range */
+        eng_relay_made(w);
+    }
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
@@ -216,6 +223,8 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     pe->other = pe->other_fault == FAULT_OTHER || (w->obj && re->data_size != w->obj->data_size);
     part->state = WANT_RECEIVING;
     eng_check_reset(part);
+    /* Its range comes (again): not served onward until it is in. */
+    eng_relay_have(w, part->off / DIGEST_CHUNK, (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 0);
     if (pe->other || w->done || w->split_failed)
         return 0;
     if (!w->split_made && eng_check_tree(w, re) < 0) { /* leaves that do not give the root */
@@ -243,6 +252,7 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
     eng_note_failure(e, part->holder, why);
     eng_want_note_tried(w, part->holder, why, fault, had);
     eng_check_reset(part); /* its range starts again from another holder */
+    eng_relay_have(w, part->off / DIGEST_CHUNK, (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 0);
     /* Each holder is noted once, so a range moves at most nsplit - 1 times; with the list of
      * those tried full, a holder noted could be forgotten: no more moves then. */
     for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed && w->ntried < MAX_TRIED;
@@ -250,6 +260,7 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
         if (eng_want_tried(w, w->split[i]) || !(p = eng_peer_find(e, w->split[i])))
             continue;
         e->counters.ranges_moved++;
+        part->relayed = w->split_seq[i] != 0;
         eng_peer_enqueue(p, part);
         return;
     }
@@ -292,6 +303,8 @@ void eng_part_checked(struct want *part)
         return;
     }
     part->e->counters.ranges_in++;
+    eng_relay_have(part->parent, part->off / DIGEST_CHUNK,
+                   (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 1);
     part_end(part);
 }
 

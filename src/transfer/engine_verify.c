@@ -11,9 +11,9 @@
 /* Whether w's bytes are checked, chunk by chunk, against the holder's tree before the seal:
  * with --verify only (SHA-256 of every byte costs a core per ~1.9 GB/s; without it a transfer
  * is as fast as before the digest). The holder's reply is checked either way (eng_inherits). */
-int eng_checked(const struct engine *e)
+int eng_checked(const struct want *w)
 {
-    return e->cfg.verify;
+    return w->e->cfg.verify || w->relayed;
 }
 
 /* Whether w takes the holder's tree from its reply and seals with it: with --verify (its
@@ -78,6 +78,7 @@ static void check_detach(struct want *w)
 void eng_check_reset(struct want *w)
 {
     check_detach(w);
+    w->rlanded = 0;
     w->landed = w->handed = 0;
     w->bad_chunk = NO_CHUNK;
     w->check_broken = w->checks_wait = 0;
@@ -95,6 +96,8 @@ static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_
     else
         ok = t->obj && digest_root(t->obj->data_size, t->obj->metadata_size, leaf, 1, root) == 0 &&
              mac_equal(root, t->digest, DIGEST_LEN);
+    if (ok)
+        eng_relay_have(t, i, 1, 1);
     if (ok || w->bad_chunk != NO_CHUNK)
         return;
     w->bad_chunk = i;
@@ -143,8 +146,10 @@ void eng_check_landed(struct want *w, const uint8_t *p, size_t n)
 {
     struct want *t = tree_of(w);
 
-    if (!eng_checked(w->e) || !t->obj || t->nleaves < 2 || w->check_broken)
+    if (!eng_checked(w) || !t->obj || t->nleaves < 2 || w->check_broken) {
+        eng_relay_landed(w, p, n);
         return;
+    }
     /* Exactly the range's bytes, from its first, each once: anything else (a transport that
      * tells out of order) leaves the chunks not handed yet for after the last byte. */
     if (p != w->e->store->base + t->obj->offset + range_off(w) + w->landed ||
@@ -161,7 +166,7 @@ int eng_check_rest(struct want *w)
 {
     struct want *t = tree_of(w);
 
-    if (!t->obj || !eng_checked(w->e) || t->nleaves < 2)
+    if (!t->obj || !eng_checked(w) || t->nleaves < 2)
         return 0; /* nothing landed here, or one chunk: checked whole (eng_want_received) */
     if (check_hand(w, 1) < 0)
         return -1;
@@ -216,7 +221,7 @@ void eng_want_received(struct want *w)
     uint8_t leaf[DIGEST_LEN];
     int rc;
 
-    if (!eng_checked(e) || !w->obj) {
+    if (!eng_checked(w) || !w->obj) {
         eng_want_seal(w);
         return;
     }

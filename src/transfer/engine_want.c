@@ -12,6 +12,7 @@ void eng_want_free(struct want *w)
 
     eng_check_reset(w);
     free(w->leaves);
+    free(w->have);
     loop_timer_stop(e->loop, &w->retry);
     loop_timer_stop(e->loop, &w->orphan);
     if (e->dir)
@@ -33,6 +34,7 @@ void eng_want_finish(struct want *w, int status)
         return;
     w->done = 1;
     idmap_remove(&w->e->wants, &w->id);
+    eng_relay_end(w);
     while ((x = w->waiters)) {
         w->waiters = x->next;
         x->fn(x->ctx, x->index, status);
@@ -262,14 +264,15 @@ void eng_want_seal(struct want *w)
         eng_want_finish(w, 0);
 }
 
-/* Prefers a holder we are connected to; skips those that failed this want. */
+/* Prefers a holder we are connected to; skips those that failed this want, and partial
+ * holders (they serve ranges only). */
 static const struct directory_node *choose(struct engine *e, const struct want *w,
                                            const struct directory_node *h, size_t n)
 {
     const struct directory_node *pick = NULL;
 
     for (size_t i = 0; i < n; i++) {
-        if (eng_want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
+        if (h[i].seq || eng_want_tried(w, h[i].id) || strcmp(h[i].id, e->node_id) == 0)
             continue;
         if (eng_peer_find(e, h[i].id))
             return &h[i];
@@ -363,6 +366,8 @@ void eng_want_lookup(struct want *w, int fresh)
         eng_want_finish(w, FERRY_ETIMEDOUT);
         return;
     }
+    if (w->relay_seq) /* the partial holders too */
+        fresh = DIRECTORY_FRESH | DIRECTORY_PARTIAL;
     if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
 }

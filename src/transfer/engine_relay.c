@@ -1,0 +1,212 @@
+/*
+ * engine_relay.c - one object to many nodes at the links' rate: a node receiving an object of at
+ * least split_min recorded bytes is findable as a partial holder (directory_relay: p:<node> in
+ * the record, with its place, seq, among the object's receivers), and serves the ranges it has
+ * to the others while it receives the rest (engine_hold.c answers them from the copy being
+ * received, waiting for a range until answer_ms). A receiver takes its ranges from the
+ * receiver that began just before it (the highest seq below its own), so nodes that ask for an
+ * object together form a chain that nobody planned: each link carries the object once, and
+ * the last node finishes about one range per node after a lone receiver would. Its ranges move,
+ * when that node fails, to the receivers before it, then to the whole holders; one that began
+ * first takes its ranges from the whole holders, as a split fetch.
+ *
+ * What a partial copy serves: chunks that are in, and checked against the recorded tree when
+ * they came from a partial holder (a relayed part checks its range as it lands, like
+ * --verify); chunks from a whole holder are served as a holder serves its sealed copy (checked
+ * with --verify). A range that comes again (its holder failed) is not served until it is in.
+ *
+ * Ownership: have belongs to the want (freed with it); a copy served onward is pinned
+ * (store_ref), and an abort of it leaves its memory to the last pin (store_abort).
+ */
+#include "transfer/engine_int.h"
+
+static uint64_t chunks_of(uint64_t bytes)
+{
+    return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+}
+
+void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set)
+{
+    uint64_t all = chunks_of(t->size);
+
+    if (!t->have)
+        return;
+    for (uint64_t i = first; i < first + n && i < all; i++) {
+        if (set)
+            t->have[i / 8] |= (uint8_t)(1u << (i % 8));
+        else
+            t->have[i / 8] &= (uint8_t) ~(1u << (i % 8));
+    }
+    if (set)
+        eng_relay_wake(t->e);
+}
+
+void eng_relay_made(struct want *w)
+{
+    free(w->have);
+    w->have = NULL;
+    if (w->relay_seq)
+        w->have = calloc(chunks_of(w->size) / 8 + 1, 1); /* without: nothing is served */
+}
+
+void eng_relay_landed(struct want *part, const uint8_t *p, size_t n)
+{
+    struct want *t = part->parent;
+    uint64_t done;
+
+    if (!t || !t->have || !t->obj || eng_checked(part))
+        return;
+    /* In order from the range's first byte, as tcp and the fabric tell it; anything else is
+     * set once the range is all in (eng_part_checked). */
+    if (p != part->e->store->base + t->obj->offset + part->off + part->rlanded ||
+        n > part->size - part->rlanded)
+        return;
+    done = part->rlanded / DIGEST_CHUNK;
+    part->rlanded += n;
+    if (part->rlanded == part->size)
+        eng_relay_have(t, part->off / DIGEST_CHUNK + done, chunks_of(part->size) - done, 1);
+    else if (part->rlanded / DIGEST_CHUNK > done)
+        eng_relay_have(t, part->off / DIGEST_CHUNK + done, part->rlanded / DIGEST_CHUNK - done, 1);
+}
+
+void eng_relay_end(struct want *w)
+{
+    if (w->relay_seq && w->e->dir)
+        directory_unrelay(w->e->dir, &w->id);
+    w->relay_seq = 0;
+}
+
+struct want *eng_relay_source(struct engine *e, const ferry_id *id)
+{
+    struct want *w = idmap_get(&e->wants, id);
+
+    return w && w->relay_seq && !w->done ? w : NULL;
+}
+
+int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len)
+{
+    uint64_t size;
+
+    if (!w->obj || !w->have)
+        return 0; /* not made yet: its first reply is on its way */
+    size = w->obj->data_size + w->obj->metadata_size;
+    if (off >= size || len == 0)
+        return 1; /* nothing to send (wire_range_cut) */
+    len = size - off < len ? size - off : len;
+    for (uint64_t i = off / DIGEST_CHUNK; i <= (off + len - 1) / DIGEST_CHUNK; i++)
+        if (!(w->have[i / 8] & (1u << (i % 8))))
+            return 0;
+    return 1;
+}
+
+static void on_relayed(void *arg, const struct directory_answer *a)
+{
+    struct want *w = arg;
+
+    w->relay_asking = 0;
+    if (a->status == 0 && a->count) {
+        w->relay_seq = a->count;
+        w->e->counters.relays++;
+    } else {
+        w->relay_off = 1; /* the record changed, or the directory is away: fetched as usual */
+    }
+    eng_want_lookup(w, 1);
+}
+
+/* Orders sources: partial holders by seq, latest first, before whole holders. */
+static int source_cmp(const void *pa, const void *pb)
+{
+    const struct directory_node *a = *(const struct directory_node *const *)pa;
+    const struct directory_node *b = *(const struct directory_node *const *)pb;
+
+    if (!a->seq != !b->seq)
+        return a->seq ? -1 : 1;
+    return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : strcmp(a->id, b->id);
+}
+
+/* Whether h may hold a range for w: live (the lookup says so), not this node, not tried, and
+ * a whole holder or a receiver that began before w. */
+static int source_ok(const struct want *w, const struct directory_node *h)
+{
+    return strcmp(h->id, w->e->node_id) != 0 && !eng_want_tried(w, h->id) &&
+           (!h->seq || h->seq < w->relay_seq);
+}
+
+/* The holders of w's ranges, in the order they are asked: the receivers before it, latest
+ * first, then the whole holders; at most ENGINE_SPLIT_MAX, each node once. */
+static size_t relay_sources(struct want *w, const struct directory_answer *a, struct peer **out)
+{
+    const struct directory_node **c = malloc((a->n ? a->n : 1) * sizeof(*c));
+    size_t nc = 0, n = 0;
+
+    if (!c)
+        return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (source_ok(w, &a->nodes[i]))
+            c[nc++] = &a->nodes[i];
+    qsort(c, nc, sizeof(*c), source_cmp);
+    for (size_t i = 0; i < nc && n < ENGINE_SPLIT_MAX; i++) {
+        struct peer *p;
+        int dup = 0;
+        for (size_t k = 0; k < n && !dup; k++)
+            dup = strcmp(w->split[k], c[i]->id) == 0;
+        if (dup || !(p = eng_peer_get(w->e, c[i])))
+            continue; /* a node listed twice, or one that cannot be connected to now */
+        w->split_seq[n] = c[i]->seq;
+        snprintf(w->split[n], sizeof(w->split[0]), "%s", c[i]->id);
+        out[n++] = p;
+    }
+    free(c);
+    return n;
+}
+
+int eng_relay(struct want *w, const struct directory_answer *a)
+{
+    struct engine *e = w->e;
+    struct peer *peers[ENGINE_SPLIT_MAX];
+    uint64_t k, nparts;
+    size_t n, whole;
+
+    if (!e->dir || w->relay_off)
+        return 0;
+    if (!w->relay_seq) {
+        if (w->relay_asking)
+            return 1;
+        if (directory_relay(e->dir, &w->id, w->size, w->hash, on_relayed, w) < 0)
+            return 0;
+        w->relay_asking = 1;
+        w->state = WANT_LOOKUP;
+        return 1;
+    }
+    if ((n = relay_sources(w, a, peers)) == 0)
+        return 0; /* nobody to ask: as usual (it retries) */
+    nparts = chunks_of(w->size) / (RELAY_RANGE / DIGEST_CHUNK) +
+             (chunks_of(w->size) % (RELAY_RANGE / DIGEST_CHUNK) != 0);
+    /* From a partial holder, every range from the one before; else dealt in turn over the
+     * whole holders. */
+    whole = w->split_seq[0] ? 1 : n;
+    w->state = WANT_RECEIVING;
+    w->split_made = 0;
+    w->recheck = 0;
+    eng_check_reset(w);
+    w->nsplit = (uint32_t)n;
+    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
+             (unsigned)(n - 1));
+    e->counters.split_fetches++;
+    for (k = 0; k < nparts; k++) {
+        uint64_t off = k * RELAY_RANGE,
+                 len = w->size - off < RELAY_RANGE ? w->size - off : RELAY_RANGE;
+        struct want *part = eng_part_new(w, (uint32_t)k, off, len);
+        if (!part && k == 0)
+            return 0;
+        if (!part) { /* what is out comes in; the rest is fetched whole after (split_settle) */
+            w->split_failed = 1;
+            break;
+        }
+        w->parts_out++;
+        part->relayed = w->split_seq[k % whole] != 0;
+        eng_peer_enqueue(peers[k % whole], part);
+    }
+    w->nranges = (uint32_t)k;
+    return 1;
+}
