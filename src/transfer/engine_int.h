@@ -527,8 +527,8 @@ void eng_part_checked(struct want *part);
 int eng_relay(struct want *w, const struct directory_answer *a);
 /* The chunks [first, first + n) of t's object are in (set) or are being received again. */
 void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set);
-/* n bytes of an unchecked relay part's range landed at p. */
-void eng_relay_landed(struct want *part, const uint8_t *p, size_t n);
+/* n bytes of w's range (a part's, or a whole want's object) landed at p, unchecked. */
+void eng_relay_landed(struct want *w, const uint8_t *p, size_t n);
 /* w's object was made: chunks are counted from none. */
 void eng_relay_made(struct want *w);
 /* w ends: it is no partial holder any more. */

@@ -7,8 +7,9 @@
  * receiver that began just before it (the highest seq below its own), so nodes that ask for an
  * object together form a chain that nobody planned: each link carries the object once, and
  * the last node finishes about one range per node after a lone receiver would. Its ranges move,
- * when that node fails, to the receivers before it, then to the whole holders; one that began
- * first takes its ranges from the whole holders, as a split fetch.
+ * when that node fails, to the receivers before it, then to the whole holders. One that began
+ * first is fetched as without relays (whole from one holder, or split over several), and its
+ * copy serves what has landed all the same: a lone receiver works as before.
  *
  * What a partial copy serves: chunks that are in, and checked against the recorded tree when
  * they came from a partial holder (a relayed part checks its range as it lands, like
@@ -49,24 +50,25 @@ void eng_relay_made(struct want *w)
         w->have = calloc(chunks_of(w->size) / 8 + 1, 1); /* without: nothing is served */
 }
 
-void eng_relay_landed(struct want *part, const uint8_t *p, size_t n)
+void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
 {
-    struct want *t = part->parent;
-    uint64_t done;
+    struct want *t = w->parent ? w->parent : w;
+    uint64_t off = w->parent ? w->off : 0, size, done;
 
-    if (!t || !t->have || !t->obj || eng_checked(part))
+    if (!t->have || !t->obj || eng_checked(w))
         return;
-    /* In order from the range's first byte, as tcp and the fabric tell it; anything else is
-     * set once the range is all in (eng_part_checked). */
-    if (p != part->e->store->base + t->obj->offset + part->off + part->rlanded ||
-        n > part->size - part->rlanded)
+    size = w->parent ? w->size : t->obj->data_size + t->obj->metadata_size;
+    /* In order from the range's first byte, as tcp and the fabric tell it; a part's bytes told
+     * otherwise are set once its range is all in (eng_part_checked), a whole object's at its
+     * seal. */
+    if (p != w->e->store->base + t->obj->offset + off + w->rlanded || n > size - w->rlanded)
         return;
-    done = part->rlanded / DIGEST_CHUNK;
-    part->rlanded += n;
-    if (part->rlanded == part->size)
-        eng_relay_have(t, part->off / DIGEST_CHUNK + done, chunks_of(part->size) - done, 1);
-    else if (part->rlanded / DIGEST_CHUNK > done)
-        eng_relay_have(t, part->off / DIGEST_CHUNK + done, part->rlanded / DIGEST_CHUNK - done, 1);
+    done = w->rlanded / DIGEST_CHUNK;
+    w->rlanded += n;
+    if (w->rlanded == size)
+        eng_relay_have(t, off / DIGEST_CHUNK + done, chunks_of(size) - done, 1);
+    else if (w->rlanded / DIGEST_CHUNK > done)
+        eng_relay_have(t, off / DIGEST_CHUNK + done, w->rlanded / DIGEST_CHUNK - done, 1);
 }
 
 void eng_relay_end(struct want *w)
@@ -124,16 +126,28 @@ static int source_cmp(const void *pa, const void *pb)
     return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : strcmp(a->id, b->id);
 }
 
+/* Whether a lists node as a whole holder. */
+static int listed_whole(const struct directory_answer *a, const char *node)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (!a->nodes[i].seq && strcmp(a->nodes[i].id, node) == 0)
+            return 1;
+    return 0;
+}
+
 /* Whether h may hold a range for w: live (the lookup says so), not this node, not tried, and
- * a whole holder or a receiver that began before w. */
-static int source_ok(const struct want *w, const struct directory_node *h)
+ * a whole holder or a receiver that began before w (and has not finished: then it is listed
+ * whole too, once its withdrawal as a partial holder is behind its publication). */
+static int source_ok(const struct want *w, const struct directory_answer *a,
+                     const struct directory_node *h)
 {
     return strcmp(h->id, w->e->node_id) != 0 && !eng_want_tried(w, h->id) &&
-           (!h->seq || h->seq < w->relay_seq);
+           (!h->seq || (h->seq < w->relay_seq && !listed_whole(a, h->id)));
 }
 
 /* The holders of w's ranges, in the order they are asked: the receivers before it, latest
- * first, then the whole holders; at most ENGINE_SPLIT_MAX, each node once. */
+ * first, then the whole holders; at most ENGINE_SPLIT_MAX, each node once; none without a
+ * receiver before it. */
 static size_t relay_sources(struct want *w, const struct directory_answer *a, struct peer **out)
 {
     const struct directory_node **c = malloc((a->n ? a->n : 1) * sizeof(*c));
@@ -142,9 +156,11 @@ static size_t relay_sources(struct want *w, const struct directory_answer *a, st
     if (!c)
         return 0;
     for (size_t i = 0; i < a->n; i++)
-        if (source_ok(w, &a->nodes[i]))
+        if (source_ok(w, a, &a->nodes[i]))
             c[nc++] = &a->nodes[i];
     qsort(c, nc, sizeof(*c), source_cmp);
+    if (nc && !c[0]->seq)
+        nc = 0; /* no receiver before it: w is fetched as usual */
     for (size_t i = 0; i < nc && n < ENGINE_SPLIT_MAX; i++) {
         struct peer *p;
         int dup = 0;
@@ -165,7 +181,7 @@ int eng_relay(struct want *w, const struct directory_answer *a)
     struct engine *e = w->e;
     struct peer *peers[ENGINE_SPLIT_MAX];
     uint64_t k, nparts;
-    size_t n, whole;
+    size_t n;
 
     if (!e->dir || w->relay_off)
         return 0;
@@ -178,13 +194,12 @@ int eng_relay(struct want *w, const struct directory_answer *a)
         w->state = WANT_LOOKUP;
         return 1;
     }
-    if ((n = relay_sources(w, a, peers)) == 0)
-        return 0; /* nobody to ask: as usual (it retries) */
+    /* Without a receiver before it, from the whole holders as usual (whole, or split): its
+     * copy still serves what has landed. */
+    if ((n = relay_sources(w, a, peers)) == 0 || !w->split_seq[0])
+        return 0;
     nparts = chunks_of(w->size) / (RELAY_RANGE / DIGEST_CHUNK) +
              (chunks_of(w->size) % (RELAY_RANGE / DIGEST_CHUNK) != 0);
-    /* From a partial holder, every range from the one before; else dealt in turn over the
-     * whole holders. */
-    whole = w->split_seq[0] ? 1 : n;
     w->state = WANT_RECEIVING;
     w->split_made = 0;
     w->recheck = 0;
@@ -204,8 +219,8 @@ int eng_relay(struct want *w, const struct directory_answer *a)
             break;
         }
         w->parts_out++;
-        part->relayed = w->split_seq[k % whole] != 0;
-        eng_peer_enqueue(peers[k % whole], part);
+        part->relayed = 1; /* every range from the receiver before it */
+        eng_peer_enqueue(peers[0], part);
     }
     w->nranges = (uint32_t)k;
     return 1;

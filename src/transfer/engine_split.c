@@ -197,10 +197,8 @@ int eng_split(struct want *w, const struct directory_answer *a)
 static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
     w->split_made = 1;
-    if (eng_want_create(w, re->data_size, re->metadata_size) == 0) {
+    if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
         w->landed = w->handed = w->size; /* its chunks are checked by the parts, range by range */
-        eng_relay_made(w);
-    }
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,

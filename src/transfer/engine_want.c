@@ -179,8 +179,10 @@ int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size)
     int rc = store_create(w->e->store, &w->id, data_size, metadata_size, w->e, &w->obj);
 
     w->room = rc == FERRY_EAGAIN;
-    if (rc == 0)
+    if (rc == 0) {
+        eng_relay_made(w);
         return 0;
+    }
     w->obj = NULL;
     if (rc != FERRY_EAGAIN && rc != FERRY_EEXIST)
         eng_want_finish(w, rc);
