@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
-            "               [--split-min SIZE] [--timers NAME=MS,...]]\n"
+            "               [--split-min SIZE] [--relay-min SIZE] [--timers NAME=MS,...]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
@@ -104,6 +104,9 @@ static void usage(FILE *f)
             "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
             "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
             "                      from one)\n"
+            "  --relay-min SIZE    a node fetching an object of at least SIZE serves the ranges\n"
+            "                      it has to other nodes fetching it, before it has all of it\n"
+            "                      (default %s; 0: never)\n"
             "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
             "                      defaults suit every network): stall (%d: a peer that owes\n"
             "                      bytes and sends none is dropped), handshake (%d), answer\n"
@@ -119,8 +122,8 @@ static void usage(FILE *f)
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
             LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
             STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT, transport_names(),
-            FERRYD_DEFAULT_SPLIT_MIN_TEXT, ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS,
-            ENGINE_BREAKER_MS, ENGINE_RATE_MS);
+            FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT, ENGINE_STALL_MS,
+            ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS, ENGINE_RATE_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -313,6 +316,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"eager-max", required_argument, NULL, 'E'},
                                          {"fabric-window", required_argument, NULL, 'W'},
                                          {"split-min", required_argument, NULL, 'R'},
+                                         {"relay-min", required_argument, NULL, 'Y'},
                                          {"timers", required_argument, NULL, 'T'},
                                          {"metrics", required_argument, NULL, 'x'},
                                          {"log-format", required_argument, NULL, 'L'},
@@ -333,6 +337,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->eager_max = ENGINE_EAGER_AUTO;
     cfg->spill_at = FERRYD_DEFAULT_SPILL_AT;
     (void)size_parse(FERRYD_DEFAULT_SPLIT_MIN_TEXT, &cfg->split_min);
+    (void)size_parse(FERRYD_DEFAULT_RELAY_MIN_TEXT, &cfg->relay_min);
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1 && rc == 0) {
         switch (c) {
         case 's':
@@ -403,6 +408,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'R':
             rc = size_parse(optarg, &cfg->split_min);
+            break;
+        case 'Y':
+            rc = size_parse(optarg, &cfg->relay_min);
             break;
         case 'T':
             rc = engine_timers_parse(optarg, &cfg->timers);

@@ -506,6 +506,7 @@ static int open_cluster(struct server *s)
                                .eager_max = c->eager_max,
                                .fabric_window = c->fabric_window,
                                .split_min = c->split_min,
+                               .relay_min = c->relay_min,
                                .timers = c->timers};
     uint8_t secret[1024];
     char names[64];

@@ -36,6 +36,7 @@ struct subscriber;
 /* Objects of at least this size that several nodes hold are fetched in ranges from them all
  * (measured: docs/architecture.md, "Several holders at once"). */
 #define FERRYD_DEFAULT_SPLIT_MIN_TEXT "64M"
+#define FERRYD_DEFAULT_RELAY_MIN_TEXT "64M"
 
 struct server_config {
     const char *socket_path;
@@ -58,6 +59,7 @@ struct server_config {
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
     uint64_t split_min; /* objects of at least this size come in ranges from several holders */
+    uint64_t relay_min; /* a node receiving an object of at least this size serves its ranges */
     struct engine_timers timers; /* the protocol's timers (0: the defaults) */
     int strict_ids;              /* a seal waits for the directory to confirm the id's content */
     const char *metrics_addr;    /* HOST:PORT for Prometheus' scrapes, or NULL */

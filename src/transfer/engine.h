@@ -77,6 +77,9 @@ struct engine_config {
     /* Objects of at least this many recorded bytes are fetched in ranges from up to 4 holders
      * at once (0: always whole, from one). */
     uint64_t split_min;
+    /* A node receiving an object of at least this many recorded bytes serves the ranges it has
+     * to others (engine_relay.c; 0: never). */
+    uint64_t relay_min;
     struct engine_timers timers;
 };
 

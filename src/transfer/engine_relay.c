@@ -183,7 +183,8 @@ int eng_relay(struct want *w, const struct directory_answer *a)
     uint64_t k, nparts;
     size_t n;
 
-    if (!e->dir || w->relay_off)
+    if (!e->dir || w->relay_off || !e->cfg.relay_min || w->no_split || !w->has_content ||
+        w->size < e->cfg.relay_min)
         return 0;
     if (!w->relay_seq) {
         if (w->relay_asking)

@@ -141,11 +141,11 @@ int eng_split(struct want *w, const struct directory_answer *a)
     uint64_t chunk;
     size_t n, k;
 
+    if (eng_relay(w, a))
+        return 1;
     if (!e->cfg.split_min || w->no_split || !w->has_content || w->size < e->cfg.split_min ||
         w->size < ENGINE_SPLIT_MAX)
         return 0;
-    if (eng_relay(w, a))
-        return 1;
     /* The cache may predate holders that came since: large enough to split, ask Redis (a
      * round trip against the transfer of split_min bytes). */
     if (a->cached && a->n < ENGINE_SPLIT_MAX && !w->split_asked) {

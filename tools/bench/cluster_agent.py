@@ -104,6 +104,17 @@ class Agent:
         self.client.fetch(names, timeout_ms=TIMEOUT_MS)
         return {"start": start, "end": time.monotonic()}
 
+    def check(self, names, size):
+        """Raises unless each name holds exactly the bytes its put made."""
+        for name in names:
+            buf = self.client.get(name, timeout_ms=TIMEOUT_MS)
+            try:
+                if bytes(buf) != pattern(name, size):
+                    raise RuntimeError(f"{name}: other bytes than were put")
+            finally:
+                buf.release()
+        return {}
+
     def reads(self, names):
         us = []
         for name in names:

@@ -16,7 +16,11 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
   shuffle    every node holds an object of --shuffle bytes / (N-1) for each other node and
              fetches its N-1 at once (all-to-all; each node receives --shuffle bytes)
   broadcast  a --broadcast object on node 1, nodes 2..N ask for it at once: time to the last,
-             each node's rate, against node 2's fetch of such an object alone
+             each node's rate, against node 2's fetch of such an object alone; every copy
+             checked bit-exact; the ranges receivers relayed to each other (ferry stat)
+  broadcast-join  the same, the receivers' starts spread over --join-spread seconds
+  broadcast-kill  the same, node 3 (a receiver, relaying) killed half a lone fetch's time in:
+             the others must still complete (runs last: the node stays dead)
 hot and pair run on the first N only; the others on every N. The link's payload rate (the
 bound of gather, shuffle and broadcast) is a raw TCP stream of --link-probe bytes on each
 testbed. Progress on stderr; a table on stdout, or with --json the JSON document on stdout and
@@ -322,28 +326,85 @@ def shuffle(tb, total, link_mib_s):
     return out
 
 
-def broadcast(tb, size, link_mib_s):
+BCAST_COUNTERS = ("transfer_failures", "split_fetches", "relays", "ranges_relayed",
+                  "relay_waits_expired")
+
+
+def node_stats(tb, nodes):
+    return {n: s["stats"] for n, s in tb.all({n: ("stats", {}) for n in nodes}).items()}
+
+
+def kill_node(tb, node):
+    with open(os.path.join(tb.state, f"node{node}", "pid")) as f:
+        os.kill(int(f.read().strip()), signal.SIGKILL)
+
+
+def fetch_spread(tb, nodes, name, spread_s, kill=None):
+    """nodes fetch name, the k-th starting spread_s * k / (len - 1) after the first; with kill
+    = (node, seconds), that node's daemon is killed that long after the first start. {node:
+    (start, end)} of the nodes that completed, the first start, and the killed node's error."""
+    at = time.monotonic() + START_LEAD_S
+    step = spread_s / max(len(nodes) - 1, 1)
+    for k, n in enumerate(nodes):
+        tb.agents[n].send("fetch", names=[name], at=at + k * step)
+    killed_why = None
+    if kill:
+        time.sleep(max(0.0, at + kill[1] - time.monotonic()))
+        kill_node(tb, kill[0])
+    got = {}
+    for n in nodes:
+        try:
+            g = tb.agents[n].answer()
+            got[n] = (g["start"], g["end"])
+        except RuntimeError as e:
+            if not kill or n != kill[0]:
+                raise
+            killed_why = str(e)
+    return got, at, killed_why
+
+
+def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
+    """size bytes on node 1, nodes 2..N ask for them (at once, or their starts spread over
+    spread_s; with kill, 20 ms apart in order and node 3, the second, killed half a lone
+    fetch's time in): the time to the last
+    (from the first start, and from its own start), beside node 2's fetch of such an object
+    alone; each receiver's copy checked bit-exact."""
     tb.agents[1].call("put", names=["bcast-alone"], size=size)
     alone = fetch_alone(tb, 2, ["bcast-alone"])
     for node in (1, 2):
         tb.agents[node].call("delete", names=["bcast-alone"])
     tb.agents[1].call("put", names=["bcast"], size=size)
-    receivers = range(2, tb.n + 1)
-    before = tb.all({n: ("stats", {}) for n in receivers})
-    per, span = at_once(tb, {n: ["bcast"] for n in receivers})
-    after = tb.all({n: ("stats", {}) for n in receivers})
-    counted = {k: sum(after[n]["stats"][k] - before[n]["stats"][k] for n in receivers)
-               for k in ("transfer_failures", "split_fetches")}
-    out = {"size": size, "receivers": tb.n - 1, "last_s": span, "alone_s": alone,
-           "ratio_to_alone": span / alone, "bound_s": size / MIB / link_mib_s,
-           "per_node_mib_s": {n: size / s / MIB for n, s in per.items()}, **counted}
+    receivers = list(range(2, tb.n + 1))
+    victim = 3 if kill else None
+    if kill:  # 20 ms apart, in order: node 3 is the second receiver, the third's source
+        spread_s = 0.02 * (len(receivers) - 1)
+    before = node_stats(tb, range(1, tb.n + 1))
+    got, at, killed_why = fetch_spread(tb, receivers, "bcast", spread_s,
+                                       (victim, alone / 2) if kill else None)
+    got.pop(victim, None)  # done before it was killed, or not: its daemon is gone
+    live = [n for n in range(1, tb.n + 1) if n != victim]
+    after = node_stats(tb, live)
+    counted = {k: sum(after[n][k] - before[n][k] for n in live) for k in BCAST_COUNTERS}
+    tb.all({n: ("check", {"names": ["bcast"], "size": size}) for n in got})
+    span = max(e for _, e in got.values()) - at
+    own = max(e - s for s, e in got.values())
+    out = {"size": size, "receivers": tb.n - 1, "spread_s": spread_s, "killed": victim,
+           "killed_error": killed_why, "completed": len(got), "last_s": span, "alone_s": alone,
+           "ratio_to_alone": span / alone, "longest_own_s": own,
+           "own_ratio_to_alone": own / alone, "bound_s": size / MIB / link_mib_s,
+           "per_node_mib_s": {n: size / (e - s) / MIB for n, (s, e) in got.items()},
+           "bit_exact": True, **counted}
     rates = sorted(out["per_node_mib_s"].values())
-    log(f"broadcast {size_text(size)} to {tb.n - 1} nodes at once: last after {span:.2f} s = "
+    how = (f"starts spread over {spread_s:.1f} s" if spread_s else "at once") + \
+        (f", node {victim} killed after {alone / 2:.2f} s" if kill else "")
+    log(f"broadcast {size_text(size)} to {tb.n - 1} nodes ({how}): last after {span:.2f} s = "
         f"{span / alone:.2f} x one node's fetch alone ({alone:.2f} s; the link's bound "
-        f"{out['bound_s']:.2f} s); per node {rates[0]:.1f}-{rates[-1]:.1f} MiB/s; the receivers "
-        f"counted {counted['transfer_failures']} failed transfers and "
-        f"{counted['split_fetches']} fetches in ranges from several holders")
-    tb.all({n: ("delete", {"names": ["bcast"]}) for n in range(1, tb.n + 1)})
+        f"{out['bound_s']:.2f} s); the longest fetch {own:.2f} s = {own / alone:.2f} x; "
+        f"{len(got)} of {tb.n - 1} done, bit-exact; per node {rates[0]:.1f}-{rates[-1]:.1f} "
+        f"MiB/s; counted {counted['ranges_relayed']} ranges relayed by receivers, "
+        f"{counted['transfer_failures']} failed transfers, {counted['relay_waits_expired']} "
+        f"relay waits expired")
+    tb.all({n: ("delete", {"names": ["bcast"]}) for n in live})
     return out
 
 
@@ -374,9 +435,14 @@ def one_testbed(a, n, first, wire_bits):
             doc["hot"] = hot(tb, a.hot_sizes, doc["rtt"]["node_us"])
         if first and "pair" in work:
             doc["pair"] = pair(tb, a.sizes, a.runs)
-        for name, run in (("gather", lambda: gather(tb, a.gather, doc["link_mib_s"], wire_bits)),
-                          ("shuffle", lambda: shuffle(tb, a.shuffle, doc["link_mib_s"])),
-                          ("broadcast", lambda: broadcast(tb, a.broadcast, doc["link_mib_s"]))):
+        rate = doc["link_mib_s"]
+        for name, run in (("gather", lambda: gather(tb, a.gather, rate, wire_bits)),
+                          ("shuffle", lambda: shuffle(tb, a.shuffle, rate)),
+                          ("broadcast", lambda: broadcast(tb, a.broadcast, rate)),
+                          ("broadcast-join",
+                           lambda: broadcast(tb, a.broadcast, rate, spread_s=a.join_spread)),
+                          ("broadcast-kill",  # last: it leaves a node dead
+                           lambda: broadcast(tb, a.broadcast, rate, kill=True))):
             if name in work:
                 doc[name] = attempt(tb, name, run)
         return doc
@@ -398,7 +464,7 @@ def table(doc, f):
         for r in t.get("pair", []):
             p(f"  pair {size_text(r['size']):>4}: ferry {r['ferry_mib_s']:7.1f} MiB/s  raw TCP "
               f"{r['raw_mib_s']:7.1f} MiB/s  ratio {r['ratio']:.3f}")
-        for name in ("gather", "shuffle", "broadcast"):
+        for name in RESULTS:
             if "error" in t.get(name, {}):
                 p(f"  {name}: failed: {t[name]['error']}")
         if "gather" in t and "error" not in t["gather"]:
@@ -411,33 +477,41 @@ def table(doc, f):
               f"{s['bound_s']:.2f} s, raw TCP {s['raw_span_s']:.2f} s, ratio "
               f"{s['ratio_to_raw']:.2f}), links {s['busy']:.1%} busy, least busy node "
               f"{s['min_node_busy']:.1%}")
-        if "broadcast" in t and "error" not in t["broadcast"]:
-            b = t["broadcast"]
-            p(f"  broadcast {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
-              f"{b['ratio_to_alone']:.2f} x alone (bound {b['bound_s']:.2f} s)")
+        for name in ("broadcast", "broadcast-join", "broadcast-kill"):
+            if name not in t or "error" in t[name]:
+                continue
+            b = t[name]
+            p(f"  {name} {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
+              f"{b['ratio_to_alone']:.2f} x alone, the longest fetch {b['longest_own_s']:.2f} s "
+              f"= {b['own_ratio_to_alone']:.2f} x (bound {b['bound_s']:.2f} s); "
+              f"{b['completed']} done, {b['ranges_relayed']} ranges relayed")
 
 
-def plots(doc, out_dir):
+def plots(doc, out_dir, before=None):
     if not shutil.which("gnuplot"):
         raise SystemExit("--plot needs gnuplot, which is not on $PATH (Debian: apt-get install "
                          "gnuplot-nox)")
     os.makedirs(out_dir, exist_ok=True)
     beds = doc["testbeds"]
+    earlier = {t["nodes"]: t.get("broadcast", {}).get("last_s", "NaN")
+               for t in (before or {}).get("testbeds", [])}
     with open(os.path.join(out_dir, "cluster-n.dat"), "w") as f:
         f.write("# N broadcast_s broadcast_bound_s shuffle_s shuffle_bound_s shuffle_raw_s "
-                "broadcast_serial_s\n")
+                "broadcast_serial_s broadcast_before_s broadcast_alone_s\n")
         for t in beds:
             b, s = t.get("broadcast", {}), t.get("shuffle", {})
             f.write(f"{t['nodes']} {b.get('last_s', 'NaN')} {b.get('bound_s', 'NaN')} "
                     f"{s.get('span_s', 'NaN')} {s.get('bound_s', 'NaN')} "
                     f"{s.get('raw_span_s', 'NaN')} "
-                    f"{b['receivers'] * b['alone_s'] if 'alone_s' in b else 'NaN'}\n")
+                    f"{b['receivers'] * b['alone_s'] if 'alone_s' in b else 'NaN'} "
+                    f"{earlier.get(t['nodes'], 'NaN')} {b.get('alone_s', 'NaN')}\n")
     pair_rows = next((t["pair"] for t in beds if "pair" in t), [])
     with open(os.path.join(out_dir, "cluster-pair.dat"), "w") as f:
         f.write("# size_bytes ferry_mib_s raw_mib_s\n")
         for r in pair_rows:
             f.write(f"{r['size']} {r['ferry_mib_s']} {r['raw_mib_s']}\n")
     b0 = next((t["broadcast"] for t in beds if "broadcast" in t), {"size": 0})
+    before_label = (before or {}).get("ferryd_args") or "none given"
     s0 = next((t["shuffle"] for t in beds if "shuffle" in t), {"total": 0})
     script = f"""# ferry-bench cluster charts; run `gnuplot cluster.gp` in this directory.
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {{
@@ -453,6 +527,8 @@ set output "cluster-broadcast.png"
 set title "broadcast of {size_text(b0['size'])} from one node to N-1 ({doc['rate']} links)" noenhanced
 set yrange [0:*]
 plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \\
+     "" using 1:8 with linespoints title "ferry before (--before: {before_label})", \\
+     "" using 1:9 with lines dashtype 4 title "one node's fetch alone (a pair)", \\
      "" using 1:7 with lines dashtype 3 title "N-1 fetches, one after another, from the one holder", \\
      "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP): a pipeline's bound"
 set output "cluster-shuffle.png"
@@ -474,7 +550,8 @@ plot "cluster-pair.dat" using 1:2 with linespoints title "ferry", \\
     log(f"charts: {out_dir}/cluster-broadcast.png, cluster-shuffle.png, cluster-pair.png")
 
 
-WORKLOADS = ("hot", "pair", "gather", "shuffle", "broadcast")
+WORKLOADS = ("hot", "pair", "gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
+RESULTS = ("gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
 
 
 def main():
@@ -493,6 +570,10 @@ def main():
     ap.add_argument("--gather", default="224M", help="bytes gathered (default 224M)")
     ap.add_argument("--shuffle", default="224M", help="bytes each node receives (default 224M)")
     ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
+    ap.add_argument("--join-spread", type=float, default=1.0,
+                    help="broadcast-join: receivers' starts spread over this many seconds")
+    ap.add_argument("--before", metavar="FILE", help="--plot: an earlier run's JSON whose "
+                    "broadcast is drawn beside this one's (e.g. --ferryd-args \"--relay-min 0\")")
     ap.add_argument("--link-probe", default="64M", help="raw stream measuring the link")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--ferryd-args", metavar="ARGS", help="more arguments for every ferryd "
@@ -528,9 +609,9 @@ def main():
         json.dump(doc, sys.stdout, indent=1)
         print()
     if a.plot:
-        plots(doc, a.plot)
+        plots(doc, a.plot, json.load(open(a.before)) if a.before else None)
     failed = [f"{name} on {t['nodes']} nodes" for t in doc["testbeds"]
-              for name in ("gather", "shuffle", "broadcast") if "error" in t.get(name, {})]
+              for name in RESULTS if "error" in t.get(name, {})]
     if failed:
         log(f"failed: {', '.join(failed)}")
         sys.exit(1)
