@@ -41,7 +41,8 @@ static void usage(FILE *f)
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
             "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
-            "               [--split-min SIZE] [--relay-min SIZE] [--timers NAME=MS,...]]\n"
+            "               [--split-min SIZE] [--relay-min SIZE] [--no-relay-check]\n"
+            "               [--timers NAME=MS,...]]\n"
             "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
             "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
             "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
@@ -107,6 +108,9 @@ static void usage(FILE *f)
             "  --relay-min SIZE    a node fetching an object of at least SIZE serves the ranges\n"
             "                      it has to other nodes fetching it, before it has all of it\n"
             "                      (default %s; 0: never)\n"
+            "  --no-relay-check    take ranges from such nodes unchecked, as from nodes that\n"
+            "                      hold the whole object (default: each chunk is checked\n"
+            "                      against its digest as it lands; --verify checks all)\n"
             "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
             "                      defaults suit every network): stall (%d: a peer that owes\n"
             "                      bytes and sends none is dropped), handshake (%d), answer\n"
@@ -317,6 +321,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"fabric-window", required_argument, NULL, 'W'},
                                          {"split-min", required_argument, NULL, 'R'},
                                          {"relay-min", required_argument, NULL, 'Y'},
+                                         {"no-relay-check", no_argument, NULL, 'Z'},
                                          {"timers", required_argument, NULL, 'T'},
                                          {"metrics", required_argument, NULL, 'x'},
                                          {"log-format", required_argument, NULL, 'L'},
@@ -411,6 +416,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'Y':
             rc = size_parse(optarg, &cfg->relay_min);
+            break;
+        case 'Z':
+            cfg->relay_unchecked = 1;
             break;
         case 'T':
             rc = engine_timers_parse(optarg, &cfg->timers);

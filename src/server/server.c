@@ -507,6 +507,7 @@ static int open_cluster(struct server *s)
                                .fabric_window = c->fabric_window,
                                .split_min = c->split_min,
                                .relay_min = c->relay_min,
+                               .relay_unchecked = c->relay_unchecked,
                                .timers = c->timers};
     uint8_t secret[1024];
     char names[64];

@@ -58,8 +58,9 @@ struct server_config {
     const char *fabric_provider; /* NULL: any */
     uint64_t eager_max;          /* ENGINE_EAGER_AUTO: the provider's measured default */
     uint32_t fabric_window;
-    uint64_t split_min; /* objects of at least this size come in ranges from several holders */
-    uint64_t relay_min; /* a node receiving an object of at least this size serves its ranges */
+    uint64_t split_min;  /* objects of at least this size come in ranges from several holders */
+    uint64_t relay_min;  /* a node receiving an object of at least this size serves its ranges */
+    int relay_unchecked; /* --no-relay-check */
     struct engine_timers timers; /* the protocol's timers (0: the defaults) */
     int strict_ids;              /* a seal waits for the directory to confirm the id's content */
     const char *metrics_addr;    /* HOST:PORT for Prometheus' scrapes, or NULL */

@@ -80,6 +80,7 @@ struct engine_config {
     /* A node receiving an object of at least this many recorded bytes serves the ranges it has
      * to others (engine_relay.c; 0: never). */
     uint64_t relay_min;
+    int relay_unchecked; /* ranges from partial holders are taken as whole holders' are */
     struct engine_timers timers;
 };
 

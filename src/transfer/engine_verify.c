@@ -9,11 +9,13 @@
 #define NO_CHUNK UINT64_MAX
 
 /* Whether w's bytes are checked, chunk by chunk, against the holder's tree before the seal:
- * with --verify only (SHA-256 of every byte costs a core per ~1.9 GB/s; without it a transfer
- * is as fast as before the digest). The holder's reply is checked either way (eng_inherits). */
+ * with --verify (SHA-256 of every byte costs a core per ~1.9 GB/s; without it a transfer is as
+ * fast as before the digest), and a range from a partial holder unless --no-relay-check: a
+ * copy nobody checked would otherwise be passed down a chain of relays, and a bad range is
+ * named at its first hop. The holder's reply is checked either way (eng_inherits). */
 int eng_checked(const struct want *w)
 {
-    return w->e->cfg.verify || w->relayed;
+    return w->e->cfg.verify || (w->relayed && !w->e->cfg.relay_unchecked);
 }
 
 /* Whether w takes the holder's tree from its reply and seals with it: with --verify (its

@@ -167,7 +167,9 @@ class Agent:
                 us.append((time.perf_counter() - t0) * 1e6)
         return {"us": us}
 
-    def raw_recv(self, addr, port, size):
+    def raw_recv(self, addr, port, size, forward=None):
+        """Receives size bytes on addr:port (a thread; raw_result says when they were in); with
+        forward, passes each piece on to forward:port as it comes (a raw TCP relay chain)."""
         srv = socket.create_server((addr, port))
         srv.settimeout(60)  # a sender that never comes frees the port
         self.raw = None
@@ -175,6 +177,7 @@ class Agent:
         def receive():
             try:
                 conn, _ = srv.accept()
+                out = socket.create_connection((forward, port), timeout=30) if forward else None
                 got, buf = 0, bytearray(CHUNK)
                 with conn:
                     while got < size:
@@ -182,6 +185,10 @@ class Agent:
                         if not n:
                             break
                         got += n
+                        if out:
+                            out.sendall(memoryview(buf)[:n])
+                if out:
+                    out.close()
                 self.raw = {"bytes": got, "end": time.monotonic()}
             except OSError as e:
                 self.raw = {"error": str(e)}

@@ -173,6 +173,20 @@ def raw_stream(tb, src, dst, size):
     return got["end"] - start  # one clock in every namespace: connect to the last byte
 
 
+def raw_chain(tb, nodes, size):
+    """Seconds size bytes take through a raw TCP relay chain from node 1 through nodes, each
+    passing on what it receives as it comes: the pipeline this machine's cores allow."""
+    for k, n in enumerate(nodes):
+        nxt = tb.addr(nodes[k + 1]) if k + 1 < len(nodes) else None
+        tb.agents[n].call("raw_recv", addr=tb.addr(n), port=PORT + 4, size=size, forward=nxt)
+    start = tb.agents[1].call("raw_send", addr=tb.addr(nodes[0]), port=PORT + 4,
+                              size=size)["start"]
+    got = tb.all({n: ("raw_result", {}) for n in nodes})
+    if any(g["bytes"] != size for g in got.values()):
+        raise RuntimeError(f"raw chain: {got}")
+    return max(g["end"] for g in got.values()) - start
+
+
 def link_rate(tb, size, runs):
     """The link's payload rate in MiB/s: the median of runs raw streams, node 1 to node 2."""
     rates = [size / raw_stream(tb, 1, 2, size) / MIB for _ in range(runs)]
@@ -279,11 +293,12 @@ def gather(tb, total, link_mib_s, wire_bits):
     return out
 
 
-def cpu_seconds(tb):
-    """CPU seconds so far of every node's ferryd, and of the whole machine (busy, all cores)."""
+def cpu_seconds(tb, skip=None):
+    """CPU seconds so far of every node's ferryd (but skip's), and of the whole machine (busy,
+    all cores)."""
     tick = os.sysconf("SC_CLK_TCK")
     daemons = 0
-    for n in tb.agents:
+    for n in (n for n in tb.agents if n != skip):
         with open(os.path.join(tb.state, f"node{n}", "pid")) as f:
             pid = f.read().strip()
         with open(f"/proc/{pid}/stat") as f:
@@ -373,14 +388,17 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
     alone = fetch_alone(tb, 2, ["bcast-alone"])
     for node in (1, 2):
         tb.agents[node].call("delete", names=["bcast-alone"])
-    tb.agents[1].call("put", names=["bcast"], size=size)
     receivers = list(range(2, tb.n + 1))
+    chain = raw_chain(tb, receivers, size) if not spread_s and not kill else None
+    tb.agents[1].call("put", names=["bcast"], size=size)
     victim = 3 if kill else None
     if kill:  # 20 ms apart, in order: node 3 is the second receiver, the third's source
         spread_s = 0.02 * (len(receivers) - 1)
     before = node_stats(tb, range(1, tb.n + 1))
+    cpu0 = cpu_seconds(tb)
     got, at, killed_why = fetch_spread(tb, receivers, "bcast", spread_s,
                                        (victim, alone / 2) if kill else None)
+    cpu1 = cpu_seconds(tb, skip=victim)
     got.pop(victim, None)  # done before it was killed, or not: its daemon is gone
     live = [n for n in range(1, tb.n + 1) if n != victim]
     after = node_stats(tb, live)
@@ -393,7 +411,9 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
            "ratio_to_alone": span / alone, "longest_own_s": own,
            "own_ratio_to_alone": own / alone, "bound_s": size / MIB / link_mib_s,
            "per_node_mib_s": {n: size / (e - s) / MIB for n, (s, e) in got.items()},
-           "bit_exact": True, **counted}
+           "bit_exact": True, "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
+           "raw_chain_s": chain, "ratio_to_raw_chain": span / chain if chain else None,
+           **counted}
     rates = sorted(out["per_node_mib_s"].values())
     how = (f"starts spread over {spread_s:.1f} s" if spread_s else "at once") + \
         (f", node {victim} killed after {alone / 2:.2f} s" if kill else "")
@@ -401,7 +421,9 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
         f"{span / alone:.2f} x one node's fetch alone ({alone:.2f} s; the link's bound "
         f"{out['bound_s']:.2f} s); the longest fetch {own:.2f} s = {own / alone:.2f} x; "
         f"{len(got)} of {tb.n - 1} done, bit-exact; per node {rates[0]:.1f}-{rates[-1]:.1f} "
-        f"MiB/s; counted {counted['ranges_relayed']} ranges relayed by receivers, "
+        f"MiB/s; the machine {out['machine_busy_cores']:.2f} of its {os.cpu_count()} cores "
+        f"busy; " + (f"a raw TCP relay chain through the same nodes {chain:.2f} s "
+                     f"({span / chain:.2f} x); " if chain else "") + f"counted {counted['ranges_relayed']} ranges relayed by receivers, "
         f"{counted['transfer_failures']} failed transfers, {counted['relay_waits_expired']} "
         f"relay waits expired")
     tb.all({n: ("delete", {"names": ["bcast"]}) for n in live})
