@@ -52,6 +52,8 @@ enum { A, B, C, D };
 #define STALL_MS h_timer_ms("stall", ENGINE_STALL_MS)
 /* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
 #define MAX_FAKE_RANGES 32
+/* The ranges a relayed object comes in (engine_int.h: RELAY_RANGE). */
+#define RELAY_RANGE_BYTES (2u << 20)
 /* How often a holder never connected within ANSWER_MS is asked (engine_int.h: UNREACHED_MAX). */
 #define UNREACHED_MAX 3
 
@@ -1383,6 +1385,95 @@ H_CLUSTER_TEST(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range)
     ferry_disconnect(a);
 }
 
+/* Lists fake node name (registered as a holder of id by register_fake_as) as a partial holder
+ * instead, the first receiver of id (seq 1), the way directory_relay does. */
+static void make_fake_partial(const struct h_cluster *cl, const char *name, const ferry_id *id)
+{
+    char key[64], holder[64], partial[64];
+    snprintf(key, sizeof(key), "ferry:obj:");
+    ferry_id_format(id, key + strlen(key));
+    snprintf(holder, sizeof(holder), "h:%s", name);
+    snprintf(partial, sizeof(partial), "p:%s", name);
+    h_redis_cmd(&cl->redis, (const char *[]){"HDEL", key, holder, NULL});
+    h_redis_cmd(&cl->redis, (const char *[]){"HSET", key, partial, "1:1", "pseq", "1", NULL});
+}
+
+/* A relays from a partial holder that serves other bytes than the record's under its root (a
+ * liar): with the relay check (the default), the liar's bad range is refused as it lands and
+ * named, in A's peers view too (while still connected), and moves to the whole holder; A seals
+ * the right bytes. */
+H_CLUSTER_TEST(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves)
+{
+    h_cluster_start(cl, 1, "96M", (const char *[]){"--relay-min", "1M", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *names[2] = {"liar", "honest"};
+    const uint64_t size = 4 * RELAY_RANGE_BYTES;
+    int port[2], lfd[2], cfd[2], status = 1;
+    uint64_t tag, digest;
+    struct wire_range r[MAX_FAKE_RANGES];
+    uint32_t n;
+    ferry_id x = h_id("relay-liar");
+    for (int i = 0; i < 2; i++) {
+        lfd[i] = h_tcp_listen(&port[i]);
+        register_fake_as(cl, names[i], port[i], NULL, &x);
+    }
+    make_fake_partial(cl, "liar", &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest), *bad = malloc(size);
+    assert_non_null(bad);
+    memcpy(bad, bytes, size);
+    bad[12345] ^= 0x40; /* in the first range's first chunk */
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 10000, &status);
+    /* Every range from the receiver before A, each alone in its pull, in order. */
+    cfd[0] = fake_accept(lfd[0], H_EVENT_MS);
+    if (cfd[0] < 0)
+        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd[0], names[0]);
+    for (uint64_t k = 0; k < size / RELAY_RANGE_BYTES; k++) {
+        read_pull_of(cfd[0], &x, 0, size, &tag, r, &n);
+        assert_int_equal(n, 1);
+        assert_int_equal(r[0].off, k * RELAY_RANGE_BYTES);
+        assert_int_equal(r[0].len, RELAY_RANGE_BYTES);
+        fake_reply_ranges(cfd[0], tag, size, digest, bad, r, n);
+    }
+    /* The bad range comes from the whole holder. */
+    cfd[1] = fake_accept(lfd[1], H_EVENT_MS);
+    if (cfd[1] < 0)
+        fail_msg("A did not connect to the whole holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd[1], names[1]);
+    read_pull_of(cfd[1], &x, 0, size, &tag, r, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(r[0].off, 0);
+    fake_reply_ranges(cfd[1], tag, size, digest, bytes, r, n);
+    h_fetch_join(&f, 15000);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the right bytes were not taken: rc %d (%s), status %d", f.rc,
+                 ferry_strerror(f.rc), status);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.relays - a0.relays, 1);
+    assert_int_equal(a1.chunks_refused - a0.chunks_refused, 1);
+    assert_int_equal(a1.ranges_moved - a0.ranges_moved, 1);
+    h_assert_object(a, &x, size, 0);
+    ferry_peer *peers = NULL;
+    size_t np = 0, i = 0;
+    H_OK(ferry_peers(a, &peers, &np));
+    while (i < np && !(strcmp(peers[i].node, "liar") == 0 && strstr(peers[i].why, "chunk 0")))
+        i++;
+    if (i == np)
+        fail_msg("the liar is not named for its chunk in A's peers view (%zu peers)", np);
+    ferry_free(peers);
+    free(bad);
+    free(bytes);
+    for (int k = 0; k < 2; k++) {
+        close(cfd[k]);
+        close(lfd[k]);
+    }
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* y: x (len bytes, len > 240) changed where XXH3_64bits_withSeed(., len, seed = len), ferry's
  * digest before SHA-256, cannot see it. For len > 240 XXH3 reads each 64-byte stripe s of a
  * 1024-byte block against the (seed-derived) secret at 8 s: lane l's word d, with k the secret's
@@ -1475,6 +1566,7 @@ int main(void)
         T(fetch_queued_on_a_silent_holder_survives_a_local_put),
         T(forged_bytes_with_the_same_xxh3_are_refused),
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
+        T(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),

@@ -360,8 +360,18 @@ static int is_peer(const struct engine *e, const char *node)
     return 0;
 }
 
+/* node's last failure, if it is among the recent ones. */
+static const struct recent_failure *recent_of(const struct engine *e, const char *node)
+{
+    for (size_t i = 0; i < RECENT_FAILURES; i++)
+        if (e->recent[i].at && strcmp(e->recent[i].node, node) == 0)
+            return &e->recent[i];
+    return NULL;
+}
+
 size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t max)
 {
+    const struct recent_failure *last;
     size_t n = 0;
 
     for (const struct peer *p = e->peers; p && n < max; p = p->next, n++) {
@@ -370,7 +380,12 @@ size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t
         snprintf(out[n].transport, sizeof(out[n].transport), "%s", p->conn->type->name);
         snprintf(out[n].provider, sizeof(out[n].provider), "%s",
                  p->conn->type->provider(p->conn->local));
-        snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
+        /* Still connected, and it failed lately (a bad chunk does not end a connection). */
+        if ((last = recent_of(e, p->node.id)))
+            snprintf(out[n].why, sizeof(out[n].why), "%.20s; failed %" PRIu64 " s ago: %.50s",
+                     p->why, (loop_now_ms() - last->at) / 1000, last->why);
+        else
+            snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
     }
     /* Holders that failed lately and are not connected now: transport "-", why the failure. */
     for (size_t i = 0; i < RECENT_FAILURES && n < max; i++) {
