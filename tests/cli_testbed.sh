@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_testbed.sh - four ferryd nodes in network namespaces (scripts/testbed.sh, 1 Gbit/s links):
-# a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a link taken
+# a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a broadcast of a
+# large one is relayed by its receivers, and one of them killed leaves its ranges to the others; a link taken
 # down and a holder killed in the middle of transfers end every fetch within its timeout (from
 # another holder, or with an error), the fetching node answering `ferry stat` within 1 s; a
 # fetch made while the directory is cut off completes once it is back; and
@@ -87,6 +88,57 @@ test_workloads_arrive_bit_exact() {
         done
     done
     [ $ok = 1 ] && pass || fail "shuffle: not every node got its objects bit-exact"
+}
+
+# counter NODE NAME: NODE's counter NAME (ferry stat --json).
+counter() {
+    on "$1" stat --json | python3 -c "import json, sys; print(json.load(sys.stdin)['$2'])"
+}
+
+# Nodes 2, 3 and 4 ask node 1 for one 96 MiB object at once: they relay it to each other
+# (ranges served by nodes other than the one holder, ferry stat's ranges_relayed), and every
+# copy is bit-exact.
+test_broadcast_is_relayed() {
+    local n pids=() ok=1 relayed=0 relays=0
+    object relay 100663296
+    on 1 put relay "$DIR/relay" >/dev/null || fail "relay: put"
+    for n in 2 3 4; do
+        on "$n" fetch relay --timeout 20000 >/dev/null &
+        pids+=($!)
+    done
+    for n in "${pids[@]}"; do wait "$n" || ok=0; done
+    for n in 2 3 4; do
+        arrived "$n" relay || ok=0
+        relayed=$((relayed + $(counter "$n" ranges_relayed)))
+        relays=$((relays + $(counter "$n" relays)))
+    done
+    echo "relay: the receivers served $relayed ranges to each other; $relays fetches relayed"
+    [ $ok = 1 ] && pass || fail "relay: not every node got the object bit-exact"
+    ok "relay: ranges were served by the receivers ($relayed)" test "$relayed" -gt 0
+    ok "relay: every receiver was a partial holder ($relays)" test "$relays" -eq 3
+}
+
+# Node 2 fetches a 96 MiB object from node 1, node 4 300 ms later (from node 2, the receiver
+# before it), and node 2 is killed 300 ms after that: node 4's ranges move to node 1, and it
+# completes bit-exact.
+test_a_relay_killed_leaves_its_ranges_to_the_others() {
+    local p2 p4 moved moved0
+    moved0=$(counter 4 ranges_moved)
+    object relayk 100663296
+    on 1 put relayk "$DIR/relayk" >/dev/null || fail "relay kill: put"
+    on 2 fetch relayk --timeout 20000 >/dev/null 2>&1 &
+    p2=$!
+    sleep 0.3
+    on 4 fetch relayk --timeout 20000 >"$DIR/relayk.out" 2>&1 &
+    p4=$!
+    sleep 0.3
+    kill -9 "$(cat "$STATE/node2/pid")"
+    if wait "$p4"; then pass; else fail "relay kill: node 4's fetch failed: $(head -c 300 "$DIR/relayk.out")"; fi
+    wait "$p2"
+    ok "relay kill: node 4's copy is bit-exact" arrived 4 relayk
+    moved=$(($(counter 4 ranges_moved) - moved0))
+    echo "relay kill: node 4 moved $moved ranges off the killed node"
+    ok "relay kill: node 4's ranges moved off the killed relay ($moved)" test "$moved" -gt 0
 }
 
 # A fetch NODE does of NAME (timeout 5 s) while FAULT runs 200 ms in: it must end within 8 s
@@ -205,8 +257,10 @@ if [ ! -f "$STATE/run" ]; then
     exit 1
 fi
 test_workloads_arrive_bit_exact
+test_broadcast_is_relayed
 test_faults_end_every_fetch_in_time
 test_directory_cut_off_then_back
+test_a_relay_killed_leaves_its_ranges_to_the_others
 test_bench_runs_every_workload
 test_nothing_is_left
 summary
