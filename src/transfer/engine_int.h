@@ -521,6 +521,14 @@ void eng_part_close(struct want *part);
 void eng_part_checked(struct want *part);
 
 /* engine_relay.c: partial holders */
+/* The holders a receiver of place seq (its directory_relay seq) takes ranges from, in order,
+ * into out (room for n): the partial holders that began before it, latest first, then the whole
+ * holders; each node once, never self nor one skip(ctx, node) refuses; a partial holder also
+ * listed whole counts as whole. Their number; 0 when no partial holder comes first (the
+ * receiver is then fetched as usual). */
+size_t eng_relay_order(const struct directory_node *nodes, size_t n, const char *self, uint64_t seq,
+                       int (*skip)(const void *ctx, const char *node), const void *ctx,
+                       const struct directory_node **out);
 /* Takes w (1) when it is relayed: registers it as a partial holder first (its lookups then
  * list partial holders), then deals its ranges to the receiver that began before it, else to
  * the whole holders; 0 to fetch it as usual. */

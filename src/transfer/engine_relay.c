@@ -126,48 +126,57 @@ static int source_cmp(const void *pa, const void *pb)
     return a->seq < b->seq ? 1 : a->seq > b->seq ? -1 : strcmp(a->id, b->id);
 }
 
-/* Whether a lists node as a whole holder. */
-static int listed_whole(const struct directory_answer *a, const char *node)
+/* Whether nodes lists node as a whole holder. */
+static int listed_whole(const struct directory_node *nodes, size_t n, const char *node)
 {
-    for (size_t i = 0; i < a->n; i++)
-        if (!a->nodes[i].seq && strcmp(a->nodes[i].id, node) == 0)
+    for (size_t i = 0; i < n; i++)
+        if (!nodes[i].seq && strcmp(nodes[i].id, node) == 0)
             return 1;
     return 0;
 }
 
-/* Whether h may hold a range for w: live (the lookup says so), not this node, not tried, and
- * a whole holder or a receiver that began before w (and has not finished: then it is listed
- * whole too, once its withdrawal as a partial holder is behind its publication). */
-static int source_ok(const struct want *w, const struct directory_answer *a,
-                     const struct directory_node *h)
+size_t eng_relay_order(const struct directory_node *nodes, size_t n, const char *self, uint64_t seq,
+                       int (*skip)(const void *ctx, const char *node), const void *ctx,
+                       const struct directory_node **out)
 {
-    return strcmp(h->id, w->e->node_id) != 0 && !eng_want_tried(w, h->id) &&
-           (!h->seq || (h->seq < w->relay_seq && !listed_whole(a, h->id)));
+    size_t k = 0, m = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct directory_node *h = &nodes[i];
+        if (strcmp(h->id, self) != 0 && !(skip && skip(ctx, h->id)) &&
+            !(h->seq && (h->seq >= seq || listed_whole(nodes, n, h->id))))
+            out[k++] = h;
+    }
+    qsort(out, k, sizeof(*out), source_cmp);
+    for (size_t j = 0; j < k; j++) { /* a node listed twice (two runs) is asked once */
+        int seen = 0;
+        for (size_t q = 0; q < m && !seen; q++)
+            seen = strcmp(out[q]->id, out[j]->id) == 0;
+        if (!seen)
+            out[m++] = out[j];
+    }
+    return m && out[0]->seq ? m : 0;
 }
 
-/* The holders of w's ranges, in the order they are asked: the receivers before it, latest
- * first, then the whole holders; at most ENGINE_SPLIT_MAX, each node once; none without a
- * receiver before it. */
+static int tried(const void *ctx, const char *node)
+{
+    return eng_want_tried(ctx, node);
+}
+
+/* The holders of w's ranges, in the order eng_relay_order gives, connected to (or being
+ * connected to), at most ENGINE_SPLIT_MAX. */
 static size_t relay_sources(struct want *w, const struct directory_answer *a, struct peer **out)
 {
     const struct directory_node **c = malloc((a->n ? a->n : 1) * sizeof(*c));
-    size_t nc = 0, n = 0;
+    size_t nc, n = 0;
 
     if (!c)
         return 0;
-    for (size_t i = 0; i < a->n; i++)
-        if (source_ok(w, a, &a->nodes[i]))
-            c[nc++] = &a->nodes[i];
-    qsort(c, nc, sizeof(*c), source_cmp);
-    if (nc && !c[0]->seq)
-        nc = 0; /* no receiver before it: w is fetched as usual */
+    nc = eng_relay_order(a->nodes, a->n, w->e->node_id, w->relay_seq, tried, w, c);
     for (size_t i = 0; i < nc && n < ENGINE_SPLIT_MAX; i++) {
-        struct peer *p;
-        int dup = 0;
-        for (size_t k = 0; k < n && !dup; k++)
-            dup = strcmp(w->split[k], c[i]->id) == 0;
-        if (dup || !(p = eng_peer_get(w->e, c[i])))
-            continue; /* a node listed twice, or one that cannot be connected to now */
+        struct peer *p = eng_peer_get(w->e, c[i]);
+        if (!p)
+            continue; /* cannot be connected to now: the next */
         w->split_seq[n] = c[i]->seq;
         snprintf(w->split[n], sizeof(w->split[0]), "%s", c[i]->id);
         out[n++] = p;
