@@ -105,14 +105,21 @@ class Agent:
         return {"start": start, "end": time.monotonic()}
 
     def check(self, names, size):
-        """Raises unless each name holds exactly the bytes its put made."""
+        """Raises unless each name holds exactly the bytes its put made: compared in place, a
+        block at a time (31 agents each copying 256 MiB twice ran the machine out of memory)."""
         for name in names:
+            block = pattern(name, min(size, CHUNK))
             buf = self.client.get(name, timeout_ms=TIMEOUT_MS)
             try:
-                if bytes(buf) != pattern(name, size):
-                    raise RuntimeError(f"{name}: other bytes than were put")
+                view = memoryview(buf).cast("B")
+                ok = len(view) == size and all(
+                    view[at:at + len(block)] == block[:size - at]
+                    for at in range(0, size, len(block)))
+                view.release()
             finally:
                 buf.release()
+            if not ok:
+                raise RuntimeError(f"{name}: other bytes than were put")
         return {}
 
     def reads(self, names):
