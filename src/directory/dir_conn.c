@@ -21,16 +21,37 @@ static void flush_queue(struct directory *d)
     dir_queue_drop(d);
 }
 
-/* Queues the withdrawals owed since the last connection (before the republish's publications,
- * so that an id sealed again meanwhile ends up published). */
+/* What is owed for an id: a bit per kind (OWED_WITHDRAW, OWED_UNRELAY), as the address of one
+ * of these (the map holds pointers). */
+static char owed_marks[4];
+
+void dir_owe(struct directory *d, const ferry_id *id, int bit, const char *what)
+{
+    const char *had = idmap_get(&d->owed, id);
+    int bits = (had ? (int)(had - owed_marks) : 0) | bit;
+
+    if (d->leaving || d->closing || (!had && d->owed.count >= OWED_MAX))
+        return;
+    if (idmap_put(&d->owed, id, &owed_marks[bits]) < 0)
+        dir_command_failed(d, what, "out of memory to keep it for the next connection");
+}
+
+/* Queues the withdrawals (of holders and partial holders) owed since the last connection
+ * (before the republish's publications, so that an id sealed again meanwhile ends up
+ * published). */
 static void pay_owed(struct directory *d)
 {
     const ferry_id *id;
+    const char *mark;
     size_t pos = 0;
 
-    while (idmap_next(&d->owed, &pos, &id)) {
+    while ((mark = idmap_next(&d->owed, &pos, &id))) {
+        int bits = (int)(mark - owed_marks);
         struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
-        if (dir_queue_push(d, &op) < 0)
+        if ((bits & OWED_WITHDRAW) && dir_queue_push(d, &op) < 0)
+            break;
+        op.kind = OP_UNRELAY;
+        if ((bits & OWED_UNRELAY) && dir_queue_push(d, &op) < 0)
             break;
     }
     idmap_free(&d->owed);

@@ -195,7 +195,7 @@ static void consider_holder(struct directory *d, struct request *r, const redisR
     struct holder h = {.seq = 0};
     int whole;
 
-    if (!dir_string_copy(name, sizeof(name), field) || !name[pre] ||
+    if (!dir_string_copy(name, sizeof(name), field) || strlen(name) <= pre ||
         strcmp(name + pre, d->self.id) == 0)
         return;
     whole = strncmp(name, HOLDER_FIELD, pre) == 0;

@@ -101,7 +101,8 @@ static const char withdraw_lua[] =
                 "return {bad, 0}\n";
 
 /* KEYS: held. ARGV: node, keep, count. Takes up to count ids off the node's index and removes
- * the node's field from each unless incarnation keep wrote it: {ids taken, fields removed}. */
+ * the node's fields (holder and partial holder) from each unless incarnation keep wrote them:
+ * {ids taken, fields removed}. */
 static const char cleanup_lua[] =
     LUA_PRELUDE "fix(KEYS[1], 'set')\n"
                 "local ids = redis.call('SPOP', KEYS[1], ARGV[3])\n"
@@ -116,6 +117,7 @@ static const char cleanup_lua[] =
                 "  end\n"
                 "  if p and string.match(p, '^(%d+):') ~= ARGV[2] then\n"
                 "    redis.call('HDEL', obj, pf)\n"
+                "    removed = removed + 1\n"
                 "  end\n"
                 "  if (v or p) and bare(obj) then redis.call('DEL', obj) end\n"
                 "end\n"
@@ -146,16 +148,19 @@ static const char delete_lua[] = LUA_PRELUDE
 
 /* KEYS: obj, held. ARGV: node, inc, hex, size, digest (64 hex). When the record is that
  * content, adds the node as a partial holder, p:<node> = "<inc>:<seq>", seq counting the
- * object's receivers (pseq): {seq}; else {0}. */
-static const char relay_lua[] =
-    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
-                "fix(KEYS[2], 'set')\n"
-                "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest')\n"
-                "if cur[1] ~= ARGV[4] or cur[2] ~= ARGV[5] then return {bad, 0} end\n"
-                "local seq = redis.call('HINCRBY', KEYS[1], 'pseq', 1)\n"
-                "redis.call('HSET', KEYS[1], 'p:' .. ARGV[1], ARGV[2] .. ':' .. seq)\n"
-                "redis.call('SADD', KEYS[2], ARGV[3])\n"
-                "return {bad, seq}\n";
+ * object's receivers (pseq, from 1; one that is not a count below 2^40, written by someone
+ * else, starts again): {seq}; else {0}. */
+static const char relay_lua[] = LUA_PRELUDE
+    "fix(KEYS[1], 'hash')\n"
+    "fix(KEYS[2], 'set')\n"
+    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest', 'pseq')\n"
+    "if cur[1] ~= ARGV[4] or cur[2] ~= ARGV[5] then return {bad, 0} end\n"
+    "local seq = tonumber(cur[3] and string.match(cur[3], '^%d+$') or '0')\n"
+    "if not seq or seq >= 1099511627776 then seq = 0 end\n"
+    "local text = string.format('%d', seq + 1)\n"
+    "redis.call('HSET', KEYS[1], 'pseq', text, 'p:' .. ARGV[1], ARGV[2] .. ':' .. text)\n"
+    "redis.call('SADD', KEYS[2], ARGV[3])\n"
+    "return {bad, seq + 1}\n";
 
 /* KEYS: obj. ARGV: node, inc. Removes the node's partial field if this incarnation wrote it,
  * and the record with its last holder: {0}. */
@@ -593,6 +598,17 @@ int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *take
     return 1;
 }
 
+/* The reply to an unrelay. */
+static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    redisReply **r;
+    size_t n;
+
+    if (reply && !dir_script_reply(d, reply, &r, &n))
+        dir_check_reply(d, reply, "unrelay");
+}
+
 /* The reply to a relay: its seq (0: the record is not that content). */
 static void on_relayed(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -620,7 +636,7 @@ static int send_relay(struct directory *d, const struct pubop *op)
 
     object_args(d, &op->id, &p);
     if (op->kind == OP_UNRELAY)
-        return evalsha(d, SCRIPT_UNRELAY, on_withdrawn, NULL, 1,
+        return evalsha(d, SCRIPT_UNRELAY, on_unrelayed, NULL, 1,
                        (const char *[]){p.key, d->self.id, d->inc_text}, 3);
     snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
     digest_hex(op->digest, p.digest);

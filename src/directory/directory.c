@@ -95,12 +95,9 @@ void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
 void directory_withdraw(struct directory *d, const ferry_id *id)
 {
     struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
-    static char owed_mark;
 
-    if (dir_queue_push(d, &op) == FERRY_EDIRECTORY && !d->leaving && !d->closing &&
-        (d->owed.count < OWED_MAX || idmap_get(&d->owed, id)) &&
-        idmap_put(&d->owed, id, &owed_mark) < 0)
-        dir_command_failed(d, "withdraw", "out of memory to keep it for the next connection");
+    if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
+        dir_owe(d, id, OWED_WITHDRAW, "withdraw");
 }
 
 int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,
@@ -138,7 +135,8 @@ void directory_unrelay(struct directory *d, const ferry_id *id)
 {
     struct pubop op = {.id = *id, .kind = OP_UNRELAY};
 
-    (void)dir_queue_push(d, &op); /* while down: the next start removes it */
+    if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
+        dir_owe(d, id, OWED_UNRELAY, "unrelay");
 }
 
 int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg)

@@ -276,7 +276,8 @@ struct directory {
 
     struct pubop *queue; /* [queue_head, queue_len) are still to be sent */
     size_t queue_head, queue_len, queue_cap;
-    idmap owed; /* ids withdrawn while down (value: owed_mark), sent before the next republish */
+    idmap owed; /* ids withdrawn (or unrelayed) while down (value: dir_owe's mark), sent before
+                 * the next republish */
     struct request *pending;
     struct request *done, **done_tail;
     size_t done_len;
@@ -418,6 +419,11 @@ int dir_queue_push(struct directory *d, const struct pubop *op);
 void dir_queue_drop(struct directory *d);
 
 /* dir_conn.c: the connection */
+/* Keeps a withdrawal (OWED_WITHDRAW) or a partial holder's (OWED_UNRELAY) of id that found the
+ * directory down for the next connection, at most OWED_MAX ids. */
+#define OWED_WITHDRAW 1
+#define OWED_UNRELAY 2
+void dir_owe(struct directory *d, const ferry_id *id, int bit, const char *what);
 void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);

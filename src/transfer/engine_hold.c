@@ -333,62 +333,73 @@ static uint64_t hpull_len(const struct hpull *hp, uint32_t i, const struct objec
     return hp->ranges ? wire_range_cut(&hp->ranges[i], object_bytes(o)) : object_bytes(o);
 }
 
-/* What entry i of hp is answered from: the sealed object, or (a range) the copy being received
- * here when its range is in (*from: its want); NULL when neither. */
+/* The want whose copy, being received here, answers entry i of hp (a range of at most
+ * RELAY_RANGE bytes: what a receiver asks a partial holder for; NULL for anything else, a
+ * sealed object's included). */
+static struct want *entry_relay(struct engine *e, const struct hpull *hp, uint32_t i)
+{
+    if (!hp->ranges || hp->expired || hp->ranges[i].len > RELAY_RANGE || sealed(e, &hp->ids[i]))
+        return NULL;
+    return eng_relay_source(e, &hp->ids[i]);
+}
+
+/* What entry i of hp is answered from: the sealed object, or the copy being received here when
+ * the range is in (*from: its want); NULL when neither. */
 static struct object *entry_object(struct engine *e, const struct hpull *hp, uint32_t i,
                                    struct want **from)
 {
-    struct object *o = sealed(e, &hp->ids[i]);
-    struct want *w;
+    struct want *w = entry_relay(e, hp, i);
 
     *from = NULL;
-    if (o || !hp->ranges || hp->expired || !(w = eng_relay_source(e, &hp->ids[i])))
-        return o;
+    if (!w)
+        return sealed(e, &hp->ids[i]);
     if (!eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len))
         return NULL;
     *from = w;
     return w->obj;
 }
 
-/* Whether a pull's ranges of copies being received here are all in; while they are not, it
- * waits, at most answer_ms from when it began to (then they are answered "not here", and the
- * receiver asks another holder). */
+/* Whether a pull's ranges of copies being received here are all in. While they are not, it
+ * waits (and the connection's later pulls with it) as long as the copy it waits for makes
+ * progress: once no chunk has come into it for answer_ms, its waiting entries are answered
+ * "not here" (relay_waits_expired), and so, at once, are those of the pulls after it that wait
+ * for the same copy; the receiver asks another holder. hp->waiting: the first entry that may
+ * wait, the ones before it being in. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
     struct engine *e = ic->e;
-    uint64_t now = loop_now_ms();
-    int wait = 0;
+    uint64_t now = loop_now_ms(), expired = 0;
+    struct want *w = NULL;
 
-    for (uint32_t i = 0; hp->ranges && !hp->expired && i < hp->n && !wait; i++) {
-        struct want *w;
-        wait = !sealed(e, &hp->ids[i]) && (w = eng_relay_source(e, &hp->ids[i])) &&
-               !eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len);
+    for (; hp->waiting < hp->n; hp->waiting++) {
+        w = entry_relay(e, hp, hp->waiting);
+        if (w && !eng_relay_covers(w, hp->ranges[hp->waiting].off, hp->ranges[hp->waiting].len))
+            break;
     }
-    if (!wait) {
-        ic->head_ms = 0;
-        loop_timer_stop(e->loop, &ic->relay);
-        return 1;
-    }
-    if (!ic->head_ms) {
-        ic->head_ms = now;
-        loop_timer_start(e->loop, &ic->relay, now + e->timers.answer_ms);
-    }
-    if (now - ic->head_ms < e->timers.answer_ms)
+    if (hp->waiting < hp->n && now - w->relay_ms < e->timers.answer_ms) {
+        ic->waits = w->id;
+        ic->waiting = 1;
+        loop_timer_start(e->loop, &ic->relay, w->relay_ms + e->timers.answer_ms);
         return 0;
-    hp->expired = 1;
-    e->counters.relay_waits_expired++;
-    ic->head_ms = 0;
+    }
+    if (hp->waiting < hp->n) { /* no progress: what waits for partial copies is not here */
+        for (uint32_t i = hp->waiting; i < hp->n; i++)
+            expired += entry_relay(e, hp, i) != NULL;
+        hp->expired = 1;
+        e->counters.relay_waits_expired += expired;
+    }
+    ic->waiting = 0;
     loop_timer_stop(e->loop, &ic->relay);
     return 1;
 }
 
-void eng_relay_wake(struct engine *e)
+void eng_relay_wake(struct engine *e, const ferry_id *id)
 {
     struct inconn *ic, *next;
 
     for (ic = e->inconns; ic; ic = next) {
         next = ic->next;
-        if (ic->head_ms)
+        if (ic->waiting && memcmp(&ic->waits, id, sizeof(*id)) == 0)
             in_process(ic);
     }
 }

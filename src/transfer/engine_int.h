@@ -127,6 +127,9 @@
  * digest): what a node passes on as soon as it has it, so each node of a chain adds about one
  * range's time to the last one's. */
 #define RELAY_RANGE (2u * DIGEST_CHUNK)
+/* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
+ * enough that a partial holder that stops costs one answer deadline, not one per range. */
+#define RELAY_WINDOW 8
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -253,12 +256,17 @@ struct want {
      * as a partial holder (relay_seq, its place among the object's receivers; relay_off: not
      * relayed), and the chunks of its object that are in (and checked, when they came from a
      * partial holder) are set in have, which the holding side serves ranges from. A part
-     * whose holder is partial is relayed: checked as it lands, alone in its PULL. rlanded:
-     * an unchecked part's bytes in place, in order. */
+     * whose holder is partial is relayed: checked as it lands, alone in its PULL; a parent
+     * that takes its ranges from partial holders is relayed too: its whole-object checks are
+     * made. rlanded: an unchecked part's bytes in place, in order. */
     uint64_t relay_seq;
     int relay_off, relay_asking, relayed;
+    int relay_maybe; /* the relay script may have run: unrelay at the end */
     uint8_t *have;
     uint64_t rlanded;
+    uint64_t relay_ms;   /* when a chunk last came in (or the copy began): its progress */
+    uint32_t relay_next; /* a relayed object's next range to deal */
+    int relay_dealing;   /* its ranges are dealt a window at a time (eng_relay_deal) */
 };
 
 struct pull {
@@ -327,6 +335,7 @@ struct hpull {
     uint32_t n;
     ferry_id *ids;             /* looked up, and what is found pinned, when the pull is answered */
     int expired;               /* its ranges of partial copies waited past answer_ms: not here */
+    uint32_t waiting;          /* relay_ready: the entries before it are in */
     struct wire_range *ranges; /* WIRE_PULL_RANGES: what of each object is sent; else NULL */
     struct hpull *next;
 };
@@ -351,9 +360,9 @@ struct inconn {
     int paused;
     struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
     struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
-    uint64_t head_ms;          /* when its first pull began waiting for ranges of a partial copy
-                                * (0: it does not wait) */
-    struct loop_timer relay;   /* that wait's deadline */
+    int waiting;               /* its first pull waits for ranges of the partial copy of waits */
+    ferry_id waits;
+    struct loop_timer relay; /* that wait's deadline: answer_ms after the copy's last progress */
     struct inconn *next, **pprev;
 };
 
@@ -500,6 +509,8 @@ void eng_checks_closed(struct engine *e, struct hasher_job *jobs);
 /* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
  * why), 0 to fetch it whole. */
 int eng_split(struct want *w, const struct directory_answer *a);
+/* w (its nsplit holders in split) starts receiving in nranges ranges. */
+void eng_split_begin(struct want *w, uint32_t nranges);
 /* A part of w for len bytes from off (range index range), not queued; NULL without memory. */
 struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len);
 /* A part's reply: where its range goes (*dst NULL: dropped) and how long it is. */
@@ -533,6 +544,11 @@ size_t eng_relay_order(const struct directory_node *nodes, size_t n, const char 
  * list partial holders), then deals its ranges to the receiver that began before it, else to
  * the whole holders; 0 to fetch it as usual. */
 int eng_relay(struct want *w, const struct directory_answer *a);
+/* A relayed object's next ranges go out, up to RELAY_WINDOW at once (nothing for others). */
+void eng_relay_deal(struct want *w);
+/* A part whose holder failed starts again after the chunks of its range that are in (landed
+ * in order, and checked when it is relayed): 1 when none is left (it ends). */
+int eng_relay_trim(struct want *part);
 /* The chunks [first, first + n) of t's object are in (set) or are being received again. */
 void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set);
 /* n bytes of w's range (a part's, or a whole want's object) landed at p, unchecked. */
@@ -548,8 +564,8 @@ int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len);
 
 /* engine_hold.c: the holding side */
 void eng_inconn_free(struct inconn *ic);
-/* Chunks of a partial copy came in: pulls that wait for them look again. */
-void eng_relay_wake(struct engine *e);
+/* Chunks of id's partial copy came in: the pulls that wait for them look again. */
+void eng_relay_wake(struct engine *e, const ferry_id *id);
 void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg);
 
 /* engine_hold.c: the events of incoming connections */

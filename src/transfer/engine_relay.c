@@ -1,9 +1,10 @@
 /*
  * engine_relay.c - one object to many nodes at the links' rate: a node receiving an object of at
- * least split_min recorded bytes is findable as a partial holder (directory_relay: p:<node> in
+ * least relay_min recorded bytes is findable as a partial holder (directory_relay: p:<node> in
  * the record, with its place, seq, among the object's receivers), and serves the ranges it has
  * to the others while it receives the rest (engine_hold.c answers them from the copy being
- * received, waiting for a range until answer_ms). A receiver takes its ranges from the
+ * received, a range not in yet waiting while the copy makes progress). A receiver takes its
+ * ranges, RELAY_WINDOW at a time, from the
  * receiver that began just before it (the highest seq below its own), so nodes that ask for an
  * object together form a chain that nobody planned: each link carries the object once, and
  * the last node finishes about one range per node after a lone receiver would. Its ranges move,
@@ -38,15 +39,18 @@ void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set)
         else
             t->have[i / 8] &= (uint8_t) ~(1u << (i % 8));
     }
-    if (set)
-        eng_relay_wake(t->e);
+    if (set) {
+        t->relay_ms = loop_now_ms();
+        eng_relay_wake(t->e, &t->id);
+    }
 }
 
 void eng_relay_made(struct want *w)
 {
     free(w->have);
     w->have = NULL;
-    if (w->relay_seq)
+    w->relay_ms = loop_now_ms();
+    if (w->relay_seq) /* for the recorded size, which the object's sizes equal */
         w->have = calloc(chunks_of(w->size) / 8 + 1, 1); /* without: nothing is served */
 }
 
@@ -73,9 +77,10 @@ void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
 
 void eng_relay_end(struct want *w)
 {
-    if (w->relay_seq && w->e->dir)
+    if (w->relay_maybe && w->e->dir) /* the script may have run though its answer never came */
         directory_unrelay(w->e->dir, &w->id);
     w->relay_seq = 0;
+    w->relay_maybe = w->relay_dealing = 0;
 }
 
 struct want *eng_relay_source(struct engine *e, const ferry_id *id)
@@ -108,6 +113,7 @@ static void on_relayed(void *arg, const struct directory_answer *a)
     w->relay_asking = 0;
     if (a->status == 0 && a->count) {
         w->relay_seq = a->count;
+        w->relay_ms = loop_now_ms();
         w->e->counters.relays++;
     } else {
         w->relay_off = 1; /* the record changed, or the directory is away: fetched as usual */
@@ -185,11 +191,58 @@ static size_t relay_sources(struct want *w, const struct directory_answer *a, st
     return n;
 }
 
+/* The first holder of w's split that w has not tried and is connected to (or being connected
+ * to): its index, or -1. */
+static int next_holder(const struct want *w, struct peer **p)
+{
+    for (uint32_t i = 0; i < w->nsplit; i++)
+        if (!eng_want_tried(w, w->split[i]) && (*p = eng_peer_find(w->e, w->split[i])))
+            return (int)i;
+    return -1;
+}
+
+void eng_relay_deal(struct want *w)
+{
+    struct peer *p;
+    int i;
+
+    while (w->relay_dealing && !w->done && !w->split_failed && w->relay_next < w->nranges &&
+           w->parts_out < RELAY_WINDOW) {
+        uint64_t off = (uint64_t)w->relay_next * RELAY_RANGE;
+        uint64_t len = w->size - off < RELAY_RANGE ? w->size - off : RELAY_RANGE;
+        struct want *part;
+        if ((i = next_holder(w, &p)) < 0 || !(part = eng_part_new(w, w->relay_next, off, len))) {
+            w->split_failed = 1; /* no holder left, or no memory: what is out comes in, then
+                                  * the rest whole (split_settle) */
+            return;
+        }
+        w->relay_next++;
+        w->parts_out++;
+        part->relayed = w->split_seq[i] != 0;
+        eng_peer_enqueue(p, part);
+    }
+}
+
+int eng_relay_trim(struct want *part)
+{
+    struct want *w = part->parent;
+    uint64_t skip = 0, first = part->off / DIGEST_CHUNK;
+
+    if (!w->have)
+        return 0;
+    while (skip < part->size && (w->have[(first + skip / DIGEST_CHUNK) / 8] &
+                                 (1u << ((first + skip / DIGEST_CHUNK) % 8))))
+        skip += DIGEST_CHUNK;
+    skip = skip < part->size ? skip : part->size;
+    part->off += skip;
+    part->size -= skip;
+    return part->size == 0;
+}
+
 int eng_relay(struct want *w, const struct directory_answer *a)
 {
     struct engine *e = w->e;
     struct peer *peers[ENGINE_SPLIT_MAX];
-    uint64_t k, nparts;
     size_t n;
 
     if (!e->dir || w->relay_off || !e->cfg.relay_min || w->no_split || !w->has_content ||
@@ -200,7 +253,7 @@ int eng_relay(struct want *w, const struct directory_answer *a)
             return 1;
         if (directory_relay(e->dir, &w->id, w->size, w->hash, on_relayed, w) < 0)
             return 0;
-        w->relay_asking = 1;
+        w->relay_asking = w->relay_maybe = 1;
         w->state = WANT_LOOKUP;
         return 1;
     }
@@ -208,30 +261,19 @@ int eng_relay(struct want *w, const struct directory_answer *a)
      * copy still serves what has landed. */
     if ((n = relay_sources(w, a, peers)) == 0 || !w->split_seq[0])
         return 0;
-    nparts = chunks_of(w->size) / (RELAY_RANGE / DIGEST_CHUNK) +
-             (chunks_of(w->size) % (RELAY_RANGE / DIGEST_CHUNK) != 0);
-    w->state = WANT_RECEIVING;
-    w->split_made = 0;
-    w->recheck = 0;
-    eng_check_reset(w);
     w->nsplit = (uint32_t)n;
-    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
-             (unsigned)(n - 1));
-    e->counters.split_fetches++;
-    for (k = 0; k < nparts; k++) {
-        uint64_t off = k * RELAY_RANGE,
-                 len = w->size - off < RELAY_RANGE ? w->size - off : RELAY_RANGE;
-        struct want *part = eng_part_new(w, (uint32_t)k, off, len);
-        if (!part && k == 0)
-            return 0;
-        if (!part) { /* what is out comes in; the rest is fetched whole after (split_settle) */
-            w->split_failed = 1;
-            break;
-        }
-        w->parts_out++;
-        part->relayed = 1; /* every range from the receiver before it */
-        eng_peer_enqueue(peers[0], part);
-    }
-    w->nranges = (uint32_t)k;
-    return 1;
+    eng_split_begin(w, (uint32_t)(chunks_of(w->size) / (RELAY_RANGE / DIGEST_CHUNK) +
+                                  (chunks_of(w->size) % (RELAY_RANGE / DIGEST_CHUNK) != 0)));
+    /* Its whole-object checks (a late write's recheck, an object of one chunk) are made as for
+     * --verify: its ranges come from copies nobody else checked. */
+    w->relayed = 1;
+    w->relay_next = 0;
+    w->relay_dealing = 1;
+    eng_relay_deal(w);
+    if (w->parts_out)
+        return 1;
+    /* Not even one range out (no memory): fetched as usual. */
+    w->relay_dealing = w->split_failed = w->relayed = 0;
+    w->nsplit = 0;
+    return 0;
 }

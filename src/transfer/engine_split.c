@@ -62,6 +62,7 @@ static void part_end(struct want *part)
     eng_check_reset(part);
     free(part);
     w->parts_out--;
+    eng_relay_deal(w); /* a relayed object's next range, if any */
     split_settle(w);
 }
 
@@ -133,6 +134,18 @@ static void split_peers(struct want *w, const struct directory_answer *a, struct
     }
 }
 
+void eng_split_begin(struct want *w, uint32_t nranges)
+{
+    w->state = WANT_RECEIVING;
+    w->split_made = 0;
+    w->recheck = 0;
+    eng_check_reset(w);
+    w->nranges = nranges;
+    /* For the log and a failed check: every holder of the split. */
+    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", w->split[0],
+             (unsigned)(w->nsplit - 1));
+}
+
 int eng_split(struct want *w, const struct directory_answer *a)
 {
     struct engine *e = w->e;
@@ -173,19 +186,12 @@ int eng_split(struct want *w, const struct directory_answer *a)
             return 0;
         }
     }
-    w->state = WANT_RECEIVING;
-    w->split_made = 0;
-    w->recheck = 0;
-    eng_check_reset(w);
-    w->nranges = (uint32_t)k;
-    w->parts_out += (uint32_t)k;
     for (w->nsplit = 0; w->nsplit < n; w->nsplit++) {
         snprintf(w->split[w->nsplit], sizeof(w->split[0]), "%s", peers[w->nsplit]->node.id);
         w->split_seq[w->nsplit] = 0;
     }
-    /* For the log and a failed check: every holder of the split. */
-    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", peers[0]->node.id,
-             (unsigned)(n - 1));
+    eng_split_begin(w, (uint32_t)k);
+    w->parts_out += (uint32_t)k;
     e->counters.split_fetches++;
     for (size_t i = 0; i < k; i++)
         eng_peer_enqueue(peers[i % n], parts[i]);
@@ -249,8 +255,11 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
     eng_want_note_tried(w, part->holder, why, fault, had);
-    eng_check_reset(part); /* its range starts again from another holder */
-    eng_relay_have(w, part->off / DIGEST_CHUNK, (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 0);
+    eng_check_reset(part);      /* its range starts again from another holder */
+    if (eng_relay_trim(part)) { /* every chunk of it was in (and checked) after all */
+        part_end(part);
+        return;
+    }
     /* Each holder is noted once, so a range moves at most nsplit - 1 times; with the list of
      * those tried full, a holder noted could be forgotten: no more moves then. */
     for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed && w->ntried < MAX_TRIED;

@@ -509,6 +509,13 @@ def table(doc, f):
               f"{b['completed']} done, {b['ranges_relayed']} ranges relayed")
 
 
+def load_before(files):
+    """The earlier runs' documents as one: their testbeds together, the first one's args."""
+    docs = [json.load(open(f)) for f in files.split(",")]
+    return {"ferryd_args": docs[0].get("ferryd_args", ""),
+            "testbeds": [t for d in docs for t in d["testbeds"]]}
+
+
 def plots(doc, out_dir, before=None):
     if not shutil.which("gnuplot"):
         raise SystemExit("--plot needs gnuplot, which is not on $PATH (Debian: apt-get install "
@@ -594,7 +601,7 @@ def main():
     ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
     ap.add_argument("--join-spread", type=float, default=1.0,
                     help="broadcast-join: receivers' starts spread over this many seconds")
-    ap.add_argument("--before", metavar="FILE", help="--plot: an earlier run's JSON whose "
+    ap.add_argument("--before", metavar="FILE[,FILE]", help="--plot: earlier runs' JSON whose "
                     "broadcast is drawn beside this one's (e.g. --ferryd-args \"--relay-min 0\")")
     ap.add_argument("--link-probe", default="64M", help="raw stream measuring the link")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -631,7 +638,7 @@ def main():
         json.dump(doc, sys.stdout, indent=1)
         print()
     if a.plot:
-        plots(doc, a.plot, json.load(open(a.before)) if a.before else None)
+        plots(doc, a.plot, load_before(a.before) if a.before else None)
     failed = [f"{name} on {t['nodes']} nodes" for t in doc["testbeds"]
               for name in RESULTS if "error" in t.get(name, {})]
     if failed:
