@@ -244,6 +244,7 @@ struct want {
     uint32_t range; /* a part: its range's index in the parent */
     uint32_t parts_out, drains, nsplit, nranges;
     int split_made;     /* a part's reply created the object (or tried to) */
+    int dropped;        /* a part's bytes are dropped (no object to land in): never checked */
     int split_failed;   /* a part found no holder left: fetched whole once its parts are in */
     int split_leak;     /* a dead connection may write into obj for ever: never reused */
     int no_split;       /* fetched whole from now on */
@@ -557,8 +558,8 @@ void eng_relay_landed(struct want *w, const uint8_t *p, size_t n);
 void eng_relay_made(struct want *w);
 /* w ends: it is no partial holder any more. */
 void eng_relay_end(struct want *w);
-/* The want receiving id as a partial holder, or NULL; whether its copy has every chunk of len
- * bytes from off (none before it is made). */
+/* The want receiving id as a partial holder (or registering as one), or NULL; whether its
+ * copy has every chunk of len bytes from off (none before it is made). */
 struct want *eng_relay_source(struct engine *e, const ferry_id *id);
 int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len);
 

@@ -245,19 +245,20 @@ static void on_stall(struct loop *l, struct loop_timer *t)
 }
 
 /* Drops the queued wants that finished while they waited (a local put, say), and those (or the
- * parts of objects) nobody waits for any more: a holder that answers busy has them asked
- * again, and engine_cancel ended the wants but not the parts, which go here. Ending them here
- * touches nothing but the want (a lookup without waiters ends it at once). */
+ * parts of objects) nobody waits for any more, past the grace a fetch has to take them up again
+ * (ORPHAN_GRACE_MS: clients wait in slices): a holder that answers busy has them asked again,
+ * and engine_cancel ended the wants but not the parts, which go here. Ending them here touches
+ * nothing but the want (a lookup without waiters ends it at once). */
 static void peer_prune_queue(struct peer *p)
 {
     uint32_t k = 0;
 
     for (uint32_t i = 0; i < p->nqueue; i++) {
-        struct want *w = p->queue[i];
+        struct want *w = p->queue[i], *root = w->parent ? w->parent : w;
         if (w->done) {
             w->queued = NULL;
             eng_want_free(w);
-        } else if (!(w->parent ? w->parent : w)->waiters) { /* answered busy, asked again */
+        } else if (root->done || (!root->waiters && !loop_timer_armed(&root->orphan))) {
             w->queued = NULL;
             if (w->parent)
                 eng_part_unqueued(w);

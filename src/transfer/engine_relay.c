@@ -87,7 +87,9 @@ struct want *eng_relay_source(struct engine *e, const ferry_id *id)
 {
     struct want *w = idmap_get(&e->wants, id);
 
-    return w && w->relay_seq && !w->done ? w : NULL;
+    /* Asking too: the directory lists it once the script ran, and a receiver after it may ask
+     * before the answer is back here. */
+    return w && (w->relay_seq || w->relay_asking) && !w->done ? w : NULL;
 }
 
 int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len)
@@ -117,6 +119,7 @@ static void on_relayed(void *arg, const struct directory_answer *a)
         w->e->counters.relays++;
     } else {
         w->relay_off = 1; /* the record changed, or the directory is away: fetched as usual */
+        eng_relay_wake(w->e, &w->id); /* what waits for its copy is not here */
     }
     eng_want_lookup(w, 1);
 }
@@ -254,6 +257,7 @@ int eng_relay(struct want *w, const struct directory_answer *a)
         if (directory_relay(e->dir, &w->id, w->size, w->hash, on_relayed, w) < 0)
             return 0;
         w->relay_asking = w->relay_maybe = 1;
+        w->relay_ms = loop_now_ms();
         w->state = WANT_LOOKUP;
         return 1;
     }

@@ -226,6 +226,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
         memcmp(re->digest, w->hash, DIGEST_LEN) || total != w->size ? FAULT_OTHER : FAULT_LOST;
     pe->other = pe->other_fault == FAULT_OTHER || (w->obj && re->data_size != w->obj->data_size);
     part->state = WANT_RECEIVING;
+    part->dropped = 1; /* until a place for its bytes is found below */
     eng_check_reset(part);
     /* Its range comes (again): not served onward until it is in. */
     eng_relay_have(w, part->off / DIGEST_CHUNK, (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 0);
@@ -241,6 +242,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
         split_create(w, re);
     if (w->obj)
         *dst = e->store->base + w->obj->offset + part->off;
+    part->dropped = *dst == NULL;
     return 0;
 }
 
@@ -290,6 +292,10 @@ void eng_part_in(struct peer *p, struct pentry *pe, struct want *part)
         return;
     }
     eng_breaker_ok(p->e, p->node.id, p->conn->type);
+    if (part->dropped) { /* its parent is done, or fetched whole: nothing of it to check */
+        part_end(part);
+        return;
+    }
     if ((rc = eng_check_rest(part)) < 0)
         eng_part_failed(part, "no memory to check its range", FAULT_LOST, NULL);
     else if (rc == 0)

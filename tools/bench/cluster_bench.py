@@ -129,6 +129,7 @@ class Testbed:
         self.env = dict(line.split("=", 1) for line in open(os.path.join(self.state, "env"))
                         .read().split())
         self.n = nodes
+        self.keep_logs = a.keep_logs
         self.agents = {}
         try:
             for i in range(1, nodes + 1):
@@ -155,6 +156,13 @@ class Testbed:
         return answers
 
     def down(self):
+        if self.keep_logs:  # each node's ferryd.log, before the testbed and its files go
+            out = os.path.join(self.keep_logs, f"N{self.n}")
+            os.makedirs(out, exist_ok=True)
+            for i in range(1, self.n + 1):
+                log_file = os.path.join(self.state, f"node{i}", "ferryd.log")
+                if os.path.exists(log_file):
+                    shutil.copy(log_file, os.path.join(out, f"node{i}.log"))
         for agent in self.agents.values():
             try:
                 agent.close()
@@ -403,6 +411,7 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
     live = [n for n in range(1, tb.n + 1) if n != victim]
     after = node_stats(tb, live)
     counted = {k: sum(after[n][k] - before[n][k] for n in live) for k in BCAST_COUNTERS}
+    per_node = {n: {k: after[n][k] - before[n][k] for k in BCAST_COUNTERS} for n in live}
     tb.all({n: ("check", {"names": ["bcast"], "size": size}) for n in got})
     span = max(e for _, e in got.values()) - at
     own = max(e - s for s, e in got.values())
@@ -411,7 +420,7 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
            "ratio_to_alone": span / alone, "longest_own_s": own,
            "own_ratio_to_alone": own / alone, "bound_s": size / MIB / link_mib_s,
            "per_node_mib_s": {n: size / (e - s) / MIB for n, (s, e) in got.items()},
-           "bit_exact": True, "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
+           "bit_exact": True, "counters_per_node": per_node, "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
            "raw_chain_s": chain, "ratio_to_raw_chain": span / chain if chain else None,
            **counted}
     rates = sorted(out["per_node_mib_s"].values())
@@ -608,6 +617,7 @@ def main():
     ap.add_argument("--ferryd-args", metavar="ARGS", help="more arguments for every ferryd "
                     "(testbed.sh -a: \"--timers answer=10000\")")
     ap.add_argument("--json", action="store_true", help="the JSON document on stdout")
+    ap.add_argument("--keep-logs", metavar="DIR", help="each node's ferryd.log into DIR/N<n>/")
     ap.add_argument("--plot", metavar="DIR", help="gnuplot charts into DIR")
     ap.add_argument("--bin", default=os.environ.get("FERRY_BIN_DIR",
                                                     os.path.join(ROOT, "build", "bin")))
