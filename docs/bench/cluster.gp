@@ -12,6 +12,8 @@ set output "cluster-broadcast.png"
 set title "broadcast of 256M from one node to N-1 (1gbit links)" noenhanced
 set yrange [0:*]
 plot "cluster-n.dat" using 1:2 with linespoints title "ferry", \
+     "" using 1:8 with linespoints title "ferry before (--before: --relay-min 0)", \
+     "" using 1:9 with lines dashtype 4 title "one node's fetch alone (a pair)", \
      "" using 1:7 with lines dashtype 3 title "N-1 fetches, one after another, from the one holder", \
      "" using 1:3 with lines dashtype 2 title "one link's time (raw TCP): a pipeline's bound"
 set output "cluster-shuffle.png"
