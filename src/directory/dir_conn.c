@@ -36,6 +36,19 @@ void dir_owe(struct directory *d, const ferry_id *id, int bit, const char *what)
         dir_command_failed(d, what, "out of memory to keep it for the next connection");
 }
 
+void dir_owe_clear(struct directory *d, const ferry_id *id, int bit)
+{
+    const char *had = idmap_get(&d->owed, id);
+    int bits = had ? (int)(had - owed_marks) & ~bit : 0;
+
+    if (!had)
+        return;
+    if (bits)
+        (void)idmap_put(&d->owed, id, &owed_marks[bits]); /* replaces: no memory taken */
+    else
+        idmap_remove(&d->owed, id);
+}
+
 /* Queues the withdrawals (of holders and partial holders) owed since the last connection
  * (before the republish's publications, so that an id sealed again meanwhile ends up
  * published). */

@@ -127,6 +127,7 @@ int directory_relay(struct directory *d, const ferry_id *id, uint64_t size,
     if (!r)
         return err_set(FERRY_ENOMEM, "directory relay");
     r->id = *id;
+    dir_owe_clear(d, id, OWED_UNRELAY); /* it would remove the field this writes */
     dir_relay_start(d, r, size, digest);
     return 0;
 }

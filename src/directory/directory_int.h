@@ -424,6 +424,8 @@ void dir_queue_drop(struct directory *d);
 #define OWED_WITHDRAW 1
 #define OWED_UNRELAY 2
 void dir_owe(struct directory *d, const ferry_id *id, int bit, const char *what);
+/* What was owed for id as bit is not any more (a relay registers the field anew). */
+void dir_owe_clear(struct directory *d, const ferry_id *id, int bit);
 void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);

@@ -380,12 +380,13 @@ size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t
         snprintf(out[n].transport, sizeof(out[n].transport), "%s", p->conn->type->name);
         snprintf(out[n].provider, sizeof(out[n].provider), "%s",
                  p->conn->type->provider(p->conn->local));
-        /* Still connected, and it failed lately (a bad chunk does not end a connection). */
-        if ((last = recent_of(e, p->node.id)))
-            snprintf(out[n].why, sizeof(out[n].why), "%.20s; failed %" PRIu64 " s ago: %.50s",
-                     p->why, (loop_now_ms() - last->at) / 1000, last->why);
-        else
-            snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
+        /* Why this transport, then, if it failed lately while still connected (a bad chunk
+         * does not end a connection), that failure, as far as room allows. */
+        size_t k = (size_t)snprintf(out[n].why, sizeof(out[n].why), "%s", p->why);
+        if ((last = recent_of(e, p->node.id)) && k + 1 < sizeof(out[n].why) &&
+            snprintf(out[n].why + k, sizeof(out[n].why) - k, "; failed %" PRIu64 " s ago: %s",
+                     (loop_now_ms() - last->at) / 1000, last->why) < 0)
+            out[n].why[k] = '\0'; /* an encoding error: the failure left out */
     }
     /* Holders that failed lately and are not connected now: transport "-", why the failure. */
     for (size_t i = 0; i < RECENT_FAILURES && n < max; i++) {

@@ -361,29 +361,34 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
  * waits (and the connection's later pulls with it) as long as the copy it waits for makes
- * progress: once no chunk has come into it for answer_ms, its waiting entries are answered
- * "not here" (relay_waits_expired), and so, at once, are those of the pulls after it that wait
- * for the same copy; the receiver asks another holder. hp->waiting: the first entry that may
- * wait, the ones before it being in. */
+ * progress, and at most RELAY_WAIT_MAX answer deadlines in all (its range may be coming from a
+ * slow holder while the rest comes fast): once no chunk has come into the copy for answer_ms,
+ * or past that, its waiting entries are answered "not here" (relay_waits_expired), and so, at
+ * once, are those of the later pulls that wait for a copy that makes no progress; the receiver
+ * asks another holder. Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
     struct engine *e = ic->e;
-    uint64_t now = loop_now_ms(), expired = 0;
+    uint64_t now = loop_now_ms(), until, expired = 0;
     struct want *w = NULL;
+    uint32_t i;
 
-    for (; hp->waiting < hp->n; hp->waiting++) {
-        w = entry_relay(e, hp, hp->waiting);
-        if (w && !eng_relay_covers(w, hp->ranges[hp->waiting].off, hp->ranges[hp->waiting].len))
+    for (i = 0; i < hp->n; i++)
+        if ((w = entry_relay(e, hp, i)) &&
+            !eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len))
             break;
-    }
-    if (hp->waiting < hp->n && now - w->relay_ms < e->timers.answer_ms) {
-        ic->waits = w->id;
-        ic->waiting = 1;
-        loop_timer_start(e->loop, &ic->relay, w->relay_ms + e->timers.answer_ms);
-        return 0;
-    }
-    if (hp->waiting < hp->n) { /* no progress: what waits for partial copies is not here */
-        for (uint32_t i = hp->waiting; i < hp->n; i++)
+    if (i < hp->n) {
+        hp->since = hp->since ? hp->since : now;
+        until = w->relay_ms + e->timers.answer_ms;
+        if (until > hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms)
+            until = hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms;
+        if (now < until) {
+            ic->waits = w->id;
+            ic->waiting = 1;
+            loop_timer_start(e->loop, &ic->relay, until);
+            return 0;
+        }
+        for (; i < hp->n; i++) /* not in within the deadline: not here */
             expired += entry_relay(e, hp, i) != NULL;
         hp->expired = 1;
         e->counters.relay_waits_expired += expired;
@@ -393,15 +398,13 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
     return 1;
 }
 
+/* From the loop's next turn (the caller may be in the middle of a transfer's events): the
+ * connections whose first pull waits for id's copy look again. */
 void eng_relay_wake(struct engine *e, const ferry_id *id)
 {
-    struct inconn *ic, *next;
-
-    for (ic = e->inconns; ic; ic = next) {
-        next = ic->next;
+    for (struct inconn *ic = e->inconns; ic; ic = ic->next)
         if (ic->waiting && memcmp(&ic->waits, id, sizeof(*id)) == 0)
-            in_process(ic);
-    }
+            loop_timer_start(e->loop, &ic->relay, loop_now_ms());
 }
 
 /* Whether a pull can be answered. Spilled objects are restored first, as many as the pin limit

@@ -130,6 +130,9 @@
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
  * enough that a partial holder that stops costs one answer deadline, not one per range. */
 #define RELAY_WINDOW 8
+/* A pull waits for a partial copy's ranges at most this many answer deadlines in all, however
+ * the rest of the copy progresses. */
+#define RELAY_WAIT_MAX 2
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -336,7 +339,7 @@ struct hpull {
     uint32_t n;
     ferry_id *ids;             /* looked up, and what is found pinned, when the pull is answered */
     int expired;               /* its ranges of partial copies waited past answer_ms: not here */
-    uint32_t waiting;          /* relay_ready: the entries before it are in */
+    uint64_t since;            /* relay_ready: when it began to wait for a partial copy */
     struct wire_range *ranges; /* WIRE_PULL_RANGES: what of each object is sent; else NULL */
     struct hpull *next;
 };
@@ -476,6 +479,9 @@ struct peer *eng_peer_get(struct engine *e, const struct directory_node *node);
 struct peer *eng_peer_find(struct engine *e, const char *node);
 /* w goes in p's next PULL. */
 void eng_peer_enqueue(struct peer *p, struct want *w);
+/* Room in p's queue for one more want, so that the next eng_peer_enqueue cannot fail: 0, or -1
+ * without memory. */
+int eng_peer_reserve(struct peer *p);
 void eng_peer_free(struct peer *p);
 void eng_pull_free(struct pull *pl);
 /* Closes the connections whose bytes go into abandoned wants (their other wants are asked

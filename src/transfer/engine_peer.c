@@ -368,23 +368,31 @@ static void on_flush(struct loop *l, struct loop_timer *t)
     peer_flush(t->arg);
 }
 
+int eng_peer_reserve(struct peer *p)
+{
+    uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
+    struct want **q;
+
+    if (p->nqueue < p->capqueue)
+        return 0;
+    if (!(q = realloc(p->queue, cap * sizeof(*q))))
+        return -1;
+    p->queue = q;
+    p->capqueue = cap;
+    return 0;
+}
+
 /* Queues w for the next PULL to p (sent at the end of this loop turn, with the others). */
 void eng_peer_enqueue(struct peer *p, struct want *w)
 {
+    if (eng_peer_reserve(p) < 0 && w->parent) {
+        log_error("out of memory for a pull queue: a range of an object is left out");
+        eng_part_unqueued(w);
+        return;
+    }
     if (p->nqueue == p->capqueue) {
-        uint32_t cap = p->capqueue ? p->capqueue * 2 : 16;
-        struct want **q = realloc(p->queue, cap * sizeof(*q));
-        if (!q && w->parent) {
-            log_error("out of memory for a pull queue: a range of an object is left out");
-            eng_part_unqueued(w);
-            return;
-        }
-        if (!q) {
-            eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
-            return;
-        }
-        p->queue = q;
-        p->capqueue = cap;
+        eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
+        return;
     }
     p->queue[p->nqueue++] = w;
     w->state = WANT_QUEUED;

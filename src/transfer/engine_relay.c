@@ -79,6 +79,8 @@ void eng_relay_end(struct want *w)
 {
     if (w->relay_maybe && w->e->dir) /* the script may have run though its answer never came */
         directory_unrelay(w->e->dir, &w->id);
+    if (w->relay_maybe)
+        eng_relay_wake(w->e, &w->id); /* what waits for its copy: sealed, or not here */
     w->relay_seq = 0;
     w->relay_maybe = w->relay_dealing = 0;
 }
@@ -214,7 +216,8 @@ void eng_relay_deal(struct want *w)
         uint64_t off = (uint64_t)w->relay_next * RELAY_RANGE;
         uint64_t len = w->size - off < RELAY_RANGE ? w->size - off : RELAY_RANGE;
         struct want *part;
-        if ((i = next_holder(w, &p)) < 0 || !(part = eng_part_new(w, w->relay_next, off, len))) {
+        if ((i = next_holder(w, &p)) < 0 || eng_peer_reserve(p) < 0 ||
+            !(part = eng_part_new(w, w->relay_next, off, len))) {
             w->split_failed = 1; /* no holder left, or no memory: what is out comes in, then
                                   * the rest whole (split_settle) */
             return;
@@ -231,7 +234,7 @@ int eng_relay_trim(struct want *part)
     struct want *w = part->parent;
     uint64_t skip = 0, first = part->off / DIGEST_CHUNK;
 
-    if (!w->have)
+    if (!w->have || w->drains) /* a dead connection may still write into what is in */
         return 0;
     while (skip < part->size && (w->have[(first + skip / DIGEST_CHUNK) / 8] &
                                  (1u << ((first + skip / DIGEST_CHUNK) % 8))))

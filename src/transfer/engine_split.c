@@ -42,6 +42,7 @@ static void split_settle(struct want *w)
         e->counters.split_fallbacks++;
         w->split_failed = 0;
         w->no_split = 1;
+        w->relayed = w->relay_dealing = 0; /* whole, from a whole holder, as any other */
         if (w->ntried >= MAX_TRIED)
             eng_want_fail_all(w);
         else
