@@ -1328,6 +1328,22 @@ H_CLUSTER_TEST(other_bytes_are_refused_when_hashed_after_they_land)
     fetch_recorded_content(cl, 64u << 10, 1);
 }
 
+/* f, a fetch of x (size bytes) on a's node, ends done, with one chunk refused and its range
+ * moved since a0, and x bit-exact: the counters after. */
+static ferry_stats moved_off_a_bad_chunk(struct h_fetch *f, const int *status, ferry_client *a,
+                                         const ferry_stats *a0, const ferry_id *x, uint64_t size)
+{
+    h_fetch_join(f, 15000);
+    if (f->rc != FERRY_OK || *status != FERRY_OK)
+        fail_msg("the good holder's bytes were not taken: rc %d (%s), status %d", f->rc,
+                 ferry_strerror(f->rc), *status);
+    ferry_stats a1 = h_stats(a);
+    assert_int_equal(a1.chunks_refused - a0->chunks_refused, 1);
+    assert_int_equal(a1.ranges_moved - a0->ranges_moved, 1);
+    h_assert_object(a, x, size, 0);
+    return a1;
+}
+
 /* The split fetch of fetch_split_content with --verify, fake 0 sending one chunk of its first
  * range with a byte flipped: the chunk names it at once (chunks_refused), its range moves to
  * fake 1 (ranges_moved), and the object is sealed bit-exact from fake 1's bytes. */
@@ -1367,14 +1383,7 @@ H_CLUSTER_TEST(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range)
     assert_int_equal(nmoved, 1);
     assert_int_equal(moved[0].off, r[0][0].off);
     fake_reply_ranges(cfd[1], mtag, size, digest, bytes, moved, nmoved);
-    h_fetch_join(&f, 15000);
-    if (f.rc != FERRY_OK || status != FERRY_OK)
-        fail_msg("the good holder's bytes were not taken: rc %d (%s), status %d", f.rc,
-                 ferry_strerror(f.rc), status);
-    ferry_stats a1 = h_stats(a);
-    assert_int_equal(a1.chunks_refused - a0.chunks_refused, 1);
-    assert_int_equal(a1.ranges_moved - a0.ranges_moved, 1);
-    h_assert_object(a, &x, size, 0);
+    moved_off_a_bad_chunk(&f, &status, a, &a0, &x, size);
     free(bad);
     free(bytes);
     for (int i = 0; i < 2; i++) {
@@ -1447,15 +1456,8 @@ H_CLUSTER_TEST(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves
     assert_int_equal(n, 1);
     assert_int_equal(r[0].off, 0);
     fake_reply_ranges(cfd[1], tag, size, digest, bytes, r, n);
-    h_fetch_join(&f, 15000);
-    if (f.rc != FERRY_OK || status != FERRY_OK)
-        fail_msg("the right bytes were not taken: rc %d (%s), status %d", f.rc,
-                 ferry_strerror(f.rc), status);
-    ferry_stats a1 = h_stats(a);
+    ferry_stats a1 = moved_off_a_bad_chunk(&f, &status, a, &a0, &x, size);
     assert_int_equal(a1.relays - a0.relays, 1);
-    assert_int_equal(a1.chunks_refused - a0.chunks_refused, 1);
-    assert_int_equal(a1.ranges_moved - a0.ranges_moved, 1);
-    h_assert_object(a, &x, size, 0);
     ferry_peer *peers = NULL;
     size_t np = 0, i = 0;
     H_OK(ferry_peers(a, &peers, &np));

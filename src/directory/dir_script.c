@@ -423,14 +423,24 @@ static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 }
 
 /* The reply to a withdrawal. */
-static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
+static void checked_reply(redisAsyncContext *ac, void *reply, const char *what)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     redisReply **r;
     size_t n;
 
     if (reply && !dir_script_reply(d, reply, &r, &n))
-        dir_check_reply(d, reply, "withdraw");
+        dir_check_reply(d, reply, what);
+}
+
+static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
+{
+    checked_reply(ac, reply, "withdraw");
+}
+
+static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    checked_reply(ac, reply, "unrelay");
 }
 
 static int send_delete(struct directory *d, const struct pubop *op);
@@ -515,22 +525,34 @@ void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
 }
 
 /* The reply to a delete: how many holders the id had. */
-static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
+/* A script's reply of one count (negative: 0) for request r: a.count. */
+static void count_reply(redisAsyncContext *ac, void *reply, struct request *r, const char *what)
 {
     struct directory *d = dir_reply_begin(ac, reply);
-    struct request *r = priv;
     redisReply **res;
     size_t n;
 
     if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (!dir_script_reply(d, reply, &res, &n) || res[0]->type != REDIS_REPLY_INTEGER) {
-        dir_command_failed(d, "delete", dir_reply_why(reply));
+    } else if (!dir_script_reply(d, reply, &res, &n) || n < 1 ||
+               res[0]->type != REDIS_REPLY_INTEGER) {
+        dir_command_failed(d, what, dir_reply_why(reply));
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
         r->a.count = res[0]->integer > 0 ? (uint64_t)res[0]->integer : 0;
     }
     dir_request_settle(d, r);
+}
+
+static void on_deleted(redisAsyncContext *ac, void *reply, void *priv)
+{
+    count_reply(ac, reply, priv, "delete");
+}
+
+/* The reply to a relay: its seq (0: the record is not that content). */
+static void on_relayed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    count_reply(ac, reply, priv, "relay");
 }
 
 /* The event of a delete by this run: its time is the wall clock's, or just after this run's
@@ -596,37 +618,6 @@ int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *take
     *taken = (uint64_t)r[0]->integer;
     *removed = (uint64_t)r[1]->integer;
     return 1;
-}
-
-/* The reply to an unrelay. */
-static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
-{
-    struct directory *d = dir_reply_begin(ac, reply);
-    redisReply **r;
-    size_t n;
-
-    if (reply && !dir_script_reply(d, reply, &r, &n))
-        dir_check_reply(d, reply, "unrelay");
-}
-
-/* The reply to a relay: its seq (0: the record is not that content). */
-static void on_relayed(redisAsyncContext *ac, void *reply, void *priv)
-{
-    struct directory *d = dir_reply_begin(ac, reply);
-    struct request *r = priv;
-    redisReply **res;
-    size_t n;
-
-    if (!reply) {
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (!dir_script_reply(d, reply, &res, &n) || n < 1 ||
-               res[0]->type != REDIS_REPLY_INTEGER || res[0]->integer < 0) {
-        dir_command_failed(d, "relay", dir_reply_why(reply));
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else {
-        r->a.count = (uint64_t)res[0]->integer;
-    }
-    dir_request_settle(d, r);
 }
 
 static int send_relay(struct directory *d, const struct pubop *op)
