@@ -47,6 +47,11 @@ extern "C" {
  * ferry_connect_timeout. */
 #define FERRY_DEFAULT_TIMEOUT_MS 30000
 
+/* How long a fetch waits when its caller names no timeout (the ferry tool's fetch and get
+ * --fetch, the Python module's fetch and get(fetch=True)): for an id no node holds yet, and
+ * for the transfer itself (a 4 GiB object takes 35 s over 1 Gbit/s). */
+#define FERRY_FETCH_TIMEOUT_MS 60000
+
 #define FERRY_ID_SIZE 20
 /* Longest name kept with an object (ferry_set_name). */
 #define FERRY_NAME_MAX 255

@@ -29,7 +29,6 @@
 /* Step in which input of unknown size is spooled to a temporary file. */
 #define STREAM_CHUNK (1 << 20)
 /* How long fetch and get --fetch wait without --timeout (ms): -1 could hang a script. */
-#define FETCH_TIMEOUT_MS 10000
 
 /* Reads up to size bytes into buf, fewer only at end of input; *done receives the count.
  * Returns 0, or -1 with errno. */
@@ -223,7 +222,7 @@ static int write_object(const struct cli *cli, const char *path, const uint8_t *
 
 /* get ID [-o FILE] [--timeout MS] [--fetch]: writes the object's data out; MS 0 polls, -1 waits
  * on. With --fetch an object that is not local is pulled from another node first, and MS
- * defaults to FETCH_TIMEOUT_MS instead of 0. */
+ * defaults to FERRY_FETCH_TIMEOUT_MS instead of 0. */
 static int cmd_get(struct cli *cli, int argc, char **argv)
 {
     const char *out = NULL, *timeout = NULL;
@@ -238,7 +237,7 @@ static int cmd_get(struct cli *cli, int argc, char **argv)
     ferry_id id;
     int status = cli_parse_args(cli->cmd, argc, argv, opts, &p);
     if (status == STATUS_OK && fetch)
-        timeout_ms = FETCH_TIMEOUT_MS;
+        timeout_ms = FERRY_FETCH_TIMEOUT_MS;
     if (status == STATUS_OK && timeout)
         status = cli_parse_int(cli, "timeout", timeout, -1, &timeout_ms);
     if (status == STATUS_OK)
@@ -320,11 +319,11 @@ static int fetch_report(const struct cli *cli, const struct fetch_list *f, int e
 }
 
 /* fetch ID... [--timeout MS]: makes the objects local, pulling them from the nodes that hold
- * them; waits up to MS (default FETCH_TIMEOUT_MS) for ids that no node holds yet. */
+ * them; waits up to MS (default FERRY_FETCH_TIMEOUT_MS) for ids that no node holds yet. */
 static int cmd_fetch(struct cli *cli, int argc, char **argv)
 {
     struct fetch_list f = {.words = calloc(argc > 0 ? (size_t)argc : 1, sizeof(char *))};
-    int64_t timeout_ms = FETCH_TIMEOUT_MS;
+    int64_t timeout_ms = FERRY_FETCH_TIMEOUT_MS;
     int status = f.words ? fetch_parse(cli, argc, argv, &f, &timeout_ms)
                          : cli_report(cli, FERRY_ENOMEM, "no memory for the arguments");
     if (status == STATUS_OK)
@@ -640,7 +639,7 @@ static const struct command {
     {"get", "ID [-o FILE] [--timeout MS] [--fetch] [--meta]", "write ID to FILE or stdout", cmd_get,
      "--meta writes the object's metadata instead of its data.\n"
      "MS: 0 polls (the default), -1 waits on. --fetch pulls ID from another node when it is not\n"
-     "local, waiting up to MS (default 10000) for an ID that no node holds yet.\n"},
+     "local, waiting up to MS (default 60000) for an ID that no node holds yet.\n"},
     {"contains", "ID", "print true (exit 0) if ID is stored (on disk: spilled), else false (1)",
      cmd_contains, "Prints true or false; the exit status says the same (0, 1), for scripts.\n"},
     {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm,
@@ -663,7 +662,7 @@ static const struct command {
      "The digest is XXH3-64 of the data, then the metadata, in 16 hex digits.\n"},
     {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
      cmd_fetch,
-     "Waits up to MS (default 10000; -1 on, 0 not at all) for an ID that no node holds yet.\n"
+     "Waits up to MS (default 60000; -1 on, 0 not at all) for an ID that no node holds yet.\n"
      "Prints nothing on success and a line per failed ID.\n"},
     {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes,
      "From the cluster's directory: each live node's id, transfer address and transports.\n"},

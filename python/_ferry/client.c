@@ -616,11 +616,13 @@ static PyMethodDef client_methods[] = {
      "get(ids, timeout_ms=0, fetch=False) -> Buffer or list of Buffer\n\nZero-copy read-only "
      "Buffers of sealed objects: one for an id, a list for an iterable of ids. Waits up to "
      "timeout_ms (-1 or None: no end) for objects not sealed yet, with the GIL released; with "
-     "fetch, pulls what is not local from the cluster first. ObjectNotFound (timeout_ms 0) or "
-     "Timeout when some are missing; the exception's .missing lists them."},
+     "fetch, pulls what is not local from the cluster first, and timeout_ms defaults to a "
+     "fetch's (60000). ObjectNotFound (timeout_ms 0) or Timeout when some are missing; the "
+     "exception's .missing lists them."},
     {"fetch", KW_METHOD(pyf_client_fetch),
-     "fetch(ids, timeout_ms=0)\n\nMakes objects local, pulling them from nodes that hold them "
-     "and waiting up to timeout_ms for ids no node has sealed yet. Raises the first failure "
+     "fetch(ids, timeout_ms=60000)\n\nMakes objects local, pulling them from nodes that hold "
+     "them and waiting up to timeout_ms (for ids no node has sealed yet, and for the transfers) "
+     "in all. Raises the first failure "
      "(Timeout, TransferFailed, DirectoryUnavailable, StoreFull...); .missing lists the ids "
      "that are not local."},
     {"contains", (PyCFunction)client_contains, METH_O,

@@ -313,9 +313,9 @@ static PyObject *gather_buffers(struct gather *g, int single)
     return single ? one : list;
 }
 
-/* Parses (ids, timeout_ms) into g and d; -1 with an exception. */
-static int parse_ids(PyObject *ids, PyObject *timeout, struct gather *g, struct pyf_deadline *d,
-                     int *single)
+/* Parses (ids, timeout_ms) into g and d, timeout_ms dflt when absent; -1 with an exception. */
+static int parse_ids(PyObject *ids, PyObject *timeout, int64_t dflt, struct gather *g,
+                     struct pyf_deadline *d, int *single)
 {
     size_t n;
 
@@ -326,7 +326,7 @@ static int parse_ids(PyObject *ids, PyObject *timeout, struct gather *g, struct 
     g->wait_rc = 0;
     if (pyf_ids_from_object(ids, &g->one_id, &g->ids, &n, single) < 0)
         return -1;
-    if (pyf_deadline_from_object(timeout, 0, d) < 0 || gather_alloc(g, n) < 0)
+    if (pyf_deadline_from_object(timeout, dflt, d) < 0 || gather_alloc(g, n) < 0)
         return -1;
     return 0;
 }
@@ -344,8 +344,9 @@ PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t n
     if (pyf_parse_args("get", args, nargs, kwnames, names, 3, 1, a) < 0 ||
         (fetch = a[2] ? PyObject_IsTrue(a[2]) : 0) < 0)
         return NULL;
-    if (parse_ids(a[0], a[1], &g, &d, &single) < 0 || !(k = pyf_client_conn(self)) ||
-        get_round(&g, k, 0) < 0)
+    /* A get waits for nothing unless told to; one that fetches waits as a fetch does. */
+    if (parse_ids(a[0], a[1], fetch ? FERRY_FETCH_TIMEOUT_MS : 0, &g, &d, &single) < 0 ||
+        !(k = pyf_client_conn(self)) || get_round(&g, k, 0) < 0)
         goto done;
     if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
         gather_wait(self, &g, &d, fetch, 1) < 0)
@@ -369,7 +370,8 @@ PyObject *pyf_client_fetch(ClientObject *self, PyObject *const *args, Py_ssize_t
 
     if (pyf_parse_args("fetch", args, nargs, kwnames, names, 2, 1, a) < 0)
         return NULL;
-    if (parse_ids(a[0], a[1], &g, &d, &single) < 0 || !(k = pyf_client_conn(self)))
+    if (parse_ids(a[0], a[1], FERRY_FETCH_TIMEOUT_MS, &g, &d, &single) < 0 ||
+        !(k = pyf_client_conn(self)))
         goto done;
     /* A fetch that waits takes a handle of its own; one that does not uses the main one. */
     if (d.timeout_ms == 0 ? fetch_round(&g, k, 0, 0) < 0 : gather_wait(self, &g, &d, 1, 0) < 0)

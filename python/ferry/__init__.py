@@ -83,6 +83,10 @@ __all__ = [
 ]
 
 
+# get_object's timeout_ms when its caller gives none: get's own default then applies.
+_DEFAULT = object()
+
+
 class Client(_ferry.Client):
     __slots__ = ()
     __doc__ = _ferry.Client.__doc__
@@ -106,12 +110,15 @@ class Client(_ferry.Client):
         oid = ObjectID.random() if id is None else ObjectID(id)
         return self._put_parts(oid, (stream, *views))
 
-    def get_object(self, id, timeout_ms=0, fetch=False):
+    def get_object(self, id, timeout_ms=_DEFAULT, fetch=False):
         """Returns the object that put_object stored under id (waiting and fetching as get
-        does). Its out-of-band buffers are read-only views of the arena, not copies; the
-        object stays referenced while any of them is alive. ValueError for an object that
-        put_object did not store."""
-        buf = self.get(id, timeout_ms, fetch=fetch)
+        does, with get's defaults: timeout_ms 0, a fetch's with fetch). Its out-of-band buffers
+        are read-only views of the arena, not copies; the object stays referenced while any of
+        them is alive. ValueError for an object that put_object did not store."""
+        if timeout_ms is _DEFAULT:
+            buf = self.get(id, fetch=fetch)
+        else:
+            buf = self.get(id, timeout_ms, fetch=fetch)
         parts = _ferry._decode_parts(buf.metadata, buf.size)
         view = memoryview(buf)
         stream_at, stream_len = parts[0]

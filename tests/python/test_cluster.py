@@ -40,6 +40,24 @@ def test_fetch_across_two_daemons(cluster):
         assert stats["transfers_in"] == 2 and stats["directory_up"] == 1
 
 
+def test_fetch_with_default_arguments(cluster):
+    """A fetch with its defaults waits for the transfer (it waited 0 ms, and always failed with
+    "not sealed within 0 ms" while a live node held the object); a plain get still does not
+    wait."""
+    a, b = cluster
+    data = os.urandom(1 << 20)
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        ca.put("defaults-get", data)
+        ca.put("defaults-fetch", data)
+        with pytest.raises(ferry.ObjectNotFound):
+            cb.get("defaults-get")
+        assert bytes(cb.get("defaults-get", fetch=True)) == data
+        cb.fetch(["defaults-fetch"])
+        assert bytes(cb.get("defaults-fetch")) == data
+        oid = ca.put_object({"arr": data}, id="defaults-object")
+        assert cb.get_object(oid, fetch=True)["arr"] == data
+
+
 def test_fetch_waits_for_a_later_seal_and_times_out(cluster):
     a, b = cluster
     with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
