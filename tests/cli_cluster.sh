@@ -81,7 +81,8 @@ test_nodes() {
 
 test_fetch() {
     expect "put alpha on a" 0 fy a put alpha "$DIR/alpha.bin" --meta "some metadata"
-    expect_lines "a fetch on b of an id not put yet" 1 "ferry: fetch: alpha2: timed out" -- \
+    expect_lines "a fetch on b of an id not put yet says no live node holds it" 1 \
+        "ferry: fetch: alpha2: timed out: not local within 100 ms: no live node holds it" -- \
         fy b fetch alpha2 --timeout 100
     ok "a failed fetch prints nothing on stdout" test ! -s "$OUT"
     expect "fetch alpha on b" 0 fy b fetch alpha
@@ -113,7 +114,8 @@ test_fetch_many() {
     expect "get empty on b" 0 fy b get empty
     ok "empty arrived empty" test ! -s "$OUT"
     expect_lines "fetch of two missing ids among present ones" 1 \
-        "ferry: fetch: nope1: timed out" "ferry: fetch: nope2: timed out" -- \
+        "ferry: fetch: nope1: timed out: not local within 200 ms: no live node holds it" \
+        "ferry: fetch: nope2: timed out" -- \
         fy b fetch beta nope1 gamma nope2 --timeout 200
 }
 
@@ -156,7 +158,8 @@ test_fetch_waits() {
 
 test_standalone() {
     expect_lines "fetch on a node without a directory" 6 \
-        "ferry: fetch: alpha: standalone node (started without --directory)" -- fy s fetch alpha
+        "ferry: fetch: alpha: standalone node (started without --directory): no other node to fetch from" \
+        -- fy s fetch alpha
     expect "nodes on a node without a directory" 6 fy s nodes
     ok "nodes on a standalone node says so" grep -q 'standalone node' "$ERR"
     expect "where on a node without a directory" 6 fy s where alpha
@@ -180,10 +183,26 @@ test_stat() {
         "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
 }
 
+# A holder killed: the fetch fails and its line names the holder and why (what the log and
+# Python say), not only "transfer failed". Last: node a stays dead.
+test_failed_fetch_names_its_holder() {
+    local status
+    expect "put kappa on a" 0 fy a put kappa "$DIR/beta.bin"
+    kill -9 "$A_PID"
+    wait "$A_PID" 2>/dev/null
+    fy b fetch kappa --timeout 3000 >/dev/null 2>"$DIR/kappa.err"
+    status=$?
+    echo "a fetch from a killed holder: status $status: $(head -c 300 "$DIR/kappa.err")"
+    ok "a fetch from a killed holder fails" test "$status" -ne 0
+    ok "its line names the holder and why" grep -q '^ferry: fetch: kappa: .*node-a: ' \
+        "$DIR/kappa.err"
+}
+
 main() {
     make_data || exit 1
     start_redis || exit 1
     start_cluster_node a || exit 1
+    A_PID=${PIDS[-1]}
     start_cluster_node b || exit 1
     start_node s || exit 1
     test_help_and_usage
@@ -194,6 +213,7 @@ main() {
     test_fetch_waits
     test_standalone
     test_stat
+    test_failed_fetch_names_its_holder
     summary
 }
 

@@ -302,16 +302,25 @@ static int fetch_parse_ids(struct cli *cli, struct fetch_list *f)
     return STATUS_OK;
 }
 
-/* Reports a failed fetch: a line per failed id, or one line for a call that failed as a
+/* Reports a failed fetch: a line per failed id, the first with why the daemon gave (each
+ * holder's reason, or that no live node holds it), or one line for a call that failed as a
  * whole. The exit status is that of the first failure. */
 static int fetch_report(const struct cli *cli, const struct fetch_list *f, int err)
 {
+    char why[512];
     int first = 0;
+
+    snprintf(why, sizeof(why), "%s", ferry_errmsg());
     for (size_t i = 0; i < f->n; i++) {
+        const char *what = ferry_strerror(f->statuses[i]);
         if (f->statuses[i] >= 0)
             continue;
-        fprintf(stderr, "ferry: %s: %s: %s\n", cli->cmd, f->words[i],
-                ferry_strerror(f->statuses[i]));
+        if (!first && why[0] && strncmp(why, what, strlen(what)) == 0)
+            fprintf(stderr, "ferry: %s: %s: %s\n", cli->cmd, f->words[i], why); /* says it */
+        else if (!first && why[0])
+            fprintf(stderr, "ferry: %s: %s: %s: %s\n", cli->cmd, f->words[i], what, why);
+        else
+            fprintf(stderr, "ferry: %s: %s: %s\n", cli->cmd, f->words[i], what);
         if (!first)
             first = f->statuses[i];
     }
