@@ -183,6 +183,16 @@ test_stat() {
         "sorted(j) == sorted(l.split()[0] for l in open('$OUT'))"
 }
 
+# Everything so far went as it should: neither node logged a warning (a healthy pair on rxm
+# logged "the provider keeps waking the loop with nothing to do" in 6 of 6 logs).
+test_healthy_nodes_log_no_warning() {
+    local n
+    for n in a b; do
+        ok "node $n logged no warning: $(grep -m1 ' W ' "$DIR/$n.log")" \
+            bash -c "! grep -q ' W ' '$DIR/$n.log'"
+    done
+}
+
 # A holder killed: the fetch fails and its line names the holder and why (what the log and
 # Python say), not only "transfer failed". Last: node a stays dead.
 test_failed_fetch_names_its_holder() {
@@ -213,6 +223,7 @@ main() {
     test_fetch_waits
     test_standalone
     test_stat
+    test_healthy_nodes_log_no_warning
     test_failed_fetch_names_its_holder
     summary
 }
