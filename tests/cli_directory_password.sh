@@ -88,6 +88,8 @@ test_wrong_password() {
     ok "watched, a wrong password starts" watched wrong none \
         --directory "redis://127.0.0.1:$REDIS_PORT" --directory-password-file "$DIR/wrong"
     eventually "AUTH's refusal is logged" grep -q "AUTH refused" "$DIR/wrong.log"
+    ok "ferry nodes on that node says why (it said \"directory unavailable\" twice)" \
+        bash -c "'$FERRY' --socket '$DIR/wrong.sock' nodes 2>&1 >/dev/null | grep -q 'AUTH refused: WRONGPASS'"
     ok "the node is not listed" bash -c "! '$FERRY' --socket '$DIR/file.sock' nodes --json | grep -q node-wrong"
     ok "the log names no password" bash -c "! grep -q -e '$PW' '$DIR/wrong.log'"
     ok "a file its group can read is warned about" grep -q "can be read by its group" "$DIR/wrong.log"

@@ -258,6 +258,7 @@ static void connection_lost(struct directory *d, const char *why)
         d->resolved = 0; /* ask the sentinels again (redis-sentinel://) */
     }
     d->counters.errors++;
+    snprintf(d->down_why, sizeof(d->down_why), "%s", why);
     if (was_up) {
         log_warn("directory: lost Redis at %s: %s; reconnecting", d->where, why);
         d->failures = 1;

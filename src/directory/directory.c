@@ -72,6 +72,11 @@ const char *directory_where(const struct directory *d)
     return d->where;
 }
 
+const char *directory_down_why(const struct directory *d)
+{
+    return d->up ? "" : d->down_why;
+}
+
 const struct directory_counters *directory_counters(const struct directory *d)
 {
     return &d->counters;

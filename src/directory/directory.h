@@ -204,6 +204,9 @@ int directory_connected(const struct directory *d);
 /* Where the directory is, for people: HOST:PORT/DB or the master's name (never credentials). */
 const char *directory_where(const struct directory *d);
 const struct directory_counters *directory_counters(const struct directory *d);
+/* While the directory is down, why its last connection ended or could not be used ("AUTH
+ * refused: WRONGPASS ..."); "" while it is up, or before a first failure. */
+const char *directory_down_why(const struct directory *d);
 /* This run's incarnation. */
 uint64_t directory_incarnation(const struct directory *d);
 

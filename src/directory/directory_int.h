@@ -248,12 +248,13 @@ struct directory {
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
     struct loop_timer reconnect, watchdog, heartbeat, turn, events;
-    int up;            /* registered on the current connection */
-    int ever_up;       /* a connection was up before: the next one is a reconnection */
-    int cleaned;       /* the earlier incarnations' entries are gone */
-    int closing;       /* in directory_close: a lost connection is not retried */
-    int republish_due; /* the turn calls the republish hook */
-    unsigned failures; /* failed attempts since the last up, for the log */
+    int up;             /* registered on the current connection */
+    char down_why[128]; /* why the last connection ended or could not be used ("": none yet) */
+    int ever_up;        /* a connection was up before: the next one is a reconnection */
+    int cleaned;        /* the earlier incarnations' entries are gone */
+    int closing;        /* in directory_close: a lost connection is not retried */
+    int republish_due;  /* the turn calls the republish hook */
+    unsigned failures;  /* failed attempts since the last up, for the log */
     uint32_t backoff_ms;
     unsigned inflight;     /* commands sent and not answered */
     uint64_t progress_ms;  /* when the last reply came, or the first command of a burst left */

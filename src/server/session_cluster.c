@@ -15,6 +15,17 @@
 #include "common/log.h"
 #include "transfer/engine.h"
 
+/* A directory request's failure, with why the directory is down when it is ("Redis at
+ * 127.0.0.1:6379/0: AUTH refused: WRONGPASS ..."): it read "directory unavailable" alone. */
+static int dir_failure(const struct server *srv, int status)
+{
+    const char *why = srv->dir ? directory_down_why(srv->dir) : "";
+
+    if (status == FERRY_EDIRECTORY && why[0])
+        return err_set(status, "Redis at %s: %s", directory_where(srv->dir), why);
+    return err_set(status, "%s", ferry_strerror(status));
+}
+
 /* ---- fetch ---- */
 
 #define FETCH_PENDING 1
@@ -183,8 +194,7 @@ static void dir_done(void *arg, const struct directory_answer *a)
     ss->dir.active = 0;
     server_schedule(srv, ss);
     if (a->status < 0 || q.type == PROTO_DELETE_CLUSTER) {
-        session_reply_status(
-            ss, &q, a->status < 0 ? err_set(a->status, "%s", ferry_strerror(a->status)) : 0);
+        session_reply_status(ss, &q, a->status < 0 ? dir_failure(srv, a->status) : 0);
         return;
     }
     start = session_reply_begin(ss, &q, 0);

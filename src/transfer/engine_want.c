@@ -65,7 +65,8 @@ static void want_reasons(const struct want *w, char *buf, size_t len)
     if (w->gone[0] && at < len)
         at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
     if (w->dir_down && at < len)
-        snprintf(buf + at, len - at, "%sthe directory is unreachable", at ? "; " : "");
+        snprintf(buf + at, len - at, "%sthe directory is unreachable%s%s", at ? "; " : "",
+                 directory_down_why(w->e->dir)[0] ? ": " : "", directory_down_why(w->e->dir));
 }
 
 /* Fails w with FERRY_ETRANSFER and every reason. */
