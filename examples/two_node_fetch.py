@@ -80,12 +80,19 @@ def main():
             print(f"a holds example-array ({data.nbytes >> 20} MiB); b has it: "
                   f"{b.contains('example-array')}")
             start = time.perf_counter()
-            buf = b.get("example-array", timeout_ms=10_000, fetch=True)
+            buf = b.get("example-array", fetch=True)  # waits up to 60 s by default
             took = time.perf_counter() - start
             arr = np.frombuffer(buf, dtype=np.float64)
-            print(f"b fetched it in {1000 * took:.1f} ms "
-                  f"({data.nbytes / took / 2**30:.2f} GiB/s) and reads it in place: "
+            print(f"b fetched it in {1000 * took:.1f} ms, cold: a connection to a first "
+                  f"({data.nbytes / took / 2**30:.2f} GiB/s), and reads it in place: "
                   f"equal = {np.array_equal(arr, data)}, metadata = {buf.metadata!r}")
+            a.put("example-array-2", data + 1, metadata=b"float64")
+            start = time.perf_counter()
+            warm = b.get("example-array-2", fetch=True)
+            took = time.perf_counter() - start
+            print(f"a second array of the same size, warm (the connection kept): "
+                  f"{1000 * took:.1f} ms ({data.nbytes / took / 2**30:.2f} GiB/s)")
+            del warm
             print("held by:", sorted(n["id"] for n in b.where("example-array")))
             stats = b.stats()
             print(f"b's counters: transfers_in {stats['transfers_in']}, bytes_in "
