@@ -127,10 +127,13 @@ EOF
 # The Python module from the same install: imported from the installed tree alone, it reports
 # the release and talks to the installed daemon.
 test_python() {
-    local pydir
+    local pydir py
     pydir=$(sed -n 's/^FERRY_PYTHON_DIR:STRING=//p' "$BUILD/CMakeCache.txt")
     [ "${pydir#/}" = "$pydir" ] && pydir=$PREFIX/$pydir
     ok "the Python package is installed" test -f "$DEST$pydir/ferry/__init__.py"
+    py=$(sed -n 's/^_\{0,1\}Python3_EXECUTABLE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" | head -1)
+    ok "where the interpreter it is built for looks ($py: $pydir)" env -u PYTHONPATH "$py" -c \
+        'import sys; sys.exit(sys.argv[1] not in sys.path)' "$pydir"
     "$ROOT/bin/ferryd" --socket "$DIR/py.sock" --memory 16M >"$DIR/py.log" 2>&1 &
     PIDS+=($!)
     wait_for "installed ferryd for Python" $! "$ROOT/bin/ferry" --socket "$DIR/py.sock" stat || return
