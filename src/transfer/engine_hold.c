@@ -373,6 +373,8 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
     struct want *w = NULL;
     uint32_t i;
 
+    if (!hp->ranges) /* whole objects: never from a partial copy */
+        return 1;
     for (i = 0; i < hp->n; i++)
         if ((w = entry_relay(e, hp, i)) &&
             !eng_relay_covers(w, hp->ranges[i].off, hp->ranges[i].len))

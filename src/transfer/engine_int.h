@@ -556,8 +556,9 @@ void eng_relay_deal(struct want *w);
 /* A part whose holder failed starts again after the chunks of its range that are in (landed
  * in order, and checked when it is relayed): 1 when none is left (it ends). */
 int eng_relay_trim(struct want *part);
-/* The chunks [first, first + n) of t's object are in (set) or are being received again. */
-void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set);
+/* The chunks of len bytes of t's object from off (whole chunks, or up to the object's end) are
+ * in (set), or are being received again. */
+void eng_relay_have(struct want *t, uint64_t off, uint64_t len, int set);
 /* n bytes of w's range (a part's, or a whole want's object) landed at p, unchecked. */
 void eng_relay_landed(struct want *w, const uint8_t *p, size_t n);
 /* w's object was made: chunks are counted from none. */

@@ -244,16 +244,13 @@ static void on_stall(struct loop *l, struct loop_timer *t)
     loop_timer_start(l, t, loop_now_ms() + p->e->check_ms);
 }
 
-/* Drops the queued wants that finished while they waited (a local put, say), and those nobody
- * waits for any more (a holder that answers busy has them asked again), and the parts of
- * objects that ended (engine_cancel ended the wants but not the parts, which go here) or that
- * nobody waits for past the grace a fetch has to take them up again (ORPHAN_GRACE_MS: clients
- * wait in slices, and a relayed object deals its next ranges as its last ones come in; dropped
- * at once, a Python broadcast's ranges went and the objects were fetched whole). Whole wants
- * go at once, as they always did: kept through the grace, the 32-node shuffle's holders, each
- * sending to 31 nodes, had more transfers under way at once, and one of them fell under the
- * minimum rate. Ending them here touches nothing but the want (a lookup without waiters ends it
- * at once). */
+/* Drops the queued wants that finished while they waited (a local put, say), the parts of
+ * objects that ended (engine_cancel ended the wants but not the parts, which go here), and
+ * what nobody waits for past the grace a fetch has to take it up again (ORPHAN_GRACE_MS, the
+ * want's orphan timer: clients wait in slices, and a relayed object deals its next ranges as
+ * its last ones come in; dropped at once, a Python broadcast's ranges went between slices and
+ * its objects were fetched whole). A holder that answers busy has them asked again. Ending
+ * them here touches nothing but the want (a lookup without waiters ends it at once). */
 static void peer_prune_queue(struct peer *p)
 {
     uint32_t k = 0;
@@ -263,8 +260,7 @@ static void peer_prune_queue(struct peer *p)
         if (w->done) {
             w->queued = NULL;
             eng_want_free(w);
-        } else if (root->done ||
-                   (!root->waiters && (!w->parent || !loop_timer_armed(&root->orphan)))) {
+        } else if (root->done || (!root->waiters && !loop_timer_armed(&root->orphan))) {
             w->queued = NULL;
             if (w->parent)
                 eng_part_unqueued(w);
@@ -390,7 +386,7 @@ void eng_peer_enqueue(struct peer *p, struct want *w)
         eng_part_unqueued(w);
         return;
     }
-    if (p->nqueue == p->capqueue) {
+    if (p->nqueue == p->capqueue) { /* not reserved */
         eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
         return;
     }

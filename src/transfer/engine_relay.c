@@ -22,18 +22,20 @@
  */
 #include "transfer/engine_int.h"
 
-static uint64_t chunks_of(uint64_t bytes)
+/* Whether chunk i of w's copy is in. */
+static int have_chunk(const struct want *w, uint64_t i)
 {
-    return (bytes + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
+    return (w->have[i / 8] >> (i % 8)) & 1;
 }
 
-void eng_relay_have(struct want *t, uint64_t first, uint64_t n, int set)
+void eng_relay_have(struct want *t, uint64_t off, uint64_t len, int set)
 {
-    uint64_t all = chunks_of(t->size);
+    uint64_t end = (off + len + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
 
     if (!t->have)
         return;
-    for (uint64_t i = first; i < first + n && i < all; i++) {
+    end = end < digest_leaves(t->size) ? end : digest_leaves(t->size);
+    for (uint64_t i = off / DIGEST_CHUNK; i < end; i++) {
         if (set)
             t->have[i / 8] |= (uint8_t)(1u << (i % 8));
         else
@@ -51,13 +53,13 @@ void eng_relay_made(struct want *w)
     w->have = NULL;
     w->relay_ms = loop_now_ms();
     if (w->relay_seq) /* for the recorded size, which the object's sizes equal */
-        w->have = calloc(chunks_of(w->size) / 8 + 1, 1); /* without: nothing is served */
+        w->have = calloc(digest_leaves(w->size) / 8 + 1, 1); /* without: nothing is served */
 }
 
 void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
 {
     struct want *t = w->parent ? w->parent : w;
-    uint64_t off = w->parent ? w->off : 0, size, done;
+    uint64_t off = w->parent ? w->off : 0, size, done, in;
 
     if (!t->have || !t->obj || eng_checked(w))
         return;
@@ -67,20 +69,20 @@ void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
      * seal. */
     if (p != w->e->store->base + t->obj->offset + off + w->rlanded || n > size - w->rlanded)
         return;
-    done = w->rlanded / DIGEST_CHUNK;
+    done = w->rlanded / DIGEST_CHUNK * DIGEST_CHUNK; /* whole chunks in before */
     w->rlanded += n;
-    if (w->rlanded == size)
-        eng_relay_have(t, off / DIGEST_CHUNK + done, chunks_of(size) - done, 1);
-    else if (w->rlanded / DIGEST_CHUNK > done)
-        eng_relay_have(t, off / DIGEST_CHUNK + done, w->rlanded / DIGEST_CHUNK - done, 1);
+    in = w->rlanded == size ? size : w->rlanded / DIGEST_CHUNK * DIGEST_CHUNK;
+    if (in > done)
+        eng_relay_have(t, off + done, in - done, 1);
 }
 
 void eng_relay_end(struct want *w)
 {
-    if (w->relay_maybe && w->e->dir) /* the script may have run though its answer never came */
-        directory_unrelay(w->e->dir, &w->id);
-    if (w->relay_maybe)
+    if (w->relay_maybe) {
+        if (w->e->dir) /* the script may have run though its answer never came */
+            directory_unrelay(w->e->dir, &w->id);
         eng_relay_wake(w->e, &w->id); /* what waits for its copy: sealed, or not here */
+    }
     w->relay_seq = 0;
     w->relay_maybe = w->relay_dealing = 0;
 }
@@ -105,7 +107,7 @@ int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len)
         return 1; /* nothing to send (wire_range_cut) */
     len = size - off < len ? size - off : len;
     for (uint64_t i = off / DIGEST_CHUNK; i <= (off + len - 1) / DIGEST_CHUNK; i++)
-        if (!(w->have[i / 8] & (1u << (i % 8))))
+        if (!have_chunk(w, i))
             return 0;
     return 1;
 }
@@ -232,12 +234,11 @@ void eng_relay_deal(struct want *w)
 int eng_relay_trim(struct want *part)
 {
     struct want *w = part->parent;
-    uint64_t skip = 0, first = part->off / DIGEST_CHUNK;
+    uint64_t skip = 0;
 
     if (!w->have || w->drains) /* a dead connection may still write into what is in */
         return 0;
-    while (skip < part->size && (w->have[(first + skip / DIGEST_CHUNK) / 8] &
-                                 (1u << ((first + skip / DIGEST_CHUNK) % 8))))
+    while (skip < part->size && have_chunk(w, (part->off + skip) / DIGEST_CHUNK))
         skip += DIGEST_CHUNK;
     skip = skip < part->size ? skip : part->size;
     part->off += skip;
@@ -269,8 +270,7 @@ int eng_relay(struct want *w, const struct directory_answer *a)
     if ((n = relay_sources(w, a, peers)) == 0 || !w->split_seq[0])
         return 0;
     w->nsplit = (uint32_t)n;
-    eng_split_begin(w, (uint32_t)(chunks_of(w->size) / (RELAY_RANGE / DIGEST_CHUNK) +
-                                  (chunks_of(w->size) % (RELAY_RANGE / DIGEST_CHUNK) != 0)));
+    eng_split_begin(w, (uint32_t)((w->size + RELAY_RANGE - 1) / RELAY_RANGE));
     /* Its whole-object checks (a late write's recheck, an object of one chunk) are made as for
      * --verify: its ranges come from copies nobody else checked. */
     w->relayed = 1;

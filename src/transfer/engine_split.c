@@ -230,7 +230,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     part->dropped = 1; /* until a place for its bytes is found below */
     eng_check_reset(part);
     /* Its range comes (again): not served onward until it is in. */
-    eng_relay_have(w, part->off / DIGEST_CHUNK, (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 0);
+    eng_relay_have(w, part->off, part->size, 0);
     if (pe->other || w->done || w->split_failed)
         return 0;
     if (!w->split_made && eng_check_tree(w, re) < 0) { /* leaves that do not give the root */
@@ -317,8 +317,7 @@ void eng_part_checked(struct want *part)
         return;
     }
     part->e->counters.ranges_in++;
-    eng_relay_have(part->parent, part->off / DIGEST_CHUNK,
-                   (part->size + DIGEST_CHUNK - 1) / DIGEST_CHUNK, 1);
+    eng_relay_have(part->parent, part->off, part->size, 1);
     part_end(part);
 }
 

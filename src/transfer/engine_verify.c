@@ -99,7 +99,7 @@ static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_
         ok = t->obj && digest_root(t->obj->data_size, t->obj->metadata_size, leaf, 1, root) == 0 &&
              mac_equal(root, t->digest, DIGEST_LEN);
     if (ok)
-        eng_relay_have(t, i, 1, 1);
+        eng_relay_have(t, i * DIGEST_CHUNK, DIGEST_CHUNK, 1);
     if (ok || w->bad_chunk != NO_CHUNK)
         return;
     w->bad_chunk = i;
