@@ -37,7 +37,7 @@ extern "C" {
  * #if FERRY_VERSION >= FERRY_MAKE_VERSION(0, 6, 0). ferry_version() is the library's own, which
  * may be a later release than the header a program was built with. */
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 7
+#define FERRY_VERSION_MINOR 8
 #define FERRY_VERSION_PATCH 0
 #define FERRY_MAKE_VERSION(major, minor, patch) ((major)*1000000L + (minor)*1000L + (patch))
 #define FERRY_VERSION                                                                              \
@@ -191,6 +191,17 @@ int ferry_delete(ferry_client *c, const ferry_id *id);
  * nodes drop their copies as they hear of it (within about 100 ms). Succeeds when no node
  * holds id. FERRY_ESTANDALONE without a directory, FERRY_EDIRECTORY when it is down. */
 int ferry_delete_cluster(ferry_client *c, const ferry_id *id);
+
+/* Keeps a sealed object (keep 1), or this client's unsealed one, until it is let go (keep 0) or
+ * deleted: it is never evicted to make room, so an object put for a reader that comes later is
+ * there when it comes. Kept is the node's, not the handle's: it outlives the connection, and any
+ * client may let go. With a spill directory (ferryd --spill-dir) a kept object may still be
+ * spilled, as any (spilling drops nothing); without one, a store full of kept objects fails
+ * creates with FERRY_ENOSPACE, whose ferry_errmsg() says so. To keep from the start, keep
+ * before sealing: ferry_create, fill, ferry_keep, ferry_seal, ferry_release. FERRY_ENOENT when
+ * there is no such object. Objects evicted before anyone read them are counted
+ * (evicted_unread) and logged. */
+int ferry_keep(ferry_client *c, const ferry_id *id, int keep);
 
 /* Creates, fills and seals an object, and releases it. */
 int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
@@ -378,7 +389,10 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "fetches findable as partial holders, serving ranges before they are whole")                 \
     X(ranges_relayed, COUNTER, "ranges sent to peers from objects still being received here")      \
     X(relay_waits_expired, COUNTER,                                                                \
-      "ranges asked of this node while it received them, not here within the answer deadline")
+      "ranges asked of this node while it received them, not here within the answer deadline")     \
+    X(kept_objects, GAUGE, "objects kept until let go (ferry_keep): never evicted for room")       \
+    X(kept_bytes, GAUGE, "bytes of the kept objects")                                              \
+    X(evicted_unread, COUNTER, "objects evicted to make room before any reader took them")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -280,6 +280,24 @@ test_evict() {
     ok "evict with nothing left frees nothing" stdout_is "evicted 0 objects, 0 B (0 bytes)"
 }
 
+# put --keep, keep and unkeep: a kept object survives evict and is counted until let go.
+test_keep() {
+    printf 'kept' >"$DIR/kept"
+    expect "put --keep" 0 fy put kept-put "$DIR/kept" --keep
+    expect "put another" 0 fy put kept-later "$DIR/kept"
+    expect "keep it" 0 fy keep kept-later
+    expect "keep of an object that is not there" 1 fy keep no-such-object
+    expect "evict all" 0 fy evict 1G
+    expect_answer "a kept object is not evicted" 0 fy contains kept-put
+    ok "kept_objects counts both" test "$(stat_field kept_objects)" = 2
+    expect "stat" 0 fy stat
+    ok "stat shows what is kept" grep -Eq '^  kept +2 objects, 8 B' "$OUT"
+    expect "unkeep" 0 fy unkeep kept-put
+    expect "evict all again" 0 fy evict 1G
+    expect_answer "let go, it is evicted" 1 fy contains kept-put
+    expect_answer "the other stays" 0 fy contains kept-later
+}
+
 # The bytes in evict's "(N bytes)".
 evicted_bytes() { sed -n 's/.*(\([0-9]*\) bytes)$/\1/p' "$OUT"; }
 
@@ -341,6 +359,7 @@ main() {
     test_hash
     test_command_line
     test_evict
+    test_keep
     summary
 }
 

@@ -175,6 +175,48 @@ static void test_referenced_never_evicted_and_no_useless_eviction(void **state)
     assert_non_null(store_find(&f->st, &unsealed));
 }
 
+/* A kept object is never evicted for room: a create that would need it fails and says the
+ * store is full of kept objects; let go, it is evictable again (in its LRU place); deleted,
+ * it leaves the kept counts. Evictions of objects nobody read are counted, of read ones not. */
+static void test_kept_objects_stay_until_let_go(void **state)
+{
+    struct fixture *f = *state;
+    struct object *kept = put(f, 1, CAP / 2), *read = put(f, 2, CAP / 4), *o;
+    ferry_id big = id_of(3);
+
+    store_keep(&f->st, kept, 1);
+    store_keep(&f->st, kept, 1); /* twice counts once */
+    assert_int_equal(f->st.kept_objects, 1);
+    assert_int_equal(f->st.kept_bytes, CAP / 2);
+    assert_int_equal(f->st.evictable_bytes, CAP / 4);
+    store_mark_read(read);
+    f->nevents = 0;
+    assert_int_equal(store_create(&f->st, &big, CAP / 2 + 64, 0, f, &o), FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "full of kept objects"));
+    assert_int_equal(f->nevents, 0);
+    assert_int_equal(store_evict(&f->st, CAP), CAP / 4);
+    assert_non_null(store_find(&f->st, &ID(1)));
+    assert_int_equal(f->st.counters.evicted_unread, 0); /* asked for, and read anyway */
+
+    store_keep(&f->st, kept, 0);
+    assert_int_equal(f->st.kept_objects, 0);
+    assert_int_equal(f->st.evictable_bytes, CAP / 2);
+    assert_int_equal(store_create(&f->st, &big, CAP / 2 + 64, 0, f, &o), 0);
+    assert_null(store_find(&f->st, &ID(1)));
+    assert_int_equal(f->st.counters.evicted_unread, 1); /* put, never read, evicted for room */
+    store_abort(&f->st, o);
+
+    /* Kept while referenced: not in the LRU after its release either; deleted, uncounted. */
+    kept = put(f, 4, CAP / 4);
+    store_ref(&f->st, kept);
+    store_keep(&f->st, kept, 1);
+    store_unref(&f->st, kept);
+    assert_int_equal(f->st.evictable_bytes, 0);
+    store_delete(&f->st, kept);
+    assert_int_equal(f->st.kept_objects, 0);
+    assert_int_equal(f->st.kept_bytes, 0);
+}
+
 static void test_delete_referenced_waits_for_last_reference(void **state)
 {
     struct fixture *f = *state;
@@ -348,6 +390,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eviction_in_lru_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_referenced_never_evicted_and_no_useless_eviction,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_objects_stay_until_let_go, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_referenced_waits_for_last_reference, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),

@@ -83,14 +83,12 @@ static int fill_object(const struct cli *cli, int fd, const char *name, uint8_t 
     return STATUS_OK;
 }
 
-/* Stores size bytes of a regular file: the object is created at that size and the file is
- * read straight into it, with no copy in this process. It is aborted when the file cannot be
- * read in full, so that no truncated object is ever sealed. */
 /* What put stores under: the id, and the name people gave it (NULL for a raw id, or a word
- * that cannot be a name). */
+ * that cannot be a name); keep: kept from before its seal (ferry_keep). */
 struct put_target {
     ferry_id id;
     const char *name;
+    int keep;
 };
 
 /* A failed create, with the id and the next step when the id is taken. */
@@ -104,6 +102,9 @@ static int create_failed(const struct cli *cli, const ferry_id *id, int err)
     return cli_report(cli, err, "%s: %s (ferry rm it first)", text, ferry_errmsg());
 }
 
+/* Stores size bytes of a regular file: the object is created at that size and the file is
+ * read straight into it, with no copy in this process. It is aborted when the file cannot be
+ * read in full, so that no truncated object is ever sealed. */
 static int put_sized(struct cli *cli, const struct put_target *t, int fd, const char *name,
                      uint64_t size, const char *meta)
 {
@@ -114,6 +115,8 @@ static int put_sized(struct cli *cli, const struct put_target *t, int fd, const 
         return create_failed(cli, id, err);
     int status = fill_object(cli, fd, name, data, size);
     if (status == STATUS_OK && t->name && (err = ferry_set_name(cli->client, id, t->name)) != 0)
+        status = cli_fail(cli, err);
+    if (status == STATUS_OK && t->keep && (err = ferry_keep(cli->client, id, 1)) != 0)
         status = cli_fail(cli, err);
     if (status == STATUS_OK && (err = ferry_seal(cli->client, id)) != FERRY_OK)
         status = cli_fail(cli, err);
@@ -182,9 +185,9 @@ static int is_raw_id(const char *word)
 static int cmd_put(struct cli *cli, int argc, char **argv)
 {
     const char *meta = NULL;
-    const struct opt opts[] = {{"--meta", &meta, NULL}, {NULL, NULL, NULL}};
-    struct params p = {.names = {"ID", "FILE"}, .min = 1};
     struct put_target t = {.name = NULL};
+    const struct opt opts[] = {{"--meta", &meta, NULL}, {"--keep", NULL, &t.keep}, {NULL}};
+    struct params p = {.names = {"ID", "FILE"}, .min = 1};
     int status = cli_start(cli, argc, argv, opts, &p, &t.id);
     if (status != STATUS_OK)
         return status;
@@ -455,6 +458,18 @@ static int cmd_rm(struct cli *cli, int argc, char **argv)
     return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
 }
 
+/* keep ID, unkeep ID: keeps an object until let go, or lets it go. */
+static int cmd_keep(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.names = {"ID"}, .min = 1};
+    ferry_id id;
+    int status = cli_start(cli, argc, argv, NULL, &p, &id);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_keep(cli->client, &id, strcmp(cli->cmd, "keep") == 0);
+    return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
+}
+
 static const char *state_name(int state)
 {
     switch (state) {
@@ -641,10 +656,16 @@ static const struct command {
     int (*run)(struct cli *cli, int argc, char **argv);
     const char *help; /* more for ferry help CMD, or NULL */
 } commands[] = {
-    {"put", "ID [FILE|-] [--meta STRING]", "store FILE (stdin when - or absent) as ID", cmd_put,
+    {"put", "ID [FILE|-] [--meta STRING] [--keep]", "store FILE (stdin when - or absent) as ID",
+     cmd_put,
      "An ID that is a name (not 40 hex digits) is kept with the object: ls shows it.\n"
      "--meta STRING stores STRING as the object's metadata. An ID that exists is refused:\n"
-     "rm it first. From stdin (- or no FILE) the bytes are read to the end, then stored.\n"},
+     "rm it first. From stdin (- or no FILE) the bytes are read to the end, then stored.\n"
+     "--keep keeps the object until unkeep or rm: it is never evicted to make room.\n"},
+    {"keep", "ID", "keep ID until unkeep or rm: never evicted to make room", cmd_keep,
+     "For an object put for a reader that comes later. With a spill directory a kept object\n"
+     "may still move to disk; without one, a store full of kept objects refuses creates.\n"},
+    {"unkeep", "ID", "let a kept ID go: evictable again once nobody holds it", cmd_keep, NULL},
     {"get", "ID [-o FILE] [--timeout MS] [--fetch] [--meta]", "write ID to FILE or stdout", cmd_get,
      "--meta writes the object's metadata instead of its data.\n"
      "MS: 0 polls (the default), -1 waits on. --fetch pulls ID from another node when it is not\n"

@@ -125,19 +125,25 @@ static void print_store(const struct stat_view *v)
     char a[SIZE_FORMAT_LEN], b[SIZE_FORMAT_LEN], c[SIZE_FORMAT_LEN], d[SIZE_FORMAT_LEN];
     uint64_t cap = val(v, "capacity_bytes"), used = val(v, "used_bytes");
     uint64_t evictable = val(v, "evictable_bytes"), dirty = val(v, "spill_dirty_bytes");
+    /* Without a spill directory kept objects are in neither list; with one they are. */
+    uint64_t kept = val(v, "spill_enabled") ? 0 : val(v, "kept_bytes");
+    uint64_t free_soon = evictable + dirty + kept;
 
     printf("store\n  %-13s %s: %s used (%.1f %%), %s free, %s evictable\n", "arena", sz(cap, a),
            sz(used, b), cap ? 100.0 * (double)used / (double)cap : 0.0,
            sz(cap > used ? cap - used : 0, c), sz(evictable, d));
     printf("  %-13s %s in use by readers, peers and writers (%s of it staging)\n", "held",
-           sz(used > evictable + dirty ? used - evictable - dirty : 0, a),
-           sz(val(v, "staging_bytes"), b));
+           sz(used > free_soon ? used - free_soon : 0, a), sz(val(v, "staging_bytes"), b));
+    printf("  %-13s %" PRIu64 " objects, %s, never evicted for room (ferry unkeep lets go)\n",
+           "kept", val(v, "kept_objects"), sz(val(v, "kept_bytes"), a));
     printf("  %-13s %" PRIu64 ", %" PRIu64 " sealed; %" PRIu64 " created, %" PRIu64
            " deleted, %" PRIu64 " aborted\n",
            "objects", val(v, "objects"), val(v, "sealed_objects"), val(v, "created_objects"),
            val(v, "deleted_objects"), val(v, "aborted_objects"));
-    printf("  %-13s %" PRIu64 " objects, %s; %" PRIu64 " creates refused for room\n", "evicted",
-           val(v, "evicted_objects"), sz(val(v, "evicted_bytes"), a), val(v, "refused_creates"));
+    printf("  %-13s %" PRIu64 " objects, %s, %" PRIu64 " of them never read; %" PRIu64
+           " creates refused for room\n",
+           "evicted", val(v, "evicted_objects"), sz(val(v, "evicted_bytes"), a),
+           val(v, "evicted_unread"), val(v, "refused_creates"));
 }
 
 /* Only for a node with a spill directory. */

@@ -288,7 +288,9 @@ enum small_call {
     CALL_NODES,
     CALL_WHERE,
     CALL_SUBSCRIBE,
-    CALL_SET_NAME
+    CALL_SET_NAME,
+    CALL_KEEP,
+    CALL_UNKEEP
 };
 
 struct call {
@@ -329,6 +331,9 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_subscribe(c, &x->flag);
     case CALL_SET_NAME:
         return ferry_set_name(c, &x->id, x->name);
+    case CALL_KEEP:
+    case CALL_UNKEEP:
+        return ferry_keep(c, &x->id, x->op == CALL_KEEP);
     }
     return FERRY_EINVAL; /* not reached: every call is above */
 }
@@ -353,7 +358,8 @@ static int call_main(ClientObject *self, struct call *x)
     return 0;
 }
 
-/* contains, delete, hash and digest: one id, a bool, an int, bytes or nothing back. */
+/* contains, delete, hash, digest, keep and unkeep: one id, a bool, an int, bytes or nothing back.
+ */
 static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
 {
     struct call x = {.op = op};
@@ -372,6 +378,16 @@ static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
 static PyObject *client_contains(ClientObject *self, PyObject *id)
 {
     return id_call(self, id, CALL_CONTAINS);
+}
+
+static PyObject *client_keep(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_KEEP);
+}
+
+static PyObject *client_unkeep(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_UNKEEP);
 }
 
 static int client_sq_contains(ClientObject *self, PyObject *id)
@@ -597,9 +613,10 @@ static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 
 static PyMethodDef client_methods[] = {
     {"put", KW_METHOD(pyf_client_put),
-     "put(id, data, metadata=b'') -> ObjectID\n\nStores the bytes of data (any C-contiguous "
-     "buffer: bytes, bytearray, memoryview, NumPy arrays) as a new sealed object, copied once "
-     "into shared memory with the GIL released."},
+     "put(id, data, metadata=b'', keep=False) -> ObjectID\n\nStores the bytes of data (any "
+     "C-contiguous buffer: bytes, bytearray, memoryview, NumPy arrays) as a new sealed object, "
+     "copied once into shared memory with the GIL released. keep=True keeps it from the start "
+     "(see keep())."},
     {"put_many", (PyCFunction)pyf_client_put_many, METH_O,
      "put_many(items) -> list of ObjectID\n\nput of many (id, data) or (id, data, metadata) "
      "items; small ones go in batches of one message exchange each. When some fail, raises the "
@@ -625,6 +642,15 @@ static PyMethodDef client_methods[] = {
      "in all. Raises the first failure "
      "(Timeout, TransferFailed, DirectoryUnavailable, StoreFull...); .missing lists the ids "
      "that are not local."},
+    {"keep", (PyCFunction)client_keep, METH_O,
+     "keep(id)\n\nKeeps an object until unkeep(id) or delete(id): it is never evicted to make "
+     "room, so an object put for a reader that comes later is there when it comes. Kept is the "
+     "node's, not the client's: it outlives this Client. Without a spill directory a store full "
+     "of kept objects raises StoreFull on puts; with one, kept objects may move to disk. Objects "
+     "not kept and not held may be evicted once nobody holds them (the daemon logs and counts "
+     "those evicted before any reader took them: stats()['evicted_unread'])."},
+    {"unkeep", (PyCFunction)client_unkeep, METH_O,
+     "unkeep(id)\n\nLets a kept object go: evictable again once nobody holds it."},
     {"contains", (PyCFunction)client_contains, METH_O,
      "contains(id) -> bool\n\nTrue when a sealed object with this id is in the store."},
     {"delete", KW_METHOD(client_delete),

@@ -45,16 +45,16 @@ static void fill(uint8_t *dst, uint64_t size, const struct piece *p, size_t n)
 
 /* Stores a new sealed object of size data bytes made of the pieces (in order, not
  * overlapping), and gives its reference back. Small objects go through libferry's staging area
- * (one exchange; a gathered copy first when there are several pieces); larger ones are
- * created, filled by this thread and sealed, so that the handle is not held during the copy.
- * Runs with the GIL released. */
+ * (one exchange; a gathered copy first when there are several pieces); larger ones, and those
+ * to keep (kept before their seal, so never evictable), are created, filled by this thread and
+ * sealed, so that the handle is not held during the copy. Runs with the GIL released. */
 static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const Py_buffer *meta,
-                      const struct piece *p, size_t n, struct kept *fail)
+                      const struct piece *p, size_t n, int keep_it, struct kept *fail)
 {
     uint8_t *dst;
     int rc;
 
-    if (size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
+    if (!keep_it && size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
         uint8_t *tmp = n == 1 && p[0].len == size ? NULL : PyMem_RawMalloc(size ? size : 1);
         if (tmp)
             fill(tmp, size, p, n);
@@ -67,7 +67,7 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
     if ((rc = ferry_create(c, id, size, meta->buf, (uint64_t)meta->len, &dst)) < 0)
         return keep(fail, rc);
     fill(dst, size, p, n);
-    if ((rc = ferry_seal(c, id)) < 0) {
+    if ((keep_it && (rc = ferry_keep(c, id, 1)) < 0) || (rc = ferry_seal(c, id)) < 0) {
         keep(fail, rc);
         ferry_abort(c, id);
         return rc;
@@ -77,7 +77,7 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
 
 /* put_pieces on the main handle with the GIL released; the ObjectID, or NULL. */
 static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
-                          const Py_buffer *meta, const struct piece *p, size_t n)
+                          const Py_buffer *meta, const struct piece *p, size_t n, int keep_it)
 {
     struct pyf_conn *k = pyf_client_conn(self);
     struct kept fail = {0};
@@ -87,7 +87,7 @@ static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
         return NULL;
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
-        rc = put_pieces(k->c, id, size, meta, p, n, &fail);
+        rc = put_pieces(k->c, id, size, meta, p, n, keep_it, &fail);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         pyf_raise_detail(rc, fail.detail);
@@ -120,17 +120,18 @@ static void drop_bytes(Py_buffer *view)
 PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
-    static const char *const names[] = {"id", "data", "metadata"};
-    PyObject *a[3], *result = NULL;
+    static const char *const names[] = {"id", "data", "metadata", "keep"};
+    PyObject *a[4], *result = NULL;
     Py_buffer d = {0}, m = {0};
+    int keep_it = 0;
     ferry_id id;
 
-    if (pyf_parse_args("put", args, nargs, kwnames, names, 3, 2, a) < 0 ||
-        pyf_id_from_object(a[0], &id) < 0 || get_bytes(a[1], &d, "data") < 0 ||
-        get_bytes(a[2], &m, "metadata") < 0)
+    if (pyf_parse_args("put", args, nargs, kwnames, names, 4, 2, a) < 0 ||
+        pyf_id_from_object(a[0], &id) < 0 || (a[3] && (keep_it = PyObject_IsTrue(a[3])) < 0) ||
+        get_bytes(a[1], &d, "data") < 0 || get_bytes(a[2], &m, "metadata") < 0)
         goto done;
     result = put_call(self, &id, (uint64_t)d.len, &m,
-                      &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1);
+                      &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1, keep_it);
 done:
     drop_bytes(&d);
     drop_bytes(&m);
@@ -427,8 +428,8 @@ PyObject *pyf_client_abort(ClientObject *self, PyObject *id)
 
 /* ---- put_object's primitive ---- */
 
-/* _put_parts(id, parts): one object holding the buffers of parts (a tuple) at the offsets of
- * objfmt.h, with their header as its metadata; one copy of each. */
+/* _put_parts(id, parts, keep=False): one object holding the buffers of parts (a tuple) at the
+ * offsets of objfmt.h, with their header as its metadata; one copy of each. */
 PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
 {
     PyObject *idobj, *parts, *result = NULL;
@@ -438,9 +439,10 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
     uint8_t *header = NULL;
     uint64_t size;
     Py_ssize_t n;
+    int keep_it = 0;
     ferry_id id;
 
-    if (!PyArg_ParseTuple(args, "OO!:_put_parts", &idobj, &PyTuple_Type, &parts) ||
+    if (!PyArg_ParseTuple(args, "OO!|p:_put_parts", &idobj, &PyTuple_Type, &parts, &keep_it) ||
         pyf_id_from_object(idobj, &id) < 0)
         return NULL;
     n = PyTuple_GET_SIZE(parts);
@@ -466,7 +468,7 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
         pieces[i] = (struct piece){views[i].buf, layout[i].offset, layout[i].length};
     meta.buf = header;
     meta.len = (Py_ssize_t)objfmt_header_size((size_t)n);
-    result = put_call(self, &id, size, &meta, pieces, (size_t)n);
+    result = put_call(self, &id, size, &meta, pieces, (size_t)n, keep_it);
 done:
     for (Py_ssize_t i = 0; views && i < n; i++)
         drop_bytes(&views[i]);

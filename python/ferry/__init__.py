@@ -48,7 +48,7 @@ from ._ferry import (
     WouldBlock,
 )
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "Client",
@@ -91,11 +91,12 @@ class Client(_ferry.Client):
     __slots__ = ()
     __doc__ = _ferry.Client.__doc__
 
-    def put_object(self, obj, id=None):
+    def put_object(self, obj, id=None, keep=False):
         """Stores obj (pickle protocol 5) and returns its ObjectID (a random one by default).
 
         Buffers that obj's objects export out of band (NumPy arrays, PickleBuffer, ...) are
         copied once, straight into the arena; non-contiguous ones go in the pickle stream.
+        keep=True keeps the object until unkeep() or delete(): see Client.keep.
         """
         views = []
 
@@ -108,7 +109,7 @@ class Client(_ferry.Client):
 
         stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
         oid = ObjectID.random() if id is None else ObjectID(id)
-        return self._put_parts(oid, (stream, *views))
+        return self._put_parts(oid, (stream, *views), keep)
 
     def get_object(self, id, timeout_ms=_DEFAULT, fetch=False):
         """Returns the object that put_object stored under id (waiting and fetching as get

@@ -407,6 +407,22 @@ int ferry_set_name(ferry_client *c, const ferry_id *id, const char *name)
     return client_leave(c, rc);
 }
 
+int ferry_keep(ferry_client *c, const ferry_id *id, int keep)
+{
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "keep: NULL id");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_KEEP);
+    pbuf_id(&c->out, id);
+    pbuf_u8(&c->out, keep != 0);
+    if ((rc = client_call(c, PROTO_KEEP)) == 0)
+        rc = client_reply_end(c);
+    return client_leave(c, rc);
+}
+
 int ferry_subscribe(ferry_client *c, int *fd)
 {
     int rc, got = -1;

@@ -166,6 +166,7 @@ const char *proto_type_name(uint16_t type)
         [PROTO_EAGER_MAX] = "EAGER_MAX",
         [PROTO_DELETE_CLUSTER] = "DELETE_CLUSTER",
         [PROTO_NAME] = "NAME",
+        [PROTO_KEEP] = "KEEP",
     };
     return type <= PROTO_TYPE_MAX && names[type] ? names[type] : "?";
 }
@@ -226,6 +227,12 @@ static int decode_body(struct preader *r, struct proto_request *q)
         q->u.seal.release = prd_u8(r);
         if (q->u.seal.release > 1)
             return err_set(FERRY_EPROTO, "seal: release flag %u", q->u.seal.release);
+        return 0;
+    case PROTO_KEEP:
+        prd_id(r, &q->u.keep.id);
+        q->u.keep.keep = prd_u8(r);
+        if (q->u.keep.keep > 1)
+            return err_set(FERRY_EPROTO, "keep: flag %u", q->u.keep.keep);
         return 0;
     case PROTO_ABORT:
     case PROTO_RELEASE:

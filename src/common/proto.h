@@ -24,8 +24,8 @@
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
- * SHA-256 root (common/digest.h) instead of a u64 XXH3 */
-#define PROTO_VERSION 6u
+ * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP */
+#define PROTO_VERSION 7u
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */
@@ -59,7 +59,8 @@ enum proto_type {
     PROTO_EAGER_MAX = 21, /* u64 bytes (UINT64_MAX: the provider's default) -> status */
     PROTO_DELETE_CLUSTER = 22, /* id -> status, once the directory has deleted it */
     PROTO_NAME = 23,           /* id, str name -> status */
-    PROTO_TYPE_MAX = 23
+    PROTO_KEEP = 24,           /* id, u8 keep (0 or 1) -> status */
+    PROTO_TYPE_MAX = 24
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -96,6 +97,10 @@ struct proto_request {
             ferry_id id;
             uint8_t release;
         } seal;
+        struct {
+            ferry_id id;
+            uint8_t keep;
+        } keep;
         struct {
             ferry_id id;
         } one; /* ABORT, RELEASE, CONTAINS, DELETE, HASH */

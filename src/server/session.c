@@ -86,6 +86,8 @@ int session_held_add(struct session *ss, struct object *o)
     if (o->refcount >= REFS_MAX)
         return err_set(FERRY_EBUSY, "the object has %u references (at most %u)", o->refcount,
                        REFS_MAX);
+    if (o->state == FERRY_STATE_SEALED)
+        store_mark_read(o); /* a get: its reader came */
     for (; h; tail = h, h = h->next) {
         if (h->o == o) {
             h->count++;
@@ -422,6 +424,20 @@ static int handle_name(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, rc);
 }
 
+/* KEEP: any client may keep or let go of a sealed object (kept is the store's, not the
+ * client's: it outlives the connection); an unsealed one only its creator. */
+static int handle_keep(struct session *ss, const struct proto_request *q)
+{
+    struct object *o = session_find_sealed(ss, &q->u.keep.id);
+    int rc = 0;
+
+    if (!o && session_own_unsealed(ss, &q->u.keep.id, &o) < 0)
+        rc = err_set(FERRY_ENOENT, "no sealed object, nor one of this client, with this id");
+    if (rc == 0)
+        store_keep(&ss->srv->store, o, q->u.keep.keep);
+    return session_reply_status(ss, q, rc);
+}
+
 static void count_stat(void *arg, const char *name, int kind, const char *help, uint64_t value)
 {
     (*(uint32_t *)arg)++;
@@ -545,6 +561,7 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_EAGER_MAX] = session_handle_eager_max,
     [PROTO_DELETE_CLUSTER] = session_handle_delete_cluster,
     [PROTO_NAME] = handle_name,
+    [PROTO_KEEP] = handle_keep,
 };
 
 /* --verbose: a line per request (rate-limited per type, so that a flood of one kind hides no
@@ -562,6 +579,10 @@ static void log_request(const struct session *ss, const struct proto_request *q)
         break;
     case PROTO_SEAL:
         ferry_id_format(&q->u.seal.id, id);
+        break;
+    case PROTO_KEEP:
+        ferry_id_format(&q->u.keep.id, id);
+        snprintf(more, sizeof(more), " (keep %u)", q->u.keep.keep);
         break;
     case PROTO_ABORT:
     case PROTO_RELEASE:

@@ -80,6 +80,9 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->fetches = srv->counters.fetches;
     out->deletes_spared = srv->counters.deletes_spared;
     out->evictable_bytes = st->evictable_bytes;
+    out->kept_objects = st->kept_objects;
+    out->kept_bytes = st->kept_bytes;
+    out->evicted_unread = st->counters.evicted_unread;
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
     out->cluster_node = srv->dir != NULL;

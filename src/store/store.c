@@ -1,6 +1,7 @@
 #include "store/store_int.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,6 +56,12 @@ static void lru_link(struct store *s, struct object *o, struct object *after)
         s->evictable_bytes += store_block_size(o);
 }
 
+/* A kept object stays out of the LRU where eviction would drop it (no spill directory). */
+static int kept_out(const struct store *s, const struct object *o)
+{
+    return o->kept && !s->spill;
+}
+
 static struct object *list_of(struct store *s, const struct object *o)
 {
     return goes_dirty(s, o) ? &s->dirty : &s->lru;
@@ -65,7 +72,8 @@ static struct object *list_of(struct store *s, const struct object *o)
  * spill entry needs its root. */
 static int listable(const struct store *s, const struct object *o)
 {
-    return !(o->hashing && goes_dirty(s, o)) && !o->writing && !o->spilled && !o->restoring;
+    return !(o->hashing && goes_dirty(s, o)) && !o->writing && !o->spilled && !o->restoring &&
+           !kept_out(s, o);
 }
 
 /* o was just used and is now unreferenced: it becomes the youngest (once hashed). */
@@ -82,6 +90,8 @@ void store_lru_insert_ordered(struct store *s, struct object *o)
 {
     struct object *head = list_of(s, o), *after = head->lru_prev;
 
+    if (kept_out(s, o))
+        return;
     while (after != head && after->lru_seq > o->lru_seq)
         after = after->lru_prev;
     lru_link(s, o, after);
@@ -265,6 +275,7 @@ struct object *store_find(const struct store *s, const ferry_id *id)
 void store_remove(struct store *s, struct object *o, int event)
 {
     idmap_remove(&s->table, &o->id);
+    store_keep(s, o, 0);
     if (store_in_lru(o))
         store_lru_unlink(s, o);
     if (o->rec) {
@@ -285,9 +296,55 @@ void store_remove(struct store *s, struct object *o, int event)
         store_object_free(s, o);
 }
 
+void store_keep(struct store *s, struct object *o, int keep)
+{
+    uint64_t size = o->data_size + o->metadata_size;
+
+    if (!o->kept == !keep)
+        return;
+    o->kept = (uint8_t)(keep != 0);
+    if (keep) {
+        s->kept_objects++;
+        s->kept_bytes += size;
+        if (kept_out(s, o) && store_in_lru(o))
+            store_lru_unlink(s, o);
+        return;
+    }
+    s->kept_objects--;
+    s->kept_bytes -= size;
+    /* Let go, it becomes evictable as if just released (the spill lists never lost it). */
+    if (!s->spill && o->state == FERRY_STATE_SEALED && !o->deleted && o->refcount == 0 &&
+        !store_in_lru(o) && listable(s, o)) {
+        store_lru_insert_ordered(s, o);
+        s->room_freed = 1;
+    }
+}
+
+/* An object evicted before anyone read it was most likely put for a reader that comes too
+ * late: counted, and warned of (all since the last warning, at most one per
+ * STORE_UNREAD_WARN_NS) with what to do. */
+static void evicted_unread(struct store *s, const struct object *o)
+{
+    uint64_t now = clock_mono_ns();
+    char f[SIZE_FORMAT_LEN];
+
+    s->counters.evicted_unread++;
+    s->unread_unlogged++;
+    s->unread_unlogged_bytes += o->data_size + o->metadata_size;
+    if (s->unread_warned_ns && now - s->unread_warned_ns < STORE_UNREAD_WARN_NS)
+        return;
+    log_warn("evicted %" PRIu64 " object%s (%s) that no reader had taken, to make room: keep what "
+             "must wait for its reader (put with keep, ferry_keep, ferry keep), or give the store "
+             "more --memory or a --spill-dir",
+             s->unread_unlogged, s->unread_unlogged == 1 ? "" : "s",
+             size_format(s->unread_unlogged_bytes, f, sizeof(f)));
+    s->unread_warned_ns = now;
+    s->unread_unlogged = s->unread_unlogged_bytes = 0;
+}
+
 /* Frees the oldest LRU object's memory: with a spill directory it stays, on disk; without one
  * it is gone. */
-static uint64_t evict_oldest(struct store *s)
+static uint64_t evict_oldest(struct store *s, int for_room)
 {
     struct object *victim = s->lru.lru_next;
     uint64_t freed = store_block_size(victim);
@@ -298,6 +355,8 @@ static uint64_t evict_oldest(struct store *s)
     }
     s->counters.evicted_objects++;
     s->counters.evicted_bytes += freed;
+    if (!victim->read && for_room)
+        evicted_unread(s, victim);
     store_remove(s, victim, FERRY_EVENT_EVICTED);
     return freed;
 }
@@ -312,8 +371,25 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
     uint64_t freed = 0;
 
     while (freed < bytes && have_victim(s))
-        freed += evict_oldest(s);
+        freed += evict_oldest(s, 0); /* asked for: no warning */
     return freed;
+}
+
+/* What else keeps a full store from making room, for its ENOSPACE messages: kept objects
+ * (never evicted without a spill directory), then the spill directory's state. */
+static void describe_full(const struct store *s, char *buf, size_t size)
+{
+    char f[SIZE_FORMAT_LEN];
+    int n = 0;
+
+    if (s->kept_objects && !s->spill)
+        n = snprintf(buf, size,
+                     "; the store is full of kept objects: %s in %" PRIu64
+                     " kept, never evicted (unkeep or delete some)",
+                     size_format(s->kept_bytes, f, sizeof(f)), s->kept_objects);
+    if (n < 0 || (size_t)n >= size)
+        n = 0;
+    store_spill_describe(s, buf + n, size - (size_t)n);
 }
 
 /* Allocates size bytes, evicting LRU objects while that can help. Nothing is evicted when even
@@ -325,19 +401,19 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     uint64_t candidates = s->evictable_bytes + s->hashing_bytes + s->dirty_bytes + s->writing_bytes;
-    char f[4][SIZE_FORMAT_LEN], disk[160];
+    char f[4][SIZE_FORMAT_LEN], disk[300];
     int rc;
 
     if (size > cap) {
         s->counters.refused++;
         return err_set(FERRY_ETOOBIG, "%" PRIu64 " bytes exceed the arena's %" PRIu64, size, cap);
     }
-    store_spill_describe(s, disk, sizeof(disk));
+    describe_full(s, disk, sizeof(disk));
     if (rounded > cap - used + candidates) {
         s->counters.refused++;
         return err_set(FERRY_ENOSPACE,
                        "need %s; arena %s, used %s of which %s evictable (the rest is "
-                       "referenced or unsealed)%s",
+                       "referenced, unsealed or kept)%s",
                        size_format(rounded, f[0], SIZE_FORMAT_LEN),
                        size_format(cap, f[1], SIZE_FORMAT_LEN),
                        size_format(used, f[2], SIZE_FORMAT_LEN),
@@ -345,14 +421,14 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
     }
     rc = alloc_alloc(s->alloc, size, out);
     while (rc == FERRY_ENOSPACE && have_victim(s)) {
-        evict_oldest(s);
+        evict_oldest(s, 1);
         rc = alloc_alloc(s->alloc, size, out);
     }
     if (rc == FERRY_ENOSPACE && store_spill_make_room(s, rounded) == FERRY_EAGAIN)
         return FERRY_EAGAIN;
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
-        store_spill_describe(s, disk, sizeof(disk));
+        describe_full(s, disk, sizeof(disk));
         return err_set(FERRY_ENOSPACE,
                        "need %s; arena %s, used %s, largest free block %s, nothing left to "
                        "evict%s",
@@ -369,14 +445,17 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
  * the table, on disk). */
 static int count_room(struct store *s)
 {
+    char why[300];
+
     while (s->table.count >= s->max_objects && !s->spill && have_victim(s))
-        evict_oldest(s);
+        evict_oldest(s, 1);
     if (s->table.count >= s->max_objects) {
         s->counters.refused_objects++;
+        describe_full(s, why, sizeof(why));
         return err_set(FERRY_ENOSPACE,
                        "the store holds %zu objects, at most %" PRIu64
-                       " (--max-objects), none of them evictable",
-                       s->table.count, s->max_objects);
+                       " (--max-objects), none of them evictable%s",
+                       s->table.count, s->max_objects, why);
     }
     return 0;
 }

@@ -16,6 +16,10 @@
  * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
  *   goes with its last reference. So a new object may take the id while old readers remain.
  * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
+ * - A kept object (store_keep) is never dropped for room: without a spill directory it stays
+ *   out of the LRU until let go or deleted, so a producer's object waits for its consumer; a
+ *   create that finds the arena full of kept objects fails with FERRY_ENOSPACE saying so.
+ *   With one it is spilled like any other (spilling drops nothing).
  *
  * With a spill directory (store_spill_open) memory is a cache over the disk:
  * - A sealed, unreferenced, resident object without a copy on disk (`rec`) is in the dirty
@@ -82,13 +86,15 @@ struct object {
     void *creator;        /* opaque owner while unsealed (the client session) */
     char *name;           /* what people call it (store_set_name), or NULL; freed with o */
     struct object *lru_prev, *lru_next;
-    struct spill_rec *rec;       /* its copy in the spill directory, or NULL */
-    uint8_t in_dirty;            /* linked in the dirty list, not the LRU */
-    uint8_t spilled;             /* its bytes are on disk only (no block) */
-    uint8_t writing;             /* its bytes are being written to disk */
-    uint8_t restoring;           /* its bytes are being read back (or wait for room to be) */
-    uint8_t restore_waits;       /* its restore waits for room rather than fail */
-    uint8_t renamed;             /* named while its bytes were written: written again after */
+    struct spill_rec *rec; /* its copy in the spill directory, or NULL */
+    uint8_t in_dirty;      /* linked in the dirty list, not the LRU */
+    uint8_t spilled;       /* its bytes are on disk only (no block) */
+    uint8_t writing;       /* its bytes are being written to disk */
+    uint8_t restoring;     /* its bytes are being read back (or wait for room to be) */
+    uint8_t restore_waits; /* its restore waits for room rather than fail */
+    uint8_t renamed;       /* named while its bytes were written: written again after */
+    uint8_t kept;          /* store_keep: never dropped for room (spilled, with a spill dir) */
+    uint8_t read;          /* a reader took it (store_mark_read) since it was sealed */
     struct object *restore_next; /* in the list of restores waiting for room */
     uint64_t restore_start_ns;
 };
@@ -114,7 +120,11 @@ struct store_counters {
     uint64_t refused_objects;     /* creates refused by max_objects, or by a client's share */
     uint64_t hashed_bytes;        /* of the digests computed here */
     uint64_t hash_jobs_dropped;   /* of objects that went before their turn (hasher_cancel) */
+    uint64_t evicted_unread;      /* evicted before any reader took them (see `read`) */
 };
+
+/* Evictions of objects nobody read are warned of at most this often, together. */
+#define STORE_UNREAD_WARN_NS (10ull * 1000000000ull)
 
 /* Writes in flight at most (more when one create or restore needs more). */
 #define STORE_SPILL_INFLIGHT (128ull << 20)
@@ -139,11 +149,15 @@ struct store {
     struct spill *spill;
     struct object dirty; /* sentinel of the dirty list, oldest first */
     uint64_t dirty_bytes, writing_bytes, spilled_objects, spilled_bytes;
-    unsigned spill_at;           /* percent of the arena */
-    uint64_t room_wanted;        /* the largest room a create or restore waits for */
-    uint64_t spill_blocked_ns;   /* after a failed write: no new write before this time */
-    struct object *restore_wait; /* restores waiting for room (each holds a reference) */
-    int room_freed;              /* memory became free or evictable since the last turn */
+    unsigned spill_at;                 /* percent of the arena */
+    uint64_t room_wanted;              /* the largest room a create or restore waits for */
+    uint64_t spill_blocked_ns;         /* after a failed write: no new write before this time */
+    struct object *restore_wait;       /* restores waiting for room (each holds a reference) */
+    int room_freed;                    /* memory became free or evictable since the last turn */
+    uint64_t kept_objects, kept_bytes; /* in the table with `kept` (bytes: data + metadata) */
+    /* Evicted unread and not yet warned of; the last warning's time (one per
+     * STORE_UNREAD_WARN_NS at most). */
+    uint64_t unread_unlogged, unread_unlogged_bytes, unread_warned_ns;
 };
 
 /* max_objects 0: one per STORE_BYTES_PER_OBJECT of capacity, at least STORE_OBJECTS_MIN.
@@ -199,6 +213,16 @@ void store_delete(struct store *s, struct object *o);
 /* Makes an evictable object (or one that will be once hashed) the youngest; referenced ones
  * are left alone (they join the LRU at the young end when released). */
 void store_touch(struct store *s, struct object *o);
+
+/* Keeps o (keep 1) or lets it go (keep 0): see the rules above. o is sealed, or unsealed and
+ * so still its creator's. */
+void store_keep(struct store *s, struct object *o, int keep);
+
+/* A reader took o (a get, or a peer's pull): its eviction is not a producer's loss. */
+static inline void store_mark_read(struct object *o)
+{
+    o->read = 1;
+}
 
 /* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns
  * the bytes freed. */

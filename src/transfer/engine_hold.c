@@ -503,6 +503,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     if (!o)
         return;
     store_ref(ic->e->store, o);
+    store_mark_read(o); /* a peer's reader came */
     objs[i] = o;
     *pinning += len;
     re[i].data_size = o->data_size;
