@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Both install what is missing
-# (from Debian's packages) first.
+# (from Debian's packages) first: make demo and make install the build set, make test the test set
+# (scripts/install-deps.sh says what each holds; it starts no service and leaves none enabled).
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -12,7 +13,7 @@ FUZZ_LONG_SECONDS ?= 600
 CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 3 )))
 PREFIX ?= /usr/local
 
-.PHONY: all deps build asan fuzz fuzz-build test check test-unit test-asan test-fuzz lint demo \
+.PHONY: all deps deps-build build asan fuzz fuzz-build test check test-unit test-asan test-fuzz lint demo \
 	bench clean format format-check install
 
 # What clang-format keeps in shape; the version is Debian's (14), whose output make format-check
@@ -22,8 +23,12 @@ FORMATTED = include/*.h src/*/*.[ch] src/*/*/*.[ch] tools/*.[ch] tools/bench/*.[
 
 all: build
 
+# Everything make test, make bench and make fuzz need; deps-build: what make build needs.
 deps:
-	@sh scripts/install-deps.sh
+	@sh scripts/install-deps.sh test
+
+deps-build:
+	@sh scripts/install-deps.sh build
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
@@ -73,12 +78,12 @@ lint: build
 
 # Installs under PREFIX (default /usr/local), staged under DESTDIR when set: the programs,
 # libferry (.so with its SONAME, .a), ferry.h, ferry.pc, the systemd units, the man pages.
-install: deps
+install: deps-build
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
-demo: deps build
+demo: deps-build build
 	sh scripts/demo.sh $(BUILD)
 
 bench: build
