@@ -208,6 +208,33 @@ test_failed_fetch_names_its_holder() {
         "$DIR/kappa.err"
 }
 
+# A second ferryd given the --node-id of a live node stops (status 1) naming that node, within
+# a few heartbeats, and the live node keeps its entry and its holdings.
+test_a_live_node_id_is_refused() {
+    local status port
+    port=$(free_port) || return 1
+    expect "put lambda on b" 0 fy b put lambda "$DIR/gamma.bin"
+    timeout 20 "$BIN/ferryd" --socket "$DIR/dup.sock" --memory 64M "${TRANSPORT_ARGS[@]}" \
+        --node-id node-b --listen "127.0.0.1:$port" --directory "redis://127.0.0.1:$REDIS_PORT" \
+        >"$DIR/dup.log" 2>&1
+    status=$?
+    ok "a node given a live node's id stops with status 1 (not $status)" test "$status" = 1
+    ok "and says which node uses it" grep -q "node id node-b is in use by a live node (at 127.0.0.1:${PORT[b]}" \
+        "$DIR/dup.log"
+    ok "the live node keeps its entry" nodes_json_ok a
+    ok "and its holdings" where_is a node-b lambda
+}
+
+# Last: node a was killed (-9); a node started at once under its id waits for its entry to
+# expire, then takes the id back.
+test_a_crashed_nodes_id_is_taken_back() {
+    PORT[a]=$(free_port) || return 1
+    start_node a2 --node-id node-a --listen "127.0.0.1:${PORT[a]}" \
+        --directory "redis://127.0.0.1:$REDIS_PORT" || return 1
+    eventually "the restarted node-a is listed at its new address" nodes_json_ok b
+    ok "it did not take the dead run for a live one" bash -c "! grep -q 'in use' '$DIR/a2.log'"
+}
+
 main() {
     make_data || exit 1
     start_redis || exit 1
@@ -224,7 +251,9 @@ main() {
     test_standalone
     test_stat
     test_healthy_nodes_log_no_warning
+    test_a_live_node_id_is_refused
     test_failed_fetch_names_its_holder
+    test_a_crashed_nodes_id_is_taken_back
     summary
 }
 

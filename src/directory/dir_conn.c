@@ -205,8 +205,7 @@ static void on_cleanup(redisAsyncContext *ac, void *reply, void *priv)
     }
     d->counters.cleaned += removed;
     if (taken > 0) {
-        if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
-            dir_drop(d, "cannot send the cleanup");
+        dir_cleanup_start(d);
         return;
     }
     if (d->counters.cleaned)
@@ -214,6 +213,12 @@ static void on_cleanup(redisAsyncContext *ac, void *reply, void *priv)
                  d->counters.cleaned, d->self.id);
     d->cleaned = 1;
     register_node(d);
+}
+
+void dir_cleanup_start(struct directory *d)
+{
+    if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
+        dir_drop(d, "cannot send the cleanup");
 }
 
 static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
@@ -228,8 +233,8 @@ static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
         dir_drop(d, "SELECT %d refused: %s", d->db, why);
     else if (d->cleaned)
         register_node(d);
-    else if (dir_cleanup_send(d, d->inc_text, on_cleanup) < 0)
-        dir_drop(d, "cannot send the cleanup");
+    else
+        dir_owner_check(d);
 }
 
 /* The connection is gone or never came up. hiredis has failed every command that was due, so
@@ -245,9 +250,10 @@ static void connection_lost(struct directory *d, const char *why)
     loop_timer_stop(d->loop, &d->watchdog);
     loop_timer_stop(d->loop, &d->heartbeat);
     loop_timer_stop(d->loop, &d->events);
+    loop_timer_stop(d->loop, &d->owner_timer);
     if (d->leaving)
         dir_leave_finish(d);
-    if (d->closing || d->leaving)
+    if (d->closing || d->leaving || d->refused)
         return;
     if (d->asking) {
         d->asking = 0;

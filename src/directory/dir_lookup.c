@@ -47,8 +47,6 @@ static void gone_add(struct request *r, const struct holder *h, const char *fmt,
     r->a.ngone++;
 }
 
-enum entry { ENTRY_MISSING, ENTRY_UNSIGNED, ENTRY_OK };
-
 /* Whether sig (hex) is node's signature under our secret; any entry passes without one. */
 static int entry_signed(const struct directory *d, const struct directory_node *node,
                         const char *sig)
@@ -61,18 +59,18 @@ static int entry_signed(const struct directory *d, const struct directory_node *
 }
 
 /* The node's entry (copied out of a reply to HGETALL) when it has an address and, with a
- * secret, our signature; ENTRY_MISSING when it is missing (the node is dead or left) or
+ * secret, our signature; DIR_ENTRY_MISSING when it is missing (the node is dead or left) or
  * unusable. Fields that are not strings, too long, hold a NUL or name no transport, and
  * transports beyond what a node entry holds, are left out (and so fail the signature). */
-static enum entry parse_entry(const struct directory *d, const redisReply *r,
-                              struct directory_node *node)
+enum dir_entry dir_parse_entry(const struct directory *d, const redisReply *r,
+                               struct directory_node *node)
 {
     char field[sizeof(XPORT_FIELD) + DIRECTORY_XPORT_NAME_MAX], addr[DIRECTORY_XPORT_ADDR_MAX + 1];
     char sig[DIR_SIG_HEX] = "";
     size_t pre = strlen(XPORT_FIELD);
 
     if (r->type != REDIS_REPLY_ARRAY)
-        return ENTRY_MISSING;
+        return DIR_ENTRY_MISSING;
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *value = r->element[i + 1];
         if (!dir_string_copy(field, sizeof(field), r->element[i]))
@@ -88,13 +86,13 @@ static enum entry parse_entry(const struct directory *d, const redisReply *r,
             (void)directory_node_set(node, field + pre, addr);
     }
     if (!node->addr[0])
-        return ENTRY_MISSING;
-    return entry_signed(d, node, sig) ? ENTRY_OK : ENTRY_UNSIGNED;
+        return DIR_ENTRY_MISSING;
+    return entry_signed(d, node, sig) ? DIR_ENTRY_OK : DIR_ENTRY_UNSIGNED;
 }
 
 /* An entry that fails our signature: written by someone without the secret (or a node with
  * another one). */
-static void entry_refused(struct directory *d, const char *id)
+void dir_entry_refused(struct directory *d, const char *id)
 {
     dir_distrust(d, DISTRUST_ENTRY, &d->counters.unsigned_entries,
                  "the entry of node %s is not signed with our cluster secret: ignored "
@@ -111,7 +109,7 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
     struct request *r = priv;
     const struct holder *h = &r->asked[r->asked_head++];
     struct directory_node node = {0};
-    enum entry kind;
+    enum dir_entry kind;
     char when[32], key[NODE_KEY_MAX], what[NODE_KEY_MAX + 32];
 
     memcpy(node.id, h->id, sizeof(node.id));
@@ -125,13 +123,14 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
             gone_add(r, h, "its directory entry is not a hash");
     } else if (rep->type == REDIS_REPLY_ERROR) {
         dir_command_failed(d, "HGETALL", rep->str);
-    } else if ((kind = parse_entry(d, rep, &node)) != ENTRY_OK) {
-        if (kind == ENTRY_UNSIGNED)
-            entry_refused(d, h->id);
+    } else if ((kind = dir_parse_entry(d, rep, &node)) != DIR_ENTRY_OK) {
+        if (kind == DIR_ENTRY_UNSIGNED)
+            dir_entry_refused(d, h->id);
         if (r->kind == REQ_LOOKUP)
             gone_add(r, h,
-                     kind == ENTRY_UNSIGNED ? "its directory entry is not signed with our secret"
-                                            : "gone (no heartbeat: dead, or left)");
+                     kind == DIR_ENTRY_UNSIGNED
+                         ? "its directory entry is not signed with our secret"
+                         : "gone (no heartbeat: dead, or left)");
     } else {
         dir_node_remember(d, &node);
         if (r->kind == REQ_NODES || node.inc == h->inc) {

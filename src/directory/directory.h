@@ -44,7 +44,9 @@
  * times 4096 plus 12 random bits, so it grows across restarts and tells when the run began). A
  * holder entry names the incarnation that published it; an entry whose node is gone or runs
  * another incarnation is never offered (lookups give it in `gone`, with why). A node's first
- * connection removes what its earlier incarnations left, before it registers.
+ * connection removes what its earlier incarnations left, before it registers; first, an entry
+ * under its id that another incarnation keeps refreshing means a live node uses the id, and
+ * this one refuses it (hooks.id_taken) rather than take it over (dir_owner.c).
  *
  * One content per id: a publication carries the object's size and digest. The first one
  * records them; one with other content while a live holder has the recorded content is refused
@@ -144,6 +146,10 @@ struct directory_hooks {
      * fetches of it. */
     void (*deleted)(void *ctx, const ferry_id *id, const uint8_t root[DIGEST_LEN],
                     const char *node);
+    /* At the first connection: a live node (its entry refreshed by another incarnation) uses
+     * this node's id; why names it. The directory registers nothing and retries nothing: the
+     * owner stops the node. NULL: the node stays unregistered. */
+    void (*id_taken)(void *ctx, const char *why);
     void *ctx;
 };
 

@@ -249,12 +249,18 @@ struct directory {
     struct loop_watch watch;
     struct loop_timer reconnect, watchdog, heartbeat, turn, events;
     int up;             /* registered on the current connection */
-    char down_why[128]; /* why the last connection ended or could not be used ("": none yet) */
+    char down_why[256]; /* why the last connection ended or could not be used ("": none yet) */
     int ever_up;        /* a connection was up before: the next one is a reconnection */
     int cleaned;        /* the earlier incarnations' entries are gone */
-    int closing;        /* in directory_close: a lost connection is not retried */
-    int republish_due;  /* the turn calls the republish hook */
-    unsigned failures;  /* failed attempts since the last up, for the log */
+    /* dir_owner.c, before the first registration: another incarnation's entry under our id
+     * and its TTL when last seen (0: none seen yet); refused: that node is alive, so this one
+     * never registers (down_why says why). */
+    uint64_t owner_inc, owner_ttl;
+    struct loop_timer owner_timer;
+    int refused;
+    int closing;       /* in directory_close: a lost connection is not retried */
+    int republish_due; /* the turn calls the republish hook */
+    unsigned failures; /* failed attempts since the last up, for the log */
     uint32_t backoff_ms;
     unsigned inflight;     /* commands sent and not answered */
     uint64_t progress_ms;  /* when the last reply came, or the first command of a burst left */
@@ -365,6 +371,12 @@ void dir_check_reply(struct directory *d, const redisReply *reply, const char *w
 void dir_on_checked(redisAsyncContext *ac, void *reply, void *priv);
 
 /* dir_lookup.c: lookups and listings */
+enum dir_entry { DIR_ENTRY_MISSING, DIR_ENTRY_UNSIGNED, DIR_ENTRY_OK };
+/* A node entry (a reply to HGETALL) parsed into node (see dir_lookup.c). */
+enum dir_entry dir_parse_entry(const struct directory *d, const redisReply *r,
+                               struct directory_node *node);
+/* Counts and logs a node entry not signed with our secret. */
+void dir_entry_refused(struct directory *d, const char *id);
 void dir_lookup_start(struct directory *d, struct request *r);
 void dir_nodes_start(struct directory *d, struct request *r);
 
@@ -395,6 +407,11 @@ void dir_delete_start(struct directory *d, struct request *r, const uint8_t root
 void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
+/* dir_conn.c: removes what earlier incarnations left, then registers. */
+void dir_cleanup_start(struct directory *d);
+/* dir_owner.c: looks whether a live node uses our id; dir_cleanup_start when none does. */
+void dir_owner_check(struct directory *d);
+void dir_on_owner_timer(struct loop *l, struct loop_timer *t);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
 int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,
                       uint64_t *removed);

@@ -477,7 +477,7 @@ int main(int argc, char **argv)
     }
     rc = server_run(&srv);
     if (rc < 0)
-        log_error("event loop failed: %s", ferry_errmsg());
+        log_error("stopping: %s", ferry_errmsg());
     server_destroy(&srv);
     log_info("stopped");
     return rc < 0 ? 1 : 0;

@@ -261,6 +261,19 @@ static void republish(void *ctx)
         publish(s, o);
 }
 
+static void tell_manager(const char *state);
+
+/* A live node uses our node id (the directory said which, and logged it): this daemon stops
+ * rather than take it over. */
+static void id_taken(void *ctx, const char *why)
+{
+    struct server *s = ctx;
+
+    s->id_taken = 1;
+    tell_manager("STOPPING=1");
+    loop_stop(&s->loop);
+}
+
 void server_drop_deleted(struct server *s, const ferry_id *id, const uint8_t *root,
                          const char *node)
 {
@@ -497,7 +510,8 @@ static int open_cluster(struct server *s)
 {
     const struct server_config *c = &s->cfg;
     struct directory_config dc = {.url = c->directory_url, .password = c->directory_password};
-    struct directory_hooks hooks = {.republish = republish, .deleted = on_deleted, .ctx = s};
+    struct directory_hooks hooks = {
+        .republish = republish, .deleted = on_deleted, .id_taken = id_taken, .ctx = s};
     struct engine_config ec = {.node_id = c->node_id,
                                .listen_addr = c->listen_addr,
                                .verify = c->verify,
@@ -667,7 +681,11 @@ destroy:
 
 int server_run(struct server *s)
 {
-    return loop_run(&s->loop);
+    int rc = loop_run(&s->loop);
+
+    if (rc == 0 && s->id_taken)
+        return err_set(FERRY_EEXIST, "%s", directory_down_why(s->dir));
+    return rc;
 }
 
 /* Removes the socket file only if it is still the one we bound (a newer daemon may own the

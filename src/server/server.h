@@ -100,6 +100,7 @@ struct server {
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */
+    int id_taken;                   /* a live node uses our --node-id: stopping, exit status 1 */
     struct engine *engine;          /* NULL when standalone */
     struct metrics *metrics;        /* NULL without --metrics */
     struct subscriber *subscribers, *dead_subscribers;
