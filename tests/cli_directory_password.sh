@@ -90,6 +90,8 @@ test_wrong_password() {
     eventually "AUTH's refusal is logged" grep -q "AUTH refused" "$DIR/wrong.log"
     ok "ferry nodes on that node says why (it said \"directory unavailable\" twice)" \
         bash -c "'$FERRY' --socket '$DIR/wrong.sock' nodes 2>&1 >/dev/null | grep -q 'AUTH refused: WRONGPASS'"
+    ok "ferry stat on that node says why the directory is down" \
+        bash -c "'$FERRY' --socket '$DIR/wrong.sock' stat | grep -q '^  down .*AUTH refused: WRONGPASS'"
     ok "the node is not listed" bash -c "! '$FERRY' --socket '$DIR/file.sock' nodes --json | grep -q node-wrong"
     ok "the log names no password" bash -c "! grep -q -e '$PW' '$DIR/wrong.log'"
     ok "a file its group can read is warned about" grep -q "can be read by its group" "$DIR/wrong.log"

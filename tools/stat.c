@@ -20,6 +20,7 @@ struct stat_view {
     char provider[32];
     ferry_peer *peers;
     size_t n_peers;
+    char directory_why[400]; /* a cluster node's directory is down: why ("": up, or unknown) */
 };
 
 /* The peers as a JSON array, one per line. */
@@ -194,6 +195,8 @@ static void print_cluster(const struct stat_view *v)
            "directory", val(v, "directory_up") ? "up" : "DOWN", val(v, "directory_lookups"),
            val(v, "directory_cache_hits"), val(v, "directory_reconnects"), val(v, "id_conflicts"),
            val(v, "unsigned_entries"));
+    if (v->directory_why[0])
+        printf("  %-13s %s\n", "down", v->directory_why);
     printf("  %-13s unsigned ignored: %" PRIu64 " entries, %" PRIu64 " records (%" PRIu64
            " replaced), %" PRIu64 " events; %" PRIu64 " stale events, %" PRIu64
            " keys of the wrong type\n",
@@ -291,7 +294,18 @@ static int stat_fetch(const struct cli *cli, struct stat_view *v)
         err = ferry_peers(cli->client, &v->peers, &v->n_peers);
     if (err == FERRY_OK)
         err = ferry_fabric_info(cli->client, v->provider);
-    return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
+    if (err != FERRY_OK)
+        return cli_fail(cli, err);
+    /* The counters say that the directory is down, not why: a listing of the nodes fails with
+     * the reason (AUTH refused, connection refused, the node id in use...). */
+    if (val(v, "cluster_node") && !val(v, "directory_up")) {
+        ferry_node_info *nodes = NULL;
+        size_t n = 0;
+        if (ferry_nodes(cli->client, &nodes, &n) < 0)
+            snprintf(v->directory_why, sizeof(v->directory_why), "%s", ferry_errmsg());
+        ferry_free(nodes);
+    }
+    return STATUS_OK;
 }
 
 /* stat [--json | --all]: prints the daemon's counters, its fabric provider and its peers. */
