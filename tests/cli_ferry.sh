@@ -280,6 +280,13 @@ test_evict() {
     ok "evict with nothing left frees nothing" stdout_is "evicted 0 objects, 0 B (0 bytes)"
 }
 
+# examples/put_get.c, the README's C example: stores, reads back in place, exits 0.
+test_c_example() {
+    expect "the C example runs" 0 env FERRY_SOCKET="$SOCK" "$BIN/example_put_get" c-example
+    ok "it read its bytes back" grep -q '^c-example: 28 bytes at 0x[0-9a-f]* in the arena: hello from C' "$OUT"
+    expect_answer "what it put is there" 0 fy contains c-example
+}
+
 # put --keep, keep and unkeep: a kept object survives evict and is counted until let go.
 test_keep() {
     printf 'kept' >"$DIR/kept"
@@ -360,6 +367,7 @@ main() {
     test_command_line
     test_evict
     test_keep
+    test_c_example
     summary
 }
 
