@@ -103,18 +103,27 @@ def test_pip_install_into_a_plain_venv(workdir, daemon, isolation):
     check_put_get(py, daemon, workdir)
 
 
-def build_sdist(out_dir):
-    """The sdist of the tree's python/, made by its backend in out_dir; returns its path."""
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import ferry_build; " \
-           "print(ferry_build.build_sdist(sys.argv[2]))"
-    name = run([sys.executable, "-c", code, BACKEND_DIR, out_dir], cwd=out_dir).strip()
-    return os.path.join(out_dir, name)
+def call_backend(hook, out_dir, backend_dir=BACKEND_DIR):
+    """ferry_build.hook(out_dir) in a process of this interpreter, as pip calls a hook: the
+    CompletedProcess, stdout and stderr together, the hook's value its last line."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import ferry_build; "
+            "print(getattr(ferry_build, sys.argv[2])(sys.argv[3]))")
+    return subprocess.run([sys.executable, "-c", code, backend_dir, hook, out_dir], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
+                          env=pip_env(), cwd=out_dir)
+
+
+def built(hook, out_dir):
+    """The path of what ferry_build.hook (build_wheel, build_sdist) of the tree made in out_dir."""
+    proc = call_backend(hook, out_dir)
+    assert proc.returncode == 0, proc.stdout
+    return os.path.join(out_dir, proc.stdout.split()[-1])
 
 
 def test_sdist_installs_on_its_own(workdir, daemon):
     made = os.path.join(workdir, "made")
     os.mkdir(made)
-    sdist = build_sdist(made)
+    sdist = built("build_sdist", made)
     with tarfile.open(sdist) as tar:
         names = tar.getnames()
     top = os.path.basename(sdist)[:-len(".tar.gz")]
@@ -133,10 +142,7 @@ def test_sdist_installs_on_its_own(workdir, daemon):
 
 
 def test_wheel_matches_its_record(workdir):
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import ferry_build; " \
-           "print(ferry_build.build_wheel(sys.argv[2]))"
-    name = run([sys.executable, "-c", code, BACKEND_DIR, workdir], cwd=workdir).strip().split()[-1]
-    with zipfile.ZipFile(os.path.join(workdir, name)) as whl:
+    with zipfile.ZipFile(built("build_wheel", workdir)) as whl:
         names = whl.namelist()
         record = whl.read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
         rows = [line.split(",") for line in record.splitlines()]
@@ -160,12 +166,8 @@ def test_version_mismatch_fails_the_build(workdir):
         text = f.read()
     with open(init, "w") as f:
         f.write(text.replace("__version__ = \"", "__version__ = \"9", 1))
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import ferry_build; " \
-           "ferry_build.prepare_metadata_for_build_wheel(sys.argv[2])"
-    proc = subprocess.run([sys.executable, "-c", code, os.path.join(python, "_build"), workdir],
-                          capture_output=True, text=True, timeout=60, env=pip_env())
-    assert proc.returncode != 0
-    assert "ferry.h says version" in proc.stderr, proc.stderr
+    proc = call_backend("prepare_metadata_for_build_wheel", workdir, os.path.join(python, "_build"))
+    assert proc.returncode != 0 and "ferry.h says version" in proc.stdout, proc.stdout
 
 
 def backend():
