@@ -57,7 +57,13 @@ extern "C" {
 #define FERRY_NAME_MAX 255
 /* Most ids one ferry_get, ferry_fetch or ferry_refresh takes. */
 #define FERRY_MAX_IDS 65536u
+/* Where ferryd listens unless told (--socket, $FERRY_SOCKET): a daemon a user started. */
 #define FERRY_DEFAULT_SOCKET "/tmp/ferry.sock"
+/* The socket of the system service (dist/systemd/ferryd.service). A client that names no
+ * socket (ferry_connect(NULL), the ferry tool, the Python module's Client()) takes
+ * $FERRY_SOCKET if it is set and not empty, else this one if anything is at this path, else
+ * FERRY_DEFAULT_SOCKET. */
+#define FERRY_SERVICE_SOCKET "/run/ferry/ferry.sock"
 
 /* While a call waits for the daemon's reply, the calling thread polls for this many
  * microseconds before it sleeps; $FERRY_SPIN_US (read at ferry_connect) overrides it, 0 turns
@@ -109,7 +115,8 @@ const char *ferry_version(void);
 
 typedef struct ferry_client ferry_client;
 
-/* Connects to the daemon at socket_path; NULL means $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET.
+/* Connects to the daemon at socket_path; NULL means the default socket: $FERRY_SOCKET, else
+ * FERRY_SERVICE_SOCKET if anything is there, else FERRY_DEFAULT_SOCKET (see them).
  * FERRY_ECONN when no daemon answers there. The connection's timeout is $FERRY_TIMEOUT_MS
  * (milliseconds, -1 for none) if set, else FERRY_DEFAULT_TIMEOUT_MS (30 s). */
 int ferry_connect(const char *socket_path, ferry_client **out);

@@ -26,7 +26,7 @@ enum status {
 
 /* What a subcommand works with. */
 struct cli {
-    const char *socket;   /* NULL: the library's default ($FERRY_SOCKET, else /tmp/ferry.sock) */
+    const char *socket;   /* NULL: the library's default (ferry_connect, FERRY_SERVICE_SOCKET) */
     const char *cmd;      /* subcommand name, for messages */
     ferry_client *client; /* set by cli_open(); NULL before */
 };

@@ -728,8 +728,9 @@ static void print_usage(void)
     for (size_t i = 0; i < N_COMMANDS; i++)
         printf("  %-9s %-36s %s\n", commands[i].name, commands[i].args, commands[i].summary);
     puts("\nAn ID of 40 hex digits is the raw id; any other string names the id by its SHA-1.\n"
-         "PATH defaults to $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET "; --socket may come\n"
-         "before or after the command, and any option as --opt=value.\n"
+         "PATH defaults to $FERRY_SOCKET, else " FERRY_SERVICE_SOCKET " if it exists (the\n"
+         "system service's), else " FERRY_DEFAULT_SOCKET "; --socket may come before or after\n"
+         "the command, and any option as --opt=value.\n"
          "Sizes: 4096, 64K, 1.5G, 2GiB (powers of 1024). ferry help COMMAND tells more.");
     puts(exit_statuses);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "client/default_socket.h" /* libferry's */
 #include "buffer.h"
 #include "errors.h"
 #include "objectid.h"
@@ -191,7 +192,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"socket", "timeout_ms", NULL};
     PyObject *path = NULL, *bytes = NULL, *timeout = NULL;
-    const char *env;
+    const char *p;
+    size_t len;
     int rc;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$O:Client", kwlist, &path, &timeout) ||
@@ -201,22 +203,26 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "a Client is initialized once: make a new one");
         return -1;
     }
+    /* No socket named: libferry's default, chosen once here, so that the connections made
+     * later (a waiting get's own, one after the daemon went away) go where this one went. */
     if (path && path != Py_None) {
         if (!PyUnicode_FSConverter(path, &bytes))
             return -1;
-        self->path = PyMem_Malloc((size_t)PyBytes_GET_SIZE(bytes) + 1);
-        if (!self->path) {
-            Py_DECREF(bytes);
-            PyErr_NoMemory();
-            return -1;
-        }
-        memcpy(self->path, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes) + 1);
-        Py_DECREF(bytes);
+        p = PyBytes_AS_STRING(bytes);
+        len = (size_t)PyBytes_GET_SIZE(bytes);
+    } else {
+        p = client_default_socket();
+        len = strlen(p);
     }
-    env = getenv("FERRY_SOCKET");
-    self->socket = PyUnicode_DecodeFSDefault(self->path    ? self->path
-                                             : env && *env ? env
-                                                           : FERRY_DEFAULT_SOCKET);
+    self->path = PyMem_Malloc(len + 1);
+    if (self->path)
+        memcpy(self->path, p, len + 1);
+    Py_XDECREF(bytes);
+    if (!self->path) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->socket = PyUnicode_DecodeFSDefault(self->path);
     if (!self->socket)
         return -1;
     if ((rc = conn_open(self->path, self->timeout_ms, &self->main)) < 0) {
@@ -711,7 +717,8 @@ PyTypeObject Client_Type = {
     .tp_as_sequence = &client_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Client(socket=None, *, timeout_ms=30000)\n\nA connection to the ferryd of this "
-              "node at socket (default: $FERRY_SOCKET, else /tmp/ferry.sock). timeout_ms bounds "
+              "node at socket (default: $FERRY_SOCKET, else " FERRY_SERVICE_SOCKET " if it exists, "
+              "the system service's, else " FERRY_DEFAULT_SOCKET "). timeout_ms bounds "
               "every wait for the daemon (default: $FERRY_TIMEOUT_MS, else 30000; None or -1: no "
               "bound); a get or fetch waits its own timeout_ms plus it. On expiry TimeoutError "
               "(ferry.Timeout) is raised and the next call connects again. Safe to share between "

@@ -49,7 +49,8 @@ struct pyf_conn {
 int pyf_fork_init(void);
 unsigned long pyf_fork_generation(void);
 
-/* Connects to the daemon at path (NULL: $FERRY_SOCKET, else the default) with the GIL
+/* Connects to the daemon at path (NULL: libferry's default socket, client_default_socket:
+ * Client() resolves it once and passes it, so that its connections agree) with the GIL
  * released, the connection's timeout timeout_ms (ferry_connect_timeout; 0: libferry's default,
  * ferry_connect); *out holds one reference. Returns 0 or libferry's code (the detail in
  * ferry_errmsg()); raises nothing. */

@@ -9,9 +9,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/client.h"
+#include "client/default_socket.h"
 
 #include "common/clock.h"
 #include "common/cpuload.h"
@@ -375,6 +377,23 @@ static int check_timeout(int64_t timeout_ms)
     return 0;
 }
 
+const char *client_default_socket_at(const char *service_path)
+{
+    const char *env = getenv("FERRY_SOCKET");
+    struct stat st;
+
+    if (env && *env)
+        return env;
+    if (service_path && (stat(service_path, &st) == 0 || errno == EACCES))
+        return service_path;
+    return FERRY_DEFAULT_SOCKET;
+}
+
+const char *client_default_socket(void)
+{
+    return client_default_socket_at(FERRY_SERVICE_SOCKET);
+}
+
 int ferry_connect(const char *socket_path, ferry_client **out)
 {
     return ferry_connect_timeout(socket_path, timeout_setting(), out);
@@ -382,7 +401,6 @@ int ferry_connect(const char *socket_path, ferry_client **out)
 
 int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_client **out)
 {
-    const char *env = getenv("FERRY_SOCKET");
     struct ferry_client *c;
     int rc;
 
@@ -391,7 +409,7 @@ int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_cli
     if ((rc = check_timeout(timeout_ms)) < 0)
         return rc;
     if (!socket_path)
-        socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
+        socket_path = client_default_socket();
     if (!(c = calloc(1, sizeof(*c))))
         return err_set(FERRY_ENOMEM, "client handle");
     c->spin_ns = spin_setting();

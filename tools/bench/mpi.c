@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "client/default_socket.h" /* libferry's */
 
 #define MIB (1024.0 * 1024.0)
 #define DEFAULT_SIZES "1M"
@@ -51,7 +52,7 @@ static const char *const pattern_names[N_PATTERNS] = {"all-to-all", "many-to-one
 static const char pattern_kinds[N_PATTERNS] = {'A', 'M', 'O'}; /* the kind byte of their ids */
 
 struct mpi_options {
-    const char *socket;       /* NULL: $FERRY_SOCKET, else FERRY_DEFAULT_SOCKET */
+    const char *socket;       /* NULL: libferry's default (client_default_socket) */
     int patterns[N_PATTERNS]; /* 1 for each pattern to run */
     uint64_t sizes[BENCH_MAX_SIZES];
     size_t nsizes;
@@ -115,7 +116,7 @@ static const char mpi_usage[] =
     "the ranks store objects and fetch each other's. Options:\n"
     "  --socket PATH    the ferryd of each rank; every %d in PATH becomes the rank (for\n"
     "                   several daemons on one machine); default $FERRY_SOCKET, else\n"
-    "                   " FERRY_DEFAULT_SOCKET "\n"
+    "                   " FERRY_SERVICE_SOCKET " if it exists, else " FERRY_DEFAULT_SOCKET "\n"
     "  --pattern LIST   all-to-all, many-to-one, one-from-many, comma-separated (default\n"
     "                   the first two); all-to-all: every rank stores K objects, then\n"
     "                   fetches every other rank's; many-to-one: rank 0 stores K, every\n"
@@ -206,14 +207,15 @@ static int parse_options(int argc, char **argv, struct mpi_options *o)
 
 /* ---- joining the cluster ---- */
 
-/* The socket of this rank: the template (--socket, else $FERRY_SOCKET, else the default) with
- * every "%d" replaced by the rank. */
+/* The socket of this rank: the template (--socket, else libferry's default: $FERRY_SOCKET,
+ * else FERRY_SERVICE_SOCKET if it exists, else FERRY_DEFAULT_SOCKET) with every "%d" replaced
+ * by the rank. */
 static void rank_socket(struct mpi_run *r)
 {
-    const char *t = r->o->socket != NULL ? r->o->socket : getenv("FERRY_SOCKET");
+    const char *t = r->o->socket;
     size_t k = 0, len = sizeof(r->socket);
     if (t == NULL || *t == '\0')
-        t = FERRY_DEFAULT_SOCKET;
+        t = client_default_socket();
     for (const char *p = t; *p != '\0' && k < len;) {
         if (p[0] == '%' && p[1] == 'd') {
             k += (size_t)snprintf(r->socket + k, len - k, "%d", r->rank);
