@@ -33,7 +33,23 @@ int notify_send(const char *state)
         return err_set(FERRY_ESYS, "notify socket: %s", strerror(errno));
     if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
-        rc = err_set(FERRY_ESYS, "telling %s '%s': %s", path, state, strerror(errno));
+        rc = err_set(FERRY_ESYS, "telling %s '%.*s': %s", path, (int)strcspn(state, "\n"), state,
+                     strerror(errno));
     close(fd);
     return rc;
+}
+
+int notify_extend(struct notify_extender *e, uint64_t now_ns, int final, const char *status)
+{
+    char msg[256];
+    int rc;
+
+    if (e->sent && !final && now_ns - e->last_ns < NOTIFY_EXTEND_EVERY_NS)
+        return 0;
+    e->sent = 1;
+    e->last_ns = now_ns;
+    snprintf(msg, sizeof(msg), "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=%s",
+             (unsigned long long)NOTIFY_EXTEND_USEC, status);
+    rc = notify_send(msg);
+    return rc < 0 ? rc : 1;
 }

@@ -704,8 +704,23 @@ static void remove_socket(struct server *s)
         unlink(s->cfg.socket_path);
 }
 
+/* store_persist's progress at exit, told to a service manager: more time to stop while it
+ * goes on (notify_extend), and how far it is (STATUS=). */
+static void persist_progress(void *arg, const struct store_progress *p)
+{
+    char status[128], f[2][SIZE_FORMAT_LEN];
+
+    snprintf(status, sizeof(status), "persisting at exit: %s of %s %s",
+             size_format(p->done, f[0], sizeof(f[0])), size_format(p->total, f[1], sizeof(f[1])),
+             p->stage);
+    if (notify_extend(arg, clock_mono_ns(), p->finished, status) < 0)
+        log_warn("%s", ferry_errmsg());
+}
+
 void server_destroy(struct server *s)
 {
+    struct notify_extender extender = {0};
+
     while (s->sessions)
         session_close(s->sessions, NULL);
     engine_close(s->engine);
@@ -724,7 +739,7 @@ void server_destroy(struct server *s)
     s->signal_fd = -1;
     idmap_free(&s->waiters);
     if (s->store.alloc && s->cfg.persist_on_exit)
-        store_persist(&s->store);
+        store_persist(&s->store, persist_progress, &extender);
     if (s->store.alloc)
         store_destroy(&s->store);
     arena_close(&s->arena);

@@ -249,8 +249,23 @@ int store_restore(struct store *s, struct object *o, int wait);
 /* After the loop's turn: when memory was freed meanwhile and restores or creates wait for it,
  * they try again (room()). Deferred so that no release re-enters them where it happens. */
 void store_after_turn(struct store *s);
-/* Writes every sealed object that has no copy on disk, and waits (the daemon is stopping). */
-void store_persist(struct store *s);
+/* How store_persist is getting on: in stage "hashed" (the digests of objects never asked for)
+ * or "written" (bytes whose writes were queued and have ended: one that failed is logged),
+ * done of total bytes; finished on the last report, once every write has ended (done falls
+ * short of total by the writes the spill refused: its limit, a full disk). */
+struct store_progress {
+    const char *stage;
+    uint64_t done, total;
+    int finished;
+};
+typedef void store_progress_fn(void *arg, const struct store_progress *p);
+/* store_persist reports after each step of at most this many bytes hashed or written. */
+#define STORE_PERSIST_STEP (256ull << 20)
+
+/* Writes every sealed object that has no copy on disk, and waits (the daemon is stopping).
+ * progress (NULL: none), on the calling thread, hears of each stage's start, of each step of
+ * STORE_PERSIST_STEP bytes at most, and of the end; never when there is nothing to write. */
+void store_persist(struct store *s, store_progress_fn *progress, void *arg);
 
 /* Keeps a copy of name (checked by the caller) with o, replacing one given before. An object
  * in memory with a copy on disk is written again; one on disk only keeps its old name there

@@ -409,37 +409,85 @@ int store_spill_fd(const struct store *s)
     return s->spill ? spill_fd(s->spill) : -1;
 }
 
-void store_persist(struct store *s)
+/* Tells progress (when there is one) how far p is. */
+static void persist_report(store_progress_fn *progress, void *arg, struct store_progress *p)
+{
+    if (progress)
+        progress(arg, p);
+}
+
+/* Sealed and with no copy on disk, nor one on its way. */
+static int persist_wants(const struct object *o)
+{
+    return o->state == FERRY_STATE_SEALED && !o->rec && !o->writing && !o->spilled;
+}
+
+void store_persist(struct store *s, store_progress_fn *progress, void *arg)
 {
     struct object *o;
     size_t pos = 0;
-    uint64_t n = 0, bytes = 0, failed = 0;
+    uint64_t n = 0, failed = 0, step = 0;
+    struct store_progress hashed = {.stage = "hashed"}, written = {.stage = "written"};
     char f[SIZE_FORMAT_LEN];
 
     if (!s->spill)
         return;
-    while ((o = idmap_next(&s->table, &pos, NULL))) /* those never asked for: hashed now */
-        if (o->state == FERRY_STATE_SEALED)
-            store_hash(s, o);
+    /* Those never asked for are hashed now, STORE_PERSIST_STEP bytes at a time. */
+    while ((o = idmap_next(&s->table, &pos, NULL)))
+        if (persist_wants(o) && !o->hashed)
+            hashed.total += object_len(o);
+    if (hashed.total)
+        persist_report(progress, arg, &hashed);
+    pos = 0;
+    while (hashed.total && (o = idmap_next(&s->table, &pos, NULL))) {
+        if (!persist_wants(o) || o->hashed)
+            continue;
+        store_hash(s, o);
+        step += object_len(o);
+        if (step >= STORE_PERSIST_STEP) {
+            if (s->hasher)
+                hasher_wait_idle(s->hasher);
+            hashed.done += step;
+            step = 0;
+            persist_report(progress, arg, &hashed);
+        }
+    }
     if (s->hasher) {
         hasher_wait_idle(s->hasher);
         store_collect_hashes(s);
     }
     pos = 0;
+    while ((o = idmap_next(&s->table, &pos, NULL)))
+        if (persist_wants(o) && o->hashed)
+            written.total += object_len(o);
+    if (written.total)
+        persist_report(progress, arg, &written);
+    pos = 0;
+    step = 0;
     while ((o = idmap_next(&s->table, &pos, NULL))) {
-        if (o->state != FERRY_STATE_SEALED || o->rec || o->writing || o->spilled || !o->hashed)
+        if (!persist_wants(o) || !o->hashed)
             continue;
         if (write_object(s, o) == 0) {
             n++;
-            bytes += object_len(o);
+            step += object_len(o);
         } else {
             failed++;
+        }
+        if (step >= STORE_PERSIST_STEP) { /* the queue is run dry: a step is on disk */
+            spill_wait_idle(s->spill);
+            written.done += step;
+            step = 0;
+            persist_report(progress, arg, &written);
         }
     }
     spill_wait_idle(s->spill);
     store_collect_spill(s);
+    written.done += step;
+    written.finished = 1;
+    if (written.total)
+        persist_report(progress, arg, &written);
     log_info("spill: %" PRIu64 " objects (%s) written to %s at exit%s", n,
-             size_format(bytes, f, sizeof(f)), spill_dir(s->spill),
+             size_format(written.done, f, sizeof(f)), spill_dir(s->spill),
              failed || s->counters.spill_failures ? "; some could not be: see above" : "");
 }
 
