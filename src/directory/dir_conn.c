@@ -250,7 +250,7 @@ static void connection_lost(struct directory *d, const char *why)
     loop_timer_stop(d->loop, &d->watchdog);
     loop_timer_stop(d->loop, &d->heartbeat);
     loop_timer_stop(d->loop, &d->events);
-    loop_timer_stop(d->loop, &d->owner_timer);
+    dir_owner_stop(d);
     if (d->leaving)
         dir_leave_finish(d);
     if (d->closing || d->leaving || d->refused)

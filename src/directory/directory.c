@@ -30,6 +30,7 @@ int directory_open(struct directory **out, struct loop *l, const struct director
     loop_timer_init(&d->events, dir_on_events_timer, d);
     loop_timer_init(&d->leave_timer, dir_on_leave_timer, d);
     loop_timer_init(&d->owner_timer, dir_on_owner_timer, d);
+    d->probe.fd = -1;
     dir_connect_start(d);
     *out = d;
     return 0;
@@ -49,7 +50,7 @@ void directory_close(struct directory *d)
     loop_timer_stop(d->loop, &d->reconnect);
     loop_timer_stop(d->loop, &d->turn);
     loop_timer_stop(d->loop, &d->leave_timer);
-    loop_timer_stop(d->loop, &d->owner_timer);
+    dir_owner_stop(d);
     dir_queue_drop(d); /* its requests join the done list */
     while (d->done)
         dir_request_free(dir_done_pop(d));

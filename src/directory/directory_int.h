@@ -257,6 +257,9 @@ struct directory {
      * never registers (down_why says why). */
     uint64_t owner_inc, owner_ttl;
     struct loop_timer owner_timer;
+    struct loop_watch probe;                       /* fd -1: no probe of its address */
+    char owner_addr[DIRECTORY_XPORT_ADDR_MAX + 1]; /* the address that entry names */
+    int owner_decided;                             /* taken (or refused): no more looks */
     int refused;
     int closing;       /* in directory_close: a lost connection is not retried */
     int republish_due; /* the turn calls the republish hook */
@@ -412,6 +415,8 @@ void dir_cleanup_start(struct directory *d);
 /* dir_owner.c: looks whether a live node uses our id; dir_cleanup_start when none does. */
 void dir_owner_check(struct directory *d);
 void dir_on_owner_timer(struct loop *l, struct loop_timer *t);
+/* Stops the looks and the probe (a lost connection, a close). */
+void dir_owner_stop(struct directory *d);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
 int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,
                       uint64_t *removed);
