@@ -2,6 +2,8 @@
 consumer however much else is put meanwhile; a store full of kept objects says so; evictions of
 objects nobody read are counted and logged."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,15 @@ def test_evictions_of_read_objects_are_not_counted_unread(start_daemon):
         assert not c.contains(oid)
         st = c.stats()
         assert st["evicted_objects"] - st["evicted_unread"] >= 1
+
+
+def test_with_a_spill_directory_kept_objects_move_to_disk_and_come_back(start_daemon, workdir):
+    spill = os.path.join(workdir, "spill")
+    d = start_daemon("spill", "16M", "--spill-dir", spill)
+    with ferry.Client(d.socket) as c:
+        data = [np.full(3 * MiB, i, dtype=np.uint8) for i in range(12)]  # 36 MiB through 16
+        ids = [c.put(ferry.ObjectID.random(), a, keep=True) for a in data]
+        assert c.stats()["spilled_objects"] > 0
+        for oid, a in zip(ids, data):
+            assert np.array_equal(np.frombuffer(c.get(oid, timeout_ms=10000), np.uint8), a)
+        assert c.stats()["kept_objects"] == 12
