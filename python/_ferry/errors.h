@@ -13,6 +13,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "pycompat.h"
+
 /* Creates the exception classes and adds them to module m; -1 with an exception set. */
 int pyf_errors_init(PyObject *m);
 

@@ -12,6 +12,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "pycompat.h"
+
 #include "ferry.h"
 
 typedef struct {
