@@ -6,7 +6,7 @@ arena); the consumer, another process, reads it back with get_object: its arrays
 views of the same arena pages, so nothing is copied however large they are.
 
     ferryd --socket /tmp/ferry.sock --memory 1G &        # a daemon on this node
-    python3 examples/share_arrays.py                       # uses $FERRY_SOCKET or /tmp/ferry.sock
+    python3 examples/share_arrays.py                       # $FERRY_SOCKET, the service's, or /tmp/ferry.sock
     python3 examples/share_arrays.py --socket /run/ferry/ferry.sock --mib 256
 """
 
@@ -49,7 +49,7 @@ def consumer(socket, oid, answers):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", help="the daemon's socket (default $FERRY_SOCKET, else "
-                    f"{ferry.DEFAULT_SOCKET})")
+                    f"{ferry.SERVICE_SOCKET} if it is there, else {ferry.DEFAULT_SOCKET})")
     ap.add_argument("--mib", type=int, default=64, help="MiB of arrays to share (default 64)")
     args = ap.parse_args()
 

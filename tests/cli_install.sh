@@ -67,6 +67,8 @@ test_units() {
         ok "$(basename "$unit") bounds its stop: TimeoutStopSec=$stop is 10 to 300 s" \
             seconds_between "$stop" 10 300
     done
+    ok "stopping ferryd.service leaves the instances' sockets in /run/ferry" \
+        grep -qx 'RuntimeDirectoryPreserve=yes' "$UNIT"
     ok "the template's socket is its instance's" \
         grep -q '^ExecStart=.* --socket /run/ferry/%i/ferry.sock ' "$TEMPLATE"
     conf=$(sed -n 's/^EnvironmentFile=-//p' "$UNIT")

@@ -68,7 +68,8 @@ PyMODINIT_FUNC PyInit__ferry(void)
         pyf_subscription_init(m) < 0 || pyf_client_init(m) < 0 ||
         PyModule_AddIntConstant(m, "MAX_IDS", FERRY_MAX_IDS) < 0 ||
         PyModule_AddIntConstant(m, "OBJECT_FORMAT_VERSION", OBJFMT_VERSION) < 0 ||
-        PyModule_AddStringConstant(m, "DEFAULT_SOCKET", FERRY_DEFAULT_SOCKET) < 0) {
+        PyModule_AddStringConstant(m, "DEFAULT_SOCKET", FERRY_DEFAULT_SOCKET) < 0 ||
+        PyModule_AddStringConstant(m, "SERVICE_SOCKET", FERRY_SERVICE_SOCKET) < 0) {
         Py_DECREF(m);
         return NULL;
     }

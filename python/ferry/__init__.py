@@ -20,6 +20,7 @@ from . import _ferry
 from ._ferry import (
     DEFAULT_SOCKET,
     MAX_IDS,
+    SERVICE_SOCKET,
     OBJECT_FORMAT_VERSION,
     AuthenticationFailed,
     Buffer,
@@ -78,6 +79,7 @@ __all__ = [
     "SpillDamaged",
     "StandaloneNode",
     "DEFAULT_SOCKET",
+    "SERVICE_SOCKET",
     "MAX_IDS",
     "OBJECT_FORMAT_VERSION",
 ]
