@@ -147,8 +147,11 @@ if [ $# -ne 1 ] || ! set_packages "$1"; then usage; fi
 before=$(installed_packages)
 missing=$(pick out "$before" $pkgs)
 [ -z "$missing" ] && exit 0
-# Root from here on: the guard is a file under /usr/sbin.
-[ "$(id -u)" -eq 0 ] || exec sudo sh "$0" "$@"
+# Root from here on (the guard is a file under /usr/sbin): again as root through sudo, once.
+if [ "$(id -u)" -ne 0 ]; then
+    [ -z "${FERRY_DEPS_SUDO:-}" ] || { echo "install-deps: sudo did not make this root" >&2; exit 1; }
+    FERRY_DEPS_SUDO=1 exec sudo sh "$0" "$@"
+fi
 echo "install-deps: installing $missing"
 apt-get update -qq
 trap unguard_services EXIT

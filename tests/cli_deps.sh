@@ -7,9 +7,10 @@
 # services of the daemons it installed and no others, and does nothing when all is there.
 #
 # Every run of the script, and every sourcing of it, goes through stubs of apt-get, dpkg-query,
-# dpkg, systemctl, update-rc.d and sudo (STUBS), which only log, and with its guard in DIR
-# (FERRY_DEPS_POLICY_RC_D): neither this script nor an older one that ignored its arguments can
-# install a package or touch /usr/sbin here. Only apt-cache and dpkg -L, which read, are real.
+# dpkg, systemctl, update-rc.d and sudo (STUBS), which only log, and of id, which says root; its
+# guard goes in DIR (FERRY_DEPS_POLICY_RC_D): neither this script nor an older one that ignored its
+# arguments can install a package or touch /usr/sbin here. Only apt-cache and dpkg -L, which read,
+# are real.
 set -u
 
 # shellcheck source-path=SCRIPTDIR source=lib_cli.sh
@@ -61,6 +62,8 @@ for cmd in systemctl update-rc.d; do
 done
 # shellcheck disable=SC2016
 printf '#!/bin/bash\necho "sudo $*" >>"$STUB_LOG"\nexec "$@"\n' >"$STUBS/sudo"
+# id: root, for the script, whoever runs the test (its guard is in DIR).
+printf '#!/bin/sh\necho 0\n' >"$STUBS/id"
 chmod +x "$STUBS"/*
 : >"$STUB_STATE"
 : >"$STUB_LOG"
