@@ -13,7 +13,8 @@
 # It starts no service, and leaves none it installed enabled. Some members (SERVICE_PKGS) are
 # daemons that Debian starts, and enables for every boot, when they are installed: on a host with
 # systemd, redis-server would take port 6379, redis-sentinel 26379 and prometheus 9090 behind the
-# user's back (and the README's own `redis-server --port 6379` would then fail to bind). So apt-get
+# user's back (and the user's own `redis-server --port 6379 --daemonize yes` would then fail to
+# bind, out of sight). So apt-get
 # runs under a policy-rc.d that forbids every start (guard_services), and afterwards the services
 # of those daemons that this run installed are disabled (and stopped); ones that were already here
 # are left as their owner set them.
@@ -31,9 +32,9 @@ libcmocka-dev python3-dev python3-numpy redis-server"
 # What the test set adds. make test: clang-format (format-check), clang-tidy and cppcheck
 # (scripts/lint.sh), clang with its libFuzzer runtime (libclang-rt-14-dev: the fuzz build), the
 # cluster and Python suites (redis-sentinel, prometheus with promtool, python3-pytest,
-# python3-redis, python3-setuptools, python3-wheel and python3-venv for the install tests, procps's
-# pgrep and pkill, libfabric-bin's fi_info), openmpi for the mpi suite; make bench: gnuplot-nox
-# (the plots), libmimalloc-dev (alloc-bench's comparison).
+# python3-setuptools, python3-wheel and python3-venv for test_install.py, procps's pgrep and pkill,
+# libfabric-bin's fi_info), openmpi for the mpi suite; make bench: gnuplot-nox (the plots),
+# libmimalloc-dev (alloc-bench's comparison), python3-redis (ferry-bench python's Redis baseline).
 TEST_EXTRA_PKGS="clang clang-format clang-tidy cppcheck libclang-rt-14-dev redis-sentinel
 prometheus gnuplot-nox libmimalloc-dev procps libfabric-bin openmpi-bin libopenmpi-dev
 python3-pytest python3-setuptools python3-wheel python3-venv python3-redis"
