@@ -14,10 +14,9 @@
 # daemons that Debian starts, and enables for every boot, when they are installed: on a host with
 # systemd, redis-server would take port 6379, redis-sentinel 26379 and prometheus 9090 behind the
 # user's back (and the user's own `redis-server --port 6379 --daemonize yes` would then fail to
-# bind, out of sight). So apt-get
-# runs under a policy-rc.d that forbids every start (guard_services), and afterwards the services
-# of those daemons that this run installed are disabled (and stopped); ones that were already here
-# are left as their owner set them.
+# bind, out of sight). So apt-get runs under a policy-rc.d that forbids every start
+# (guard_services), and afterwards the services of those daemons that this run installed are
+# disabled (and stopped); ones that were already here are left as their owner set them.
 #
 # FERRY_DEPS_POLICY_RC_D: where the guard goes instead of /usr/sbin/policy-rc.d (for the test).
 
