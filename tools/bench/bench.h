@@ -269,7 +269,8 @@ struct bench_ratio {
     int at_most;
     int met;
     double lo, hi;
-    unsigned rounds; /* 0: a single figure (a count), no range */
+    unsigned rounds;   /* 0: a single figure (a count), no range */
+    const char *limit; /* what bounds it on a machine where it is missed (printed then), or NULL */
 };
 
 /* A target: num / den of one metric, both from one run. */
@@ -282,6 +283,7 @@ struct bench_ratio_def {
     enum bench_metric metric;
     double target;
     int at_most;
+    const char *limit; /* see struct bench_ratio */
 };
 
 /* The result for (system, op, size), or NULL when it was not measured. */

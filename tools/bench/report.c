@@ -75,8 +75,11 @@ static double def_value(const struct bench_result *r, size_t n, const void *arg)
 
 struct bench_ratio bench_ratio_of(const struct bench_ratio_def *d, const struct bench_set *set)
 {
-    struct bench_ratio q = {
-        .name = d->name, .description = d->description, .target = d->target, .at_most = d->at_most};
+    struct bench_ratio q = {.name = d->name,
+                            .description = d->description,
+                            .target = d->target,
+                            .at_most = d->at_most,
+                            .limit = d->limit};
     bench_ratio_over_rounds(&q, set, def_value, d);
     return q;
 }
@@ -149,6 +152,8 @@ void bench_print_ratios(FILE *f, const struct bench_ratio *q, size_t n)
             snprintf(range, sizeof(range), " (%.3f-%.3f)", q[i].lo, q[i].hi);
         fprintf(f, "  %-*s %10.3f%-15s target %s %-5g %s\n", w, q[i].description, q[i].value, range,
                 cmp, q[i].target, q[i].met ? "met" : "MISSED");
+        if (!q[i].met && q[i].limit)
+            fprintf(f, "  %-*s why, most likely: %s\n", w, "", q[i].limit);
     }
 }
 
