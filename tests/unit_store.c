@@ -184,8 +184,8 @@ static void test_kept_objects_stay_until_let_go(void **state)
     struct object *kept = put(f, 1, CAP / 2), *read = put(f, 2, CAP / 4), *o;
     ferry_id big = id_of(3);
 
-    store_keep(&f->st, kept, 1);
-    store_keep(&f->st, kept, 1); /* twice counts once */
+    assert_int_equal(store_keep(&f->st, kept, 1), 0);
+    assert_int_equal(store_keep(&f->st, kept, 1), 0); /* twice counts once */
     assert_int_equal(f->st.kept_objects, 1);
     assert_int_equal(f->st.kept_bytes, CAP / 2);
     assert_int_equal(f->st.evictable_bytes, CAP / 4);
@@ -215,6 +215,33 @@ static void test_kept_objects_stay_until_let_go(void **state)
     store_delete(&f->st, kept);
     assert_int_equal(f->st.kept_objects, 0);
     assert_int_equal(f->st.kept_bytes, 0);
+}
+
+/* Kept objects stay within max_kept_bytes and half of max_objects, whoever keeps them: a keep
+ * past either is refused and changes nothing. */
+static void test_kept_objects_stay_within_their_bounds(void **state)
+{
+    struct fixture *f = *state;
+    struct object *a = put(f, 1, CAP / 4), *b = put(f, 2, CAP / 4), *c = put(f, 3, CAP / 4);
+
+    assert_int_equal(f->st.max_kept_bytes, CAP / 2); /* half the arena by default */
+    assert_int_equal(store_keep(&f->st, a, 1), 0);
+    assert_int_equal(store_keep(&f->st, b, 1), 0);
+    assert_int_equal(store_keep(&f->st, c, 1), FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "--max-kept"));
+    assert_int_equal(c->kept, 0);
+    assert_int_equal(f->st.kept_objects, 2);
+    assert_int_equal(f->st.evictable_bytes, CAP / 4); /* c, still evictable */
+    /* By count: half of max_objects. */
+    f->st.max_objects = 4;
+    assert_int_equal(store_keep(&f->st, a, 0), 0);
+    f->st.max_kept_bytes = CAP;
+    assert_int_equal(store_keep(&f->st, c, 1), 0);
+    assert_int_equal(store_keep(&f->st, a, 1), FERRY_ENOSPACE);
+    assert_non_null(strstr(ferry_errmsg(), "half of --max-objects"));
+    /* a, let go, is the only evictable object. */
+    assert_int_equal(store_evict(&f->st, CAP), CAP / 4);
+    assert_null(store_find(&f->st, &ID(1)));
 }
 
 static void test_delete_referenced_waits_for_last_reference(void **state)
@@ -391,6 +418,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_referenced_never_evicted_and_no_useless_eviction,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_objects_stay_until_let_go, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_objects_stay_within_their_bounds, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_delete_referenced_waits_for_last_reference, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),

@@ -35,7 +35,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
-            "              [--log-format text|json] [--max-objects N]\n"
+            "              [--log-format text|json] [--max-objects N] [--max-kept SIZE]\n"
             "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
             "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
@@ -60,6 +60,9 @@ static void usage(FILE *f)
             "                      what it created or got and has not released; the objects\n"
             "                      of a put_many batch are not held, but are refused as well\n"
             "                      while the client holds its share\n"
+            "  --max-kept SIZE     bytes of objects kept until let go (ferry keep) at most\n"
+            "                      (default: half the arena; none with --spill-dir), in half\n"
+            "                      of --max-objects at most\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "spilling (memory as a cache over local disk):\n"
             "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
@@ -330,6 +333,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"spill-at", required_argument, NULL, 'A'},
                                          {"persist-on-exit", no_argument, NULL, 'p'},
                                          {"max-objects", required_argument, NULL, 'O'},
+                                         {"max-kept", required_argument, NULL, 'K'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET"), *password_file = NULL;
     int c, rc = 0;
@@ -431,6 +435,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'O':
             rc = parse_max_objects(optarg, &cfg->max_objects);
+            break;
+        case 'K':
+            rc = size_parse(optarg, &cfg->max_kept);
             break;
         case 'h':
             usage(stdout);

@@ -652,6 +652,8 @@ int server_init(struct server *s, const struct server_config *cfg)
         goto destroy;
     if ((rc = store_init(&s->store, s->arena.base, s->arena.size, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
+    if (s->cfg.max_kept)
+        s->store.max_kept_bytes = s->cfg.max_kept;
     s->staging_size = staging_size_for(s->arena.size);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */

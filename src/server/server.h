@@ -43,6 +43,7 @@ struct server_config {
     mode_t socket_mode;
     uint64_t memory;
     uint64_t max_objects; /* 0: store_init's default for the arena */
+    uint64_t max_kept;    /* bytes kept at most (store.max_kept_bytes); 0: half the arena */
     int hugepages;
     uint32_t busy_poll_us; /* see loop.busy_poll_ns */
     /* Cluster: all NULL for a standalone node. */

@@ -429,12 +429,10 @@ static int handle_name(struct session *ss, const struct proto_request *q)
 static int handle_keep(struct session *ss, const struct proto_request *q)
 {
     struct object *o = session_find_sealed(ss, &q->u.keep.id);
-    int rc = 0;
+    int rc = o ? 0 : session_own_unsealed(ss, &q->u.keep.id, &o);
 
-    if (!o && session_own_unsealed(ss, &q->u.keep.id, &o) < 0)
-        rc = err_set(FERRY_ENOENT, "no sealed object, nor one of this client, with this id");
     if (rc == 0)
-        store_keep(&ss->srv->store, o, q->u.keep.keep);
+        rc = store_keep(&ss->srv->store, o, q->u.keep.keep);
     return session_reply_status(ss, q, rc);
 }
 

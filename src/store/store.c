@@ -62,6 +62,16 @@ static int kept_out(const struct store *s, const struct object *o)
     return o->kept && !s->spill;
 }
 
+/* o's flag and the counts, without touching the lists. */
+static void kept_set(struct store *s, struct object *o, int keep)
+{
+    uint64_t size = o->data_size + o->metadata_size;
+
+    o->kept = (uint8_t)keep;
+    s->kept_objects += keep ? 1 : (uint64_t)-1;
+    s->kept_bytes += keep ? size : (uint64_t)0 - size;
+}
+
 static struct object *list_of(struct store *s, const struct object *o)
 {
     return goes_dirty(s, o) ? &s->dirty : &s->lru;
@@ -113,6 +123,7 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_o
     if (!max_objects && s->max_objects < STORE_OBJECTS_MIN)
         s->max_objects = STORE_OBJECTS_MIN;
     s->max_held = s->max_objects / STORE_HELD_SHARE ? s->max_objects / STORE_HELD_SHARE : 1;
+    s->max_kept_bytes = capacity / 2;
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
     s->dirty.lru_next = s->dirty.lru_prev = &s->dirty;
     if (ev)
@@ -275,7 +286,8 @@ struct object *store_find(const struct store *s, const ferry_id *id)
 void store_remove(struct store *s, struct object *o, int event)
 {
     idmap_remove(&s->table, &o->id);
-    store_keep(s, o, 0);
+    if (o->kept)
+        kept_set(s, o, 0);
     if (store_in_lru(o))
         store_lru_unlink(s, o);
     if (o->rec) {
@@ -296,28 +308,46 @@ void store_remove(struct store *s, struct object *o, int event)
         store_object_free(s, o);
 }
 
-void store_keep(struct store *s, struct object *o, int keep)
+static int kept_room(const struct store *s, const struct object *o)
 {
     uint64_t size = o->data_size + o->metadata_size;
+    char f[3][SIZE_FORMAT_LEN];
+
+    /* With a spill directory kept objects hold no memory (they are spilled like any): only
+     * their count is bounded. */
+    if (s->kept_objects < s->max_objects / 2 &&
+        (s->spill || (size <= s->max_kept_bytes && s->kept_bytes <= s->max_kept_bytes - size)))
+        return 0;
+    return err_set(FERRY_ENOSPACE,
+                   "keeping %s more would pass the bounds on kept objects: %s in %" PRIu64
+                   " kept, at most %s (--max-kept) in %" PRIu64
+                   " objects (half of --max-objects): unkeep or delete some",
+                   size_format(size, f[0], SIZE_FORMAT_LEN),
+                   size_format(s->kept_bytes, f[1], SIZE_FORMAT_LEN), s->kept_objects,
+                   size_format(s->max_kept_bytes, f[2], SIZE_FORMAT_LEN), s->max_objects / 2);
+}
+
+int store_keep(struct store *s, struct object *o, int keep)
+{
+    int rc;
 
     if (!o->kept == !keep)
-        return;
-    o->kept = (uint8_t)(keep != 0);
+        return 0;
+    if (keep && (rc = kept_room(s, o)) < 0)
+        return rc;
+    kept_set(s, o, keep != 0);
     if (keep) {
-        s->kept_objects++;
-        s->kept_bytes += size;
         if (kept_out(s, o) && store_in_lru(o))
             store_lru_unlink(s, o);
-        return;
+        return 0;
     }
-    s->kept_objects--;
-    s->kept_bytes -= size;
     /* Let go, it becomes evictable as if just released (the spill lists never lost it). */
     if (!s->spill && o->state == FERRY_STATE_SEALED && !o->deleted && o->refcount == 0 &&
-        !store_in_lru(o) && listable(s, o)) {
-        store_lru_insert_ordered(s, o);
+        !store_in_lru(o)) {
+        store_lru_push_young(s, o);
         s->room_freed = 1;
     }
+    return 0;
 }
 
 /* An object evicted before anyone read it was most likely put for a reader that comes too
@@ -333,7 +363,7 @@ static void evicted_unread(struct store *s, const struct object *o)
     s->unread_unlogged_bytes += o->data_size + o->metadata_size;
     if (s->unread_warned_ns && now - s->unread_warned_ns < STORE_UNREAD_WARN_NS)
         return;
-    log_warn("evicted %" PRIu64 " object%s (%s) that no reader had taken, to make room: keep what "
+    log_info("evicted %" PRIu64 " object%s (%s) that no reader had taken, to make room: keep what "
              "must wait for its reader (put with keep, ferry_keep, ferry keep), or give the store "
              "more --memory or a --spill-dir",
              s->unread_unlogged, s->unread_unlogged == 1 ? "" : "s",
@@ -375,17 +405,22 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
     return freed;
 }
 
-/* What else keeps a full store from making room, for its ENOSPACE messages: kept objects
- * (never evicted without a spill directory), then the spill directory's state. */
-static void describe_full(const struct store *s, char *buf, size_t size)
+/* What else keeps a full store from making room, for its ENOSPACE messages (short_by: what a
+ * create lacks; UINT64_MAX for a full table, where kept objects are only counted): kept objects
+ * (never evicted without a spill directory), named as the cause when letting them go would make the
+ * room, then the spill directory's state. */
+static void describe_full(const struct store *s, uint64_t short_by, char *buf, size_t size)
 {
     char f[SIZE_FORMAT_LEN];
     int n = 0;
 
-    if (s->kept_objects && !s->spill)
+    if (s->kept_objects && !s->spill && s->kept_bytes >= short_by)
         n = snprintf(buf, size,
                      "; the store is full of kept objects: %s in %" PRIu64
                      " kept, never evicted (unkeep or delete some)",
+                     size_format(s->kept_bytes, f, sizeof(f)), s->kept_objects);
+    else if (s->kept_objects && !s->spill)
+        n = snprintf(buf, size, "; %s of it in %" PRIu64 " kept objects",
                      size_format(s->kept_bytes, f, sizeof(f)), s->kept_objects);
     if (n < 0 || (size_t)n >= size)
         n = 0;
@@ -408,9 +443,9 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
         s->counters.refused++;
         return err_set(FERRY_ETOOBIG, "%" PRIu64 " bytes exceed the arena's %" PRIu64, size, cap);
     }
-    describe_full(s, disk, sizeof(disk));
     if (rounded > cap - used + candidates) {
         s->counters.refused++;
+        describe_full(s, rounded - (cap - used + candidates), disk, sizeof(disk));
         return err_set(FERRY_ENOSPACE,
                        "need %s; arena %s, used %s of which %s evictable (the rest is "
                        "referenced, unsealed or kept)%s",
@@ -428,7 +463,7 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
         return FERRY_EAGAIN;
     if (rc == FERRY_ENOSPACE) {
         s->counters.refused++;
-        describe_full(s, disk, sizeof(disk));
+        describe_full(s, rounded - alloc_largest_free(s->alloc), disk, sizeof(disk));
         return err_set(FERRY_ENOSPACE,
                        "need %s; arena %s, used %s, largest free block %s, nothing left to "
                        "evict%s",
@@ -451,7 +486,7 @@ static int count_room(struct store *s)
         evict_oldest(s, 1);
     if (s->table.count >= s->max_objects) {
         s->counters.refused_objects++;
-        describe_full(s, why, sizeof(why));
+        describe_full(s, UINT64_MAX, why, sizeof(why)); /* by count: kept ones are named */
         return err_set(FERRY_ENOSPACE,
                        "the store holds %zu objects, at most %" PRIu64
                        " (--max-objects), none of them evictable%s",

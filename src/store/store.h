@@ -5,7 +5,8 @@
  * Ownership and rules (the daemon's event loop is the only thread that calls in):
  * - An object is created (unsealed) with one reference, its creator's. It is in the table
  *   (by id) from create until abort, delete or eviction.
- * - It is in the LRU exactly when it is sealed, unreferenced and not deleted; the LRU runs
+ * - It is in the LRU exactly when it is sealed, unreferenced, not deleted and not kept (without
+ *   a spill directory); the LRU runs
  *   from oldest (lru.next) to youngest (lru.prev), ordered by lru_seq, the logical time of
  *   last use. Only LRU members are ever evicted.
  * - Its digest is computed after its seal, on the hasher's threads (`hashing`), or only when
@@ -19,7 +20,12 @@
  * - A kept object (store_keep) is never dropped for room: without a spill directory it stays
  *   out of the LRU until let go or deleted, so a producer's object waits for its consumer; a
  *   create that finds the arena full of kept objects fails with FERRY_ENOSPACE saying so.
- *   With one it is spilled like any other (spilling drops nothing).
+ *   With one it is spilled like any other (spilling drops nothing). Kept is a flag, not a count
+ *   (one let-go ends it), the store's and not a client's (it outlives the connection), and
+ *   bounded store-wide: max_kept_bytes of data and metadata (half the arena by default; not
+ *   with a spill directory, where they hold no memory) and max_objects / 2 objects, so that
+ *   kept objects never take all the room puts need. It is not
+ *   written to the spill directory: a restart forgets it.
  *
  * With a spill directory (store_spill_open) memory is a cache over the disk:
  * - A sealed, unreferenced, resident object without a copy on disk (`rec`) is in the dirty
@@ -155,6 +161,7 @@ struct store {
     struct object *restore_wait;       /* restores waiting for room (each holds a reference) */
     int room_freed;                    /* memory became free or evictable since the last turn */
     uint64_t kept_objects, kept_bytes; /* in the table with `kept` (bytes: data + metadata) */
+    uint64_t max_kept_bytes;           /* kept_bytes at most (store_init: half the arena) */
     /* Evicted unread and not yet warned of; the last warning's time (one per
      * STORE_UNREAD_WARN_NS at most). */
     uint64_t unread_unlogged, unread_unlogged_bytes, unread_warned_ns;
@@ -215,8 +222,9 @@ void store_delete(struct store *s, struct object *o);
 void store_touch(struct store *s, struct object *o);
 
 /* Keeps o (keep 1) or lets it go (keep 0): see the rules above. o is sealed, or unsealed and
- * so still its creator's. */
-void store_keep(struct store *s, struct object *o, int keep);
+ * so still its creator's. FERRY_ENOSPACE (nothing changed) when keeping it would pass the
+ * bounds on kept objects. */
+int store_keep(struct store *s, struct object *o, int keep);
 
 /* A reader took o (a get, or a peer's pull): its eviction is not a producer's loss. */
 static inline void store_mark_read(struct object *o)

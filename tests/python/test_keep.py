@@ -36,8 +36,21 @@ def test_a_kept_object_outlives_pressure_and_its_producer(start_daemon):
     assert "that no reader had taken" in d.log()
 
 
+def test_kept_objects_stay_within_max_kept(start_daemon):
+    d = start_daemon("bound", "16M")  # --max-kept: half the arena by default
+    with ferry.Client(d.socket) as c:
+        c.put(ferry.ObjectID.random(), bytes(7 * MiB), keep=True)
+        oid = ferry.ObjectID.random()
+        with pytest.raises(ferry.StoreFull, match="--max-kept"):
+            c.put(oid, bytes(2 * MiB), keep=True)
+        assert not c.contains(oid)  # refused before its seal: not stored unkept either
+        c.put(oid, bytes(2 * MiB))  # unkept puts still have room
+        with pytest.raises(ferry.StoreFull, match="--max-kept"):
+            c.keep(oid)
+
+
 def test_a_store_full_of_kept_objects_refuses_puts_and_says_so(start_daemon):
-    d = start_daemon("full", "16M")
+    d = start_daemon("full", "16M", "--max-kept", "16M")
     with ferry.Client(d.socket) as c:
         ids = [c.put(ferry.ObjectID.random(), bytes(3 * MiB), keep=True) for _ in range(5)]
         with pytest.raises(ferry.StoreFull, match="full of kept objects"):
