@@ -208,8 +208,9 @@ test_failed_fetch_names_its_holder() {
         "$DIR/kappa.err"
 }
 
-# A second ferryd given the --node-id of a live node stops (status 1) naming that node, within
-# a few heartbeats, and the live node keeps its entry and its holdings.
+# A second ferryd given the --node-id of a live node stops (status 78, which the units do not
+# restart) naming that node, within a few heartbeats, and the live node keeps its entry and its
+# holdings (test_healthy_nodes_log_no_warning then finds no warning of the probe in its log).
 test_a_live_node_id_is_refused() {
     local status port
     port=$(free_port) || return 1
@@ -218,21 +219,38 @@ test_a_live_node_id_is_refused() {
         --node-id node-b --listen "127.0.0.1:$port" --directory "redis://127.0.0.1:$REDIS_PORT" \
         >"$DIR/dup.log" 2>&1
     status=$?
-    ok "a node given a live node's id stops with status 1 (not $status)" test "$status" = 1
+    ok "a node given a live node's id stops with status 78 (not $status)" test "$status" = 78
     ok "and says which node uses it" grep -q "node id node-b is in use by a live node (at 127.0.0.1:${PORT[b]}" \
         "$DIR/dup.log"
     ok "the live node keeps its entry" nodes_json_ok a
     ok "and its holdings" where_is a node-b lambda
 }
 
-# Last: node a was killed (-9); a node started at once under its id waits for its entry to
-# expire, then takes the id back.
+# Last: node a was killed (-9). Started again at once under its id, on the same port it takes
+# the id back at once (it listens where the entry says); killed again, and started on another
+# port while a writer of Redis keeps refreshing the dead run's entry, it takes it back as soon as
+# a connection to the old address is refused.
 test_a_crashed_nodes_id_is_taken_back() {
+    local refresher
+    start_node a1 --node-id node-a --listen "127.0.0.1:${PORT[a]}" \
+        --directory "redis://127.0.0.1:$REDIS_PORT" || return 1
+    eventually "restarted on its port, node-a is listed again" nodes_json_ok b
+    ok "it knew its own address" grep -q "names this node's own address" "$DIR/a1.log"
+    kill -9 "${PIDS[-1]}"
+    wait "${PIDS[-1]}" 2>/dev/null
+    for ((n = 0; n < 50; n++)); do
+        redis-cli -p "$REDIS_PORT" pexpire ferry:node:node-a 3000 >/dev/null
+        sleep 0.1
+    done &
+    refresher=$!
     PORT[a]=$(free_port) || return 1
     start_node a2 --node-id node-a --listen "127.0.0.1:${PORT[a]}" \
         --directory "redis://127.0.0.1:$REDIS_PORT" || return 1
-    eventually "the restarted node-a is listed at its new address" nodes_json_ok b
+    eventually "on a new port, with its old entry kept alive, node-a is listed again" nodes_json_ok b
+    ok "nothing listened at the old address" grep -q "nothing listens at the address" "$DIR/a2.log"
     ok "it did not take the dead run for a live one" bash -c "! grep -q 'in use' '$DIR/a2.log'"
+    kill "$refresher" 2>/dev/null
+    wait "$refresher" 2>/dev/null
 }
 
 main() {
@@ -250,8 +268,8 @@ main() {
     test_fetch_waits
     test_standalone
     test_stat
-    test_healthy_nodes_log_no_warning
     test_a_live_node_id_is_refused
+    test_healthy_nodes_log_no_warning
     test_failed_fetch_names_its_holder
     test_a_crashed_nodes_id_is_taken_back
     summary

@@ -238,6 +238,16 @@ H_TEST(first_message_must_be_a_valid_hello)
     assert_non_null(memmem(reply + 6, (size_t)n - 6, "client protocol", 15));
     assert_int_equal(h_raw_frame(fd, PROTO_CONTAINS, 2, id, sizeof(id)), 0);
     expect_rejected(d, c, fd, &b, "CONTAINS after a HELLO of another version");
+
+    /* The oldest version still served (a library of the release before) is greeted. */
+    p = h_le32(hello, PROTO_MAGIC);
+    h_le32(p, PROTO_VERSION_MIN);
+    fd = h_raw_connect(d->sock);
+    assert_int_equal(h_raw_frame(fd, PROTO_HELLO, 1, hello, sizeof(hello)), 0);
+    n = (int)h_raw_reply(fd, PROTO_HELLO, reply, sizeof(reply));
+    assert_true(n >= 4);
+    assert_int_equal((int32_t)h_rd32(reply), 0);
+    close(fd);
     ferry_disconnect(c);
 }
 

@@ -26,6 +26,8 @@
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
  * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP */
 #define PROTO_VERSION 7u
+/* The oldest a daemon still serves: 7 only added KEEP, which a 6 library never sends. */
+#define PROTO_VERSION_MIN 6u
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
 #define PROTO_MAX_REPLY (1u << 30)   /* largest reply payload the library accepts */

@@ -286,6 +286,7 @@ int dir_configure(struct directory *d, const struct directory_config *cfg)
     if ((rc = make_incarnation(&d->self.inc)) < 0)
         return rc;
     snprintf(d->inc_text, sizeof(d->inc_text), "%" PRIu64, d->self.inc);
+    d->opened_ms = loop_now_ms();
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;
     d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;

@@ -87,6 +87,7 @@ void dir_on_turn(struct loop *l, struct loop_timer *t)
     dir_deliver(d);
     dir_events_deliver(d);
     dir_leave_deliver(d);
+    dir_owner_deliver(d);
 }
 
 /* Writes the node's entry and its TTL in one transaction: an entry must never be left without
@@ -234,7 +235,7 @@ static void on_selected(redisAsyncContext *ac, void *reply, void *priv)
     else if (d->cleaned)
         register_node(d);
     else
-        dir_owner_check(d);
+        dir_owner_check(d, dir_cleanup_start);
 }
 
 /* The connection is gone or never came up. hiredis has failed every command that was due, so

@@ -307,6 +307,7 @@ void dir_leave_start(struct directory *d)
     const char *argv[] = {"DEL", key};
 
     d->leaving = 1;
+    dir_owner_stop(d);
     loop_timer_stop(d->loop, &d->heartbeat);
     loop_timer_stop(d->loop, &d->events);
     dir_queue_drop(d);

@@ -1,13 +1,21 @@
 /*
- * dir_owner.c - whether this node's id is free to take, at its first connection. An entry
- * under the id that another incarnation keeps refreshing is a live node using the id: this
- * node refuses it (the id_taken hook: the daemon stops, saying which node) rather than take
- * over its entry and remove its holdings. An entry that is not refreshed is an earlier run that
- * died: its TTL runs out within ttl_ms, and sooner a TCP connection to the transfer address it
- * names is refused (nothing listens there: a restart after a crash on the same host goes on at
- * once). One not signed with our secret was planted. In these cases the start goes on (the
- * registration replaces the entry). Two nodes that start at once under the same id, with no
- * entry yet, are not told apart.
+ * dir_owner.c - whether this node's id is free to take, at a connection before its first
+ * registration. A node is taken for alive, and the id refused, when both hold: another
+ * incarnation's entry under the id is refreshed (its TTL rises, as a heartbeat sets it back)
+ * and a TCP connection to the transfer address the entry names is accepted. Anything else is
+ * an earlier run that died, or a planted entry, and the start goes on (the registration
+ * replaces the entry):
+ * - an entry naming this node's own address: this run is bound there, so no other is;
+ * - a connection to its address refused: nothing listens there (a crash on this host);
+ * - an entry not signed with our secret, or without an incarnation;
+ * - an entry that expires, or is refreshed while its address does not answer, for longer than
+ *   a TTL and a heartbeat (a writer of Redis refreshing a dead node's entry cannot hold a
+ *   restart back for longer; one that also answers at that address can).
+ * Within OWNER_EXIT_WINDOW_MS of directory_open a refusal ends the node (hooks.id_taken, from
+ * the turn timer); later (Redis was down at start, the node serves already) the node stays up
+ * and unregistered, says why (directory_down_why) and looks again at each reconnection. Two
+ * nodes that start at once under one id, before either registered, are not told apart, nor is
+ * a duplicate started while the live node's entry had expired (its Redis connection down).
  */
 #include "directory/directory_int.h"
 
@@ -21,8 +29,16 @@
 /* How often the entry is looked at while it may be refreshed (a heartbeat is
  * directory_config.heartbeat_ms apart). */
 #define OWNER_POLL_MS 100u
+/* A refusal this long after directory_open no longer ends the node (see above). */
+#define OWNER_EXIT_WINDOW_MS 60000u
 
 static void on_owner(redisAsyncContext *ac, void *reply, void *priv);
+
+/* Whether the check is over or moot: decided, or the directory is going. */
+static int owner_over(const struct directory *d)
+{
+    return d->owner_decided || d->leaving || d->closing || !d->ac;
+}
 
 static void owner_ask(struct directory *d)
 {
@@ -38,10 +54,14 @@ static void owner_ask(struct directory *d)
         dir_drop(d, "cannot ask for this node id's entry");
 }
 
-void dir_owner_check(struct directory *d)
+void dir_owner_check(struct directory *d, void (*then)(struct directory *d))
 {
+    dir_owner_stop(d);
+    d->owner_then = then;
     d->owner_inc = 0;
     d->owner_ttl = 0;
+    d->owner_since_ms = 0;
+    d->owner_listening = 0;
     d->owner_decided = 0;
     owner_ask(d);
 }
@@ -50,16 +70,8 @@ void dir_on_owner_timer(struct loop *l, struct loop_timer *t)
 {
     struct directory *d = t->arg;
 
-    if (d->ac && !d->up && !d->owner_decided)
+    if (!owner_over(d))
         owner_ask(d);
-}
-
-/* The id is free to take: the cleanup of earlier runs, then the registration. */
-static void take(struct directory *d)
-{
-    d->owner_decided = 1;
-    dir_owner_stop(d);
-    dir_cleanup_start(d);
 }
 
 void dir_owner_stop(struct directory *d)
@@ -72,16 +84,58 @@ void dir_owner_stop(struct directory *d)
     d->probe.fd = -1;
 }
 
+/* The id is free to take: the owner's next step (the cleanup of earlier runs, then the
+ * registration). */
+static void take(struct directory *d, const char *why)
+{
+    d->owner_decided = 1;
+    dir_owner_stop(d);
+    if (why)
+        log_info("directory: node id %s: %s; taking the id", d->self.id, why);
+    d->down_why[0] = '\0';
+    d->owner_then(d);
+}
+
+/* The owner is alive: said; early in the node's life the hook ends it (from the turn),
+ * later the connection is dropped with the reason and the check runs again after it. */
+static void refuse(struct directory *d, const struct directory_node *owner)
+{
+    char when[32], why[sizeof(d->down_why)];
+
+    d->owner_decided = 1;
+    dir_owner_stop(d);
+    directory_inc_time(owner->inc, when, sizeof(when));
+    snprintf(why, sizeof(why),
+             "node id %s is in use by a live node (at %.80s, running since %s UTC)", d->self.id,
+             owner->addr, when);
+    if (loop_now_ms() - d->opened_ms < OWNER_EXIT_WINDOW_MS && d->hooks.id_taken) {
+        log_error("directory: %s: this node stops; give it another --node-id, or stop that "
+                  "node first",
+                  why);
+        snprintf(d->down_why, sizeof(d->down_why), "%s", why);
+        d->refused = 1;
+        dir_turn_soon(d);
+        return;
+    }
+    log_error("directory: %s: this node stays unregistered and looks again", why);
+    dir_drop(d, "%s", why);
+}
+
+void dir_owner_deliver(struct directory *d)
+{
+    if (d->refused != 1)
+        return;
+    d->refused = 2;
+    d->hooks.id_taken(d->hooks.ctx, d->down_why);
+}
+
 /* The probe's connection ended (closed by the caller): refused means that nothing listens
- * where the entry says. */
+ * where the entry says; accepted, that something does. */
 static void probe_done(struct directory *d, int err)
 {
-    if (err != ECONNREFUSED || d->owner_decided || !d->ac)
-        return; /* something answers there, or cannot be reached: the TTL decides */
-    log_info("directory: node id %s: nothing listens at %s, which its entry names: an earlier "
-             "run that died; taking the id",
-             d->self.id, d->owner_addr);
-    take(d);
+    d->owner_listening = err == 0;
+    if (err == ECONNREFUSED && !owner_over(d))
+        take(d, "nothing listens at the address its entry names: an earlier run that died");
 }
 
 static void on_probe(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -98,8 +152,8 @@ static void on_probe(struct loop *l, struct loop_watch *w, uint32_t events)
     probe_done(d, err);
 }
 
-/* Connects to addr (a numeric HOST:PORT, IPv6 in brackets) without waiting; no probe for a
- * name, which would need a resolver call that can block the loop. */
+/* Connects to addr (a numeric HOST:PORT, IPv6 in brackets) without waiting: no probe of a
+ * name, which would need a resolver call that can block the loop (the TTL then decides). */
 static void probe_start(struct directory *d, const char *addr)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
@@ -113,7 +167,7 @@ static void probe_start(struct directory *d, const char *addr)
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host))
         return;
     hlen = (size_t)(colon - addr);
-    if (addr[0] == '[' && addr[hlen - 1] == ']')
+    if (addr[0] == '[' && hlen >= 2 && addr[hlen - 1] == ']')
         snprintf(host, sizeof(host), "%.*s", (int)hlen - 2, addr + 1);
     else
         snprintf(host, sizeof(host), "%.*s", (int)hlen, addr);
@@ -125,32 +179,26 @@ static void probe_start(struct directory *d, const char *addr)
     freeaddrinfo(ai);
     if (fd < 0)
         return;
-    if (rc < 0 && err != EINPROGRESS) {
+    if (rc == 0 || err != EINPROGRESS) {
         close(fd);
-        probe_done(d, err); /* refused at once: a closed port on this host */
+        probe_done(d, err); /* answered at once: this host's own port */
     } else if (loop_watch_add(d->loop, &d->probe, fd, LOOP_WRITE, on_probe, d) < 0) {
         close(fd);
         d->probe.fd = -1; /* no probe: the TTL decides */
     }
 }
 
-/* The owner is alive: said, and the hook stops this node. Nothing is registered. */
-static void refuse(struct directory *d, const struct directory_node *owner)
+/* The first look at a live-looking entry: said, and its address probed. */
+static void owner_seen(struct directory *d, const struct directory_node *owner, long long ttl)
 {
-    char when[32];
-
-    directory_inc_time(owner->inc, when, sizeof(when));
     snprintf(d->down_why, sizeof(d->down_why),
-             "node id %s is in use by a live node (at %.80s, running since %s UTC)", d->self.id,
-             owner->addr, when);
-    log_error("directory: %s: this node stops; give it another --node-id, or stop that node "
-              "first",
-              d->down_why);
-    d->refused = 1;
-    d->owner_decided = 1;
-    dir_owner_stop(d);
-    if (d->hooks.id_taken)
-        d->hooks.id_taken(d->hooks.ctx, d->down_why);
+             "looking whether node id %s, whose entry names %.80s, is alive", d->self.id,
+             owner->addr);
+    log_info("directory: node id %s has an entry (at %s, %lld ms to live): waiting to see "
+             "whether its node is alive",
+             d->self.id, owner->addr, ttl);
+    d->owner_since_ms = loop_now_ms();
+    probe_start(d, owner->addr);
 }
 
 /* The reply to [HGETALL, PTTL] of the entry. */
@@ -161,8 +209,9 @@ static void on_owner(redisAsyncContext *ac, void *reply, void *priv)
     struct directory_node owner = {0};
     enum dir_entry kind;
     long long ttl;
+    int refreshed;
 
-    if (!rep)
+    if (!rep || owner_over(d))
         return;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -176,25 +225,30 @@ static void on_owner(redisAsyncContext *ac, void *reply, void *priv)
                                           : dir_parse_entry(d, rep->element[0], &owner);
     if (kind == DIR_ENTRY_UNSIGNED)
         dir_entry_refused(d, d->self.id);
-    if (d->owner_decided)
-        return; /* the probe decided while this was on its way */
-    if (kind != DIR_ENTRY_OK || ttl < 0 || owner.inc == d->self.inc) {
-        take(d); /* free, an earlier run's that expired, or planted */
+    if (kind != DIR_ENTRY_OK || !owner.inc || ttl < 0 || owner.inc == d->self.inc) {
+        take(d, NULL); /* free, an earlier run's that expired, or planted */
+        return;
+    }
+    if (strcmp(owner.addr, d->self.addr) == 0) {
+        take(d, "its entry names this node's own address, where this run listens: an earlier "
+                "run that died");
         return;
     }
     /* A heartbeat sets the TTL back to its whole: a TTL longer than the last one seen, or
-     * another incarnation, is a live node's. */
-    if (d->owner_inc && (owner.inc != d->owner_inc || (uint64_t)ttl > d->owner_ttl)) {
+     * another incarnation, is a live node's, if its address answers too. */
+    refreshed = d->owner_inc && (owner.inc != d->owner_inc || (uint64_t)ttl > d->owner_ttl);
+    if (refreshed && d->owner_listening) {
         refuse(d, &owner);
         return;
     }
-    if (!d->owner_inc) {
-        log_info("directory: node id %s has an entry (at %s, %lld ms to live): waiting to see "
-                 "whether its node is alive",
-                 d->self.id, owner.addr, ttl);
-        snprintf(d->owner_addr, sizeof(d->owner_addr), "%s", owner.addr);
-        probe_start(d, owner.addr);
+    if (!d->owner_inc)
+        owner_seen(d, &owner, ttl);
+    else if (loop_now_ms() - d->owner_since_ms > (uint64_t)d->ttl_ms + d->heartbeat_ms) {
+        take(d, "its entry is refreshed but nothing answers at its address: not a live node's");
+        return;
     }
+    if (owner_over(d))
+        return; /* the probe decided at once */
     d->owner_inc = owner.inc;
     d->owner_ttl = (uint64_t)ttl;
     dir_arm(d, &d->owner_timer, loop_now_ms() + OWNER_POLL_MS);

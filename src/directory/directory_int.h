@@ -5,8 +5,9 @@
  *
  * A connection's life: connect_start() sends SELECT and SCRIPT LOAD of the scripts at once
  * (hiredis holds them until the TCP connection completes, so they precede every other
- * command); SELECT's reply starts the cleanup of earlier incarnations (the first connection of
- * the run only, batch after batch), then the registration; the registration's reply makes
+ * command); SELECT's reply starts, until the run's first registration, the check that no live
+ * node uses this node's id (dir_owner.c), then the cleanup of earlier incarnations (batch after
+ * batch), then the registration; the registration's reply makes
  * the directory up (directory_connected), starts the heartbeat and the events poll, and asks
  * the owner to republish. Whatever ends a connection - an error hiredis sees, the
  * watchdog, a refused SELECT, directory_close - ends in hiredis freeing the context, which
@@ -18,9 +19,9 @@
  * timeout_ms shows it alive; a longer silence (a stopped or unreachable Redis, a connect that
  * does not complete) gives the connection up. hiredis 0.14 has no timeouts of its own.
  *
- * Callback timing: the owner's code (lookup and node callbacks, the republish hook) runs only
- * from the directory's 0 ms "turn" timer, never from within hiredis nor from within a
- * directory_* call. It may call any directory function except directory_close.
+ * Callback timing: the owner's code (lookup and node callbacks, the republish and id_taken
+ * hooks) runs only from the directory's 0 ms "turn" timer, never from within hiredis nor from
+ * within a directory_* call. It may call any directory function except directory_close.
  *
  * Publications are dropped while the directory is not up: the republish hook restores the
  * truth after the next registration. A withdrawal lost so leaves this node listed as a holder
@@ -35,7 +36,8 @@
  * dir_config.c (the configuration, the incarnation, the URL), dir_conn.c (the connection:
  * registration, heartbeat, the turn, the hiredis adapter on the loop, reconnection),
  * dir_sentinel.c (asking Redis Sentinel for the master before a connection), dir_events.c
- * (the events stream, leaving), dir_script.c (the Lua scripts and what uses them:
+ * (the events stream, leaving), dir_owner.c (whether a live node uses this node's id: what
+ * follows comes as a function pointer), dir_script.c (the Lua scripts and what uses them:
  * publications, claims, deletes, cleanup), dir_queue.c (the publication queue), dir_lookup.c
  * (lookups and node listings), dir_request.c (requests from call to callback, sending
  * commands), dir_cache.c (the holder and node caches), dir_node.c (node entries' fields),
@@ -252,14 +254,18 @@ struct directory {
     char down_why[256]; /* why the last connection ended or could not be used ("": none yet) */
     int ever_up;        /* a connection was up before: the next one is a reconnection */
     int cleaned;        /* the earlier incarnations' entries are gone */
-    /* dir_owner.c, before the first registration: another incarnation's entry under our id
-     * and its TTL when last seen (0: none seen yet); refused: that node is alive, so this one
-     * never registers (down_why says why). */
-    uint64_t owner_inc, owner_ttl;
+    /* dir_owner.c, before the first registration: another incarnation's entry under our id,
+     * its TTL when last seen and when it was first seen (0: none seen yet); whether its
+     * address accepted a connection; then: what follows a free id (dir_cleanup_start).
+     * refused: 1 once a live node was found to use the id (the turn tells hooks.id_taken), 2
+     * after; this node never registers then (down_why says why). opened_ms: directory_open's
+     * time. */
+    uint64_t owner_inc, owner_ttl, owner_since_ms, opened_ms;
     struct loop_timer owner_timer;
-    struct loop_watch probe;                       /* fd -1: no probe of its address */
-    char owner_addr[DIRECTORY_XPORT_ADDR_MAX + 1]; /* the address that entry names */
-    int owner_decided;                             /* taken (or refused): no more looks */
+    struct loop_watch probe; /* fd -1: no probe of its address under way */
+    int owner_listening;
+    int owner_decided; /* taken (or refused): no more looks on this connection */
+    void (*owner_then)(struct directory *d);
     int refused;
     int closing;       /* in directory_close: a lost connection is not retried */
     int republish_due; /* the turn calls the republish hook */
@@ -412,11 +418,13 @@ void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
 /* dir_conn.c: removes what earlier incarnations left, then registers. */
 void dir_cleanup_start(struct directory *d);
-/* dir_owner.c: looks whether a live node uses our id; dir_cleanup_start when none does. */
-void dir_owner_check(struct directory *d);
+/* dir_owner.c: looks whether a live node uses our id; then(d) when none does. */
+void dir_owner_check(struct directory *d, void (*then)(struct directory *d));
 void dir_on_owner_timer(struct loop *l, struct loop_timer *t);
 /* Stops the looks and the probe (a lost connection, a close). */
 void dir_owner_stop(struct directory *d);
+/* From the turn: tells hooks.id_taken of a refusal, once. */
+void dir_owner_deliver(struct directory *d);
 /* The reply to a cleanup batch: its ids taken and fields removed; 0 when it is not one. */
 int dir_cleanup_reply(struct directory *d, const redisReply *rep, uint64_t *taken,
                       uint64_t *removed);

@@ -483,9 +483,10 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = server_run(&srv);
-    if (rc < 0)
-        log_error("stopping: %s", ferry_errmsg());
+    if (rc < 0 && !srv.id_taken)
+        log_error("event loop failed: %s", ferry_errmsg());
     server_destroy(&srv);
     log_info("stopped");
-    return rc < 0 ? 1 : 0;
+    /* EX_CONFIG for a node id a live node uses: the service manager does not restart it. */
+    return srv.id_taken ? FERRYD_EXIT_ID_TAKEN : rc < 0 ? 1 : 0;
 }

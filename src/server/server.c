@@ -683,11 +683,7 @@ destroy:
 
 int server_run(struct server *s)
 {
-    int rc = loop_run(&s->loop);
-
-    if (rc == 0 && s->id_taken)
-        return err_set(FERRY_EEXIST, "%s", directory_down_why(s->dir));
-    return rc;
+    return loop_run(&s->loop);
 }
 
 /* Removes the socket file only if it is still the one we bound (a newer daemon may own the

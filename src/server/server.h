@@ -80,6 +80,10 @@ struct server_counters {
     struct hist get_latency, put_latency, fetch_latency;
 };
 
+/* ferryd's exit status when a live node uses its --node-id (sysexits' EX_CONFIG): the units
+ * do not restart it (RestartPreventExitStatus). */
+#define FERRYD_EXIT_ID_TAKEN 78
+
 struct server {
     struct server_config cfg;
     struct loop loop;
@@ -101,9 +105,9 @@ struct server {
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */
-    int id_taken;                   /* a live node uses our --node-id: stopping, exit status 1 */
-    struct engine *engine;          /* NULL when standalone */
-    struct metrics *metrics;        /* NULL without --metrics */
+    int id_taken;            /* a live node uses our --node-id: stopping, FERRYD_EXIT_ID_TAKEN */
+    struct engine *engine;   /* NULL when standalone */
+    struct metrics *metrics; /* NULL without --metrics */
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;

@@ -172,13 +172,13 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
         return err_set(FERRY_EPROTO, "hello: magic 0x%x, expected 0x%x", q->u.hello.magic,
                        PROTO_MAGIC);
     /* Another release's library: told why (it stays ungreeted; anything else closes it). */
-    if (q->u.hello.version != PROTO_VERSION)
+    if (q->u.hello.version < PROTO_VERSION_MIN || q->u.hello.version > PROTO_VERSION)
         return session_reply_status(
             ss, q,
             err_set(FERRY_EPROTO,
-                    "this ferryd speaks client protocol %u, the library %u: use "
+                    "this ferryd speaks client protocols %u to %u, the library %u: use "
                     "the libferry of ferryd's release",
-                    PROTO_VERSION, q->u.hello.version));
+                    PROTO_VERSION_MIN, PROTO_VERSION, q->u.hello.version));
     ss->pid = (pid_t)q->u.hello.pid;
     ss->greeted = 1;
     start = session_reply_begin(ss, q, 0);

@@ -166,6 +166,9 @@ static void in_closed(struct xconn *c, int err, const char *reason)
     /* Broken framing, or gone before proving the secret: a bad peer, not a finished one. */
     if (ic->state == IN_REFUSED) {
         log_debug("refused transfer connection from %s closed", c->peer);
+    } else if (ic->state == IN_HELLO && err != FERRY_EPROTO && !ic->hs.node_c[0]) {
+        /* Nothing said: a port probe (a node checking that its id's owner listens). */
+        log_debug("transfer connection from %s closed before its hello: %s", c->peer, reason);
     } else if (err == FERRY_EPROTO || ic->state != IN_READY) {
         ic->e->counters.peer_errors++;
         log_warn("transfer connection from %s (%s) dropped%s: %s",
