@@ -204,7 +204,9 @@ int ferry_delete_cluster(ferry_client *c, const ferry_id *id);
  * there when it comes. Kept is the node's, not the handle's: it outlives the connection, and any
  * client may let go. With a spill directory (ferryd --spill-dir) a kept object may still be
  * spilled, as any (spilling drops nothing); without one, a store full of kept objects fails
- * creates with FERRY_ENOSPACE, whose ferry_errmsg() says so. To keep from the start, keep
+ * creates with FERRY_ENOSPACE, whose ferry_errmsg() says so. Kept objects are bounded
+ * node-wide (ferryd --max-kept: half the arena by default, and half of --max-objects): a keep
+ * past the bounds fails with FERRY_ENOSPACE naming them. To keep from the start, keep
  * before sealing: ferry_create, fill, ferry_keep, ferry_seal, ferry_release. FERRY_ENOENT when
  * there is no such object. Objects evicted before anyone read them are counted
  * (evicted_unread) and logged. */
