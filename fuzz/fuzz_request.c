@@ -22,6 +22,11 @@ static void check_request(const struct proto_request *q, const uint8_t *payload,
         for (uint32_t i = 0; i < q->u.batch.n; i++)
             proto_batch_entry(q, i, &e);
         break;
+    case PROTO_KEEP:
+        /* The daemon passes the flag on as a boolean. */
+        if (q->u.keep.keep > 1)
+            abort();
+        break;
     case PROTO_PEERS:
         /* The daemon allocates what the count says: it must be within the limit. */
         if (q->u.peers.max > PROTO_MAX_PEERS)

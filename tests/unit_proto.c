@@ -175,6 +175,29 @@ static void test_bad_values_rejected(void **state)
     assert_int_equal(decode(&b, &q), FERRY_EPROTO);
 
     b.len = 0;
+    start = proto_frame_begin(&b, PROTO_KEEP, 1);
+    pbuf_id(&b, &id);
+    pbuf_u8(&b, 2); /* keep is a boolean */
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    assert_non_null(strstr(ferry_errmsg(), "keep"));
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_KEEP, 1);
+    pbuf_id(&b, &id); /* no flag: truncated */
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_KEEP, 1);
+    pbuf_id(&b, &id);
+    pbuf_u8(&b, 1);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.u.keep.keep, 1);
+    assert_memory_equal(q.u.keep.id.bytes, id.bytes, FERRY_ID_SIZE);
+
+    b.len = 0;
     start = proto_frame_begin(&b, PROTO_GET, 1);
     pbuf_u64(&b, (uint64_t)(int64_t)-5);
     pbuf_u32(&b, 0);

@@ -135,8 +135,9 @@ static void print_store(const struct stat_view *v)
            sz(cap > used ? cap - used : 0, c), sz(evictable, d));
     printf("  %-13s %s in use by readers, peers and writers (%s of it staging)\n", "held",
            sz(used > free_soon ? used - free_soon : 0, a), sz(val(v, "staging_bytes"), b));
-    printf("  %-13s %" PRIu64 " objects, %s, never evicted for room (ferry unkeep lets go)\n",
-           "kept", val(v, "kept_objects"), sz(val(v, "kept_bytes"), a));
+    printf("  %-13s %" PRIu64 " objects, %s, %s (ferry unkeep lets go)\n", "kept",
+           val(v, "kept_objects"), sz(val(v, "kept_bytes"), a),
+           val(v, "spill_enabled") ? "spilled like any, never dropped" : "never evicted for room");
     printf("  %-13s %" PRIu64 ", %" PRIu64 " sealed; %" PRIu64 " created, %" PRIu64
            " deleted, %" PRIu64 " aborted\n",
            "objects", val(v, "objects"), val(v, "sealed_objects"), val(v, "created_objects"),
