@@ -209,6 +209,16 @@ static int decode_ids(struct preader *r, uint32_t max, uint32_t *n, const ferry_
     return 0;
 }
 
+/* An id, then a u8 that is a boolean (what names it in the error). */
+static int decode_id_flag(struct preader *r, ferry_id *id, uint8_t *flag, const char *what)
+{
+    prd_id(r, id);
+    *flag = prd_u8(r);
+    if (*flag > 1)
+        return err_set(FERRY_EPROTO, "%s flag %u", what, *flag);
+    return 0;
+}
+
 static int decode_body(struct preader *r, struct proto_request *q)
 {
     switch (q->type) {
@@ -223,17 +233,9 @@ static int decode_body(struct preader *r, struct proto_request *q)
         q->u.create.metadata_size = prd_u64(r);
         return 0;
     case PROTO_SEAL:
-        prd_id(r, &q->u.seal.id);
-        q->u.seal.release = prd_u8(r);
-        if (q->u.seal.release > 1)
-            return err_set(FERRY_EPROTO, "seal: release flag %u", q->u.seal.release);
-        return 0;
+        return decode_id_flag(r, &q->u.seal.id, &q->u.seal.release, "seal: release");
     case PROTO_KEEP:
-        prd_id(r, &q->u.keep.id);
-        q->u.keep.keep = prd_u8(r);
-        if (q->u.keep.keep > 1)
-            return err_set(FERRY_EPROTO, "keep: flag %u", q->u.keep.keep);
-        return 0;
+        return decode_id_flag(r, &q->u.keep.id, &q->u.keep.keep, "keep: keep");
     case PROTO_ABORT:
     case PROTO_RELEASE:
     case PROTO_CONTAINS:
