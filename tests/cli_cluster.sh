@@ -209,8 +209,10 @@ test_failed_fetch_names_its_holder() {
     status=$?
     echo "a fetch from a killed holder: status $status: $(head -c 300 "$DIR/kappa.err")"
     ok "a fetch from a killed holder fails" test "$status" -ne 0
-    ok "its line names the holder and why" grep -q '^ferry: fetch: kappa: .*node-a: ' \
-        "$DIR/kappa.err"
+    # Why, or that it has not answered yet: over rxm a connection to a dead node may take
+    # longer than the fetch to fail (seen on CI under load); it said "no live node holds it".
+    ok "its line names the holder and why" grep -Eq \
+        '^ferry: fetch: kappa: .*(node-a: |no answer yet from node-a)' "$DIR/kappa.err"
 }
 
 # A second ferryd given the --node-id of a live node stops (status 78, which the units do not

@@ -65,8 +65,14 @@ static void want_reasons(const struct want *w, char *buf, size_t len)
     if (w->gone[0] && at < len)
         at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "; " : "", w->gone);
     if (w->dir_down && at < len)
-        snprintf(buf + at, len - at, "%sthe directory is unreachable%s%s", at ? "; " : "",
-                 directory_down_why(w->e->dir)[0] ? ": " : "", directory_down_why(w->e->dir));
+        at += (size_t)snprintf(buf + at, len - at, "%sthe directory is unreachable%s%s",
+                               at ? "; " : "", directory_down_why(w->e->dir)[0] ? ": " : "",
+                               directory_down_why(w->e->dir));
+    /* Asked, not answered yet (a connection to a dead node may take its time to fail): the
+     * holder is named, not taken for absent. */
+    if (!at && w->holder[0])
+        snprintf(buf, len, "no answer yet from %s, which the directory lists as a holder",
+                 w->holder);
 }
 
 /* Fails w with FERRY_ETRANSFER and every reason. */
