@@ -83,7 +83,10 @@ install: deps-build
 	cmake --build $(BUILD) -j $(JOBS)
 	DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
-demo: deps-build build
+# The build after the packages it needs, also under make -j (a prerequisite list runs both at
+# once).
+demo: deps-build
+	$(MAKE) build
 	sh scripts/demo.sh $(BUILD)
 
 bench: build

@@ -30,9 +30,15 @@ stop_all() {
     done
     pids=""
 }
+# cleanup: stops everything; the directory goes, but for a failed demo, whose logs it keeps.
 cleanup() {
+    status=$?
     stop_all
-    rm -rf "$dir"
+    if [ "$status" -eq 0 ]; then
+        rm -rf "$dir"
+    else
+        echo "demo failed: the logs are in $dir" >&2
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT

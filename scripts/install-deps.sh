@@ -1,5 +1,5 @@
 #!/bin/sh
-# shellcheck disable=SC2086,SC2046 # lists of packages and units are split into words on purpose
+# shellcheck disable=SC2086,SC2046,SC2016 # lists of packages and units are split into words on purpose
 # install-deps.sh - installs, from Debian's packages, the members of one set that are not on
 # this machine yet. Does nothing, and asks for nothing (no sudo, no apt-get), when all are.
 #
@@ -14,11 +14,16 @@
 # daemons that Debian starts, and enables for every boot, when they are installed: on a host with
 # systemd, redis-server would take port 6379, redis-sentinel 26379 and prometheus 9090 behind the
 # user's back (and the user's own `redis-server --port 6379 --daemonize yes` would then fail to
-# bind, out of sight). So apt-get runs under a policy-rc.d that forbids every start
-# (guard_services), and afterwards the services of those daemons that this run installed are
-# disabled (and stopped); ones that were already here are left as their owner set them.
+# bind, out of sight). So apt-get runs under a policy-rc.d that forbids those daemons' starts
+# (guard_services; any other service's action is left to the administrator's policy-rc.d, if
+# any), and afterwards the services of those daemons that this run installed are disabled (and
+# stopped), even when the install failed or was interrupted; ones that were already here are
+# left as their owner set them. Runs take a lock (flock), so that two at once (make -j demo test)
+# never guard over each other; a guard left by a run that was killed outright (SIGKILL, a
+# reboot) is undone by the next run, even one with nothing to install.
 #
-# FERRY_DEPS_POLICY_RC_D: where the guard goes instead of /usr/sbin/policy-rc.d (for the test).
+# FERRY_DEPS_POLICY_RC_D: where the guard goes instead of /usr/sbin/policy-rc.d, and
+# FERRY_DEPS_LOCK the lock file instead of /run/lock/ferry-install-deps (for the test).
 
 # The build set. CMakeLists.txt: a C compiler and make (build-essential), cmake, pkg-config and
 # its REQUIRED modules libxxhash, libcrypto (libssl-dev), hiredis, libfabric; Python3's
@@ -43,6 +48,7 @@ python3-pytest python3-setuptools python3-wheel python3-venv python3-redis"
 SERVICE_PKGS="redis-server redis-sentinel prometheus"
 
 POLICY_RC_D=${FERRY_DEPS_POLICY_RC_D:-/usr/sbin/policy-rc.d}
+LOCK=${FERRY_DEPS_LOCK:-/run/lock/ferry-install-deps}
 POLICY_SAVED=$POLICY_RC_D.ferry-saved
 # The guard's second line: how a later run knows one that was killed while guarded.
 POLICY_MARK="# ferry scripts/install-deps.sh: no service starts while it installs packages"
@@ -77,8 +83,12 @@ pick() {
     echo "$pick_out"
 }
 
-# put_back_policy: removes the guard and puts the policy-rc.d it stood in for back, if any.
+# put_back_policy: removes the guard (ours only: a file that is not is left) and puts the
+# policy-rc.d it stood in for back, if any.
 put_back_policy() {
+    if [ -e "$POLICY_RC_D" ] || [ -L "$POLICY_RC_D" ]; then
+        grep -qsx "$POLICY_MARK" "$POLICY_RC_D" || return 0
+    fi
     rm -f "$POLICY_RC_D" || return 1
     if [ -e "$POLICY_SAVED" ] || [ -L "$POLICY_SAVED" ]; then
         mv "$POLICY_SAVED" "$POLICY_RC_D" || return 1
@@ -102,7 +112,36 @@ guard_services() {
         mv "$POLICY_RC_D" "$POLICY_SAVED" || return 1
     fi
     guarded=1
-    printf '#!/bin/sh\n%s\nexit 101\n' "$POLICY_MARK" >"$POLICY_RC_D" && chmod 755 "$POLICY_RC_D"
+    write_guard >"$POLICY_RC_D" && chmod 755 "$POLICY_RC_D"
+}
+
+# write_guard: the guard's text. policy-rc.d is called as [--options] ID ACTIONS [...]: the ID
+# of an init script, or a unit name from deb-systemd-invoke. SERVICE_PKGS' daemons are
+# forbidden (101); anything else goes to the administrator's policy-rc.d, moved aside, or is
+# allowed as without one (104).
+write_guard() {
+    printf '#!/bin/sh\n%s\n' "$POLICY_MARK"
+    printf 'for a; do case $a in --*) ;; *) id=${a%%.service}; break ;; esac; done\n'
+    printf 'case " %s " in *" ${id:-} "*) exit 101 ;; esac\n' "$SERVICE_PKGS"
+    printf '[ -x "%s" ] && exec "%s" "$@"\nexit 104\n' "$POLICY_SAVED" "$POLICY_SAVED"
+}
+
+# repair_stale: a guard that a run killed outright left (the lock shows no run holds it) is
+# undone; as a user, only said.
+repair_stale() {
+    grep -qsx "$POLICY_MARK" "$POLICY_RC_D" || return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "install-deps: $POLICY_RC_D is a guard left by a run that was killed: run this as" \
+            "root to put the original back" >&2
+        return 0
+    fi
+    lock
+    ! grep -qsx "$POLICY_MARK" "$POLICY_RC_D" || put_back_policy
+}
+
+# lock: waits for any other run, until this one exits (the descriptor goes with the process).
+lock() {
+    exec 9>>"$LOCK" && flock 9
 }
 
 # unguard_services: undoes guard_services, if it ran; safe to call again.
@@ -144,6 +183,7 @@ if [ "${1:-}" = --print ]; then
 fi
 if [ $# -ne 1 ] || ! set_packages "$1"; then usage; fi
 
+repair_stale
 before=$(installed_packages)
 missing=$(pick out "$before" $pkgs)
 [ -z "$missing" ] && exit 0
@@ -152,17 +192,31 @@ if [ "$(id -u)" -ne 0 ]; then
     [ -z "${FERRY_DEPS_SUDO:-}" ] || { echo "install-deps: sudo did not make this root" >&2; exit 1; }
     FERRY_DEPS_SUDO=1 exec sudo sh "$0" "$@"
 fi
+lock
+# Another run may have installed some meanwhile.
+before=$(installed_packages)
+missing=$(pick out "$before" $pkgs)
+[ -z "$missing" ] && exit 0
 echo "install-deps: installing $missing"
 apt-get update -qq
-trap unguard_services EXIT
+# quiet_new: the daemons this run installed, stopped and disabled; what the EXIT trap does too,
+# so that a failed or interrupted install leaves none enabled.
+quiet_new() {
+    new=$(pick out "$before" $(installed_packages))
+    quiet=$(pick in "$new" $SERVICE_PKGS)
+    disable_services $quiet
+}
+trap 'unguard_services; quiet_new || true' EXIT
+trap 'exit 129' HUP
 trap 'exit 130' INT
+trap 'exit 131' QUIT
+trap 'exit 141' PIPE
 trap 'exit 143' TERM
 guard_services
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
 unguard_services
-new=$(pick out "$before" $(installed_packages))
-quiet=$(pick in "$new" $SERVICE_PKGS)
-disable_services $quiet
+quiet_new
+trap - EXIT
 extra=$(($(echo "$new" | wc -w) - $(echo "$missing" | wc -w)))
 echo "install-deps: installed $missing$([ "$extra" -le 0 ] || echo " (and $extra packages they need)")$(
     [ -z "$quiet" ] || echo "; the services of $(echo "$quiet" | sed 's/ /, /g') are stopped and" \

@@ -69,13 +69,13 @@ chmod +x "$STUBS"/*
 : >"$STUB_LOG"
 
 # deps ARGS...: the script, under the stubs.
-deps() { PATH=$STUBS:$PATH FERRY_DEPS_POLICY_RC_D=$POLICY sh "$SCRIPT" "$@"; }
+deps() { PATH=$STUBS:$PATH FERRY_DEPS_POLICY_RC_D=$POLICY FERRY_DEPS_LOCK=$DIR/lock sh "$SCRIPT" "$@"; }
 
 # with_functions CMD...: CMD in a subshell that sourced the script for its functions, under the
 # stubs; the subshell ends there, as a run killed during CMD would.
 with_functions() {
     (
-        export PATH=$STUBS:$PATH FERRY_DEPS_POLICY_RC_D=$POLICY
+        export PATH=$STUBS:$PATH FERRY_DEPS_POLICY_RC_D=$POLICY FERRY_DEPS_LOCK=$DIR/lock
         # shellcheck disable=SC2034 # read by the script
         FERRY_DEPS_FUNCTIONS=1
         # shellcheck source=../scripts/install-deps.sh
@@ -172,7 +172,10 @@ test_guard() {
 
     an_original
     run "a run killed while guarded" 0 with_functions guard_services
-    ok "its guard stands" test "$("$POLICY" x start; echo $?)" = 101
+    ok "its guard stands" test "$("$POLICY" redis-server start; echo $?)" = 101
+    ok "it forbids only the daemons it installs: others go to the original (0)" \
+        test "$("$POLICY" --quiet ssh restart; echo $?)" = 0
+    ok "and a unit's name counts as its daemon's" test "$("$POLICY" prometheus.service start; echo $?)" = 101
     run "the next run" 0 with_functions ask_guarded &&
         ok "it guards too" grep -qx "while guarded: 101" "$OUT"
     original_is_back "after a killed run and the next"

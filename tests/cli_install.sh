@@ -108,8 +108,15 @@ test_sysusers() {
     else
         echo "note: no systemd-sysusers; the sysusers.d file is not read"
     fi
-    # An install without DESTDIR (the sysusers component alone, under a prefix of ours) runs it.
-    run "install the sysusers component without DESTDIR" 0 env -u DESTDIR PATH="$SHIM:$PATH" \
+    # An install without DESTDIR under a prefix that is not the system's (a staging tree, a
+    # user's own) creates no user; asked (FERRY_SYSUSERS=1), or under /usr or /usr/local, it runs
+    # systemd-sysusers (the sysusers component alone, under a prefix of ours, a shim for it).
+    rm -f "$DIR/sysusers.calls"
+    run "install the sysusers component without DESTDIR under another prefix" 0 \
+        env -u DESTDIR PATH="$SHIM:$PATH" cmake --install "$BUILD" --component sysusers \
+        --prefix "$DIR/nodest" && pass
+    ok "it creates no system user there" test ! -e "$DIR/sysusers.calls"
+    run "the same, asked to" 0 env -u DESTDIR FERRY_SYSUSERS=1 PATH="$SHIM:$PATH" \
         cmake --install "$BUILD" --component sysusers --prefix "$DIR/nodest" && pass
     ok "it runs systemd-sysusers on the installed file" \
         grep -qx "$DIR/nodest/lib/sysusers.d/ferry.conf" "$DIR/sysusers.calls"

@@ -11,11 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "client/default_socket.h"
+#include "common/usock.h"
 
 static int setup(void **state)
 {
@@ -61,9 +65,62 @@ H_TEST(the_users_daemon_socket_when_the_service_has_none)
 {
     char gone[160];
 
-    snprintf(gone, sizeof(gone), "%s/no-service.sock", d->dir);
+    snprintf(gone, sizeof(gone), "%s/no-service/ferry.sock", d->dir);
     assert_string_equal(client_default_socket_at(gone), FERRY_DEFAULT_SOCKET);
     assert_string_equal(client_default_socket_at(NULL), FERRY_DEFAULT_SOCKET);
+}
+
+/* The service's socket is missing while it restarts or persists at stop; its directory stays
+ * (RuntimeDirectoryPreserve): a client must not turn to /tmp, where any user can listen. */
+H_TEST(the_service_socket_even_while_it_is_missing)
+{
+    char gone[160];
+
+    snprintf(gone, sizeof(gone), "%s/restarting.sock", d->dir);
+    assert_string_equal(client_default_socket_at(gone), gone);
+}
+
+/* A daemon at the default socket that runs as another user (not root) is refused unless
+ * named; the check runs against a listener of nobody's (uid 65534) standing for it. */
+H_TEST(another_users_daemon_at_the_default_socket_is_refused_unless_named)
+{
+    char path[160];
+    int fd, ready[2], status;
+    pid_t pid;
+
+    if (geteuid() != 0)
+        skip();
+    snprintf(path, sizeof(path), "%s/other.sock", d->dir);
+    assert_int_equal(chmod(d->dir, 0777), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        int l = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (snprintf(a.sun_path, sizeof(a.sun_path), "%s", path) >= (int)sizeof(a.sun_path))
+            _exit(3);
+        if (setgid(65534) < 0 || setuid(65534) < 0 || l < 0 ||
+            bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0)
+            _exit(2);
+        (void)!write(ready[1], "r", 1);
+        (void)!read(ready[0], &a, 1); /* until the parent closes its end */
+        _exit(0);
+    }
+    close(ready[1]);
+    assert_int_equal(read(ready[0], &status, 1), 1);
+    H_OK(usock_connect_within(path, 2000, &fd));
+    unsetenv("FERRY_SOCKET");
+    assert_int_equal(client_peer_trusted(fd, path, path), FERRY_ECONN);
+    assert_non_null(strstr(ferry_errmsg(), "uid 65534"));
+    assert_int_equal(client_peer_trusted(fd, path, FERRY_DEFAULT_SOCKET), 0); /* named */
+    setenv("FERRY_SOCKET", path, 1);
+    assert_int_equal(client_peer_trusted(fd, path, path), 0);
+    unsetenv("FERRY_SOCKET");
+    close(fd);
+    close(ready[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
 }
 
 /* A service socket in a directory this user may not search (EACCES) is taken, so that its
@@ -123,6 +180,8 @@ int main(void)
         T(an_empty_environment_counts_as_unset),
         T(the_service_socket_when_something_is_there),
         T(the_users_daemon_socket_when_the_service_has_none),
+        T(the_service_socket_even_while_it_is_missing),
+        T(another_users_daemon_at_the_default_socket_is_refused_unless_named),
         T(a_service_socket_this_user_may_not_look_at_is_taken),
         T(ferry_connect_without_a_path_follows_the_rule),
     };

@@ -38,7 +38,8 @@ INCLUDE_DIRS = ("include", "src")
 DEFINES = ("_GNU_SOURCE",)
 # An implicit declaration is a function this Python lacks (a newer API): an error here, not an
 # undefined symbol when the module is imported.
-CFLAGS = ("-std=c11", "-fno-strict-aliasing", "-Werror=implicit-function-declaration")
+CFLAGS = ("-std=c11", "-fno-strict-aliasing", "-Werror=implicit-function-declaration",
+          "-Werror=incompatible-pointer-types", "-fvisibility=hidden", "-pthread")
 LIBS = ("-lxxhash", "-lcrypto")
 NEEDS = ("ferry's extension needs a C compiler, this interpreter's headers and those of "
          "libxxhash and libcrypto (Debian: apt install gcc python3-dev libxxhash-dev libssl-dev)")
@@ -147,6 +148,9 @@ def metadata():
     p = project()
     lines = ["Metadata-Version: 2.1", "Name: " + p["name"], "Version: " + version()]
     if "description" in p:
+        if "\n" in p["description"] or "\r" in p["description"]:
+            raise BuildError("pyproject.toml: a description is one line (it is METADATA's "
+                             "Summary header)")
         lines.append("Summary: " + p["description"])
     if "requires-python" in p:
         lines.append("Requires-Python: " + p["requires-python"])
@@ -173,10 +177,24 @@ def with_extra(requirement, extra):
 
 
 def read_pyproject(path):
-    """pyproject.toml as nested dicts, as tomllib reads it (tomllib is Python 3.11+). Reads the
-    subset of TOML the file uses: comments, [a.b] table headers and, on one line each,
-    key = value with a string or an array of strings; anything else raises BuildError, so that
-    a construct outside it is refused rather than misread."""
+    """pyproject.toml as nested dicts: tomllib's reading where there is one (Python 3.11+); before,
+    read_pyproject_subset's."""
+    try:
+        import tomllib
+    except ImportError:
+        return read_pyproject_subset(path)
+    with open(path, "rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise BuildError("%s: %s" % (path, e)) from None
+
+
+def read_pyproject_subset(path):
+    """pyproject.toml as tomllib reads it, for Pythons without tomllib. Reads the subset of TOML
+    the file uses: comments, [a.b] table headers and, on one line each, key = value with a string
+    or an array of strings; anything else raises BuildError, so that a construct outside it is
+    refused rather than misread."""
     tables, table = {}, None
     for n, line in enumerate(read_text(path).splitlines(), 1):
         line = line.strip()

@@ -6,17 +6,21 @@
 #include <Python.h>
 
 #if PY_VERSION_HEX < 0x030A0000
-static inline PyObject *Py_NewRef(PyObject *o)
+static inline PyObject *pyf_newref(PyObject *o)
 {
     Py_INCREF(o);
     return o;
 }
 
-static inline PyObject *Py_XNewRef(PyObject *o)
+static inline PyObject *pyf_xnewref(PyObject *o)
 {
     Py_XINCREF(o);
     return o;
 }
+
+/* Macros that cast, as 3.10's do: callers pass pointers to their own object types. */
+#define Py_NewRef(o) pyf_newref((PyObject *)(o))
+#define Py_XNewRef(o) pyf_xnewref((PyObject *)(o))
 
 /* Adds value to m as name, taking a reference of its own (PyModule_AddObject steals the
  * caller's, and only on success); -1 with an exception set on failure or a NULL value. */

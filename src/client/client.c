@@ -379,14 +379,39 @@ static int check_timeout(int64_t timeout_ms)
 
 const char *client_default_socket_at(const char *service_path)
 {
-    const char *env = getenv("FERRY_SOCKET");
+    const char *env = getenv("FERRY_SOCKET"), *slash;
+    char dir[PATH_MAX];
     struct stat st;
 
     if (env && *env)
         return env;
-    if (service_path && (stat(service_path, &st) == 0 || errno == EACCES))
+    if (!service_path || !(slash = strrchr(service_path, '/')) ||
+        (size_t)(slash - service_path) >= sizeof(dir))
+        return FERRY_DEFAULT_SOCKET;
+    /* The service's directory, not its socket: the socket is missing while the service
+     * restarts or persists, and a client must not turn to /tmp then. */
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - service_path), service_path);
+    if (stat(dir[0] ? dir : "/", &st) == 0 || errno == EACCES)
         return service_path;
     return FERRY_DEFAULT_SOCKET;
+}
+
+int client_peer_trusted(int fd, const char *path, const char *default_path)
+{
+    const char *env = getenv("FERRY_SOCKET");
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (strcmp(path, default_path) != 0 || (env && *env))
+        return 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return err_sys("getsockopt(SO_PEERCRED)");
+    if (cred.uid == getuid() || cred.uid == 0)
+        return 0;
+    return err_set(FERRY_ECONN,
+                   "the daemon at %s runs as uid %u, neither this user nor root: name its socket "
+                   "(FERRY_SOCKET, --socket) to use it anyway",
+                   path, (unsigned)cred.uid);
 }
 
 const char *client_default_socket(void)
@@ -416,6 +441,10 @@ int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_cli
     c->timeout_ms = timeout_ms;
     if ((rc = usock_connect_within(socket_path, timeout_ms, &c->fd)) < 0)
         goto free_client;
+    if ((rc = client_peer_trusted(c->fd, socket_path, FERRY_DEFAULT_SOCKET)) < 0) {
+        close(c->fd);
+        goto free_client;
+    }
     pthread_mutex_init(&c->lock, NULL);
     if ((rc = hello(c)) < 0)
         goto close_socket;
