@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -101,10 +102,12 @@ H_TEST(another_users_daemon_at_the_default_socket_is_refused_unless_named)
         if (snprintf(a.sun_path, sizeof(a.sun_path), "%s", path) >= (int)sizeof(a.sun_path))
             _exit(3);
         if (setgid(65534) < 0 || setuid(65534) < 0 || l < 0 ||
-            bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0)
+            bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0) {
+            fprintf(stderr, "child: %s\n", strerror(errno));
             _exit(2);
+        }
         (void)!write(ready[1], "r", 1);
-        (void)!read(ready[0], &a, 1); /* until the parent closes its end */
+        pause(); /* listening until the parent kills it */
         _exit(0);
     }
     close(ready[1]);
