@@ -299,14 +299,31 @@ void client_held_drop(struct ferry_client *c, const ferry_id *id)
 {
     struct cheld *h = idmap_get(&c->held, id);
 
-    if (h && --h->refs == 0)
+    if (h && --h->refs == 0) {
+        free(h->fast);
         free(idmap_remove(&c->held, id));
+    }
 }
 
 /* ---- connection ---- */
 
+/* The shared index the daemon named, unless $FERRY_FASTPATH is 0: gets go its way then. A
+ * region that is not inside the arena, or not a valid index, leaves it off. */
+static void fast_open(struct ferry_client *c, uint64_t off, uint64_t size)
+{
+    const char *v = getenv("FERRY_FASTPATH");
+
+    c->fast_on = 0;
+    if ((v && strcmp(v, "0") == 0) || c->fast_block == FASTIDX_NO_BLOCK || !size ||
+        off > c->arena_size || size > c->arena_size - off)
+        return;
+    c->fast_on = fastidx_view_open(&c->fast, c->base + off, size) == 0 &&
+                 c->fast_block < c->fast.nblocks;
+}
+
 static int hello(struct ferry_client *c)
 {
+    uint64_t fast_off, fast_size;
     int fd = -1, rc;
 
     /* Room for most replies, so that each is read with one system call. */
@@ -319,6 +336,9 @@ static int hello(struct ferry_client *c)
         goto close_fd;
     c->arena_size = prd_u64(&c->rd);
     prd_u64(&c->rd); /* client id: the daemon's name for us in its logs */
+    fast_off = prd_u64(&c->rd);
+    fast_size = prd_u64(&c->rd);
+    c->fast_block = prd_u32(&c->rd);
     if ((rc = client_reply_end(c)) < 0)
         goto close_fd;
     if (fd < 0) {
@@ -335,6 +355,8 @@ static int hello(struct ferry_client *c)
         c->base = NULL;
         rc = err_sys("mmap(arena)");
     }
+    if (rc == 0)
+        fast_open(c, fast_off, fast_size);
 close_fd:
     if (fd >= 0)
         close(fd);

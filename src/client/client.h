@@ -12,13 +12,18 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/fastidx.h"
 #include "common/idmap.h"
 #include "common/proto.h"
 
 /* What this handle holds under one id: references, and whether it is our unsealed object. */
+/* What the handle holds of an id: refs references, nfast of them through slots of the shared
+ * index (their slot numbers in fast), the others the daemon's. */
 struct cheld {
     uint32_t refs;
     uint32_t unsealed;
+    uint32_t nfast, capfast;
+    int *fast;
 };
 
 struct ferry_client {
@@ -40,7 +45,21 @@ struct ferry_client {
     uint64_t deadline_ns; /* when the exchange under way times out (CLOCK_MONOTONIC), 0 never */
     uint16_t req_type;    /* the request under way, for messages */
     int staging_state;    /* 0 not asked yet, 1 have one, -1 the daemon had no room */
+    /* Gets without the daemon (fast.c): the shared index, this handle's block of slots in it;
+     * fast_on 0 when the daemon gave none, or $FERRY_FASTPATH is 0. */
+    struct fastidx_view fast;
+    uint32_t fast_block;
+    int fast_on;
 };
+
+/* Ids in one get that may go without the daemon (more go its way). */
+#define CLIENT_FAST_MAX_IDS 64
+
+/* fast.c, under the lock. A get of n ids without the daemon: 1 when all were sealed and
+ * resident (out filled, each held through a slot), else 0 (nothing held: ask the daemon). */
+int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
+/* Gives back one reference of id held through a slot: 1, or 0 when none is. */
+int client_fast_release(struct ferry_client *c, const ferry_id *id);
 
 /* Locks c for a call (clearing the thread's error detail); fails if the connection is gone. */
 int client_enter(struct ferry_client *c);

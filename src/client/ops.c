@@ -189,6 +189,8 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
                        (long long)timeout_ms);
     if ((rc = client_enter(c)) < 0)
         return rc;
+    if (client_fast_get(c, ids, n, out))
+        return client_leave(c, 0);
     client_req_begin(c, PROTO_GET);
     pbuf_u64(&c->out, (uint64_t)timeout_ms);
     pbuf_u32(&c->out, (uint32_t)n);
@@ -233,6 +235,8 @@ int ferry_release(ferry_client *c, const ferry_id *id)
         return client_leave(c, err_set(FERRY_EINVAL, "release: this client holds no reference"));
     if (h->unsealed && h->refs == 1)
         return client_leave(c, err_set(FERRY_ENOTSEALED, "release: seal or abort it first"));
+    if (client_fast_release(c, id))
+        return client_leave(c, 0);
     client_req_begin(c, PROTO_RELEASE);
     pbuf_id(&c->out, id);
     if ((rc = client_req_send(c)) == 0)

@@ -24,8 +24,11 @@
 
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
- * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP */
-#define PROTO_VERSION 7u
+ * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP; 8: HELLO's reply names the
+ * shared index (common/fastidx.h) and the client's block of slots in it */
+#define PROTO_VERSION 8u
+/* The first version whose HELLO reply names the shared index. */
+#define PROTO_VERSION_FAST 8u
 /* The oldest a daemon still serves: 7 only added KEEP, which a 6 library never sends. */
 #define PROTO_VERSION_MIN 6u
 #define PROTO_HEADER_SIZE 16u
@@ -38,7 +41,8 @@
 #define PROTO_REPLY_BIT 0x8000u
 
 enum proto_type {
-    PROTO_HELLO = 1,      /* u32 magic, u32 version, u32 pid -> u64 arena_size, u64 client_id */
+    PROTO_HELLO = 1,      /* u32 magic, u32 version, u32 pid -> u64 arena_size, u64 client_id
+                           * [8: u64 index offset, u64 index size (0: none), u32 block] */
     PROTO_CREATE = 2,     /* id, u64 data_size, u64 metadata_size -> u64 offset */
     PROTO_SEAL = 3,       /* id, u8 release -> status */
     PROTO_ABORT = 4,      /* id -> status */

@@ -627,6 +627,9 @@ static int open_metrics(struct server *s)
     return 0;
 }
 
+/* The shared index's region is rounded up to this (huge pages back the arena in them). */
+#define FAST_ROUND (2ull << 20)
+
 int server_init(struct server *s, const struct server_config *cfg)
 {
     struct store_events ev = {.sealed = on_sealed,
@@ -647,14 +650,19 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->loop.after_turn = after_turn;
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
-    if ((rc = arena_open(&s->arena, cfg->memory, cfg->hugepages)) < 0 ||
+    /* The shared index follows the store's memory in the arena, rounded to huge pages. */
+    s->fast_offset = cfg->memory;
+    s->fast_size = (fastidx_region_size(cfg->memory) + FAST_ROUND - 1) / FAST_ROUND * FAST_ROUND;
+    if ((rc = arena_open(&s->arena, cfg->memory + s->fast_size, cfg->hugepages)) < 0 ||
         (rc = arena_catch_faults(&s->arena)) < 0)
         goto destroy;
-    if ((rc = store_init(&s->store, s->arena.base, s->arena.size, s->cfg.max_objects, &ev)) < 0)
+    if ((rc = store_init(&s->store, s->arena.base, s->fast_offset, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
+    fastidx_init(&s->fast, s->arena.base + s->fast_offset, s->fast_size, s->fast_offset);
+    s->store.fast = &s->fast;
     if (s->cfg.max_kept)
         s->store.max_kept_bytes = s->cfg.max_kept;
-    s->staging_size = staging_size_for(s->arena.size);
+    s->staging_size = staging_size_for(s->fast_offset);
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */
     /* The prefaulter starts last: registering the arena with a fabric provider waited behind
@@ -671,7 +679,7 @@ int server_init(struct server *s, const struct server_config *cfg)
      * or its object is spilled, not at every seal. */
     s->store.hash_on_demand = s->dir == NULL;
     log_info("serving %s: arena %" PRIu64 " MiB%s, socket mode %04o", cfg->socket_path,
-             s->arena.size >> 20, cfg->hugepages ? " (huge pages)" : "",
+             s->fast_offset >> 20, cfg->hugepages ? " (huge pages)" : "",
              (unsigned)cfg->socket_mode);
     tell_manager("READY=1");
     return 0;

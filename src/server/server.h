@@ -16,6 +16,7 @@
 #include "loop/loop.h"
 #include "loop/accept.h"
 #include "store/arena.h"
+#include "common/fastidx.h"
 #include "store/store.h"
 #include "transfer/engine.h"
 
@@ -89,6 +90,11 @@ struct server {
     struct loop loop;
     struct arena arena;
     struct store store;
+    /* The shared index (common/fastidx.h) at fast_offset in the arena (fast_size 0: none,
+     * --no-fastpath), and which of its blocks of slots clients have (a bit each). */
+    struct fastidx fast;
+    uint64_t fast_offset, fast_size;
+    uint64_t fast_blocks_taken[FASTIDX_BLOCKS / 64];
     int listen_fd, signal_fd;
     struct loop_watch signal_watch;
     struct acceptor listener; /* of listen_fd */

@@ -160,6 +160,31 @@ void session_held_forget(struct session *ss, struct object *o)
         held_unlink(ss, h, prev);
 }
 
+/* ---- the shared index's blocks of slots ---- */
+
+/* A free block for a new client, or FASTIDX_NO_BLOCK (none left, or no index). */
+static uint32_t fast_block_take(struct server *srv)
+{
+    for (uint32_t w = 0; srv->fast_size && w < FASTIDX_BLOCKS / 64; w++) {
+        uint64_t free_bits = ~srv->fast_blocks_taken[w];
+        if (free_bits) {
+            uint32_t bit = (uint32_t)__builtin_ctzll(free_bits);
+            srv->fast_blocks_taken[w] |= 1ull << bit;
+            return w * 64 + bit;
+        }
+    }
+    return FASTIDX_NO_BLOCK;
+}
+
+/* The client is gone: what its slots held is let go (the store's sweep frees what it kept). */
+static void fast_block_give(struct server *srv, uint32_t b)
+{
+    if (b == FASTIDX_NO_BLOCK)
+        return;
+    fastidx_block_clear(&srv->fast, b);
+    srv->fast_blocks_taken[b / 64] &= ~(1ull << (b % 64));
+}
+
 /* ---- handlers ---- */
 
 static int handle_hello(struct session *ss, const struct proto_request *q)
@@ -184,6 +209,12 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
     start = session_reply_begin(ss, q, 0);
     pbuf_u64(&ss->out, srv->arena.size);
     pbuf_u64(&ss->out, ss->client_id);
+    if (q->u.hello.version >= PROTO_VERSION_FAST) {
+        ss->fast_block = fast_block_take(srv);
+        pbuf_u64(&ss->out, srv->fast_offset);
+        pbuf_u64(&ss->out, srv->fast_size);
+        pbuf_u32(&ss->out, ss->fast_block);
+    }
     proto_frame_end(&ss->out, start);
     if (ss->out.oom || start != 0)
         return err_set(FERRY_EPROTO, "hello: cannot attach the arena to the reply");
@@ -387,6 +418,17 @@ static int handle_refresh(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, 0);
 }
 
+/* References held without the daemon, counted from the slots (the store's own reference of an
+ * adopted object stands for them: not counted twice). */
+static uint32_t fast_refs(struct server *srv, const struct object *o)
+{
+    if (o->fast_published)
+        return fastidx_holders(&srv->fast, o->fast_index);
+    if (o->fast_adopted)
+        return fastidx_held(&srv->fast, o->fast_index, o->fast_seq) - 1;
+    return 0;
+}
+
 static int handle_list(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
@@ -398,13 +440,15 @@ static int handle_list(struct session *ss, const struct proto_request *q)
     clock_gettime(CLOCK_REALTIME, &ts);
     now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     pbuf_reserve(&ss->out, 4 + st->table.count * (PROTO_LIST_ENTRY_SIZE + 1));
+    int fast = ss->srv->fast_size && fastidx_slots_used(&ss->srv->fast) > 0;
+
     pbuf_u32(&ss->out, (uint32_t)st->table.count);
     while ((o = idmap_next(&st->table, &pos, NULL))) {
         pbuf_id(&ss->out, &o->id);
         pbuf_u64(&ss->out, o->data_size);
         pbuf_u64(&ss->out, o->metadata_size);
         pbuf_u8(&ss->out, o->spilled ? FERRY_STATE_SPILLED : o->state);
-        pbuf_u32(&ss->out, o->refcount);
+        pbuf_u32(&ss->out, o->refcount + (fast ? fast_refs(ss->srv, o) : 0));
         pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
         proto_put_str(&ss->out, o->name ? o->name : "", FERRY_NAME_MAX);
     }
@@ -764,6 +808,7 @@ int session_open(struct server *srv, int fd)
     ss->srv = srv;
     ss->fd = fd;
     ss->client_id = ++srv->next_client_id;
+    ss->fast_block = FASTIDX_NO_BLOCK;
     session_get_init(ss);
     session_fetch_init(ss);
     if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, LOOP_READ, on_event, ss)) < 0) {
@@ -826,6 +871,8 @@ void session_close(struct session *ss, const char *reason)
     if (ss->seal.active)
         session_seal_abandon(ss);
     drop_holdings(ss);
+    fast_block_give(srv, ss->fast_block);
+    ss->fast_block = FASTIDX_NO_BLOCK;
     if (ss->staging) {
         srv->staging_bytes -= alloc_block_size(ss->staging);
         store_unreserve(&srv->store, ss->staging);

@@ -91,7 +91,8 @@ struct session {
     struct loop_watch watch;
     uint64_t client_id;
     pid_t pid;
-    int greeted; /* HELLO done */
+    int greeted;         /* HELLO done */
+    uint32_t fast_block; /* its block of slots in the shared index, or FASTIDX_NO_BLOCK */
     int closed;
     int scheduled;
     struct pbuf in, out;

@@ -68,6 +68,7 @@ static int get_fill(struct session *ss, uint32_t i, struct object *o)
 
     if (rc < 0)
         return rc;
+    store_fast_publish(&ss->srv->store, o); /* again, if a slot's hold unpublished it */
     e->status = 0;
     e->offset = o->offset;
     e->data_size = o->data_size;

@@ -64,7 +64,8 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->sealed_total = st->counters.sealed;
     out->aborted_objects = st->counters.aborted;
     out->deleted_objects = st->counters.deleted;
-    out->gets = srv->counters.gets;
+    out->fast_gets = srv->fast_size ? fastidx_gets(&srv->fast) : 0;
+    out->gets = srv->counters.gets + out->fast_gets; /* every get, the daemon's and the clients' */
     out->get_timeouts = srv->counters.get_timeouts;
     out->refused_creates = st->counters.refused;
     out->max_objects = st->max_objects;
@@ -83,6 +84,8 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->kept_objects = st->kept_objects;
     out->kept_bytes = st->kept_bytes;
     out->evicted_unread = st->counters.evicted_unread;
+    out->fast_refs = srv->fast_size ? fastidx_slots_used(&srv->fast) : 0;
+    out->fast_adopted = st->counters.fast_adopted;
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
     out->cluster_node = srv->dir != NULL;

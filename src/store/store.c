@@ -286,6 +286,7 @@ struct object *store_find(const struct store *s, const ferry_id *id)
 void store_remove(struct store *s, struct object *o, int event)
 {
     idmap_remove(&s->table, &o->id);
+    store_fast_unpublish(s, o); /* held by a slot: freed with the store's reference */
     if (o->kept)
         kept_set(s, o, 0);
     if (store_in_lru(o))
@@ -379,6 +380,10 @@ static uint64_t evict_oldest(struct store *s, int for_room)
     struct object *victim = s->lru.lru_next;
     uint64_t freed = store_block_size(victim);
 
+    if (store_fast_touched(s, victim))
+        return 0; /* got without the daemon since it joined the LRU: young again */
+    if (store_fast_unpublish(s, victim))
+        return 0; /* a client holds it without the daemon: out of the LRU now */
     if (s->spill) {
         store_spill_out(s, victim);
         return freed;
@@ -594,6 +599,7 @@ static void seal_visible(struct store *s, struct object *o)
         s->events.sealed(s->events.ctx, o);
     if (o->refcount == 0)
         store_lru_push_young(s, o);
+    store_fast_publish(s, o);
     store_spill_pump(s);
 }
 

@@ -53,6 +53,8 @@
 #include "store/hasher.h"
 #include "store/spill.h"
 
+struct fastidx;
+
 /* Objects up to this size are hashed at seal on the loop's thread (0.13 ms of SHA-256); larger
  * ones on the hasher's threads (see `hashing`). */
 #define STORE_INLINE_HASH_MAX (256u << 10)
@@ -103,6 +105,12 @@ struct object {
     uint8_t read;          /* a reader took it (store_mark_read) since it was sealed */
     struct object *restore_next; /* in the list of restores waiting for room */
     uint64_t restore_start_ns;
+    /* The shared index (store_fast.c): published there at fast_index; after unpublishing, a
+     * client's slot may still hold the life fast_seq: adopted (a reference of the store's),
+     * linked in fast_held until no slot does. */
+    uint32_t fast_index, fast_seq;
+    uint8_t fast_published, fast_adopted;
+    struct object *fast_next;
 };
 
 /* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
@@ -127,6 +135,7 @@ struct store_counters {
     uint64_t hashed_bytes;        /* of the digests computed here */
     uint64_t hash_jobs_dropped;   /* of objects that went before their turn (hasher_cancel) */
     uint64_t evicted_unread;      /* evicted before any reader took them (see `read`) */
+    uint64_t fast_adopted;        /* objects kept after unpublishing: a slot still held them */
 };
 
 /* Evictions of objects nobody read are warned of at most this often, together. */
@@ -165,6 +174,9 @@ struct store {
     /* Evicted unread and not yet warned of; the last warning's time (one per
      * STORE_UNREAD_WARN_NS at most). */
     uint64_t unread_unlogged, unread_unlogged_bytes, unread_warned_ns;
+    struct fastidx *fast;     /* the shared index (NULL: none), its owner's (store_fast.c) */
+    struct object *fast_held; /* adopted objects, until no slot holds them */
+    uint64_t fast_swept_ns;
 };
 
 /* max_objects 0: one per STORE_BYTES_PER_OBJECT of capacity, at least STORE_OBJECTS_MIN.
@@ -231,6 +243,20 @@ static inline void store_mark_read(struct object *o)
 {
     o->read = 1;
 }
+
+/* The shared index (store_fast.c). Publishes o when it is sealed, resident and not yet
+ * published (a seal does; a get through the daemon does again after an unpublish). */
+void store_fast_publish(struct store *s, struct object *o);
+/* Unpublishes o before its memory can go: 1 when a client's slot held it, and the store now
+ * holds a reference until none does (store_fast_sweep gives it back). */
+int store_fast_unpublish(struct store *s, struct object *o);
+/* An LRU member got without the daemon since it was last looked at is moved to the young end
+ * (1): the eviction's second chance, which keeps LRU order for gets the daemon does not see. */
+int store_fast_touched(struct store *s, struct object *o);
+/* Gives back the references of adopted objects that no slot holds any more (at most once per
+ * STORE_FAST_SWEEP_NS; after every loop turn). */
+void store_fast_sweep(struct store *s);
+#define STORE_FAST_SWEEP_NS (1000000ull)
 
 /* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns
  * the bytes freed. */
