@@ -42,7 +42,7 @@ static int setup(void **state)
     f->size = fastidx_region_size(CAP);
     f->region = aligned_alloc(64, (f->size + 63) / 64 * 64);
     memset(f->region, 0, f->size);
-    fastidx_init(&f->fi, f->region, f->size, CAP);
+    assert_int_equal(fastidx_init(&f->fi, f->region, f->size, CAP), 0);
     assert_int_equal(fastidx_view_open(&f->v, f->region, f->size), 0);
     *state = f;
     return 0;
@@ -52,6 +52,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
 
+    fastidx_free(&f->fi);
     free(f->region);
     free(f);
     return 0;

@@ -503,8 +503,10 @@ void ferry_disconnect(ferry_client *c)
     close(c->fd);
     if (c->base)
         munmap(c->base, c->arena_size);
-    while ((h = idmap_next(&c->held, &pos, NULL)))
+    while ((h = idmap_next(&c->held, &pos, NULL))) {
+        free(h->fast); /* their slots: the daemon clears our block when it sees us go */
         free(h);
+    }
     idmap_free(&c->held);
     pbuf_free(&c->out);
     pbuf_free(&c->in);

@@ -3,6 +3,7 @@
  * other processes read and write it at the same time. */
 #include "common/fastidx.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -65,7 +66,7 @@ static struct block *block_at(uint8_t *region, uint64_t off, uint64_t size, uint
     return (struct block *)(void *)(region + off + (uint64_t)b * size);
 }
 
-void fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint64_t capacity)
+int fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint64_t capacity)
 {
     struct fastidx_hdr h = {.magic = FASTIDX_MAGIC,
                             .version = FASTIDX_VERSION,
@@ -79,7 +80,24 @@ void fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uin
     h.nentries = (uint32_t)(rest / sizeof(struct entry));
     h.blocks_off = h.entries_off + (uint64_t)h.nentries * sizeof(struct entry);
     memcpy(region, &h, sizeof(h));
-    *fi = (struct fastidx){.region = region, .region_size = region_size, .nentries = h.nentries};
+    *fi = (struct fastidx){.region = region,
+                           .region_size = region_size,
+                           .nentries = h.nentries,
+                           .states = calloc(h.nentries, 1),
+                           .seqs = calloc(h.nentries, sizeof(uint32_t))};
+    if (!fi->states || !fi->seqs) {
+        fastidx_free(fi);
+        return err_set(FERRY_ENOMEM, "the shared index's bookkeeping (%u entries)", h.nentries);
+    }
+    return 0;
+}
+
+void fastidx_free(struct fastidx *fi)
+{
+    free(fi->states);
+    free(fi->seqs);
+    fi->states = NULL;
+    fi->seqs = NULL;
 }
 
 static struct entry *fi_entry(const struct fastidx *fi, uint32_t i)
@@ -87,15 +105,18 @@ static struct entry *fi_entry(const struct fastidx *fi, uint32_t i)
     return &entries(fi->region, sizeof(struct fastidx_hdr))[i];
 }
 
-/* The writer's side of the seqlock: odd while the fields change. */
-static void write_begin(struct entry *e)
+/* The writer's side of the seqlock: odd while the fields change. The daemon's own copy of
+ * seq is the truth (a client may have written the region's). */
+static void write_begin(struct fastidx *fi, uint32_t i)
 {
-    __atomic_store_n(&e->seq, LOAD(&e->seq) + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&fi_entry(fi, i)->seq, ++fi->seqs[i], __ATOMIC_SEQ_CST);
 }
 
-static void write_end(struct entry *e)
+static void write_end(struct fastidx *fi, uint32_t i, uint32_t state)
 {
-    __atomic_store_n(&e->seq, LOAD(&e->seq) + 1, __ATOMIC_RELEASE);
+    STORE(&fi_entry(fi, i)->state, state);
+    fi->states[i] = (uint8_t)state;
+    __atomic_store_n(&fi_entry(fi, i)->seq, ++fi->seqs[i], __ATOMIC_RELEASE);
 }
 
 int fastidx_publish(struct fastidx *fi, const ferry_id *id, uint64_t offset, uint64_t data_size,
@@ -106,21 +127,20 @@ int fastidx_publish(struct fastidx *fi, const ferry_id *id, uint64_t offset, uin
 
     if ((uint64_t)(fi->used + fi->dead + 1) * 100 > (uint64_t)fi->nentries * FASTIDX_MAX_LOAD_PERCENT)
         return err_set(FERRY_ENOSPACE, "the shared index is full");
-    while (LOAD(&fi_entry(fi, i)->state) == ENTRY_USED)
+    while (fi->states[i] == ENTRY_USED)
         i = (i + 1) & mask;
     e = fi_entry(fi, i);
-    if (LOAD(&e->state) == ENTRY_DEAD)
+    if (fi->states[i] == ENTRY_DEAD)
         fi->dead--;
     memcpy(words, id->bytes, sizeof(words));
-    write_begin(e);
+    write_begin(fi, i);
     STORE(&e->touched, 0u);
     for (int w = 0; w < ID_WORDS; w++)
         STORE(&e->id[w], words[w]);
     STORE(&e->offset, offset);
     STORE(&e->data_size, data_size);
     STORE(&e->metadata_size, metadata_size);
-    STORE(&e->state, (uint32_t)ENTRY_USED);
-    write_end(e);
+    write_end(fi, i, ENTRY_USED);
     fi->used++;
     *index = i;
     return 0;
@@ -131,12 +151,9 @@ static void trim_dead(struct fastidx *fi, uint32_t i)
 {
     uint32_t mask = fi->nentries - 1;
 
-    while (LOAD(&fi_entry(fi, (i + 1) & mask)->state) == ENTRY_EMPTY &&
-           LOAD(&fi_entry(fi, i)->state) == ENTRY_DEAD) {
-        struct entry *e = fi_entry(fi, i);
-        write_begin(e);
-        STORE(&e->state, (uint32_t)ENTRY_EMPTY);
-        write_end(e);
+    while (fi->states[(i + 1) & mask] == ENTRY_EMPTY && fi->states[i] == ENTRY_DEAD) {
+        write_begin(fi, i);
+        write_end(fi, i, ENTRY_EMPTY);
         fi->dead--;
         i = (i - 1) & mask;
     }
@@ -158,12 +175,9 @@ uint32_t fastidx_held(const struct fastidx *fi, uint32_t index, uint32_t seq)
 
 uint32_t fastidx_unpublish(struct fastidx *fi, uint32_t index, uint32_t *seq)
 {
-    struct entry *e = fi_entry(fi, index);
-
-    *seq = LOAD(&e->seq);
-    write_begin(e); /* sequentially consistent: before the scan below in every order */
-    STORE(&e->state, (uint32_t)ENTRY_DEAD);
-    write_end(e);
+    *seq = fi->seqs[index];
+    write_begin(fi, index); /* sequentially consistent: before the scan below in every order */
+    write_end(fi, index, ENTRY_DEAD);
     fi->used--;
     fi->dead++;
     trim_dead(fi, index);
@@ -180,7 +194,7 @@ int fastidx_take_touched(struct fastidx *fi, uint32_t index)
 
 uint32_t fastidx_holders(const struct fastidx *fi, uint32_t index)
 {
-    return fastidx_held(fi, index, LOAD(&fi_entry(fi, index)->seq));
+    return fastidx_held(fi, index, fi->seqs[index]);
 }
 
 void fastidx_block_clear(struct fastidx *fi, uint32_t b)

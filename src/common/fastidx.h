@@ -68,17 +68,22 @@ struct fastidx_hit {
     uint64_t offset, data_size, metadata_size;
 };
 
-/* The daemon's view: the region and its bookkeeping (in its own heap). */
+/* The daemon's view: the region and its bookkeeping, in its own heap: each entry's state and
+ * seq as the daemon wrote them, which it alone decides by (clients can write the region). */
 struct fastidx {
     uint8_t *region;
     uint64_t region_size;
     uint32_t nentries, used, dead; /* entries published, and unpublished not yet reusable */
+    uint8_t *states;
+    uint32_t *seqs;
 };
 
 /* The region's size for an arena of capacity bytes. */
 uint64_t fastidx_region_size(uint64_t capacity);
-/* Lays out an empty index in region (region_size bytes, 64-byte aligned, zeroed). */
-void fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint64_t capacity);
+/* Lays out an empty index in region (region_size bytes, 64-byte aligned, zeroed);
+ * FERRY_ENOMEM. fastidx_free frees the daemon's bookkeeping. */
+int fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint64_t capacity);
+void fastidx_free(struct fastidx *fi);
 
 /* Daemon: publishes an object; its entry index in *index. FERRY_ENOSPACE when the table is
  * full (the object stays the daemon's way). */

@@ -658,7 +658,9 @@ int server_init(struct server *s, const struct server_config *cfg)
         goto destroy;
     if ((rc = store_init(&s->store, s->arena.base, s->fast_offset, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
-    fastidx_init(&s->fast, s->arena.base + s->fast_offset, s->fast_size, s->fast_offset);
+    if ((rc = fastidx_init(&s->fast, s->arena.base + s->fast_offset, s->fast_size,
+                           s->fast_offset)) < 0)
+        goto destroy;
     s->store.fast = &s->fast;
     if (s->cfg.max_kept)
         s->store.max_kept_bytes = s->cfg.max_kept;
@@ -748,6 +750,7 @@ void server_destroy(struct server *s)
         store_persist(&s->store, persist_progress, &extender);
     if (s->store.alloc)
         store_destroy(&s->store);
+    fastidx_free(&s->fast);
     arena_close(&s->arena);
     loop_destroy(&s->loop);
 }
