@@ -638,6 +638,7 @@ int server_init(struct server *s, const struct server_config *cfg)
                               .restored = on_restored,
                               .room = on_room,
                               .ctx = s};
+    char why[400];
     int rc;
 
     memset(s, 0, sizeof(*s));
@@ -653,8 +654,13 @@ int server_init(struct server *s, const struct server_config *cfg)
     /* The shared index follows the store's memory in the arena, rounded to huge pages. */
     s->fast_offset = cfg->memory;
     s->fast_size = (fastidx_region_size(cfg->memory) + FAST_ROUND - 1) / FAST_ROUND * FAST_ROUND;
-    if ((rc = arena_open(&s->arena, cfg->memory + s->fast_size, cfg->hugepages)) < 0 ||
-        (rc = arena_catch_faults(&s->arena)) < 0)
+    if ((rc = arena_open(&s->arena, cfg->memory + s->fast_size, cfg->hugepages)) < 0) {
+        snprintf(why, sizeof(why), "%s", ferry_errmsg());
+        rc = err_set(rc, "--memory %" PRIu64 " bytes and %" PRIu64 " of the shared index: %s",
+                     cfg->memory, s->fast_size, why);
+        goto destroy;
+    }
+    if ((rc = arena_catch_faults(&s->arena)) < 0)
         goto destroy;
     if ((rc = store_init(&s->store, s->arena.base, s->fast_offset, s->cfg.max_objects, &ev)) < 0)
         goto destroy;

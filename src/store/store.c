@@ -405,6 +405,7 @@ uint64_t store_evict(struct store *s, uint64_t bytes)
 {
     uint64_t freed = 0;
 
+    store_fast_sweep(s, 0);
     while (freed < bytes && have_victim(s))
         freed += evict_oldest(s, 0); /* asked for: no warning */
     return freed;
@@ -438,6 +439,10 @@ static void describe_full(const struct store *s, uint64_t short_by, char *buf, s
  * must wait for them gets FERRY_EAGAIN. */
 int store_alloc(struct store *s, uint64_t size, alloc_block **out)
 {
+    /* Objects released without the daemon (it hears nothing of it) can go too: the references
+     * it kept for their slots are given back first, when there may be a need to evict. */
+    if (s->fast_held && size > alloc_capacity(s->alloc) - alloc_used(s->alloc))
+        store_fast_sweep(s, 0);
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     uint64_t candidates = s->evictable_bytes + s->hashing_bytes + s->dirty_bytes + s->writing_bytes;
@@ -487,6 +492,8 @@ static int count_room(struct store *s)
 {
     char why[300];
 
+    if (s->table.count >= s->max_objects)
+        store_fast_sweep(s, 0);
     while (s->table.count >= s->max_objects && !s->spill && have_victim(s))
         evict_oldest(s, 1);
     if (s->table.count >= s->max_objects) {

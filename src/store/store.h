@@ -253,9 +253,10 @@ int store_fast_unpublish(struct store *s, struct object *o);
 /* An LRU member got without the daemon since it was last looked at is moved to the young end
  * (1): the eviction's second chance, which keeps LRU order for gets the daemon does not see. */
 int store_fast_touched(struct store *s, struct object *o);
-/* Gives back the references of adopted objects that no slot holds any more (at most once per
- * STORE_FAST_SWEEP_NS; after every loop turn). */
-void store_fast_sweep(struct store *s);
+/* Gives back the references of adopted objects that no slot holds any more: after every loop
+ * turn at most once per STORE_FAST_SWEEP_NS (later 1), and at once before an eviction (0), as
+ * releases without the daemon send it nothing. */
+void store_fast_sweep(struct store *s, int later);
 #define STORE_FAST_SWEEP_NS (1000000ull)
 
 /* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns

@@ -40,17 +40,18 @@ int store_fast_touched(struct store *s, struct object *o)
 {
     if (!o->fast_published || !fastidx_take_touched(s->fast, o->fast_index))
         return 0;
+    store_mark_read(o);
     store_lru_unlink(s, o);
     store_lru_push_young(s, o);
     return 1;
 }
 
-void store_fast_sweep(struct store *s)
+void store_fast_sweep(struct store *s, int now_or_later)
 {
     struct object **pp = &s->fast_held, *o;
     uint64_t now = clock_mono_ns();
 
-    if (!s->fast_held || now - s->fast_swept_ns < STORE_FAST_SWEEP_NS)
+    if (!s->fast_held || (now_or_later && now - s->fast_swept_ns < STORE_FAST_SWEEP_NS))
         return;
     s->fast_swept_ns = now;
     while ((o = *pp)) {

@@ -337,7 +337,7 @@ void store_collect_spill(struct store *s)
 
 void store_after_turn(struct store *s)
 {
-    store_fast_sweep(s);
+    store_fast_sweep(s, 1);
     if (s->spill && s->room_freed && (s->restore_wait || s->room_wanted))
         room_now(s);
     s->room_freed = 0;
