@@ -58,7 +58,8 @@ struct ferry_client {
 /* fast.c, under the lock. A get of n ids without the daemon: 1 when all were sealed and
  * resident (out filled, each held through a slot), else 0 (nothing held: ask the daemon). */
 int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
-/* Gives back one reference of id held through a slot: 1, or 0 when none is. */
+/* Gives back one reference of id held through a slot: 1, or 0 when none is, or when the daemon
+ * holds one too (that one goes first: see fast.c). */
 int client_fast_release(struct ferry_client *c, const ferry_id *id);
 
 /* Locks c for a call (clearing the thread's error detail); fails if the connection is gone. */

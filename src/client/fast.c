@@ -36,14 +36,22 @@ static int hold_fast(struct ferry_client *c, const ferry_id *id, int s)
     return 0;
 }
 
+/* Gives back the last reference of id taken through a slot (h holds one). */
+static void drop_fast(struct ferry_client *c, const ferry_id *id, struct cheld *h)
+{
+    fastidx_release(&c->fast, c->fast_block, h->fast[--h->nfast]);
+    client_held_drop(c, id);
+}
+
 int client_fast_release(struct ferry_client *c, const ferry_id *id)
 {
     struct cheld *h = idmap_get(&c->held, id);
 
-    if (!h || !h->nfast)
+    /* The daemon's references go first: one of an id created again while an older life is
+     * held (create, seal, release) is the creator's, which only the daemon can give back. */
+    if (!h || !h->nfast || h->refs > h->nfast)
         return 0;
-    fastidx_release(&c->fast, c->fast_block, h->fast[--h->nfast]);
-    client_held_drop(c, id);
+    drop_fast(c, id, h);
     return 1;
 }
 
@@ -70,8 +78,8 @@ int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
     if (held == n)
         return 1;
     /* Not all at hand (or out of memory): what was taken is given back, the daemon answers. */
-    for (size_t i = 0; i < held; i++)
-        client_fast_release(c, &ids[i]);
+    for (size_t i = held; i-- > 0;)
+        drop_fast(c, &ids[i], idmap_get(&c->held, &ids[i]));
     for (size_t i = held; i < got; i++)
         fastidx_release(&c->fast, c->fast_block, slots[i]);
     return 0;
