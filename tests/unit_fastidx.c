@@ -77,6 +77,8 @@ static void test_find_claim_release_and_unpublish(void **state)
     s = fastidx_claim(&f->v, 3, &hit);
     assert_true(s >= 0);
     assert_int_equal(fastidx_slots_used(&f->fi), 1);
+    assert_int_equal(fastidx_gets(&f->fi), 0);
+    fastidx_count_gets(&f->v, 3, 1);
     assert_int_equal(fastidx_gets(&f->fi), 1);
     /* Held: unpublishing says so, and the life stays held until the slot is given back. */
     assert_int_equal(fastidx_unpublish(&f->fi, ia, &seq), 1);
@@ -152,7 +154,7 @@ static void test_view_checks_the_header(void **state)
 
 struct race {
     struct fixture *f;
-    uint8_t *memory;       /* OBJECTS objects of OBJ_BYTES, each filled with its life's byte */
+    uint8_t *memory; /* OBJECTS objects of OBJ_BYTES, each filled with its life's byte */
     uint32_t life[OBJECTS];
     int stop;
     uint64_t reads, misses, torn;

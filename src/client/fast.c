@@ -75,8 +75,10 @@ int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
     }
     while (got == n && held < n && hold_fast(c, &ids[held], slots[held]) == 0)
         held++;
-    if (held == n)
+    if (held == n) {
+        fastidx_count_gets(&c->fast, c->fast_block, n);
         return 1;
+    }
     /* Not all at hand (or out of memory): what was taken is given back, the daemon answers. */
     for (size_t i = held; i-- > 0;)
         drop_fast(c, &ids[i], idmap_get(&c->held, &ids[i]));

@@ -73,8 +73,7 @@ int fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint
                             .nblocks = FASTIDX_BLOCKS,
                             .nslots = FASTIDX_SLOTS,
                             .entries_off = sizeof(struct fastidx_hdr),
-                            .block_size =
-                                sizeof(struct block) + FASTIDX_SLOTS * sizeof(uint64_t)};
+                            .block_size = sizeof(struct block) + FASTIDX_SLOTS * sizeof(uint64_t)};
     uint64_t rest = fastidx_region_size(capacity) - sizeof(h) - FASTIDX_BLOCKS * h.block_size;
 
     h.nentries = (uint32_t)(rest / sizeof(struct entry));
@@ -125,7 +124,8 @@ int fastidx_publish(struct fastidx *fi, const ferry_id *id, uint64_t offset, uin
     uint32_t mask = fi->nentries - 1, i = (uint32_t)id_hash(id) & mask, words[ID_WORDS];
     struct entry *e;
 
-    if ((uint64_t)(fi->used + fi->dead + 1) * 100 > (uint64_t)fi->nentries * FASTIDX_MAX_LOAD_PERCENT)
+    if ((uint64_t)(fi->used + fi->dead + 1) * 100 >
+        (uint64_t)fi->nentries * FASTIDX_MAX_LOAD_PERCENT)
         return err_set(FERRY_ENOSPACE, "the shared index is full");
     while (fi->states[i] == ENTRY_USED)
         i = (i + 1) & mask;
@@ -316,12 +316,17 @@ int fastidx_claim(const struct fastidx_view *v, uint32_t b, const struct fastidx
             return -1;
         }
         STORE(&k->hint, s + 1);
-        __atomic_fetch_add(&k->gets, 1, __ATOMIC_RELAXED);
         if (!LOAD(&e->touched))
             STORE(&e->touched, 1u);
         return (int)s;
     }
     return -1;
+}
+
+void fastidx_count_gets(const struct fastidx_view *v, uint32_t b, uint64_t n)
+{
+    __atomic_fetch_add(&block_at(v->region, v->blocks_off, v->block_size, b)->gets, n,
+                       __ATOMIC_RELAXED);
 }
 
 void fastidx_release(const struct fastidx_view *v, uint32_t b, int s)

@@ -120,6 +120,8 @@ int fastidx_find(const struct fastidx_view *v, const ferry_id *id, struct fastid
 /* Client: holds hit in a free slot of block b; the slot's number, or -1 (the entry changed
  * since, or no slot is free: take the daemon's way). */
 int fastidx_claim(const struct fastidx_view *v, uint32_t b, const struct fastidx_hit *hit);
+/* Client: counts n objects got without the daemon, in block b (its stats' fast_gets). */
+void fastidx_count_gets(const struct fastidx_view *v, uint32_t b, uint64_t n);
 /* Client: gives back slot s of block b. */
 void fastidx_release(const struct fastidx_view *v, uint32_t b, int s);
 
