@@ -401,10 +401,10 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "ranges asked of this node while it received them, not here within the answer deadline")     \
     X(kept_objects, GAUGE, "objects kept until let go (ferry_keep): never evicted for room")       \
     X(kept_bytes, GAUGE, "bytes of the kept objects")                                              \
-    X(evicted_unread, COUNTER, "objects evicted to make room before any reader took them")       \
+    X(evicted_unread, COUNTER, "objects evicted to make room before any reader took them")         \
     X(fast_gets, COUNTER,                                                                          \
-      "objects got without the daemon, through the shared index (as counted by the clients)")     \
-    X(fast_refs, GAUGE, "references clients hold without the daemon (slots of the shared index)") \
+      "objects got without the daemon, through the shared index (as counted by the clients)")      \
+    X(fast_refs, GAUGE, "references clients hold without the daemon (slots of the shared index)")  \
     X(fast_adopted, COUNTER,                                                                       \
       "objects kept past their eviction or delete because a client held them without the daemon")
 

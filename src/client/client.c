@@ -317,8 +317,8 @@ static void fast_open(struct ferry_client *c, uint64_t off, uint64_t size)
     if ((v && strcmp(v, "0") == 0) || c->fast_block == FASTIDX_NO_BLOCK || !size ||
         off > c->arena_size || size > c->arena_size - off)
         return;
-    c->fast_on = fastidx_view_open(&c->fast, c->base + off, size) == 0 &&
-                 c->fast_block < c->fast.nblocks;
+    c->fast_on =
+        fastidx_view_open(&c->fast, c->base + off, size) == 0 && c->fast_block < c->fast.nblocks;
 }
 
 static int hello(struct ferry_client *c)
