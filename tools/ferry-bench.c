@@ -33,6 +33,8 @@ static const struct suite suites[] = {
     {"remote", bench_remote, "ferry fetch between two nodes against redis get and raw TCP"},
     {"directory", bench_directory,
      "simulated nodes publishing and looking up against redis-benchmark; --strict-ids' cost"},
+    {"gets", bench_gets,
+     "get+release by 1 and 2 processes, without the daemon and through it; its CPU per get"},
     {"spill", bench_spill,
      "spilling to disk and reading back against plain O_DIRECT writes and reads; gets meanwhile"},
     {"python", bench_python,

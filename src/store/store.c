@@ -269,6 +269,12 @@ void store_destroy(struct store *s)
     s->hasher = NULL;
     store_spill_close(s);
 
+    /* Adopted objects already deleted are in no table: freed here (the others are below). */
+    while ((o = s->fast_held)) {
+        s->fast_held = o->fast_next;
+        if (o->deleted)
+            store_object_free(s, o);
+    }
     while ((o = idmap_next(&s->table, &pos, NULL)))
         store_object_free(s, o);
     idmap_free(&s->table);
