@@ -6,7 +6,9 @@
  */
 #include "harness.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -145,6 +147,147 @@ H_TEST(a_killed_client_leaves_nothing_held)
     ferry_disconnect(c);
 }
 
+/* ---- the stress test ---- */
+
+#define S_IDS 24u
+#define S_SIZE (256u << 10)
+#define S_READERS 3
+#define S_THREADS 2
+#define S_SECONDS 2
+
+static int setup_12m(void **state)
+{
+    return h_setup(state, "12M", NULL);
+}
+
+/* Object i's data in its life `life` (its 8 bytes of metadata say which). */
+static uint32_t s_seed(uint32_t i, uint64_t life)
+{
+    return (uint32_t)(i * 2654435761u) ^ (uint32_t)(life * 40503u);
+}
+
+struct s_reader {
+    const char *sock;
+    uint64_t reads, bad;
+};
+
+/* A reader thread: gets random ids on a connection of its own, checks every byte against the
+ * life its metadata names while it holds the object, releases; until the deadline. */
+static void *s_read(void *arg)
+{
+    struct s_reader *r = arg;
+    ferry_client *c;
+    uint32_t x = (uint32_t)getpid() * 7919u + (uint32_t)(uintptr_t)&c;
+    int64_t end = h_now_ms() + S_SECONDS * 1000;
+
+    if (ferry_connect(r->sock, &c) < 0)
+        return NULL;
+    while (h_now_ms() < end) {
+        uint64_t life;
+        ferry_buffer b;
+        x = x * 1103515245u + 12345u;
+        uint32_t i = (x >> 8) % S_IDS;
+        ferry_id id = h_idf("s-%u", i);
+        if (ferry_get(c, &id, 1, 0, &b) < 0)
+            continue;
+        if (b.metadata_size != sizeof(life) || b.data_size != S_SIZE) {
+            r->bad++;
+        } else {
+            memcpy(&life, b.metadata, sizeof(life));
+            r->bad += h_check(b.data, S_SIZE, s_seed(i, life)) >= 0;
+        }
+        r->reads++;
+        ferry_release(c, &id);
+    }
+    ferry_disconnect(c);
+    return NULL;
+}
+
+/* A reader process: S_THREADS threads; exits 0 when all it read was right (and read some). */
+static void s_reader_process(const char *sock)
+{
+    struct s_reader r[S_THREADS];
+    pthread_t t[S_THREADS];
+    uint64_t reads = 0, bad = 0;
+
+    for (int k = 0; k < S_THREADS; k++) {
+        r[k] = (struct s_reader){.sock = sock};
+        if (pthread_create(&t[k], NULL, s_read, &r[k]) != 0)
+            _exit(3);
+    }
+    for (int k = 0; k < S_THREADS; k++) {
+        pthread_join(t[k], NULL);
+        reads += r[k].reads;
+        bad += r[k].bad;
+    }
+    fprintf(stderr, "reader %d: %llu reads, %llu bad\n", (int)getpid(),
+            (unsigned long long)reads, (unsigned long long)bad);
+    _exit(bad ? 1 : reads ? 0 : 2);
+}
+
+/* Puts object i's next life (deleting the one before): the writer's churn. */
+static void s_put(ferry_client *c, uint32_t i, uint64_t life)
+{
+    ferry_id id = h_idf("s-%u", i);
+    uint8_t *data;
+
+    (void)ferry_delete(c, &id);
+    if (ferry_create(c, &id, S_SIZE, &life, sizeof(life), &data) < 0)
+        return; /* full of held objects for a moment: the next turn tries again */
+    h_fill(data, S_SIZE, s_seed(i, life));
+    H_OK(ferry_seal(c, &id));
+    H_OK(ferry_release(c, &id));
+}
+
+/* Readers in several processes and threads get and release random ids without the daemon
+ * while it evicts (fillers), deletes and re-creates them under memory pressure; one reader is
+ * killed (-9) in the middle. No reader ever sees bytes other than its object's, and afterwards
+ * nothing is held and everything can be evicted. */
+H_TEST(readers_against_evictions_deletes_and_a_kill)
+{
+    ferry_client *w = h_connect(d);
+    pid_t pids[S_READERS + 1];
+    uint64_t life = 1, fills = 0;
+    int status;
+
+    for (uint32_t i = 0; i < S_IDS; i++)
+        s_put(w, i, life);
+    for (int p = 0; p <= S_READERS; p++) {
+        pids[p] = fork();
+        assert_true(pids[p] >= 0);
+        if (pids[p] == 0)
+            s_reader_process(d->sock);
+    }
+    for (int64_t end = h_now_ms() + S_SECONDS * 1000, kill_at = h_now_ms() + 700;
+         h_now_ms() < end;) {
+        uint32_t i = (uint32_t)(life * 7) % S_IDS;
+        s_put(w, i, ++life);
+        ferry_id filler = h_idf("s-fill-%llu", (unsigned long long)fills++);
+        (void)h_put_direct(w, &filler, S_SIZE, 0); /* evicts the oldest */
+        if (kill_at && h_now_ms() >= kill_at) {
+            kill(pids[S_READERS], SIGKILL);
+            kill_at = 0;
+        }
+    }
+    for (int p = 0; p < S_READERS; p++) {
+        assert_int_equal(waitpid(pids[p], &status, 0), pids[p]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    assert_int_equal(waitpid(pids[S_READERS], &status, 0), pids[S_READERS]);
+    assert_true(WIFSIGNALED(status));
+    print_message("%llu lives put, %llu fillers; %llu fast gets, %llu adopted\n",
+                  (unsigned long long)life, (unsigned long long)fills,
+                  (unsigned long long)h_stat(w, "fast_gets"),
+                  (unsigned long long)h_stat(w, "fast_adopted"));
+    assert_true(h_stat(w, "fast_gets") > 1000);
+    wait_no_fast_refs(w);
+    uint64_t freed;
+    H_OK(ferry_evict(w, UINT64_MAX, &freed));
+    assert_int_equal(h_object_bytes(w), 0); /* nothing held, everything could go */
+    ferry_disconnect(w);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, h_teardown)
 
 int main(void)
@@ -154,6 +297,8 @@ int main(void)
         T(ferry_fastpath_0_turns_it_off),
         T(what_a_slot_holds_is_neither_freed_nor_evicted),
         T(a_killed_client_leaves_nothing_held),
+        cmocka_unit_test_setup_teardown(readers_against_evictions_deletes_and_a_kill, setup_12m,
+                                        h_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
