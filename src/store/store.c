@@ -124,6 +124,7 @@ int store_init(struct store *s, uint8_t *base, uint64_t capacity, uint64_t max_o
         s->max_objects = STORE_OBJECTS_MIN;
     s->max_held = s->max_objects / STORE_HELD_SHARE ? s->max_objects / STORE_HELD_SHARE : 1;
     s->max_kept_bytes = capacity / 2;
+    s->fast_chances = STORE_FAST_CHANCES;
     s->lru.lru_next = s->lru.lru_prev = &s->lru;
     s->dirty.lru_next = s->dirty.lru_prev = &s->dirty;
     if (ev)

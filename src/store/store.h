@@ -177,6 +177,9 @@ struct store {
     struct fastidx *fast;     /* the shared index (NULL: none), its owner's (store_fast.c) */
     struct object *fast_held; /* adopted objects, until no slot holds them */
     uint64_t fast_swept_ns;
+    /* Second chances left in this loop turn (STORE_FAST_CHANCES): clients that keep getting
+     * every object cannot keep an eviction going round the LRU for ever. */
+    uint32_t fast_chances;
 };
 
 /* max_objects 0: one per STORE_BYTES_PER_OBJECT of capacity, at least STORE_OBJECTS_MIN.
@@ -258,6 +261,7 @@ int store_fast_touched(struct store *s, struct object *o);
  * releases without the daemon send it nothing. */
 void store_fast_sweep(struct store *s, int later);
 #define STORE_FAST_SWEEP_NS (1000000ull)
+#define STORE_FAST_CHANCES 4096u
 
 /* Evicts LRU objects, oldest first, until at least bytes are freed or none is left; returns
  * the bytes freed. */
