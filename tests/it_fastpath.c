@@ -220,8 +220,8 @@ static void s_reader_process(const char *sock)
         reads += r[k].reads;
         bad += r[k].bad;
     }
-    fprintf(stderr, "reader %d: %llu reads, %llu bad\n", (int)getpid(),
-            (unsigned long long)reads, (unsigned long long)bad);
+    fprintf(stderr, "reader %d: %llu reads, %llu bad\n", (int)getpid(), (unsigned long long)reads,
+            (unsigned long long)bad);
     _exit(bad ? 1 : reads ? 0 : 2);
 }
 

@@ -38,8 +38,7 @@ int store_fast_unpublish(struct store *s, struct object *o)
 
 int store_fast_touched(struct store *s, struct object *o)
 {
-    if (!o->fast_published || !s->fast_chances ||
-        !fastidx_take_touched(s->fast, o->fast_index))
+    if (!o->fast_published || !s->fast_chances || !fastidx_take_touched(s->fast, o->fast_index))
         return 0;
     s->fast_chances--;
     store_mark_read(o);
