@@ -113,6 +113,40 @@ H_TEST(what_a_slot_holds_is_neither_freed_nor_evicted)
     ferry_disconnect(b);
 }
 
+/* An object adopted (evicted while a slot held it) and then got through the daemon is not
+ * published again under another entry: the sweep would look for the wrong life and free it
+ * under its first reader. Regression test (found in review). */
+H_TEST(an_adopted_object_got_through_the_daemon_stays_held)
+{
+    ferry_client *a = h_connect(d), *b;
+    ferry_id x = h_id("adopted"), other;
+    ferry_buffer v, w;
+
+    setenv("FERRY_FASTPATH", "0", 1);
+    b = h_connect(d);
+    unsetenv("FERRY_FASTPATH");
+    H_OK(h_put_direct(a, &x, K900, 0));
+    H_OK(ferry_get(a, &x, 1, 0, &v)); /* through a slot */
+    /* Pressure until x's turn to be evicted comes (after its second chance): adopted. */
+    for (int i = 0; i < 20 && h_stat(b, "fast_adopted") == 0; i++) {
+        other = h_idf("press-%d", i);
+        (void)h_put_direct(b, &other, K900, 0);
+    }
+    assert_true(h_stat(b, "fast_adopted") >= 1);
+    H_OK(ferry_get(b, &x, 1, 0, &w)); /* through the daemon */
+    H_OK(ferry_release(b, &x));
+    h_sync(b);
+    for (int i = 20; i < 30; i++) { /* more pressure: x must stay while a holds it */
+        other = h_idf("press-%d", i);
+        (void)h_put_direct(b, &other, K900, 0);
+    }
+    h_assert_buffer(&v, &x, K900, 0);
+    H_OK(ferry_release(a, &x));
+    wait_no_fast_refs(b);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* A client killed while it holds objects through slots: its block is cleared, nothing stays
  * held, and a deleted object it held is freed. */
 H_TEST(a_killed_client_leaves_nothing_held)
@@ -281,6 +315,7 @@ H_TEST(readers_against_evictions_deletes_and_a_kill)
                   (unsigned long long)h_stat(w, "fast_gets"),
                   (unsigned long long)h_stat(w, "fast_adopted"));
     assert_true(h_stat(w, "fast_gets") > 1000);
+    assert_true(h_stat(w, "fast_adopted") > 0); /* the hazard path ran */
     wait_no_fast_refs(w);
     uint64_t freed;
     H_OK(ferry_evict(w, UINT64_MAX, &freed));
@@ -297,6 +332,7 @@ int main(void)
         T(ferry_fastpath_0_turns_it_off),
         T(what_a_slot_holds_is_neither_freed_nor_evicted),
         T(a_killed_client_leaves_nothing_held),
+        T(an_adopted_object_got_through_the_daemon_stays_held),
         cmocka_unit_test_setup_teardown(readers_against_evictions_deletes_and_a_kill, setup_12m,
                                         h_teardown),
     };

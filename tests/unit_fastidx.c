@@ -64,6 +64,8 @@ static void test_find_claim_release_and_unpublish(void **state)
     ferry_id a = id_of(1), b = id_of(2);
     struct fastidx_hit hit;
     uint32_t ia, ib, seq;
+    uint64_t own;
+    uint32_t b3 = fastidx_block_take(&f->fi, &own);
     int s;
 
     assert_int_equal(fastidx_find(&f->v, &a, &hit), 0);
@@ -74,17 +76,17 @@ static void test_find_claim_release_and_unpublish(void **state)
     assert_int_equal(hit.offset, 4096);
     assert_int_equal(hit.data_size, 100);
     assert_int_equal(hit.metadata_size, 7);
-    s = fastidx_claim(&f->v, 3, &hit);
+    s = fastidx_claim(&f->v, b3, own, &hit);
     assert_true(s >= 0);
     assert_int_equal(fastidx_slots_used(&f->fi), 1);
     assert_int_equal(fastidx_gets(&f->fi), 0);
-    fastidx_count_gets(&f->v, 3, 1);
+    fastidx_count_gets(&f->v, b3, 1);
     assert_int_equal(fastidx_gets(&f->fi), 1);
     /* Held: unpublishing says so, and the life stays held until the slot is given back. */
     assert_int_equal(fastidx_unpublish(&f->fi, ia, &seq), 1);
     assert_int_equal(fastidx_find(&f->v, &a, &hit), 0);
     assert_int_equal(fastidx_held(&f->fi, ia, seq), 1);
-    fastidx_release(&f->v, 3, s);
+    fastidx_release(&f->v, b3, s);
     assert_int_equal(fastidx_held(&f->fi, ia, seq), 0);
     /* b is still found past a's old entry; unheld, it goes at once. */
     assert_int_equal(fastidx_find(&f->v, &b, &hit), 1);
@@ -99,15 +101,17 @@ static void test_a_claim_of_a_stale_entry_fails(void **state)
     ferry_id a = id_of(7);
     struct fastidx_hit hit;
     uint32_t ia, seq;
+    uint64_t own;
+    uint32_t b = fastidx_block_take(&f->fi, &own);
 
     assert_int_equal(fastidx_publish(&f->fi, &a, 0, 1, 0, &ia), 0);
     assert_int_equal(fastidx_find(&f->v, &a, &hit), 1);
     assert_int_equal(fastidx_unpublish(&f->fi, ia, &seq), 0);
-    assert_int_equal(fastidx_claim(&f->v, 0, &hit), -1);
+    assert_int_equal(fastidx_claim(&f->v, b, own, &hit), -1);
     assert_int_equal(fastidx_slots_used(&f->fi), 0);
     /* Published again (maybe in the same entry), the old copy is still stale. */
     assert_int_equal(fastidx_publish(&f->fi, &a, 64, 1, 0, &ia), 0);
-    assert_int_equal(fastidx_claim(&f->v, 0, &hit), -1);
+    assert_int_equal(fastidx_claim(&f->v, b, own, &hit), -1);
 }
 
 /* The table stops taking entries at its load bound; a block's slots run out; both make the
@@ -117,6 +121,8 @@ static void test_bounds(void **state)
     struct fixture *f = *state;
     struct fastidx_hit hit;
     uint32_t i, n = 0, idx[FASTIDX_SLOTS + 1];
+    uint64_t own, own2;
+    uint32_t b = fastidx_block_take(&f->fi, &own);
     int rc;
 
     while ((rc = fastidx_publish(&f->fi, &(ferry_id[1]){id_of(n + 100)}[0], 0, 1, 0, &i)) == 0)
@@ -125,13 +131,22 @@ static void test_bounds(void **state)
     assert_true(n * 100 <= f->fi.nentries * FASTIDX_MAX_LOAD_PERCENT);
     for (uint32_t k = 0; k < FASTIDX_SLOTS; k++) {
         assert_int_equal(fastidx_find(&f->v, &(ferry_id[1]){id_of(k + 100)}[0], &hit), 1);
-        assert_true(fastidx_claim(&f->v, 9, &hit) >= 0);
+        assert_true(fastidx_claim(&f->v, b, own, &hit) >= 0);
     }
     assert_int_equal(fastidx_find(&f->v, &(ferry_id[1]){id_of(FASTIDX_SLOTS + 100)}[0], &hit), 1);
-    assert_int_equal(fastidx_claim(&f->v, 9, &hit), -1);
+    assert_int_equal(fastidx_claim(&f->v, b, own, &hit), -1);
     assert_int_equal(fastidx_slots_used(&f->fi), FASTIDX_SLOTS);
-    fastidx_block_clear(&f->fi, 9);
+    /* Given back (the client went): nothing held, and a claim of its old owner fails even in
+     * the block taken again by another client. */
+    fastidx_block_give(&f->fi, b);
     assert_int_equal(fastidx_slots_used(&f->fi), 0);
+    assert_int_equal(fastidx_block_take(&f->fi, &own2), b);
+    assert_true(own2 != own);
+    assert_int_equal(fastidx_claim(&f->v, b, own, &hit), -1);
+    assert_true(fastidx_claim(&f->v, b, own2, &hit) >= 0);
+    /* The daemon stopped: every claim fails. */
+    fastidx_close(&f->fi);
+    assert_int_equal(fastidx_claim(&f->v, b, own2, &hit), -1);
     (void)idx;
 }
 
@@ -203,6 +218,7 @@ static void *writer(void *arg)
 struct reader_arg {
     struct race *r;
     uint32_t block;
+    uint64_t owner;
 };
 
 /* A client thread: finds, claims, reads every byte (all equal while held), releases. */
@@ -217,7 +233,7 @@ static void *reader(void *arg)
         struct fastidx_hit hit;
         int s;
         if (!fastidx_find(&r->f->v, &(ferry_id[1]){id_of(o)}[0], &hit) ||
-            (s = fastidx_claim(&r->f->v, a->block, &hit)) < 0) {
+            (s = fastidx_claim(&r->f->v, a->block, a->owner, &hit)) < 0) {
             misses++;
             continue;
         }
@@ -241,11 +257,14 @@ static void test_readers_never_see_memory_reused_while_they_hold_it(void **state
     pthread_t w, t[READERS];
 
     r.memory = calloc(OBJECTS, OBJ_BYTES);
-    assert_int_equal(pthread_create(&w, NULL, writer, &r), 0);
+    /* The blocks first: the daemon's bookkeeping is its thread's alone once it runs. */
     for (uint32_t i = 0; i < READERS; i++) {
-        args[i] = (struct reader_arg){&r, i};
-        assert_int_equal(pthread_create(&t[i], NULL, reader, &args[i]), 0);
+        args[i] = (struct reader_arg){.r = &r};
+        args[i].block = fastidx_block_take(&r.f->fi, &args[i].owner);
     }
+    assert_int_equal(pthread_create(&w, NULL, writer, &r), 0);
+    for (uint32_t i = 0; i < READERS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, reader, &args[i]), 0);
     pthread_join(w, NULL);
     for (uint32_t i = 0; i < READERS; i++)
         pthread_join(t[i], NULL);

@@ -339,6 +339,7 @@ static int hello(struct ferry_client *c)
     fast_off = prd_u64(&c->rd);
     fast_size = prd_u64(&c->rd);
     c->fast_block = prd_u32(&c->rd);
+    c->fast_owner = prd_u64(&c->rd);
     if ((rc = client_reply_end(c)) < 0)
         goto close_fd;
     if (fd < 0) {

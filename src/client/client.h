@@ -49,6 +49,7 @@ struct ferry_client {
      * fast_on 0 when the daemon gave none, or $FERRY_FASTPATH is 0. */
     struct fastidx_view fast;
     uint32_t fast_block;
+    uint64_t fast_owner; /* the block's owner generation HELLO named */
     int fast_on;
 };
 

@@ -65,7 +65,7 @@ int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
     for (; got < n; got++) {
         struct fastidx_hit hit;
         if (!fastidx_find(&c->fast, &ids[got], &hit) || !in_arena(c, &hit) ||
-            (slots[got] = fastidx_claim(&c->fast, c->fast_block, &hit)) < 0)
+            (slots[got] = fastidx_claim(&c->fast, c->fast_block, c->fast_owner, &hit)) < 0)
             break;
         out[got] = (ferry_buffer){.status = 0,
                                   .data = c->base + hit.offset,
@@ -76,7 +76,7 @@ int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
     while (got == n && held < n && hold_fast(c, &ids[held], slots[held]) == 0)
         held++;
     if (held == n) {
-        fastidx_count_gets(&c->fast, c->fast_block, n);
+        fastidx_count_gets(&c->fast, c->fast_block, 1); /* one get, as the daemon counts */
         return 1;
     }
     /* Not all at hand (or out of memory): what was taken is given back, the daemon answers. */

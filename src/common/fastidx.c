@@ -23,12 +23,15 @@ _Static_assert(sizeof(struct entry) == 64, "an entry is one cache line");
 _Static_assert(FERRY_ID_SIZE % 4 == 0, "ids are copied in 4-byte words");
 
 struct block {
-    uint64_t gets; /* counted by the client */
-    uint32_t hint; /* where its next claim starts looking */
-    uint8_t pad[52];
+    uint64_t gets;  /* counted by the client */
+    uint64_t owner; /* the daemon's: its client's generation (fastidx_block_take), 0 free */
+    uint32_t hint;  /* where its client's next claim starts looking */
+    uint8_t pad[44];
     uint64_t slots[];
 };
 _Static_assert(sizeof(struct block) == 64, "a block's header is one cache line");
+_Static_assert(FASTIDX_BLOCK_SIZE == sizeof(struct block) + FASTIDX_SLOTS * sizeof(uint64_t),
+               "FASTIDX_BLOCK_SIZE is a block's size");
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -53,7 +56,7 @@ uint64_t fastidx_region_size(uint64_t capacity)
     while (n < want && n < (1u << 30))
         n <<= 1;
     return sizeof(struct fastidx_hdr) + n * sizeof(struct entry) +
-           (uint64_t)FASTIDX_BLOCKS * (sizeof(struct block) + FASTIDX_SLOTS * sizeof(uint64_t));
+           (uint64_t)FASTIDX_BLOCKS * FASTIDX_BLOCK_SIZE;
 }
 
 static struct entry *entries(uint8_t *region, uint64_t off)
@@ -73,15 +76,17 @@ int fastidx_init(struct fastidx *fi, uint8_t *region, uint64_t region_size, uint
                             .nblocks = FASTIDX_BLOCKS,
                             .nslots = FASTIDX_SLOTS,
                             .entries_off = sizeof(struct fastidx_hdr),
-                            .block_size = sizeof(struct block) + FASTIDX_SLOTS * sizeof(uint64_t)};
+                            .block_size = FASTIDX_BLOCK_SIZE};
     uint64_t rest = fastidx_region_size(capacity) - sizeof(h) - FASTIDX_BLOCKS * h.block_size;
 
     h.nentries = (uint32_t)(rest / sizeof(struct entry));
     h.blocks_off = h.entries_off + (uint64_t)h.nentries * sizeof(struct entry);
+    h.alive = 1;
     memcpy(region, &h, sizeof(h));
     *fi = (struct fastidx){.region = region,
                            .region_size = region_size,
                            .nentries = h.nentries,
+                           .blocks_off = h.blocks_off,
                            .states = calloc(h.nentries, 1),
                            .seqs = calloc(h.nentries, sizeof(uint32_t))};
     if (!fi->states || !fi->seqs) {
@@ -104,6 +109,13 @@ static struct entry *fi_entry(const struct fastidx *fi, uint32_t i)
     return &entries(fi->region, sizeof(struct fastidx_hdr))[i];
 }
 
+/* Block b, where the daemon laid it out (never where the region's header, which clients can
+ * write, says). */
+static struct block *fi_block(const struct fastidx *fi, uint32_t b)
+{
+    return block_at(fi->region, fi->blocks_off, FASTIDX_BLOCK_SIZE, b);
+}
+
 /* The writer's side of the seqlock: odd while the fields change. The daemon's own copy of
  * seq is the truth (a client may have written the region's). */
 static void write_begin(struct fastidx *fi, uint32_t i)
@@ -113,7 +125,7 @@ static void write_begin(struct fastidx *fi, uint32_t i)
 
 static void write_end(struct fastidx *fi, uint32_t i, uint32_t state)
 {
-    STORE(&fi_entry(fi, i)->state, state);
+    __atomic_store_n(&fi_entry(fi, i)->state, state, __ATOMIC_RELEASE);
     fi->states[i] = (uint8_t)state;
     __atomic_store_n(&fi_entry(fi, i)->seq, ++fi->seqs[i], __ATOMIC_RELEASE);
 }
@@ -134,12 +146,14 @@ int fastidx_publish(struct fastidx *fi, const ferry_id *id, uint64_t offset, uin
         fi->dead--;
     memcpy(words, id->bytes, sizeof(words));
     write_begin(fi, i);
-    STORE(&e->touched, 0u);
+    /* Release stores: none of them becomes visible before the odd seq above (the readers'
+     * loads are acquire), so a copy taken between two equal even seqs is never half new. */
+    __atomic_store_n(&e->touched, 0u, __ATOMIC_RELEASE);
     for (int w = 0; w < ID_WORDS; w++)
-        STORE(&e->id[w], words[w]);
-    STORE(&e->offset, offset);
-    STORE(&e->data_size, data_size);
-    STORE(&e->metadata_size, metadata_size);
+        __atomic_store_n(&e->id[w], words[w], __ATOMIC_RELEASE);
+    __atomic_store_n(&e->offset, offset, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->data_size, data_size, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->metadata_size, metadata_size, __ATOMIC_RELEASE);
     write_end(fi, i, ENTRY_USED);
     fi->used++;
     *index = i;
@@ -159,18 +173,63 @@ static void trim_dead(struct fastidx *fi, uint32_t i)
     }
 }
 
+/* Whether block b is a client's now (only those are scanned: a free one is cleared when taken). */
+static int taken(const struct fastidx *fi, uint32_t b)
+{
+    return fi->taken[b / 64] >> (b % 64) & 1;
+}
+
 uint32_t fastidx_held(const struct fastidx *fi, uint32_t index, uint32_t seq)
 {
-    const struct fastidx_hdr *h = (const struct fastidx_hdr *)(const void *)fi->region;
     uint64_t want = slot_value(index, seq);
     uint32_t n = 0;
 
     for (uint32_t b = 0; b < FASTIDX_BLOCKS; b++) {
-        struct block *k = block_at(fi->region, h->blocks_off, h->block_size, b);
-        for (uint32_t s = 0; s < FASTIDX_SLOTS; s++)
+        struct block *k = fi_block(fi, b);
+        for (uint32_t s = 0; taken(fi, b) && s < FASTIDX_SLOTS; s++)
             n += __atomic_load_n(&k->slots[s], __ATOMIC_SEQ_CST) == want;
     }
     return n;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+size_t fastidx_snapshot(const struct fastidx *fi, uint64_t *out)
+{
+    size_t n = 0;
+
+    for (uint32_t b = 0; b < FASTIDX_BLOCKS; b++) {
+        struct block *k = fi_block(fi, b);
+        for (uint32_t s = 0; taken(fi, b) && s < FASTIDX_SLOTS; s++) {
+            uint64_t v = __atomic_load_n(&k->slots[s], __ATOMIC_SEQ_CST);
+            if (v)
+                out[n++] = v;
+        }
+    }
+    qsort(out, n, sizeof(*out), cmp_u64);
+    return n;
+}
+
+uint32_t fastidx_snapshot_count(const uint64_t *snap, size_t n, uint32_t index, uint32_t seq)
+{
+    uint64_t want = slot_value(index, seq);
+    size_t lo = 0, hi = n;
+    uint32_t count = 0;
+
+    while (lo < hi) { /* the first not below want */
+        size_t mid = lo + (hi - lo) / 2;
+        if (snap[mid] < want)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    while (lo < n && snap[lo++] == want)
+        count++;
+    return count;
 }
 
 uint32_t fastidx_unpublish(struct fastidx *fi, uint32_t index, uint32_t *seq)
@@ -194,41 +253,64 @@ int fastidx_take_touched(struct fastidx *fi, uint32_t index)
     return LOAD(&e->touched) && __atomic_exchange_n(&e->touched, 0u, __ATOMIC_RELAXED);
 }
 
-uint32_t fastidx_holders(const struct fastidx *fi, uint32_t index)
+/* Empties block b and names its owner (0: none), so that a client that still writes there
+ * sees that the block is no longer its own. */
+static void block_reset(struct fastidx *fi, uint32_t b, uint64_t owner)
 {
-    return fastidx_held(fi, index, fi->seqs[index]);
-}
+    struct block *k = fi_block(fi, b);
 
-void fastidx_block_clear(struct fastidx *fi, uint32_t b)
-{
-    const struct fastidx_hdr *h = (const struct fastidx_hdr *)(const void *)fi->region;
-    struct block *k = block_at(fi->region, h->blocks_off, h->block_size, b);
-
+    __atomic_store_n(&k->owner, owner, __ATOMIC_SEQ_CST);
     for (uint32_t s = 0; s < FASTIDX_SLOTS; s++)
         __atomic_store_n(&k->slots[s], 0, __ATOMIC_RELEASE);
     STORE(&k->hint, 0u);
 }
 
+uint32_t fastidx_block_take(struct fastidx *fi, uint64_t *owner)
+{
+    for (uint32_t w = 0; w < FASTIDX_BLOCKS / 64; w++) {
+        uint64_t free_bits = ~fi->taken[w];
+        if (free_bits) {
+            uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(free_bits);
+            *owner = ++fi->generation;
+            block_reset(fi, b, *owner); /* anything written there while free goes */
+            fi->taken[w] |= 1ull << (b % 64);
+            return b;
+        }
+    }
+    return FASTIDX_NO_BLOCK;
+}
+
+void fastidx_block_give(struct fastidx *fi, uint32_t b)
+{
+    if (b >= FASTIDX_BLOCKS || !taken(fi, b))
+        return;
+    block_reset(fi, b, 0);
+    fi->taken[b / 64] &= ~(1ull << (b % 64));
+}
+
+void fastidx_close(struct fastidx *fi)
+{
+    struct fastidx_hdr *h = (struct fastidx_hdr *)(void *)fi->region;
+
+    __atomic_store_n(&h->alive, 0u, __ATOMIC_SEQ_CST);
+}
+
 uint64_t fastidx_slots_used(const struct fastidx *fi)
 {
-    const struct fastidx_hdr *h = (const struct fastidx_hdr *)(const void *)fi->region;
     uint64_t n = 0;
 
-    for (uint32_t b = 0; b < FASTIDX_BLOCKS; b++) {
-        struct block *k = block_at(fi->region, h->blocks_off, h->block_size, b);
-        for (uint32_t s = 0; s < FASTIDX_SLOTS; s++)
-            n += LOAD(&k->slots[s]) != 0;
-    }
+    for (uint32_t b = 0; b < FASTIDX_BLOCKS; b++)
+        for (uint32_t s = 0; taken(fi, b) && s < FASTIDX_SLOTS; s++)
+            n += LOAD(&fi_block(fi, b)->slots[s]) != 0;
     return n;
 }
 
 uint64_t fastidx_gets(const struct fastidx *fi)
 {
-    const struct fastidx_hdr *h = (const struct fastidx_hdr *)(const void *)fi->region;
     uint64_t n = 0;
 
     for (uint32_t b = 0; b < FASTIDX_BLOCKS; b++)
-        n += LOAD(&block_at(fi->region, h->blocks_off, h->block_size, b)->gets);
+        n += LOAD(&fi_block(fi, b)->gets);
     return n;
 }
 
@@ -296,8 +378,10 @@ int fastidx_find(const struct fastidx_view *v, const ferry_id *id, struct fastid
     return 0;
 }
 
-int fastidx_claim(const struct fastidx_view *v, uint32_t b, const struct fastidx_hit *hit)
+int fastidx_claim(const struct fastidx_view *v, uint32_t b, uint64_t owner,
+                  const struct fastidx_hit *hit)
 {
+    struct fastidx_hdr *hdr = (struct fastidx_hdr *)(void *)v->region;
     struct block *k = block_at(v->region, v->blocks_off, v->block_size, b);
     struct entry *e = &entries(v->region, v->entries_off)[hit->index];
     uint64_t value = slot_value(hit->index, hit->seq);
@@ -310,8 +394,10 @@ int fastidx_claim(const struct fastidx_view *v, uint32_t b, const struct fastidx
                                          __ATOMIC_RELAXED))
             continue;
         /* Published, then looked at again: unchanged, the daemon sees the slot before it
-         * reuses the memory (fastidx.h). */
-        if (__atomic_load_n(&e->seq, __ATOMIC_SEQ_CST) != hit->seq) {
+         * reuses the memory (fastidx.h), if the block is still ours and the daemon serves. */
+        if (__atomic_load_n(&e->seq, __ATOMIC_SEQ_CST) != hit->seq ||
+            __atomic_load_n(&k->owner, __ATOMIC_SEQ_CST) != owner ||
+            !__atomic_load_n(&hdr->alive, __ATOMIC_SEQ_CST)) {
             __atomic_store_n(&k->slots[s], 0, __ATOMIC_RELEASE);
             return -1;
         }

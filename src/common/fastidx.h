@@ -46,8 +46,9 @@
 #define FASTIDX_MIN_ENTRIES 4096u
 /* Clients with a block of slots at once, and the slots of a block: references held without
  * the daemon at once by one client; past them, gets go the daemon's way. */
-#define FASTIDX_BLOCKS 256u
+#define FASTIDX_BLOCKS 1024u
 #define FASTIDX_SLOTS 64u
+#define FASTIDX_BLOCK_SIZE (64u + FASTIDX_SLOTS * 8u) /* a block: its header, its slots */
 /* A client without a block of slots (all taken, or a library before the index). */
 #define FASTIDX_NO_BLOCK UINT32_MAX
 /* Load past which nothing more is published (used and dead entries). */
@@ -57,7 +58,7 @@ struct fastidx_hdr {
     uint32_t magic, version;
     uint32_t nentries; /* a power of two */
     uint32_t nblocks, nslots;
-    uint32_t pad;
+    uint32_t alive; /* 1 while the daemon serves the index: a claim after it went fails */
     uint64_t entries_off, blocks_off, block_size; /* from the region's start */
     uint8_t reserved[24];
 };
@@ -76,6 +77,9 @@ struct fastidx {
     uint32_t nentries, used, dead; /* entries published, and unpublished not yet reusable */
     uint8_t *states;
     uint32_t *seqs;
+    uint64_t blocks_off;                 /* as laid out here, never read back */
+    uint64_t taken[FASTIDX_BLOCKS / 64]; /* the blocks clients have */
+    uint64_t generation;                 /* the last owner given to a block */
 };
 
 /* The region's size for an arena of capacity bytes. */
@@ -96,10 +100,18 @@ uint32_t fastidx_unpublish(struct fastidx *fi, uint32_t index, uint32_t *seq);
 uint32_t fastidx_held(const struct fastidx *fi, uint32_t index, uint32_t seq);
 /* Daemon: whether a client got entry index since the last call (an LRU's "used"), clearing it. */
 int fastidx_take_touched(struct fastidx *fi, uint32_t index);
-/* Daemon: slots holding the current life of a published entry (ferry_list's references). */
-uint32_t fastidx_holders(const struct fastidx *fi, uint32_t index);
-/* Daemon: clears client block b (the client is gone). */
-void fastidx_block_clear(struct fastidx *fi, uint32_t b);
+/* Daemon: a free block for a new client, cleared and named for it (*owner, which the client
+ * checks its claims against), or FASTIDX_NO_BLOCK; fastidx_block_give frees it again (the
+ * client is gone), so that its slots hold nothing and a client that still claims there fails.
+ * Only blocks clients have are scanned. */
+uint32_t fastidx_block_take(struct fastidx *fi, uint64_t *owner);
+void fastidx_block_give(struct fastidx *fi, uint32_t b);
+/* Daemon: the index is served no more (the daemon stops): every claim fails from now on. */
+void fastidx_close(struct fastidx *fi);
+/* Daemon: every slot in use, sorted, into out (room for FASTIDX_BLOCKS * FASTIDX_SLOTS): one
+ * scan for many questions (fastidx_snapshot_count: how many hold (index, seq)). */
+size_t fastidx_snapshot(const struct fastidx *fi, uint64_t *out);
+uint32_t fastidx_snapshot_count(const uint64_t *snap, size_t n, uint32_t index, uint32_t seq);
 /* Daemon: references held through the slots now (for ferry stat), and fast gets counted by
  * the clients (their own counts: a client may lie about its own). */
 uint64_t fastidx_slots_used(const struct fastidx *fi);
@@ -117,9 +129,11 @@ struct fastidx_view {
 int fastidx_view_open(struct fastidx_view *v, uint8_t *region, uint64_t size);
 /* Client: id's entry, copied; 1 found, 0 not (or being written: take the daemon's way). */
 int fastidx_find(const struct fastidx_view *v, const ferry_id *id, struct fastidx_hit *out);
-/* Client: holds hit in a free slot of block b; the slot's number, or -1 (the entry changed
- * since, or no slot is free: take the daemon's way). */
-int fastidx_claim(const struct fastidx_view *v, uint32_t b, const struct fastidx_hit *hit);
+/* Client: holds hit in a free slot of block b, which HELLO gave it as owner; the slot's number,
+ * or -1 (the entry changed since, no slot is free, the block is no longer this client's or
+ * the daemon stopped: take the daemon's way). */
+int fastidx_claim(const struct fastidx_view *v, uint32_t b, uint64_t owner,
+                  const struct fastidx_hit *hit);
 /* Client: counts n objects got without the daemon, in block b (its stats' fast_gets). */
 void fastidx_count_gets(const struct fastidx_view *v, uint32_t b, uint64_t n);
 /* Client: gives back slot s of block b. */

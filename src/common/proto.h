@@ -42,7 +42,8 @@
 
 enum proto_type {
     PROTO_HELLO = 1,      /* u32 magic, u32 version, u32 pid -> u64 arena_size, u64 client_id
-                           * [8: u64 index offset, u64 index size (0: none), u32 block] */
+                           * [8: u64 index offset, u64 index size (0: none), u32 block,
+                           * u64 the block's owner generation] */
     PROTO_CREATE = 2,     /* id, u64 data_size, u64 metadata_size -> u64 offset */
     PROTO_SEAL = 3,       /* id, u8 release -> status */
     PROTO_ABORT = 4,      /* id -> status */

@@ -651,10 +651,11 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->loop.after_turn = after_turn;
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
-    /* The shared index follows the store's memory in the arena, rounded to huge pages. */
-    s->fast_offset = cfg->memory;
+    /* The shared index follows the store's memory in the arena, both rounded to huge pages
+     * (its 8-byte slots must be aligned, whatever --memory is). */
+    s->fast_offset = (cfg->memory + FAST_ROUND - 1) / FAST_ROUND * FAST_ROUND;
     s->fast_size = (fastidx_region_size(cfg->memory) + FAST_ROUND - 1) / FAST_ROUND * FAST_ROUND;
-    if ((rc = arena_open(&s->arena, cfg->memory + s->fast_size, cfg->hugepages)) < 0) {
+    if ((rc = arena_open(&s->arena, s->fast_offset + s->fast_size, cfg->hugepages)) < 0) {
         snprintf(why, sizeof(why), "%s", ferry_errmsg());
         rc = err_set(rc, "--memory %" PRIu64 " bytes and %" PRIu64 " of the shared index: %s",
                      cfg->memory, s->fast_size, why);
@@ -662,11 +663,16 @@ int server_init(struct server *s, const struct server_config *cfg)
     }
     if ((rc = arena_catch_faults(&s->arena)) < 0)
         goto destroy;
-    if ((rc = store_init(&s->store, s->arena.base, s->fast_offset, s->cfg.max_objects, &ev)) < 0)
+    if ((rc = store_init(&s->store, s->arena.base, cfg->memory, s->cfg.max_objects, &ev)) < 0)
         goto destroy;
     if ((rc = fastidx_init(&s->fast, s->arena.base + s->fast_offset, s->fast_size,
                            s->fast_offset)) < 0)
         goto destroy;
+    s->store.fast_snap = malloc(sizeof(uint64_t) * FASTIDX_BLOCKS * FASTIDX_SLOTS);
+    if (!s->store.fast_snap) {
+        rc = err_set(FERRY_ENOMEM, "the shared index's slot snapshot");
+        goto destroy;
+    }
     s->store.fast = &s->fast;
     if (s->cfg.max_kept)
         s->store.max_kept_bytes = s->cfg.max_kept;
@@ -754,6 +760,8 @@ void server_destroy(struct server *s)
     idmap_free(&s->waiters);
     if (s->store.alloc && s->cfg.persist_on_exit)
         store_persist(&s->store, persist_progress, &extender);
+    if (s->fast_size && s->fast.states)
+        fastidx_close(&s->fast); /* clients' claims fail from now on */
     if (s->store.alloc)
         store_destroy(&s->store);
     fastidx_free(&s->fast);

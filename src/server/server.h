@@ -90,11 +90,10 @@ struct server {
     struct loop loop;
     struct arena arena;
     struct store store;
-    /* The shared index (common/fastidx.h) at fast_offset in the arena (fast_size 0: none,
-     * --no-fastpath), and which of its blocks of slots clients have (a bit each). */
+    /* The shared index (common/fastidx.h) at fast_offset in the arena, after the store's
+     * memory (fast_size 0: none). */
     struct fastidx fast;
     uint64_t fast_offset, fast_size;
-    uint64_t fast_blocks_taken[FASTIDX_BLOCKS / 64];
     int listen_fd, signal_fd;
     struct loop_watch signal_watch;
     struct acceptor listener; /* of listen_fd */

@@ -162,27 +162,18 @@ void session_held_forget(struct session *ss, struct object *o)
 
 /* ---- the shared index's blocks of slots ---- */
 
-/* A free block for a new client, or FASTIDX_NO_BLOCK (none left, or no index). */
-static uint32_t fast_block_take(struct server *srv)
+/* A free block for a new client (its owner generation in *owner), or FASTIDX_NO_BLOCK. */
+static uint32_t fast_block_take(struct server *srv, uint64_t *owner)
 {
-    for (uint32_t w = 0; srv->fast_size && w < FASTIDX_BLOCKS / 64; w++) {
-        uint64_t free_bits = ~srv->fast_blocks_taken[w];
-        if (free_bits) {
-            uint32_t bit = (uint32_t)__builtin_ctzll(free_bits);
-            srv->fast_blocks_taken[w] |= 1ull << bit;
-            return w * 64 + bit;
-        }
-    }
-    return FASTIDX_NO_BLOCK;
+    *owner = 0;
+    return srv->fast_size ? fastidx_block_take(&srv->fast, owner) : FASTIDX_NO_BLOCK;
 }
 
 /* The client is gone: what its slots held is let go (the store's sweep frees what it kept). */
 static void fast_block_give(struct server *srv, uint32_t b)
 {
-    if (b == FASTIDX_NO_BLOCK)
-        return;
-    fastidx_block_clear(&srv->fast, b);
-    srv->fast_blocks_taken[b / 64] &= ~(1ull << (b % 64));
+    if (srv->fast_size)
+        fastidx_block_give(&srv->fast, b);
 }
 
 /* ---- handlers ---- */
@@ -210,10 +201,12 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
     pbuf_u64(&ss->out, srv->arena.size);
     pbuf_u64(&ss->out, ss->client_id);
     if (q->u.hello.version >= PROTO_VERSION_FAST) {
-        ss->fast_block = fast_block_take(srv);
+        uint64_t owner;
+        ss->fast_block = fast_block_take(srv, &owner);
         pbuf_u64(&ss->out, srv->fast_offset);
         pbuf_u64(&ss->out, srv->fast_size);
         pbuf_u32(&ss->out, ss->fast_block);
+        pbuf_u64(&ss->out, owner);
     }
     proto_frame_end(&ss->out, start);
     if (ss->out.oom || start != 0)
@@ -418,15 +411,18 @@ static int handle_refresh(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, 0);
 }
 
-/* References held without the daemon, counted from the slots (the store's own reference of an
- * adopted object stands for them: not counted twice). */
-static uint32_t fast_refs(struct server *srv, const struct object *o)
+/* The references of o: the daemon's, and those held without it, counted in a snapshot of the
+ * slots (snap[0..n)); the store's own reference of an adopted object stands for the slots
+ * that hold it, not counted twice. */
+static uint32_t refs_of(struct server *srv, const struct object *o, const uint64_t *snap, size_t n)
 {
+    uint32_t slots = 0;
+
     if (o->fast_published)
-        return fastidx_holders(&srv->fast, o->fast_index);
-    if (o->fast_adopted)
-        return fastidx_held(&srv->fast, o->fast_index, o->fast_seq) - 1;
-    return 0;
+        slots = fastidx_snapshot_count(snap, n, o->fast_index, srv->fast.seqs[o->fast_index]);
+    else if (o->fast_adopted)
+        slots = fastidx_snapshot_count(snap, n, o->fast_index, o->fast_seq);
+    return o->refcount - (o->fast_adopted ? 1 : 0) + slots;
 }
 
 static int handle_list(struct session *ss, const struct proto_request *q)
@@ -440,7 +436,7 @@ static int handle_list(struct session *ss, const struct proto_request *q)
     clock_gettime(CLOCK_REALTIME, &ts);
     now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     pbuf_reserve(&ss->out, 4 + st->table.count * (PROTO_LIST_ENTRY_SIZE + 1));
-    int fast = ss->srv->fast_size && fastidx_slots_used(&ss->srv->fast) > 0;
+    size_t nsnap = st->fast_snap ? fastidx_snapshot(&ss->srv->fast, st->fast_snap) : 0;
 
     pbuf_u32(&ss->out, (uint32_t)st->table.count);
     while ((o = idmap_next(&st->table, &pos, NULL))) {
@@ -448,7 +444,7 @@ static int handle_list(struct session *ss, const struct proto_request *q)
         pbuf_u64(&ss->out, o->data_size);
         pbuf_u64(&ss->out, o->metadata_size);
         pbuf_u8(&ss->out, o->spilled ? FERRY_STATE_SPILLED : o->state);
-        pbuf_u32(&ss->out, o->refcount + (fast ? fast_refs(ss->srv, o) : 0));
+        pbuf_u32(&ss->out, refs_of(ss->srv, o, st->fast_snap, nsnap));
         pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
         proto_put_str(&ss->out, o->name ? o->name : "", FERRY_NAME_MAX);
     }

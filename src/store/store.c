@@ -279,6 +279,8 @@ void store_destroy(struct store *s)
     while ((o = idmap_next(&s->table, &pos, NULL)))
         store_object_free(s, o);
     idmap_free(&s->table);
+    free(s->fast_snap);
+    s->fast_snap = NULL;
     alloc_destroy(s->alloc);
     s->alloc = NULL;
 }

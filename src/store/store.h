@@ -176,6 +176,7 @@ struct store {
     uint64_t unread_unlogged, unread_unlogged_bytes, unread_warned_ns;
     struct fastidx *fast;     /* the shared index (NULL: none), its owner's (store_fast.c) */
     struct object *fast_held; /* adopted objects, until no slot holds them */
+    uint64_t *fast_snap;      /* the sweep's copy of the slots (FASTIDX_BLOCKS * FASTIDX_SLOTS) */
     uint64_t fast_swept_ns;
     /* Second chances left in this loop turn (STORE_FAST_CHANCES): clients that keep getting
      * every object cannot keep an eviction going round the LRU for ever. */

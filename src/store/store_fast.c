@@ -11,8 +11,9 @@ void store_fast_publish(struct store *s, struct object *o)
 {
     uint32_t index;
 
-    if (!s->fast || o->fast_published || o->state != FERRY_STATE_SEALED || o->deleted ||
-        o->spilled || o->restoring)
+    /* Not while adopted: its slot may still hold the old life, which the sweep looks for. */
+    if (!s->fast || o->fast_published || o->fast_adopted || o->state != FERRY_STATE_SEALED ||
+        o->deleted || o->spilled || o->restoring)
         return;
     if (fastidx_publish(s->fast, &o->id, o->offset, o->data_size, o->metadata_size, &index) < 0)
         return; /* the index is full: this object stays the daemon's way */
@@ -25,7 +26,7 @@ int store_fast_unpublish(struct store *s, struct object *o)
     if (!o->fast_published)
         return 0;
     o->fast_published = 0;
-    if (!fastidx_unpublish(s->fast, o->fast_index, &o->fast_seq))
+    if (!fastidx_unpublish(s->fast, o->fast_index, &o->fast_seq) || o->fast_adopted)
         return 0;
     /* Held by a client that got it without the daemon: kept until its slot is given back. */
     store_ref(s, o);
@@ -51,12 +52,15 @@ void store_fast_sweep(struct store *s, int now_or_later)
 {
     struct object **pp = &s->fast_held, *o;
     uint64_t now = clock_mono_ns();
+    size_t n;
 
     if (!s->fast_held || (now_or_later && now - s->fast_swept_ns < STORE_FAST_SWEEP_NS))
         return;
     s->fast_swept_ns = now;
+    /* One scan of the slots for every adopted object. */
+    n = fastidx_snapshot(s->fast, s->fast_snap);
     while ((o = *pp)) {
-        if (fastidx_held(s->fast, o->fast_index, o->fast_seq)) {
+        if (fastidx_snapshot_count(s->fast_snap, n, o->fast_index, o->fast_seq)) {
             pp = &o->fast_next;
             continue;
         }
