@@ -37,7 +37,7 @@ extern "C" {
  * #if FERRY_VERSION >= FERRY_MAKE_VERSION(0, 6, 0). ferry_version() is the library's own, which
  * may be a later release than the header a program was built with. */
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 9
+#define FERRY_VERSION_MINOR 10
 #define FERRY_VERSION_PATCH 0
 #define FERRY_MAKE_VERSION(major, minor, patch) ((major)*1000000L + (minor)*1000L + (patch))
 #define FERRY_VERSION                                                                              \
@@ -191,6 +191,16 @@ int ferry_contains(ferry_client *c, const ferry_id *id, int *present);
 /* Deletes a sealed object; one still referenced goes when its last reference does (it is
  * invisible at once). FERRY_ENOENT if absent, FERRY_ENOTSEALED for one's own unsealed object. */
 int ferry_delete(ferry_client *c, const ferry_id *id);
+
+/* Deletes an object of this node when no client references it any more: at once when none
+ * does; otherwise it stays visible (gets find it and take references, which delay it further)
+ * and goes with the last release, of any client. A client that dies releases what it held.
+ * The lifetime of a result shared by several processes of a node, none of which knows whether
+ * it is the last user (ferry.dask). A kept object is let go, and can no longer be kept
+ * (FERRY_EINVAL); an object marked so is got through the daemon, which counts every reference.
+ * Unsealed, only its creator may mark it, and it goes at its last release after the seal.
+ * FERRY_ENOENT if absent. Counted in deleted_unused when it goes. */
+int ferry_delete_unused(ferry_client *c, const ferry_id *id);
 
 /* Deletes id on every node of the cluster: each holder drops its copy (one still referenced
  * goes when its last reference does), the directory forgets the id, and fetches waiting for it
@@ -406,7 +416,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "objects got without the daemon, through the shared index (as counted by the clients)")      \
     X(fast_refs, GAUGE, "references clients hold without the daemon (slots of the shared index)")  \
     X(fast_adopted, COUNTER,                                                                       \
-      "objects kept past their eviction or delete because a client held them without the daemon")
+      "objects kept past their eviction or delete because a client held them without the daemon")  \
+    X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

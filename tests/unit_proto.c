@@ -198,6 +198,19 @@ static void test_bad_values_rejected(void **state)
     assert_memory_equal(q.u.keep.id.bytes, id.bytes, FERRY_ID_SIZE);
 
     b.len = 0;
+    start = proto_frame_begin(&b, PROTO_DELETE_UNUSED, 1);
+    pbuf_u32(&b, 7); /* short of an id */
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+
+    b.len = 0;
+    start = proto_frame_begin(&b, PROTO_DELETE_UNUSED, 1);
+    pbuf_id(&b, &id);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_memory_equal(q.u.one.id.bytes, id.bytes, FERRY_ID_SIZE);
+
+    b.len = 0;
     start = proto_frame_begin(&b, PROTO_GET, 1);
     pbuf_u64(&b, (uint64_t)(int64_t)-5);
     pbuf_u32(&b, 0);

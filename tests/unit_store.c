@@ -217,6 +217,38 @@ static void test_kept_objects_stay_until_let_go(void **state)
     assert_int_equal(f->st.kept_bytes, 0);
 }
 
+/* Delete when unused: an unreferenced object goes at once; a referenced one stays findable
+ * (new references delay it) and goes with the last one, counted; a kept one is let go, and a
+ * keep is refused after. */
+static void test_deleted_when_unused_goes_with_its_last_reference(void **state)
+{
+    struct fixture *f = *state;
+    struct object *idle = put(f, 1, CAP / 4), *held = put(f, 2, CAP / 4);
+    uint64_t used = store_used(&f->st);
+
+    store_delete_unused(&f->st, idle);
+    assert_null(store_find(&f->st, &ID(1)));
+    assert_int_equal(f->st.counters.deleted_unused, 1);
+
+    store_ref(&f->st, held);
+    assert_int_equal(store_keep(&f->st, held, 1), 0);
+    store_delete_unused(&f->st, held);
+    store_delete_unused(&f->st, held); /* twice counts once */
+    assert_int_equal(f->st.kept_objects, 0);
+    assert_int_equal(store_keep(&f->st, held, 1), FERRY_EINVAL);
+    assert_ptr_equal(store_find(&f->st, &ID(2)), held); /* visible while referenced */
+    store_ref(&f->st, held);                            /* a second reader */
+    store_unref(&f->st, held);
+    assert_ptr_equal(store_find(&f->st, &ID(2)), held);
+    assert_int_equal(f->st.evictable_bytes, 0); /* never evictable: it is deleted instead */
+    store_unref(&f->st, held);
+    assert_null(store_find(&f->st, &ID(2)));
+    assert_int_equal(f->st.counters.deleted_unused, 2);
+    assert_int_equal(f->st.counters.deleted, 2);
+    assert_true(store_used(&f->st) < used);
+    assert_int_equal(store_used(&f->st), 0);
+}
+
 /* Kept objects stay within max_kept_bytes and half of max_objects, whoever keeps them: a keep
  * past either is refused and changes nothing. */
 static void test_kept_objects_stay_within_their_bounds(void **state)
@@ -420,6 +452,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kept_objects_stay_until_let_go, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_objects_stay_within_their_bounds, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_deleted_when_unused_goes_with_its_last_reference,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_referenced_waits_for_last_reference, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_abort_frees_and_emits_nothing, setup, teardown),

@@ -296,7 +296,8 @@ enum small_call {
     CALL_SUBSCRIBE,
     CALL_SET_NAME,
     CALL_KEEP,
-    CALL_UNKEEP
+    CALL_UNKEEP,
+    CALL_DELETE_UNUSED
 };
 
 struct call {
@@ -319,6 +320,8 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_delete(c, &x->id);
     case CALL_DELETE_CLUSTER:
         return ferry_delete_cluster(c, &x->id);
+    case CALL_DELETE_UNUSED:
+        return ferry_delete_unused(c, &x->id);
     case CALL_HASH:
         return ferry_hash(c, &x->id, &x->u64);
     case CALL_DIGEST:
@@ -364,8 +367,8 @@ static int call_main(ClientObject *self, struct call *x)
     return 0;
 }
 
-/* contains, delete, hash, digest, keep and unkeep: one id, a bool, an int, bytes or nothing back.
- */
+/* contains, delete, delete_unused, hash, digest, keep and unkeep: one id, a bool, an int, bytes
+ * or nothing back. */
 static PyObject *id_call(ClientObject *self, PyObject *arg, enum small_call op)
 {
     struct call x = {.op = op};
@@ -394,6 +397,11 @@ static PyObject *client_keep(ClientObject *self, PyObject *id)
 static PyObject *client_unkeep(ClientObject *self, PyObject *id)
 {
     return id_call(self, id, CALL_UNKEEP);
+}
+
+static PyObject *client_delete_unused(ClientObject *self, PyObject *id)
+{
+    return id_call(self, id, CALL_DELETE_UNUSED);
 }
 
 static int client_sq_contains(ClientObject *self, PyObject *id)
@@ -663,6 +671,12 @@ static PyMethodDef client_methods[] = {
      "delete(id, cluster=False)\n\nDeletes a sealed object; one still referenced goes with its "
      "last reference (invisible at once). cluster=True deletes it on every node and in the "
      "directory, and fails fetches waiting for it; StandaloneNode without a directory."},
+    {"delete_unused", (PyCFunction)client_delete_unused, METH_O,
+     "delete_unused(id)\n\nDeletes an object of this node when no client holds it any more: at "
+     "once when none does; otherwise it stays visible (get finds it and holds it further) and "
+     "goes with the last release of any client, or its death. For results that several "
+     "processes share and none knows to be the last user (ferry.dask). A kept object is let go "
+     "and cannot be kept again (InvalidArgument)."},
     {"hash", (PyCFunction)client_hash, METH_O,
      "hash(id) -> int\n\nThe first 8 bytes of digest(id), as a little-endian int."},
     {"digest", (PyCFunction)client_digest, METH_O,

@@ -277,6 +277,11 @@ int ferry_delete(ferry_client *c, const ferry_id *id)
     return delete_request(c, PROTO_DELETE, id);
 }
 
+int ferry_delete_unused(ferry_client *c, const ferry_id *id)
+{
+    return delete_request(c, PROTO_DELETE_UNUSED, id);
+}
+
 int ferry_delete_cluster(ferry_client *c, const ferry_id *id)
 {
     return delete_request(c, PROTO_DELETE_CLUSTER, id);

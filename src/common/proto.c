@@ -167,6 +167,7 @@ const char *proto_type_name(uint16_t type)
         [PROTO_DELETE_CLUSTER] = "DELETE_CLUSTER",
         [PROTO_NAME] = "NAME",
         [PROTO_KEEP] = "KEEP",
+        [PROTO_DELETE_UNUSED] = "DELETE_UNUSED",
     };
     return type <= PROTO_TYPE_MAX && names[type] ? names[type] : "?";
 }
@@ -240,6 +241,7 @@ static int decode_body(struct preader *r, struct proto_request *q)
     case PROTO_RELEASE:
     case PROTO_CONTAINS:
     case PROTO_DELETE:
+    case PROTO_DELETE_UNUSED:
     case PROTO_DELETE_CLUSTER:
     case PROTO_HASH:
     case PROTO_WHERE:

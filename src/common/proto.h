@@ -25,11 +25,12 @@
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
  * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP; 8: HELLO's reply names the
- * shared index (common/fastidx.h) and the client's block of slots in it */
-#define PROTO_VERSION 8u
+ * shared index (common/fastidx.h) and the client's block of slots in it; 9: DELETE_UNUSED */
+#define PROTO_VERSION 9u
 /* The first version whose HELLO reply names the shared index. */
 #define PROTO_VERSION_FAST 8u
-/* The oldest a daemon still serves: 7 only added KEEP, which a 6 library never sends. */
+/* The oldest a daemon still serves: 7 and 9 only added KEEP and DELETE_UNUSED, which older
+ * libraries never send, and 8's HELLO reply is longer only for clients that ask with 8. */
 #define PROTO_VERSION_MIN 6u
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
@@ -67,7 +68,8 @@ enum proto_type {
     PROTO_DELETE_CLUSTER = 22, /* id -> status, once the directory has deleted it */
     PROTO_NAME = 23,           /* id, str name -> status */
     PROTO_KEEP = 24,           /* id, u8 keep (0 or 1) -> status */
-    PROTO_TYPE_MAX = 24
+    PROTO_DELETE_UNUSED = 25,  /* id -> status */
+    PROTO_TYPE_MAX = 25
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -110,7 +112,7 @@ struct proto_request {
         } keep;
         struct {
             ferry_id id;
-        } one; /* ABORT, RELEASE, CONTAINS, DELETE, HASH */
+        } one; /* ABORT, RELEASE, CONTAINS, DELETE, DELETE_UNUSED, HASH */
         struct {
             int64_t timeout_ms;
             uint32_t n;

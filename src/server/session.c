@@ -329,6 +329,17 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, 0);
 }
 
+/* DELETE_UNUSED: any client may mark a sealed object, its creator an unsealed one (as KEEP). */
+static int handle_delete_unused(struct session *ss, const struct proto_request *q)
+{
+    struct object *o = session_find_sealed(ss, &q->u.one.id);
+    int rc = o ? 0 : session_own_unsealed(ss, &q->u.one.id, &o);
+
+    if (rc == 0)
+        store_delete_unused(&ss->srv->store, o);
+    return session_reply_status(ss, q, rc);
+}
+
 /* Blocks the session until o's digest is in, holding a reference: o is not evicted (which
  * would drop its hash) nor freed meanwhile. */
 static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
@@ -600,6 +611,7 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_DELETE_CLUSTER] = session_handle_delete_cluster,
     [PROTO_NAME] = handle_name,
     [PROTO_KEEP] = handle_keep,
+    [PROTO_DELETE_UNUSED] = handle_delete_unused,
 };
 
 /* --verbose: a line per request (rate-limited per type, so that a flood of one kind hides no
@@ -626,6 +638,7 @@ static void log_request(const struct session *ss, const struct proto_request *q)
     case PROTO_RELEASE:
     case PROTO_CONTAINS:
     case PROTO_DELETE:
+    case PROTO_DELETE_UNUSED:
     case PROTO_HASH:
     case PROTO_WHERE:
     case PROTO_DELETE_CLUSTER:

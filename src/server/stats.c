@@ -86,6 +86,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->evicted_unread = st->counters.evicted_unread;
     out->fast_refs = srv->fast_size ? fastidx_slots_used(&srv->fast) : 0;
     out->fast_adopted = st->counters.fast_adopted;
+    out->deleted_unused = st->counters.deleted_unused;
     out->start_time_seconds = srv->started_real_ns / 1000000000u;
     out->release = release_number();
     out->cluster_node = srv->dir != NULL;

@@ -171,6 +171,13 @@ int store_set_name(struct store *s, struct object *o, const char *name)
 
 static void hash_now(struct store *s, struct object *o);
 
+/* An object marked unused lost its last reference. */
+static void delete_now_unused(struct store *s, struct object *o)
+{
+    s->counters.deleted_unused++;
+    store_delete(s, o);
+}
+
 /* o's hash is over: it is hashed, and (unreferenced) joins its list if it is not in it. */
 static void hash_over(struct store *s, struct object *o)
 {
@@ -188,6 +195,8 @@ static void hash_over(struct store *s, struct object *o)
     o->refcount--;
     if (o->deleted && o->refcount == 0)
         store_object_free(s, o);
+    else if (o->unused && o->refcount == 0)
+        delete_now_unused(s, o);
     else if (!o->deleted && o->refcount == 0 && !store_in_lru(o))
         store_lru_insert_ordered(s, o);
 }
@@ -343,6 +352,9 @@ int store_keep(struct store *s, struct object *o, int keep)
 
     if (!o->kept == !keep)
         return 0;
+    if (keep && o->unused)
+        return err_set(FERRY_EINVAL, "the object is deleted when unused (ferry_delete_unused): "
+                                     "it cannot be kept");
     if (keep && (rc = kept_room(s, o)) < 0)
         return rc;
     kept_set(s, o, keep != 0);
@@ -691,6 +703,8 @@ void store_unref(struct store *s, struct object *o)
     if (o->deleted) {
         if (!o->writing)
             store_object_free(s, o);
+    } else if (o->unused && o->state == FERRY_STATE_SEALED) {
+        delete_now_unused(s, o);
     } else if (o->state == FERRY_STATE_SEALED) {
         store_lru_push_young(s, o);
         store_spill_pump(s);
@@ -701,6 +715,18 @@ void store_delete(struct store *s, struct object *o)
 {
     s->counters.deleted++;
     store_remove(s, o, FERRY_EVENT_DELETED);
+}
+
+void store_delete_unused(struct store *s, struct object *o)
+{
+    if (o->unused)
+        return;
+    o->unused = 1;
+    if (o->kept)
+        kept_set(s, o, 0);
+    store_fast_unpublish(s, o); /* held by a slot: adopted, and so referenced */
+    if (o->refcount == 0)
+        delete_now_unused(s, o); /* sealed: an unsealed object has its creator's */
 }
 
 void store_touch(struct store *s, struct object *o)

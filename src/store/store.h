@@ -16,6 +16,9 @@
  *   freed bytes and no create waits for digests.
  * - Delete of a referenced object unlinks it from the table at once (`deleted`); its memory
  *   goes with its last reference. So a new object may take the id while old readers remain.
+ *   Delete when unused (store_delete_unused, `unused`) waits instead: the object stays in the
+ *   table while referenced, and is deleted when its last reference goes (the lifetime of a
+ *   framework's intermediate result, shared by several processes of a node).
  * - Object bytes live at base + offset: data_size bytes of data, then the metadata.
  * - A kept object (store_keep) is never dropped for room: without a spill directory it stays
  *   out of the LRU until let go or deleted, so a producer's object waits for its consumer; a
@@ -103,6 +106,7 @@ struct object {
     uint8_t renamed;       /* named while its bytes were written: written again after */
     uint8_t kept;          /* store_keep: never dropped for room (spilled, with a spill dir) */
     uint8_t read;          /* a reader took it (store_mark_read) since it was sealed */
+    uint8_t unused;        /* store_delete_unused: deleted when its last reference goes */
     struct object *restore_next; /* in the list of restores waiting for room */
     uint64_t restore_start_ns;
     /* The shared index (store_fast.c): published there at fast_index; after unpublishing, a
@@ -136,6 +140,7 @@ struct store_counters {
     uint64_t hash_jobs_dropped;   /* of objects that went before their turn (hasher_cancel) */
     uint64_t evicted_unread;      /* evicted before any reader took them (see `read`) */
     uint64_t fast_adopted;        /* objects kept after unpublishing: a slot still held them */
+    uint64_t deleted_unused;      /* deleted at their last reference (store_delete_unused) */
 };
 
 /* Evictions of objects nobody read are warned of at most this often, together. */
@@ -232,6 +237,13 @@ void store_unref(struct store *s, struct object *o);
 
 /* Deletes a sealed object (see the rules above). */
 void store_delete(struct store *s, struct object *o);
+
+/* Deletes o when its last reference goes: at once if it has none; until then it stays in the
+ * table, so gets still find it and take references, which delay it further. It is let go if
+ * kept, and no longer in the shared index (gets go through the daemon, so that every reference
+ * is counted here); a client holding it through a slot delays it too (adopted). o is sealed, or
+ * unsealed and so still its creator's (then it goes at the last release after its seal). */
+void store_delete_unused(struct store *s, struct object *o);
 
 /* Makes an evictable object (or one that will be once hashed) the youngest; referenced ones
  * are left alone (they join the LRU at the young end when released). */

@@ -11,9 +11,10 @@ void store_fast_publish(struct store *s, struct object *o)
 {
     uint32_t index;
 
-    /* Not while adopted: its slot may still hold the old life, which the sweep looks for. */
+    /* Not while adopted: its slot may still hold the old life, which the sweep looks for. Not
+     * one deleted when unused: its references must all be counted here. */
     if (!s->fast || o->fast_published || o->fast_adopted || o->state != FERRY_STATE_SEALED ||
-        o->deleted || o->spilled || o->restoring)
+        o->deleted || o->unused || o->spilled || o->restoring)
         return;
     if (fastidx_publish(s->fast, &o->id, o->offset, o->data_size, o->metadata_size, &index) < 0)
         return; /* the index is full: this object stays the daemon's way */
