@@ -1,6 +1,7 @@
 /* buffer.c - ferry.Buffer (rules in buffer.h). */
 #include "buffer.h"
 
+#include "dlpack.h"
 #include "errors.h"
 #include "objectid.h"
 
@@ -136,6 +137,93 @@ static PyBufferProcs buffer_as_buffer = {
     .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
 };
 
+/* ---- DLPack (0.x ABI, dlpack.h) ---- */
+
+/* A DLPack export: the managed tensor, its shape and strides in one allocation. The tensor
+ * holds a reference to the Buffer and counts as one of its exports until its deleter runs. */
+struct dl_export {
+    DLManagedTensor managed;
+    int64_t shape[1];
+    int64_t strides[1];
+};
+
+static void dl_deleter(DLManagedTensor *managed)
+{
+    BufferObject *self = managed->manager_ctx;
+    PyGILState_STATE gil;
+
+    if (!Py_IsInitialized())
+        return; /* after the interpreter's end: nothing is left to give back to */
+    gil = PyGILState_Ensure();
+    self->exports--;
+    Py_DECREF(self);
+    PyMem_RawFree(managed);
+    PyGILState_Release(gil);
+}
+
+/* The capsule's destructor: the tensor is still the capsule's unless a consumer renamed it. */
+static void dl_capsule_destructor(PyObject *capsule)
+{
+    PyObject *type, *value, *tb;
+    DLManagedTensor *managed;
+
+    if (PyCapsule_IsValid(capsule, DLPACK_CAPSULE_USED_NAME))
+        return;
+    PyErr_Fetch(&type, &value, &tb);
+    managed = PyCapsule_GetPointer(capsule, DLPACK_CAPSULE_NAME);
+    if (managed)
+        managed->deleter(managed);
+    else
+        PyErr_WriteUnraisable(capsule);
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *buffer_dlpack(BufferObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"stream", NULL};
+    PyObject *stream = Py_None, *capsule;
+    struct dl_export *e;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:__dlpack__", kwlist, &stream))
+        return NULL;
+    if (stream != Py_None) { /* NumPy's error and words for its own CPU arrays */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a ferry.Buffer is host memory: __dlpack__ only supports stream=None");
+        return NULL;
+    }
+    if (check_readable(self) < 0)
+        return NULL;
+    e = PyMem_RawMalloc(sizeof(*e));
+    if (!e)
+        return PyErr_NoMemory();
+    e->shape[0] = (int64_t)self->size;
+    e->strides[0] = 1;
+    e->managed.dl_tensor = (DLTensor){
+        .data = self->data,
+        .device = {.device_type = kDLCPU, .device_id = 0},
+        .ndim = 1,
+        .dtype = {.code = kDLUInt, .bits = 8, .lanes = 1},
+        .shape = e->shape,
+        .strides = e->strides,
+        .byte_offset = 0,
+    };
+    e->managed.manager_ctx = self;
+    e->managed.deleter = dl_deleter;
+    capsule = PyCapsule_New(&e->managed, DLPACK_CAPSULE_NAME, dl_capsule_destructor);
+    if (!capsule) {
+        PyMem_RawFree(e);
+        return NULL;
+    }
+    Py_INCREF(self);
+    self->exports++;
+    return capsule;
+}
+
+static PyObject *buffer_dlpack_device(BufferObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(ii)", kDLCPU, 0);
+}
+
 /* ---- methods ---- */
 
 static PyObject *buffer_release(BufferObject *self, PyObject *unused)
@@ -175,6 +263,15 @@ static PyMethodDef buffer_methods[] = {
     {"release", (PyCFunction)buffer_release, METH_NOARGS,
      "release()\n\nGives the object's reference back now. BufferError while views made from "
      "this Buffer are alive; afterwards nothing can be read through it."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None) -> PyCapsule\n\nThe DLPack export (the 0.x ABI, a \"dltensor\" "
+     "capsule) that numpy.from_dlpack and torch.from_dlpack read: the bytes in place, a 1-D uint8 "
+     "tensor in host memory, no copy. The tensor holds the Buffer and counts as a view: release() "
+     "refuses while it lives. stream must be None (RuntimeError otherwise, as NumPy's arrays "
+     "say). NumPy's arrays from it are read-only; torch's tensors are writable, and writing "
+     "through them writes the arena: sealed objects are immutable by contract, as in C."},
+    {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS,
+     "__dlpack_device__() -> (1, 0)\n\nWhere __dlpack__'s tensor lies: kDLCPU (1), device 0."},
     {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, NULL},
     {NULL},
@@ -258,8 +355,9 @@ PyTypeObject Buffer_Type = {
     .tp_as_buffer = &buffer_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "An object's bytes in the store, in place (made by Client.get and Client.create).\n\n"
-              "memoryview(buf), numpy.frombuffer(buf, ...) and bytes(buf) (a copy) read it; the "
-              "object stays referenced while the Buffer or any view made from it is alive.",
+              "memoryview(buf), numpy.frombuffer(buf, ...), numpy.from_dlpack(buf), "
+              "torch.from_dlpack(buf) and bytes(buf) (a copy) read it; the object stays "
+              "referenced while the Buffer or any view made from it is alive.",
     .tp_weaklistoffset = offsetof(BufferObject, weakreflist),
     .tp_methods = buffer_methods,
     .tp_getset = buffer_getset,

@@ -1,14 +1,14 @@
 /*
  * buffer.h - ferry.Buffer: an object's bytes in the arena, exported in place through the
- * buffer protocol.
+ * buffer protocol and DLPack (__dlpack__, the 0.x ABI of dlpack.h).
  *
  * A Buffer holds one reference to its object, taken on the daemon by the get (or create) that
  * made it, and one reference to the handle it came through, whose mapping its bytes lie in.
- * Views (memoryview, NumPy arrays, slices of them) hold the Buffer, so the object stays
- * referenced while any of them lives; the reference goes back when the Buffer itself goes, or
- * at release(), which refuses (BufferError) while views are exported, as memoryview.release()
- * does. A released Buffer exports nothing more (ValueError), so freed arena memory is never
- * read through it.
+ * Views (memoryview, NumPy arrays, slices of them, DLPack tensors) hold the Buffer, so the
+ * object stays referenced while any of them lives; the reference goes back when the Buffer itself
+ * goes, or at release(), which refuses (BufferError) while views are exported, as
+ * memoryview.release() does. A released Buffer exports nothing more (ValueError), so freed arena
+ * memory is never read through it.
  *
  * A Buffer made by create() is writable until its object is sealed; then it is an ordinary,
  * read-only Buffer (views exported before stay writable: sealed objects are immutable by
@@ -34,7 +34,7 @@ typedef struct {
     uint64_t size;
     const uint8_t *meta;
     uint64_t meta_size;
-    Py_ssize_t exports; /* views alive */
+    Py_ssize_t exports; /* views alive, DLPack tensors included */
     int unsealed;       /* made by create() and neither sealed nor aborted yet */
     int aborting;       /* abort() of its object is under way: no new views */
     PyObject *weakreflist;
