@@ -43,18 +43,25 @@ static void fill(uint8_t *dst, uint64_t size, const struct piece *p, size_t n)
     memset(dst + at, 0, size - at);
 }
 
+/* How put_pieces leaves its object: evictable, kept, or held by the caller (*held set to its
+ * bytes) and deleted when unused (ferry_delete_unused, before its seal: a caller that dies at
+ * any point leaves nothing behind). */
+enum put_mode { PUT_PLAIN, PUT_KEEP, PUT_HOLD };
+
 /* Stores a new sealed object of size data bytes made of the pieces (in order, not
- * overlapping), and gives its reference back. Small objects go through libferry's staging area
- * (one exchange; a gathered copy first when there are several pieces); larger ones, and those
- * to keep (kept before their seal, so never evictable), are created, filled by this thread and
- * sealed, so that the handle is not held during the copy. Runs with the GIL released. */
+ * overlapping), and gives its reference back (but PUT_HOLD). Small objects go through
+ * libferry's staging area (one exchange; a gathered copy first when there are several pieces);
+ * larger ones, and the others (kept or marked before their seal), are created, filled by this
+ * thread and sealed, so that the handle is not held during the copy. Runs with the GIL
+ * released. */
 static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const Py_buffer *meta,
-                      const struct piece *p, size_t n, int keep_it, struct kept *fail)
+                      const struct piece *p, size_t n, enum put_mode mode, uint8_t **held,
+                      struct kept *fail)
 {
     uint8_t *dst;
     int rc;
 
-    if (!keep_it && size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
+    if (mode == PUT_PLAIN && size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
         uint8_t *tmp = n == 1 && p[0].len == size ? NULL : PyMem_RawMalloc(size ? size : 1);
         if (tmp)
             fill(tmp, size, p, n);
@@ -67,32 +74,50 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
     if ((rc = ferry_create(c, id, size, meta->buf, (uint64_t)meta->len, &dst)) < 0)
         return keep(fail, rc);
     fill(dst, size, p, n);
-    if ((keep_it && (rc = ferry_keep(c, id, 1)) < 0) || (rc = ferry_seal(c, id)) < 0) {
+    if ((mode == PUT_KEEP && (rc = ferry_keep(c, id, 1)) < 0) ||
+        (mode == PUT_HOLD && (rc = ferry_delete_unused(c, id)) < 0) ||
+        (rc = ferry_seal(c, id)) < 0) {
         keep(fail, rc);
         ferry_abort(c, id);
         return rc;
     }
+    if (mode == PUT_HOLD) {
+        *held = dst;
+        return 0;
+    }
     return ferry_release(c, id) < 0 ? keep(fail, FERRY_ECONN) : 0;
 }
 
-/* put_pieces on the main handle with the GIL released; the ObjectID, or NULL. */
+/* put_pieces on the main handle with the GIL released; the ObjectID (PUT_HOLD: a sealed Buffer
+ * holding the object), or NULL. */
 static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
-                          const Py_buffer *meta, const struct piece *p, size_t n, int keep_it)
+                          const Py_buffer *meta, const struct piece *p, size_t n,
+                          enum put_mode mode)
 {
     struct pyf_conn *k = pyf_client_conn(self);
     struct kept fail = {0};
+    uint8_t *held = NULL;
     int rc;
 
     if (!k)
         return NULL;
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
-        rc = put_pieces(k->c, id, size, meta, p, n, keep_it, &fail);
+        rc = put_pieces(k->c, id, size, meta, p, n, mode, &held, &fail);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         pyf_raise_detail(rc, fail.detail);
+    if (rc < 0 || mode != PUT_HOLD) {
+        conn_leave(k, rc);
+        return rc < 0 ? NULL : pyf_id_new(id);
+    }
+    conn_incref(k); /* the Buffer's */
     conn_leave(k, rc);
-    return rc < 0 ? NULL : pyf_id_new(id);
+    return pyf_buffer_new(k, id,
+                          &(ferry_buffer){.data = held,
+                                          .data_size = size,
+                                          .metadata = held + size,
+                                          .metadata_size = (uint64_t)meta->len});
 }
 
 /* The bytes of a data or metadata argument: C-contiguous; NULL o is empty. -1 with TypeError
@@ -131,7 +156,8 @@ PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t n
         get_bytes(a[1], &d, "data") < 0 || get_bytes(a[2], &m, "metadata") < 0)
         goto done;
     result = put_call(self, &id, (uint64_t)d.len, &m,
-                      &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1, keep_it);
+                      &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1,
+                      keep_it ? PUT_KEEP : PUT_PLAIN);
 done:
     drop_bytes(&d);
     drop_bytes(&m);
@@ -428,8 +454,10 @@ PyObject *pyf_client_abort(ClientObject *self, PyObject *id)
 
 /* ---- put_object's primitive ---- */
 
-/* _put_parts(id, parts, keep=False): one object holding the buffers of parts (a tuple) at the
- * offsets of objfmt.h, with their header as its metadata; one copy of each. */
+/* _put_parts(id, parts, keep=False, hold=False): one object holding the buffers of parts (a
+ * tuple) at the offsets of objfmt.h, with their header as its metadata; one copy of each. The
+ * ObjectID; with hold, a sealed Buffer over the object instead, which is deleted when unused
+ * (Client.delete_unused) and so goes with the last holder's release. */
 PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
 {
     PyObject *idobj, *parts, *result = NULL;
@@ -439,10 +467,11 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
     uint8_t *header = NULL;
     uint64_t size;
     Py_ssize_t n;
-    int keep_it = 0;
+    int keep_it = 0, hold = 0;
     ferry_id id;
 
-    if (!PyArg_ParseTuple(args, "OO!|p:_put_parts", &idobj, &PyTuple_Type, &parts, &keep_it) ||
+    if (!PyArg_ParseTuple(args, "OO!|pp:_put_parts", &idobj, &PyTuple_Type, &parts, &keep_it,
+                          &hold) ||
         pyf_id_from_object(idobj, &id) < 0)
         return NULL;
     n = PyTuple_GET_SIZE(parts);
@@ -468,7 +497,10 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
         pieces[i] = (struct piece){views[i].buf, layout[i].offset, layout[i].length};
     meta.buf = header;
     meta.len = (Py_ssize_t)objfmt_header_size((size_t)n);
-    result = put_call(self, &id, size, &meta, pieces, (size_t)n, keep_it);
+    result = put_call(self, &id, size, &meta, pieces, (size_t)n,
+                      hold      ? PUT_HOLD
+                      : keep_it ? PUT_KEEP
+                                : PUT_PLAIN);
 done:
     for (Py_ssize_t i = 0; views && i < n; i++)
         drop_bytes(&views[i]);

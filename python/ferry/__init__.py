@@ -53,6 +53,8 @@ __version__ = "0.10.0"
 
 __all__ = [
     "Client",
+    "pickle_parts",
+    "load_parts",
     "ObjectID",
     "Buffer",
     "Subscription",
@@ -100,18 +102,8 @@ class Client(_ferry.Client):
         copied once, straight into the arena; non-contiguous ones go in the pickle stream.
         keep=True keeps the object until unkeep() or delete(): see Client.keep.
         """
-        views = []
-
-        def out_of_band(pickle_buffer):
-            try:
-                views.append(pickle_buffer.raw())
-            except BufferError:  # not contiguous: pickle copies it into the stream
-                return True
-            return False
-
-        stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
         oid = ObjectID.random() if id is None else ObjectID(id)
-        return self._put_parts(oid, (stream, *views), keep)
+        return self._put_parts(oid, pickle_parts(obj), keep)
 
     def get_object(self, id, timeout_ms=_DEFAULT, fetch=False):
         """Returns the object that put_object stored under id (waiting and fetching as get
@@ -122,8 +114,30 @@ class Client(_ferry.Client):
             buf = self.get(id, fetch=fetch)
         else:
             buf = self.get(id, timeout_ms, fetch=fetch)
-        parts = _ferry._decode_parts(buf.metadata, buf.size)
-        view = memoryview(buf)
-        stream_at, stream_len = parts[0]
-        buffers = [view[at : at + length] for at, length in parts[1:]]
-        return pickle.loads(view[stream_at : stream_at + stream_len], buffers=buffers)
+        return load_parts(buf)
+
+
+def pickle_parts(obj):
+    """obj as put_object stores it: a tuple of its pickle (protocol 5) stream and then each
+    buffer its objects export out of band, not copied (non-contiguous ones go in the stream)."""
+    views = []
+
+    def out_of_band(pickle_buffer):
+        try:
+            views.append(pickle_buffer.raw())
+        except BufferError:  # not contiguous: pickle copies it into the stream
+            return True
+        return False
+
+    stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    return (stream, *views)
+
+
+def load_parts(buf):
+    """The object a Buffer of put_object's format holds, its out-of-band buffers read-only views
+    of buf (ValueError for another format)."""
+    parts = _ferry._decode_parts(buf.metadata, buf.size)
+    view = memoryview(buf)
+    stream_at, stream_len = parts[0]
+    buffers = [view[at : at + length] for at, length in parts[1:]]
+    return pickle.loads(view[stream_at : stream_at + stream_len], buffers=buffers)

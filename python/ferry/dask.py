@@ -1,0 +1,292 @@
+"""ferry.dask - Dask workers that keep their large results in ferry and move them through it.
+
+One call, from the program that drives the cluster::
+
+    from dask.distributed import Client
+    import ferry.dask
+
+    client = Client(cluster)
+    ferry.dask.install(client)  # every worker, now and later
+
+Then each worker keeps a result whose out-of-band buffers (NumPy arrays, pandas frames, anything
+pickle protocol 5 takes without a copy) add up to `threshold` bytes or more in its node's ferry
+store, and holds it there as a read-only object backed by the arena. A worker that needs the
+result from another worker receives a reference to it (its ObjectID) instead of its bytes, and
+gets it through ferry: in place, without a copy, from a worker of the same node; through ferry's
+transfer (its node's daemon fetching from the holder's) from another node.
+
+How it plugs into Dask (distributed 2022.12), and why these points:
+- The worker's data mapping (`Worker.data`, a MutableMapping Dask documents as replaceable) is
+  wrapped by FerryData: that is where every result, computed or received, is stored and
+  released, so the objects' lifetimes follow Dask's keys exactly.
+- A serialization family, "ferry", put first in the list the worker asks its peers to use for
+  the data they send it (its rpc's serializers). The family recognises only the values FerryData
+  holds in the store; everything else falls through to Dask's own families. Clients and the
+  scheduler are not asked to use it: results gathered to the user arrive as Dask sends them.
+- A worker plugin (WorkerPlugin) does both on every worker, present and future; Dask's comms
+  are left alone (a custom comm would have to carry every message, not only data).
+
+Lifetimes: each object is marked delete-when-unused (Client.delete_unused) before it is sealed,
+and each node's copy goes when its last holder lets go: when Dask releases the key on every
+worker of the node that holds it, or when those workers die. A worker that dies loses what only
+it held, as Dask expects (Dask computes it again). A store that is full (StoreFull, or any ferry
+error) makes FerryData keep the value in the worker's memory, as Dask would, and say so once in
+the worker's log: a result is never lost or wrong because of the store.
+
+Values stay read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
+mutate their inputs). Results that are builtin containers (tuple, list, dict, set) are not
+stored in ferry: Dask serialises their elements one by one. A fetch from another node is done by
+the daemons; the receiving worker's event loop waits for it (as it waits for Dask's own
+deserialisation), at most `fetch_timeout_ms`.
+"""
+
+import logging
+import os
+import pickle
+import sys
+import threading
+import weakref
+from collections.abc import MutableMapping
+
+from distributed import WorkerPlugin
+
+import ferry
+
+__all__ = ["install", "FerryPlugin", "FerryData", "ferry_objects"]
+
+logger = logging.getLogger("ferry.dask")
+
+FAMILY = "ferry"
+DEFAULT_THRESHOLD = 1 << 20
+DEFAULT_FETCH_TIMEOUT_MS = 60000
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+# This process's ferry Client (one per worker process) and its settings; set by setup().
+_state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS}
+# id(value) -> (weakref to value, ObjectID): the values this process holds in the store, as
+# FerryData stored them or the family received them. Guarded by _lock (a worker's threads).
+_held = {}
+_lock = threading.Lock()
+
+
+class TransferFailed(OSError):
+    """A value could not be got through ferry (gone, timed out, no daemon). An OSError, so that
+    Dask takes it as a failed transfer from that worker (and looks elsewhere, or recomputes),
+    not as a broken result."""
+
+
+def _remember(value, oid):
+    """Records value as held in the store under oid; False when it takes no weak reference."""
+    key = id(value)
+
+    def forget(ref, key=key):
+        with _lock:
+            if _held.get(key, (None,))[0] is ref:
+                del _held[key]
+
+    try:
+        ref = weakref.ref(value, forget)
+    except TypeError:
+        return False
+    with _lock:
+        _held[key] = (ref, oid)
+    return True
+
+
+def _object_of(value):
+    """The ObjectID under which this process holds value in the store, or None."""
+    with _lock:
+        entry = _held.get(id(value))
+    return entry[1] if entry and entry[0]() is value else None
+
+
+def _dumps(value):
+    oid = _object_of(value)
+    if oid is None:
+        raise NotImplementedError  # not ours: Dask's next family serialises it
+    return {"object": str(oid)}, []
+
+
+def _loads(header, frames):
+    client = _state["client"]
+    try:
+        oid = ferry.ObjectID(header["object"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise TransferFailed(f"ferry.dask: a malformed reference {header!r}") from e
+    if client is None:
+        raise TransferFailed(f"ferry.dask: {oid} sent to a process without ferry.dask set up")
+    try:
+        buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True)
+        client.delete_unused(oid)  # this node's copy (a fetched one) goes with its last holder
+        value = ferry.load_parts(buf)
+    except ferry.Error as e:
+        raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
+    _remember(value, oid)
+    return value
+
+
+def _register_family():
+    """Registers the "ferry" serialization family in this process (idempotent)."""
+    from distributed.protocol.serialize import register_serialization_family
+
+    register_serialization_family(FAMILY, _dumps, _loads)
+
+
+_register_family()
+
+
+def _parts_to_store(value, threshold):
+    """put_object's parts of value when its out-of-band buffers reach threshold bytes; else None
+    (small, a container, no buffers to share, or not picklable)."""
+    if type(value) in _CONTAINERS:
+        return None
+    try:
+        from dask.sizeof import sizeof
+
+        if sizeof(value) < threshold:
+            return None
+        parts = ferry.pickle_parts(value)
+    except Exception:  # noqa: BLE001 - anything pickle refuses stays with Dask
+        return None
+    if sum(memoryview(p).nbytes for p in parts[1:]) < threshold:
+        return None
+    return parts
+
+
+class FerryData(MutableMapping):
+    """A Dask worker's data mapping: large results in the node's ferry store, held (and so kept)
+    while their key is here; the others, and any value the store cannot take, in `inner` (the
+    worker's own mapping, which may spill to disk). Attributes it lacks are inner's (Dask's
+    memory manager looks for a SpillBuffer's `fast` and `evict`)."""
+
+    def __init__(self, inner, client, threshold=DEFAULT_THRESHOLD):
+        self.inner = inner
+        self.client = client
+        self.threshold = threshold
+        self.held = {}  # key -> value backed by the arena
+        self.stored = 0  # results put in the store here
+        self.received = 0  # results received through ferry (held, not put again)
+        self.refused = 0  # results the store did not take (kept in inner)
+        self._said_refused = False
+
+    def __getattr__(self, name):
+        if name == "inner":  # not set yet (unpickling, __init__ failing)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __setitem__(self, key, value):
+        self.pop(key, None)
+        if _object_of(value) is not None:
+            self.held[key] = value
+            self.received += 1
+            return
+        parts = _parts_to_store(value, self.threshold)
+        if parts is None:
+            self.inner[key] = value
+            return
+        oid = ferry.ObjectID.random()
+        try:
+            buf = self.client._put_parts(oid, parts, False, True)
+        except ferry.Error as e:
+            self.refused += 1
+            if not self._said_refused:
+                self._said_refused = True
+                logger.warning("ferry.dask: results the store does not take stay in the "
+                               "worker's memory (first: %s, %d bytes): %s", key,
+                               sum(memoryview(p).nbytes for p in parts), e)
+            self.inner[key] = value
+            return
+        stored = ferry.load_parts(buf)
+        del buf, parts
+        _remember(stored, oid)
+        self.held[key] = stored
+        self.stored += 1
+
+    def __getitem__(self, key):
+        try:
+            return self.held[key]
+        except KeyError:
+            return self.inner[key]
+
+    def __delitem__(self, key):
+        try:
+            del self.held[key]
+        except KeyError:
+            del self.inner[key]
+
+    def __contains__(self, key):
+        return key in self.held or key in self.inner
+
+    def __iter__(self):
+        yield from list(self.held)
+        yield from self.inner
+
+    def __len__(self):
+        return len(self.held) + len(self.inner)
+
+    def __repr__(self):
+        return (f"<FerryData: {len(self.held)} in ferry, {len(self.inner)} in the worker "
+                f"({type(self.inner).__name__})>")
+
+
+class FerryPlugin(WorkerPlugin):
+    """The worker plugin of install(): connects the worker to its node's ferryd (`socket`, or
+    the default: $FERRY_SOCKET, else the service's socket, else /tmp/ferry.sock), wraps its data
+    mapping in FerryData, and asks its peers to send it results through ferry."""
+
+    name = "ferry"
+
+    def __init__(self, socket=None, threshold=DEFAULT_THRESHOLD,
+                 fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS):
+        if threshold < 1:
+            raise ValueError(f"threshold must be at least 1 byte, not {threshold}")
+        self.socket = socket
+        self.threshold = threshold
+        self.fetch_timeout_ms = fetch_timeout_ms
+
+    def setup(self, worker):
+        _register_family()
+        client = _state["client"]
+        if client is None:
+            client = ferry.Client(self.socket) if self.socket else ferry.Client()
+            _state["client"] = client
+        _state["fetch_timeout_ms"] = self.fetch_timeout_ms
+        data = worker.memory_manager.data
+        if not isinstance(data, FerryData):
+            data = FerryData(data, client, self.threshold)
+            worker.memory_manager.data = data
+            worker.state.data = data
+        rpc = worker.rpc
+        families = tuple(rpc.deserializers or ("dask", "pickle"))
+        if FAMILY not in families:
+            rpc.deserializers = (FAMILY, *families)
+            rpc.serializers = rpc.deserializers
+        logger.info("ferry.dask: worker %s keeps results of %d bytes and more in ferry (%s)",
+                    worker.address, self.threshold, client.socket)
+
+    def teardown(self, worker):
+        data = worker.memory_manager.data
+        if isinstance(data, FerryData):
+            data.held.clear()
+
+
+def install(client, socket=None, threshold=DEFAULT_THRESHOLD,
+            fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS):
+    """Sets up every worker of the Dask cluster `client` drives, and every worker that joins it
+    later, to keep results of `threshold` bytes or more in its node's ferry store and to move
+    them through ferry (see the module's docstring). `socket`: each worker's ferryd (by
+    default each worker's default socket). Also registers the "ferry" family on the scheduler,
+    which relays replies between workers. Returns what register_worker_plugin returns."""
+    plugin = FerryPlugin(socket, threshold, fetch_timeout_ms)
+    client.run_on_scheduler(_register_family)
+    return client.register_worker_plugin(plugin, name=FerryPlugin.name)
+
+
+def ferry_objects(dask_worker=None):
+    """For Client.run: (objects this worker holds in ferry, stored, received, refused)."""
+    from distributed import get_worker
+
+    data = (dask_worker or get_worker()).memory_manager.data
+    if not isinstance(data, FerryData):
+        return (0, 0, 0, 0)
+    return (len(data.held), data.stored, data.received, data.refused)
