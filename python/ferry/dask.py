@@ -145,12 +145,22 @@ def _parts_to_store(value, threshold):
 
         if sizeof(value) < threshold:
             return None
+        if _strided(value):  # a slice (a rechunk's piece): pickle would copy it in band
+            value = value.copy(order="C")
         parts = ferry.pickle_parts(value)
     except Exception:  # noqa: BLE001 - anything pickle refuses stays with Dask
         return None
     if sum(memoryview(p).nbytes for p in parts[1:]) < threshold:
         return None
     return parts
+
+
+def _strided(value):
+    """Whether value is a NumPy array that is not contiguous (pickle keeps those in band)."""
+    np = sys.modules.get("numpy")
+    flags = getattr(value, "flags", None)
+    return (np is not None and isinstance(value, np.ndarray) and value.dtype != object and
+            not (flags.c_contiguous or flags.f_contiguous))
 
 
 class FerryData(MutableMapping):

@@ -1,0 +1,163 @@
+"""ferry.dask under a real Dask cluster: worker processes (LocalCluster with processes, and
+workers of two ferryd nodes) that keep results in ferry and move them through it; results equal
+to NumPy's; zero copy seen from the workers' own mappings; a worker killed mid-computation; a
+store too small; nothing left in any store afterwards."""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import ferry
+from conftest import wait_until
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+import ferry.dask  # noqa: E402 - needs distributed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+START_S = 60  # a cluster of worker processes starting, under a loaded CI machine
+
+
+@pytest.fixture(autouse=True)
+def workers_import_this_module(monkeypatch):
+    """Worker processes import the functions below by reference (cloudpickle), as this test."""
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", HERE + (os.pathsep + path if path else ""))
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
+
+
+def local_cluster(n):
+    return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                    dashboard_address=None, memory_limit=0,
+                                    silence_logs=40, timeout=START_S)
+
+
+def held_in_arena():
+    """On a worker: (values held in ferry, how many of their buffers lie in a ferry arena)."""
+    from conftest import in_arena
+
+    data = distributed.get_worker().memory_manager.data
+    arrays = [v for v in data.held.values() if isinstance(v, np.ndarray)]
+    return len(data.held), sum(in_arena(a.__array_interface__["data"][0]) for a in arrays)
+
+
+def workload(seed, n=2048, chunk=512):
+    """A computation whose tasks exchange chunks of 2 MiB: a transpose sum then a product."""
+    x = da.random.RandomState(seed).random((n, n), chunks=(chunk, chunk))
+    y = (x + x.T) * 2
+    return x, (y @ y[:, :chunk]).sum(axis=1)
+
+
+def expected(seed, n=2048, chunk=512):
+    x = da.random.RandomState(seed).random((n, n), chunks=(chunk, chunk)).compute(
+        scheduler="sync")
+    y = (x + x.T) * 2
+    return (y @ y[:, :chunk]).sum(axis=1)
+
+
+def counts(client):
+    """Summed over workers: (held, stored, received, refused)."""
+    per = client.run(ferry.dask.ferry_objects).values()
+    return tuple(sum(c[i] for c in per) for i in range(4))
+
+
+def store_is_empty(c):
+    return c.list() == []
+
+
+def test_results_equal_zero_copy_and_nothing_left(start_daemon):
+    d = start_daemon("dask", "512M")
+    with local_cluster(3) as cluster, distributed.Client(cluster) as client:
+        ferry.dask.install(client, socket=d.socket)
+        _, result = workload(1)
+        future = client.compute(result)
+        got = future.result(timeout=120)
+        np.testing.assert_allclose(got, expected(1), rtol=1e-12)
+        held, stored, received, refused = counts(client)
+        assert stored > 0 and received > 0 and refused == 0
+        # Results that stay (persisted), computed here or received from another worker, are
+        # held in the arena and read in place by their workers.
+        x = workload(2)[0]
+        x, y = client.persist([x, (x + x.T) * 2])
+        distributed.wait([x, y], timeout=60)
+        seen = client.run(held_in_arena)
+        assert sum(h for h, _ in seen.values()) >= 32
+        assert all(h == a for h, a in seen.values()), seen
+        assert counts(client)[2] > received  # y's tasks received chunks of x through ferry
+        with ferry.Client(d.socket) as c:
+            assert len(c.list()) == 32  # one object per chunk, however many workers hold it
+            del x, y, future
+            wait_until(lambda: store_is_empty(c), 30, "the store emptied")
+            assert c.stats()["deleted_unused"] >= stored
+
+
+def slow_square(block):
+    time.sleep(0.3)
+    return block * block
+
+
+def test_a_worker_killed_mid_computation(start_daemon):
+    d = start_daemon("kill", "512M")
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        ferry.dask.install(client, socket=d.socket)
+        x = da.random.RandomState(3).random((2048, 2048), chunks=(512, 512))
+        result = (x.map_blocks(slow_square) + x.T).sum(axis=0)
+        future = client.compute(result)
+        pids = client.run(os.getpid)
+        wait_until(lambda: counts(client)[1] >= 4, 60, "results stored before the kill")
+        victim = sorted(pids.values())[0]
+        os.kill(victim, signal.SIGKILL)
+        got = future.result(timeout=180)
+        xs = da.random.RandomState(3).random((2048, 2048), chunks=(512, 512)).compute(
+            scheduler="sync")
+        np.testing.assert_allclose(got, (xs * xs + xs.T).sum(axis=0), rtol=1e-12)
+        del future
+        with ferry.Client(d.socket) as c:
+            wait_until(lambda: store_is_empty(c), 30, "the store emptied")
+
+
+def test_a_full_store_keeps_results_in_the_workers(start_daemon):
+    d = start_daemon("full", "16M")  # 64 results of 2 MiB held at once: most stay out
+    with local_cluster(2) as cluster, distributed.Client(cluster) as client:
+        ferry.dask.install(client, socket=d.socket)
+        x = da.random.RandomState(4).random((4096, 4096), chunks=(512, 512))
+        (y,) = client.persist([x * 3])
+        distributed.wait(y, timeout=120)
+        got = y.sum(axis=0).compute()
+        xs = da.random.RandomState(4).random((4096, 4096), chunks=(512, 512)).compute(
+            scheduler="sync")
+        np.testing.assert_allclose(got, (xs * 3).sum(axis=0), rtol=1e-12)
+        held, stored, received, refused = counts(client)
+        assert refused > 0 and stored > 0
+        del y
+        with ferry.Client(d.socket) as c:
+            wait_until(lambda: store_is_empty(c), 30, "the store emptied")
+
+
+def test_two_nodes(cluster):
+    a, b = cluster
+    workers = {
+        name: {"cls": distributed.Nanny,
+               "options": {"nthreads": 1, "memory_limit": 0, "env": {"FERRY_SOCKET": node.socket},
+                           "silence_logs": 40}}
+        for name, node in (("a", a), ("b", b))
+    }
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+    with distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40) as spec, \
+            distributed.Client(spec) as client:
+        ferry.dask.install(client)  # each worker's own default socket: its node's
+        _, result = workload(5)
+        got = client.compute(result).result(timeout=180)
+        np.testing.assert_allclose(got, expected(5), rtol=1e-12)
+        held, stored, received, refused = counts(client)
+        assert stored > 0 and received > 0 and refused == 0
+        with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+            fetched = ca.stats()["transfers_in"] + cb.stats()["transfers_in"]
+            assert fetched > 0  # received across the nodes through ferry's transfer
+            wait_until(lambda: store_is_empty(ca) and store_is_empty(cb), 30,
+                       "both stores emptied")
