@@ -38,10 +38,13 @@ libcmocka-dev python3-dev python3-numpy redis-server"
 # cluster and Python suites (redis-sentinel, prometheus with promtool, python3-pytest,
 # python3-setuptools, python3-wheel and python3-venv for test_install.py, procps's pgrep and pkill,
 # libfabric-bin's fi_info), openmpi for the mpi suite; make bench: gnuplot-nox (the plots),
-# libmimalloc-dev (alloc-bench's comparison), python3-redis (ferry-bench python's Redis baseline).
+# libmimalloc-dev (alloc-bench's comparison), python3-redis (ferry-bench python's Redis baseline);
+# python3-distributed (with python3-dask: ferry.dask, test_dask.py, ferry-bench dask) and
+# python3-torch (test_dlpack.py's PyTorch consumer).
 TEST_EXTRA_PKGS="clang clang-format clang-tidy cppcheck libclang-rt-14-dev redis-sentinel
 prometheus gnuplot-nox libmimalloc-dev procps libfabric-bin openmpi-bin libopenmpi-dev
-python3-pytest python3-setuptools python3-wheel python3-venv python3-redis"
+python3-pytest python3-setuptools python3-wheel python3-venv python3-redis python3-distributed
+python3-dask python3-torch"
 # The members that are daemons started on install (checked with dpkg -L on Debian 12: each ships
 # a systemd unit and an init script that run a server). procps ships /etc/init.d/procps, which
 # applies sysctl.conf at boot and runs nothing: not one of them.
