@@ -33,6 +33,12 @@ it held, as Dask expects (Dask computes it again). A store that is full (StoreFu
 error) makes FerryData keep the value in the worker's memory, as Dask would, and say so once in
 the worker's log: a result is never lost or wrong because of the store.
 
+Memory: the arena's pages a worker touched count in its RSS and stay mapped after their objects
+go; they are the store's, bounded by ferryd --memory. The plugin makes the worker's spill and
+pause thresholds see its RSS less its shared memory (the monitor's get_process_memory, which
+Dask keeps replaceable). The Nanny's terminate threshold still sees the RSS: give workers a
+memory_limit with room for the arena, or set distributed.worker.memory.terminate to False.
+
 Values stay read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
 mutate their inputs). Results that are builtin containers (tuple, list, dict, set) are not
 stored in ferry: Dask serialises their elements one by one. A fetch from another node is done by
@@ -116,10 +122,12 @@ def _loads(header, frames):
     if client is None:
         raise TransferFailed(f"ferry.dask: {oid} sent to a process without ferry.dask set up")
     try:
+        here = client.contains(oid)
         buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True)
-        client.delete_unused(oid)  # this node's copy (a fetched one) goes with its last holder
         value = ferry.load_parts(buf)
-    except ferry.Error as e:
+        if not here:  # the copy fetched for us goes with its last holder, as the original does
+            client.delete_unused(oid)
+    except (ferry.Error, ValueError) as e:  # ValueError: not put_object's format
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
     _remember(value, oid)
     return value
@@ -161,6 +169,21 @@ def _strided(value):
     flags = getattr(value, "flags", None)
     return (np is not None and isinstance(value, np.ndarray) and value.dtype != object and
             not (flags.c_contiguous or flags.f_contiguous))
+
+
+def _private_memory(monitor):
+    """A worker's memory as its spill and pause thresholds should see it: its RSS less the
+    shared memory it maps (RssShmem: the arena's pages it touched, which stay mapped after their
+    objects go and are bounded by ferryd --memory, not by the worker)."""
+    rss = monitor.proc.memory_info().rss
+    try:
+        with open(f"/proc/{monitor.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("RssShmem:"):
+                    return max(rss - int(line.split()[1]) * 1024, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss
 
 
 class FerryData(MutableMapping):
@@ -266,6 +289,9 @@ class FerryPlugin(WorkerPlugin):
             data = FerryData(data, client, self.threshold)
             worker.memory_manager.data = data
             worker.state.data = data
+        monitor = worker.monitor
+        if getattr(monitor.get_process_memory, "__func__", None) is not _private_memory:
+            monitor.get_process_memory = _private_memory.__get__(monitor)
         rpc = worker.rpc
         families = tuple(rpc.deserializers or ("dask", "pickle"))
         if FAMILY not in families:

@@ -46,6 +46,12 @@ def held_in_arena():
     return len(data.held), sum(in_arena(a.__array_interface__["data"][0]) for a in arrays)
 
 
+def memory_seen():
+    """On a worker: (its RSS, the memory its spill and pause thresholds see)."""
+    worker = distributed.get_worker()
+    return worker.monitor.proc.memory_info().rss, worker.monitor.get_process_memory()
+
+
 def workload(seed, n=2048, chunk=512):
     """A computation whose tasks exchange chunks of 2 MiB: a transpose sum then a product."""
     x = da.random.RandomState(seed).random((n, n), chunks=(chunk, chunk))
@@ -89,6 +95,10 @@ def test_results_equal_zero_copy_and_nothing_left(start_daemon):
         assert sum(h for h, _ in seen.values()) >= 32
         assert all(h == a for h, a in seen.values()), seen
         assert counts(client)[2] > received  # y's tasks received chunks of x through ferry
+        # The arena's pages a worker maps are not its memory to spill: its thresholds see less
+        # than its RSS, by at least what it holds (8 MiB of chunks at the least).
+        mem = client.run(memory_seen)
+        assert all(rss - seen >= 8 * MiB for rss, seen in mem.values()), mem
         with ferry.Client(d.socket) as c:
             assert len(c.list()) == 32  # one object per chunk, however many workers hold it
             del x, y, future
