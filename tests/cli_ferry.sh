@@ -303,6 +303,10 @@ test_keep() {
     expect "evict all again" 0 fy evict 1G
     expect_answer "let go, it is evicted" 1 fy contains kept-put
     expect_answer "the other stays" 0 fy contains kept-later
+    expect "rm --unused of an unheld object" 0 fy rm --unused kept-later
+    expect_answer "it went at once" 1 fy contains kept-later
+    ok "deleted_unused counts it" test "$(stat_field deleted_unused)" = 1
+    expect "--cluster and --unused together" 2 fy rm --cluster --unused kept-put
 }
 
 # The bytes in evict's "(N bytes)".

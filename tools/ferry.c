@@ -444,17 +444,21 @@ static int cmd_contains(struct cli *cli, int argc, char **argv)
     return present ? STATUS_OK : STATUS_MISSING;
 }
 
-/* rm [--cluster] ID: deletes the object here, or on every node. */
+/* rm [--cluster | --unused] ID: deletes the object here, on every node, or here once unused. */
 static int cmd_rm(struct cli *cli, int argc, char **argv)
 {
-    int cluster = 0;
-    const struct opt opts[] = {{"--cluster", NULL, &cluster}, {NULL}};
+    int cluster = 0, unused = 0;
+    const struct opt opts[] = {{"--cluster", NULL, &cluster}, {"--unused", NULL, &unused}, {NULL}};
     struct params p = {.names = {"ID"}, .min = 1};
     ferry_id id;
-    int status = cli_start(cli, argc, argv, opts, &p, &id);
+    int status = cli_start(cli, argc, argv, opts, &p, &id), err;
     if (status != STATUS_OK)
         return status;
-    int err = cluster ? ferry_delete_cluster(cli->client, &id) : ferry_delete(cli->client, &id);
+    if (cluster && unused)
+        return cli_usage(cli->cmd, "--cluster and --unused: one or the other");
+    err = cluster  ? ferry_delete_cluster(cli->client, &id)
+          : unused ? ferry_delete_unused(cli->client, &id)
+                   : ferry_delete(cli->client, &id);
     return err != FERRY_OK ? cli_fail(cli, err) : STATUS_OK;
 }
 
@@ -672,9 +676,10 @@ static const struct command {
      "local, waiting up to MS (default 60000) for an ID that no node holds yet.\n"},
     {"contains", "ID", "print true (exit 0) if ID is stored (on disk: spilled), else false (1)",
      cmd_contains, "Prints true or false; the exit status says the same (0, 1), for scripts.\n"},
-    {"rm", "[--cluster] ID", "delete ID (--cluster: on every node)", cmd_rm,
+    {"rm", "[--cluster | --unused] ID", "delete ID (--cluster: on every node)", cmd_rm,
      "Deletes this node's copy; --cluster deletes every node's (through the directory).\n"
-     "An object a reader still holds goes when the last reader lets go.\n"},
+     "An object a reader still holds goes when the last reader lets go. --unused keeps it\n"
+     "visible until then (readers may still take it), and deletes it with the last release.\n"},
     {"ls", "[PREFIX] [--json]", "list the objects (whose name or id starts with PREFIX)", cmd_ls,
      "One line per object: id, data and metadata sizes, state, references, age and the name\n"
      "put kept with it (put NAME, for a NAME that is not 40 hex digits).\n"
