@@ -65,24 +65,32 @@ logger = logging.getLogger("ferry.dask")
 FAMILY = "ferry"
 DEFAULT_THRESHOLD = 1 << 20
 DEFAULT_FETCH_TIMEOUT_MS = 60000
+# After a reference could not be got, a worker takes its results as bytes for this long.
+BYTES_AFTER_FAILURE_S = 30.0
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 
-# This process's ferry Client (one per worker process) and its settings; set by setup().
-_state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS}
-# id(value) -> (weakref to value, ObjectID): the values this process holds in the store, as
-# FerryData stored them or the family received them. Guarded by _lock (a worker's threads).
+# This process's ferry Client (one per worker process), its settings and its worker; setup().
+_state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker": None,
+          "families": None}
+# id(value) -> (weakref to value, ObjectID, Buffer): the values this process holds in the
+# store, as FerryData stored them or the family received them, each with the Buffer that holds
+# its object for as long as the value lives (an unpickling that copied would otherwise let the
+# object go while the id is still handed out). Guarded by _lock (a worker's threads); an RLock,
+# since a collection inside the locked region may run forget().
 _held = {}
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 class TransferFailed(OSError):
     """A value could not be got through ferry (gone, timed out, no daemon). An OSError, so that
-    Dask takes it as a failed transfer from that worker (and looks elsewhere, or recomputes),
-    not as a broken result."""
+    Dask takes it as a failed transfer from that worker (and asks again, or recomputes), not as
+    a broken result; the worker then takes results as bytes for BYTES_AFTER_FAILURE_S, so that
+    asking again succeeds."""
 
 
-def _remember(value, oid):
-    """Records value as held in the store under oid; False when it takes no weak reference."""
+def _remember(value, oid, buf):
+    """Records value as held in the store under oid, through buf; False when value takes no
+    weak reference (it cannot be recognised later, so it is not handed out by reference)."""
     key = id(value)
 
     def forget(ref, key=key):
@@ -95,7 +103,7 @@ def _remember(value, oid):
     except TypeError:
         return False
     with _lock:
-        _held[key] = (ref, oid)
+        _held[key] = (ref, oid, buf)
     return True
 
 
@@ -114,6 +122,14 @@ def _dumps(value):
 
 
 def _loads(header, frames):
+    try:
+        return _get(header)
+    except TransferFailed as e:
+        _take_bytes_for_a_while(str(e))
+        raise
+
+
+def _get(header):
     client = _state["client"]
     try:
         oid = ferry.ObjectID(header["object"])
@@ -122,15 +138,33 @@ def _loads(header, frames):
     if client is None:
         raise TransferFailed(f"ferry.dask: {oid} sent to a process without ferry.dask set up")
     try:
-        here = client.contains(oid)
         buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True)
+        # ferry.dask's objects are all deleted when unused; a copy fetched for us too, marked
+        # before anything else can fail (twice is harmless).
+        client.delete_unused(oid)
         value = ferry.load_parts(buf)
-        if not here:  # the copy fetched for us goes with its last holder, as the original does
-            client.delete_unused(oid)
     except (ferry.Error, ValueError) as e:  # ValueError: not put_object's format
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
-    _remember(value, oid)
+    _remember(value, oid, buf)
     return value
+
+
+def _take_bytes_for_a_while(why):
+    """Stops asking peers for references, for BYTES_AFTER_FAILURE_S: Dask asks the same worker
+    again after a failed transfer, and it must then send the bytes, or the computation would
+    retry for ever (a sender outside this node's ferry cluster, a daemon restarted)."""
+    worker, families = _state["worker"], _state["families"]
+    if worker is None or worker.rpc.deserializers == families:
+        return
+    logger.warning("ferry.dask: %s; results come as bytes for %.0f s", why, BYTES_AFTER_FAILURE_S)
+    worker.rpc.serializers = worker.rpc.deserializers = families
+
+    def again():
+        if _state["worker"] is worker:
+            worker.rpc.serializers = worker.rpc.deserializers = (FAMILY, *families)
+
+    # This may run in a thread Dask offloaded deserialisation to: add_callback is thread-safe.
+    worker.loop.add_callback(worker.loop.call_later, BYTES_AFTER_FAILURE_S, again)
 
 
 def _register_family():
@@ -220,20 +254,23 @@ class FerryData(MutableMapping):
         oid = ferry.ObjectID.random()
         try:
             buf = self.client._put_parts(oid, parts, False, True)
-        except ferry.Error as e:
-            self.refused += 1
-            if not self._said_refused:
-                self._said_refused = True
-                logger.warning("ferry.dask: results the store does not take stay in the "
-                               "worker's memory (first: %s, %d bytes): %s", key,
-                               sum(memoryview(p).nbytes for p in parts), e)
+            stored = ferry.load_parts(buf)
+            if not _remember(stored, oid, buf):
+                raise TypeError(f"{type(stored).__name__} takes no weak reference")
+        except Exception as e:  # noqa: BLE001 - the store's refusal or anything else: Dask's way
+            self._refuse(key, parts, e)
             self.inner[key] = value
             return
-        stored = ferry.load_parts(buf)
-        del buf, parts
-        _remember(stored, oid)
         self.held[key] = stored
         self.stored += 1
+
+    def _refuse(self, key, parts, why):
+        self.refused += 1
+        if not self._said_refused:
+            self._said_refused = True
+            logger.warning("ferry.dask: results the store does not take stay in the worker's "
+                           "memory (first: %s, %d bytes): %s", key,
+                           sum(memoryview(p).nbytes for p in parts), why)
 
     def __getitem__(self, key):
         try:
@@ -293,10 +330,9 @@ class FerryPlugin(WorkerPlugin):
         if getattr(monitor.get_process_memory, "__func__", None) is not _private_memory:
             monitor.get_process_memory = _private_memory.__get__(monitor)
         rpc = worker.rpc
-        families = tuple(rpc.deserializers or ("dask", "pickle"))
-        if FAMILY not in families:
-            rpc.deserializers = (FAMILY, *families)
-            rpc.serializers = rpc.deserializers
+        families = tuple(f for f in (rpc.deserializers or ("dask", "pickle")) if f != FAMILY)
+        _state["worker"], _state["families"] = worker, families
+        rpc.serializers = rpc.deserializers = (FAMILY, *families)
         logger.info("ferry.dask: worker %s keeps results of %d bytes and more in ferry (%s)",
                     worker.address, self.threshold, client.socket)
 
@@ -307,15 +343,43 @@ class FerryPlugin(WorkerPlugin):
 
 
 def install(client, socket=None, threshold=DEFAULT_THRESHOLD,
-            fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS):
+            fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS, check=True):
     """Sets up every worker of the Dask cluster `client` drives, and every worker that joins it
     later, to keep results of `threshold` bytes or more in its node's ferry store and to move
     them through ferry (see the module's docstring). `socket`: each worker's ferryd (by
     default each worker's default socket). Also registers the "ferry" family on the scheduler,
-    which relays replies between workers. Returns what register_worker_plugin returns."""
+    which relays replies between workers. With `check`, raises ValueError (after installing)
+    when the workers' daemons cannot reach each other: standalone daemons (no --directory) that
+    are not all one. Returns what register_worker_plugin returns."""
     plugin = FerryPlugin(socket, threshold, fetch_timeout_ms)
     client.run_on_scheduler(_register_family)
-    return client.register_worker_plugin(plugin, name=FerryPlugin.name)
+    result = client.register_worker_plugin(plugin, name=FerryPlugin.name)
+    if check:
+        places = client.run(_where_am_i)
+        if len(set(places.values())) > 1 and any(p[0] == "standalone" for p in places.values()):
+            raise ValueError(
+                "ferry.dask: the workers' ferry daemons cannot fetch from each other (each "
+                "standalone one only reaches its own clients): "
+                + "; ".join(f"{w} on {' '.join(p)}" for w, p in sorted(places.items()))
+                + ". Put the daemons in one cluster (ferryd --directory), or the workers on one")
+    return result
+
+
+def _where_am_i():
+    """For Client.run: ("cluster",) when this worker's daemon is in a cluster, else
+    ("standalone", host, the daemon's socket): what install() compares."""
+    import socket as sockets
+
+    client = _state["client"]
+    if client is None:
+        return ("none",)
+    try:
+        client.nodes()
+    except ferry.StandaloneNode:
+        return ("standalone", sockets.gethostname(), os.path.realpath(client.socket))
+    except ferry.Error:
+        pass  # a cluster whose directory is down now
+    return ("cluster",)
 
 
 def ferry_objects(dask_worker=None):

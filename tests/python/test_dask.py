@@ -149,8 +149,8 @@ def test_a_full_store_keeps_results_in_the_workers(start_daemon):
             wait_until(lambda: store_is_empty(c), 30, "the store emptied")
 
 
-def test_two_nodes(cluster):
-    a, b = cluster
+def spec_cluster(a, b):
+    """A scheduler and a worker process on each of the daemons a and b (its FERRY_SOCKET)."""
     workers = {
         name: {"cls": distributed.Nanny,
                "options": {"nthreads": 1, "memory_limit": 0, "env": {"FERRY_SOCKET": node.socket},
@@ -158,8 +158,12 @@ def test_two_nodes(cluster):
         for name, node in (("a", a), ("b", b))
     }
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
-    with distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40) as spec, \
-            distributed.Client(spec) as client:
+    return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=40)
+
+
+def test_two_nodes(cluster):
+    a, b = cluster
+    with spec_cluster(a, b) as spec, distributed.Client(spec) as client:
         ferry.dask.install(client)  # each worker's own default socket: its node's
         _, result = workload(5)
         got = client.compute(result).result(timeout=180)
@@ -171,3 +175,16 @@ def test_two_nodes(cluster):
             assert fetched > 0  # received across the nodes through ferry's transfer
             wait_until(lambda: store_is_empty(ca) and store_is_empty(cb), 30,
                        "both stores emptied")
+
+
+def test_references_that_cannot_be_got_turn_into_bytes(start_daemon):
+    """Regression: two workers on daemons of no common cluster cannot get each other's
+    references. install() says so; past that, Dask asks the same worker again after a failed
+    transfer, which must then send bytes, or the computation retries for ever."""
+    a, b = start_daemon("alone-a", "256M"), start_daemon("alone-b", "256M")
+    with spec_cluster(a, b) as spec, distributed.Client(spec) as client:
+        with pytest.raises(ValueError, match="cannot fetch from each other"):
+            ferry.dask.install(client)
+        _, result = workload(6)
+        got = client.compute(result).result(timeout=120)
+        np.testing.assert_allclose(got, expected(6), rtol=1e-12)
