@@ -198,8 +198,9 @@ int ferry_delete(ferry_client *c, const ferry_id *id);
  * The lifetime of a result shared by several processes of a node, none of which knows whether
  * it is the last user (ferry.dask). A kept object is let go, and can no longer be kept
  * (FERRY_EINVAL); an object marked so is got through the daemon, which counts every reference.
- * Unsealed, only its creator may mark it, and it goes at its last release after the seal.
- * FERRY_ENOENT if absent. Counted in deleted_unused when it goes. */
+ * Unsealed, only its creator may mark it (FERRY_EPERM for another client's), and it goes at
+ * its last release after the seal. FERRY_ENOENT if absent. Counted in deleted_unused when it
+ * goes. */
 int ferry_delete_unused(ferry_client *c, const ferry_id *id);
 
 /* Deletes id on every node of the cluster: each holder drops its copy (one still referenced

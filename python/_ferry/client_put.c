@@ -474,6 +474,9 @@ PyObject *pyf_client_put_parts(ClientObject *self, PyObject *args)
                           &hold) ||
         pyf_id_from_object(idobj, &id) < 0)
         return NULL;
+    if (keep_it && hold)
+        return PyErr_Format(PyExc_ValueError, "_put_parts: keep or hold, not both (a held "
+                                              "object is deleted when unused, never kept)");
     n = PyTuple_GET_SIZE(parts);
     views = PyMem_Calloc((size_t)n + 1, sizeof(*views));
     layout = PyMem_Calloc((size_t)n + 1, sizeof(*layout));
