@@ -41,6 +41,8 @@ static const struct suite suites[] = {
      "the Python module against shared_memory, redis-py, pickle and np.copyto"},
     {"cluster", bench_cluster,
      "pair, gather, shuffle, broadcast, hot small objects on nodes in network namespaces"},
+    {"dask", bench_dask,
+     "Dask with ferry.dask against Dask's own transfer: rechunk, broadcast, matmul; a testbed"},
 #ifdef FERRY_BENCH_MPI
     {"mpi", bench_mpi, "all-to-all and many-to-one fetches between nodes, under mpirun"},
 #else

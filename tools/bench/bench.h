@@ -483,6 +483,7 @@ int bench_remote(int argc, char **argv);
 int bench_mpi(int argc, char **argv);       /* mpi.c, only in a build that found MPI */
 int bench_python(int argc, char **argv);    /* python.c: runs python_bench.py */
 int bench_cluster(int argc, char **argv);   /* python.c: runs cluster_bench.py */
+int bench_dask(int argc, char **argv);      /* python.c: runs dask_bench.py */
 int bench_directory(int argc, char **argv); /* directory.c: links the daemon's directory code */
 int bench_spill(int argc, char **argv);     /* spill.c */
 int bench_gets(int argc, char **argv);      /* gets.c */

@@ -1,6 +1,7 @@
 /* python.c - the suites written in Python: ferry-bench python runs python_bench.py (the
  * Python module beside shared_memory, redis-py, pickle and np.copyto), ferry-bench cluster
- * runs cluster_bench.py (the testbed's workloads); both with this build's module, daemon and
+ * runs cluster_bench.py (the testbed's workloads), ferry-bench dask runs dask_bench.py (Dask
+ * with ferry.dask against Dask's own transfer); all with this build's module, daemon and
  * interpreter. The paths come from CMake. */
 #include <errno.h>
 #include <limits.h>
@@ -44,4 +45,9 @@ int bench_python(int argc, char **argv)
 int bench_cluster(int argc, char **argv)
 {
     return exec_script("cluster_bench.py", argc, argv);
+}
+
+int bench_dask(int argc, char **argv)
+{
+    return exec_script("dask_bench.py", argc, argv);
 }
