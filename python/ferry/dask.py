@@ -8,12 +8,14 @@ One call, from the program that drives the cluster::
     client = Client(cluster)
     ferry.dask.install(client)  # every worker, now and later
 
-Then each worker keeps a result whose out-of-band buffers (NumPy arrays, pandas frames, anything
-pickle protocol 5 takes without a copy) add up to `threshold` bytes or more in its node's ferry
-store, and holds it there as a read-only object backed by the arena. A worker that needs the
-result from another worker receives a reference to it (its ObjectID) instead of its bytes, and
-gets it through ferry: in place, without a copy, from a worker of the same node; through ferry's
-transfer (its node's daemon fetching from the holder's) from another node.
+Then a result whose out-of-band buffers (NumPy arrays, pandas frames, anything pickle protocol
+5 takes without a copy) add up to `threshold` bytes or more is put in its node's ferry store
+when another worker first asks for it (one copy; results no peer asks for cost nothing), and
+held there while the worker keeps the result. The worker that asked receives a reference to it
+(its ObjectID) instead of its bytes, and gets it through ferry: in place, without a copy, from
+a worker of the same node; through ferry's transfer (its node's daemon fetching from the
+holder's) from another node. It holds it as a read-only object backed by the arena, and hands
+it on to further workers by the same reference.
 
 How it plugs into Dask (distributed 2022.12), and why these points:
 - The worker's data mapping (`Worker.data`, a MutableMapping Dask documents as replaceable) is
@@ -69,9 +71,10 @@ DEFAULT_FETCH_TIMEOUT_MS = 60000
 BYTES_AFTER_FAILURE_S = 30.0
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 
-# This process's ferry Client (one per worker process), its settings and its worker; setup().
+# This process's ferry Client (one per worker process), its settings, its worker and the
+# worker's FerryData; setup().
 _state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker": None,
-          "families": None}
+          "families": None, "data": None}
 # id(value) -> (weakref to value, ObjectID, Buffer): the values this process holds in the
 # store, as FerryData stored them or the family received them, each with the Buffer that holds
 # its object for as long as the value lives (an unpickling that copied would otherwise let the
@@ -117,8 +120,33 @@ def _object_of(value):
 def _dumps(value):
     oid = _object_of(value)
     if oid is None:
-        raise NotImplementedError  # not ours: Dask's next family serialises it
+        oid = _store(value)
+    if oid is None:
+        raise NotImplementedError  # not ours to send: Dask's next family serialises it
     return {"object": str(oid)}, []
+
+
+def _store(value):
+    """Puts a result a peer asks for in the store, on its first request: its ObjectID, held
+    for as long as value lives (the worker's mapping keeps it, Dask's get_data message too,
+    until the peer has answered), or None when it stays Dask's (small, a container, no
+    buffers, the store full). Only results that travel cost a copy into the arena."""
+    data, client = _state["data"], _state["client"]
+    if data is None or client is None:
+        return None
+    parts = _parts_to_store(value, data.threshold)
+    if parts is None:
+        return None
+    oid = ferry.ObjectID.random()
+    try:
+        buf = client._put_parts(oid, parts, False, True)
+        if not _remember(value, oid, buf):
+            raise TypeError(f"{type(value).__name__} takes no weak reference")
+    except Exception as e:  # noqa: BLE001 - the store's refusal or anything else: Dask's way
+        data.refuse(parts, e)
+        return None
+    data.stored += 1
+    return oid
 
 
 def _loads(header, frames):
@@ -221,19 +249,20 @@ def _private_memory(monitor):
 
 
 class FerryData(MutableMapping):
-    """A Dask worker's data mapping: large results in the node's ferry store, held (and so kept)
-    while their key is here; the others, and any value the store cannot take, in `inner` (the
-    worker's own mapping, which may spill to disk). Attributes it lacks are inner's (Dask's
-    memory manager looks for a SpillBuffer's `fast` and `evict`)."""
+    """A Dask worker's data mapping: results received through ferry, held in the arena (and so
+    kept) while their key is here; the others in `inner` (the worker's own mapping, which may
+    spill to disk), a large one put in the store too when a peer first asks for it (_dumps), and
+    held there as long as the worker keeps it. Attributes it lacks are inner's (Dask's memory
+    manager looks for a SpillBuffer's `fast` and `evict`)."""
 
     def __init__(self, inner, client, threshold=DEFAULT_THRESHOLD):
         self.inner = inner
         self.client = client
         self.threshold = threshold
-        self.held = {}  # key -> value backed by the arena
-        self.stored = 0  # results put in the store here
+        self.held = {}  # key -> value received through ferry, backed by the arena
+        self.stored = 0  # results put in the store for a peer
         self.received = 0  # results received through ferry (held, not put again)
-        self.refused = 0  # results the store did not take (kept in inner)
+        self.refused = 0  # results the store did not take (sent Dask's way)
         self._said_refused = False
 
     def __getattr__(self, name):
@@ -243,34 +272,19 @@ class FerryData(MutableMapping):
 
     def __setitem__(self, key, value):
         self.pop(key, None)
-        if _object_of(value) is not None:
+        if _object_of(value) is not None:  # received through ferry: in the arena already
             self.held[key] = value
             self.received += 1
-            return
-        parts = _parts_to_store(value, self.threshold)
-        if parts is None:
+        else:
             self.inner[key] = value
-            return
-        oid = ferry.ObjectID.random()
-        try:
-            buf = self.client._put_parts(oid, parts, False, True)
-            stored = ferry.load_parts(buf)
-            if not _remember(stored, oid, buf):
-                raise TypeError(f"{type(stored).__name__} takes no weak reference")
-        except Exception as e:  # noqa: BLE001 - the store's refusal or anything else: Dask's way
-            self._refuse(key, parts, e)
-            self.inner[key] = value
-            return
-        self.held[key] = stored
-        self.stored += 1
 
-    def _refuse(self, key, parts, why):
+    def refuse(self, parts, why):
+        """Counts a result the store did not take (it goes Dask's way); says so once."""
         self.refused += 1
         if not self._said_refused:
             self._said_refused = True
-            logger.warning("ferry.dask: results the store does not take stay in the worker's "
-                           "memory (first: %s, %d bytes): %s", key,
-                           sum(memoryview(p).nbytes for p in parts), why)
+            logger.warning("ferry.dask: results the store does not take go Dask's way (first: "
+                           "%d bytes): %s", sum(memoryview(p).nbytes for p in parts), why)
 
     def __getitem__(self, key):
         try:
@@ -326,6 +340,7 @@ class FerryPlugin(WorkerPlugin):
             data = FerryData(data, client, self.threshold)
             worker.memory_manager.data = data
             worker.state.data = data
+        _state["data"] = data
         monitor = worker.monitor
         if getattr(monitor.get_process_memory, "__func__", None) is not _private_memory:
             monitor.get_process_memory = _private_memory.__get__(monitor)

@@ -92,15 +92,16 @@ def test_results_equal_zero_copy_and_nothing_left(start_daemon):
         x, y = client.persist([x, (x + x.T) * 2])
         distributed.wait([x, y], timeout=60)
         seen = client.run(held_in_arena)
-        assert sum(h for h, _ in seen.values()) >= 32
+        assert sum(h for h, _ in seen.values()) > 0
         assert all(h == a for h, a in seen.values()), seen
         assert counts(client)[2] > received  # y's tasks received chunks of x through ferry
         # The arena's pages a worker maps are not its memory to spill: its thresholds see less
-        # than its RSS, by at least what it holds (8 MiB of chunks at the least).
+        # than its RSS, by at least a chunk (each worker put or received some).
         mem = client.run(memory_seen)
-        assert all(rss - seen >= 8 * MiB for rss, seen in mem.values()), mem
+        assert all(rss - seen >= 2 * MiB for rss, seen in mem.values()), mem
         with ferry.Client(d.socket) as c:
-            assert len(c.list()) == 32  # one object per chunk, however many workers hold it
+            # Only what travelled is in the store, once however many workers hold it.
+            assert 0 < len(c.list()) <= 32 + 16
             del x, y, future
             wait_until(lambda: store_is_empty(c), 30, "the store emptied")
             assert c.stats()["deleted_unused"] >= stored
@@ -131,17 +132,17 @@ def test_a_worker_killed_mid_computation(start_daemon):
             wait_until(lambda: store_is_empty(c), 30, "the store emptied")
 
 
-def test_a_full_store_keeps_results_in_the_workers(start_daemon):
-    d = start_daemon("full", "16M")  # 64 results of 2 MiB held at once: most stay out
+def test_a_full_store_sends_results_dasks_way(start_daemon):
+    d = start_daemon("full", "8M")  # 64 chunks of 2 MiB, half of them travelling: most stay out
     with local_cluster(2) as cluster, distributed.Client(cluster) as client:
         ferry.dask.install(client, socket=d.socket)
         x = da.random.RandomState(4).random((4096, 4096), chunks=(512, 512))
-        (y,) = client.persist([x * 3])
+        (y,) = client.persist([x + x.T])
         distributed.wait(y, timeout=120)
         got = y.sum(axis=0).compute()
         xs = da.random.RandomState(4).random((4096, 4096), chunks=(512, 512)).compute(
             scheduler="sync")
-        np.testing.assert_allclose(got, (xs * 3).sum(axis=0), rtol=1e-12)
+        np.testing.assert_allclose(got, (xs + xs.T).sum(axis=0), rtol=1e-12)
         held, stored, received, refused = counts(client)
         assert refused > 0 and stored > 0
         del y
