@@ -19,12 +19,13 @@ it on to further workers by the same reference.
 
 How it plugs into Dask (distributed 2022.12), and why these points:
 - The worker's data mapping (`Worker.data`, a MutableMapping Dask documents as replaceable) is
-  wrapped by FerryData: that is where every result, computed or received, is stored and
+  wrapped by FerryData: that is where every result, computed or received, is kept and
   released, so the objects' lifetimes follow Dask's keys exactly.
 - A serialization family, "ferry", put first in the list the worker asks its peers to use for
-  the data they send it (its rpc's serializers). The family recognises only the values FerryData
-  holds in the store; everything else falls through to Dask's own families. Clients and the
-  scheduler are not asked to use it: results gathered to the user arrive as Dask sends them.
+  the data they send it (its rpc's serializers). The family stores a large result on its first
+  request, sends references to what is in the store, and lets everything else fall through to
+  Dask's own families. Clients and the scheduler are not asked to use it: results gathered to
+  the user arrive as Dask sends them.
 - A worker plugin (WorkerPlugin) does both on every worker, present and future; Dask's comms
   are left alone (a custom comm would have to carry every message, not only data).
 
@@ -32,8 +33,8 @@ Lifetimes: each object is marked delete-when-unused (Client.delete_unused) befor
 and each node's copy goes when its last holder lets go: when Dask releases the key on every
 worker of the node that holds it, or when those workers die. A worker that dies loses what only
 it held, as Dask expects (Dask computes it again). A store that is full (StoreFull, or any ferry
-error) makes FerryData keep the value in the worker's memory, as Dask would, and say so once in
-the worker's log: a result is never lost or wrong because of the store.
+error) sends the result Dask's way, and the worker says so once in its log: a result is never
+lost or wrong because of the store.
 
 Memory: the arena's pages a worker touched count in its RSS and stay mapped after their objects
 go; they are the store's, bounded by ferryd --memory. The plugin makes the worker's spill and
@@ -41,7 +42,7 @@ pause thresholds see its RSS less its shared memory (the monitor's get_process_m
 Dask keeps replaceable). The Nanny's terminate threshold still sees the RSS: give workers a
 memory_limit with room for the arena, or set distributed.worker.memory.terminate to False.
 
-Values stay read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
+Received values are read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
 mutate their inputs). Results that are builtin containers (tuple, list, dict, set) are not
 stored in ferry: Dask serialises their elements one by one. A fetch from another node is done by
 the daemons; the receiving worker's event loop waits for it (as it waits for Dask's own
