@@ -160,10 +160,10 @@ def _instrument(dask_worker):
                 kind = "refused"
             elif nbytes < self.threshold:
                 kind = "small"
-            else:
+            else:  # the worker's until a peer asks for it: then stored (ferry stored counts it)
                 flags = getattr(value, "flags", None)
                 strided = flags is not None and not (flags.c_contiguous or flags.f_contiguous)
-                kind = f"kept large {type(value).__name__}" + (" (strided)" if strided else "")
+                kind = f"large {type(value).__name__}" + (" (strided)" if strided else "")
             e = self.bench_kinds.setdefault(f"{key_split(key)}: {kind}", [0, 0])
             e[0] += 1
             e[1] += nbytes
@@ -850,8 +850,9 @@ transfers: the results the workers received from each other (Dask's transfer log
   the references ferry moved count too), and their size (nbytes); transfers into a worker:
   from Dask's log of them (start to stop, deserialisation included), how many ran at once in
   the time a worker was receiving, the most at once, and that time. "where ferry.dask put the
-  results": each result a worker set, by key prefix: stored, received (a reference), small
-  (under the threshold, Dask's), or kept large by Dask; its nbytes before any copy.
+  results": each result a worker set, by key prefix: received (a reference), small (under the
+  threshold, Dask's), or large (the worker's; put in the store when a peer first asks for it,
+  which "ferry stored" counts); its nbytes before any copy.
 ferry.dask's loads: the "ferry" family's deserialisation on the receiving worker (the get,
   fetching from the holder's node when it is another, and the unpickling), timed by the suite.
   A reference is a small message, which Dask deserialises on the worker's event loop (only
