@@ -49,6 +49,8 @@ the daemons; the receiving worker's event loop waits for it (as it waits for Das
 deserialisation), at most `fetch_timeout_ms`.
 """
 
+import contextvars
+import functools
 import logging
 import os
 import pickle
@@ -83,6 +85,9 @@ _state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker"
 # since a collection inside the locked region may run forget().
 _held = {}
 _lock = threading.RLock()
+# Set while the worker answers a peer's get_data: the only replies that carry references (an
+# actor's reply, say, is dropped as soon as it is written, before its reader could get it).
+_answering_peer = contextvars.ContextVar("ferry_answering_peer", default=False)
 
 
 class TransferFailed(OSError):
@@ -92,9 +97,10 @@ class TransferFailed(OSError):
     asking again succeeds."""
 
 
-def _remember(value, oid, buf):
-    """Records value as held in the store under oid, through buf; False when value takes no
-    weak reference (it cannot be recognised later, so it is not handed out by reference)."""
+def _remember(value, oid, buf, received=False):
+    """Records value as held in the store under oid, through buf (received: got from a peer,
+    backed by the arena); False when value takes no weak reference (it cannot be recognised
+    later, so it is not handed out by reference)."""
     key = id(value)
 
     def forget(ref, key=key):
@@ -107,24 +113,44 @@ def _remember(value, oid, buf):
     except TypeError:
         return False
     with _lock:
-        _held[key] = (ref, oid, buf)
+        _held[key] = (ref, oid, buf, received)
     return True
 
 
-def _object_of(value):
-    """The ObjectID under which this process holds value in the store, or None."""
+def _entry_of(value):
+    """value's (ref, ObjectID, Buffer, received) in the registry, or None."""
     with _lock:
         entry = _held.get(id(value))
-    return entry[1] if entry and entry[0]() is value else None
+    return entry if entry and entry[0]() is value else None
+
+
+def _forget(value):
+    with _lock:
+        entry = _held.get(id(value))
+        if entry and entry[0]() is value:
+            del _held[id(value)]
 
 
 def _dumps(value):
-    oid = _object_of(value)
+    if not _answering_peer.get():
+        raise NotImplementedError  # a reference travels only in get_data's reply: Dask's way
+    entry = _entry_of(value)
+    oid = entry[1] if entry else None
+    if oid is not None and not _still_there(oid):
+        _forget(value)  # its daemon restarted: the object is gone, store the value again
+        oid = None
     if oid is None:
         oid = _store(value)
     if oid is None:
         raise NotImplementedError  # not ours to send: Dask's next family serialises it
     return {"object": str(oid)}, []
+
+
+def _still_there(oid):
+    try:
+        return _state["client"].contains(oid)
+    except ferry.Error:
+        return False
 
 
 def _store(value):
@@ -135,6 +161,10 @@ def _store(value):
     data, client = _state["data"], _state["client"]
     if data is None or client is None:
         return None
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return None  # it could not be recognised on the next request, nor hold its object
     parts = _parts_to_store(value, data.threshold)
     if parts is None:
         return None
@@ -174,7 +204,7 @@ def _get(header):
         value = ferry.load_parts(buf)
     except (ferry.Error, ValueError) as e:  # ValueError: not put_object's format
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
-    _remember(value, oid, buf)
+    _remember(value, oid, buf, received=True)
     return value
 
 
@@ -273,7 +303,8 @@ class FerryData(MutableMapping):
 
     def __setitem__(self, key, value):
         self.pop(key, None)
-        if _object_of(value) is not None:  # received through ferry: in the arena already
+        entry = _entry_of(value)
+        if entry and entry[3]:  # received through ferry: in the arena already
             self.held[key] = value
             self.received += 1
         else:
@@ -341,7 +372,11 @@ class FerryPlugin(WorkerPlugin):
             data = FerryData(data, client, self.threshold)
             worker.memory_manager.data = data
             worker.state.data = data
+        data.threshold = self.threshold
         _state["data"] = data
+        handler = worker.handlers["get_data"]
+        if not getattr(handler, "_ferry", False):
+            worker.handlers["get_data"] = _marking_peer_replies(handler)
         monitor = worker.monitor
         if getattr(monitor.get_process_memory, "__func__", None) is not _private_memory:
             monitor.get_process_memory = _private_memory.__get__(monitor)
@@ -352,10 +387,25 @@ class FerryPlugin(WorkerPlugin):
         logger.info("ferry.dask: worker %s keeps results of %d bytes and more in ferry (%s)",
                     worker.address, self.threshold, client.socket)
 
-    def teardown(self, worker):
-        data = worker.memory_manager.data
-        if isinstance(data, FerryData):
-            data.held.clear()
+    # No teardown: install() again replaces the plugin (Dask tears the old one down first),
+    # and the results the worker holds, received through ferry, must stay its own.
+
+
+def _marking_peer_replies(handler):
+    """get_data's handler, with _answering_peer set while it runs (its reply is serialised in
+    the same task, or in work offloaded with its context). Dask inspects the handler's
+    signature, which functools.wraps passes on."""
+
+    @functools.wraps(handler)
+    async def get_data(*args, **kwargs):
+        token = _answering_peer.set(True)
+        try:
+            return await handler(*args, **kwargs)
+        finally:
+            _answering_peer.reset(token)
+
+    get_data._ferry = True
+    return get_data
 
 
 def install(client, socket=None, threshold=DEFAULT_THRESHOLD,

@@ -89,6 +89,7 @@ def test_results_equal_zero_copy_and_nothing_left(start_daemon):
         # Results that stay (persisted), computed here or received from another worker, are
         # held in the arena and read in place by their workers.
         x = workload(2)[0]
+        xs = x.compute(scheduler="sync")
         x, y = client.persist([x, (x + x.T) * 2])
         distributed.wait([x, y], timeout=60)
         seen = client.run(held_in_arena)
@@ -99,6 +100,10 @@ def test_results_equal_zero_copy_and_nothing_left(start_daemon):
         # than its RSS, by at least a chunk (each worker put or received some).
         mem = client.run(memory_seen)
         assert all(rss - seen >= 2 * MiB for rss, seen in mem.values()), mem
+        # Regression: install() again replaces the plugin; what the workers hold stays theirs.
+        ferry.dask.install(client, socket=d.socket)
+        assert counts(client)[0] == sum(h for h, _ in seen.values())
+        np.testing.assert_allclose(y.sum().compute(), (xs + xs.T).sum() * 2, rtol=1e-12)
         with ferry.Client(d.socket) as c:
             # Only what travelled is in the store, once however many workers hold it.
             assert 0 < len(c.list()) <= 32 + 16
@@ -108,8 +113,12 @@ def test_results_equal_zero_copy_and_nothing_left(start_daemon):
 
 
 def slow_square(block):
-    time.sleep(0.3)
+    time.sleep(1.0)
     return block * block
+
+
+def keys_held():
+    return len(distributed.get_worker().data)
 
 
 def test_a_worker_killed_mid_computation(start_daemon):
@@ -120,7 +129,9 @@ def test_a_worker_killed_mid_computation(start_daemon):
         result = (x.map_blocks(slow_square) + x.T).sum(axis=0)
         future = client.compute(result)
         pids = client.run(os.getpid)
-        wait_until(lambda: counts(client)[1] >= 4, 60, "results stored before the kill")
+        # Mid-computation: some results in the workers (of 16 slow ones, 8 s of work), not all.
+        wait_until(lambda: sum(client.run(keys_held).values()) >= 4, 60, "results before the kill")
+        assert not future.done()
         victim = sorted(pids.values())[0]
         os.kill(victim, signal.SIGKILL)
         got = future.result(timeout=180)
