@@ -124,23 +124,13 @@ def _entry_of(value):
     return entry if entry and entry[0]() is value else None
 
 
-def _forget(value):
-    with _lock:
-        entry = _held.get(id(value))
-        if entry and entry[0]() is value:
-            del _held[id(value)]
-
-
 def _dumps(value):
     if not _answering_peer.get():
         raise NotImplementedError  # a reference travels only in get_data's reply: Dask's way
     entry = _entry_of(value)
-    oid = entry[1] if entry else None
-    if oid is not None and not _still_there(oid):
-        _forget(value)  # its daemon restarted: the object is gone, store the value again
-        oid = None
-    if oid is None:
-        oid = _store(value)
+    # Stored before, unless its daemon restarted since (the object gone): then stored again,
+    # its entry replaced.
+    oid = entry[1] if entry and _still_there(entry[1]) else _store(value)
     if oid is None:
         raise NotImplementedError  # not ours to send: Dask's next family serialises it
     return {"object": str(oid)}, []
@@ -171,11 +161,10 @@ def _store(value):
     oid = ferry.ObjectID.random()
     try:
         buf = client._put_parts(oid, parts, False, True)
-        if not _remember(value, oid, buf):
-            raise TypeError(f"{type(value).__name__} takes no weak reference")
     except Exception as e:  # noqa: BLE001 - the store's refusal or anything else: Dask's way
         data.refuse(parts, e)
         return None
+    _remember(value, oid, buf)  # takes a weak reference: checked above
     data.stored += 1
     return oid
 
@@ -286,9 +275,8 @@ class FerryData(MutableMapping):
     held there as long as the worker keeps it. Attributes it lacks are inner's (Dask's memory
     manager looks for a SpillBuffer's `fast` and `evict`)."""
 
-    def __init__(self, inner, client, threshold=DEFAULT_THRESHOLD):
+    def __init__(self, inner, threshold=DEFAULT_THRESHOLD):
         self.inner = inner
-        self.client = client
         self.threshold = threshold
         self.held = {}  # key -> value received through ferry, backed by the arena
         self.stored = 0  # results put in the store for a peer
@@ -369,7 +357,7 @@ class FerryPlugin(WorkerPlugin):
         _state["fetch_timeout_ms"] = self.fetch_timeout_ms
         data = worker.memory_manager.data
         if not isinstance(data, FerryData):
-            data = FerryData(data, client, self.threshold)
+            data = FerryData(data, self.threshold)
             worker.memory_manager.data = data
             worker.state.data = data
         data.threshold = self.threshold

@@ -329,11 +329,18 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, 0);
 }
 
-/* DELETE_UNUSED: any client may mark a sealed object, its creator an unsealed one (as KEEP). */
+/* A sealed object, or this client's unsealed one (KEEP and DELETE_UNUSED: what any client may
+ * do to a sealed object, only its creator to an unsealed one). */
+static int sealed_or_own(struct session *ss, const ferry_id *id, struct object **out)
+{
+    return (*out = session_find_sealed(ss, id)) ? 0 : session_own_unsealed(ss, id, out);
+}
+
+/* DELETE_UNUSED: marks the object (store_delete_unused). */
 static int handle_delete_unused(struct session *ss, const struct proto_request *q)
 {
-    struct object *o = session_find_sealed(ss, &q->u.one.id);
-    int rc = o ? 0 : session_own_unsealed(ss, &q->u.one.id, &o);
+    struct object *o;
+    int rc = sealed_or_own(ss, &q->u.one.id, &o);
 
     if (rc == 0)
         store_delete_unused(&ss->srv->store, o);
@@ -475,12 +482,11 @@ static int handle_name(struct session *ss, const struct proto_request *q)
     return session_reply_status(ss, q, rc);
 }
 
-/* KEEP: any client may keep or let go of a sealed object (kept is the store's, not the
- * client's: it outlives the connection); an unsealed one only its creator. */
+/* KEEP: kept is the store's, not the client's: it outlives the connection. */
 static int handle_keep(struct session *ss, const struct proto_request *q)
 {
-    struct object *o = session_find_sealed(ss, &q->u.keep.id);
-    int rc = o ? 0 : session_own_unsealed(ss, &q->u.keep.id, &o);
+    struct object *o;
+    int rc = sealed_or_own(ss, &q->u.keep.id, &o);
 
     if (rc == 0)
         rc = store_keep(&ss->srv->store, o, q->u.keep.keep);

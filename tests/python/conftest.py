@@ -30,6 +30,19 @@ def wait_until(check, seconds=START_S, what="condition"):
     raise AssertionError(f"{what} not within {seconds} s")
 
 
+def wait_child(pid, seconds=10.0):
+    """A forked child's exit code, waited for at most `seconds` (then killed, reaped, and an
+    AssertionError)."""
+    for _ in range(int(seconds / 0.01)):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"child did not exit within {seconds} s")
+
+
 def plain_env():
     """The environment without the sanitizer runtimes that an instrumented build preloads into
     this interpreter: for programs that are not ours (redis-server, a compiler)."""

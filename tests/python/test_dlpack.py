@@ -3,13 +3,12 @@ tensor they hold keeps the object referenced as any other view does."""
 
 import gc
 import os
-import time
 
 import numpy as np
 import pytest
 
 import ferry
-from conftest import in_arena
+from conftest import in_arena, wait_child
 
 MiB = 1 << 20
 
@@ -167,16 +166,7 @@ def test_a_forked_child_exports_nothing(client):
         os.write(w, bytes([code]))
         os._exit(0)
     os.close(w)
-    for _ in range(1000):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.01)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        raise AssertionError("child did not exit within 10 s")
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_child(pid) == 0
     assert os.read(r, 1) == b"\x00"
     os.close(r)
     buf.release()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ferry
+from conftest import wait_child
 
 
 def test_daemon_killed_mid_call(client, daemon):
@@ -69,16 +70,6 @@ def test_subscription_of_a_dead_daemon(client, daemon):
         sub.fileno()
 
 
-def _wait_child(pid):
-    for _ in range(1000):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, 9)
-    raise AssertionError("child did not exit within 10 s")
-
-
 def test_fork_child_gets_a_clear_error(client, daemon):
     client.put("f", b"parent's")
     buf = client.get("f")
@@ -106,7 +97,7 @@ def test_fork_child_gets_a_clear_error(client, daemon):
         os.write(w, bytes([code]))
         os._exit(0)
     os.close(w)
-    assert _wait_child(pid) == 0
+    assert wait_child(pid) == 0
     assert os.read(r, 1) == b"\x00"
     os.close(r)
     # The parent's session is intact: its reference is still held, the connection works.
