@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
 
 enum { A, B, C, D };
 #define BIT(i) (1u << (i))
@@ -396,6 +399,74 @@ H_CLUSTER_TEST(objects_several_nodes_hold_come_in_ranges_from_all_of_them)
     }
 }
 
+/* In a child of this process (its own connection to d): writes one byte through a pointer
+ * into a sealed object of id, the way a C program that casts const away would: through a get's
+ * pointer (through_create 0), or through the creator's pointer kept past the seal of a new
+ * object id made of size patterned bytes (1). Returns how the child ended (a wait status). */
+static int write_in_child(const struct ferryd *d, const ferry_id *id, int through_create,
+                          uint64_t size)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ferry_client *c = NULL;
+        ferry_buffer b;
+        uint8_t *p;
+        signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: the fault is the child's end */
+        if (ferry_connect(d->sock, &c) < 0)
+            _exit(2);
+        if (through_create) {
+            if (ferry_create(c, id, size, NULL, 0, &p) < 0)
+                _exit(3);
+            h_fill(p, size, h_seed(id));
+            if (ferry_seal(c, id) < 0)
+                _exit(4);
+        } else {
+            if (ferry_get(c, id, 1, 0, &b) < 0)
+                _exit(5);
+            p = (uint8_t *)b.data;
+        }
+        p[size / 2] ^= 0xff; /* must fault: the bytes are sealed */
+        _exit(0);
+    }
+    assert_true(h_wait_exit(pid, 10000, &status));
+    return status;
+}
+
+/* Sealed bytes are read-only in every client, enforced by the MMU: a write through a get's
+ * pointer cast to writable, and one through the creator's pointer after the seal, kill the
+ * writer with SIGSEGV and change nothing; every other client, and a node that fetches the
+ * objects afterwards, sees the bytes sealed. */
+H_CLUSTER_TEST(writes_to_sealed_bytes_fault_and_change_nothing_anywhere)
+{
+    enum { SIZE = 3 * MIB + 5 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[2] = {h_id("cast-const"), h_id("after-seal")};
+    ferry_buffer out[2];
+    int st;
+
+    H_OK(h_put_direct(a, &ids[0], SIZE, 0));
+    st = write_in_child(&cl->node[A].d, &ids[0], 0, SIZE);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    st = write_in_child(&cl->node[A].d, &ids[1], 1, SIZE);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    H_OK(ferry_get(a, ids, 2, 0, out));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_check(out[i].data, SIZE, h_seed(&ids[i])), -1);
+        H_OK(ferry_release(a, &ids[i]));
+    }
+    H_OK(ferry_get_fetch(b, ids, 2, 10000, out));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_check(out[i].data, SIZE, h_seed(&ids[i])), -1);
+        H_OK(ferry_release(b, &ids[i]));
+    }
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -411,6 +482,7 @@ int main(void)
         T(fetch_with_verify_delivers_intact_objects),
         T(spilled_objects_are_fetched_and_served_again_after_a_restart),
         T(objects_several_nodes_hold_come_in_ranges_from_all_of_them),
+        T(writes_to_sealed_bytes_fault_and_change_nothing_anywhere),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

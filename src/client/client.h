@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "client/wview.h"
 #include "common/fastidx.h"
 #include "common/idmap.h"
 #include "common/proto.h"
@@ -21,7 +22,8 @@
  * index (their slot numbers in fast), the others the daemon's. */
 struct cheld {
     uint32_t refs;
-    uint32_t unsealed;
+    uint32_t unsealed; /* ours, created and not sealed: its range is open in wv at woff */
+    uint64_t woff;
     uint32_t nfast, capfast;
     int *fast;
 };
@@ -31,7 +33,8 @@ struct ferry_client {
     int fd;
     int broken;           /* the connection failed; every call now fails with FERRY_ECONN */
     char broken_why[160]; /* the failure's detail, for the calls that follow */
-    uint8_t *base;
+    uint8_t *base; /* the arena, read-only: what gets return (wview.h) */
+    struct wview wv; /* the arena again, writable where we may write: creates, staging */
     uint64_t arena_size;
     uint64_t tag;
     struct pbuf out;   /* the request being sent */

@@ -1,5 +1,6 @@
 /* ops.c - libferry's object operations (put and put_many are in put.c). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -24,6 +25,17 @@ static int id_request(struct ferry_client *c, uint16_t type, const ferry_id *id)
     return rc < 0 ? rc : client_reply_end(c);
 }
 
+/* Aborts the object just created, keeping the caller's error detail. */
+static int create_undo(struct ferry_client *c, const ferry_id *id, int rc)
+{
+    char why[PROTO_MAX_DETAIL + 1];
+
+    snprintf(why, sizeof(why), "%s", ferry_errmsg());
+    if (id_request(c, PROTO_ABORT, id) < 0 && !c->broken)
+        client_broken(c, FERRY_EPROTO); /* left behind: nothing later may reuse the id's room */
+    return err_set(rc, "%s", why);
+}
+
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
                   const void *metadata, uint64_t metadata_size, uint8_t **data)
 {
@@ -38,13 +50,22 @@ int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size
         return rc;
     offset = prd_u64(&c->rd);
     if ((rc = client_reply_end(c)) < 0 ||
-        (rc = client_check_range(c, offset, data_size, metadata_size)) < 0 ||
-        (rc = client_held_add(c, id, 1)) < 0)
+        (rc = client_check_range(c, offset, data_size, metadata_size)) < 0)
         return rc;
+    if ((rc = client_held_add(c, id, 1)) < 0)
+        goto abort_object;
+    if ((rc = wview_open(&c->wv, offset, data_size + metadata_size)) < 0)
+        goto drop_held;
+    ((struct cheld *)idmap_get(&c->held, id))->woff = offset;
     if (metadata_size)
-        memcpy(c->base + offset + data_size, metadata, metadata_size);
-    *data = c->base + offset;
+        memcpy(c->wv.base + offset + data_size, metadata, metadata_size);
+    *data = c->wv.base + offset;
     return 0;
+
+drop_held:
+    client_held_drop(c, id);
+abort_object:
+    return create_undo(c, id, rc);
 }
 
 int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const void *metadata,
@@ -59,21 +80,30 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
     return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, data));
 }
 
-/* Seals our unsealed object, and gives back the creator's reference with release. */
+/* Our unsealed object id is sealed now: its pages turn read-only in the writable view. */
+static void unsealed_done(struct ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h = idmap_get(&c->held, id);
+
+    if (h && h->unsealed) {
+        h->unsealed = 0;
+        wview_close(&c->wv, h->woff);
+    }
+}
+
 /* The daemon dropped our unsealed object id, and our creator's reference with it. */
 static void unsealed_gone(struct ferry_client *c, const ferry_id *id)
 {
     struct cheld *h = idmap_get(&c->held, id);
 
     if (h && h->unsealed) {
-        h->unsealed = 0;
+        unsealed_done(c, id);
         client_held_drop(c, id);
     }
 }
 
 int client_seal(struct ferry_client *c, const ferry_id *id, int release)
 {
-    struct cheld *h;
     int rc;
 
     client_req_begin(c, PROTO_SEAL);
@@ -83,8 +113,7 @@ int client_seal(struct ferry_client *c, const ferry_id *id, int release)
         unsealed_gone(c, id); /* --strict-ids: another node holds other content: aborted */
     if (rc < 0 || (rc = client_reply_end(c)) < 0)
         return rc;
-    if ((h = idmap_get(&c->held, id)))
-        h->unsealed = 0;
+    unsealed_done(c, id);
     if (release)
         client_held_drop(c, id);
     return 0;

@@ -24,7 +24,8 @@ static int staging_ready(struct ferry_client *c)
         return rc;
     offset = prd_u64(&c->rd);
     size = prd_u64(&c->rd);
-    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0)
+    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0 ||
+        (rc = wview_open(&c->wv, offset, size)) < 0) /* writable for the connection's life */
         return rc;
     c->staging_offset = offset;
     c->staging_size = size;
@@ -120,7 +121,7 @@ static int batch_add(struct ferry_client *c, struct batch *b, size_t i)
         if ((rc = batch_flush(c, b)) < 0)
             return rc;
     }
-    dst = c->base + c->staging_offset + b->used;
+    dst = c->wv.base + c->staging_offset + b->used;
     if (it->data_size)
         memcpy(dst, it->data, it->data_size);
     if (it->metadata_size)
