@@ -418,7 +418,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fast_refs, GAUGE, "references clients hold without the daemon (slots of the shared index)")  \
     X(fast_adopted, COUNTER,                                                                       \
       "objects kept past their eviction or delete because a client held them without the daemon")  \
-    X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")
+    X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")      \
+    X(rewritten_after_seal, COUNTER,                                                               \
+      "copies here found rewritten after their seal by a receiver's check: dropped")               \
+    X(suspects_unfounded, COUNTER,                                                                 \
+      "receivers' reports of a chunk unlike its digest that the copy here disproved")              \
+    X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

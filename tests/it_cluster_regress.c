@@ -724,11 +724,11 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     uint64_t tag = 0;
     int cfd = fake_accept_pull(lfd, &x, &tag);
 
-    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
-    static const uint8_t zero[DIGEST_LEN]; /* the digest (no --verify) */
-    fake_entry(p, 0, SLOW_SIZE, 0, zero, 0);
-    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
+    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1), root[DIGEST_LEN];
     uint8_t *bytes = h_pattern(SLOW_SIZE, h_seed(&x));
+    H_OK(digest_object(bytes, SLOW_SIZE, 0, root)); /* the receiver checks the bytes against it */
+    fake_entry(p, 0, SLOW_SIZE, 0, root, 0);
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
     int64_t t0 = h_now_ms();
     uint32_t sent = 0;
     for (; sent < SLOW_SIZE; sent++) {

@@ -146,7 +146,7 @@ struct dl_export {
     union {
         DLManagedTensor legacy;
         DLManagedTensorVersioned versioned;
-    } m; /* first: the deleters get a pointer to it */
+    } m;                /* first: the deleters get a pointer to it */
     BufferObject *held; /* NULL for a copy */
     void *copy;         /* the copy's bytes, or NULL */
     int64_t shape[1];
@@ -210,8 +210,8 @@ static void dl_capsule_destructor_versioned(PyObject *capsule)
 
 /* What a consumer asked of __dlpack__. */
 struct dl_request {
-    int versioned;     /* max_version >= (1, 0): it reads flags */
-    int copy;          /* copy=True: a private copy */
+    int versioned;       /* max_version >= (1, 0): it reads flags */
+    int copy;            /* copy=True: a private copy */
     int legacy_in_place; /* the 0.x tensor of a sealed object, in place (ferry.dlpack_unmarked) */
 };
 
@@ -314,13 +314,15 @@ static int dl_device_check(PyObject *dl_device)
 
     if (dl_device == Py_None)
         return 0;
-    if (!PyArg_ParseTuple(dl_device, "ii;dl_device must be a tuple (device_type, device_id)",
-                          &type, &id))
+    if (!PyArg_ParseTuple(dl_device, "ii;dl_device must be a tuple (device_type, device_id)", &type,
+                          &id))
         return -1;
     if (type == kDLCPU && id == 0)
         return 0;
-    PyErr_Format(PyExc_BufferError, "a ferry.Buffer is host memory (kDLCPU, 0): no copy to "
-                                    "device (%d, %d)", type, id);
+    PyErr_Format(PyExc_BufferError,
+                 "a ferry.Buffer is host memory (kDLCPU, 0): no copy to "
+                 "device (%d, %d)",
+                 type, id);
     return -1;
 }
 
@@ -330,8 +332,8 @@ static PyObject *buffer_dlpack(BufferObject *self, PyObject *args, PyObject *kwd
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
     struct dl_request rq = {0};
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream,
-                                     &max_version, &dl_device, &copy))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
         return NULL;
     if (stream != Py_None) { /* NumPy's error and words for its own CPU arrays */
         PyErr_SetString(PyExc_RuntimeError,

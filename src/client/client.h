@@ -33,8 +33,8 @@ struct ferry_client {
     int fd;
     int broken;           /* the connection failed; every call now fails with FERRY_ECONN */
     char broken_why[160]; /* the failure's detail, for the calls that follow */
-    uint8_t *base; /* the arena, read-only: what gets return (wview.h) */
-    struct wview wv; /* the arena again, writable where we may write: creates, staging */
+    uint8_t *base;        /* the arena, read-only: what gets return (wview.h) */
+    struct wview wv;      /* the arena again, writable where we may write: creates, staging */
     uint64_t arena_size;
     uint64_t tag;
     struct pbuf out;   /* the request being sent */

@@ -554,7 +554,8 @@ forget_secret:
     log_info("node %s: transfers on %s (%s%s%s), directory %s%s%s", c->node_id, c->listen_addr,
              names, engine_provider(s->engine) ? " on " : "",
              engine_provider(s->engine) ? engine_provider(s->engine) : "", directory_where(s->dir),
-             ec.secret ? ", secret required" : "", c->verify ? ", verifying" : "");
+             ec.secret ? ", secret required" : "",
+             c->verify ? "" : ", fetched bytes unchecked (--no-verify)");
     return 0;
 }
 

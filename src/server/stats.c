@@ -108,6 +108,9 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->ranges_moved = ec->ranges_moved;
         out->split_fallbacks = ec->split_fallbacks;
         out->chunks_refused = ec->chunks_refused;
+        out->rewritten_after_seal = ec->rewritten_after_seal;
+        out->suspects_unfounded = ec->suspects_unfounded;
+        out->suspects_ignored = ec->suspects_ignored;
         out->relays = ec->relays;
         out->ranges_relayed = ec->ranges_relayed;
         out->relay_waits_expired = ec->relay_waits_expired;

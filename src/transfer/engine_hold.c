@@ -701,7 +701,9 @@ static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_
     else if (ic->state == IN_READY && m.type == WIRE_PULL) {
         loop_timer_start(ic->e->loop, &ic->deadline, loop_now_ms() + HOLDER_IDLE_MS);
         in_on_pull(ic, &m);
-    } else
+    } else if (ic->state == IN_READY && m.type == WIRE_SUSPECT)
+        eng_suspect_check(ic, &m);
+    else
         in_abort(ic, ic->state == IN_READY ? "unexpected message type"
                                            : "message before authentication");
 }

@@ -24,7 +24,9 @@
  * pulls and replies, the bytes landing), engine_verify.c (the check of received bytes against
  * the holder's digest: streamed as they land, or after), engine_split.c (one object in ranges
  * from several holders), engine_hold.c (the holding side: incoming connections, pins, answers
- * to PULLs), engine_route.c (which transport reaches a peer, and the circuit breaker).
+ * to PULLs), engine_suspect.c (a holder's copy that a receiver found unlike its digest: checked
+ * there, dropped when rewritten after its seal), engine_route.c (which transport reaches a peer,
+ * and the circuit breaker).
  */
 #ifndef FERRY_ENGINE_INT_H
 #define FERRY_ENGINE_INT_H
@@ -367,6 +369,7 @@ struct inconn {
     int waiting;               /* its first pull waits for ranges of the partial copy of waits */
     ferry_id waits;
     struct loop_timer relay; /* that wait's deadline: answer_ms after the copy's last progress */
+    uint32_t suspects;       /* SUSPECTs it sent that were taken (engine_suspect.c bounds them) */
     struct inconn *next, **pprev;
 };
 
@@ -487,6 +490,12 @@ void eng_pull_free(struct pull *pl);
 /* Closes the connections whose bytes go into abandoned wants (their other wants are asked
  * again, of the same holder too). */
 void eng_peers_drop_abandoned(struct engine *e);
+
+/* engine_suspect.c: a copy rewritten after its seal */
+/* Tells holder (a peer we pull from) that chunk of its copy of id did not match its leaf. */
+void eng_suspect_send(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk);
+/* A SUSPECT that ic sent: checks the chunk of our copy, drops a copy rewritten after its seal. */
+void eng_suspect_check(struct inconn *ic, const struct wire_msg *m);
 
 /* engine_verify.c: the check of received bytes */
 /* Whether w's bytes are checked against the holder's tree before the seal (--verify, or a
