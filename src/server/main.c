@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
             "              [--log-format text|json] [--max-objects N] [--max-kept SIZE]\n"
+            "              [--max-clients N]\n"
             "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
             "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
@@ -63,13 +64,20 @@ static void usage(FILE *f)
             "  --max-kept SIZE     bytes of objects kept until let go (ferry keep) at most\n"
             "                      (default: half the arena; none with --spill-dir), in half\n"
             "                      of --max-objects at most\n"
+            "  --max-clients N     clients connected at once at most (a hello past it is\n"
+            "                      refused, FERRY_EBUSY); default: what the descriptor limit\n"
+            "                      (raised to the hard limit at start) leaves beside %d kept\n"
+            "                      for the daemon (%d more in a cluster, for peers), at most\n"
+            "                      %d. A connection must say hello within %d s, and %d at\n"
+            "                      most wait for theirs: past that the oldest is closed\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "spilling (memory as a cache over local disk):\n"
             "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
             "                      back on access; objects found there at start are served;\n"
             "                      it must be ferryd's user's and writable by no one else;\n"
             "                      with --secret-file its records are signed with the secret\n"
-            "  --spill-max SIZE    the most the directory may hold (default: the disk's room)\n"
+            "  --spill-max SIZE    the most the directory may hold (default: what its file\n"
+            "                      system has free at start, less a tenth of its size)\n"
             "  --spill-at PERCENT  start writing when this much of the arena cannot be freed at\n"
             "                      once (default %d)\n"
             "  --persist-on-exit   on SIGTERM, write every sealed object not yet on disk\n"
@@ -128,9 +136,11 @@ static void usage(FILE *f)
             "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
             LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
-            STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT, transport_names(),
-            FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT, ENGINE_STALL_MS,
-            ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS, ENGINE_RATE_MS);
+            STORE_OBJECT_COST, FERRYD_FD_RESERVE, FERRYD_FD_RESERVE_PEERS, FERRYD_MAX_CLIENTS,
+            FERRYD_HELLO_DEADLINE_MS / 1000, FERRYD_UNGREETED_MAX, FERRYD_DEFAULT_SPILL_AT,
+            transport_names(), FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT,
+            ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS,
+            ENGINE_RATE_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -171,6 +181,17 @@ static int parse_max_objects(const char *text, uint64_t *out)
 
     if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 32))
         return err_set(FERRY_EINVAL, "--max-objects '%s': expected 1 to %llu", text, 1ull << 32);
+    *out = v;
+    return 0;
+}
+
+static int parse_max_clients(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+
+    if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 20))
+        return err_set(FERRY_EINVAL, "--max-clients '%s': expected 1 to %llu", text, 1ull << 20);
     *out = v;
     return 0;
 }
@@ -334,6 +355,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"persist-on-exit", no_argument, NULL, 'p'},
                                          {"max-objects", required_argument, NULL, 'O'},
                                          {"max-kept", required_argument, NULL, 'K'},
+                                         {"max-clients", required_argument, NULL, 'C'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET"), *password_file = NULL;
     int c, rc = 0;
@@ -438,6 +460,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'K':
             rc = size_parse(optarg, &cfg->max_kept);
+            break;
+        case 'C':
+            rc = parse_max_clients(optarg, &cfg->max_clients);
             break;
         case 'h':
             usage(stdout);

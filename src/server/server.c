@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -627,6 +628,64 @@ static int open_metrics(struct server *s)
     return 0;
 }
 
+/* What the descriptor limit leaves for local clients beside the reserve (server.h, "Local
+ * clients"): the limit less the reserve, or a share of it when the limit is below what the
+ * reserve needs. */
+static uint64_t clients_room(uint64_t limit, uint64_t reserve)
+{
+    uint64_t room = limit > reserve ? limit - reserve : 0;
+
+    return room > limit / FERRYD_FD_CLIENTS_SHARE ? room : limit / FERRYD_FD_CLIENTS_SHARE;
+}
+
+/* Raises the soft RLIMIT_NOFILE to the hard limit (logging what it got) and sets how many
+ * clients may be greeted at once: cfg.max_clients, FERRY_EINVAL when the limit cannot hold it
+ * beside the reserve; by default what the limit leaves, at most FERRYD_MAX_CLIENTS. Opens
+ * nothing. */
+static int plan_descriptors(struct server *s)
+{
+    const struct server_config *c = &s->cfg;
+    uint64_t reserve = FERRYD_FD_RESERVE + (c->directory_url ? FERRYD_FD_RESERVE_PEERS : 0), room;
+    const char *kept = c->directory_url ? "the daemon, peers, the directory and /metrics"
+                                        : "the daemon, subscriptions and /metrics";
+    struct rlimit lim;
+    rlim_t soft;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0)
+        return err_sys("getrlimit(RLIMIT_NOFILE)");
+    soft = lim.rlim_cur;
+    if (lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &lim) < 0) {
+            log_warn("descriptors: cannot raise the soft limit %llu to the hard limit %llu: %s",
+                     (unsigned long long)soft, (unsigned long long)lim.rlim_max, strerror(errno));
+            lim.rlim_cur = soft;
+        }
+    }
+    s->fd_limit = lim.rlim_cur;
+    room = clients_room(s->fd_limit, reserve);
+    if (c->max_clients > room)
+        return err_set(FERRY_EINVAL,
+                       "--max-clients %" PRIu64 ": the descriptor limit is %" PRIu64 " and %" PRIu64
+                       " are kept for %s, so at most %" PRIu64
+                       " (raise the hard limit: LimitNOFILE=, ulimit -Hn)",
+                       c->max_clients, s->fd_limit, reserve, kept, room);
+    s->max_clients = c->max_clients              ? c->max_clients
+                     : room < FERRYD_MAX_CLIENTS ? room
+                                                 : FERRYD_MAX_CLIENTS;
+    if (s->fd_limit < reserve + s->max_clients)
+        log_warn("descriptors: the limit %" PRIu64 " is below the %" PRIu64 " kept for %s and "
+                 "%" PRIu64 " clients: peers may find it short; raise the hard limit "
+                 "(LimitNOFILE=, ulimit -Hn)",
+                 s->fd_limit, reserve, kept, s->max_clients);
+    log_info("descriptors: limit %" PRIu64 "%s; clients at most %" PRIu64 "%s, %d more before "
+             "their hello (%d s each)",
+             s->fd_limit, soft < lim.rlim_cur ? " (the soft limit raised to the hard one)" : "",
+             s->max_clients, c->max_clients ? " (--max-clients)" : "", FERRYD_UNGREETED_MAX,
+             FERRYD_HELLO_DEADLINE_MS / 1000);
+    return 0;
+}
+
 /* The shared index's region is rounded up to this (huge pages back the arena in them). */
 #define FAST_ROUND (2ull << 20)
 
@@ -646,7 +705,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->started_real_ns = clock_real_ns();
     s->listen_fd = s->signal_fd = -1;
     s->arena.fd = -1;
-    if ((rc = loop_init(&s->loop)) < 0)
+    if ((rc = plan_descriptors(s)) < 0 || (rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
