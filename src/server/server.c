@@ -575,13 +575,37 @@ static int spill_key(const char *secret_file, uint8_t key[MAC_LEN])
     return rc;
 }
 
+/* The spill directory's bound, said at start; one from the file system (no --spill-max) that
+ * leaves the directory less room than the arena is warned about: creates will find it full. */
+static void log_spill_bound(struct server *s, const struct spill_counters *sc)
+{
+    const struct spill *sp = s->store.spill;
+    const struct spill_bound *b = spill_bound(sp);
+    uint64_t max = spill_max_bytes(sp), room = max > sc->disk_bytes ? max - sc->disk_bytes : 0;
+    char f[4][SIZE_FORMAT_LEN];
+
+    if (!b->from_fs) {
+        log_info("spill: at most %s (--spill-max)", size_format(max, f[0], sizeof(f[0])));
+        return;
+    }
+    log_info("spill: at most %s: %s free of %s at start on its file system, a tenth of its "
+             "file system left free (--spill-max sets another bound)",
+             size_format(max, f[0], sizeof(f[0])), size_format(b->fs_free, f[1], sizeof(f[1])),
+             size_format(b->fs_bytes, f[2], sizeof(f[2])));
+    if (room < store_capacity(&s->store))
+        log_warn("spill: room for %s more in %s, less than the arena's %s: free room on its "
+                 "file system or give --spill-max",
+                 size_format(room, f[0], sizeof(f[0])), spill_dir(sp),
+                 size_format(store_capacity(&s->store), f[3], sizeof(f[3])));
+}
+
 /* Opens the spill directory (after the signals are blocked: its workers inherit the mask) and
  * takes in what a previous run left there; with a secret, its records are signed. */
 static int open_spill(struct server *s)
 {
     const struct server_config *c = &s->cfg;
     const struct spill_counters *sc;
-    char f[2][SIZE_FORMAT_LEN];
+    char found[SIZE_FORMAT_LEN];
     uint8_t key[MAC_LEN];
     int rc;
 
@@ -596,10 +620,10 @@ static int open_spill(struct server *s)
                                        LOOP_READ, on_spill, s)) < 0)
         return rc;
     sc = spill_counters(s->store.spill);
-    log_info("spill: %s (%s), %" PRIu64 " objects found (%s)%s%s, writes from %u%% of the arena",
+    log_info("spill: %s (%s), %" PRIu64 " objects found (%s), writes from %u%% of the arena",
              c->spill_dir, sc->direct ? "O_DIRECT" : "page cache", sc->recovered_objects,
-             size_format(sc->disk_bytes, f[0], sizeof(f[0])), c->spill_max ? ", at most " : "",
-             c->spill_max ? size_format(c->spill_max, f[1], sizeof(f[1])) : "", c->spill_at);
+             size_format(sc->disk_bytes, found, sizeof(found)), c->spill_at);
+    log_spill_bound(s, sc);
     if (sc->recovery_dropped)
         log_warn("spill: %" PRIu64 " damaged groups dropped at start (see above)",
                  sc->recovery_dropped);
