@@ -662,31 +662,43 @@ static uint64_t clients_room(uint64_t limit, uint64_t reserve)
     return room > limit / FERRYD_FD_CLIENTS_SHARE ? room : limit / FERRYD_FD_CLIENTS_SHARE;
 }
 
-/* Raises the soft RLIMIT_NOFILE to the hard limit (logging what it got) and sets how many
- * clients may be greeted at once: cfg.max_clients, FERRY_EINVAL when the limit cannot hold it
- * beside the reserve; by default what the limit leaves, at most FERRYD_MAX_CLIENTS. Opens
- * nothing. */
-static int plan_descriptors(struct server *s)
+/* Raises the soft RLIMIT_NOFILE to the hard limit: the limit now in s->fd_limit, the soft one
+ * it had before in *was. A refusal is logged and the soft limit kept. */
+static int raise_nofile(struct server *s, uint64_t *was)
 {
-    const struct server_config *c = &s->cfg;
-    uint64_t reserve = FERRYD_FD_RESERVE + (c->directory_url ? FERRYD_FD_RESERVE_PEERS : 0), room;
-    const char *kept = c->directory_url ? "the daemon, peers, the directory and /metrics"
-                                        : "the daemon, subscriptions and /metrics";
     struct rlimit lim;
-    rlim_t soft;
 
     if (getrlimit(RLIMIT_NOFILE, &lim) < 0)
         return err_sys("getrlimit(RLIMIT_NOFILE)");
-    soft = lim.rlim_cur;
+    *was = lim.rlim_cur;
     if (lim.rlim_cur < lim.rlim_max) {
         lim.rlim_cur = lim.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &lim) < 0) {
-            log_warn("descriptors: cannot raise the soft limit %llu to the hard limit %llu: %s",
-                     (unsigned long long)soft, (unsigned long long)lim.rlim_max, strerror(errno));
-            lim.rlim_cur = soft;
+            log_warn("descriptors: cannot raise the soft limit %" PRIu64 " to the hard limit "
+                     "%llu: %s",
+                     *was, (unsigned long long)lim.rlim_max, strerror(errno));
+            lim.rlim_cur = (rlim_t)*was;
         }
     }
     s->fd_limit = lim.rlim_cur;
+    return 0;
+}
+
+/* Raises the descriptor limit (raise_nofile, logging what it got) and sets how many clients may
+ * be greeted at once: cfg.max_clients, FERRY_EINVAL when the limit cannot hold it beside the
+ * reserve; by default what the limit leaves, at most FERRYD_MAX_CLIENTS. Opens nothing. */
+static int plan_descriptors(struct server *s)
+{
+    const struct server_config *c = &s->cfg;
+    uint64_t reserve = FERRYD_FD_RESERVE + (c->directory_url ? FERRYD_FD_RESERVE_PEERS : 0);
+    const char *kept = c->directory_url ? "the daemon, peers, the directory and /metrics"
+                                        : "the daemon, subscriptions and /metrics";
+    uint64_t room, was = 0;
+    char raised[80] = "";
+    int rc;
+
+    if ((rc = raise_nofile(s, &was)) < 0)
+        return rc;
     room = clients_room(s->fd_limit, reserve);
     if (c->max_clients > room)
         return err_set(FERRY_EINVAL,
@@ -694,19 +706,20 @@ static int plan_descriptors(struct server *s)
                        " are kept for %s, so at most %" PRIu64
                        " (raise the hard limit: LimitNOFILE=, ulimit -Hn)",
                        c->max_clients, s->fd_limit, reserve, kept, room);
-    s->max_clients = c->max_clients              ? c->max_clients
-                     : room < FERRYD_MAX_CLIENTS ? room
-                                                 : FERRYD_MAX_CLIENTS;
+    s->max_clients = c->max_clients;
+    if (!s->max_clients)
+        s->max_clients = room < FERRYD_MAX_CLIENTS ? room : FERRYD_MAX_CLIENTS;
     if (s->fd_limit < reserve + s->max_clients)
         log_warn("descriptors: the limit %" PRIu64 " is below the %" PRIu64 " kept for %s and "
                  "%" PRIu64 " clients: peers may find it short; raise the hard limit "
                  "(LimitNOFILE=, ulimit -Hn)",
                  s->fd_limit, reserve, kept, s->max_clients);
+    if (was < s->fd_limit)
+        snprintf(raised, sizeof(raised), " (the soft limit raised from %" PRIu64 ")", was);
     log_info("descriptors: limit %" PRIu64 "%s; clients at most %" PRIu64 "%s, %d more before "
              "their hello (%d s each)",
-             s->fd_limit, soft < lim.rlim_cur ? " (the soft limit raised to the hard one)" : "",
-             s->max_clients, c->max_clients ? " (--max-clients)" : "", FERRYD_UNGREETED_MAX,
-             FERRYD_HELLO_DEADLINE_MS / 1000);
+             s->fd_limit, raised, s->max_clients, c->max_clients ? " (--max-clients)" : "",
+             FERRYD_UNGREETED_MAX, FERRYD_HELLO_DEADLINE_MS / 1000);
     return 0;
 }
 
