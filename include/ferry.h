@@ -117,7 +117,8 @@ typedef struct ferry_client ferry_client;
 
 /* Connects to the daemon at socket_path; NULL means the default socket: $FERRY_SOCKET, else
  * FERRY_SERVICE_SOCKET if anything is there, else FERRY_DEFAULT_SOCKET (see them).
- * FERRY_ECONN when no daemon answers there. The connection's timeout is $FERRY_TIMEOUT_MS
+ * FERRY_ECONN when no daemon answers there; FERRY_EBUSY when it serves as many clients as it
+ * may (ferryd --max-clients), naming the bound. The connection's timeout is $FERRY_TIMEOUT_MS
  * (milliseconds, -1 for none) if set, else FERRY_DEFAULT_TIMEOUT_MS (30 s). */
 int ferry_connect(const char *socket_path, ferry_client **out);
 
