@@ -40,8 +40,8 @@ struct subscriber;
  * - at most max_clients have said hello: a hello past that is answered FERRY_EBUSY and its
  *   connection closed (clients_refused). --max-clients sets it; by default it is what the
  *   descriptor limit leaves after FERRYD_FD_RESERVE (FERRYD_FD_RESERVE_PEERS more for a cluster
- *   node), at most FERRYD_MAX_CLIENTS; a limit too low for that reserve gives clients a quarter
- *   of it (FERRYD_FD_CLIENTS_SHARE), with a warning.
+ *   node), at most FERRYD_MAX_CLIENTS and at least a quarter of the limit
+ *   (FERRYD_FD_CLIENTS_SHARE; a limit that cannot hold the reserve beside that is warned about).
  * The soft RLIMIT_NOFILE is raised to the hard limit at start. */
 #define FERRYD_HELLO_DEADLINE_MS 10000
 #define FERRYD_UNGREETED_MAX 64
