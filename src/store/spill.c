@@ -806,9 +806,9 @@ static int measure_fs(struct spill *sp)
  * beyond a tenth of the file system. */
 static void bound_from_fs(struct spill *sp)
 {
-    uint64_t keep = sp->bound.fs_bytes / SPILL_FS_KEEP_DIV, free = sp->bound.fs_free;
+    uint64_t keep = sp->bound.fs_bytes / SPILL_FS_KEEP_DIV, avail = sp->bound.fs_free;
 
-    sp->max_bytes = sp->counters.disk_bytes + (free > keep ? free - keep : 0);
+    sp->max_bytes = sp->counters.disk_bytes + (avail > keep ? avail - keep : 0);
 }
 
 int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const uint8_t *key,
