@@ -180,6 +180,11 @@ static void print_clients(const struct stat_view *v)
     printf("clients\n  %-13s %" PRIu64 " (%" PRIu64 " connections so far, %" PRIu64
            " closed for a bad message)\n",
            "connected", val(v, "clients"), val(v, "connections_total"), val(v, "protocol_errors"));
+    printf("  %-13s %" PRIu64 " clients at most (descriptor limit %" PRIu64 "): %" PRIu64
+           " refused at their hello; %" PRIu64 " closed before it for newer ones, %" PRIu64
+           " for none in time\n",
+           "bounds", val(v, "max_clients"), val(v, "fd_limit"), val(v, "clients_refused"),
+           val(v, "clients_evicted"), val(v, "hello_timeouts"));
     printf("  %-13s %" PRIu64 " (%" PRIu64 " ended with something missing)\n", "gets",
            val(v, "gets"), val(v, "get_timeouts"));
     printf("  %-13s %" PRIu64 " open (%" PRIu64 " refused, %" PRIu64 " cut off for lagging)\n",

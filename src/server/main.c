@@ -32,110 +32,121 @@ static const char *transport_names(void)
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
-        "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
-        "              [--log-format text|json] [--max-objects N] [--max-kept SIZE]\n"
-        "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
-        "               [--persist-on-exit]]\n"
-        "              [--node-id NAME --listen HOST:PORT --directory URL\n"
-        "               [--secret-file PATH] [--no-verify] [--strict-ids] [--transport auto|%s]\n"
-        "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
-        "               [--split-min SIZE] [--relay-min SIZE] [--no-relay-check]\n"
-        "               [--timers NAME=MS,...]]\n"
-        "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
-        "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
-        "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
-        "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
-        "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
-        "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
-        "  --metrics HOST:PORT serve Prometheus' /metrics there (numeric address; port 0\n"
-        "                      picks one, logged)\n"
-        "  --verbose           log debug records: one per request and per object received\n"
-        "                      (at most %d a second of each)\n"
-        "  --log-format FMT    text (default) or json: one object per line, for collectors\n"
-        "  --max-objects N     objects the store holds at most, sealed or not (default: one\n"
-        "                      per %u KiB of arena, at least %u: about %u B of daemon memory\n"
-        "                      each); a client may hold a sixteenth of them (at least 1):\n"
-        "                      what it created or got and has not released; the objects\n"
-        "                      of a put_many batch are not held, but are refused as well\n"
-        "                      while the client holds its share\n"
-        "  --max-kept SIZE     bytes of objects kept until let go (ferry keep) at most\n"
-        "                      (default: half the arena; none with --spill-dir), in half\n"
-        "                      of --max-objects at most\n"
-        "  --version           print the version and the protocol versions, and exit\n"
-        "spilling (memory as a cache over local disk):\n"
-        "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
-        "                      back on access; objects found there at start are served;\n"
-        "                      it must be ferryd's user's and writable by no one else;\n"
-        "                      with --secret-file its records are signed with the secret\n"
-        "  --spill-max SIZE    the most the directory may hold (default: the disk's room)\n"
-        "  --spill-at PERCENT  start writing when this much of the arena cannot be freed at\n"
-        "                      once (default %d)\n"
-        "  --persist-on-exit   on SIGTERM, write every sealed object not yet on disk\n"
-        "cluster (all three or none; without them the node is standalone):\n"
-        "  --node-id NAME      this node's name in the cluster\n"
-        "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
-        "  --directory URL     the Redis that holds the node registry and object locations:\n"
-        "                      redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or redis-sentinel://\n"
-        "                      [[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to\n"
-        "                      follow the master Sentinel names (AUTH to the master;\n"
-        "                      percent-encode '@', ':' and '/'; a password there is seen in\n"
-        "                      /proc until blanked: prefer --directory-password-file or\n"
-        "                      $FERRY_DIRECTORY_PASSWORD)\n"
-        "  --directory-password-file PATH\n"
-        "                      the password of the directory's Redis (AUTH; with a\n"
-        "                      redis://USER@... URL, that user's), read once at start, its\n"
-        "                      trailing newline cut; keep it mode 0600 (a warning if not)\n"
-        "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256); it signs\n"
-        "                      the spill directory's records too\n"
-        "  --no-verify         take the bytes of nodes that hold an object whole unchecked\n"
-        "                      (default: each 1 MiB chunk fetched is checked against the\n"
-        "                      SHA-256 tree recorded at its seal before this node seals or\n"
-        "                      serves it; --verify says so). What is lost: a copy rewritten\n"
-        "                      after its seal on another node (by a process there that maps\n"
-        "                      the arena writable), or bytes changed on the way, are sealed\n"
-        "                      here and served on. For a trusted fast fabric only: checking\n"
-        "                      costs a core per ~1.9 GB/s received\n"
-        "  --strict-ids        a seal waits until the directory confirms that no other node\n"
-        "                      holds other content under the id, and fails (FERRY_EEXIST)\n"
-        "                      if one does; without it such a copy is kept here, unlisted\n"
-        "  --transport NAME    auto (default): open every transport of this build that can\n"
-        "                      be (%s, preferred first), and reach each peer by the\n"
-        "                      first both have; NAME: that one (refuse to start without\n"
-        "                      it) and tcp; tcp: tcp only\n"
-        "  --fabric-provider P libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm\n"
-        "                      (default: the first suitable one fi_getinfo offers)\n"
-        "  --eager-max SIZE    fabric: objects up to SIZE go two-sided through bounce\n"
-        "                      buffers, larger ones by one-sided read (default: the\n"
-        "                      provider's measured crossover; @FILE: the size saved by\n"
-        "                      ferry calibrate --save FILE)\n"
-        "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n"
-        "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
-        "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
-        "                      from one)\n"
-        "  --relay-min SIZE    a node fetching an object of at least SIZE serves the ranges\n"
-        "                      it has to other nodes fetching it, before it has all of it\n"
-        "                      (default %s; 0: never)\n"
-        "  --no-relay-check    take ranges from such nodes unchecked (--no-verify implies\n"
-        "                      it; default: each chunk is checked as it lands)\n"
-        "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
-        "                      defaults suit every network): stall (%d: a peer that owes\n"
-        "                      bytes and sends none is dropped), handshake (%d), answer\n"
-        "                      (%d: a holder's answer to our hello), breaker (%d: a failing\n"
-        "                      transport is left out), lease (5000: a one-sided read's),\n"
-        "                      rate (%d: a holder must send 1 MiB/s over each such window)\n"
-        "Environment:\n"
-        "  FERRY_DIRECTORY_PASSWORD  the directory's password, as the file above would give\n"
-        "                      it; taken out of the environment at start\n"
-        "  FERRY_FABRIC_QUIRKS  switches the fabric's libfabric workarounds (recv, errno,\n"
-        "                      shm_lock, watchdog; each on only where the running release\n"
-        "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
-        transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US, LOG_LIMIT_PER_SECOND,
-        STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN, STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT,
-        transport_names(), FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT,
-        ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS, ENGINE_RATE_MS);
+    fprintf(f,
+            "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
+            "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
+            "              [--log-format text|json] [--max-objects N] [--max-kept SIZE]\n"
+            "              [--max-clients N]\n"
+            "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
+            "               [--persist-on-exit]]\n"
+            "              [--node-id NAME --listen HOST:PORT --directory URL\n"
+            "               [--secret-file PATH] [--no-verify] [--strict-ids] [--transport auto|%s]\n"
+            "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
+            "               [--split-min SIZE] [--relay-min SIZE] [--no-relay-check]\n"
+            "               [--timers NAME=MS,...]]\n"
+            "  --socket PATH       Unix socket to serve (default $FERRY_SOCKET, else %s)\n"
+            "  --memory SIZE       arena size, reserved at start: 512M, 4G, ... (default 1G)\n"
+            "  --socket-mode OCTAL permission bits of the socket (default 0600)\n"
+            "  --hugepages         back the arena with 2 MiB huge pages (hugetlbfs)\n"
+            "  --busy-poll USEC    after a request, poll this long for the next before sleeping\n"
+            "                      (default %d; 0 sleeps at once: less CPU, more latency)\n"
+            "  --metrics HOST:PORT serve Prometheus' /metrics there (numeric address; port 0\n"
+            "                      picks one, logged)\n"
+            "  --verbose           log debug records: one per request and per object received\n"
+            "                      (at most %d a second of each)\n"
+            "  --log-format FMT    text (default) or json: one object per line, for collectors\n"
+            "  --max-objects N     objects the store holds at most, sealed or not (default: one\n"
+            "                      per %u KiB of arena, at least %u: about %u B of daemon memory\n"
+            "                      each); a client may hold a sixteenth of them (at least 1):\n"
+            "                      what it created or got and has not released; the objects\n"
+            "                      of a put_many batch are not held, but are refused as well\n"
+            "                      while the client holds its share\n"
+            "  --max-kept SIZE     bytes of objects kept until let go (ferry keep) at most\n"
+            "                      (default: half the arena; none with --spill-dir), in half\n"
+            "                      of --max-objects at most\n"
+            "  --max-clients N     clients connected at once at most (a hello past it is\n"
+            "                      refused, FERRY_EBUSY); default: what the descriptor limit\n"
+            "                      (raised to the hard limit at start) leaves beside %d kept\n"
+            "                      for the daemon (%d more in a cluster, for peers), at most\n"
+            "                      %d, at least a quarter of the limit. A connection must say\n"
+            "                      hello within %d s, and %d at most wait for theirs: past\n"
+            "                      that the oldest is closed\n"
+            "  --version           print the version and the protocol versions, and exit\n"
+            "spilling (memory as a cache over local disk):\n"
+            "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
+            "                      back on access; objects found there at start are served;\n"
+            "                      it must be ferryd's user's and writable by no one else;\n"
+            "                      with --secret-file its records are signed with the secret\n"
+            "  --spill-max SIZE    the most the directory may hold (default: what its file\n"
+            "                      system has free at start, less a tenth of its size)\n"
+            "  --spill-at PERCENT  start writing when this much of the arena cannot be freed at\n"
+            "                      once (default %d)\n"
+            "  --persist-on-exit   on SIGTERM, write every sealed object not yet on disk\n"
+            "cluster (all three or none; without them the node is standalone):\n"
+            "  --node-id NAME      this node's name in the cluster\n"
+            "  --listen HOST:PORT  where peers connect to pull objects (tcp)\n"
+            "  --directory URL     the Redis that holds the node registry and object locations:\n"
+            "                      redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or redis-sentinel://\n"
+            "                      [[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to\n"
+            "                      follow the master Sentinel names (AUTH to the master;\n"
+            "                      percent-encode '@', ':' and '/'; a password there is seen in\n"
+            "                      /proc until blanked: prefer --directory-password-file or\n"
+            "                      $FERRY_DIRECTORY_PASSWORD)\n"
+            "  --directory-password-file PATH\n"
+            "                      the password of the directory's Redis (AUTH; with a\n"
+            "                      redis://USER@... URL, that user's), read once at start, its\n"
+            "                      trailing newline cut; keep it mode 0600 (a warning if not)\n"
+            "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256); it signs\n"
+            "                      the spill directory's records too\n"
+            "  --no-verify         take the bytes of nodes that hold an object whole unchecked\n"
+            "                      (default: each 1 MiB chunk fetched is checked against the\n"
+            "                      SHA-256 tree recorded at its seal before this node seals or\n"
+            "                      serves it; --verify says so). What is lost: a copy rewritten\n"
+            "                      after its seal on another node (by a process there that maps\n"
+            "                      the arena writable), or bytes changed on the way, are sealed\n"
+            "                      here and served on. For a trusted fast fabric only: checking\n"
+            "                      costs a core per ~1.9 GB/s received\n"
+            "  --strict-ids        a seal waits until the directory confirms that no other node\n"
+            "                      holds other content under the id, and fails (FERRY_EEXIST)\n"
+            "                      if one does; without it such a copy is kept here, unlisted\n"
+            "  --transport NAME    auto (default): open every transport of this build that can\n"
+            "                      be (%s, preferred first), and reach each peer by the\n"
+            "                      first both have; NAME: that one (refuse to start without\n"
+            "                      it) and tcp; tcp: tcp only\n"
+            "  --fabric-provider P libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm\n"
+            "                      (default: the first suitable one fi_getinfo offers)\n"
+            "  --eager-max SIZE    fabric: objects up to SIZE go two-sided through bounce\n"
+            "                      buffers, larger ones by one-sided read (default: the\n"
+            "                      provider's measured crossover; @FILE: the size saved by\n"
+            "                      ferry calibrate --save FILE)\n"
+            "  --fabric-window N   fabric: receive buffers per peer and size class (default 8)\n"
+            "  --split-min SIZE    objects of at least SIZE that several nodes hold are fetched\n"
+            "                      in ranges from up to 4 of them at once (default %s; 0: whole,\n"
+            "                      from one)\n"
+            "  --relay-min SIZE    a node fetching an object of at least SIZE serves the ranges\n"
+            "                      it has to other nodes fetching it, before it has all of it\n"
+            "                      (default %s; 0: never)\n"
+            "  --no-relay-check    take ranges from such nodes unchecked (--no-verify implies\n"
+            "                      it; default: each chunk is checked as it lands)\n"
+            "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
+            "                      defaults suit every network): stall (%d: a peer that owes\n"
+            "                      bytes and sends none is dropped), handshake (%d), answer\n"
+            "                      (%d: a holder's answer to our hello), breaker (%d: a failing\n"
+            "                      transport is left out), lease (5000: a one-sided read's),\n"
+            "                      rate (%d: a holder must send 1 MiB/s over each such window)\n"
+            "Environment:\n"
+            "  FERRY_DIRECTORY_PASSWORD  the directory's password, as the file above would give\n"
+            "                      it; taken out of the environment at start\n"
+            "  FERRY_FABRIC_QUIRKS  switches the fabric's libfabric workarounds (recv, errno,\n"
+            "                      shm_lock, watchdog; each on only where the running release\n"
+            "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
+            transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
+            LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
+            STORE_OBJECT_COST, FERRYD_FD_RESERVE, FERRYD_FD_RESERVE_PEERS, FERRYD_MAX_CLIENTS,
+            FERRYD_HELLO_DEADLINE_MS / 1000, FERRYD_UNGREETED_MAX, FERRYD_DEFAULT_SPILL_AT,
+            transport_names(), FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT,
+            ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS,
+            ENGINE_RATE_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -176,6 +187,17 @@ static int parse_max_objects(const char *text, uint64_t *out)
 
     if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 32))
         return err_set(FERRY_EINVAL, "--max-objects '%s': expected 1 to %llu", text, 1ull << 32);
+    *out = v;
+    return 0;
+}
+
+static int parse_max_clients(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+
+    if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 20))
+        return err_set(FERRY_EINVAL, "--max-clients '%s': expected 1 to %llu", text, 1ull << 20);
     *out = v;
     return 0;
 }
@@ -340,6 +362,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"persist-on-exit", no_argument, NULL, 'p'},
                                          {"max-objects", required_argument, NULL, 'O'},
                                          {"max-kept", required_argument, NULL, 'K'},
+                                         {"max-clients", required_argument, NULL, 'C'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET"), *password_file = NULL;
     int c, rc = 0;
@@ -449,6 +472,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
             break;
         case 'K':
             rc = size_parse(optarg, &cfg->max_kept);
+            break;
+        case 'C':
+            rc = parse_max_clients(optarg, &cfg->max_clients);
             break;
         case 'h':
             usage(stdout);

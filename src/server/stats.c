@@ -80,6 +80,11 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
     out->deletes_spared = srv->counters.deletes_spared;
+    out->clients_refused = srv->counters.clients_refused;
+    out->clients_evicted = srv->counters.clients_evicted;
+    out->hello_timeouts = srv->counters.hello_timeouts;
+    out->max_clients = srv->max_clients;
+    out->fd_limit = srv->fd_limit;
     out->evictable_bytes = st->evictable_bytes;
     out->kept_objects = st->kept_objects;
     out->kept_bytes = st->kept_bytes;
