@@ -324,8 +324,9 @@ static void fast_open(struct ferry_client *c, uint64_t off, uint64_t size)
                  c->fast_block < c->fast.nblocks;
 }
 
-/* Maps the arena twice: read-only for gets, and the writable view (wview.h). Protection goes by
- * the arena's page size (st_blksize: 2 MiB on huge pages). */
+/* Maps the arena three times: read-only for gets, writable for libferry's own copies, and the
+ * writable view of ferry_create (wview.h), whose protection goes by the arena's page size
+ * (st_blksize: 2 MiB on huge pages). */
 static int map_arena(struct ferry_client *c, int fd)
 {
     struct stat st;
@@ -343,7 +344,22 @@ static int map_arena(struct ferry_client *c, int fd)
         c->base = NULL;
         return err_sys("mmap(arena)");
     }
+    c->copy_base =
+        mmap(NULL, c->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (c->copy_base == MAP_FAILED) {
+        c->copy_base = NULL;
+        return err_sys("mmap(arena, libferry's copies)");
+    }
     return wview_map(&c->wv, fd, c->arena_size, page);
+}
+
+static void unmap_arena(struct ferry_client *c)
+{
+    if (c->base)
+        munmap(c->base, c->arena_size);
+    if (c->copy_base)
+        munmap(c->copy_base, c->arena_size);
+    wview_unmap(&c->wv);
 }
 
 static int hello(struct ferry_client *c)
@@ -491,9 +507,7 @@ int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_cli
     return 0;
 
 close_socket:
-    if (c->base)
-        munmap(c->base, c->arena_size);
-    wview_unmap(&c->wv);
+    unmap_arena(c);
     pthread_mutex_destroy(&c->lock);
     close(c->fd);
     pbuf_free(&c->out);
@@ -521,9 +535,7 @@ void ferry_disconnect(ferry_client *c)
     if (!c)
         return;
     close(c->fd);
-    if (c->base)
-        munmap(c->base, c->arena_size);
-    wview_unmap(&c->wv);
+    unmap_arena(c);
     while ((h = idmap_next(&c->held, &pos, NULL))) {
         free(h->fast); /* their slots: the daemon clears our block when it sees us go */
         free(h);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "client/client.h"
+#include "client/private.h"
 #include "common/err.h"
 
 /* Sends a request whose whole payload is one id and reads its reply (c->rd after the
@@ -37,8 +38,9 @@ static int create_undo(struct ferry_client *c, const ferry_id *id, int rc)
 }
 
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
-                  const void *metadata, uint64_t metadata_size, uint8_t **data)
+                  const void *metadata, uint64_t metadata_size, int private, uint8_t **data)
 {
+    uint8_t *at;
     uint64_t offset;
     int rc;
 
@@ -54,12 +56,13 @@ int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size
         return rc;
     if ((rc = client_held_add(c, id, 1)) < 0)
         goto abort_object;
-    if ((rc = wview_open(&c->wv, offset, data_size + metadata_size)) < 0)
+    if (!private && (rc = wview_open(&c->wv, offset, data_size + metadata_size)) < 0)
         goto drop_held;
     ((struct cheld *)idmap_get(&c->held, id))->woff = offset;
+    at = (private ? c->copy_base : c->wv.base) + offset;
     if (metadata_size)
-        memcpy(c->wv.base + offset + data_size, metadata, metadata_size);
-    *data = c->wv.base + offset;
+        memcpy(at + data_size, metadata, metadata_size);
+    *data = at;
     return 0;
 
 drop_held:
@@ -77,7 +80,22 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
         return err_set(FERRY_EINVAL, "create: NULL id, data or metadata");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, data));
+    return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, 0, data));
+}
+
+int ferry_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
+                          const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
+                          const uint8_t **readable)
+{
+    int rc;
+
+    if (!id || !copy_to || !readable || (metadata_size && !metadata))
+        return err_set(FERRY_EINVAL, "create: NULL id, data or metadata");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    if ((rc = client_create(c, id, data_size, metadata, metadata_size, 1, copy_to)) == 0)
+        *readable = c->base + (*copy_to - c->copy_base);
+    return client_leave(c, rc);
 }
 
 /* Our unsealed object id is sealed now: its pages turn read-only in the writable view. */

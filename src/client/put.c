@@ -24,8 +24,7 @@ static int staging_ready(struct ferry_client *c)
         return rc;
     offset = prd_u64(&c->rd);
     size = prd_u64(&c->rd);
-    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0 ||
-        (rc = wview_open(&c->wv, offset, size)) < 0) /* writable for the connection's life */
+    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0)
         return rc;
     c->staging_offset = offset;
     c->staging_size = size;
@@ -54,7 +53,7 @@ static int item_check(const ferry_put_item *it)
 static int put_large(struct ferry_client *c, const ferry_put_item *it)
 {
     uint8_t *dst;
-    int rc = client_create(c, &it->id, it->data_size, it->metadata, it->metadata_size, &dst);
+    int rc = client_create(c, &it->id, it->data_size, it->metadata, it->metadata_size, 1, &dst);
 
     if (rc < 0)
         return rc;
@@ -121,7 +120,7 @@ static int batch_add(struct ferry_client *c, struct batch *b, size_t i)
         if ((rc = batch_flush(c, b)) < 0)
             return rc;
     }
-    dst = c->wv.base + c->staging_offset + b->used;
+    dst = c->copy_base + c->staging_offset + b->used;
     if (it->data_size)
         memcpy(dst, it->data, it->data_size);
     if (it->metadata_size)

@@ -14,6 +14,13 @@
  * only by reaching outside the object's range. A page stays writable while any open range
  * touches it, and turns read-only when the last one closes.
  *
+ * What it costs: two protection changes per create, each a page-table walk of the object's
+ * pages (on this project's 2-core VM, nested, about 2.5 us per 4 KiB page to make pages
+ * writable and 0.7 us to make them read-only again, against 0.3 us to copy a warm page). So
+ * libferry's own copies (ferry_put, the staging area, the Python module's puts) do not go
+ * through this view but through a third mapping, writable and never handed out (client.h:
+ * copy_base); only ferry_create's caller, who gets a pointer, pays for the protection.
+ *
  * Not thread-safe: the client's lock covers every call. A process holding the arena's
  * descriptor can still map it writable itself; what another node receives is checked against
  * the root recorded at the seal (docs/architecture.md, "Threat model").
