@@ -75,7 +75,7 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
         return rc < 0 ? keep(fail, rc) : 0;
     }
     /* dst is libferry's private writable mapping: filled here, never handed out. */
-    if ((rc = ferry_create_for_copy(c, id, size, meta->buf, (uint64_t)meta->len, &dst,
+    if ((rc = client_create_for_copy(c, id, size, meta->buf, (uint64_t)meta->len, &dst,
                                     &readable)) < 0)
         return keep(fail, rc);
     fill(dst, size, p, n);

@@ -22,7 +22,8 @@
  * index (their slot numbers in fast), the others the daemon's. */
 struct cheld {
     uint32_t refs;
-    uint32_t unsealed; /* ours, created and not sealed: its range is open in wv at woff */
+    uint32_t unsealed; /* ours, created and not sealed */
+    uint32_t wopen;    /* while unsealed: its range is open in wv at woff (ferry_create's) */
     uint64_t woff;
     uint32_t nfast, capfast;
     int *fast;

@@ -40,6 +40,7 @@ static int create_undo(struct ferry_client *c, const ferry_id *id, int rc)
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
                   const void *metadata, uint64_t metadata_size, int private, uint8_t **data)
 {
+    struct cheld *h;
     uint8_t *at;
     uint64_t offset;
     int rc;
@@ -58,7 +59,9 @@ int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size
         goto abort_object;
     if (!private && (rc = wview_open(&c->wv, offset, data_size + metadata_size)) < 0)
         goto drop_held;
-    ((struct cheld *)idmap_get(&c->held, id))->woff = offset;
+    h = idmap_get(&c->held, id);
+    h->woff = offset;
+    h->wopen = !private && data_size + metadata_size > 0;
     at = (private ? c->copy_base : c->wv.base) + offset;
     if (metadata_size)
         memcpy(at + data_size, metadata, metadata_size);
@@ -83,7 +86,7 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
     return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, 0, data));
 }
 
-int ferry_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
+int client_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
                           const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
                           const uint8_t **readable)
 {
@@ -98,15 +101,25 @@ int ferry_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_siz
     return client_leave(c, rc);
 }
 
-/* Our unsealed object id is sealed now: its pages turn read-only in the writable view. */
+/* Our unsealed object id takes no more writes: its pages turn read-only in the writable view. */
+static void writes_end(struct ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h = idmap_get(&c->held, id);
+
+    if (h && h->unsealed && h->wopen) {
+        h->wopen = 0;
+        wview_close(&c->wv, h->woff);
+    }
+}
+
+/* Our unsealed object id is sealed (or gone) now. */
 static void unsealed_done(struct ferry_client *c, const ferry_id *id)
 {
     struct cheld *h = idmap_get(&c->held, id);
 
-    if (h && h->unsealed) {
+    writes_end(c, id);
+    if (h)
         h->unsealed = 0;
-        wview_close(&c->wv, h->woff);
-    }
 }
 
 /* The daemon dropped our unsealed object id, and our creator's reference with it. */
@@ -124,6 +137,10 @@ int client_seal(struct ferry_client *c, const ferry_id *id, int release)
 {
     int rc;
 
+    /* Writes end before the seal is asked: a seal that fails on the way (a timeout, a lost
+     * connection) may have sealed the object all the same. After a failed seal the object
+     * can be sealed again or aborted, not written. */
+    writes_end(c, id);
     client_req_begin(c, PROTO_SEAL);
     pbuf_id(&c->out, id);
     pbuf_u8(&c->out, (uint8_t)release);

@@ -412,12 +412,11 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         case 'S':
             cfg->secret_file = optarg;
             break;
-        case 'V':
+        case 'V': /* the default; the last of --verify and --no-verify wins */
             cfg->verify = 1;
             break;
         case 'U':
             cfg->verify = 0;
-            cfg->relay_unchecked = 1;
             break;
         case 'I':
             cfg->strict_ids = 1;
@@ -491,6 +490,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    if (!cfg->verify)
+        cfg->relay_unchecked = 1; /* --no-verify: nothing fetched is checked */
     if (rc == 0 && password_file && cfg->directory_password)
         rc = err_set(FERRY_EINVAL, "--directory-password-file and %s: give one", PASSWORD_ENV);
     else if (rc == 0 && password_file)

@@ -491,9 +491,11 @@ void eng_pull_free(struct pull *pl);
  * again, of the same holder too). */
 void eng_peers_drop_abandoned(struct engine *e);
 
+/* Tells holder (a peer we pull from) that chunk of its copy of id did not match its leaf
+ * (engine_peer.c: a frame that cannot be sent ends the peer, whose tags are then out of step). */
+void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk);
+
 /* engine_suspect.c: a copy rewritten after its seal */
-/* Tells holder (a peer we pull from) that chunk of its copy of id did not match its leaf. */
-void eng_suspect_send(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk);
 /* A SUSPECT that ic sent: checks the chunk of our copy, drops a copy rewritten after its seal. */
 void eng_suspect_check(struct inconn *ic, const struct wire_msg *m);
 

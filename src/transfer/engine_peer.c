@@ -407,6 +407,20 @@ struct peer *eng_peer_find(struct engine *e, const char *node)
     return p;
 }
 
+void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk)
+{
+    struct peer *p = eng_peer_find(e, holder);
+    struct pbuf b = {0};
+
+    if (!p || !p->authed)
+        return; /* gone: its copy is checked when another receiver catches it */
+    wire_suspect(&b, id, chunk);
+    auth_seal(&p->as, &b, 0);
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0)
+        peer_abort(p, "cannot send a suspect");
+    pbuf_free(&b);
+}
+
 /* Takes transport off the list of n's. */
 static void remove_transport(struct directory_node *n, const char *transport)
 {

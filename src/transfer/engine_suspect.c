@@ -19,20 +19,6 @@
 /* Checks a connection may ask of this holder in its life. */
 #define SUSPECT_MAX 16u
 
-void eng_suspect_send(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk)
-{
-    struct peer *p = eng_peer_find(e, holder);
-    struct pbuf b = {0};
-
-    if (!p || !p->authed)
-        return; /* gone: its copy is checked when another receiver catches it */
-    wire_suspect(&b, id, chunk);
-    auth_seal(&p->as, &b, 0);
-    if (!b.oom)
-        (void)p->conn->type->send_frame(p->conn, b.data, b.len); /* a failure ends the peer */
-    pbuf_free(&b);
-}
-
 /* 1 when chunk i of o (sealed, resident, hashed) is what its digest says. */
 static int chunk_matches(struct engine *e, const struct object *o, uint64_t i)
 {

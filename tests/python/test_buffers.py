@@ -225,3 +225,26 @@ def test_dropped_create_buffer_still_seals(client):
     got = client.get("later")
     assert bytes(got) == b"wxyz"
     assert refcount(client, "later") == 1  # the get's; the creator's went with the seal
+
+
+def _seal_an_empty_object_then_write_another(socket):
+    with ferry.Client(socket) as c:
+        big = c.create("open", 8192)
+        c.create("empty", 0)
+        c.seal("empty")  # must leave the other open object writable
+        np.frombuffer(big, dtype=np.uint8)[:] = 5
+        c.seal("open")
+
+
+def test_sealing_an_empty_object_leaves_other_creates_writable(daemon):
+    """An empty object has no range to close: its seal once closed the range of another open
+    object at the same offset, and the next write to that one killed the process."""
+    pid = os.fork()
+    if pid == 0:  # the child: never run pytest's code
+        code = 1
+        try:
+            _seal_an_empty_object_then_write_another(daemon.socket)
+            code = 0
+        finally:
+            os._exit(code)
+    assert wait_child(pid) == 0
