@@ -109,6 +109,7 @@ struct engine_counters {
     uint64_t rewritten_after_seal; /* copies here that a SUSPECT found changed: dropped */
     uint64_t suspects_unfounded;   /* SUSPECTs whose chunk matched here */
     uint64_t suspects_ignored;     /* SUSPECTs past a connection's bound */
+    uint64_t relays_silent;        /* partial holders dropped: no answer to a relayed pull */
     struct hist transfer_latency;  /* from the first want of an object to its seal here */
 };
 

@@ -363,12 +363,13 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 }
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
- * waits (and the connection's later pulls with it) as long as the copy it waits for makes
- * progress, and at most RELAY_WAIT_MAX answer deadlines in all (its range may be coming from a
- * slow holder while the rest comes fast): once no chunk has come into the copy for answer_ms,
- * or past that, its waiting entries are answered "not here" (relay_waits_expired), and so, at
- * once, are those of the later pulls that wait for a copy that makes no progress; the receiver
- * asks another holder. Looked at from the first entry each time: chunks may be received again. */
+ * waits (and the connection's later pulls with it) for half an answer deadline (RELAY_WAIT_DIV)
+ * at most, however the copy progresses (its range may be coming from a slow holder while the
+ * rest comes fast), and less when no chunk has come into the copy for that long: then its
+ * waiting entries are answered "not here" (relay_waits_expired), and so, at once, are those of
+ * the later pulls that wait for a copy that makes no progress; the receiver asks another holder.
+ * The receiver gives up on a partial holder that says nothing for a whole answer deadline.
+ * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
     struct engine *e = ic->e;
@@ -384,9 +385,8 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             break;
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
-        until = w->relay_ms + e->timers.answer_ms;
-        if (until > hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms)
-            until = hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms;
+        until = (w->relay_ms < hp->since ? w->relay_ms : hp->since) +
+                e->timers.answer_ms / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
             ic->waiting = 1;

@@ -132,9 +132,11 @@
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
  * enough that a partial holder that stops costs one answer deadline, not one per range. */
 #define RELAY_WINDOW 8
-/* A pull waits for a partial copy's ranges at most this many answer deadlines in all, however
- * the rest of the copy progresses. */
-#define RELAY_WAIT_MAX 2
+/* A pull waits for a partial copy's ranges at most answer_ms / RELAY_WAIT_DIV, however the rest
+ * of the copy progresses: a receiver gives up on a partial holder that owes it a reply and says
+ * nothing for answer_ms (engine_peer.c), and the rest is the margin for our "not here" to reach
+ * it first. */
+#define RELAY_WAIT_DIV 2
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
