@@ -434,7 +434,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "receivers' reports of a chunk unlike its digest that the copy here disproved")              \
     X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")     \
     X(relays_silent, COUNTER,                                                                      \
-      "partial holders given up for saying nothing to a relayed pull for the answer deadline")
+      "partial holders given up for saying nothing to a relayed pull for the answer deadline")     \
+    X(pins_reclaimed, COUNTER,                                                                     \
+      "peers dropped for reading pins past their share too slowly while other node ids waited")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -1,7 +1,8 @@
 /*
  * it_cluster_bounds.c - what one peer can cost a node, with real ferryd nodes and a real
  * Redis: a flood of PULLs whose replies are never read, one PULL of more than the pin limit,
- * a flood of silent connections, and a fetch too large for the receiver. Each is bounded (in
+ * a flood of silent connections, a fetch too large for the receiver, and node ids reading their
+ * pins slowly. Each is bounded (in
  * memory, pins, connections or bytes moved), and the node keeps serving everyone else.
  */
 #include "harness.h"
@@ -373,6 +374,90 @@ H_CLUSTER_TEST(pins_of_all_node_ids_stay_within_half_the_arena)
     ferry_disconnect(a);
 }
 
+/* Reads from each of the n connections in fds, without waiting more than a few ms, until it has
+ * read rate bytes per second since start_ms in all (what a reader of that rate has). */
+static void read_slowly(const int *fds, uint64_t *got, int n, uint64_t rate, int64_t start_ms)
+{
+    static uint8_t sink[64 << 10];
+    uint64_t due = rate * (uint64_t)(h_now_ms() - start_ms) / 1000;
+    for (int i = 0; i < n; i++) {
+        int64_t t0 = h_now_ms();
+        while (got[i] < due && h_now_ms() - t0 < 5) {
+            size_t len = due - got[i] < sizeof(sink) ? due - got[i] : sizeof(sink);
+            ssize_t r = recv(fds[i], sink, len, MSG_DONTWAIT);
+            if (r > 0)
+                got[i] += (uint64_t)r;
+            else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                break; /* closed by A */
+        }
+    }
+}
+
+/* Four node ids (a holder of the secret names any) each pull two 16 MiB objects of A (32 MiB
+ * pinned each, 128 MiB in all: the limit of all, half of A's 256M) and read them at 100 KiB/s,
+ * above the minimum rate of a reader (64 KiB/s). B, an honest node, fetches an object of A
+ * meanwhile, three times, against four new slow readers each time: each fetch must come,
+ * because while B waits for pins, a node id past its share of the pins of all must read at
+ * least 1 MiB/s or lose its connection (pins_reclaimed). B's pull waited for the slow readers'
+ * pins: B's fetches failed when its stall watchdog gave A up (7 of 7 in 66 s). */
+#define SLOW_PIECE (16 * MIB)
+#define SLOW_READERS 4
+#define SLOW_FETCHES 3
+#define SLOW_RATE (100u << 10)
+H_CLUSTER_TEST(slow_readers_do_not_lock_other_nodes_out_of_a_holder)
+{
+    static const char *const names[SLOW_READERS] = {"slow-1", "slow-2", "slow-3", "slow-4"};
+    h_node_start(cl, A, "256M", NULL);
+    h_node_start(cl, B, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id pinned[2], wanted[SLOW_FETCHES];
+    for (int i = 0; i < 2; i++) {
+        pinned[i] = h_idf("read-slowly-%d", i);
+        H_OK(h_put_direct(a, &pinned[i], SLOW_PIECE, 0));
+    }
+    for (int i = 0; i < SLOW_FETCHES; i++) {
+        wanted[i] = h_idf("wanted-by-b-%d", i);
+        H_OK(h_put_direct(a, &wanted[i], SLOW_PIECE, 0));
+    }
+    h_assert_where(b, cl, &wanted[SLOW_FETCHES - 1], 1u << A, H_CLUSTER_MS);
+    int port = h_node_port(cl, A), fds[SLOW_READERS], ok = 0;
+    ferry_stats a0 = h_stats(a);
+    for (int k = 0; k < SLOW_FETCHES; k++) {
+        uint64_t got[SLOW_READERS] = {0};
+        for (int i = 0; i < SLOW_READERS; i++) {
+            fds[i] = unread_pull_as(port, names[i], pinned, 2);
+            assert_true(fds[i] >= 0);
+            assert_int_equal(granted_within(fds[i], 2, H_EVENT_MS), 2);
+        }
+        printf("%d node ids hold %llu MiB pinned, reading %u KiB/s each\n", SLOW_READERS,
+               (unsigned long long)(h_stats(a).pinned_bytes / MIB), SLOW_RATE >> 10);
+        int status = 1;
+        int64_t start = h_now_ms();
+        struct h_fetch f;
+        h_fetch_start(&f, b, &wanted[k], 1, 20000, &status);
+        while (!h_fetch_done(&f)) {
+            read_slowly(fds, got, SLOW_READERS, SLOW_RATE, start);
+            h_sleep_ms(20);
+        }
+        h_fetch_join(&f, H_EVENT_MS);
+        printf("B's fetch %d past them: %s in %lld ms; A pins %llu MiB\n", k, ferry_strerror(f.rc),
+               (long long)f.elapsed_ms, (unsigned long long)(h_stats(a).pinned_bytes / MIB));
+        ok += f.rc == FERRY_OK && status == FERRY_OK;
+        for (int i = 0; i < SLOW_READERS; i++)
+            close(fds[i]); /* unread bytes: a reset, and A lets their pins go */
+        assert_int_equal(H_WAIT_STAT(a, pinned_bytes, 0), 0); /* the next four start afresh */
+    }
+    ferry_stats a1 = h_stats(a);
+    printf("B fetched %d of %d; A dropped %llu slow readers\n", ok, SLOW_FETCHES,
+           (unsigned long long)(a1.pins_reclaimed - a0.pins_reclaimed));
+    assert_int_equal(ok, SLOW_FETCHES);
+    assert_true(a1.pins_reclaimed > a0.pins_reclaimed);
+    for (int i = 0; i < SLOW_FETCHES; i++)
+        h_assert_same_object(a, b, &wanted[i]);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -474,6 +559,7 @@ int main(void)
         T(one_node_id_holds_no_more_than_its_share_of_connections),
         T(pins_of_one_node_id_stay_within_its_limit_over_its_connections),
         T(pins_of_all_node_ids_stay_within_half_the_arena),
+        T(slow_readers_do_not_lock_other_nodes_out_of_a_holder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,6 +110,8 @@ struct engine_counters {
     uint64_t suspects_unfounded;   /* SUSPECTs whose chunk matched here */
     uint64_t suspects_ignored;     /* SUSPECTs past a connection's bound */
     uint64_t relays_silent;        /* partial holders dropped: no answer to a relayed pull */
+    uint64_t pins_reclaimed;       /* receivers dropped: pins past their share read too slowly
+                                    * while other node ids waited for pins */
     struct hist transfer_latency;  /* from the first want of an object to its seal here */
 };
 
