@@ -1,8 +1,8 @@
 /*
  * it_cluster_bounds.c - what one peer can cost a node, with real ferryd nodes and a real
  * Redis: a flood of PULLs whose replies are never read, one PULL of more than the pin limit,
- * a flood of silent connections, a fetch too large for the receiver, and node ids reading their
- * pins slowly. Each is bounded (in
+ * a flood of silent connections, a fetch too large for the receiver, node ids reading their
+ * pins slowly, and pins that fragment the holder's arena. Each is bounded (in
  * memory, pins, connections or bytes moved), and the node keeps serving everyone else.
  */
 #include "harness.h"
@@ -458,6 +458,89 @@ H_CLUSTER_TEST(slow_readers_do_not_lock_other_nodes_out_of_a_holder)
     ferry_disconnect(b);
 }
 
+/* A reply to the pull on fd within timeout_ms: how many of its n entries were granted, or -1
+ * when none came (any number of entries, each with up to 64 leaves). */
+static int granted_of(int fd, uint32_t n, int timeout_ms)
+{
+    size_t cap = 4 + (size_t)n * (WIRE_REPLY_ENTRY_SIZE + 64 * DIGEST_LEN);
+    uint8_t *reply = malloc(cap);
+    uint32_t len = 0;
+    int granted = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_non_null(reply);
+    if (poll(&pfd, 1, timeout_ms) <= 0) {
+        free(reply);
+        return -1;
+    }
+    assert_int_equal(h_xfer_read_frame(fd, reply, cap, &len), WIRE_REPLY);
+    for (uint32_t i = 0; i < n; i++)
+        granted += h_rd32(reply + 4 + i * WIRE_REPLY_ENTRY_SIZE) == 0;
+    free(reply);
+    return granted;
+}
+
+/* A's 256M arena is filled with 4 MiB objects, laid out one after the other, and peers pin
+ * every other one, within the limits (15 per node id, 60 MiB, and at most 128 MiB in all), and
+ * read nothing: what is free or evictable comes in 4 MiB holes. A's own puts of 8 and 64 MiB
+ * must still succeed: the pins in their way are the peers' to lose (pins_broken; the peers
+ * ask again, or another holder). They failed with ENOSPACE ("largest free block 4.0 MiB"),
+ * whatever the eviction, for as long as the peers kept pinning. */
+#define FRAG_PIECE (4 * MIB)
+#define FRAG_MAX 64
+#define FRAG_PER_NODE 15
+H_CLUSTER_TEST(pins_do_not_fragment_the_holders_arena_against_its_own_puts)
+{
+    h_node_start(cl, A, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_id ids[FRAG_MAX], pins[FRAG_MAX / 2];
+    int n = 0, npins = 0, fds[FRAG_MAX / 2 / FRAG_PER_NODE + 1], nfds = 0;
+    ferry_stats s = h_stats(a);
+    while (n < FRAG_MAX && s.capacity_bytes - s.used_bytes >= FRAG_PIECE + 4096) {
+        ids[n] = h_idf("fragment-%d", n);
+        H_OK(h_put_direct(a, &ids[n], FRAG_PIECE, 0));
+        n++;
+        s = h_stats(a);
+    }
+    assert_int_equal(s.evicted_objects, 0);
+    for (int i = 0; i < n && (uint64_t)(npins + 1) * FRAG_PIECE <= 128 * MIB; i += 2)
+        pins[npins++] = ids[i];
+    int port = h_node_port(cl, A);
+    for (int k = 0; k * FRAG_PER_NODE < npins; k++) {
+        char node[16];
+        uint32_t m = (uint32_t)(npins - k * FRAG_PER_NODE);
+        m = m < FRAG_PER_NODE ? m : FRAG_PER_NODE;
+        snprintf(node, sizeof(node), "frag-%d", k);
+        fds[nfds] = unread_pull_as(port, node, pins + k * FRAG_PER_NODE, m);
+        assert_true(fds[nfds] >= 0);
+        assert_int_equal(granted_of(fds[nfds], m, H_EVENT_MS), (int)m);
+        nfds++;
+    }
+    ferry_stats a0 = h_stats(a);
+    printf("%d objects of 4 MiB in A, %d of them pinned (%llu MiB) by %d node ids\n", n, npins,
+           (unsigned long long)(a0.pinned_bytes / MIB), nfds);
+    ferry_id own8 = h_id("own-put-of-8-mib"), own64 = h_id("own-put-of-64-mib");
+    int64_t t0 = h_now_ms();
+    int rc8 = h_put_direct(a, &own8, 8 * MIB, 0);
+    printf("A's own put of 8 MiB: %s in %lld ms (%s)\n", ferry_strerror(rc8),
+           (long long)(h_now_ms() - t0), rc8 ? ferry_errmsg() : "");
+    t0 = h_now_ms();
+    int rc64 = h_put_direct(a, &own64, 64 * MIB, 0);
+    printf("A's own put of 64 MiB: %s in %lld ms (%s)\n", ferry_strerror(rc64),
+           (long long)(h_now_ms() - t0), rc64 ? ferry_errmsg() : "");
+    ferry_stats a1 = h_stats(a);
+    printf("A broke %llu connections' pins; %llu MiB pinned now\n",
+           (unsigned long long)(a1.pins_broken - a0.pins_broken),
+           (unsigned long long)(a1.pinned_bytes / MIB));
+    H_RC(rc8, FERRY_OK);
+    H_RC(rc64, FERRY_OK);
+    assert_true(a1.pins_broken > a0.pins_broken);
+    h_assert_object(a, &own8, 8 * MIB, 0);
+    h_assert_object(a, &own64, 64 * MIB, 0);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    ferry_disconnect(a);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -560,6 +643,7 @@ int main(void)
         T(pins_of_one_node_id_stay_within_its_limit_over_its_connections),
         T(pins_of_all_node_ids_stay_within_half_the_arena),
         T(slow_readers_do_not_lock_other_nodes_out_of_a_holder),
+        T(pins_do_not_fragment_the_holders_arena_against_its_own_puts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

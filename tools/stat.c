@@ -225,10 +225,11 @@ static void print_cluster(const struct stat_view *v)
            val(v, "relays_silent"));
     printf("  %-13s %" PRIu64 " opened, %" PRIu64 " accepted, %" PRIu64
            " evicted; peers dropped: %" PRIu64 " bad, %" PRIu64 " too slow, %" PRIu64
-           " too slow past their share of pins; %" PRIu64 " pins deferred\n",
+           " too slow past their share of pins, %" PRIu64 " for the room of local creates; %" PRIu64
+           " pins deferred\n",
            "connections", val(v, "connections_opened"), val(v, "connections_accepted"),
            val(v, "connections_evicted"), val(v, "peer_errors"), val(v, "peers_too_slow"),
-           val(v, "pins_reclaimed"), val(v, "pins_deferred"));
+           val(v, "pins_reclaimed"), val(v, "pins_broken"), val(v, "pins_deferred"));
 }
 
 /* Each transport's counters under its name ("fabric_eager_msgs": fabric, eager_msgs), byte

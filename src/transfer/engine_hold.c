@@ -922,6 +922,30 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     e->counters.connections_accepted++;
 }
 
+uint64_t engine_break_pins(struct engine *e, uint64_t size)
+{
+    static struct log_limit lim;
+    uint64_t pinned = e->counters.pinned_bytes;
+    struct inconn *ic, *next;
+
+    if (!pinned || store_capacity(e->store) - store_used(e->store) + pinned < size)
+        return 0; /* breaking them could not make the room */
+
+    for (ic = e->inconns; ic; ic = next) { /* MAX_INCONNS at most */
+        next = ic->next;
+        if (!ic->pinned)
+            continue;
+        e->counters.pins_broken++;
+        log_limited(&lim, LOG_WARN,
+                    "closing the transfer connection from %s (%s): its pins (%" PRIu64
+                    " KiB) keep a local create from finding room",
+                    ic->hs.node_c, ic->conn->peer, ic->pinned >> 10);
+        ic->conn->type->close(ic->conn);
+        eng_inconn_free(ic);
+    }
+    return pinned;
+}
+
 void engine_on_ready(struct engine *e, const struct object *o)
 {
     struct inconn *ic, *next;
