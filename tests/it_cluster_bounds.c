@@ -541,6 +541,64 @@ H_CLUSTER_TEST(pins_do_not_fragment_the_holders_arena_against_its_own_puts)
     ferry_disconnect(a);
 }
 
+/* The same over a fabric, where B and C, two real nodes reading one 1 MiB chunk per 100 ms
+ * (FERRY_FAULT), pin every other 4 MiB object of A's full arena by their one-sided reads (64 MiB
+ * each, the limit of a node id): A's own put of 64 MiB closes their connections and waits for
+ * the transport to give the objects back (the reads in flight end, or their lease) rather than
+ * fail; the put that broke them failed with ENOSPACE, only a later one succeeded. */
+H_CLUSTER_TEST(pins_of_one_sided_reads_do_not_fail_the_holders_own_puts)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+    if (!t || strcmp(t, "tcp") == 0)
+        H_SKIP("for the fabrics only (one-sided reads), not %s", t ? t : "the default transport");
+    h_node_start(cl, A, "256M", NULL);
+    setenv("FERRY_FAULT", "fabric-read-delay-ms=100", 1);
+    h_node_start(cl, B, "128M", NULL);
+    h_node_start(cl, C, "128M", NULL);
+    unsetenv("FERRY_FAULT");
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B), *c = h_node_connect(cl, C);
+    ferry_id ids[FRAG_MAX], half[2][FRAG_MAX / 4];
+    int n = 0, nhalf[2] = {0, 0}, st[2][FRAG_MAX / 4];
+    ferry_stats s = h_stats(a);
+    while (n < FRAG_MAX && s.capacity_bytes - s.used_bytes >= FRAG_PIECE + 4096) {
+        ids[n] = h_idf("fragment-%d", n);
+        H_OK(h_put_direct(a, &ids[n], FRAG_PIECE, 0));
+        n++;
+        s = h_stats(a);
+    }
+    h_assert_where(b, cl, &ids[n - 1], 1u << A, H_CLUSTER_MS);
+    h_assert_where(c, cl, &ids[n - 1], 1u << A, H_CLUSTER_MS);
+    for (int i = 0; i < n; i += 2) { /* the first half's even ones for B, the rest's for C */
+        int k = i < n / 2 ? 0 : 1;
+        if (nhalf[k] < FRAG_MAX / 4)
+            half[k][nhalf[k]++] = ids[i];
+    }
+    struct h_fetch f[2];
+    h_fetch_start(&f[0], b, half[0], (size_t)nhalf[0], 30000, st[0]);
+    h_fetch_start(&f[1], c, half[1], (size_t)nhalf[1], 30000, st[1]);
+    uint64_t pinned = H_WAIT_STAT_MIN(a, pinned_bytes, 100 * MIB, H_EVENT_MS);
+    ferry_stats a0 = h_stats(a);
+    printf("%d objects of 4 MiB in A, %llu MiB of them pinned by B's and C's reads\n", n,
+           (unsigned long long)(pinned / MIB));
+    ferry_id own = h_id("own-put-past-one-sided-reads");
+    int64_t t0 = h_now_ms();
+    int rc = h_put_direct(a, &own, 64 * MIB, 0);
+    int64_t took = h_now_ms() - t0;
+    ferry_stats a1 = h_stats(a);
+    printf("A's own put of 64 MiB: %s in %lld ms (%s); %llu connections' pins broken\n",
+           ferry_strerror(rc), (long long)took, rc ? ferry_errmsg() : "",
+           (unsigned long long)(a1.pins_broken - a0.pins_broken));
+    H_RC(rc, FERRY_OK);
+    assert_true(pinned >= 100 * MIB);
+    assert_true(a1.pins_broken > a0.pins_broken);
+    h_assert_object(a, &own, 64 * MIB, 0);
+    h_fetch_join(&f[0], 40000); /* they end as they may: their objects were evicted */
+    h_fetch_join(&f[1], 40000);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -644,6 +702,7 @@ int main(void)
         T(pins_of_all_node_ids_stay_within_half_the_arena),
         T(slow_readers_do_not_lock_other_nodes_out_of_a_holder),
         T(pins_do_not_fragment_the_holders_arena_against_its_own_puts),
+        T(pins_of_one_sided_reads_do_not_fail_the_holders_own_puts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

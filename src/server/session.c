@@ -319,7 +319,10 @@ static int handle_create(struct session *ss, const struct proto_request *q)
     int rc =
         session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, &o);
 
-    if (rc == FERRY_EAGAIN)
+    /* With pins broken for it whose transports still hold their objects (a one-sided read in
+     * flight), the create waits for them (the store's room event) rather than fail. */
+    if (rc == FERRY_EAGAIN ||
+        (rc == FERRY_ENOSPACE && ss->srv->engine && engine_pins_draining(ss->srv->engine)))
         return SESSION_RETRY;
     if (rc < 0)
         return session_reply_status(ss, q, rc);

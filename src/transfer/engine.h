@@ -177,6 +177,10 @@ void engine_on_room(struct engine *e);
  * arena, within every pin limit, left only holes too small for the node's puts. The bytes that
  * were pinned (0: nothing is closed). */
 uint64_t engine_break_pins(struct engine *e, uint64_t size);
+/* Whether objects whose pins engine_break_pins broke are still held by their transports (one
+ * sided reads in flight, at most the lease): the store's room event follows when the last is
+ * let go, so that a create waits for them rather than fail. */
+int engine_pins_draining(const struct engine *e);
 
 /* The engine's own counters. */
 const struct engine_counters *engine_counters(struct engine *e);

@@ -929,8 +929,8 @@ uint64_t engine_break_pins(struct engine *e, uint64_t size)
     struct inconn *ic, *next;
 
     if (!pinned || store_capacity(e->store) - store_used(e->store) + pinned < size)
-        return 0; /* breaking them could not make the room */
-
+        return 0;    /* breaking them could not make the room */
+    e->breaking = 1; /* releases that wait for a drain are counted in breaks_draining */
     for (ic = e->inconns; ic; ic = next) { /* MAX_INCONNS at most */
         next = ic->next;
         if (!ic->pinned)
@@ -943,7 +943,13 @@ uint64_t engine_break_pins(struct engine *e, uint64_t size)
         ic->conn->type->close(ic->conn);
         eng_inconn_free(ic);
     }
+    e->breaking = 0;
     return pinned;
+}
+
+int engine_pins_draining(const struct engine *e)
+{
+    return e->breaks_draining > 0;
 }
 
 void engine_on_ready(struct engine *e, const struct object *o)

@@ -430,10 +430,12 @@ struct engine {
     struct peer *peers;
     struct inconn *inconns;
     struct innode *innodes;
-    uint32_t inconns_authed; /* connections of the innodes */
-    int pins_full;           /* a pull waits for the pins of all node ids to drop */
-    uint32_t pin_waiters;    /* connections whose first pull waits so (inconn.pin_wait) */
-    uint32_t pin_sharers;    /* node ids holding pins or waiting for them: the share's divisor */
+    uint32_t inconns_authed;  /* connections of the innodes */
+    int pins_full;            /* a pull waits for the pins of all node ids to drop */
+    uint32_t pin_waiters;     /* connections whose first pull waits so (inconn.pin_wait) */
+    int breaking;             /* engine_break_pins is closing connections: */
+    uint64_t breaks_draining; /* their pins whose transports have not drained yet */
+    uint32_t pin_sharers;     /* node ids holding pins or waiting for them: the share's divisor */
     struct hasher *verifier;
     struct loop_watch verifier_watch;
     struct engine_counters counters;
