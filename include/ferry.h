@@ -432,7 +432,13 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "copies here found rewritten after their seal by a receiver's check: dropped")               \
     X(suspects_unfounded, COUNTER,                                                                 \
       "receivers' reports of a chunk unlike its digest that the copy here disproved")              \
-    X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")
+    X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")     \
+    X(relays_silent, COUNTER,                                                                      \
+      "partial holders given up for saying nothing to a relayed pull for the answer deadline")     \
+    X(pins_reclaimed, COUNTER,                                                                     \
+      "peers dropped for reading pins past their share too slowly while other node ids waited")    \
+    X(pins_broken, COUNTER,                                                                        \
+      "transfer connections closed to free their pins for a local create that found no room")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -293,6 +293,7 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                    uint64_t metadata_size, struct object **out)
 {
     struct store *st = &ss->srv->store;
+    int rc;
 
     if (ss->held.count >= st->max_held) {
         st->counters.refused_objects++;
@@ -301,7 +302,14 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                        " (a sixteenth of --max-objects): release some first",
                        ss->held.count, st->max_held);
     }
-    return store_create(st, id, data_size, metadata_size, ss, out);
+    rc = store_create(st, id, data_size, metadata_size, ss, out);
+    /* Objects pinned for peers are never evicted, so their pins can leave the room of the
+     * node's own creates in pieces too small (every other object pinned, within every limit):
+     * the peers lose those transfers instead, and the create is tried again. */
+    if (rc == FERRY_ENOSPACE && ss->srv->engine &&
+        engine_break_pins(ss->srv->engine, data_size + metadata_size))
+        rc = store_create(st, id, data_size, metadata_size, ss, out);
+    return rc;
 }
 
 static int handle_create(struct session *ss, const struct proto_request *q)
@@ -311,7 +319,10 @@ static int handle_create(struct session *ss, const struct proto_request *q)
     int rc =
         session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, &o);
 
-    if (rc == FERRY_EAGAIN)
+    /* With pins broken for it whose transports still hold their objects (a one-sided read in
+     * flight), the create waits for them (the store's room event) rather than fail. */
+    if (rc == FERRY_EAGAIN ||
+        (rc == FERRY_ENOSPACE && ss->srv->engine && engine_pins_draining(ss->srv->engine)))
         return SESSION_RETRY;
     if (rc < 0)
         return session_reply_status(ss, q, rc);

@@ -119,6 +119,9 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->relays = ec->relays;
         out->ranges_relayed = ec->ranges_relayed;
         out->relay_waits_expired = ec->relay_waits_expired;
+        out->relays_silent = ec->relays_silent;
+        out->pins_reclaimed = ec->pins_reclaimed;
+        out->pins_broken = ec->pins_broken;
         out->ranges_out = ec->ranges_out;
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;

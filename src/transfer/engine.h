@@ -109,6 +109,11 @@ struct engine_counters {
     uint64_t rewritten_after_seal; /* copies here that a SUSPECT found changed: dropped */
     uint64_t suspects_unfounded;   /* SUSPECTs whose chunk matched here */
     uint64_t suspects_ignored;     /* SUSPECTs past a connection's bound */
+    uint64_t relays_silent;        /* partial holders dropped: no answer to a relayed pull */
+    uint64_t pins_reclaimed;       /* receivers dropped: pins past their share read too slowly
+                                    * while other node ids waited for pins */
+    uint64_t pins_broken;          /* receivers dropped: their pins held room a local create
+                                    * needed (engine_break_pins) */
     struct hist transfer_latency;  /* from the first want of an object to its seal here */
 };
 
@@ -164,6 +169,18 @@ void engine_on_sealed(struct engine *e, const struct object *o);
 void engine_on_ready(struct engine *e, const struct object *o);
 /* The store freed room: fetches whose space had to wait for spilling ask again. */
 void engine_on_room(struct engine *e);
+/* A local create of size bytes found no room: when the free bytes and those pinned for peers
+ * could hold it, every incoming connection that holds pins is closed, so that the objects pinned
+ * (never evicted while pinned) become evictable, at once on tcp, on one-sided transports once
+ * their reads in flight are done (drain). The node's own puts come before its peers' transfers,
+ * which those peers ask again (of it or another holder): pins of every other object in the
+ * arena, within every pin limit, left only holes too small for the node's puts. The bytes that
+ * were pinned (0: nothing is closed). */
+uint64_t engine_break_pins(struct engine *e, uint64_t size);
+/* Whether objects whose pins engine_break_pins broke are still held by their transports (one
+ * sided reads in flight, at most the lease): the store's room event follows when the last is
+ * let go, so that a create waits for them rather than fail. */
+int engine_pins_draining(const struct engine *e);
 
 /* The engine's own counters. */
 const struct engine_counters *engine_counters(struct engine *e);
