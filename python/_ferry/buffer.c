@@ -21,6 +21,7 @@ static BufferObject *buffer_alloc(struct pyf_conn *k, const ferry_id *id)
     self->id = *id;
     self->exports = 0;
     self->unsealed = 0;
+    self->writes_ended = 0;
     self->aborting = 0;
     self->weakreflist = NULL;
     return self;
@@ -64,6 +65,17 @@ PyObject *pyf_buffer_new_unsealed(struct pyf_conn *k, const ferry_id *id, uint8_
 void pyf_buffer_sealed(BufferObject *b)
 {
     b->unsealed = 0;
+}
+
+void pyf_buffer_writes_ended(BufferObject *b)
+{
+    b->writes_ended = 1;
+}
+
+/* Whether new views may write: an object of ours being created, no seal asked yet. */
+static int writable(const BufferObject *b)
+{
+    return b->unsealed && !b->writes_ended;
 }
 
 void pyf_buffer_aborted(BufferObject *b)
@@ -121,7 +133,7 @@ static int buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags)
     if (check_readable(self) < 0)
         return -1;
     if (PyBuffer_FillInfo(view, (PyObject *)self, self->data, (Py_ssize_t)self->size,
-                          !self->unsealed, flags) < 0)
+                          !writable(self), flags) < 0)
         return -1;
     self->exports++;
     return 0;
@@ -243,7 +255,7 @@ static PyObject *dl_capsule(struct dl_export *e, const struct dl_request *rq, vo
  * (PyTorch 1.13) would kill the process at its first in-place write. */
 static int dl_check_sealed(BufferObject *self, const struct dl_request *rq)
 {
-    if (self->unsealed || rq->versioned || rq->copy || rq->legacy_in_place)
+    if (writable(self) || rq->versioned || rq->copy || rq->legacy_in_place)
         return 0;
     PyErr_SetString(PyExc_BufferError,
                     "a sealed object is read-only, and this consumer asked for DLPack 0.x, "
@@ -275,7 +287,7 @@ static PyObject *dl_export(BufferObject *self, const struct dl_request *rq)
         memcpy(e->copy, self->data, self->size);
         data = e->copy;
         flags = DLPACK_FLAG_BITMASK_IS_COPIED;
-    } else if (!self->unsealed) {
+    } else if (!writable(self)) {
         flags = DLPACK_FLAG_BITMASK_READ_ONLY;
     }
     if (!(capsule = dl_capsule(e, rq, data, flags))) {
@@ -459,7 +471,7 @@ static PyObject *buffer_get_readonly(BufferObject *self, void *unused)
 {
     if (!self->conn)
         return released_error();
-    return PyBool_FromLong(!self->unsealed);
+    return PyBool_FromLong(!writable(self));
 }
 
 static PyGetSetDef buffer_getset[] = {

@@ -38,6 +38,7 @@ typedef struct {
     uint64_t meta_size;
     Py_ssize_t exports; /* views alive, DLPack tensors included */
     int unsealed;       /* made by create() and neither sealed nor aborted yet */
+    int writes_ended;   /* a seal was asked: read-only since, whatever its outcome (wview.h) */
     int aborting;       /* abort() of its object is under way: no new views */
     PyObject *weakreflist;
 } BufferObject;
@@ -56,6 +57,10 @@ PyObject *pyf_buffer_new_unsealed(struct pyf_conn *k, const ferry_id *id, uint8_
 
 /* Its object was sealed: read-only from now on, released like any other. */
 void pyf_buffer_sealed(BufferObject *b);
+
+/* A seal of its object was asked (it may have failed): its pages are read-only (wview.h), so
+ * new views are too. */
+void pyf_buffer_writes_ended(BufferObject *b);
 
 /* Its object was aborted: released, with nothing left to give back. */
 void pyf_buffer_aborted(BufferObject *b);

@@ -57,8 +57,8 @@ enum put_mode { PUT_PLAIN, PUT_KEEP, PUT_HOLD };
  * thread and sealed, so that the handle is not held during the copy. Runs with the GIL
  * released. */
 static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const Py_buffer *meta,
-                      const struct piece *p, size_t n, enum put_mode mode,
-                      const uint8_t **held, struct kept *fail)
+                      const struct piece *p, size_t n, enum put_mode mode, const uint8_t **held,
+                      struct kept *fail)
 {
     const uint8_t *readable;
     uint8_t *dst;
@@ -76,7 +76,7 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
     }
     /* dst is libferry's private writable mapping: filled here, never handed out. */
     if ((rc = client_create_for_copy(c, id, size, meta->buf, (uint64_t)meta->len, &dst,
-                                    &readable)) < 0)
+                                     &readable)) < 0)
         return keep(fail, rc);
     fill(dst, size, p, n);
     if ((mode == PUT_KEEP && (rc = ferry_keep(c, id, 1)) < 0) ||
@@ -427,6 +427,8 @@ static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort 
     Py_END_ALLOW_THREADS
     if (buf)
         buf->aborting = 0;
+    if (buf && what == DO_SEAL)
+        pyf_buffer_writes_ended(buf);
     if (rc < 0) {
         pyf_call_failed(k, rc);
         if (buf && rc == FERRY_ECONN) /* the lost connection took the object with it */

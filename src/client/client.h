@@ -34,8 +34,8 @@ struct ferry_client {
     int fd;
     int broken;           /* the connection failed; every call now fails with FERRY_ECONN */
     char broken_why[160]; /* the failure's detail, for the calls that follow */
-    uint8_t *base;   /* the arena, read-only: what gets return (wview.h) */
-    struct wview wv; /* the arena again, writable where ferry_create's caller may write */
+    uint8_t *base;        /* the arena, read-only: what gets return (wview.h) */
+    struct wview wv;      /* the arena again, writable where ferry_create's caller may write */
     /* The arena a third time, writable, for libferry's own copies (put, staging, the Python
      * module's puts): no pointer into it is ever handed out, so nothing outside libferry
      * writes through it, and it costs no protection change per put (wview.h says why). */

@@ -87,8 +87,8 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
 }
 
 int client_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
-                          const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
-                          const uint8_t **readable)
+                           const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
+                           const uint8_t **readable)
 {
     int rc;
 

@@ -13,7 +13,7 @@
  * which costs no protection change, and *readable is the same object in the read-only view,
  * which is what may be handed out. The caller seals or aborts it as any created object. */
 int client_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
-                          const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
-                          const uint8_t **readable);
+                           const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
+                           const uint8_t **readable);
 
 #endif
