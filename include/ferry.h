@@ -418,7 +418,16 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fast_refs, GAUGE, "references clients hold without the daemon (slots of the shared index)")  \
     X(fast_adopted, COUNTER,                                                                       \
       "objects kept past their eviction or delete because a client held them without the daemon")  \
-    X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")
+    X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")      \
+    X(conflicts_unlisted, COUNTER,                                                                 \
+      "publications not sent: the copy was refused once as a conflict and stays unlisted")         \
+    X(deletes_of_earlier_puts, COUNTER,                                                            \
+      "cluster-wide deletes heard of an earlier put of the id than the copy here: it stays")       \
+    X(replayed_entries, COUNTER,                                                                   \
+      "entries under this node's id taken over at start: no heartbeat signed since this run "      \
+      "began")                                                                                     \
+    X(partial_holders_skipped, COUNTER,                                                            \
+      "partial holder fields left out of lookups past the bound of 16 per lookup")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

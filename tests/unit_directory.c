@@ -1137,6 +1137,46 @@ static void test_large_republish(void **state)
     directory_close(rep.d);
 }
 
+/* Puts ARGV[1] partial holder fields of nodes nobody runs ahead of the fields of record
+ * KEYS[1] (small hashes keep their order). */
+static const char crowd_partial_lua[] =
+    "local r = redis.call('HGETALL', KEYS[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "for j = 1, tonumber(ARGV[1]) do\n"
+    "  redis.call('HSET', KEYS[1], 'p:nobody-' .. j, '1:' .. j)\n"
+    "end\n"
+    "for i = 1, #r, 2 do redis.call('HSET', KEYS[1], r[i], r[i + 1]) end\n"
+    "return #r\n";
+
+/* A record given 64 partial holder fields of nodes nobody runs ahead of its one whole holder,
+ * looked up (with the partial holders) by a node that has no node entry cached: the whole
+ * holder comes first, and the partial ones are bounded, so a is in the answer. Before: the 64
+ * partial fields took every place of the lookup, and the answer had no holder. */
+static void test_planted_partial_holders_do_not_crowd_out_whole_ones(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("crowded");
+    struct membership added = {&x, "a", 1};
+    struct directory *a, *c;
+    struct answer ans;
+    char u[64], key[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    directory_publish(a, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    obj_key(&x, key);
+    assert_int_equal(query_int(0, "EVAL %s 1 %s 64", crowd_partial_lua, key) > 0, 1);
+    c = open_node(l, "c", u, NULL); /* its node cache is empty */
+    ans = lookup(l, c, &x, DIRECTORY_FRESH | DIRECTORY_PARTIAL);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_int_equal(ans.nodes[0].seq, 0);
+    directory_close(a);
+    directory_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1161,6 +1201,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_republish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_frozen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_planted_partial_holders_do_not_crowd_out_whole_ones,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
 }

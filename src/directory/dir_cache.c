@@ -39,6 +39,16 @@ const struct directory_node *dir_node_cached(const struct directory *d, const ch
     return &c->node;
 }
 
+int dir_node_seen(const struct directory *d, const char *node_id)
+{
+    ferry_id key;
+    const struct cached_node *c;
+
+    dir_node_cache_key(node_id, &key);
+    c = idmap_get(&d->nodes, &key);
+    return c && strcmp(c->node.id, node_id) == 0;
+}
+
 /* Caches a node's entry for ttl_ms, as long as Redis keeps a dead node's entry: a dead node
  * leaves the answers at most about 2 * ttl_ms after its last heartbeat. */
 void dir_node_remember(struct directory *d, const struct directory_node *node)

@@ -1,6 +1,7 @@
 /*
  * dir_queue.c - the publication queue: what is to be sent, in order, on the one connection
- * (the turn flushes it: dir_conn.c). It calls only dir_request.c and the shared tools.
+ * (the turn flushes it: dir_conn.c), and the copies refused as conflicts, which are not
+ * published again. It calls only dir_request.c and the shared tools.
  */
 #include "directory/directory_int.h"
 
@@ -41,4 +42,34 @@ int dir_queue_push(struct directory *d, const struct pubop *op)
     d->queue[d->queue_len++] = *op;
     dir_turn_soon(d);
     return 0;
+}
+
+void dir_conflict_remember(struct directory *d, const ferry_id *id,
+                           const uint8_t digest[DIGEST_LEN])
+{
+    uint8_t *had = idmap_get(&d->conflicts, id), *copy;
+
+    if (had) {
+        memcpy(had, digest, DIGEST_LEN);
+        return;
+    }
+    if (d->conflicts.count >= CONFLICTS_MAX || !(copy = malloc(DIGEST_LEN)))
+        return;
+    memcpy(copy, digest, DIGEST_LEN);
+    if (idmap_put(&d->conflicts, id, copy) < 0)
+        free(copy);
+}
+
+int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN])
+{
+    uint8_t *had = idmap_get(&d->conflicts, id);
+
+    if (!had)
+        return 0;
+    if (memcmp(had, digest, DIGEST_LEN) != 0) {
+        free(idmap_remove(&d->conflicts, id));
+        return 0;
+    }
+    d->counters.conflicts_unlisted++;
+    return 1;
 }

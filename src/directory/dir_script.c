@@ -337,8 +337,8 @@ static void conflict_report(struct directory *d, const struct directory_answer *
     digest_hex(p->op.digest, ours);
     digest_hex(a->digest, theirs);
     log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %s) than node "
-             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed, other nodes "
-             "fetch %s's",
+             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed (nor published "
+             "again while it is here), other nodes fetch %s's",
              p->hex, d->self.id, p->op.size, ours, p->other, a->size, theirs, p->other);
 }
 
@@ -414,9 +414,10 @@ static void on_published(redisAsyncContext *ac, void *reply, void *priv)
         dir_check_reply(d, reply, "publish");
     else if (p.code == 2)
         repaired_report(d, p.hex);
-    else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL))
+    else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL)) {
         conflict_report(d, &a, &p);
-    else if (p.code == 3)
+        dir_conflict_remember(d, &p.op.id, p.op.digest);
+    } else if (p.code == 3)
         log_debug("directory: the record of id %s changed before it could be replaced; the "
                   "next publication looks again",
                   p.hex);

@@ -58,6 +58,7 @@ void directory_close(struct directory *d)
     free(d->queue);
     idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
+    dir_cache_clear(&d->conflicts);
     dir_cache_clear(&d->nodes);
     dir_cache_clear(&d->emitters);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
@@ -96,7 +97,8 @@ void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
     struct pubop op = {.id = *id, .kind = OP_PUBLISH, .size = size};
 
     memcpy(op.digest, digest, DIGEST_LEN);
-
+    if (dir_conflict_kept(d, id, digest))
+        return;                   /* refused once: it stays unlisted for this run */
     (void)dir_queue_push(d, &op); /* while down: the republish after the next registration */
 }
 
@@ -104,6 +106,7 @@ void directory_withdraw(struct directory *d, const ferry_id *id)
 {
     struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
 
+    free(idmap_remove(&d->conflicts, id)); /* the refused copy, if it was one, is gone */
     if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
         dir_owe(d, id, OWED_WITHDRAW, "withdraw");
 }

@@ -158,16 +158,20 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
-    uint64_t id_conflicts;     /* publications refused: the id has other content elsewhere */
-    uint64_t deletes_heard;    /* cluster-wide deletes read from the events stream */
-    uint64_t cleaned;          /* entries of earlier incarnations removed at start or leave */
-    uint64_t unsigned_entries; /* node entries ignored: not signed with our secret */
-    uint64_t unsigned_records; /* object records not believed: not signed with our secret */
-    uint64_t records_repaired; /* such records this node's publications replaced */
-    uint64_t unsigned_events;  /* delete events ignored: not signed with our secret */
-    uint64_t stale_events;     /* signed delete events refused: taken before, or older */
-    uint64_t bad_keys;         /* keys of the wrong type met (replaced when ours) */
-    uint64_t errors;           /* failed commands and lost connections */
+    uint64_t id_conflicts;       /* publications refused: the id has other content elsewhere */
+    uint64_t deletes_heard;      /* cluster-wide deletes read from the events stream */
+    uint64_t cleaned;            /* entries of earlier incarnations removed at start or leave */
+    uint64_t unsigned_entries;   /* node entries ignored: not signed with our secret */
+    uint64_t unsigned_records;   /* object records not believed: not signed with our secret */
+    uint64_t records_repaired;   /* such records this node's publications replaced */
+    uint64_t unsigned_events;    /* delete events ignored: not signed with our secret */
+    uint64_t stale_events;       /* signed delete events refused: taken before, or older */
+    uint64_t bad_keys;           /* keys of the wrong type met (replaced when ours) */
+    uint64_t conflicts_unlisted; /* publications not sent: that copy was refused as a conflict */
+    uint64_t deletes_of_earlier_puts; /* deletes heard of another put than the copy here's */
+    uint64_t replayed_entries; /* entries under our id without a heartbeat signed since start */
+    uint64_t partial_holders_skipped; /* partial holder fields past a lookup's bound */
+    uint64_t errors;                  /* failed commands and lost connections */
 };
 
 /* What a request gives its callback; valid only during the call. */

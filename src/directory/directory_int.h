@@ -107,6 +107,10 @@
 /* Withdrawals made while the directory is down are kept for the next connection, up to this
  * many (past it, a stale holder field stays until this node's next start). */
 #define OWED_MAX 65536
+/* Copies refused as conflicts kept from being published again, at most this many (past it, a
+ * further one is published again at the next republish, and refused again while the recorded
+ * content has a live holder). */
+#define CONFLICTS_MAX 65536
 #define LISTING_ROUNDS_MAX 100000
 #define NODE_PREFIX "ferry:node:"
 #define OBJ_PREFIX "ferry:obj:"
@@ -297,8 +301,10 @@ struct directory {
     struct request *pending;
     struct request *done, **done_tail;
     size_t done_len;
-    idmap holders; /* id -> struct cached_holders */
-    idmap nodes;   /* node_cache_key(node id) -> struct cached_node */
+    idmap conflicts; /* id -> the digest (DIGEST_LEN bytes) of this node's copy that a
+                      * publication found in conflict: never published again (dir_conflict_*) */
+    idmap holders;   /* id -> struct cached_holders */
+    idmap nodes;     /* node_cache_key(node id) -> struct cached_node */
     struct directory_counters counters;
 };
 
@@ -357,6 +363,9 @@ int dir_configure(struct directory *d, const struct directory_config *cfg);
 void dir_cache_clear(idmap *m);
 void dir_node_cache_key(const char *node_id, ferry_id *key);
 const struct directory_node *dir_node_cached(const struct directory *d, const char *node_id);
+/* 1 when this node has read node_id's entry (live, and signed when there is a secret) since
+ * its node cache was last emptied, whether or not the entry is still trusted: for ordering. */
+int dir_node_seen(const struct directory *d, const char *node_id);
 void dir_node_remember(struct directory *d, const struct directory_node *node);
 void dir_holders_remember(struct directory *d, const struct request *r);
 void dir_holders_drop(struct cached_holders *h, const char *node_id);
@@ -388,6 +397,15 @@ enum dir_entry dir_parse_entry(const struct directory *d, const redisReply *r,
 void dir_entry_refused(struct directory *d, const char *id);
 void dir_lookup_start(struct directory *d, struct request *r);
 void dir_nodes_start(struct directory *d, struct request *r);
+
+/* dir_queue.c: copies refused as conflicts. Remembers this node's copy of id (its digest) as
+ * refused: publications of it are not sent again while it stays (a writer of Redis who deletes
+ * the record and this node's entry must not have it recorded at the republish that follows). */
+void dir_conflict_remember(struct directory *d, const ferry_id *id,
+                           const uint8_t digest[DIGEST_LEN]);
+/* 1 when the copy of id with this digest was refused (counted in conflicts_unlisted); a copy
+ * of other content is forgotten (0). */
+int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN]);
 
 /* dir_script.c: the scripts and their uses */
 enum dir_script {
