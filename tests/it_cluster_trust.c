@@ -534,6 +534,9 @@ H_CLUSTER_TEST(a_replayed_entry_of_a_dead_run_does_not_keep_its_node_from_starti
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     }
     assert_false(h_file_contains(cl->node[B].d.log, "in use by a live node"));
+    c[B] = h_node_connect(cl, B);
+    assert_true(h_stat(c[B], "replayed_entries") >= 1);
+    ferry_disconnect(c[B]);
     kill(writer, SIGKILL);
     (void)waitpid(writer, NULL, 0);
     close(squatter);

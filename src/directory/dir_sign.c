@@ -64,6 +64,14 @@ int dir_record_sign(const struct directory *d, const char *hex_id, const char *s
     return sign(d, texts, 4, hex);
 }
 
+int dir_beat_sign(const struct directory *d, const char *node_id, const char *inc, const char *beat,
+                  char hex[DIR_SIG_HEX])
+{
+    const char *texts[] = {"ferry beat 1", node_id, inc, beat};
+
+    return sign(d, texts, 4, hex);
+}
+
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX])
 {
     const char *texts[] = {"ferry event 2", e->type, e->id, e->node, e->inc, e->t, e->root};

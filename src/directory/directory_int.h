@@ -135,7 +135,7 @@
 #define MASTER_NAME_MAX 64
 #define USER_MAX 128
 /* Arguments of one command, at most: the registration's HSET is the longest. */
-#define ARGV_MAX (10 + 2 * DIRECTORY_XPORTS)
+#define ARGV_MAX (14 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -265,6 +265,7 @@ struct directory {
      * after; this node never registers then (down_why says why). opened_ms: directory_open's
      * time. */
     uint64_t owner_inc, owner_ttl, owner_since_ms, opened_ms;
+    uint64_t owner_beat; /* the latest heartbeat time its entry carried (0: none yet) */
     struct loop_timer owner_timer;
     struct loop_watch probe; /* fd -1: no probe of its address under way */
     int owner_listening;
@@ -349,6 +350,9 @@ int dir_node_sign(const struct directory *d, const struct directory_node *n, cha
 /* An object record's: over the id (hex), size and digest, the texts as stored. */
 int dir_record_sign(const struct directory *d, const char *hex_id, const char *size,
                     const char *digest, char hex[DIR_SIG_HEX]);
+/* A heartbeat's: over the node's id, its inc and the time of the beat (the texts as stored). */
+int dir_beat_sign(const struct directory *d, const char *node_id, const char *inc, const char *beat,
+                  char hex[DIR_SIG_HEX]);
 /* A delete event's: over type, id, node, inc, t and root. */
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX]);
 /* 1 when sig is expect (a signature just made), compared in constant time. */
