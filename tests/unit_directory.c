@@ -950,7 +950,7 @@ static void test_delete(void **state)
     assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
     run_for(l, 3 * 100); /* every node has read where the events stream starts */
 
-    assert_int_equal(directory_delete(c, &x, DG(0xabc), on_answer, &ans), 0);
+    assert_int_equal(directory_delete(c, &x, DG(0xabc), NULL, on_answer, &ans), 0);
     assert_true(run_until(l, answered, &ans, WAIT_MS));
     assert_int_equal(ans.status, 0);
     assert_int_equal(ans.count, 2);
@@ -987,7 +987,7 @@ static void test_claim_and_delete_keep_their_place(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     directory_publish(a, &x, 10, DG(0xa1));
-    assert_int_equal(directory_delete(a, &x, DG(0xa1), on_answer, &del), 0);
+    assert_int_equal(directory_delete(a, &x, DG(0xa1), NULL, on_answer, &del), 0);
     ans = claim(l, a, &x, 0xb2);
     assert_int_equal(ans.status, 0);
     assert_true(run_until(l, answered, &del, WAIT_MS));

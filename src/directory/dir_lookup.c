@@ -318,6 +318,9 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
                            dir_string_copy(rec.digest, sizeof(rec.digest), v);
             else if (strcmp(f->str, "sig") == 0)
                 (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);
+            else if (strcmp(f->str, "gen") == 0 &&
+                     (!dir_string_copy(r->a.gen, sizeof(r->a.gen), v) || !dir_gen_valid(r->a.gen)))
+                r->a.gen[0] = '\0';
         }
         r->a.has_content = sized && digested;
         if (record_believed(d, r, rep, &rec))

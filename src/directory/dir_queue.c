@@ -1,7 +1,8 @@
 /*
  * dir_queue.c - the publication queue: what is to be sent, in order, on the one connection
- * (the turn flushes it: dir_conn.c), and the copies refused as conflicts, which are not
- * published again. It calls only dir_request.c and the shared tools.
+ * (the turn flushes it: dir_conn.c); the copies refused as conflicts, which are not
+ * published again; the puts of this node's copies. It calls only dir_request.c and the shared
+ * tools.
  */
 #include "directory/directory_int.h"
 
@@ -72,4 +73,42 @@ int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t dig
     }
     d->counters.conflicts_unlisted++;
     return 1;
+}
+
+int dir_gen_valid(const char *text)
+{
+    size_t len = strlen(text), digits = strspn(text, "0123456789");
+
+    return len <= DIRECTORY_GEN_MAX && digits > 0 && text[digits] == '-' &&
+           text[digits + 1] != '\0' && strspn(text + digits + 1, "0123456789") == len - digits - 1;
+}
+
+void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen)
+{
+    char *had = idmap_get(&d->gens, id), *copy;
+
+    if (!dir_gen_valid(gen)) {
+        dir_gen_forget(d, id);
+        return;
+    }
+    if (had && strcmp(had, gen) == 0)
+        return;
+    if (!(copy = strdup(gen)))
+        return;
+    if (idmap_put(&d->gens, id, copy) < 0) { /* out of memory: the copy is of no known put */
+        free(copy);
+        dir_gen_forget(d, id);
+        return;
+    }
+    free(had); /* idmap_put replaced it */
+}
+
+const char *dir_gen_of(const struct directory *d, const ferry_id *id)
+{
+    return idmap_get(&d->gens, id);
+}
+
+void dir_gen_forget(struct directory *d, const ferry_id *id)
+{
+    free(idmap_remove(&d->gens, id));
 }

@@ -59,6 +59,7 @@ void directory_close(struct directory *d)
     idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->conflicts);
+    dir_cache_clear(&d->gens);
     dir_cache_clear(&d->nodes);
     dir_cache_clear(&d->emitters);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
@@ -106,7 +107,9 @@ void directory_withdraw(struct directory *d, const ferry_id *id)
 {
     struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
 
-    free(idmap_remove(&d->conflicts, id)); /* the refused copy, if it was one, is gone */
+    /* The refused copy, if it was one, is gone; the put it was of is forgotten at the reply (a
+     * cluster-wide delete, queued next, names it). */
+    free(idmap_remove(&d->conflicts, id));
     if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
         dir_owe(d, id, OWED_WITHDRAW, "withdraw");
 }
@@ -174,15 +177,17 @@ int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
 }
 
 int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
-                     directory_answer_fn *cb, void *arg)
+                     const char *gen, directory_answer_fn *cb, void *arg)
 {
     struct request *r = dir_request_new(REQ_DELETE, cb, arg);
 
     if (!r)
         return err_set(FERRY_ENOMEM, "directory delete");
     r->id = *id;
+    if (!gen)
+        gen = dir_gen_of(d, id);
     free(idmap_remove(&d->holders, id));
-    dir_delete_start(d, r, root);
+    dir_delete_start(d, r, root, gen ? gen : "");
     return 0;
 }
 

@@ -8,14 +8,14 @@
  *                         sig}, with a TTL the node refreshes by heartbeat: a node that dies
  *                         disappears when the TTL runs out (a few seconds); one that leaves
  *                         cleanly deletes it
- *   ferry:obj:<40 hex>    hash {size, digest, sig, h:<node-id> = incarnation} - the content of
+ *   ferry:obj:<40 hex>    hash {size, digest, sig, gen, h:<node-id> = incarnation} - the content of
  *                         the id's first seal (size in decimal, digest: the 64-hex SHA-256
  *                         root of common/digest.h) and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
  *                         leave removes, in O(objects of that node)
  *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, root,
- *                         sig}, capped; t is the deleting node's clock (ms since the epoch),
- *                         rising with each event of its run; root the 64-hex digest of the
+ *                         gen (the put deleted, when known), sig}, capped; t is the deleting node's
+ * clock (ms since the epoch), rising with each event of its run; root the 64-hex digest of the
  *                         content deleted (all zeros: none recorded): a node drops only a copy
  *                         of that content (the deleted hook compares). A stream whose last
  *                         entry is below a node's read cursor (deleted, made anew) is read again
@@ -24,7 +24,8 @@
  * Trust. With a cluster secret (directory_config.secret), sig is HMAC-SHA256 under it, in hex,
  * over the entry's fields (each after its length, behind a label naming the kind): a node
  * entry's id, inc, addr and transports; an object record's id, size and digest (the texts as
- * stored); an event's type, id, node, inc, t and root. A node with a secret believes only what
+ * stored); an event's type, id, node, inc, t, root and gen (when it has one; "ferry event 3",
+ * else "ferry event 2"). A node with a secret believes only what
  * carries a valid one, so that whoever can write to Redis but does not know the secret cannot
  * invent nodes or move one (unsigned_entries), record a size or digest for an id
  * (unsigned_records: lookups then give no holder, each left out with why, and no content), or
@@ -47,6 +48,14 @@
  * connection removes what its earlier incarnations left, before it registers; first, an entry
  * under its id that another incarnation keeps refreshing means a live node uses the id, and
  * this one refuses it (hooks.id_taken) rather than take it over (dir_owner.c).
+ *
+ * Puts: a record's gen names the put it records, "<incarnation>-<n>" of the node whose
+ * publication made the record (n counts that run's publications); a publication of the same
+ * content joins the put (it is answered with gen, which the node keeps for its copy), and the
+ * record goes with its last holder or a cluster-wide delete, so that the next publication of
+ * the id, even of the same bytes, starts another put. A delete event names the put it deletes
+ * (gen), and a node whose copy is of another put keeps it (deletes_of_earlier_puts): a genuine
+ * event withheld and put back later cannot delete a later put of the same content.
  *
  * One content per id: a publication carries the object's size and digest. The first one
  * records them; one with other content while a live holder has the recorded content is refused
@@ -81,6 +90,8 @@
 #define DIRECTORY_XPORT_ADDR_MAX 639
 #define DIRECTORY_WHY_MAX 95 /* a gone holder's reason */
 #define DIRECTORY_SECRET_MAX 1024
+/* A put's generation as text, "<incarnation>-<n>" (see "Puts" above), at most this long. */
+#define DIRECTORY_GEN_MAX 47
 
 struct directory;
 
@@ -192,6 +203,8 @@ struct directory_answer {
     const char *other;
     int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
     uint64_t count; /* deletes: the holders the id was removed from; relays: the seq */
+    /* Lookups (not from the cache): the generation of the put the record is ("": none). */
+    char gen[DIRECTORY_GEN_MAX + 1];
 };
 
 typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
@@ -250,9 +263,11 @@ int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
 int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
                     const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
 /* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook), with
- * root, the content deleted (a node drops only a copy of that content; all zeros: none). */
+ * root, the content deleted (a node drops only a copy of that content; all zeros: none), unless
+ * its copy is of another put than gen (a lookup's a.gen; NULL: the put of this node's copy, as
+ * its publication was answered; "" or unknown: any put of that content). */
 int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
-                     directory_answer_fn *cb, void *arg);
+                     const char *gen, directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its
  * holdings, as far as they go before the deadline (ms from now); the rest goes at the next
  * start. cb(arg) when done or given up (at once without a connection). The directory stays

@@ -155,6 +155,7 @@ struct dir_event {
     char type[8], id[HEX_ID_MAX];
     node_name node;
     char inc[U64_TEXT], t[U64_TEXT], root[DIGEST_HEX + 1], sig[DIR_SIG_HEX];
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
 };
 
 /* A publication or withdrawal waiting for the turn's flush. */
@@ -166,8 +167,9 @@ enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE, OP_RELAY, OP_UNR
 struct pubop {
     ferry_id id;
     int kind;
-    uint64_t size;              /* publish, claim, relay */
-    uint8_t digest[DIGEST_LEN]; /* publish, claim, relay; delete: the content deleted */
+    uint64_t size;                   /* publish, claim, relay */
+    uint8_t digest[DIGEST_LEN];      /* publish, claim, relay; delete: the content deleted */
+    char gen[DIRECTORY_GEN_MAX + 1]; /* delete: the put deleted ("": not named) */
     struct request *r; /* claim, delete, relay: answered when Redis answers, failed if dropped */
 };
 
@@ -176,6 +178,7 @@ struct heard {
     ferry_id id;
     uint8_t root[DIGEST_LEN]; /* the content deleted (all zeros: none named) */
     node_name node;
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
 };
 
 /* A holder as an object's entry names it. */
@@ -302,10 +305,13 @@ struct directory {
     struct request *pending;
     struct request *done, **done_tail;
     size_t done_len;
-    idmap conflicts; /* id -> the digest (DIGEST_LEN bytes) of this node's copy that a
-                      * publication found in conflict: never published again (dir_conflict_*) */
-    idmap holders;   /* id -> struct cached_holders */
-    idmap nodes;     /* node_cache_key(node id) -> struct cached_node */
+    idmap conflicts;   /* id -> the digest (DIGEST_LEN bytes) of this node's copy that a
+                        * publication found in conflict: never published again (dir_conflict_*) */
+    idmap gens;        /* id -> the put (a gen text, malloc'd) of this node's copy, as the record
+                        * named it in answer to its publication (dir_gen_*) */
+    uint64_t gen_next; /* publications sent by this run: the n of the gens it proposes */
+    idmap holders;     /* id -> struct cached_holders */
+    idmap nodes;       /* node_cache_key(node id) -> struct cached_node */
     struct directory_counters counters;
 };
 
@@ -353,7 +359,8 @@ int dir_record_sign(const struct directory *d, const char *hex_id, const char *s
 /* A heartbeat's: over the node's id, its inc and the time of the beat (the texts as stored). */
 int dir_beat_sign(const struct directory *d, const char *node_id, const char *inc, const char *beat,
                   char hex[DIR_SIG_HEX]);
-/* A delete event's: over type, id, node, inc, t and root. */
+/* A delete event's: over type, id, node, inc, t, root and gen ("ferry event 3"); without a gen,
+ * over the others ("ferry event 2", as before puts had one). */
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX]);
 /* 1 when sig is expect (a signature just made), compared in constant time. */
 int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig);
@@ -411,6 +418,16 @@ void dir_conflict_remember(struct directory *d, const ferry_id *id,
  * of other content is forgotten (0). */
 int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN]);
 
+/* dir_queue.c: the puts of this node's copies. Keeps gen (a well-formed gen text; else
+ * nothing) as the put of this node's copy of id. */
+void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen);
+/* The put of this node's copy of id; NULL when none is known. */
+const char *dir_gen_of(const struct directory *d, const ferry_id *id);
+/* This node's copy of id is gone (or of no known put). */
+void dir_gen_forget(struct directory *d, const ferry_id *id);
+/* 1 when text has the shape of a gen: "<digits>-<digits>", at most DIRECTORY_GEN_MAX long. */
+int dir_gen_valid(const char *text);
+
 /* dir_script.c: the scripts and their uses */
 enum dir_script {
     SCRIPT_PUBLISH,
@@ -434,7 +451,8 @@ void dir_fix_key(struct directory *d, const char *key, const char *type);
 int dir_send_pubop(struct directory *d, const struct pubop *op);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
-void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN]);
+void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN],
+                      const char *gen);
 void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);

@@ -182,8 +182,8 @@ static void dir_done(void *arg, const struct directory_answer *a)
 
     if (ss->dir.looking && a->status == 0) { /* the delete, of the content recorded */
         ss->dir.looking = 0;
-        rc = directory_delete(srv->dir, &ss->dir.id, a->has_content ? a->digest : no_root, dir_done,
-                              ss);
+        rc = directory_delete(srv->dir, &ss->dir.id, a->has_content ? a->digest : no_root, a->gen,
+                              dir_done, ss);
         if (rc == 0)
             return;
         ss->dir.active = 0;
@@ -230,7 +230,7 @@ int session_handle_delete_cluster(struct session *ss, const struct proto_request
     server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
     ss->dir = (struct pending_dir){
         .active = 1, .type = q->type, .tag = q->tag, .id = q->u.one.id, .looking = !known};
-    rc = known ? directory_delete(srv->dir, &q->u.one.id, root, dir_done, ss)
+    rc = known ? directory_delete(srv->dir, &q->u.one.id, root, NULL, dir_done, ss)
                : directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
     if (rc < 0) {
         ss->dir.active = 0;
