@@ -427,7 +427,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "entries under this node's id taken over at start: no heartbeat signed since this run "      \
       "began")                                                                                     \
     X(partial_holders_skipped, COUNTER,                                                            \
-      "partial holder fields left out of lookups past the bound of 16 per lookup")
+      "partial holder fields left out of lookups: past 64 holders, whole ones first")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -46,6 +46,7 @@ struct answer {
     int has_content;
     uint64_t size, digest, count;
     char other[DIRECTORY_NODE_ID_MAX + 1];
+    char gen[DIRECTORY_GEN_MAX + 1];
 };
 
 /* A digest whose first 8 bytes are v (little-endian), the rest zero: DG(v) in a call. */
@@ -84,6 +85,7 @@ static void on_answer(void *arg, const struct directory_answer *d)
     a->size = d->size;
     a->digest = digest_u64(d->digest);
     snprintf(a->other, sizeof(a->other), "%s", d->other ? d->other : "");
+    snprintf(a->gen, sizeof(a->gen), "%s", d->gen);
     a->count = d->count;
 }
 
@@ -138,6 +140,27 @@ static long long query_int(int db, const char *fmt, ...)
     if (c)
         redisFree(c);
     return v;
+}
+
+/* A string command's answer in database 0 into out ("" when it failed or was not a string). */
+static void query_str(char *out, size_t cap, const char *fmt, ...)
+{
+    redisContext *c = redis_fixture_connect(&redis, 0);
+    redisReply *r = NULL;
+    va_list ap;
+
+    out[0] = '\0';
+    if (c) {
+        va_start(ap, fmt);
+        r = redisvCommand(c, fmt, ap);
+        va_end(ap);
+    }
+    if (r && r->type == REDIS_REPLY_STRING)
+        snprintf(out, cap, "%s", r->str);
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
 }
 
 static void flush_redis(void)
@@ -973,6 +996,45 @@ static void test_delete(void **state)
     directory_close(c);
 }
 
+/* A copy fetched by a lookup of a put and sealed just after that put was deleted (its
+ * publication makes the record again) is of the deleted put, so the delete still reaches its
+ * node's hook when read: without directory_fetched it started a put of its own, and the
+ * delete, of the earlier put, spared it. */
+static void test_a_copy_fetched_before_a_delete_is_of_the_deleted_put(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct republisher ra = {0}, rb = {0};
+    struct membership a_has = {&x, "a", 1}, b_has = {&x, "b", 1};
+    struct directory *a, *b;
+    struct answer ans, del = {0};
+    char u[64], key[64], gen[64], again[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, &ra);
+    b = open_node(l, "b", u, &rb);
+    obj_key(&x, key);
+    directory_publish(a, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
+    query_str(gen, sizeof(gen), "HGET %s gen", key);
+    assert_true(gen[0] != '\0');
+    ans = lookup(l, b, &x, 1); /* b fetches by it */
+    assert_string_equal(ans.gen, gen);
+    run_for(l, 3 * 100); /* every node has read where the events stream starts */
+
+    assert_int_equal(directory_delete(a, &x, DG(0xabc), NULL, on_answer, &del), 0);
+    assert_true(run_until(l, answered, &del, WAIT_MS));
+    directory_fetched(b, &x, DG(0xabc), ans.gen); /* its fetch seals now */
+    directory_publish(b, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
+    query_str(again, sizeof(again), "HGET %s gen", key);
+    assert_string_equal(again, gen);
+    assert_true(run_until(l, heard_delete, &rb, WAIT_MS));
+    assert_int_equal(directory_counters(b)->deletes_of_earlier_puts, 0);
+    directory_close(a);
+    directory_close(b);
+}
+
 /* A delete and a claim do not overtake the publications queued before them: publish old
  * content, delete, claim new content, all in one turn, ends with the new content recorded and
  * the node its holder (a claim sent at once used to be undone by the queued publication). */
@@ -1192,6 +1254,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_one_content_per_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_and_delete_keep_their_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_copy_fetched_before_a_delete_is_of_the_deleted_put,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawal_while_down_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_entry_republishes, setup, teardown),

@@ -88,6 +88,7 @@ void dir_holders_remember(struct directory *d, const struct request *r)
         return;
     h->size = r->a.size;
     memcpy(h->digest, r->a.digest, DIGEST_LEN);
+    memcpy(h->gen, r->a.gen, sizeof(h->gen));
     h->n = r->a.n;
     for (size_t i = 0; i < r->a.n; i++) {
         memcpy(h->h[i].id, r->nodes[i].id, sizeof(h->h[i].id));
@@ -131,5 +132,6 @@ int dir_answer_from_cache(const struct directory *d, struct request *r)
     r->a.has_content = 1;
     r->a.size = h->size;
     memcpy(r->a.digest, h->digest, DIGEST_LEN);
+    memcpy(r->a.gen, h->gen, sizeof(r->a.gen));
     return 1;
 }

@@ -4,12 +4,10 @@
  */
 #include "directory/directory_int.h"
 
-/* Holders considered per lookup: a fetch needs a few, and an entry written by someone else
- * must not make one lookup ask for the entries of thousands of nodes. Whole holders come
- * first, at most LOOKUP_HOLDERS_MAX; partial ones after them, at most LOOKUP_PARTIALS_MAX (a
- * relay takes its ranges from the few receivers just before it). */
+/* Holders considered per lookup, whole and partial together: a fetch needs a few, and an entry
+ * written by someone else must not make one lookup ask for the entries of thousands of nodes.
+ * Whole holders come first, partial ones take the places left. */
 #define LOOKUP_HOLDERS_MAX 64
-#define LOOKUP_PARTIALS_MAX 16
 
 static void answer_add(struct request *r, const struct directory_node *node, uint64_t seq)
 {
@@ -259,15 +257,16 @@ static void record_refused(struct directory *d, struct request *r, const redisRe
     }
 }
 
-/* The holders of a record's fields, answered from the cache or asked for: whole holders first,
- * at most LOOKUP_HOLDERS_MAX, then (with r->partial) partial ones, at most LOOKUP_PARTIALS_MAX;
- * of each, the nodes this node has seen first (their entries live and signed with our secret
- * when there is one, now or earlier: dir_node_seen), so that fields a writer of the directory
- * planted for nodes nobody runs, whole or partial, cannot crowd the real holders out. Partial
- * fields past their bound are counted (partial_holders_skipped). */
+/* The holders of a record's fields, answered from the cache or asked for, at most
+ * LOOKUP_HOLDERS_MAX: whole holders first, then (with r->partial) partial ones in the places
+ * left; of each, the nodes this node has seen first (their entries live and signed with our
+ * secret when there is one, now or earlier: dir_node_seen), so that fields a writer of the
+ * directory planted for nodes nobody runs, whole or partial, cannot crowd the real holders out
+ * (a node that never saw the real holder's entry, just started, can still be crowded by 64
+ * planted whole holders). Partial fields left out are counted (partial_holders_skipped). */
 static void consider_holders(struct directory *d, struct request *r, const redisReply *rep)
 {
-    size_t taken[2] = {0, 0}, max[2] = {LOOKUP_PARTIALS_MAX, LOOKUP_HOLDERS_MAX};
+    size_t taken = 0;
 
     for (int pass = 0; pass < 4; pass++) {
         int whole = pass < 2, seen = pass % 2 == 0;
@@ -276,11 +275,11 @@ static void consider_holders(struct directory *d, struct request *r, const redis
             if (!parse_holder(d, r, rep->element[i], rep->element[i + 1], whole, &h) ||
                 dir_node_seen(d, h.id) != seen)
                 continue;
-            if (taken[whole] == max[whole]) {
+            if (taken == LOOKUP_HOLDERS_MAX) {
                 d->counters.partial_holders_skipped += !whole;
                 continue;
             }
-            taken[whole]++;
+            taken++;
             consider_holder(d, r, &h);
         }
     }

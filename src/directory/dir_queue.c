@@ -112,3 +112,15 @@ void dir_gen_forget(struct directory *d, const ferry_id *id)
 {
     free(idmap_remove(&d->gens, id));
 }
+
+void dir_gen_propose(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                     char gen[DIRECTORY_GEN_MAX + 1])
+{
+    struct fetched_put *f = idmap_remove(&d->fetched, id);
+
+    if (f && memcmp(f->digest, digest, DIGEST_LEN) == 0)
+        snprintf(gen, DIRECTORY_GEN_MAX + 1, "%s", f->gen);
+    else
+        snprintf(gen, DIRECTORY_GEN_MAX + 1, "%s-%" PRIu64, d->inc_text, ++d->gen_next);
+    free(f);
+}

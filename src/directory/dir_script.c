@@ -386,7 +386,7 @@ static int send_publish(struct directory *d, const struct pubop *op, redisCallba
     int nargs = 9;
 
     object_args(d, &op->id, &p);
-    snprintf(p.gen, sizeof(p.gen), "%s-%" PRIu64, d->inc_text, ++d->gen_next);
+    dir_gen_propose(d, &op->id, op->digest, p.gen);
     snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
     digest_hex(op->digest, p.digest);
     p.sig[0] = '\0';

@@ -60,6 +60,7 @@ void directory_close(struct directory *d)
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->conflicts);
     dir_cache_clear(&d->gens);
+    dir_cache_clear(&d->fetched);
     dir_cache_clear(&d->nodes);
     dir_cache_clear(&d->emitters);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
@@ -112,6 +113,24 @@ void directory_withdraw(struct directory *d, const ferry_id *id)
     free(idmap_remove(&d->conflicts, id));
     if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
         dir_owe(d, id, OWED_WITHDRAW, "withdraw");
+}
+
+void directory_fetched(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                       const char *gen)
+{
+    struct fetched_put *f;
+
+    if (!dir_gen_valid(gen))
+        return;
+    if (d->fetched.count >= HOLDER_CACHE_MAX)
+        dir_cache_clear(&d->fetched);
+    if (!(f = malloc(sizeof(*f))))
+        return;
+    memcpy(f->digest, digest, DIGEST_LEN);
+    snprintf(f->gen, sizeof(f->gen), "%s", gen);
+    free(idmap_remove(&d->fetched, id));
+    if (idmap_put(&d->fetched, id, f) < 0)
+        free(f);
 }
 
 int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,

@@ -50,8 +50,9 @@
  * this one refuses it (hooks.id_taken) rather than take it over (dir_owner.c).
  *
  * Puts: a record's gen names the put it records, "<incarnation>-<n>" of the node whose
- * publication made the record (n counts that run's publications); a publication of the same
- * content joins the put (it is answered with gen, which the node keeps for its copy), and the
+ * publication made the record (n counts that run's publications), or the put a fetched copy was
+ * fetched by (directory_fetched); a publication of the same content joins the put (it is
+ * answered with gen, which the node keeps for its copy), and the
  * record goes with its last holder or a cluster-wide delete, so that the next publication of
  * the id, even of the same bytes, starts another put. A delete event names the put it deletes
  * (gen), and a node whose copy is of another put keeps it (deletes_of_earlier_puts): a genuine
@@ -203,7 +204,7 @@ struct directory_answer {
     const char *other;
     int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
     uint64_t count; /* deletes: the holders the id was removed from; relays: the seq */
-    /* Lookups (not from the cache): the generation of the put the record is ("": none). */
+    /* Lookups: the generation of the put the record is ("": none named). */
     char gen[DIRECTORY_GEN_MAX + 1];
 };
 
@@ -238,6 +239,11 @@ uint64_t directory_incarnation(const struct directory *d);
 void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
                        const uint8_t digest[DIGEST_LEN]);
 void directory_withdraw(struct directory *d, const ferry_id *id);
+/* A copy of id with this content, fetched by a lookup whose record was put gen, is being
+ * sealed: its publication is of that put, even when the record is gone by then (a delete
+ * under way, whose event then drops it), rather than starting another. */
+void directory_fetched(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                       const char *gen);
 
 /* Every callback runs later, never from within the call that asked; each returns 0 or
  * FERRY_ENOMEM. Without a connection to Redis the answer is FERRY_EDIRECTORY. */

@@ -181,6 +181,12 @@ struct heard {
     char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
 };
 
+/* The put a fetched copy is of, for its publication (directory_fetched). */
+struct fetched_put {
+    uint8_t digest[DIGEST_LEN];
+    char gen[DIRECTORY_GEN_MAX + 1];
+};
+
 /* A holder as an object's entry names it. */
 struct holder {
     node_name id;
@@ -192,6 +198,7 @@ struct holder {
 struct cached_holders {
     uint64_t size;
     uint8_t digest[DIGEST_LEN];
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put the record was */
     size_t n;
     struct holder h[];
 };
@@ -310,6 +317,8 @@ struct directory {
     idmap gens;        /* id -> the put (a gen text, malloc'd) of this node's copy, as the record
                         * named it in answer to its publication (dir_gen_*) */
     uint64_t gen_next; /* publications sent by this run: the n of the gens it proposes */
+    idmap fetched;     /* id -> struct fetched_put: the put a copy being sealed was fetched by,
+                        * which its publication proposes (directory_fetched) */
     idmap holders;     /* id -> struct cached_holders */
     idmap nodes;       /* node_cache_key(node id) -> struct cached_node */
     struct directory_counters counters;
@@ -425,6 +434,10 @@ void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen);
 const char *dir_gen_of(const struct directory *d, const ferry_id *id);
 /* This node's copy of id is gone (or of no known put). */
 void dir_gen_forget(struct directory *d, const ferry_id *id);
+/* The gen a publication of id with this digest proposes for a record it makes, into gen: the
+ * put the copy was fetched by (taken: once), else a new one of this run. */
+void dir_gen_propose(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                     char gen[DIRECTORY_GEN_MAX + 1]);
 /* 1 when text has the shape of a gen: "<digits>-<digits>", at most DIRECTORY_GEN_MAX long. */
 int dir_gen_valid(const char *text);
 
