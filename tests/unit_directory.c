@@ -1022,7 +1022,7 @@ static void test_a_copy_fetched_before_a_delete_is_of_the_deleted_put(void **sta
     assert_string_equal(ans.gen, gen);
     run_for(l, 3 * 100); /* every node has read where the events stream starts */
 
-    assert_int_equal(directory_delete(a, &x, DG(0xabc), NULL, on_answer, &del), 0);
+    assert_int_equal(directory_delete(a, &x, DG(0xabc), gen, on_answer, &del), 0);
     assert_true(run_until(l, answered, &del, WAIT_MS));
     directory_fetched(b, &x, DG(0xabc), ans.gen); /* its fetch seals now */
     directory_publish(b, &x, 10, DG(0xabc));

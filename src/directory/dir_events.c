@@ -251,16 +251,15 @@ void dir_events_start(struct directory *d)
  * and logged. */
 static int of_another_put(struct directory *d, const struct heard *h)
 {
-    const char *ours = h->gen[0] ? dir_gen_of(d, &h->id) : NULL;
     char hex[HEX_ID_MAX];
 
-    if (!ours || strcmp(ours, h->gen) == 0)
+    if (!h->gen[0] || !dir_gen_other(d, &h->id, h->gen))
         return 0;
     d->counters.deletes_of_earlier_puts++;
     ferry_id_format(&h->id, hex);
-    log_info("directory: a delete of id %s by node %s was of its put %s; the copy here is of put "
-             "%s: it stays",
-             hex, h->node, h->gen, ours);
+    log_info("directory: a delete of id %s by node %s was of its put %s; the copy here is of "
+             "another, later put: it stays",
+             hex, h->node, h->gen);
     return 1;
 }
 

@@ -83,34 +83,31 @@ int dir_gen_valid(const char *text)
            text[digits + 1] != '\0' && strspn(text + digits + 1, "0123456789") == len - digits - 1;
 }
 
-void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen)
+/* A put as the gens map keeps it: a 64-bit hash of its text (never 0, which the map reads as
+ * absent), held in the value pointer itself, so that a copy costs no allocation. */
+static void *gen_value(const char *gen)
 {
-    char *had = idmap_get(&d->gens, id), *copy;
+    uint64_t h = XXH3_64bits(gen, strlen(gen));
 
-    if (!dir_gen_valid(gen)) {
-        dir_gen_forget(d, id);
-        return;
-    }
-    if (had && strcmp(had, gen) == 0)
-        return;
-    if (!(copy = strdup(gen)))
-        return;
-    if (idmap_put(&d->gens, id, copy) < 0) { /* out of memory: the copy is of no known put */
-        free(copy);
-        dir_gen_forget(d, id);
-        return;
-    }
-    free(had); /* idmap_put replaced it */
+    return (void *)(uintptr_t)(h ? h : 1);
 }
 
-const char *dir_gen_of(const struct directory *d, const ferry_id *id)
+void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen)
 {
-    return idmap_get(&d->gens, id);
+    if (!dir_gen_valid(gen) || idmap_put(&d->gens, id, gen_value(gen)) < 0)
+        dir_gen_forget(d, id); /* no put named, or no memory: of no known put */
+}
+
+int dir_gen_other(const struct directory *d, const ferry_id *id, const char *gen)
+{
+    void *ours = idmap_get(&d->gens, id);
+
+    return ours && ours != gen_value(gen);
 }
 
 void dir_gen_forget(struct directory *d, const ferry_id *id)
 {
-    free(idmap_remove(&d->gens, id));
+    (void)idmap_remove(&d->gens, id);
 }
 
 void dir_gen_propose(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],

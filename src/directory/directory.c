@@ -59,7 +59,7 @@ void directory_close(struct directory *d)
     idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
     dir_cache_clear(&d->conflicts);
-    dir_cache_clear(&d->gens);
+    idmap_free(&d->gens); /* its values are not pointers */
     dir_cache_clear(&d->fetched);
     dir_cache_clear(&d->nodes);
     dir_cache_clear(&d->emitters);
@@ -203,8 +203,6 @@ int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root
     if (!r)
         return err_set(FERRY_ENOMEM, "directory delete");
     r->id = *id;
-    if (!gen)
-        gen = dir_gen_of(d, id);
     free(idmap_remove(&d->holders, id));
     dir_delete_start(d, r, root, gen ? gen : "");
     return 0;

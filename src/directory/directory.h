@@ -270,8 +270,8 @@ int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
                     const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
 /* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook), with
  * root, the content deleted (a node drops only a copy of that content; all zeros: none), unless
- * its copy is of another put than gen (a lookup's a.gen; NULL: the put of this node's copy, as
- * its publication was answered; "" or unknown: any put of that content). */
+ * its copy is of another put than gen (a lookup's a.gen: the put the record is; NULL or "": any
+ * put of that content). */
 int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
                      const char *gen, directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its

@@ -314,8 +314,8 @@ struct directory {
     size_t done_len;
     idmap conflicts;   /* id -> the digest (DIGEST_LEN bytes) of this node's copy that a
                         * publication found in conflict: never published again (dir_conflict_*) */
-    idmap gens;        /* id -> the put (a gen text, malloc'd) of this node's copy, as the record
-                        * named it in answer to its publication (dir_gen_*) */
+    idmap gens;        /* id -> the put of this node's copy (a hash of its gen, in the pointer), as
+                        * the record named it in answer to its publication (dir_gen_*) */
     uint64_t gen_next; /* publications sent by this run: the n of the gens it proposes */
     idmap fetched;     /* id -> struct fetched_put: the put a copy being sealed was fetched by,
                         * which its publication proposes (directory_fetched) */
@@ -430,8 +430,8 @@ int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t dig
 /* dir_queue.c: the puts of this node's copies. Keeps gen (a well-formed gen text; else
  * nothing) as the put of this node's copy of id. */
 void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen);
-/* The put of this node's copy of id; NULL when none is known. */
-const char *dir_gen_of(const struct directory *d, const ferry_id *id);
+/* 1 when this node's copy of id is of a known put other than gen. */
+int dir_gen_other(const struct directory *d, const ferry_id *id, const char *gen);
 /* This node's copy of id is gone (or of no known put). */
 void dir_gen_forget(struct directory *d, const ferry_id *id);
 /* The gen a publication of id with this digest proposes for a record it makes, into gen: the
