@@ -299,6 +299,41 @@ H_CLUSTER_TEST(switched_record_is_refused_then_repaired)
         ferry_disconnect(c[i]);
 }
 
+/* A ferryd started with the id of a live node (B, with the secret) still stops with status 78,
+ * naming that node: B's entry carries a heartbeat signed since the newcomer began. B keeps its
+ * entry. */
+H_CLUSTER_TEST(a_live_node_id_is_still_refused_with_signed_heartbeats)
+{
+    ferry_client *c[2];
+    start_trusted(cl, 2, c);
+    char secret[256], listen[32];
+    snprintf(secret, sizeof(secret), "%s/secret", cl->redis.dir);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", h_free_port());
+    struct ferryd dup;
+    h_daemon_init(&dup);
+    const char *const argv[] = {"--node-id", "node-b",        "--listen", listen, "--directory",
+                                cl->url,     "--secret-file", secret,     NULL};
+    pid_t pid = h_daemon_spawn(&dup, dup.log, "64M", argv);
+    int status = 0;
+    if (!h_wait_exit(pid, H_CLUSTER_MS, &status)) {
+        kill(pid, SIGKILL);
+        (void)waitpid(pid, NULL, 0);
+        h_print_file(dup.log);
+        h_daemon_cleanup(&dup);
+        fail_msg("a second node-b did not stop within %d ms", H_CLUSTER_MS);
+    }
+    int refused = WIFEXITED(status) && WEXITSTATUS(status) == 78 &&
+                  h_file_contains(dup.log, "node id node-b is in use by a live node");
+    if (!refused)
+        h_print_file(dup.log);
+    h_daemon_cleanup(&dup);
+    if (!refused)
+        fail_msg("a second node-b ended with status 0x%x, not 78 naming the live node", status);
+    h_assert_nodes(c[A], cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    for (int i = 0; i < 2; i++)
+        ferry_disconnect(c[i]);
+}
+
 /* ---- keys of the wrong type ---- */
 
 /* ferry:held:node-b made a string while B is down keeps B out no more: started again, B
@@ -569,6 +604,7 @@ int main(void)
         T(a_conflicting_copy_stays_unlisted_after_its_record_is_deleted),
         T(withheld_delete_event_spares_a_re_put_of_the_same_content),
         T(a_replayed_entry_of_a_dead_run_does_not_keep_its_node_from_starting),
+        T(a_live_node_id_is_still_refused_with_signed_heartbeats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
