@@ -117,7 +117,8 @@ typedef struct ferry_client ferry_client;
 
 /* Connects to the daemon at socket_path; NULL means the default socket: $FERRY_SOCKET, else
  * FERRY_SERVICE_SOCKET if anything is there, else FERRY_DEFAULT_SOCKET (see them).
- * FERRY_ECONN when no daemon answers there. The connection's timeout is $FERRY_TIMEOUT_MS
+ * FERRY_ECONN when no daemon answers there; FERRY_EBUSY when it serves as many clients as it
+ * may (ferryd --max-clients), naming the bound. The connection's timeout is $FERRY_TIMEOUT_MS
  * (milliseconds, -1 for none) if set, else FERRY_DEFAULT_TIMEOUT_MS (30 s). */
 int ferry_connect(const char *socket_path, ferry_client **out);
 
@@ -355,7 +356,8 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(metrics_refused, COUNTER, "metrics requests refused: malformed, too many at once, too slow") \
     X(cluster_node, GAUGE, "1 for a node of a cluster, 0 for a standalone one")                    \
     X(spill_enabled, GAUGE, "1 when the node spills to a directory (ferryd --spill-dir)")          \
-    X(spill_max_bytes, GAUGE, "the most the spill directory may hold (0: the disk's room)")        \
+    X(spill_max_bytes, GAUGE,                                                                      \
+      "the most the spill directory may hold (--spill-max, else its file system's room at start)") \
     X(spill_disk_bytes, GAUGE, "bytes of objects and their records in the spill directory")        \
     X(spilled_objects, GAUGE, "objects whose bytes are on disk only")                              \
     X(spilled_bytes, GAUGE, "bytes of the objects on disk only")                                   \
@@ -419,6 +421,24 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fast_adopted, COUNTER,                                                                       \
       "objects kept past their eviction or delete because a client held them without the daemon")  \
     X(deleted_unused, COUNTER, "objects deleted at their last release (ferry_delete_unused)")      \
+    X(clients_refused, COUNTER, "clients refused at their hello: max_clients were connected")      \
+    X(clients_evicted, COUNTER,                                                                    \
+      "client connections closed before their hello for newer ones (64 may wait for theirs)")      \
+    X(hello_timeouts, COUNTER, "client connections closed for sending no hello within 10 s")       \
+    X(max_clients, GAUGE,                                                                          \
+      "clients connected at once at most (ferryd --max-clients, else from the descriptor limit)")  \
+    X(fd_limit, GAUGE, "the daemon's descriptor limit (RLIMIT_NOFILE, raised to the hard one)")    \
+    X(rewritten_after_seal, COUNTER,                                                               \
+      "copies here found rewritten after their seal by a receiver's check: dropped")               \
+    X(suspects_unfounded, COUNTER,                                                                 \
+      "receivers' reports of a chunk unlike its digest that the copy here disproved")              \
+    X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")     \
+    X(relays_silent, COUNTER,                                                                      \
+      "partial holders given up for saying nothing to a relayed pull for the answer deadline")     \
+    X(pins_reclaimed, COUNTER,                                                                     \
+      "peers dropped for reading pins past their share too slowly while other node ids waited")    \
+    X(pins_broken, COUNTER,                                                                        \
+      "transfer connections closed to free their pins for a local create that found no room")      \
     X(conflicts_unlisted, COUNTER,                                                                 \
       "publications not sent: the copy was refused once as a conflict and stays unlisted")         \
     X(deletes_of_earlier_puts, COUNTER,                                                            \

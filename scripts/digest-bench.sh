@@ -2,6 +2,7 @@
 # digest-bench.sh BASE_BUILD NEW_BUILD [RUNS] - the digest's cost, one build against another,
 # interleaved (base, new, base, new, ...), RUNS runs each (default 3), medians and ranges:
 #   fetch        ferry-bench remote --sizes 256M --transport tcp (no --verify): MiB/s of fetch
+#                (since 0.11 a node checks by default: for such a build this row checks too)
 #   fetch-verify the same with --verify (every fetched chunk hashed by the receiver)
 #   put          ferry-bench local --sizes 64M (a standalone ferryd): MiB/s of put
 #   put-cluster  ferry-bench local --socket on a ferryd with a directory (a cluster node, which

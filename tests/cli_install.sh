@@ -210,6 +210,10 @@ EOF
     ok "it reports the library's version" grep -qx "libferry $("$ROOT/bin/ferry" --version | cut -d' ' -f2)" "$OUT"
     ok "and the daemon's stats" grep -qx "clients 1" "$OUT"
     ok "the static library has the API" bash -c "nm '$ROOT/$LIBDIR/libferry.a' | grep -q ' T ferry_version$'"
+    # The Python module's private calls (src/client/private.h) hand out writable pointers into
+    # the arena: the shared library must not offer them to programs.
+    ok "the shared library exports only ferry_*" bash -c \
+        "! nm -D --defined-only '$ROOT/$LIBDIR/libferry.so' | grep -v ' ferry_' | grep -q ' T '"
 }
 
 # notify_start NAME: a service manager's datagram socket of ours at $DIR/NAME.notify, bound

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -175,9 +176,13 @@ int h_timer_ms(const char *name, int real_ms)
     return real_ms;
 }
 
+rlim_t h_daemon_nofile;
+
 static void exec_daemon(const struct ferryd *d, const char *log, const char *memory,
                         const char *const *extra)
 {
+    struct rlimit nofile = {h_daemon_nofile, h_daemon_nofile};
+
     const char *bin_dir = getenv("FERRY_BIN_DIR");
     char bin[512];
     snprintf(bin, sizeof(bin), "%s/ferryd", bin_dir ? bin_dir : ".");
@@ -187,6 +192,11 @@ static void exec_daemon(const struct ferryd *d, const char *log, const char *mem
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
         _exit(126);
+    if (h_daemon_nofile && setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+        dprintf(STDERR_FILENO, "harness: setrlimit(RLIMIT_NOFILE, %llu): %s\n",
+                (unsigned long long)h_daemon_nofile, strerror(errno));
+        _exit(124);
+    }
     const char *argv[40] = {bin, "--socket", d->sock, "--memory", memory};
     int argc = timers_args(argv, transport_args(argv, 5));
     for (int i = 0; extra && extra[i] && argc < 39; i++)

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <cmocka.h>
@@ -34,6 +35,10 @@ struct ferryd {
     char sock[104]; /* fits sockaddr_un.sun_path */
     char log[128];
 };
+
+/* Daemons spawned while this is not 0 get it as their soft and hard RLIMIT_NOFILE (a host
+ * whose hard limit is that low); 0: the test's own limits. */
+extern rlim_t h_daemon_nofile;
 
 /* Creates the temporary directory and the paths in it; no process yet. */
 void h_daemon_init(struct ferryd *d);

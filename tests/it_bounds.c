@@ -2,7 +2,9 @@
  * it_bounds.c - what one local client, or anyone who reaches /metrics, can take from the
  * daemon: a flood of objects meets --max-objects and a client's share of it with a clear
  * error while other clients go on; idle /metrics connections cannot lock scrapes out; and a
- * daemon out of file descriptors pauses its listeners instead of spinning on them.
+ * daemon out of file descriptors pauses its listeners instead of spinning on them; silent
+ * connections to the socket churn within their bound instead of taking the descriptors a
+ * cluster node needs, and clients past --max-clients are refused with the bound.
  */
 #include "harness.h"
 
@@ -291,6 +293,97 @@ static void client_socket_out_of_descriptors_does_not_spin(void **state)
     paused_then_stop(&d);
 }
 
+/* ---- local connections ---- */
+
+/* The node's descriptor limit, soft and hard (a host whose hard limit is the usual soft one, so
+ * that raising the soft limit at start gains nothing), and the connections opened to it that
+ * never say hello: more than that. */
+#define NODE_NOFILE 1024
+#define SILENT 1100
+
+/* 1,100 connections to a node's socket that never say hello, held open past the directory's TTL:
+ * the node stays listed by its peer, serves it an object and takes a new client; the silent
+ * connections past the cap of those not yet greeted were closed for newer ones (counted). On
+ * the unbounded daemon they took every descriptor: the node could accept neither its peer nor a
+ * client. */
+H_CLUSTER_TEST(silent_local_connections_do_not_take_the_node_out_of_the_cluster)
+{
+    struct rlimit lim;
+    int *silent = calloc(SILENT, sizeof(int)), statuses[1];
+
+    assert_non_null(silent);
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_max < SILENT + 256) {
+        free(silent);
+        H_SKIP("%d descriptors needed, the hard limit here is %llu", SILENT + 256,
+               (unsigned long long)lim.rlim_max);
+    }
+    lim.rlim_cur = lim.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    h_daemon_nofile = NODE_NOFILE;
+    h_node_start(cl, 0, "16M", NULL);
+    h_daemon_nofile = 0;
+    h_cluster_start(cl, 1, "16M", NULL);
+    ferry_client *a = h_node_connect(cl, 0), *b = h_node_connect(cl, 1);
+    ferry_id id = h_id("served-during-the-flood");
+    H_OK(h_put_direct(a, &id, 1u << 20, 64));
+    h_assert_where(b, cl, &id, 1u << 0, H_CLUSTER_MS);
+
+    for (int i = 0; i < SILENT; i++)
+        silent[i] = h_raw_connect(cl->node[0].d.sock);
+    h_sleep_ms(4000); /* past the directory's TTL (3 s): a node that missed heartbeats is gone */
+    h_assert_nodes(b, cl, 3, H_CLUSTER_MS);
+    H_OK(ferry_fetch(b, &id, 1, H_CLUSTER_MS, statuses));
+    h_assert_same_object(a, b, &id);
+    ferry_client *late = h_node_connect(cl, 0);
+    assert_true(h_stat(late, "clients_evicted") >= 1); /* the cap of silent ones was met */
+    /* The silent connections still open are closed at their hello deadline (10 s): each one
+     * went for a newer one or for its silence. */
+    int64_t end = h_now_ms() + 10000 + H_EVENT_MS;
+    for (int i = 0; i < SILENT; i++) {
+        int64_t left = end - h_now_ms();
+        if (!h_raw_wait_closed(silent[i], left > 0 ? (int)left : 1))
+            fail_msg("silent connection %d still open past the hello deadline", i);
+        close(silent[i]);
+    }
+    uint64_t evicted = h_stat(late, "clients_evicted"), silenced = h_stat(late, "hello_timeouts");
+    printf("%d silent connections: %llu closed for newer ones, %llu for their silence\n", SILENT,
+           (unsigned long long)evicted, (unsigned long long)silenced);
+    assert_int_equal(evicted + silenced, SILENT);
+    assert_true(silenced >= 1);
+    assert_int_equal(h_stat(late, "clients"), 2);
+    free(silent);
+    ferry_disconnect(late);
+    ferry_disconnect(b);
+    ferry_disconnect(a);
+}
+
+/* --max-clients 2: a third client's connect fails FERRY_EBUSY naming the bound (counted), and
+ * once one of the two has gone a new one is served. */
+static void clients_past_max_clients_are_refused_with_the_bound(void **state)
+{
+    const char *extra[] = {"--max-clients", "2", NULL};
+    struct ferryd d;
+    ferry_client *c[3] = {NULL};
+
+    h_daemon_init(&d);
+    h_daemon_start(&d, "8M", extra);
+    c[0] = h_connect(&d);
+    c[1] = h_connect(&d);
+    H_RC(ferry_connect(d.sock, &c[2]), FERRY_EBUSY);
+    if (!strstr(ferry_errmsg(), "at most 2 (ferryd --max-clients)"))
+        fail_msg("the refusal does not name the bound: %s", ferry_errmsg());
+    assert_int_equal(h_stat(c[0], "clients_refused"), 1);
+    assert_int_equal(h_stat(c[0], "max_clients"), 2);
+    ferry_disconnect(c[1]);
+    assert_int_equal(h_wait_stat(c[0], "clients", 1), 1);
+    c[1] = h_connect(&d);
+    ferry_disconnect(c[1]);
+    ferry_disconnect(c[0]);
+    d.ok = 1;
+    h_daemon_stop(&d);
+    h_daemon_cleanup(&d);
+}
+
 /* ---- names ---- */
 
 /* A name with a right-to-left override (U+202E), a C1 control (U+0085) and a byte that is not
@@ -389,6 +482,10 @@ int main(void)
         cmocka_unit_test(idle_metrics_connections_do_not_lock_scrapes_out),
         cmocka_unit_test(metrics_listener_out_of_descriptors_does_not_spin),
         cmocka_unit_test(client_socket_out_of_descriptors_does_not_spin),
+        cmocka_unit_test_setup_teardown(
+            silent_local_connections_do_not_take_the_node_out_of_the_cluster, h_cluster_setup,
+            h_cluster_teardown),
+        cmocka_unit_test(clients_past_max_clients_are_refused_with_the_bound),
         cmocka_unit_test(names_with_format_or_c1_characters_are_shown_escaped),
         cmocka_unit_test(names_with_format_or_c1_characters_are_escaped_in_ls_json),
         cmocka_unit_test(node_ids_with_bidi_characters_are_refused_at_start),

@@ -11,6 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
 
 enum { A, B, C, D };
 #define BIT(i) (1u << (i))
@@ -396,6 +403,171 @@ H_CLUSTER_TEST(objects_several_nodes_hold_come_in_ranges_from_all_of_them)
     }
 }
 
+/* In a child of this process (its own connection to d): writes one byte through a pointer
+ * into a sealed object of id, the way a C program that casts const away would: through a get's
+ * pointer (through_create 0), or through the creator's pointer kept past the seal of a new
+ * object id made of size patterned bytes (1). Returns how the child ended (a wait status). */
+static int write_in_child(const struct ferryd *d, const ferry_id *id, int through_create,
+                          uint64_t size)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ferry_client *c = NULL;
+        ferry_buffer b;
+        uint8_t *p;
+        signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: the fault is the child's end */
+        if (ferry_connect(d->sock, &c) < 0)
+            _exit(2);
+        if (through_create) {
+            if (ferry_create(c, id, size, NULL, 0, &p) < 0)
+                _exit(3);
+            h_fill(p, size, h_seed(id));
+            if (ferry_seal(c, id) < 0)
+                _exit(4);
+        } else {
+            if (ferry_get(c, id, 1, 0, &b) < 0)
+                _exit(5);
+            p = (uint8_t *)b.data;
+        }
+        p[size / 2] ^= 0xff; /* must fault: the bytes are sealed */
+        _exit(0);
+    }
+    assert_true(h_wait_exit(pid, 10000, &status));
+    return status;
+}
+
+/* Sealed bytes are read-only in every client, enforced by the MMU: a write through a get's
+ * pointer cast to writable, and one through the creator's pointer after the seal, kill the
+ * writer with SIGSEGV and change nothing; every other client, and a node that fetches the
+ * objects afterwards, sees the bytes sealed. */
+H_CLUSTER_TEST(writes_to_sealed_bytes_fault_and_change_nothing_anywhere)
+{
+    enum { SIZE = 3 * MIB + 5 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id ids[2] = {h_id("cast-const"), h_id("after-seal")};
+    ferry_buffer out[2];
+    int st;
+
+    H_OK(h_put_direct(a, &ids[0], SIZE, 0));
+    st = write_in_child(&cl->node[A].d, &ids[0], 0, SIZE);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    st = write_in_child(&cl->node[A].d, &ids[1], 1, SIZE);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    H_OK(ferry_get(a, ids, 2, 0, out));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_check(out[i].data, SIZE, h_seed(&ids[i])), -1);
+        H_OK(ferry_release(a, &ids[i]));
+    }
+    H_OK(ferry_get_fetch(b, ids, 2, 10000, out));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(h_check(out[i].data, SIZE, h_seed(&ids[i])), -1);
+        H_OK(ferry_release(b, &ids[i]));
+    }
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* The arena of node i mapped writable through the daemon's own descriptor, as a local user
+ * who kept the descriptor HELLO passes could map it: *size is its length. */
+static uint8_t *arena_writable(const struct h_cluster *cl, int i, size_t *size)
+{
+    char dir[64], path[384], target[128];
+    struct dirent *de;
+    uint8_t *p = NULL;
+    DIR *d;
+
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)cl->node[i].d.pid);
+    assert_non_null(d = opendir(dir));
+    while (!p && (de = readdir(d))) {
+        ssize_t n;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        if ((n = readlink(path, target, sizeof(target) - 1)) <= 0)
+            continue;
+        target[n] = '\0';
+        if (strncmp(target, "/memfd:ferry-arena", 18) != 0)
+            continue;
+        int fd = open(path, O_RDWR);
+        struct stat st;
+        assert_true(fd >= 0 && fstat(fd, &st) == 0);
+        *size = (size_t)st.st_size;
+        p = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        assert_true(p != MAP_FAILED);
+        close(fd);
+    }
+    closedir(d);
+    assert_non_null(p);
+    return p;
+}
+
+/* Where in its arena the object id lies on c's node: the offset of a get's pointer in the
+ * mapping of this process that holds it (/proc/self/maps: its start and file offset). */
+static uint64_t arena_offset(ferry_client *c, const ferry_id *id)
+{
+    ferry_buffer b;
+    char line[512];
+    uint64_t off = UINT64_MAX;
+    FILE *f;
+
+    H_OK(ferry_get(c, id, 1, 0, &b));
+    assert_non_null(f = fopen("/proc/self/maps", "r"));
+    while (off == UINT64_MAX && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi, foff;
+        if (sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &foff) == 3 && (uintptr_t)b.data >= lo &&
+            (uintptr_t)b.data < hi)
+            off = (uintptr_t)b.data - lo + foff;
+    }
+    fclose(f);
+    H_OK(ferry_release(c, id));
+    assert_true(off != UINT64_MAX);
+    return off;
+}
+
+/* A copy rewritten after its seal through a writable mapping of the arena (a local user with
+ * its descriptor) is never sealed by another node: checking is the default, the receiver
+ * refuses the chunk and tells the holder, which finds its copy unlike its own digest and
+ * drops it (rewritten_after_seal, withdrawn). With another holder, the ranges of the bad one
+ * move to it and the object arrives bit-exact. */
+H_CLUSTER_TEST(a_copy_rewritten_after_its_seal_is_refused_and_dropped_by_its_holder)
+{
+    const char *const split[] = {"--split-min", "1M", NULL};
+    h_cluster_start(cl, 3, "128M", split);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B), *c = h_node_connect(cl, C);
+    ferry_id lone = h_id("rewritten-lone"), shared = h_id("rewritten-shared");
+    size_t size = 0;
+    uint8_t *arena = arena_writable(cl, A, &size);
+    ferry_buffer out;
+    int status = 1;
+
+    H_OK(h_put_direct(a, &lone, 3 * MIB + 5, 7));
+    H_OK(h_put_direct(a, &shared, 32 * MIB, 0));
+    fetch_one(c, cl, &shared, BIT(A) | BIT(C));
+    arena[arena_offset(a, &lone) + MIB + 17] ^= 0x01;
+    uint64_t at = arena_offset(a, &shared);
+    for (uint64_t i = 0; i < 32; i++)
+        arena[at + i * MIB + 3] ^= 0x80; /* every chunk: whichever ranges A is dealt fail */
+
+    assert_int_not_equal(ferry_fetch(b, &lone, 1, 3000, &status), 0);
+    assert_true(H_WAIT_STAT(a, rewritten_after_seal, 1) == 1);
+    assert_false(h_contains(a, &lone));
+    assert_false(h_contains(b, &lone));
+    assert_true(h_stats(b).chunks_refused >= 1);
+
+    H_OK(ferry_get_fetch(b, &shared, 1, 30000, &out));
+    assert_int_equal(h_check(out.data, 32 * MIB, h_seed(&shared)), -1);
+    H_OK(ferry_release(b, &shared));
+    assert_true(H_WAIT_STAT(a, rewritten_after_seal, 2) == 2);
+    assert_true(h_stats(b).ranges_moved >= 1);
+    h_assert_where(b, cl, &shared, BIT(B) | BIT(C), H_CLUSTER_MS);
+    munmap(arena, size);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -411,6 +583,8 @@ int main(void)
         T(fetch_with_verify_delivers_intact_objects),
         T(spilled_objects_are_fetched_and_served_again_after_a_restart),
         T(objects_several_nodes_hold_come_in_ranges_from_all_of_them),
+        T(writes_to_sealed_bytes_fault_and_change_nothing_anywhere),
+        T(a_copy_rewritten_after_its_seal_is_refused_and_dropped_by_its_holder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * it_cluster_bounds.c - what one peer can cost a node, with real ferryd nodes and a real
  * Redis: a flood of PULLs whose replies are never read, one PULL of more than the pin limit,
- * a flood of silent connections, and a fetch too large for the receiver. Each is bounded (in
+ * a flood of silent connections, a fetch too large for the receiver, node ids reading their
+ * pins slowly, and pins that fragment the holder's arena. Each is bounded (in
  * memory, pins, connections or bytes moved), and the node keeps serving everyone else.
  */
 #include "harness.h"
@@ -373,6 +374,231 @@ H_CLUSTER_TEST(pins_of_all_node_ids_stay_within_half_the_arena)
     ferry_disconnect(a);
 }
 
+/* Reads from each of the n connections in fds, without waiting more than a few ms, until it has
+ * read rate bytes per second since start_ms in all (what a reader of that rate has). */
+static void read_slowly(const int *fds, uint64_t *got, int n, uint64_t rate, int64_t start_ms)
+{
+    static uint8_t sink[64 << 10];
+    uint64_t due = rate * (uint64_t)(h_now_ms() - start_ms) / 1000;
+    for (int i = 0; i < n; i++) {
+        int64_t t0 = h_now_ms();
+        while (got[i] < due && h_now_ms() - t0 < 5) {
+            size_t len = due - got[i] < sizeof(sink) ? due - got[i] : sizeof(sink);
+            ssize_t r = recv(fds[i], sink, len, MSG_DONTWAIT);
+            if (r > 0)
+                got[i] += (uint64_t)r;
+            else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                break; /* closed by A */
+        }
+    }
+}
+
+/* Four node ids (a holder of the secret names any) each pull two 16 MiB objects of A (32 MiB
+ * pinned each, 128 MiB in all: the limit of all, half of A's 256M) and read them at 100 KiB/s,
+ * above the minimum rate of a reader (64 KiB/s). B, an honest node, fetches an object of A
+ * meanwhile, three times, against four new slow readers each time: each fetch must come,
+ * because while B waits for pins, a node id past its share of the pins of all must read at
+ * least 1 MiB/s or lose its connection (pins_reclaimed). B's pull waited for the slow readers'
+ * pins: B's fetches failed when its stall watchdog gave A up (7 of 7 in 66 s). */
+#define SLOW_PIECE (16 * MIB)
+#define SLOW_READERS 4
+#define SLOW_FETCHES 3
+#define SLOW_RATE (100u << 10)
+H_CLUSTER_TEST(slow_readers_do_not_lock_other_nodes_out_of_a_holder)
+{
+    static const char *const names[SLOW_READERS] = {"slow-1", "slow-2", "slow-3", "slow-4"};
+    h_node_start(cl, A, "256M", NULL);
+    h_node_start(cl, B, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id pinned[2], wanted[SLOW_FETCHES];
+    for (int i = 0; i < 2; i++) {
+        pinned[i] = h_idf("read-slowly-%d", i);
+        H_OK(h_put_direct(a, &pinned[i], SLOW_PIECE, 0));
+    }
+    for (int i = 0; i < SLOW_FETCHES; i++) {
+        wanted[i] = h_idf("wanted-by-b-%d", i);
+        H_OK(h_put_direct(a, &wanted[i], SLOW_PIECE, 0));
+    }
+    h_assert_where(b, cl, &wanted[SLOW_FETCHES - 1], 1u << A, H_CLUSTER_MS);
+    int port = h_node_port(cl, A), fds[SLOW_READERS], ok = 0;
+    ferry_stats a0 = h_stats(a);
+    for (int k = 0; k < SLOW_FETCHES; k++) {
+        uint64_t got[SLOW_READERS] = {0};
+        for (int i = 0; i < SLOW_READERS; i++) {
+            fds[i] = unread_pull_as(port, names[i], pinned, 2);
+            assert_true(fds[i] >= 0);
+            assert_int_equal(granted_within(fds[i], 2, H_EVENT_MS), 2);
+        }
+        printf("%d node ids hold %llu MiB pinned, reading %u KiB/s each\n", SLOW_READERS,
+               (unsigned long long)(h_stats(a).pinned_bytes / MIB), SLOW_RATE >> 10);
+        int status = 1;
+        int64_t start = h_now_ms();
+        struct h_fetch f;
+        h_fetch_start(&f, b, &wanted[k], 1, 20000, &status);
+        while (!h_fetch_done(&f)) {
+            read_slowly(fds, got, SLOW_READERS, SLOW_RATE, start);
+            h_sleep_ms(20);
+        }
+        h_fetch_join(&f, H_EVENT_MS);
+        printf("B's fetch %d past them: %s in %lld ms; A pins %llu MiB\n", k, ferry_strerror(f.rc),
+               (long long)f.elapsed_ms, (unsigned long long)(h_stats(a).pinned_bytes / MIB));
+        ok += f.rc == FERRY_OK && status == FERRY_OK;
+        for (int i = 0; i < SLOW_READERS; i++)
+            close(fds[i]); /* unread bytes: a reset, and A lets their pins go */
+        assert_int_equal(H_WAIT_STAT(a, pinned_bytes, 0), 0); /* the next four start afresh */
+    }
+    ferry_stats a1 = h_stats(a);
+    printf("B fetched %d of %d; A dropped %llu slow readers\n", ok, SLOW_FETCHES,
+           (unsigned long long)(a1.pins_reclaimed - a0.pins_reclaimed));
+    assert_int_equal(ok, SLOW_FETCHES);
+    assert_true(a1.pins_reclaimed > a0.pins_reclaimed);
+    for (int i = 0; i < SLOW_FETCHES; i++)
+        h_assert_same_object(a, b, &wanted[i]);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
+/* A reply to the pull on fd within timeout_ms: how many of its n entries were granted, or -1
+ * when none came (any number of entries, each with up to 64 leaves). */
+static int granted_of(int fd, uint32_t n, int timeout_ms)
+{
+    size_t cap = 4 + (size_t)n * (WIRE_REPLY_ENTRY_SIZE + 64 * DIGEST_LEN);
+    uint8_t *reply = malloc(cap);
+    uint32_t len = 0;
+    int granted = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_non_null(reply);
+    if (poll(&pfd, 1, timeout_ms) <= 0) {
+        free(reply);
+        return -1;
+    }
+    assert_int_equal(h_xfer_read_frame(fd, reply, cap, &len), WIRE_REPLY);
+    for (uint32_t i = 0; i < n; i++)
+        granted += h_rd32(reply + 4 + i * WIRE_REPLY_ENTRY_SIZE) == 0;
+    free(reply);
+    return granted;
+}
+
+/* A's 256M arena is filled with 4 MiB objects, laid out one after the other, and peers pin
+ * every other one, within the limits (15 per node id, 60 MiB, and at most 128 MiB in all), and
+ * read nothing: what is free or evictable comes in 4 MiB holes. A's own puts of 8 and 64 MiB
+ * must still succeed: the pins in their way are the peers' to lose (pins_broken; the peers
+ * ask again, or another holder). They failed with ENOSPACE ("largest free block 4.0 MiB"),
+ * whatever the eviction, for as long as the peers kept pinning. */
+#define FRAG_PIECE (4 * MIB)
+#define FRAG_MAX 64
+#define FRAG_PER_NODE 15
+H_CLUSTER_TEST(pins_do_not_fragment_the_holders_arena_against_its_own_puts)
+{
+    h_node_start(cl, A, "256M", NULL);
+    ferry_client *a = h_node_connect(cl, A);
+    ferry_id ids[FRAG_MAX], pins[FRAG_MAX / 2];
+    int n = 0, npins = 0, fds[FRAG_MAX / 2 / FRAG_PER_NODE + 1], nfds = 0;
+    ferry_stats s = h_stats(a);
+    while (n < FRAG_MAX && s.capacity_bytes - s.used_bytes >= FRAG_PIECE + 4096) {
+        ids[n] = h_idf("fragment-%d", n);
+        H_OK(h_put_direct(a, &ids[n], FRAG_PIECE, 0));
+        n++;
+        s = h_stats(a);
+    }
+    assert_int_equal(s.evicted_objects, 0);
+    for (int i = 0; i < n && (uint64_t)(npins + 1) * FRAG_PIECE <= 128 * MIB; i += 2)
+        pins[npins++] = ids[i];
+    int port = h_node_port(cl, A);
+    for (int k = 0; k * FRAG_PER_NODE < npins; k++) {
+        char node[16];
+        uint32_t m = (uint32_t)(npins - k * FRAG_PER_NODE);
+        m = m < FRAG_PER_NODE ? m : FRAG_PER_NODE;
+        snprintf(node, sizeof(node), "frag-%d", k);
+        fds[nfds] = unread_pull_as(port, node, pins + k * FRAG_PER_NODE, m);
+        assert_true(fds[nfds] >= 0);
+        assert_int_equal(granted_of(fds[nfds], m, H_EVENT_MS), (int)m);
+        nfds++;
+    }
+    ferry_stats a0 = h_stats(a);
+    printf("%d objects of 4 MiB in A, %d of them pinned (%llu MiB) by %d node ids\n", n, npins,
+           (unsigned long long)(a0.pinned_bytes / MIB), nfds);
+    ferry_id own8 = h_id("own-put-of-8-mib"), own64 = h_id("own-put-of-64-mib");
+    int64_t t0 = h_now_ms();
+    int rc8 = h_put_direct(a, &own8, 8 * MIB, 0);
+    printf("A's own put of 8 MiB: %s in %lld ms (%s)\n", ferry_strerror(rc8),
+           (long long)(h_now_ms() - t0), rc8 ? ferry_errmsg() : "");
+    t0 = h_now_ms();
+    int rc64 = h_put_direct(a, &own64, 64 * MIB, 0);
+    printf("A's own put of 64 MiB: %s in %lld ms (%s)\n", ferry_strerror(rc64),
+           (long long)(h_now_ms() - t0), rc64 ? ferry_errmsg() : "");
+    ferry_stats a1 = h_stats(a);
+    printf("A broke %llu connections' pins; %llu MiB pinned now\n",
+           (unsigned long long)(a1.pins_broken - a0.pins_broken),
+           (unsigned long long)(a1.pinned_bytes / MIB));
+    H_RC(rc8, FERRY_OK);
+    H_RC(rc64, FERRY_OK);
+    assert_true(a1.pins_broken > a0.pins_broken);
+    h_assert_object(a, &own8, 8 * MIB, 0);
+    h_assert_object(a, &own64, 64 * MIB, 0);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    ferry_disconnect(a);
+}
+
+/* The same over a fabric, where B and C, two real nodes reading one 1 MiB chunk per 100 ms
+ * (FERRY_FAULT), pin every other 4 MiB object of A's full arena by their one-sided reads (64 MiB
+ * each, the limit of a node id): A's own put of 64 MiB closes their connections and waits for
+ * the transport to give the objects back (the reads in flight end, or their lease) rather than
+ * fail; the put that broke them failed with ENOSPACE, only a later one succeeded. */
+H_CLUSTER_TEST(pins_of_one_sided_reads_do_not_fail_the_holders_own_puts)
+{
+    const char *t = getenv("FERRY_TEST_TRANSPORT");
+    if (!t || strcmp(t, "tcp") == 0)
+        H_SKIP("for the fabrics only (one-sided reads), not %s", t ? t : "the default transport");
+    h_node_start(cl, A, "256M", NULL);
+    setenv("FERRY_FAULT", "fabric-read-delay-ms=100", 1);
+    h_node_start(cl, B, "128M", NULL);
+    h_node_start(cl, C, "128M", NULL);
+    unsetenv("FERRY_FAULT");
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B), *c = h_node_connect(cl, C);
+    ferry_id ids[FRAG_MAX], half[2][FRAG_MAX / 4];
+    int n = 0, nhalf[2] = {0, 0}, st[2][FRAG_MAX / 4];
+    ferry_stats s = h_stats(a);
+    while (n < FRAG_MAX && s.capacity_bytes - s.used_bytes >= FRAG_PIECE + 4096) {
+        ids[n] = h_idf("fragment-%d", n);
+        H_OK(h_put_direct(a, &ids[n], FRAG_PIECE, 0));
+        n++;
+        s = h_stats(a);
+    }
+    h_assert_where(b, cl, &ids[n - 1], 1u << A, H_CLUSTER_MS);
+    h_assert_where(c, cl, &ids[n - 1], 1u << A, H_CLUSTER_MS);
+    for (int i = 0; i < n; i += 2) { /* the first half's even ones for B, the rest's for C */
+        int k = i < n / 2 ? 0 : 1;
+        if (nhalf[k] < FRAG_MAX / 4)
+            half[k][nhalf[k]++] = ids[i];
+    }
+    struct h_fetch f[2];
+    h_fetch_start(&f[0], b, half[0], (size_t)nhalf[0], 30000, st[0]);
+    h_fetch_start(&f[1], c, half[1], (size_t)nhalf[1], 30000, st[1]);
+    uint64_t pinned = H_WAIT_STAT_MIN(a, pinned_bytes, 100 * MIB, H_EVENT_MS);
+    ferry_stats a0 = h_stats(a);
+    printf("%d objects of 4 MiB in A, %llu MiB of them pinned by B's and C's reads\n", n,
+           (unsigned long long)(pinned / MIB));
+    ferry_id own = h_id("own-put-past-one-sided-reads");
+    int64_t t0 = h_now_ms();
+    int rc = h_put_direct(a, &own, 64 * MIB, 0);
+    int64_t took = h_now_ms() - t0;
+    ferry_stats a1 = h_stats(a);
+    printf("A's own put of 64 MiB: %s in %lld ms (%s); %llu connections' pins broken\n",
+           ferry_strerror(rc), (long long)took, rc ? ferry_errmsg() : "",
+           (unsigned long long)(a1.pins_broken - a0.pins_broken));
+    H_RC(rc, FERRY_OK);
+    assert_true(pinned >= 100 * MIB);
+    assert_true(a1.pins_broken > a0.pins_broken);
+    h_assert_object(a, &own, 64 * MIB, 0);
+    h_fetch_join(&f[0], 40000); /* they end as they may: their objects were evicted */
+    h_fetch_join(&f[1], 40000);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
 /* C's arena (32M) cannot hold A's 48 MiB object: the fetch fails at once, with the sizes,
  * and not one byte moves. */
 H_CLUSTER_TEST(a_fetch_too_large_moves_no_bytes)
@@ -474,6 +700,9 @@ int main(void)
         T(one_node_id_holds_no_more_than_its_share_of_connections),
         T(pins_of_one_node_id_stay_within_its_limit_over_its_connections),
         T(pins_of_all_node_ids_stay_within_half_the_arena),
+        T(slow_readers_do_not_lock_other_nodes_out_of_a_holder),
+        T(pins_do_not_fragment_the_holders_arena_against_its_own_puts),
+        T(pins_of_one_sided_reads_do_not_fail_the_holders_own_puts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,9 @@
  * - ranges of a split fetch refused by every holder move to each holder once at most, and
  *   nothing is asked once the fetch has timed out (they bounced between two holders for ever);
  * - an object answered busy by every holder, in ranges or whole, is not asked for again once
- *   the fetch has timed out.
+ *   the fetch has timed out;
+ * - a partial holder that takes relayed pulls and says nothing loses its ranges after the answer
+ *   deadline, not the stall watchdog's.
  *
  * The fake holders are TCP listeners on 127.0.0.1 driven from the test's thread, registered
  * in Redis by hand as a node "fake" (ferry:node:fake, incarnation 1) holding the object
@@ -724,11 +726,11 @@ H_CLUSTER_TEST(slow_but_moving_transfer_is_not_cut_off)
     uint64_t tag = 0;
     int cfd = fake_accept_pull(lfd, &x, &tag);
 
-    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1);
-    static const uint8_t zero[DIGEST_LEN]; /* the digest (no --verify) */
-    fake_entry(p, 0, SLOW_SIZE, 0, zero, 0);
-    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
+    uint8_t reply[4 + WIRE_REPLY_ENTRY_SIZE], *p = h_le32(reply, 1), root[DIGEST_LEN];
     uint8_t *bytes = h_pattern(SLOW_SIZE, h_seed(&x));
+    H_OK(digest_object(bytes, SLOW_SIZE, 0, root)); /* the receiver checks the bytes against it */
+    fake_entry(p, 0, SLOW_SIZE, 0, root, 0);
+    assert_int_equal(h_raw_frame(cfd, WIRE_REPLY, tag, reply, sizeof(reply)), 0);
     int64_t t0 = h_now_ms();
     uint32_t sent = 0;
     for (; sent < SLOW_SIZE; sent++) {
@@ -1476,6 +1478,51 @@ H_CLUSTER_TEST(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves
     ferry_disconnect(a);
 }
 
+/* A partial holder listed before A (a fake, "mute") takes A's relayed pulls and says nothing:
+ * it loses them once it has been silent for the answer deadline, and they move to B, the whole
+ * holder, so the fetch ends in about one answer deadline. It was held until the stall watchdog
+ * (30 s) dropped the connection: a fetch with a 20 s timeout timed out. Runs at the real timers
+ * (FERRY_REAL_TIMERS), so that the stall watchdog is the real one. */
+H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
+{
+    h_cluster_start(cl, 2, "96M", (const char *[]){"--relay-min", "1M", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A),
+                 *b = h_node_connect(cl, B);
+    const uint64_t size = 8 * RELAY_RANGE_BYTES;
+    int port, lfd = h_tcp_listen(&port), cfd, status = 1;
+    ferry_id x = h_id("held-up-by-a-silent-relay");
+    H_OK(h_put_direct(b, &x, size, 0));
+    h_assert_where(a, cl, &x, BIT(B), H_CLUSTER_MS); /* published: the record is B's */
+    register_fake_as(cl, "mute", port, NULL, &x);
+    make_fake_partial(cl, "mute", &x);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    int timeout = STALL_MS * 2 / 3;
+    h_fetch_start(&f, fa, &x, 1, timeout, &status);
+    cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd, "mute"); /* then its pulls are never answered */
+    h_fetch_join(&f, timeout + H_EVENT_MS);
+    ferry_stats a1 = h_stats(a);
+    printf("fetch past a silent relay: %s after %lld ms (answer deadline %d ms, stall %d ms)\n",
+           ferry_strerror(f.rc), (long long)f.elapsed_ms, ANSWER_MS, STALL_MS);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the fetch did not end past the silent relay: rc %d (%s), status %d after "
+                 "%lld ms",
+                 f.rc, ferry_strerror(f.rc), status, (long long)f.elapsed_ms);
+    assert_true(f.elapsed_ms < STALL_MS);
+    assert_int_equal(a1.relays_silent - a0.relays_silent, 1);
+    assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
+    h_assert_same_object(a, b, &x);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* Ranges of a relayed object dealt while nobody waits, within the grace a fetch has to take it
  * up again (clients wait in slices: the Python module's are 100 ms), are kept: they were
  * dropped from the queue, the object was then fetched whole (from nobody here: only a partial
@@ -1629,6 +1676,7 @@ int main(void)
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
         T(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves),
         T(relayed_ranges_dealt_between_fetch_slices_are_kept),
+        T(a_silent_relay_loses_its_ranges_within_the_answer_deadline),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),

@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define ARENA "16M"
@@ -313,25 +314,40 @@ static void spill_max_reached_fails_creates_and_damages_nothing(void **state)
     (void)state;
 }
 
+/* Mounts a tmpfs of size (mount's form: "12m") on s->spill, made in s->d's new directory, in a
+ * mount namespace of this test process (the daemon inherits it; the mount goes with the
+ * namespace): 0, or the errno that kept it from being mounted (s->d is cleaned up then). */
+static int mount_disk(struct spilld *s, const char *size)
+{
+    char opts[64];
+    int err;
+
+    h_daemon_init(&s->d);
+    snprintf(s->spill, sizeof(s->spill), "%s/spill", s->d.dir);
+    snprintf(opts, sizeof(opts), "size=%s,mode=0700", size);
+    if (mkdir(s->spill, 0700) == 0 && unshare(CLONE_NEWNS) == 0 &&
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+        mount("tmpfs", s->spill, "tmpfs", 0, opts) == 0)
+        return 0;
+    err = errno;
+    h_daemon_cleanup(&s->d);
+    return err;
+}
+
 /* The disk itself full: a 12 MiB tmpfs mounted on the spill directory in a mount namespace of
  * this test process (the daemon inherits it). Creates that need room fail with ENOSPACE and
  * both figures, the failed writes are counted, and what was written reads back. Skipped where
  * the test may not mount. */
 static void a_full_disk_fails_creates_and_damages_nothing(void **state)
 {
+    static const char *const past_the_disk[] = {"--spill-max", "1G", NULL};
     struct spilld s = {0};
-    int rc = FERRY_OK, n = 0;
+    int rc = FERRY_OK, n = 0, err = mount_disk(&s, "12m");
 
-    h_daemon_init(&s.d);
-    snprintf(s.spill, sizeof(s.spill), "%s/spill", s.d.dir);
-    if (mkdir(s.spill, 0700) < 0 || unshare(CLONE_NEWNS) < 0 ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-        mount("tmpfs", s.spill, "tmpfs", 0, "size=12m,mode=0700") < 0) {
-        int err = errno;
-        h_daemon_cleanup(&s.d);
+    if (err)
         H_SKIP("cannot mount a tmpfs here (%s)", strerror(err));
-    }
-    spill_start(&s, NULL);
+    spill_start(&s,
+                past_the_disk); /* without a bound of its own, it would stop short of the disk */
     ferry_client *c = h_connect(&s.d);
     for (; n < 64 && rc == FERRY_OK; n++) {
         ferry_id id = h_idf("f%d", n);
@@ -348,6 +364,52 @@ static void a_full_disk_fails_creates_and_damages_nothing(void **state)
         H_OK(ferry_delete(c, &id));
     }
     check_many(c, "f", n - 8, MIB);
+    ferry_disconnect(c);
+    s.d.ok = 1;
+    h_daemon_stop(&s.d);
+    umount2(s.spill, MNT_DETACH);
+    h_daemon_cleanup(&s.d);
+    (void)state;
+}
+
+/* Without --spill-max the spill may hold what its file system had free at start less a tenth of
+ * the file system: on a 40 MiB tmpfs, 1 MiB puts into the 16 MiB arena fail with ENOSPACE naming
+ * that bound and --spill-max, a tenth of the tmpfs is still free, and what was spilled reads
+ * back. Without the default the spill wrote until the disk itself refused. */
+static void spill_without_a_max_leaves_the_file_system_room(void **state)
+{
+    struct spilld s = {0};
+    struct statvfs fs;
+    int rc = FERRY_OK, n = 0, err = mount_disk(&s, "40m");
+
+    if (err)
+        H_SKIP("cannot mount a tmpfs here (%s)", strerror(err));
+    spill_start(&s, NULL);
+    ferry_client *c = h_connect(&s.d);
+    for (; n < 128 && rc == FERRY_OK; n++) {
+        ferry_id id = h_idf("r%d", n);
+        rc = h_put_direct(c, &id, MIB, 64);
+    }
+    assert_int_equal(rc, FERRY_ENOSPACE);
+    printf("%d objects put; %s\n", n - 1, ferry_errmsg());
+    assert_non_null(strstr(ferry_errmsg(), "spill directory"));
+    assert_non_null(strstr(ferry_errmsg(), "--spill-max"));
+    assert_int_equal(statvfs(s.spill, &fs), 0);
+    uint64_t size = (uint64_t)fs.f_blocks * fs.f_frsize, left = (uint64_t)fs.f_bavail * fs.f_frsize;
+    ferry_stats st = h_stats(c);
+    printf("tmpfs of %" PRIu64 " bytes: %" PRIu64 " free; the spill holds %" PRIu64
+           " of at most %" PRIu64 "\n",
+           size, left, st.spill_disk_bytes, st.spill_max_bytes);
+    assert_true(st.spill_max_bytes > 0 && st.spill_max_bytes <= size - size / 10);
+    assert_true(st.spill_disk_bytes <= st.spill_max_bytes);
+    assert_true(left >= size / 10);
+    assert_true(h_file_contains(s.d.log, "a tenth of its file system left free"));
+    n--;
+    for (int i = n - 8; i < n; i++) {
+        ferry_id id = h_idf("r%d", i);
+        H_OK(ferry_delete(c, &id));
+    }
+    check_many(c, "r", n - 8, MIB);
     ferry_disconnect(c);
     s.d.ok = 1;
     h_daemon_stop(&s.d);
@@ -656,6 +718,7 @@ int main(void)
         cmocka_unit_test(persist_on_exit_brings_every_object_back),
         cmocka_unit_test(kill_during_spilling_leaves_nothing_half_written),
         cmocka_unit_test(spill_max_reached_fails_creates_and_damages_nothing),
+        cmocka_unit_test(spill_without_a_max_leaves_the_file_system_room),
         cmocka_unit_test(a_full_disk_fails_creates_and_damages_nothing),
         cmocka_unit_test(damaged_spill_files_fail_gets_not_the_daemon),
         cmocka_unit_test(second_daemon_on_the_directory_is_refused),

@@ -180,6 +180,11 @@ static void print_clients(const struct stat_view *v)
     printf("clients\n  %-13s %" PRIu64 " (%" PRIu64 " connections so far, %" PRIu64
            " closed for a bad message)\n",
            "connected", val(v, "clients"), val(v, "connections_total"), val(v, "protocol_errors"));
+    printf("  %-13s %" PRIu64 " clients at most (descriptor limit %" PRIu64 "): %" PRIu64
+           " refused at their hello; %" PRIu64 " closed before it for newer ones, %" PRIu64
+           " for none in time\n",
+           "bounds", val(v, "max_clients"), val(v, "fd_limit"), val(v, "clients_refused"),
+           val(v, "clients_evicted"), val(v, "hello_timeouts"));
     printf("  %-13s %" PRIu64 " (%" PRIu64 " ended with something missing)\n", "gets",
            val(v, "gets"), val(v, "get_timeouts"));
     printf("  %-13s %" PRIu64 " open (%" PRIu64 " refused, %" PRIu64 " cut off for lagging)\n",
@@ -219,14 +224,17 @@ static void print_cluster(const struct stat_view *v)
            "split", val(v, "split_fetches"), val(v, "ranges_in"), val(v, "ranges_moved"),
            val(v, "split_fallbacks"), val(v, "ranges_out"));
     printf("  %-13s %" PRIu64 " fetches served ranges while receiving; %" PRIu64
-           " ranges sent from copies being received, %" PRIu64 " not in within the deadline\n",
-           "relay", val(v, "relays"), val(v, "ranges_relayed"), val(v, "relay_waits_expired"));
+           " ranges sent from copies being received, %" PRIu64
+           " not in within the deadline; %" PRIu64 " silent relays given up\n",
+           "relay", val(v, "relays"), val(v, "ranges_relayed"), val(v, "relay_waits_expired"),
+           val(v, "relays_silent"));
     printf("  %-13s %" PRIu64 " opened, %" PRIu64 " accepted, %" PRIu64
-           " evicted; peers dropped: %" PRIu64 " bad, %" PRIu64 " too slow; %" PRIu64
+           " evicted; peers dropped: %" PRIu64 " bad, %" PRIu64 " too slow, %" PRIu64
+           " too slow past their share of pins, %" PRIu64 " for the room of local creates; %" PRIu64
            " pins deferred\n",
            "connections", val(v, "connections_opened"), val(v, "connections_accepted"),
            val(v, "connections_evicted"), val(v, "peer_errors"), val(v, "peers_too_slow"),
-           val(v, "pins_deferred"));
+           val(v, "pins_reclaimed"), val(v, "pins_broken"), val(v, "pins_deferred"));
 }
 
 /* Each transport's counters under its name ("fabric_eager_msgs": fabric, eager_msgs), byte

@@ -137,69 +137,90 @@ static PyBufferProcs buffer_as_buffer = {
     .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
 };
 
-/* ---- DLPack (0.x ABI, dlpack.h) ---- */
+/* ---- DLPack (dlpack.h: the 0.x ABI, and 1.0's versioned tensor) ---- */
 
-/* A DLPack export: the managed tensor, its shape and strides in one allocation. The tensor
- * holds a reference to the Buffer and counts as one of its exports until its deleter runs. */
+/* A DLPack export: the managed tensor (of either ABI), its shape and strides in one allocation.
+ * In place, the tensor holds a reference to the Buffer and counts as one of its exports until
+ * its deleter runs; a copy (copy=True) holds its own bytes and nothing of the Buffer. */
 struct dl_export {
-    DLManagedTensor managed;
+    union {
+        DLManagedTensor legacy;
+        DLManagedTensorVersioned versioned;
+    } m;                /* first: the deleters get a pointer to it */
+    BufferObject *held; /* NULL for a copy */
+    void *copy;         /* the copy's bytes, or NULL */
     int64_t shape[1];
     int64_t strides[1];
 };
 
-static void dl_deleter(DLManagedTensor *managed)
+static void dl_free(struct dl_export *e)
 {
-    BufferObject *self = managed->manager_ctx;
     PyGILState_STATE gil;
 
+    if (!e->held) { /* a copy: nothing of Python's to touch */
+        PyMem_RawFree(e->copy);
+        PyMem_RawFree(e);
+        return;
+    }
     if (!Py_IsInitialized())
         return; /* after the interpreter's end: nothing is left to give back to */
     gil = PyGILState_Ensure();
-    self->exports--;
-    Py_DECREF(self);
-    PyMem_RawFree(managed);
+    e->held->exports--;
+    Py_DECREF(e->held);
+    PyMem_RawFree(e);
     PyGILState_Release(gil);
 }
 
-/* The capsule's destructor: the tensor is still the capsule's unless a consumer renamed it. */
-static void dl_capsule_destructor(PyObject *capsule)
+static void dl_deleter(DLManagedTensor *managed)
+{
+    dl_free((struct dl_export *)managed);
+}
+
+static void dl_deleter_versioned(DLManagedTensorVersioned *managed)
+{
+    dl_free((struct dl_export *)managed);
+}
+
+/* A capsule's destructor: the tensor is still the capsule's unless a consumer renamed it. */
+static void dl_capsule_destroy(PyObject *capsule, const char *used, const char *name)
 {
     PyObject *type, *value, *tb;
-    DLManagedTensor *managed;
+    struct dl_export *e;
 
-    if (PyCapsule_IsValid(capsule, DLPACK_CAPSULE_USED_NAME))
+    if (PyCapsule_IsValid(capsule, used))
         return;
     PyErr_Fetch(&type, &value, &tb);
-    managed = PyCapsule_GetPointer(capsule, DLPACK_CAPSULE_NAME);
-    if (managed)
-        managed->deleter(managed);
+    e = PyCapsule_GetPointer(capsule, name);
+    if (e)
+        dl_free(e);
     else
         PyErr_WriteUnraisable(capsule);
     PyErr_Restore(type, value, tb);
 }
 
-static PyObject *buffer_dlpack(BufferObject *self, PyObject *args, PyObject *kwds)
+static void dl_capsule_destructor(PyObject *capsule)
 {
-    static char *kwlist[] = {"stream", NULL};
-    PyObject *stream = Py_None, *capsule;
-    struct dl_export *e;
+    dl_capsule_destroy(capsule, DLPACK_CAPSULE_USED_NAME, DLPACK_CAPSULE_NAME);
+}
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:__dlpack__", kwlist, &stream))
-        return NULL;
-    if (stream != Py_None) { /* NumPy's error and words for its own CPU arrays */
-        PyErr_SetString(PyExc_RuntimeError,
-                        "a ferry.Buffer is host memory: __dlpack__ only supports stream=None");
-        return NULL;
-    }
-    if (check_readable(self) < 0)
-        return NULL;
-    e = PyMem_RawMalloc(sizeof(*e));
-    if (!e)
-        return PyErr_NoMemory();
-    e->shape[0] = (int64_t)self->size;
-    e->strides[0] = 1;
-    e->managed.dl_tensor = (DLTensor){
-        .data = self->data,
+static void dl_capsule_destructor_versioned(PyObject *capsule)
+{
+    dl_capsule_destroy(capsule, DLPACK_VERSIONED_USED_NAME, DLPACK_VERSIONED_NAME);
+}
+
+/* What a consumer asked of __dlpack__. */
+struct dl_request {
+    int versioned;       /* max_version >= (1, 0): it reads flags */
+    int copy;            /* copy=True: a private copy */
+    int legacy_in_place; /* the 0.x tensor of a sealed object, in place (ferry.dlpack_unmarked) */
+};
+
+/* The capsule of an export e filled but for its tensor's data and flags. */
+static PyObject *dl_capsule(struct dl_export *e, const struct dl_request *rq, void *data,
+                            uint64_t flags)
+{
+    DLTensor t = {
+        .data = data,
         .device = {.device_type = kDLCPU, .device_id = 0},
         .ndim = 1,
         .dtype = {.code = kDLUInt, .bits = 8, .lanes = 1},
@@ -207,16 +228,140 @@ static PyObject *buffer_dlpack(BufferObject *self, PyObject *args, PyObject *kwd
         .strides = e->strides,
         .byte_offset = 0,
     };
-    e->managed.manager_ctx = self;
-    e->managed.deleter = dl_deleter;
-    capsule = PyCapsule_New(&e->managed, DLPACK_CAPSULE_NAME, dl_capsule_destructor);
-    if (!capsule) {
+
+    if (rq->versioned) {
+        e->m.versioned = (DLManagedTensorVersioned){
+            .version = {1, 0}, .deleter = dl_deleter_versioned, .flags = flags, .dl_tensor = t};
+        return PyCapsule_New(e, DLPACK_VERSIONED_NAME, dl_capsule_destructor_versioned);
+    }
+    e->m.legacy = (DLManagedTensor){.dl_tensor = t, .deleter = dl_deleter};
+    return PyCapsule_New(e, DLPACK_CAPSULE_NAME, dl_capsule_destructor);
+}
+
+/* Refuses what would let a consumer write a sealed object: DLPack 0.x has no way to say
+ * read-only, and the bytes are mapped read-only, so a consumer that believes them writable
+ * (PyTorch 1.13) would kill the process at its first in-place write. */
+static int dl_check_sealed(BufferObject *self, const struct dl_request *rq)
+{
+    if (self->unsealed || rq->versioned || rq->copy || rq->legacy_in_place)
+        return 0;
+    PyErr_SetString(PyExc_BufferError,
+                    "a sealed object is read-only, and this consumer asked for DLPack 0.x, "
+                    "which cannot mark a tensor read-only (torch 1.13 would write it in place "
+                    "and crash with SIGSEGV): pass copy=True for a private writable copy, read "
+                    "it in place with numpy.frombuffer(buf), or take the unmarked read-only "
+                    "tensor knowingly with from_dlpack(ferry.dlpack_unmarked(buf))");
+    return -1;
+}
+
+static PyObject *dl_export(BufferObject *self, const struct dl_request *rq)
+{
+    struct dl_export *e;
+    PyObject *capsule;
+    uint64_t flags = 0;
+    void *data = self->data;
+
+    if (check_readable(self) < 0 || dl_check_sealed(self, rq) < 0)
+        return NULL;
+    if (!(e = PyMem_RawCalloc(1, sizeof(*e))))
+        return PyErr_NoMemory();
+    e->shape[0] = (int64_t)self->size;
+    e->strides[0] = 1;
+    if (rq->copy) {
+        if (!(e->copy = PyMem_RawMalloc(self->size ? self->size : 1))) {
+            PyMem_RawFree(e);
+            return PyErr_NoMemory();
+        }
+        memcpy(e->copy, self->data, self->size);
+        data = e->copy;
+        flags = DLPACK_FLAG_BITMASK_IS_COPIED;
+    } else if (!self->unsealed) {
+        flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+    }
+    if (!(capsule = dl_capsule(e, rq, data, flags))) {
+        PyMem_RawFree(e->copy);
         PyMem_RawFree(e);
         return NULL;
     }
-    Py_INCREF(self);
-    self->exports++;
+    if (!rq->copy) {
+        e->held = (BufferObject *)Py_NewRef(self);
+        self->exports++;
+    }
     return capsule;
+}
+
+/* max_version: None, or a tuple (major, minor); 1 when it is at least (1, 0). */
+static int dl_versioned(PyObject *max_version)
+{
+    long major;
+
+    if (max_version == Py_None)
+        return 0;
+    if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2) {
+        PyErr_SetString(PyExc_TypeError, "max_version must be None or a tuple (major, minor)");
+        return -1;
+    }
+    major = PyLong_AsLong(PyTuple_GET_ITEM(max_version, 0));
+    if (major == -1 && PyErr_Occurred())
+        return -1;
+    return major >= 1;
+}
+
+/* dl_device: None or the Buffer's own (kDLCPU, 0); anything else is a copy we cannot make. */
+static int dl_device_check(PyObject *dl_device)
+{
+    int type, id;
+
+    if (dl_device == Py_None)
+        return 0;
+    if (!PyArg_ParseTuple(dl_device, "ii;dl_device must be a tuple (device_type, device_id)", &type,
+                          &id))
+        return -1;
+    if (type == kDLCPU && id == 0)
+        return 0;
+    PyErr_Format(PyExc_BufferError,
+                 "a ferry.Buffer is host memory (kDLCPU, 0): no copy to "
+                 "device (%d, %d)",
+                 type, id);
+    return -1;
+}
+
+static PyObject *buffer_dlpack(BufferObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    struct dl_request rq = {0};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version,
+                                     &dl_device, &copy))
+        return NULL;
+    if (stream != Py_None) { /* NumPy's error and words for its own CPU arrays */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a ferry.Buffer is host memory: __dlpack__ only supports stream=None");
+        return NULL;
+    }
+    if ((rq.versioned = dl_versioned(max_version)) < 0 || dl_device_check(dl_device) < 0 ||
+        (copy != Py_None && (rq.copy = PyObject_IsTrue(copy)) < 0))
+        return NULL;
+    return dl_export(self, &rq);
+}
+
+/* The 0.x tensor of a sealed object in place, for ferry.dlpack_unmarked: read-only in fact
+ * (the MMU), though nothing in DLPack 0.x can say so. */
+static PyObject *buffer_dlpack_unmarked(BufferObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"stream", NULL};
+    PyObject *stream = Py_None;
+    struct dl_request rq = {.legacy_in_place = 1};
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:_dlpack_unmarked", kwlist, &stream))
+        return NULL;
+    if (stream != Py_None) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a ferry.Buffer is host memory: __dlpack__ only supports stream=None");
+        return NULL;
+    }
+    return dl_export(self, &rq);
 }
 
 static PyObject *buffer_dlpack_device(BufferObject *self, PyObject *unused)
@@ -264,12 +409,19 @@ static PyMethodDef buffer_methods[] = {
      "release()\n\nGives the object's reference back now. BufferError while views made from "
      "this Buffer are alive; afterwards nothing can be read through it."},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(stream=None) -> PyCapsule\n\nThe DLPack export (the 0.x ABI, a \"dltensor\" "
-     "capsule) that numpy.from_dlpack and torch.from_dlpack read: the bytes in place, a 1-D uint8 "
-     "tensor in host memory, no copy. The tensor holds the Buffer and counts as a view: release() "
-     "refuses while it lives. stream must be None (RuntimeError otherwise, as NumPy's arrays "
-     "say). NumPy's arrays from it are read-only; torch's tensors are writable, and writing "
-     "through them writes the arena: sealed objects are immutable by contract, as in C."},
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None) -> PyCapsule\n\n"
+     "The DLPack export that numpy.from_dlpack and torch.from_dlpack read: a 1-D uint8 tensor in "
+     "host memory. In place (no copy) it holds the Buffer and counts as a view: release() "
+     "refuses while it lives. A consumer that passes max_version >= (1, 0) gets DLPack 1.0's "
+     "versioned tensor, flagged read-only for a sealed object. One that speaks DLPack 0.x "
+     "(NumPy 1.x, PyTorch 1.13) cannot be told read-only, so a sealed object's export to it is "
+     "refused (BufferError) unless copy=True (a private writable copy) or it is asked for "
+     "through ferry.dlpack_unmarked(buf); an object being created exports writable. stream must "
+     "be None (RuntimeError otherwise, as NumPy's arrays say)."},
+    {"_dlpack_unmarked", (PyCFunction)(void (*)(void))buffer_dlpack_unmarked,
+     METH_VARARGS | METH_KEYWORDS,
+     "_dlpack_unmarked(stream=None) -> PyCapsule\n\nferry.dlpack_unmarked's export: the 0.x "
+     "tensor in place, read-only in fact but not marked so."},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__() -> (1, 0)\n\nWhere __dlpack__'s tensor lies: kDLCPU (1), device 0."},
     {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, NULL},

@@ -11,8 +11,10 @@
  * memory is never read through it.
  *
  * A Buffer made by create() is writable until its object is sealed; then it is an ordinary,
- * read-only Buffer (views exported before stay writable: sealed objects are immutable by
- * contract, as in C).
+ * read-only Buffer. Its bytes lie in libferry's writable view (src/client/wview.h), whose pages
+ * turn read-only at the seal: a view exported before the seal reads on, and a write through it
+ * faults (SIGSEGV) rather than change a sealed object. Every other Buffer's bytes are mapped
+ * read-only; DLPack exports say so where the consumer's DLPack version can (buffer.c).
  *
  * In a child forked after the Buffer was made, it exports nothing (ferry.Error): the reference
  * is the parent's, which may give it back at any time. Views made before the fork are the

@@ -1,6 +1,8 @@
 /* client_put.c - Client.put, put_many, create, seal, abort and the put_object primitive. */
 #include "client.h"
 
+#include "client/private.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -55,9 +57,10 @@ enum put_mode { PUT_PLAIN, PUT_KEEP, PUT_HOLD };
  * thread and sealed, so that the handle is not held during the copy. Runs with the GIL
  * released. */
 static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const Py_buffer *meta,
-                      const struct piece *p, size_t n, enum put_mode mode, uint8_t **held,
-                      struct kept *fail)
+                      const struct piece *p, size_t n, enum put_mode mode,
+                      const uint8_t **held, struct kept *fail)
 {
+    const uint8_t *readable;
     uint8_t *dst;
     int rc;
 
@@ -71,7 +74,9 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
         PyMem_RawFree(tmp);
         return rc < 0 ? keep(fail, rc) : 0;
     }
-    if ((rc = ferry_create(c, id, size, meta->buf, (uint64_t)meta->len, &dst)) < 0)
+    /* dst is libferry's private writable mapping: filled here, never handed out. */
+    if ((rc = client_create_for_copy(c, id, size, meta->buf, (uint64_t)meta->len, &dst,
+                                    &readable)) < 0)
         return keep(fail, rc);
     fill(dst, size, p, n);
     if ((mode == PUT_KEEP && (rc = ferry_keep(c, id, 1)) < 0) ||
@@ -82,7 +87,7 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
         return rc;
     }
     if (mode == PUT_HOLD) {
-        *held = dst;
+        *held = readable; /* the read-only view: what a Buffer may show */
         return 0;
     }
     return ferry_release(c, id) < 0 ? keep(fail, FERRY_ECONN) : 0;
@@ -96,7 +101,7 @@ static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
 {
     struct pyf_conn *k = pyf_client_conn(self);
     struct kept fail = {0};
-    uint8_t *held = NULL;
+    const uint8_t *held = NULL;
     int rc;
 
     if (!k)

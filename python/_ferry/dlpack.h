@@ -1,8 +1,9 @@
 /*
  * dlpack.h - the DLPack structures that ferry.Buffer.__dlpack__ hands out, written from the
- * DLPack specification: the ABI of DLPack v0.8, the 0.x ABI (a DLManagedTensor in a capsule
- * named "dltensor"; its layout is the same through the 0.x releases), which NumPy >= 1.22 and
- * PyTorch >= 1.10 read. DLPack 1.0's versioned tensor ("dltensor_versioned") is not made.
+ * DLPack specification: the 0.x ABI (a DLManagedTensor in a capsule named "dltensor"; its layout
+ * is the same through the 0.x releases), which NumPy >= 1.22 and PyTorch >= 1.10 read, and
+ * DLPack 1.0's versioned tensor (a DLManagedTensorVersioned in a "dltensor_versioned" capsule),
+ * which consumers that pass max_version >= (1, 0) read, and whose flags say read-only.
  *
  * Only what a 1-D tensor of bytes in host memory needs is named here. The names are the
  * specification's; no other DLPack header is included with this one.
@@ -16,6 +17,13 @@
  * took the tensor over: from then on the consumer calls the deleter, the capsule no longer. */
 #define DLPACK_CAPSULE_NAME "dltensor"
 #define DLPACK_CAPSULE_USED_NAME "used_dltensor"
+#define DLPACK_VERSIONED_NAME "dltensor_versioned"
+#define DLPACK_VERSIONED_USED_NAME "used_dltensor_versioned"
+
+/* DLManagedTensorVersioned.flags: the consumer must not write the tensor; the tensor is a copy
+ * made for the consumer alone. */
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1ull << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1ull << 1)
 
 enum { kDLCPU = 1 };  /* DLDeviceType: memory the host reads directly */
 enum { kDLUInt = 1 }; /* DLDataTypeCode: unsigned integers */
@@ -47,5 +55,18 @@ typedef struct DLManagedTensor {
     /* Called once, by the tensor's last owner, to free it and let go of what it holds. */
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
+
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version; /* of the ABI the producer wrote: 1.0 here */
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags; /* DLPACK_FLAG_BITMASK_* */
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
 
 #endif

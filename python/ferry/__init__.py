@@ -55,6 +55,7 @@ __all__ = [
     "Client",
     "pickle_parts",
     "load_parts",
+    "dlpack_unmarked",
     "ObjectID",
     "Buffer",
     "Subscription",
@@ -131,6 +132,37 @@ def pickle_parts(obj):
 
     stream = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
     return (stream, *views)
+
+
+class _Unmarked:
+    """What ferry.dlpack_unmarked returns: a DLPack producer over a Buffer's bytes in place."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, buf):
+        self._buf = buf
+
+    def __dlpack__(self, stream=None, **kwargs):
+        if kwargs.get("copy") or (kwargs.get("max_version") or (0,))[0] >= 1:
+            return self._buf.__dlpack__(stream=stream, **kwargs)  # can say read-only, or copies
+        return self._buf._dlpack_unmarked(stream)
+
+    def __dlpack_device__(self):
+        return self._buf.__dlpack_device__()
+
+
+def dlpack_unmarked(buf):
+    """A DLPack producer of buf's bytes in place for a consumer that speaks DLPack 0.x
+    (PyTorch 1.13), which cannot be told they are read-only: torch.from_dlpack(
+    ferry.dlpack_unmarked(buf)). The tensor reads the arena with no copy, but it believes it may
+    write, and a sealed object's pages are mapped read-only: an in-place write to it (t.add_(1),
+    t[0] = 1) kills the process with SIGSEGV, and never changes the object. Use it only for
+    tensors nothing writes; copy=True, or torch.tensor(numpy.frombuffer(buf)), makes a writable
+    copy. Consumers of DLPack 1.0 need nothing of this: buf.__dlpack__ flags the tensor
+    read-only for them."""
+    if not isinstance(buf, Buffer):
+        raise TypeError(f"dlpack_unmarked() takes a ferry.Buffer, not {type(buf).__name__}")
+    return _Unmarked(buf)
 
 
 def load_parts(buf):

@@ -42,6 +42,15 @@ pause thresholds see its RSS less its shared memory (the monitor's get_process_m
 Dask keeps replaceable). The Nanny's terminate threshold still sees the RSS: give workers a
 memory_limit with room for the arena, or set distributed.worker.memory.terminate to False.
 
+Trust: a worker takes nothing it did not make. A reference names no ObjectID: it carries a
+nonce and the SHA-256 of the result's pickle stream, and the receiver derives the id from them
+under this Dask cluster's key (install() makes it; the plugin carries it to every worker), so a
+reference can only name an object a worker of this cluster stored, never another application's.
+The receiver unpickles a private copy of the stream, and only when it has the digest the
+producer recorded at its put (a stream rewritten in the arena since is refused: TransferFailed);
+the out-of-band buffers are data, read in place (checked against the producer's digest tree when
+they crossed nodes). It marks delete-when-unused only a copy its get fetched for it.
+
 Received values are read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
 mutate their inputs). Results that are builtin containers (tuple, list, dict, set) are not
 stored in ferry: Dask serialises their elements one by one. A fetch from another node is done by
@@ -51,6 +60,8 @@ deserialisation), at most `fetch_timeout_ms`.
 
 import contextvars
 import functools
+import hashlib
+import hmac
 import logging
 import os
 import pickle
@@ -77,8 +88,11 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 # This process's ferry Client (one per worker process), its settings, its worker and the
 # worker's FerryData; setup().
 _state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker": None,
-          "families": None, "data": None}
-# id(value) -> (weakref to value, ObjectID, Buffer): the values this process holds in the
+          "families": None, "data": None, "key": None}
+# The key install() gives this Dask cluster's workers (one per driving process, so that a second
+# install() keeps the references already handed out valid).
+_install_key = None
+# id(value) -> (weakref to value, ObjectID, Buffer, received, reference): the values this process holds in the
 # store, as FerryData stored them or the family received them, each with the Buffer that holds
 # its object for as long as the value lives (an unpickling that copied would otherwise let the
 # object go while the id is still handed out). Guarded by _lock (a worker's threads); an RLock,
@@ -97,31 +111,42 @@ class TransferFailed(OSError):
     asking again succeeds."""
 
 
-def _remember(value, oid, buf, received=False):
+def _remember(value, oid, buf, received=False, ref=None):
     """Records value as held in the store under oid, through buf (received: got from a peer,
-    backed by the arena); False when value takes no weak reference (it cannot be recognised
-    later, so it is not handed out by reference)."""
+    backed by the arena; ref: the reference that names it, for a value stored here); False when
+    value takes no weak reference (it cannot be recognised later, so it is not handed out by
+    reference)."""
     key = id(value)
 
-    def forget(ref, key=key):
+    def forget(weak, key=key):
         with _lock:
-            if _held.get(key, (None,))[0] is ref:
+            if _held.get(key, (None,))[0] is weak:
                 del _held[key]
 
     try:
-        ref = weakref.ref(value, forget)
+        weak = weakref.ref(value, forget)
     except TypeError:
         return False
     with _lock:
-        _held[key] = (ref, oid, buf, received)
+        _held[key] = (weak, oid, buf, received, ref)
     return True
 
 
 def _entry_of(value):
-    """value's (ref, ObjectID, Buffer, received) in the registry, or None."""
+    """value's (weak reference, ObjectID, Buffer, received, reference) in the registry, or
+    None."""
     with _lock:
         entry = _held.get(id(value))
     return entry if entry and entry[0]() is value else None
+
+
+def _object_id(key, nonce, stream_digest):
+    """The ObjectID of a result stored under this Dask cluster's key: HMAC-SHA256(key, nonce ||
+    the SHA-256 of its pickle stream), cut to 20 bytes. A reference carries the nonce and the
+    stream's digest, never the id, so it can only name an object of this cluster's id space (not
+    another application's), and only one whose stream has that digest."""
+    mac = hmac.new(key, nonce + stream_digest, hashlib.sha256).digest()
+    return ferry.ObjectID(mac[:20].hex())
 
 
 def _dumps(value):
@@ -130,10 +155,10 @@ def _dumps(value):
     entry = _entry_of(value)
     # Stored before, unless its daemon restarted since (the object gone): then stored again,
     # its entry replaced.
-    oid = entry[1] if entry and _still_there(entry[1]) else _store(value)
-    if oid is None:
+    ref = entry[4] if entry and entry[4] and _still_there(entry[1]) else _store(value)
+    if ref is None:
         raise NotImplementedError  # not ours to send: Dask's next family serialises it
-    return {"object": str(oid)}, []
+    return ref, []
 
 
 def _still_there(oid):
@@ -156,17 +181,19 @@ def _store(value):
     except TypeError:
         return None  # it could not be recognised on the next request, nor hold its object
     parts = _parts_to_store(value, data.threshold)
-    if parts is None:
+    if parts is None or _state["key"] is None:
         return None
-    oid = ferry.ObjectID.random()
+    nonce, stream_digest = os.urandom(16), hashlib.sha256(parts[0]).digest()
+    oid = _object_id(_state["key"], nonce, stream_digest)
     try:
         buf = client._put_parts(oid, parts, False, True)
     except Exception as e:  # noqa: BLE001 - the store's refusal or anything else: Dask's way
         data.refuse(parts, e)
         return None
-    _remember(value, oid, buf)  # takes a weak reference: checked above
+    ref = {"nonce": nonce.hex(), "stream": stream_digest.hex()}
+    _remember(value, oid, buf, ref=ref)  # takes a weak reference: checked above
     data.stored += 1
-    return oid
+    return ref
 
 
 def _loads(header, frames):
@@ -177,23 +204,52 @@ def _loads(header, frames):
         raise
 
 
+def _reference(header):
+    """The ObjectID a reference names, and its stream's digest; TransferFailed for a reference
+    that is malformed or reaches a process without ferry.dask."""
+    client, key = _state["client"], _state["key"]
+    try:
+        nonce, stream_digest = bytes.fromhex(header["nonce"]), bytes.fromhex(header["stream"])
+        if len(nonce) != 16 or len(stream_digest) != 32:
+            raise ValueError("a nonce of 16 bytes and a digest of 32")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TransferFailed(f"ferry.dask: a malformed reference {header!r}: {e}") from e
+    if client is None or key is None:
+        raise TransferFailed("ferry.dask: a reference sent to a process without ferry.dask")
+    return _object_id(key, nonce, stream_digest), stream_digest
+
+
+def _load_checked(buf, stream_digest):
+    """The value in buf, unpickled from a private copy of its pickle stream that has the digest
+    its producer recorded at its put: bytes anyone changed since (a process that mapped the
+    arena writable) are never unpickled. Its out-of-band buffers are read-only views of the
+    arena (data: checked against the producer's tree when they crossed nodes)."""
+    parts = ferry._ferry._decode_parts(buf.metadata, buf.size)
+    view = memoryview(buf)
+    stream_at, stream_len = parts[0]
+    stream = bytes(view[stream_at : stream_at + stream_len])
+    if not hmac.compare_digest(hashlib.sha256(stream).digest(), stream_digest):
+        raise ValueError("its pickle stream is not the one its producer stored")
+    buffers = [view[at : at + length] for at, length in parts[1:]]
+    return pickle.loads(stream, buffers=buffers)
+
+
 def _get(header):
     client = _state["client"]
+    oid, stream_digest = _reference(header)
     try:
-        oid = ferry.ObjectID(header["object"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise TransferFailed(f"ferry.dask: a malformed reference {header!r}") from e
-    if client is None:
-        raise TransferFailed(f"ferry.dask: {oid} sent to a process without ferry.dask set up")
-    try:
+        local = client.contains(oid)
         buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True)
-        # ferry.dask's objects are all deleted when unused; a copy fetched for us too, marked
-        # before anything else can fail (twice is harmless).
-        client.delete_unused(oid)
-        value = ferry.load_parts(buf)
-    except (ferry.Error, ValueError) as e:  # ValueError: not put_object's format
+        if not local:
+            # A copy fetched for us: deleted when unused, like every object of ferry.dask (an
+            # object already here is its producer's, marked by it; never ours to mark).
+            client.delete_unused(oid)
+        value = _load_checked(buf, stream_digest)
+    except (ferry.Error, ValueError, pickle.UnpicklingError) as e:  # ValueError: format, digest
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
-    _remember(value, oid, buf, received=True)
+    # Handed on to further workers by the same reference.
+    _remember(value, oid, buf, received=True,
+              ref={"nonce": header["nonce"], "stream": header["stream"]})
     return value
 
 
@@ -341,12 +397,17 @@ class FerryPlugin(WorkerPlugin):
     name = "ferry"
 
     def __init__(self, socket=None, threshold=DEFAULT_THRESHOLD,
-                 fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS):
+                 fetch_timeout_ms=DEFAULT_FETCH_TIMEOUT_MS, key=None):
         if threshold < 1:
             raise ValueError(f"threshold must be at least 1 byte, not {threshold}")
+        if key is not None and (not isinstance(key, bytes) or len(key) < 16):
+            raise ValueError("key must be bytes, at least 16 of them")
         self.socket = socket
         self.threshold = threshold
         self.fetch_timeout_ms = fetch_timeout_ms
+        # This Dask cluster's key: the ids of its objects derive from it (_object_id). It
+        # travels to the workers with the plugin, in Dask's own messages.
+        self.key = key if key is not None else os.urandom(32)
 
     def setup(self, worker):
         _register_family()
@@ -355,6 +416,7 @@ class FerryPlugin(WorkerPlugin):
             client = ferry.Client(self.socket) if self.socket else ferry.Client()
             _state["client"] = client
         _state["fetch_timeout_ms"] = self.fetch_timeout_ms
+        _state["key"] = self.key
         data = worker.memory_manager.data
         if not isinstance(data, FerryData):
             data = FerryData(data, self.threshold)
@@ -405,7 +467,10 @@ def install(client, socket=None, threshold=DEFAULT_THRESHOLD,
     which relays replies between workers. With `check`, raises ValueError (after installing)
     when the workers' daemons cannot reach each other: standalone daemons (no --directory) that
     are not all one. Returns what register_worker_plugin returns."""
-    plugin = FerryPlugin(socket, threshold, fetch_timeout_ms)
+    global _install_key
+    if _install_key is None:
+        _install_key = os.urandom(32)
+    plugin = FerryPlugin(socket, threshold, fetch_timeout_ms, _install_key)
     client.run_on_scheduler(_register_family)
     result = client.register_worker_plugin(plugin, name=FerryPlugin.name)
     if check:

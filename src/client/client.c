@@ -317,8 +317,49 @@ static void fast_open(struct ferry_client *c, uint64_t off, uint64_t size)
     if ((v && strcmp(v, "0") == 0) || c->fast_block == FASTIDX_NO_BLOCK || !size ||
         off > c->arena_size || size > c->arena_size - off)
         return;
-    c->fast_on =
-        fastidx_view_open(&c->fast, c->base + off, size) == 0 && c->fast_block < c->fast.nblocks;
+    /* The index is the one region of the read-only view clients write (their slots): its own
+     * pages, rounded to huge pages by the daemon. */
+    c->fast_on = mprotect(c->base + off, size, PROT_READ | PROT_WRITE) == 0 &&
+                 fastidx_view_open(&c->fast, c->base + off, size) == 0 &&
+                 c->fast_block < c->fast.nblocks;
+}
+
+/* Maps the arena three times: read-only for gets, writable for libferry's own copies, and the
+ * writable view of ferry_create (wview.h), whose protection goes by the arena's page size
+ * (st_blksize: 2 MiB on huge pages). */
+static int map_arena(struct ferry_client *c, int fd)
+{
+    struct stat st;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+    if (fstat(fd, &st) == 0 && st.st_blksize > 0 && (uint64_t)st.st_blksize > page)
+        page = (uint64_t)st.st_blksize;
+    /* MAP_NORESERVE: a shared hugetlb mapping otherwise reserves huge pages for the whole
+     * range, and once any client has punched a hole in the arena whose page someone else
+     * then took, that reservation fails and no new client could connect. Without it a hole
+     * costs only whoever touches it: a client that reads or writes a punched page whose
+     * memory cannot be found again gets SIGBUS (the daemon catches its own). */
+    c->base = mmap(NULL, c->arena_size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (c->base == MAP_FAILED) {
+        c->base = NULL;
+        return err_sys("mmap(arena)");
+    }
+    c->copy_base =
+        mmap(NULL, c->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (c->copy_base == MAP_FAILED) {
+        c->copy_base = NULL;
+        return err_sys("mmap(arena, libferry's copies)");
+    }
+    return wview_map(&c->wv, fd, c->arena_size, page);
+}
+
+static void unmap_arena(struct ferry_client *c)
+{
+    if (c->base)
+        munmap(c->base, c->arena_size);
+    if (c->copy_base)
+        munmap(c->copy_base, c->arena_size);
+    wview_unmap(&c->wv);
 }
 
 static int hello(struct ferry_client *c)
@@ -346,16 +387,7 @@ static int hello(struct ferry_client *c)
         rc = err_set(FERRY_EPROTO, "ferryd sent no arena descriptor");
         goto close_fd;
     }
-    /* MAP_NORESERVE: a shared hugetlb mapping otherwise reserves huge pages for the whole
-     * range, and once any client has punched a hole in the arena whose page someone else
-     * then took, that reservation fails and no new client could connect. Without it a hole
-     * costs only whoever touches it: a client that reads or writes a punched page whose
-     * memory cannot be found again gets SIGBUS (the daemon catches its own). */
-    c->base = mmap(NULL, c->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    if (c->base == MAP_FAILED) {
-        c->base = NULL;
-        rc = err_sys("mmap(arena)");
-    }
+    rc = map_arena(c, fd);
     if (rc == 0)
         fast_open(c, fast_off, fast_size);
 close_fd:
@@ -475,6 +507,7 @@ int ferry_connect_timeout(const char *socket_path, int64_t timeout_ms, ferry_cli
     return 0;
 
 close_socket:
+    unmap_arena(c);
     pthread_mutex_destroy(&c->lock);
     close(c->fd);
     pbuf_free(&c->out);
@@ -502,8 +535,7 @@ void ferry_disconnect(ferry_client *c)
     if (!c)
         return;
     close(c->fd);
-    if (c->base)
-        munmap(c->base, c->arena_size);
+    unmap_arena(c);
     while ((h = idmap_next(&c->held, &pos, NULL))) {
         free(h->fast); /* their slots: the daemon clears our block when it sees us go */
         free(h);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "client/wview.h"
 #include "common/fastidx.h"
 #include "common/idmap.h"
 #include "common/proto.h"
@@ -21,7 +22,9 @@
  * index (their slot numbers in fast), the others the daemon's. */
 struct cheld {
     uint32_t refs;
-    uint32_t unsealed;
+    uint32_t unsealed; /* ours, created and not sealed */
+    uint32_t wopen;    /* while unsealed: its range is open in wv at woff (ferry_create's) */
+    uint64_t woff;
     uint32_t nfast, capfast;
     int *fast;
 };
@@ -31,7 +34,12 @@ struct ferry_client {
     int fd;
     int broken;           /* the connection failed; every call now fails with FERRY_ECONN */
     char broken_why[160]; /* the failure's detail, for the calls that follow */
-    uint8_t *base;
+    uint8_t *base;   /* the arena, read-only: what gets return (wview.h) */
+    struct wview wv; /* the arena again, writable where ferry_create's caller may write */
+    /* The arena a third time, writable, for libferry's own copies (put, staging, the Python
+     * module's puts): no pointer into it is ever handed out, so nothing outside libferry
+     * writes through it, and it costs no protection change per put (wview.h says why). */
+    uint8_t *copy_base;
     uint64_t arena_size;
     uint64_t tag;
     struct pbuf out;   /* the request being sent */
@@ -71,9 +79,10 @@ int client_leave(struct ferry_client *c, int rc);
 /* Marks the connection lost (after an I/O or protocol failure, or a timeout: the stream is out
  * of step) and returns err; the thread's error detail is kept for the calls that follow. */
 int client_broken(struct ferry_client *c, int err);
-/* ferry_create under the lock. */
+/* ferry_create under the lock: *data in wv, writable until the seal (private: in copy_base, for
+ * libferry's own copy, and *data is not to be handed out). */
 int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
-                  const void *metadata, uint64_t metadata_size, uint8_t **data);
+                  const void *metadata, uint64_t metadata_size, int private, uint8_t **data);
 /* Seals our object (and releases the creator's reference with release), under the lock. A
  * daemon with --strict-ids aborts it when the id has other content elsewhere (FERRY_EEXIST). */
 int client_seal(struct ferry_client *c, const ferry_id *id, int release);

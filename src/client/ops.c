@@ -1,11 +1,13 @@
 /* ops.c - libferry's object operations (put and put_many are in put.c). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "client/client.h"
+#include "client/private.h"
 #include "common/err.h"
 
 /* Sends a request whose whole payload is one id and reads its reply (c->rd after the
@@ -24,9 +26,22 @@ static int id_request(struct ferry_client *c, uint16_t type, const ferry_id *id)
     return rc < 0 ? rc : client_reply_end(c);
 }
 
-int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
-                  const void *metadata, uint64_t metadata_size, uint8_t **data)
+/* Aborts the object just created, keeping the caller's error detail. */
+static int create_undo(struct ferry_client *c, const ferry_id *id, int rc)
 {
+    char why[PROTO_MAX_DETAIL + 1];
+
+    snprintf(why, sizeof(why), "%s", ferry_errmsg());
+    if (id_request(c, PROTO_ABORT, id) < 0 && !c->broken)
+        client_broken(c, FERRY_EPROTO); /* left behind: nothing later may reuse the id's room */
+    return err_set(rc, "%s", why);
+}
+
+int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size,
+                  const void *metadata, uint64_t metadata_size, int private, uint8_t **data)
+{
+    struct cheld *h;
+    uint8_t *at;
     uint64_t offset;
     int rc;
 
@@ -38,13 +53,25 @@ int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size
         return rc;
     offset = prd_u64(&c->rd);
     if ((rc = client_reply_end(c)) < 0 ||
-        (rc = client_check_range(c, offset, data_size, metadata_size)) < 0 ||
-        (rc = client_held_add(c, id, 1)) < 0)
+        (rc = client_check_range(c, offset, data_size, metadata_size)) < 0)
         return rc;
+    if ((rc = client_held_add(c, id, 1)) < 0)
+        goto abort_object;
+    if (!private && (rc = wview_open(&c->wv, offset, data_size + metadata_size)) < 0)
+        goto drop_held;
+    h = idmap_get(&c->held, id);
+    h->woff = offset;
+    h->wopen = !private && data_size + metadata_size > 0;
+    at = (private ? c->copy_base : c->wv.base) + offset;
     if (metadata_size)
-        memcpy(c->base + offset + data_size, metadata, metadata_size);
-    *data = c->base + offset;
+        memcpy(at + data_size, metadata, metadata_size);
+    *data = at;
     return 0;
+
+drop_held:
+    client_held_drop(c, id);
+abort_object:
+    return create_undo(c, id, rc);
 }
 
 int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const void *metadata,
@@ -56,26 +83,64 @@ int ferry_create(ferry_client *c, const ferry_id *id, uint64_t data_size, const 
         return err_set(FERRY_EINVAL, "create: NULL id, data or metadata");
     if ((rc = client_enter(c)) < 0)
         return rc;
-    return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, data));
+    return client_leave(c, client_create(c, id, data_size, metadata, metadata_size, 0, data));
 }
 
-/* Seals our unsealed object, and gives back the creator's reference with release. */
+int client_create_for_copy(ferry_client *c, const ferry_id *id, uint64_t data_size,
+                          const void *metadata, uint64_t metadata_size, uint8_t **copy_to,
+                          const uint8_t **readable)
+{
+    int rc;
+
+    if (!id || !copy_to || !readable || (metadata_size && !metadata))
+        return err_set(FERRY_EINVAL, "create: NULL id, data or metadata");
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    if ((rc = client_create(c, id, data_size, metadata, metadata_size, 1, copy_to)) == 0)
+        *readable = c->base + (*copy_to - c->copy_base);
+    return client_leave(c, rc);
+}
+
+/* Our unsealed object id takes no more writes: its pages turn read-only in the writable view. */
+static void writes_end(struct ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h = idmap_get(&c->held, id);
+
+    if (h && h->unsealed && h->wopen) {
+        h->wopen = 0;
+        wview_close(&c->wv, h->woff);
+    }
+}
+
+/* Our unsealed object id is sealed (or gone) now. */
+static void unsealed_done(struct ferry_client *c, const ferry_id *id)
+{
+    struct cheld *h = idmap_get(&c->held, id);
+
+    writes_end(c, id);
+    if (h)
+        h->unsealed = 0;
+}
+
 /* The daemon dropped our unsealed object id, and our creator's reference with it. */
 static void unsealed_gone(struct ferry_client *c, const ferry_id *id)
 {
     struct cheld *h = idmap_get(&c->held, id);
 
     if (h && h->unsealed) {
-        h->unsealed = 0;
+        unsealed_done(c, id);
         client_held_drop(c, id);
     }
 }
 
 int client_seal(struct ferry_client *c, const ferry_id *id, int release)
 {
-    struct cheld *h;
     int rc;
 
+    /* Writes end before the seal is asked: a seal that fails on the way (a timeout, a lost
+     * connection) may have sealed the object all the same. After a failed seal the object
+     * can be sealed again or aborted, not written. */
+    writes_end(c, id);
     client_req_begin(c, PROTO_SEAL);
     pbuf_id(&c->out, id);
     pbuf_u8(&c->out, (uint8_t)release);
@@ -83,8 +148,7 @@ int client_seal(struct ferry_client *c, const ferry_id *id, int release)
         unsealed_gone(c, id); /* --strict-ids: another node holds other content: aborted */
     if (rc < 0 || (rc = client_reply_end(c)) < 0)
         return rc;
-    if ((h = idmap_get(&c->held, id)))
-        h->unsealed = 0;
+    unsealed_done(c, id);
     if (release)
         client_held_drop(c, id);
     return 0;

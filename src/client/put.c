@@ -53,7 +53,7 @@ static int item_check(const ferry_put_item *it)
 static int put_large(struct ferry_client *c, const ferry_put_item *it)
 {
     uint8_t *dst;
-    int rc = client_create(c, &it->id, it->data_size, it->metadata, it->metadata_size, &dst);
+    int rc = client_create(c, &it->id, it->data_size, it->metadata, it->metadata_size, 1, &dst);
 
     if (rc < 0)
         return rc;
@@ -120,7 +120,7 @@ static int batch_add(struct ferry_client *c, struct batch *b, size_t i)
         if ((rc = batch_flush(c, b)) < 0)
             return rc;
     }
-    dst = c->base + c->staging_offset + b->used;
+    dst = c->copy_base + c->staging_offset + b->used;
     if (it->data_size)
         memcpy(dst, it->data, it->data_size);
     if (it->metadata_size)

@@ -36,10 +36,11 @@ static void usage(FILE *f)
             "usage: ferryd [--socket PATH] [--memory SIZE] [--socket-mode OCTAL] [--hugepages]\n"
             "              [--busy-poll USEC] [--metrics HOST:PORT] [--verbose]\n"
             "              [--log-format text|json] [--max-objects N] [--max-kept SIZE]\n"
+            "              [--max-clients N]\n"
             "              [--spill-dir PATH [--spill-max SIZE] [--spill-at PERCENT]\n"
             "               [--persist-on-exit]]\n"
             "              [--node-id NAME --listen HOST:PORT --directory URL\n"
-            "               [--secret-file PATH] [--verify] [--strict-ids] [--transport auto|%s]\n"
+            "               [--secret-file PATH] [--no-verify] [--strict-ids] [--transport auto|%s]\n"
             "               [--fabric-provider NAME] [--eager-max SIZE] [--fabric-window N]\n"
             "               [--split-min SIZE] [--relay-min SIZE] [--no-relay-check]\n"
             "               [--timers NAME=MS,...]]\n"
@@ -63,13 +64,21 @@ static void usage(FILE *f)
             "  --max-kept SIZE     bytes of objects kept until let go (ferry keep) at most\n"
             "                      (default: half the arena; none with --spill-dir), in half\n"
             "                      of --max-objects at most\n"
+            "  --max-clients N     clients connected at once at most (a hello past it is\n"
+            "                      refused, FERRY_EBUSY); default: what the descriptor limit\n"
+            "                      (raised to the hard limit at start) leaves beside %d kept\n"
+            "                      for the daemon (%d more in a cluster, for peers), at most\n"
+            "                      %d, at least a quarter of the limit. A connection must say\n"
+            "                      hello within %d s, and %d at most wait for theirs: past\n"
+            "                      that the oldest is closed\n"
             "  --version           print the version and the protocol versions, and exit\n"
             "spilling (memory as a cache over local disk):\n"
             "  --spill-dir PATH    write sealed objects there instead of evicting them, read them\n"
             "                      back on access; objects found there at start are served;\n"
             "                      it must be ferryd's user's and writable by no one else;\n"
             "                      with --secret-file its records are signed with the secret\n"
-            "  --spill-max SIZE    the most the directory may hold (default: the disk's room)\n"
+            "  --spill-max SIZE    the most the directory may hold (default: what its file\n"
+            "                      system has free at start, less a tenth of its size)\n"
             "  --spill-at PERCENT  start writing when this much of the arena cannot be freed at\n"
             "                      once (default %d)\n"
             "  --persist-on-exit   on SIGTERM, write every sealed object not yet on disk\n"
@@ -89,8 +98,14 @@ static void usage(FILE *f)
             "                      trailing newline cut; keep it mode 0600 (a warning if not)\n"
             "  --secret-file PATH  peers must prove they know this secret (HMAC-SHA256); it signs\n"
             "                      the spill directory's records too\n"
-            "  --verify            check every fetched object against its SHA-256 digest before "
-            "sealing\n"
+            "  --no-verify         take the bytes of nodes that hold an object whole unchecked\n"
+            "                      (default: each 1 MiB chunk fetched is checked against the\n"
+            "                      SHA-256 tree recorded at its seal before this node seals or\n"
+            "                      serves it; --verify says so). What is lost: a copy rewritten\n"
+            "                      after its seal on another node (by a process there that maps\n"
+            "                      the arena writable), or bytes changed on the way, are sealed\n"
+            "                      here and served on. For a trusted fast fabric only: checking\n"
+            "                      costs a core per ~1.9 GB/s received\n"
             "  --strict-ids        a seal waits until the directory confirms that no other node\n"
             "                      holds other content under the id, and fails (FERRY_EEXIST)\n"
             "                      if one does; without it such a copy is kept here, unlisted\n"
@@ -111,9 +126,8 @@ static void usage(FILE *f)
             "  --relay-min SIZE    a node fetching an object of at least SIZE serves the ranges\n"
             "                      it has to other nodes fetching it, before it has all of it\n"
             "                      (default %s; 0: never)\n"
-            "  --no-relay-check    take ranges from such nodes unchecked, as from nodes that\n"
-            "                      hold the whole object (default: each chunk is checked\n"
-            "                      against its digest as it lands; --verify checks all)\n"
+            "  --no-relay-check    take ranges from such nodes unchecked (--no-verify implies\n"
+            "                      it; default: each chunk is checked as it lands)\n"
             "  --timers NAME=MS,.. the protocol's timers, for tests that must see them pass (the\n"
             "                      defaults suit every network): stall (%d: a peer that owes\n"
             "                      bytes and sends none is dropped), handshake (%d), answer\n"
@@ -128,9 +142,11 @@ static void usage(FILE *f)
             "                      and provider need it): -NAME off, +NAME on, none (ferryd(8))\n",
             transport_names(), FERRY_DEFAULT_SOCKET, FERRYD_DEFAULT_BUSY_POLL_US,
             LOG_LIMIT_PER_SECOND, STORE_BYTES_PER_OBJECT >> 10, STORE_OBJECTS_MIN,
-            STORE_OBJECT_COST, FERRYD_DEFAULT_SPILL_AT, transport_names(),
-            FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT, ENGINE_STALL_MS,
-            ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS, ENGINE_RATE_MS);
+            STORE_OBJECT_COST, FERRYD_FD_RESERVE, FERRYD_FD_RESERVE_PEERS, FERRYD_MAX_CLIENTS,
+            FERRYD_HELLO_DEADLINE_MS / 1000, FERRYD_UNGREETED_MAX, FERRYD_DEFAULT_SPILL_AT,
+            transport_names(), FERRYD_DEFAULT_SPLIT_MIN_TEXT, FERRYD_DEFAULT_RELAY_MIN_TEXT,
+            ENGINE_STALL_MS, ENGINE_HANDSHAKE_MS, ENGINE_ANSWER_MS, ENGINE_BREAKER_MS,
+            ENGINE_RATE_MS);
 }
 
 static int parse_mode(const char *text, mode_t *out)
@@ -171,6 +187,17 @@ static int parse_max_objects(const char *text, uint64_t *out)
 
     if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 32))
         return err_set(FERRY_EINVAL, "--max-objects '%s': expected 1 to %llu", text, 1ull << 32);
+    *out = v;
+    return 0;
+}
+
+static int parse_max_clients(const char *text, uint64_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+
+    if (!*text || *end || text[0] == '-' || v < 1 || v > (1ull << 20))
+        return err_set(FERRY_EINVAL, "--max-clients '%s': expected 1 to %llu", text, 1ull << 20);
     *out = v;
     return 0;
 }
@@ -315,6 +342,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"directory-password-file", required_argument, NULL, 'F'},
                                          {"secret-file", required_argument, NULL, 'S'},
                                          {"verify", no_argument, NULL, 'V'},
+                                         {"no-verify", no_argument, NULL, 'U'},
                                          {"strict-ids", no_argument, NULL, 'I'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'r'},
@@ -334,6 +362,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
                                          {"persist-on-exit", no_argument, NULL, 'p'},
                                          {"max-objects", required_argument, NULL, 'O'},
                                          {"max-kept", required_argument, NULL, 'K'},
+                                         {"max-clients", required_argument, NULL, 'C'},
                                          {NULL, 0, NULL, 0}};
     const char *env = getenv("FERRY_SOCKET"), *password_file = NULL;
     int c, rc = 0;
@@ -345,6 +374,7 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
     cfg->eager_max = ENGINE_EAGER_AUTO;
     cfg->spill_at = FERRYD_DEFAULT_SPILL_AT;
+    cfg->verify = 1;
     (void)size_parse(FERRYD_DEFAULT_SPLIT_MIN_TEXT, &cfg->split_min);
     (void)size_parse(FERRYD_DEFAULT_RELAY_MIN_TEXT, &cfg->relay_min);
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1 && rc == 0) {
@@ -382,8 +412,11 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         case 'S':
             cfg->secret_file = optarg;
             break;
-        case 'V':
+        case 'V': /* the default; the last of --verify and --no-verify wins */
             cfg->verify = 1;
+            break;
+        case 'U':
+            cfg->verify = 0;
             break;
         case 'I':
             cfg->strict_ids = 1;
@@ -439,6 +472,9 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
         case 'K':
             rc = size_parse(optarg, &cfg->max_kept);
             break;
+        case 'C':
+            rc = parse_max_clients(optarg, &cfg->max_clients);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -454,6 +490,8 @@ static int parse_args(int argc, char **argv, struct server_config *cfg)
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    if (!cfg->verify)
+        cfg->relay_unchecked = 1; /* --no-verify: nothing fetched is checked */
     if (rc == 0 && password_file && cfg->directory_password)
         rc = err_set(FERRY_EINVAL, "--directory-password-file and %s: give one", PASSWORD_ENV);
     else if (rc == 0 && password_file)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -554,7 +555,8 @@ forget_secret:
     log_info("node %s: transfers on %s (%s%s%s), directory %s%s%s", c->node_id, c->listen_addr,
              names, engine_provider(s->engine) ? " on " : "",
              engine_provider(s->engine) ? engine_provider(s->engine) : "", directory_where(s->dir),
-             ec.secret ? ", secret required" : "", c->verify ? ", verifying" : "");
+             ec.secret ? ", secret required" : "",
+             c->verify ? "" : ", fetched bytes unchecked (--no-verify)");
     return 0;
 }
 
@@ -574,13 +576,37 @@ static int spill_key(const char *secret_file, uint8_t key[MAC_LEN])
     return rc;
 }
 
+/* The spill directory's bound, said at start; one from the file system (no --spill-max) that
+ * leaves the directory less room than the arena is warned about: creates will find it full. */
+static void log_spill_bound(struct server *s, const struct spill_counters *sc)
+{
+    const struct spill *sp = s->store.spill;
+    const struct spill_bound *b = spill_bound(sp);
+    uint64_t max = spill_max_bytes(sp), room = max > sc->disk_bytes ? max - sc->disk_bytes : 0;
+    char f[4][SIZE_FORMAT_LEN];
+
+    if (!b->from_fs) {
+        log_info("spill: at most %s (--spill-max)", size_format(max, f[0], sizeof(f[0])));
+        return;
+    }
+    log_info("spill: at most %s: %s free of %s at start on its file system, a tenth of its "
+             "file system left free (--spill-max sets another bound)",
+             size_format(max, f[0], sizeof(f[0])), size_format(b->fs_free, f[1], sizeof(f[1])),
+             size_format(b->fs_bytes, f[2], sizeof(f[2])));
+    if (room < store_capacity(&s->store))
+        log_warn("spill: room for %s more in %s, less than the arena's %s: free room on its "
+                 "file system or give --spill-max",
+                 size_format(room, f[0], sizeof(f[0])), spill_dir(sp),
+                 size_format(store_capacity(&s->store), f[3], sizeof(f[3])));
+}
+
 /* Opens the spill directory (after the signals are blocked: its workers inherit the mask) and
  * takes in what a previous run left there; with a secret, its records are signed. */
 static int open_spill(struct server *s)
 {
     const struct server_config *c = &s->cfg;
     const struct spill_counters *sc;
-    char f[2][SIZE_FORMAT_LEN];
+    char found[SIZE_FORMAT_LEN];
     uint8_t key[MAC_LEN];
     int rc;
 
@@ -595,10 +621,10 @@ static int open_spill(struct server *s)
                                        LOOP_READ, on_spill, s)) < 0)
         return rc;
     sc = spill_counters(s->store.spill);
-    log_info("spill: %s (%s), %" PRIu64 " objects found (%s)%s%s, writes from %u%% of the arena",
+    log_info("spill: %s (%s), %" PRIu64 " objects found (%s), writes from %u%% of the arena",
              c->spill_dir, sc->direct ? "O_DIRECT" : "page cache", sc->recovered_objects,
-             size_format(sc->disk_bytes, f[0], sizeof(f[0])), c->spill_max ? ", at most " : "",
-             c->spill_max ? size_format(c->spill_max, f[1], sizeof(f[1])) : "", c->spill_at);
+             size_format(sc->disk_bytes, found, sizeof(found)), c->spill_at);
+    log_spill_bound(s, sc);
     if (sc->recovery_dropped)
         log_warn("spill: %" PRIu64 " damaged groups dropped at start (see above)",
                  sc->recovery_dropped);
@@ -627,6 +653,77 @@ static int open_metrics(struct server *s)
     return 0;
 }
 
+/* What the descriptor limit leaves for local clients beside the reserve (server.h, "Local
+ * clients"): the limit less the reserve, or a share of it when the limit is below what the
+ * reserve needs. */
+static uint64_t clients_room(uint64_t limit, uint64_t reserve)
+{
+    uint64_t room = limit > reserve ? limit - reserve : 0;
+
+    return room > limit / FERRYD_FD_CLIENTS_SHARE ? room : limit / FERRYD_FD_CLIENTS_SHARE;
+}
+
+/* Raises the soft RLIMIT_NOFILE to the hard limit: the limit now in s->fd_limit, the soft one
+ * it had before in *was. A refusal is logged and the soft limit kept. */
+static int raise_nofile(struct server *s, uint64_t *was)
+{
+    struct rlimit lim;
+
+    if (getrlimit(RLIMIT_NOFILE, &lim) < 0)
+        return err_sys("getrlimit(RLIMIT_NOFILE)");
+    *was = lim.rlim_cur;
+    if (lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &lim) < 0) {
+            log_warn("descriptors: cannot raise the soft limit %" PRIu64 " to the hard limit "
+                     "%llu: %s",
+                     *was, (unsigned long long)lim.rlim_max, strerror(errno));
+            lim.rlim_cur = (rlim_t)*was;
+        }
+    }
+    s->fd_limit = lim.rlim_cur;
+    return 0;
+}
+
+/* Raises the descriptor limit (raise_nofile, logging what it got) and sets how many clients may
+ * be greeted at once: cfg.max_clients, FERRY_EINVAL when the limit cannot hold it beside the
+ * reserve; by default what the limit leaves, at most FERRYD_MAX_CLIENTS. Opens nothing. */
+static int plan_descriptors(struct server *s)
+{
+    const struct server_config *c = &s->cfg;
+    uint64_t reserve = FERRYD_FD_RESERVE + (c->directory_url ? FERRYD_FD_RESERVE_PEERS : 0);
+    const char *kept = c->directory_url ? "the daemon, peers, the directory and /metrics"
+                                        : "the daemon, subscriptions and /metrics";
+    uint64_t room, was = 0;
+    char raised[80] = "";
+    int rc;
+
+    if ((rc = raise_nofile(s, &was)) < 0)
+        return rc;
+    room = clients_room(s->fd_limit, reserve);
+    if (c->max_clients > room)
+        return err_set(FERRY_EINVAL,
+                       "--max-clients %" PRIu64 ": the descriptor limit is %" PRIu64 " and %" PRIu64
+                       " are kept for %s, so at most %" PRIu64
+                       " (raise the hard limit: LimitNOFILE=, ulimit -Hn)",
+                       c->max_clients, s->fd_limit, reserve, kept, room);
+    s->max_clients = c->max_clients;
+    if (!s->max_clients)
+        s->max_clients = room < FERRYD_MAX_CLIENTS ? room : FERRYD_MAX_CLIENTS;
+    if (s->fd_limit < reserve + s->max_clients)
+        log_warn("descriptors: the limit %" PRIu64 " is below the %" PRIu64 " kept for %s and "
+                 "%" PRIu64 " clients: peers may find it short; raise the hard limit "
+                 "(LimitNOFILE=, ulimit -Hn)",
+                 s->fd_limit, reserve, kept, s->max_clients);
+    if (was < s->fd_limit)
+        snprintf(raised, sizeof(raised), " (the soft limit raised from %" PRIu64 ")", was);
+    log_info("descriptors: limit %" PRIu64 "%s; clients at most %" PRIu64 "%s, %d more before "
+             "their hello (%d s each)",
+             s->fd_limit, raised, s->max_clients, c->max_clients ? " (--max-clients)" : "",
+             FERRYD_UNGREETED_MAX, FERRYD_HELLO_DEADLINE_MS / 1000);
+    return 0;
+}
+
 /* The shared index's region is rounded up to this (huge pages back the arena in them). */
 #define FAST_ROUND (2ull << 20)
 
@@ -646,7 +743,7 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->started_real_ns = clock_real_ns();
     s->listen_fd = s->signal_fd = -1;
     s->arena.fd = -1;
-    if ((rc = loop_init(&s->loop)) < 0)
+    if ((rc = plan_descriptors(s)) < 0 || (rc = loop_init(&s->loop)) < 0)
         return rc;
     s->loop.after_turn = after_turn;
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;

@@ -32,6 +32,30 @@ struct subscriber;
  * (a Redis that is gone costs nothing: there is no connection to wait on). */
 #define LEAVE_MS 2000
 
+/* Local clients (the socket's users), bounded so that they can never take the descriptors the
+ * node needs for its peers, the directory and /metrics (docs/architecture.md, "Threat model"):
+ * - a connection must say hello within FERRYD_HELLO_DEADLINE_MS (the library does at once), and
+ *   at most FERRYD_UNGREETED_MAX are open before their hello: a new one past that closes the
+ *   oldest of them, so that a flood of silent connections only churns (clients_evicted);
+ * - at most max_clients have said hello: a hello past that is answered FERRY_EBUSY and its
+ *   connection closed (clients_refused). --max-clients sets it; by default it is what the
+ *   descriptor limit leaves after FERRYD_FD_RESERVE (FERRYD_FD_RESERVE_PEERS more for a cluster
+ *   node), at most FERRYD_MAX_CLIENTS and at least a quarter of the limit
+ *   (FERRYD_FD_CLIENTS_SHARE; a limit that cannot hold the reserve beside that is warned about).
+ * The soft RLIMIT_NOFILE is raised to the hard limit at start. */
+#define FERRYD_HELLO_DEADLINE_MS 10000
+#define FERRYD_UNGREETED_MAX 64
+#define FERRYD_MAX_CLIENTS 4096
+/* The daemon's own descriptors (listeners, the arena, epoll, signal and event fds, the
+ * directory's Redis and sentinel connections, /metrics' 8 connections, spill segments, a
+ * provider's), the subscriptions clients may open (SUBSCRIBERS_MAX, 256) and the connections
+ * not yet greeted. */
+#define FERRYD_FD_RESERVE (256 + 256 + FERRYD_UNGREETED_MAX)
+/* A cluster node's peers: the transfer engine keeps 1,024 authenticated and 128 other incoming
+ * connections at most, and opens one per peer and transport. */
+#define FERRYD_FD_RESERVE_PEERS 1536
+#define FERRYD_FD_CLIENTS_SHARE 4
+
 /* Writes to the spill directory start when this percent of the arena cannot be freed at once. */
 #define FERRYD_DEFAULT_SPILL_AT 80
 /* Objects of at least this size that several nodes hold are fetched in ranges from them all
@@ -45,6 +69,7 @@ struct server_config {
     uint64_t memory;
     uint64_t max_objects; /* 0: store_init's default for the arena */
     uint64_t max_kept;    /* bytes kept at most (store.max_kept_bytes); 0: half the arena */
+    uint64_t max_clients; /* greeted clients at once at most; 0: from the descriptor limit */
     int hugepages;
     uint32_t busy_poll_us; /* see loop.busy_poll_ns */
     /* Cluster: all NULL for a standalone node. */
@@ -67,7 +92,7 @@ struct server_config {
     int strict_ids;              /* a seal waits for the directory to confirm the id's content */
     const char *metrics_addr;    /* HOST:PORT for Prometheus' scrapes, or NULL */
     const char *spill_dir;       /* NULL: no spilling */
-    uint64_t spill_max;          /* 0: the disk's room */
+    uint64_t spill_max;          /* 0: the file system's free space at start less a tenth */
     unsigned spill_at;           /* percent */
     int persist_on_exit;
 };
@@ -77,6 +102,9 @@ struct server_counters {
     uint64_t subscriptions_refused;
     uint64_t fetches;
     uint64_t deletes_spared; /* cluster-wide deletes that named other content than the copy here */
+    /* Local connections: refused at hello past max_clients, closed before their hello for a
+     * newer one past FERRYD_UNGREETED_MAX, closed for no hello within the deadline. */
+    uint64_t clients_refused, clients_evicted, hello_timeouts;
     /* From the request to the reply (get, fetch); from the create to the seal (put). */
     struct hist get_latency, put_latency, fetch_latency;
 };
@@ -116,6 +144,9 @@ struct server {
     struct subscriber *subscribers, *dead_subscribers;
     idmap waiters; /* id -> struct get_wait list of sessions blocked in get */
     uint64_t clients, next_client_id, staging_size, staging_bytes, subscriber_count;
+    uint64_t ungreeted;         /* of clients, those that have not said hello yet */
+    uint64_t max_clients;       /* greeted clients at most (cfg.max_clients or the default) */
+    uint64_t fd_limit;          /* RLIMIT_NOFILE's soft limit, after raising it at start */
     uint64_t subscriber_queued; /* bytes of notifications queued for all subscribers */
     struct server_counters counters;
     uint64_t started_real_ns; /* when the daemon started (CLOCK_REALTIME) */

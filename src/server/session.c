@@ -176,6 +176,75 @@ static void fast_block_give(struct server *srv, uint32_t b)
         fastidx_block_give(&srv->fast, b);
 }
 
+/* ---- the hello: bounds on local connections (server.h, "Local clients") ---- */
+
+/* A hello past max_clients: answered FERRY_EBUSY with the figures; the connection closes once
+ * the answer is written (pump), whatever it sends meanwhile. Logged at a limited rate: a local
+ * user could fill the log. */
+static int refuse_client(struct session *ss, const struct proto_request *q)
+{
+    static struct log_limit lim;
+    struct server *srv = ss->srv;
+    uint64_t greeted = srv->clients - srv->ungreeted;
+
+    srv->counters.clients_refused++;
+    ss->refused = 1;
+    log_limited(&lim, LOG_WARN,
+                "client %" PRIu64 " (pid %u) refused: %" PRIu64
+                " clients connected, at most %" PRIu64 " (--max-clients)",
+                ss->client_id, q->u.hello.pid, greeted, srv->max_clients);
+    return session_reply_status(
+        ss, q,
+        err_set(FERRY_EBUSY,
+                "ferryd serves %" PRIu64 " clients, at most %" PRIu64
+                " (ferryd --max-clients): try again once some have disconnected",
+                greeted, srv->max_clients));
+}
+
+/* The session said hello: it counts among the greeted clients, and its deadline is off. */
+static void greet(struct session *ss, pid_t pid)
+{
+    ss->pid = pid;
+    ss->greeted = 1;
+    ss->srv->ungreeted--;
+    loop_timer_stop(&ss->srv->loop, &ss->hello_deadline);
+}
+
+/* No hello within FERRYD_HELLO_DEADLINE_MS: the connection goes (counted in hello_timeouts). */
+static void on_hello_deadline(struct loop *l, struct loop_timer *t)
+{
+    static struct log_limit lim;
+    struct session *ss = t->arg;
+
+    ss->srv->counters.hello_timeouts++;
+    log_limited(&lim, LOG_WARN, "client %" PRIu64 ": closing the connection: no hello within %d ms",
+                ss->client_id, FERRYD_HELLO_DEADLINE_MS);
+    session_close(ss, NULL);
+}
+
+/* Room for one more connection without a hello: past FERRYD_UNGREETED_MAX of them, the oldest
+ * is closed (counted in clients_evicted), so that silent connections churn instead of taking
+ * descriptors. */
+static void make_room(struct server *srv)
+{
+    static struct log_limit lim;
+    struct session *ss, *oldest = NULL;
+
+    if (srv->ungreeted < FERRYD_UNGREETED_MAX)
+        return;
+    for (ss = srv->sessions; ss; ss = ss->next)
+        if (!ss->greeted && (!oldest || ss->client_id < oldest->client_id))
+            oldest = ss;
+    if (!oldest)
+        return;
+    srv->counters.clients_evicted++;
+    log_limited(&lim, LOG_WARN,
+                "client %" PRIu64 ": closing the connection to make room: it has not said "
+                "hello, and %d connections without one are open",
+                oldest->client_id, FERRYD_UNGREETED_MAX);
+    session_close(oldest, NULL);
+}
+
 /* ---- handlers ---- */
 
 static int handle_hello(struct session *ss, const struct proto_request *q)
@@ -195,8 +264,9 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
                     "this ferryd speaks client protocols %u to %u, the library %u: use "
                     "the libferry of ferryd's release",
                     PROTO_VERSION_MIN, PROTO_VERSION, q->u.hello.version));
-    ss->pid = (pid_t)q->u.hello.pid;
-    ss->greeted = 1;
+    if (srv->clients - srv->ungreeted >= srv->max_clients)
+        return refuse_client(ss, q);
+    greet(ss, (pid_t)q->u.hello.pid);
     start = session_reply_begin(ss, q, 0);
     pbuf_u64(&ss->out, srv->arena.size);
     pbuf_u64(&ss->out, ss->client_id);
@@ -223,6 +293,7 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                    uint64_t metadata_size, struct object **out)
 {
     struct store *st = &ss->srv->store;
+    int rc;
 
     if (ss->held.count >= st->max_held) {
         st->counters.refused_objects++;
@@ -231,7 +302,14 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                        " (a sixteenth of --max-objects): release some first",
                        ss->held.count, st->max_held);
     }
-    return store_create(st, id, data_size, metadata_size, ss, out);
+    rc = store_create(st, id, data_size, metadata_size, ss, out);
+    /* Objects pinned for peers are never evicted, so their pins can leave the room of the
+     * node's own creates in pieces too small (every other object pinned, within every limit):
+     * the peers lose those transfers instead, and the create is tried again. */
+    if (rc == FERRY_ENOSPACE && ss->srv->engine &&
+        engine_break_pins(ss->srv->engine, data_size + metadata_size))
+        rc = store_create(st, id, data_size, metadata_size, ss, out);
+    return rc;
 }
 
 static int handle_create(struct session *ss, const struct proto_request *q)
@@ -241,7 +319,10 @@ static int handle_create(struct session *ss, const struct proto_request *q)
     int rc =
         session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, &o);
 
-    if (rc == FERRY_EAGAIN)
+    /* With pins broken for it whose transports still hold their objects (a one-sided read in
+     * flight), the create waits for them (the store's room event) rather than fail. */
+    if (rc == FERRY_EAGAIN ||
+        (rc == FERRY_ENOSPACE && ss->srv->engine && engine_pins_draining(ss->srv->engine)))
         return SESSION_RETRY;
     if (rc < 0)
         return session_reply_status(ss, q, rc);
@@ -705,8 +786,8 @@ static int flush_out(struct session *ss)
  * processing (the protocol is request-reply); so does a queue of unread replies. */
 static int can_process(struct session *ss, uint16_t type)
 {
-    if (ss->closed || ss->get.active || ss->fetch.active || ss->dir.active || ss->seal.active ||
-        ss->hash_wait || ss->room_wait || ss->out.len > OUT_HIGH)
+    if (ss->closed || ss->refused || ss->get.active || ss->fetch.active || ss->dir.active ||
+        ss->seal.active || ss->hash_wait || ss->room_wait || ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -771,7 +852,8 @@ static void pump(struct session *ss)
     process_input(ss);
     if (ss->closed)
         return;
-    if (flush_out(ss) < 0) {
+    /* A refused hello's answer is small and the first on the socket: it is written at once. */
+    if (flush_out(ss) < 0 || ss->refused) {
         session_close(ss, NULL);
         return;
     }
@@ -815,10 +897,11 @@ void session_resume(struct session *ss)
 
 int session_open(struct server *srv, int fd)
 {
-    struct session *ss = calloc(1, sizeof(*ss));
+    struct session *ss;
     int rc;
 
-    if (!ss)
+    make_room(srv);
+    if (!(ss = calloc(1, sizeof(*ss))))
         return err_set(FERRY_ENOMEM, "session");
     ss->srv = srv;
     ss->fd = fd;
@@ -826,18 +909,27 @@ int session_open(struct server *srv, int fd)
     ss->fast_block = FASTIDX_NO_BLOCK;
     session_get_init(ss);
     session_fetch_init(ss);
-    if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, LOOP_READ, on_event, ss)) < 0) {
-        free(ss);
-        return rc;
-    }
+    loop_timer_init(&ss->hello_deadline, on_hello_deadline, ss);
+    if ((rc = loop_timer_start(&srv->loop, &ss->hello_deadline,
+                               loop_now_ms() + FERRYD_HELLO_DEADLINE_MS)) < 0)
+        goto free_session;
+    if ((rc = loop_watch_add(&srv->loop, &ss->watch, fd, LOOP_READ, on_event, ss)) < 0)
+        goto stop_deadline;
     ss->next = srv->sessions;
     if (ss->next)
         ss->next->pprev = &ss->next;
     ss->pprev = &srv->sessions;
     srv->sessions = ss;
     srv->clients++;
+    srv->ungreeted++;
     srv->counters.connections_total++;
     return 0;
+
+stop_deadline:
+    loop_timer_stop(&srv->loop, &ss->hello_deadline);
+free_session:
+    free(ss);
+    return rc;
 }
 
 /* Gives back everything the session holds: unsealed objects are aborted, references on the
@@ -875,6 +967,9 @@ void session_close(struct session *ss, const char *reason)
         srv->counters.protocol_errors++;
     }
     ss->closed = 1;
+    if (!ss->greeted)
+        srv->ungreeted--;
+    loop_timer_stop(&srv->loop, &ss->hello_deadline);
     session_get_cancel(ss);
     hash_unwait(ss);
     if (ss->room_wait)

@@ -93,7 +93,9 @@ struct session {
     struct loop_watch watch;
     uint64_t client_id;
     pid_t pid;
-    int greeted;         /* HELLO done */
+    int greeted; /* HELLO done */
+    int refused; /* its hello was refused (max_clients): closed once the reply is out */
+    struct loop_timer hello_deadline; /* armed until its hello: FERRYD_HELLO_DEADLINE_MS */
     uint32_t fast_block; /* its block of slots in the shared index, or FASTIDX_NO_BLOCK */
     int closed;
     int scheduled;
@@ -113,7 +115,9 @@ struct session {
     struct session *ready_next;    /* in server.ready when scheduled */
 };
 
-/* Accepts the connection on fd (non-blocking, close-on-exec) as a new session. */
+/* Accepts the connection on fd (non-blocking, close-on-exec) as a new session, which must say
+ * hello within FERRYD_HELLO_DEADLINE_MS; past FERRYD_UNGREETED_MAX sessions without a hello,
+ * the oldest of them is closed first. The caller closes fd on failure. */
 int session_open(struct server *srv, int fd);
 /* Processes input left in the buffer (after a blocked get ended). */
 void session_resume(struct session *ss);

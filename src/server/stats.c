@@ -80,6 +80,11 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
     out->deletes_spared = srv->counters.deletes_spared;
+    out->clients_refused = srv->counters.clients_refused;
+    out->clients_evicted = srv->counters.clients_evicted;
+    out->hello_timeouts = srv->counters.hello_timeouts;
+    out->max_clients = srv->max_clients;
+    out->fd_limit = srv->fd_limit;
     out->evictable_bytes = st->evictable_bytes;
     out->kept_objects = st->kept_objects;
     out->kept_bytes = st->kept_bytes;
@@ -108,9 +113,15 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->ranges_moved = ec->ranges_moved;
         out->split_fallbacks = ec->split_fallbacks;
         out->chunks_refused = ec->chunks_refused;
+        out->rewritten_after_seal = ec->rewritten_after_seal;
+        out->suspects_unfounded = ec->suspects_unfounded;
+        out->suspects_ignored = ec->suspects_ignored;
         out->relays = ec->relays;
         out->ranges_relayed = ec->ranges_relayed;
         out->relay_waits_expired = ec->relay_waits_expired;
+        out->relays_silent = ec->relays_silent;
+        out->pins_reclaimed = ec->pins_reclaimed;
+        out->pins_broken = ec->pins_broken;
         out->ranges_out = ec->ranges_out;
         out->bytes_in = ec->bytes_in;
         out->bytes_out = ec->bytes_out;

@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -283,11 +284,12 @@ int spill_write(struct spill *sp, struct spill_job *job)
     uint64_t need = entry_bytes(len) + SPILL_BLOCK;
     char f[3][SIZE_FORMAT_LEN];
 
-    if (sp->max_bytes && sp->counters.disk_bytes + sp->queued_bytes + need > sp->max_bytes)
-        return err_set(
-            FERRY_ENOSPACE, "spill directory %s: %s used of --spill-max %s, %s more needed",
-            sp->dir, size_format(sp->counters.disk_bytes + sp->queued_bytes, f[0], sizeof(f[0])),
-            size_format(sp->max_bytes, f[1], sizeof(f[1])), size_format(need, f[2], sizeof(f[2])));
+    if (sp->counters.disk_bytes + sp->queued_bytes + need > sp->max_bytes)
+        return err_set(FERRY_ENOSPACE, "spill directory %s: %s used of %s (%s), %s more needed",
+                       sp->dir,
+                       size_format(sp->counters.disk_bytes + sp->queued_bytes, f[0], sizeof(f[0])),
+                       size_format(sp->max_bytes, f[1], sizeof(f[1])), spill_bound_origin(sp),
+                       size_format(need, f[2], sizeof(f[2])));
     job->kind = SPILL_JOB_WRITE;
     job->status = 0;
     job->rec = NULL;
@@ -786,6 +788,29 @@ static int open_dir(struct spill *sp, const char *dir)
     return 0;
 }
 
+/* The file system's figures, for a bound from them (SPILL_FS_KEEP_DIV): read before recovery,
+ * which then cannot fail after handing objects out for want of them. */
+static int measure_fs(struct spill *sp)
+{
+    struct statvfs fs;
+
+    if (fstatvfs(sp->dir_fd, &fs) < 0)
+        return err_set(FERRY_ESYS, "--spill-dir %s: statvfs: %s", sp->dir, strerror(errno));
+    sp->bound.from_fs = 1;
+    sp->bound.fs_bytes = (uint64_t)fs.f_blocks * fs.f_frsize;
+    sp->bound.fs_free = (uint64_t)fs.f_bavail * fs.f_frsize;
+    return 0;
+}
+
+/* After recovery: what the directory holds (counted as used in fs_free) and the free space
+ * beyond a tenth of the file system. */
+static void bound_from_fs(struct spill *sp)
+{
+    uint64_t keep = sp->bound.fs_bytes / SPILL_FS_KEEP_DIV, avail = sp->bound.fs_free;
+
+    sp->max_bytes = sp->counters.disk_bytes + (avail > keep ? avail - keep : 0);
+}
+
 int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const uint8_t *key,
                spill_found_fn *found, void *ctx)
 {
@@ -805,12 +830,15 @@ int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const ui
         sp->keyed = 1;
         memcpy(sp->key, key, MAC_LEN);
     }
-    if ((rc = open_dir(sp, dir)) < 0 || (rc = spill_io_start(sp)) < 0)
+    if ((rc = open_dir(sp, dir)) < 0 || (!max_bytes && (rc = measure_fs(sp)) < 0) ||
+        (rc = spill_io_start(sp)) < 0)
         goto close_spill;
     if ((rc = recover(sp, found, ctx)) < 0) {
         spill_close(sp);
         return rc;
     }
+    if (!max_bytes)
+        bound_from_fs(sp);
     sp->counters.direct = (uint64_t)sp->direct;
     *out = sp;
     return 0;
@@ -859,6 +887,18 @@ uint64_t spill_queued_bytes(const struct spill *sp)
 uint64_t spill_max_bytes(const struct spill *sp)
 {
     return sp->max_bytes;
+}
+
+const struct spill_bound *spill_bound(const struct spill *sp)
+{
+    return &sp->bound;
+}
+
+const char *spill_bound_origin(const struct spill *sp)
+{
+    return sp->bound.from_fs ? "its file system's free space at start less a tenth of it; "
+                               "--spill-max sets it"
+                             : "--spill-max";
 }
 
 const struct spill_counters *spill_counters(const struct spill *sp)

@@ -76,6 +76,19 @@ struct spill_job {
 typedef void spill_found_fn(void *ctx, struct spill *sp, const struct spill_entry *e,
                             struct spill_rec *r);
 
+/* Without a bound given, the directory may hold what it holds at open and what its file system
+ * has free then for an unprivileged user (root's reserve stays free too), less a tenth of the
+ * file system (1 / SPILL_FS_KEEP_DIV): whoever fills the store through the socket cannot fill a
+ * file system others use (logs, the system), and a disk 90 % full is where alerts start. */
+#define SPILL_FS_KEEP_DIV 10
+
+/* Where the directory's bound came from (spill_open). */
+struct spill_bound {
+    int from_fs;       /* 1: from the file system (no bound given) */
+    uint64_t fs_bytes; /* from_fs: the file system's size at open */
+    uint64_t fs_free;  /* from_fs: its free space for an unprivileged user at open */
+};
+
 /* Opens (creating it, 0700, if needed) the directory, takes its lock, reads every segment's chain
  * and calls found() for each live entry (a duplicate id: the newest group's, the other
  * forgotten). The directory must be owned by the euid and writable by no one else (FERRY_EPERM
@@ -85,7 +98,7 @@ typedef void spill_found_fn(void *ctx, struct spill *sp, const struct spill_entr
  * ends its segment's chain: the segment is cut there and the loss counted and logged.
  * key: NULL, or MAC_LEN bytes (derived from the cluster secret; copied): every group header is
  * signed with it, and a segment with a group whose MAC fails is refused whole and left alone.
- * max_bytes: the most the directory may hold (0: no limit but the disk). */
+ * max_bytes: the most the directory may hold (0: from its file system, SPILL_FS_KEEP_DIV). */
 int spill_open(struct spill **out, const char *dir, uint64_t max_bytes, const uint8_t *key,
                spill_found_fn *found, void *ctx);
 /* Waits for every job and task, syncs the files and frees the spill; records become invalid. */
@@ -121,6 +134,10 @@ uint32_t spill_align(const struct spill *sp);
 /* Bytes queued or being written. */
 uint64_t spill_queued_bytes(const struct spill *sp);
 uint64_t spill_max_bytes(const struct spill *sp);
+const struct spill_bound *spill_bound(const struct spill *sp);
+/* What set the bound, for messages: "--spill-max", or the file system's figures and how to
+ * set another. */
+const char *spill_bound_origin(const struct spill *sp);
 const struct spill_counters *spill_counters(const struct spill *sp);
 const char *spill_dir(const struct spill *sp);
 

@@ -72,7 +72,8 @@ struct grp {
 struct spill {
     char *dir;
     int dir_fd, lock_fd, efd;
-    uint64_t max_bytes;
+    uint64_t max_bytes; /* always set: given, or from the file system (bound) */
+    struct spill_bound bound;
     int direct;
     int keyed;            /* group headers are signed with key */
     uint8_t key[MAC_LEN]; /* spill_open's */

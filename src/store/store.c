@@ -467,7 +467,7 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
     uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     uint64_t candidates = s->evictable_bytes + s->hashing_bytes + s->dirty_bytes + s->writing_bytes;
-    char f[4][SIZE_FORMAT_LEN], disk[300];
+    char f[4][SIZE_FORMAT_LEN], disk[512];
     int rc;
 
     if (size > cap) {
@@ -511,7 +511,7 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
  * the table, on disk). */
 static int count_room(struct store *s)
 {
-    char why[300];
+    char why[512];
 
     if (s->table.count >= s->max_objects)
         store_fast_sweep(s, 0);

@@ -128,13 +128,12 @@ void store_spill_describe(const struct store *s, char *buf, size_t size)
     if (!s->spill)
         return;
     c = spill_counters(s->spill);
-    snprintf(buf, size, "; spill directory %s: %s used of %s%s", spill_dir(s->spill),
-             size_format(c->disk_bytes + spill_queued_bytes(s->spill), f[0], sizeof(f[0])),
-             spill_max_bytes(s->spill) ? size_format(spill_max_bytes(s->spill), f[1], sizeof(f[1]))
-                                       : "the disk",
-             s->spill_blocked_ns && clock_mono_ns() < s->spill_blocked_ns
-                 ? ", the last write failed"
-                 : "");
+    snprintf(
+        buf, size, "; spill directory %s: %s used of %s (%s)%s", spill_dir(s->spill),
+        size_format(c->disk_bytes + spill_queued_bytes(s->spill), f[0], sizeof(f[0])),
+        size_format(spill_max_bytes(s->spill), f[1], sizeof(f[1])), spill_bound_origin(s->spill),
+        s->spill_blocked_ns && clock_mono_ns() < s->spill_blocked_ns ? ", the last write failed"
+                                                                     : "");
 }
 
 static void write_done(struct store *s, struct spill_job *job)

@@ -12,16 +12,20 @@ struct release {
     struct engine *e;
     struct object *o;
     int abort;
+    int broken; /* a pin broken for a local create (engine_break_pins), which waits for it */
 };
 
 static void on_drained(void *arg)
 {
     struct release *r = arg;
+    struct store *st = r->e->store;
 
     if (r->abort)
-        store_abort(r->e->store, r->o);
+        store_abort(st, r->o);
     else
-        store_unref(r->e->store, r->o);
+        store_unref(st, r->o);
+    if (r->broken && --r->e->breaks_draining == 0 && st->events.room)
+        st->events.room(st->events.ctx); /* the creates that wait for that room try again */
     free(r);
 }
 
@@ -69,9 +73,11 @@ void eng_release_after(struct engine *e, struct xconn *c, struct object *o, int 
     struct release *r = malloc(sizeof(*r));
 
     if (r) {
-        *r = (struct release){.e = e, .o = o, .abort = abort};
-        if (c->type->drain(c, on_drained, r) == 0)
+        *r = (struct release){.e = e, .o = o, .abort = abort, .broken = e->breaking};
+        if (c->type->drain(c, on_drained, r) == 0) {
+            e->breaks_draining += r->broken;
             return; /* cppcheck-suppress memleak ; r is drain's now: on_drained frees it */
+        }
         free(r);
     }
     if (c->type->flags & XPORT_ONE_SIDED) {

@@ -66,7 +66,7 @@ struct engine_config {
     const char *listen_addr; /* HOST:PORT for peers */
     const uint8_t *secret;   /* the cluster secret, or NULL */
     size_t secret_len;
-    int verify; /* ask holders for digests and check them before sealing */
+    int verify; /* check every chunk received against the holder's tree before sealing */
     /* Which transports to open: NULL or "auto", every one of the registry (those that do not
      * open are logged and left out); a transport's name, that one (it must open) and the
      * fallback (tcp), which is always open. */
@@ -94,19 +94,27 @@ struct engine_counters {
     uint64_t connections_evicted; /* closed to make room: unauthenticated, or of a node id
                                    * past its share (counted in node_connections_evicted too) */
     uint64_t node_connections_evicted;
-    uint64_t pinned_bytes;        /* a level: bytes pinned for receivers now, every node id's */
-    uint64_t holders_too_slow;    /* holders dropped for sending under the minimum rate */
-    uint64_t transfers_abandoned; /* transfers under way ended: nobody waited for them */
-    uint64_t split_fetches;       /* objects fetched in ranges from several holders */
-    uint64_t ranges_in;           /* ranges received (of those) */
-    uint64_t ranges_moved;        /* ranges moved to another holder after theirs failed */
-    uint64_t split_fallbacks;     /* split fetches that ran out of holders: fetched whole */
-    uint64_t ranges_out;          /* ranges of objects sent (ranged pulls) */
-    uint64_t chunks_refused;      /* chunks received that did not match their holder's leaf */
-    uint64_t relays;              /* fetches made findable as partial holders */
-    uint64_t ranges_relayed;      /* ranges sent from objects still being received */
-    uint64_t relay_waits_expired; /* ranges asked of a partial copy, not in within answer_ms */
-    struct hist transfer_latency; /* from the first want of an object to its seal here */
+    uint64_t pinned_bytes;         /* a level: bytes pinned for receivers now, every node id's */
+    uint64_t holders_too_slow;     /* holders dropped for sending under the minimum rate */
+    uint64_t transfers_abandoned;  /* transfers under way ended: nobody waited for them */
+    uint64_t split_fetches;        /* objects fetched in ranges from several holders */
+    uint64_t ranges_in;            /* ranges received (of those) */
+    uint64_t ranges_moved;         /* ranges moved to another holder after theirs failed */
+    uint64_t split_fallbacks;      /* split fetches that ran out of holders: fetched whole */
+    uint64_t ranges_out;           /* ranges of objects sent (ranged pulls) */
+    uint64_t chunks_refused;       /* chunks received that did not match their holder's leaf */
+    uint64_t relays;               /* fetches made findable as partial holders */
+    uint64_t ranges_relayed;       /* ranges sent from objects still being received */
+    uint64_t relay_waits_expired;  /* ranges asked of a partial copy, not in within answer_ms */
+    uint64_t rewritten_after_seal; /* copies here that a SUSPECT found changed: dropped */
+    uint64_t suspects_unfounded;   /* SUSPECTs whose chunk matched here */
+    uint64_t suspects_ignored;     /* SUSPECTs past a connection's bound */
+    uint64_t relays_silent;        /* partial holders dropped: no answer to a relayed pull */
+    uint64_t pins_reclaimed;       /* receivers dropped: pins past their share read too slowly
+                                    * while other node ids waited for pins */
+    uint64_t pins_broken;          /* receivers dropped: their pins held room a local create
+                                    * needed (engine_break_pins) */
+    struct hist transfer_latency;  /* from the first want of an object to its seal here */
 };
 
 /* What ferry stat shows per peer this node pulls from. */
@@ -161,6 +169,18 @@ void engine_on_sealed(struct engine *e, const struct object *o);
 void engine_on_ready(struct engine *e, const struct object *o);
 /* The store freed room: fetches whose space had to wait for spilling ask again. */
 void engine_on_room(struct engine *e);
+/* A local create of size bytes found no room: when the free bytes and those pinned for peers
+ * could hold it, every incoming connection that holds pins is closed, so that the objects pinned
+ * (never evicted while pinned) become evictable, at once on tcp, on one-sided transports once
+ * their reads in flight are done (drain). The node's own puts come before its peers' transfers,
+ * which those peers ask again (of it or another holder): pins of every other object in the
+ * arena, within every pin limit, left only holes too small for the node's puts. The bytes that
+ * were pinned (0: nothing is closed). */
+uint64_t engine_break_pins(struct engine *e, uint64_t size);
+/* Whether objects whose pins engine_break_pins broke are still held by their transports (one
+ * sided reads in flight, at most the lease): the store's room event follows when the last is
+ * let go, so that a create waits for them rather than fail. */
+int engine_pins_draining(const struct engine *e);
 
 /* The engine's own counters. */
 const struct engine_counters *engine_counters(struct engine *e);

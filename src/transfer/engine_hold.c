@@ -34,13 +34,21 @@ static void node_wake(struct engine *e, const struct innode *n)
             loop_timer_start(e->loop, &ic->backlog, loop_now_ms());
 }
 
+/* Whether node id n shares the pins of all: it holds some, or waits for them. */
+static int sharing(const struct innode *n)
+{
+    return n->pinned || n->waiting;
+}
+
 /* len bytes more (add) or fewer pinned for ic: its node's and the engine's counts follow. */
 static void pins_count(struct inconn *ic, uint64_t len, int add)
 {
     uint64_t *counts[3] = {&ic->pinned, &ic->node->pinned, &ic->e->counters.pinned_bytes};
+    int was = sharing(ic->node);
 
     for (int i = 0; i < 3; i++)
         *counts[i] = add ? *counts[i] + len : *counts[i] - len;
+    ic->e->pin_sharers = ic->e->pin_sharers - was + sharing(ic->node);
     if (add)
         return;
     node_wake(ic->e, ic->node);
@@ -52,6 +60,22 @@ static void pins_count(struct inconn *ic, uint64_t len, int add)
     }
 }
 
+/* ic's first pull waits (wait) for the pins of all, or no longer: its node and the engine
+ * count it. */
+static void pin_wait_set(struct inconn *ic, int wait)
+{
+    struct engine *e = ic->e;
+    int was;
+
+    if (!ic->node || ic->pin_wait == wait)
+        return;
+    was = sharing(ic->node);
+    ic->pin_wait = wait;
+    ic->node->waiting = wait ? ic->node->waiting + 1 : ic->node->waiting - 1;
+    e->pin_waiters = wait ? e->pin_waiters + 1 : e->pin_waiters - 1;
+    e->pin_sharers = e->pin_sharers - was + sharing(ic->node);
+}
+
 /* ic leaves its node (its pins with it); the node goes with its last connection. */
 static void node_leave(struct inconn *ic)
 {
@@ -61,6 +85,7 @@ static void node_leave(struct inconn *ic)
 
     if (!n)
         return;
+    pin_wait_set(ic, 0);
     if (ic->pinned)
         pins_count(ic, ic->pinned, 0);
     for (pp = &n->conns; *pp != ic; pp = &(*pp)->node_next)
@@ -313,21 +338,41 @@ static uint64_t pin_limit_all(const struct engine *e)
     return half > one ? half : one;
 }
 
+/* A node id's share of the pins of all: an equal part for each node id that holds pins or
+ * waits for them (at least one). */
+static uint64_t pin_share(const struct engine *e)
+{
+    return pin_limit_all(e) / (e->pin_sharers ? e->pin_sharers : 1);
+}
+
+/* Whether another node id than n waits for the pins of all. */
+static int others_wait(const struct engine *e, const struct innode *n)
+{
+    return e->pin_waiters > n->waiting;
+}
+
+/* Why pinning more for a node id waits (pins_over), if it does. */
+enum pins_over { PINS_OK, PINS_NODE, PINS_SHARE, PINS_ALL };
+
 /* Whether pinning len bytes more for ic's node id (pinning already counted for this pull)
- * passes its limit or the limit of all; a node id without pins passes its own limit once, so
- * that objects larger than the limit still move. */
-static int pins_over(struct inconn *ic, uint64_t pinning, uint64_t len)
+ * passes its limit, its share of the pins of all while other node ids wait for them (so that
+ * the pins that drop go to those, and none to the node ids that hold their share), or the limit
+ * of all; a node id without pins passes its own limit and its share once, so that objects
+ * larger than them still move. */
+static enum pins_over pins_over(struct inconn *ic, uint64_t pinning, uint64_t len)
 {
     struct engine *e = ic->e;
     uint64_t node = ic->node->pinned + pinning, all = e->counters.pinned_bytes + pinning;
 
     if (node && node + len > pin_limit(e))
-        return 1;
+        return PINS_NODE;
+    if (node && others_wait(e, ic->node) && node + len > pin_share(e))
+        return PINS_SHARE;
     if (all && all + len > pin_limit_all(e)) {
         e->pins_full = 1;
-        return 1;
+        return PINS_ALL;
     }
-    return 0;
+    return PINS_OK;
 }
 
 /* The bytes of o that entry i of hp asks for: all of them, or its range's. */
@@ -363,12 +408,13 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 }
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
- * waits (and the connection's later pulls with it) as long as the copy it waits for makes
- * progress, and at most RELAY_WAIT_MAX answer deadlines in all (its range may be coming from a
- * slow holder while the rest comes fast): once no chunk has come into the copy for answer_ms,
- * or past that, its waiting entries are answered "not here" (relay_waits_expired), and so, at
- * once, are those of the later pulls that wait for a copy that makes no progress; the receiver
- * asks another holder. Looked at from the first entry each time: chunks may be received again. */
+ * waits (and the connection's later pulls with it) for half an answer deadline (RELAY_WAIT_DIV)
+ * at most, however the copy progresses (its range may be coming from a slow holder while the
+ * rest comes fast), and less when no chunk has come into the copy for that long: then its
+ * waiting entries are answered "not here" (relay_waits_expired), and so, at once, are those of
+ * the later pulls that wait for a copy that makes no progress; the receiver asks another holder.
+ * The receiver gives up on a partial holder that says nothing for a whole answer deadline.
+ * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
     struct engine *e = ic->e;
@@ -384,9 +430,8 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             break;
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
-        until = w->relay_ms + e->timers.answer_ms;
-        if (until > hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms)
-            until = hp->since + RELAY_WAIT_MAX * (uint64_t)e->timers.answer_ms;
+        until = (w->relay_ms < hp->since ? w->relay_ms : hp->since) +
+                e->timers.answer_ms / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
             ic->waiting = 1;
@@ -498,7 +543,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     }
     len = o ? hpull_len(hp, i, o) : 0;
     re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
-    if (o && len && pins_over(ic, *pinning, len)) {
+    if (o && len && pins_over(ic, *pinning, len) != PINS_OK) {
         re[i].status = FERRY_EBUSY;
         ic->e->counters.pins_deferred++;
         return;
@@ -577,6 +622,41 @@ static void in_watch(struct inconn *ic)
         eng_watch_stop(ic->e, &ic->out);
 }
 
+/* While other node ids wait for the pins of all, a connection of a node id past its share of
+ * them must read at least PIN_SHARE_RATE over each window of timers.rate_ms, or it is dropped and
+ * its pins go to them (pins_reclaimed): 1 then. The pins a slow reader holds count against its
+ * share for as long as it holds them. */
+static int in_slow_past_share(struct inconn *ic)
+{
+    struct engine *e = ic->e;
+    uint64_t now = loop_now_ms(), out = ic->conn->bytes_out, rate;
+    char why[128];
+
+    if (!ic->pinned || !others_wait(e, ic->node) || ic->node->pinned <= pin_share(e)) {
+        ic->share_ms = 0;
+        return 0;
+    }
+    if (!ic->share_ms || now - ic->share_ms < e->timers.rate_ms) {
+        if (!ic->share_ms) { /* the window starts at the first look past the share */
+            ic->share_ms = now;
+            ic->share_bytes = out;
+        }
+        return 0;
+    }
+    rate = (out - ic->share_bytes) * 1000 / (now - ic->share_ms);
+    ic->share_ms = now;
+    ic->share_bytes = out;
+    if (rate >= PIN_SHARE_RATE)
+        return 0;
+    e->counters.pins_reclaimed++;
+    snprintf(why, sizeof(why),
+             "read %" PRIu64 " B/s for %u ms, holding %" PRIu64 " MiB pinned (its share: %" PRIu64
+             " MiB) while other nodes wait",
+             rate, e->timers.rate_ms, ic->node->pinned >> 20, pin_share(e) >> 20);
+    in_abort(ic, why);
+    return 1;
+}
+
 static void on_out_check(struct loop *l, struct loop_timer *t)
 {
     struct inconn *ic = t->arg;
@@ -597,6 +677,8 @@ static void on_out_check(struct loop *l, struct loop_timer *t)
         in_abort(ic, why);
         return;
     }
+    if (in_slow_past_share(ic))
+        return;
     loop_timer_start(l, t, loop_now_ms() + ic->e->check_ms);
 }
 
@@ -629,14 +711,16 @@ static void in_backpressure(struct inconn *ic)
 }
 
 /* Answers queued pulls in order, as far as their digests and the pin limits allow: a pull
- * waits while what it would pin passes its node id's limit or the limit of all (pins_over;
- * node_wake has it look again). */
+ * waits while what it would pin passes its node id's limit, its share or the limit of all
+ * (pins_over; node_wake has it look again); waiting for the limit of all, its node id counts
+ * among those that wait (pin_wait). */
 static void in_process(struct inconn *ic)
 {
     struct hpull *hp;
+    enum pins_over over = PINS_OK;
 
     while ((hp = ic->queue) && hpull_ready(ic, hp)) {
-        if (pins_over(ic, 0, hpull_bytes(ic->e, hp)))
+        if ((over = pins_over(ic, 0, hpull_bytes(ic->e, hp))) != PINS_OK)
             break;
         ic->queue = hp->next;
         if (!ic->queue)
@@ -649,6 +733,7 @@ static void in_process(struct inconn *ic)
         }
         hpull_free(hp);
     }
+    pin_wait_set(ic, over == PINS_ALL);
     in_backpressure(ic);
 }
 
@@ -701,7 +786,9 @@ static void in_frame(struct xconn *c, const struct proto_header *h, const uint8_
     else if (ic->state == IN_READY && m.type == WIRE_PULL) {
         loop_timer_start(ic->e->loop, &ic->deadline, loop_now_ms() + HOLDER_IDLE_MS);
         in_on_pull(ic, &m);
-    } else
+    } else if (ic->state == IN_READY && m.type == WIRE_SUSPECT)
+        eng_suspect_check(ic, &m);
+    else
         in_abort(ic, ic->state == IN_READY ? "unexpected message type"
                                            : "message before authentication");
 }
@@ -833,6 +920,36 @@ void eng_on_accept(struct xlistener *l, struct xconn *c, void *arg)
     ic->pprev = &e->inconns;
     e->inconns = ic;
     e->counters.connections_accepted++;
+}
+
+uint64_t engine_break_pins(struct engine *e, uint64_t size)
+{
+    static struct log_limit lim;
+    uint64_t pinned = e->counters.pinned_bytes;
+    struct inconn *ic, *next;
+
+    if (!pinned || store_capacity(e->store) - store_used(e->store) + pinned < size)
+        return 0;    /* breaking them could not make the room */
+    e->breaking = 1; /* releases that wait for a drain are counted in breaks_draining */
+    for (ic = e->inconns; ic; ic = next) { /* MAX_INCONNS at most */
+        next = ic->next;
+        if (!ic->pinned)
+            continue;
+        e->counters.pins_broken++;
+        log_limited(&lim, LOG_WARN,
+                    "closing the transfer connection from %s (%s): its pins (%" PRIu64
+                    " KiB) keep a local create from finding room",
+                    ic->hs.node_c, ic->conn->peer, ic->pinned >> 10);
+        ic->conn->type->close(ic->conn);
+        eng_inconn_free(ic);
+    }
+    e->breaking = 0;
+    return pinned;
+}
+
+int engine_pins_draining(const struct engine *e)
+{
+    return e->breaks_draining > 0;
 }
 
 void engine_on_ready(struct engine *e, const struct object *o)

@@ -24,7 +24,9 @@
  * pulls and replies, the bytes landing), engine_verify.c (the check of received bytes against
  * the holder's digest: streamed as they land, or after), engine_split.c (one object in ranges
  * from several holders), engine_hold.c (the holding side: incoming connections, pins, answers
- * to PULLs), engine_route.c (which transport reaches a peer, and the circuit breaker).
+ * to PULLs), engine_suspect.c (a holder's copy that a receiver found unlike its digest: checked
+ * there, dropped when rewritten after its seal), engine_route.c (which transport reaches a peer,
+ * and the circuit breaker).
  */
 #ifndef FERRY_ENGINE_INT_H
 #define FERRY_ENGINE_INT_H
@@ -75,6 +77,12 @@
  * of timers.rate_ms): slower, and it is dropped, its transfers moved to other holders (one
  * trickling a byte every 20 s held 200 MiB of a receiver's arena for as long as it liked). */
 #define RECV_MIN_RATE (1u << 20)
+/* While other node ids wait for the pins of all, a connection of a node id holding more than
+ * its share of them (pin_limit_all / the node ids that hold pins or wait for them) must read at
+ * least this fast (bytes per second, over each window of timers.rate_ms), or it is dropped and
+ * its pins go to them: four node ids reading 100 KiB/s held every pin of a holder for minutes,
+ * and every other node's fetch failed. The rate a receiver asks of a holder. */
+#define PIN_SHARE_RATE RECV_MIN_RATE
 /* A receiver's PULLs wait, unread, past this many ids queued on its connection. */
 #define MAX_QUEUED_IDS WIRE_MAX_IDS
 /* Frames (replies) written for a receiver and not yet taken by it: past this, its PULLs wait
@@ -130,9 +138,11 @@
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
  * enough that a partial holder that stops costs one answer deadline, not one per range. */
 #define RELAY_WINDOW 8
-/* A pull waits for a partial copy's ranges at most this many answer deadlines in all, however
- * the rest of the copy progresses. */
-#define RELAY_WAIT_MAX 2
+/* A pull waits for a partial copy's ranges at most answer_ms / RELAY_WAIT_DIV, however the rest
+ * of the copy progresses: a receiver gives up on a partial holder that owes it a reply and says
+ * nothing for answer_ms (engine_peer.c), and the rest is the margin for our "not here" to reach
+ * it first. */
+#define RELAY_WAIT_DIV 2
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -322,6 +332,7 @@ struct innode {
     char node[WIRE_NODE_MAX + 1];
     uint32_t nconns;
     uint64_t pinned;
+    uint32_t waiting; /* its connections whose first pull waits for the pins of all (pin_wait) */
     struct inconn *conns; /* through inconn.node_next */
     struct innode *next;
 };
@@ -363,11 +374,17 @@ struct inconn {
     struct inconn *node_next; /* its node's other connections */
     uint64_t given; /* bytes given to the transport (frames and ranges), against bytes_out */
     int paused;
+    int pin_wait;              /* its first pull waits for the pins of all (counted in its node's
+                                * waiting and e->pin_waiters) */
+    uint64_t share_ms;         /* the window of its reading rate while its node id is past its
+                                * share of the pins and others wait: its start (0: not so), */
+    uint64_t share_bytes;      /* and bytes_out then */
     struct watch_rate out;     /* a receiver that stops reading what it asked for, or crawls */
     struct loop_timer backlog; /* looks again at a frame backlog that stopped reading */
     int waiting;               /* its first pull waits for ranges of the partial copy of waits */
     ferry_id waits;
     struct loop_timer relay; /* that wait's deadline: answer_ms after the copy's last progress */
+    uint32_t suspects;       /* SUSPECTs it sent that were taken (engine_suspect.c bounds them) */
     struct inconn *next, **pprev;
 };
 
@@ -414,8 +431,12 @@ struct engine {
     struct peer *peers;
     struct inconn *inconns;
     struct innode *innodes;
-    uint32_t inconns_authed; /* connections of the innodes */
-    int pins_full;           /* a pull waits for the pins of all node ids to drop */
+    uint32_t inconns_authed;  /* connections of the innodes */
+    int pins_full;            /* a pull waits for the pins of all node ids to drop */
+    uint32_t pin_waiters;     /* connections whose first pull waits so (inconn.pin_wait) */
+    int breaking;             /* engine_break_pins is closing connections: */
+    uint64_t breaks_draining; /* their pins whose transports have not drained yet */
+    uint32_t pin_sharers;     /* node ids holding pins or waiting for them: the share's divisor */
     struct hasher *verifier;
     struct loop_watch verifier_watch;
     struct engine_counters counters;
@@ -488,6 +509,14 @@ void eng_pull_free(struct pull *pl);
 /* Closes the connections whose bytes go into abandoned wants (their other wants are asked
  * again, of the same holder too). */
 void eng_peers_drop_abandoned(struct engine *e);
+
+/* Tells holder (a peer we pull from) that chunk of its copy of id did not match its leaf
+ * (engine_peer.c: a frame that cannot be sent ends the peer, whose tags are then out of step). */
+void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk);
+
+/* engine_suspect.c: a copy rewritten after its seal */
+/* A SUSPECT that ic sent: checks the chunk of our copy, drops a copy rewritten after its seal. */
+void eng_suspect_check(struct inconn *ic, const struct wire_msg *m);
 
 /* engine_verify.c: the check of received bytes */
 /* Whether w's bytes are checked against the holder's tree before the seal (--verify, or a

@@ -200,6 +200,17 @@ static int peer_too_slow(struct peer *p)
     return 1;
 }
 
+/* Whether p owes the reply to a relayed range with nothing before it still to come: a partial
+ * holder answers such a pull within half an answer deadline (the range, or "not here":
+ * engine_hold.c), so one that says nothing for a whole deadline is given up on, its ranges
+ * moved, rather than left to the stall watchdog (a silent relay held its fetch for 30 s). */
+static int peer_owes_relay_reply(const struct peer *p)
+{
+    const struct pull *pl = p->pulls;
+
+    return pl && !pl->replied && pl->n && pl->entries[0].w && pl->entries[0].w->relayed;
+}
+
 static void on_stall(struct loop *l, struct loop_timer *t)
 {
     struct peer *p = t->arg;
@@ -230,6 +241,13 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         snprintf(why, sizeof(why), "not connected within %u ms (down, or its link congested)",
                  tm->answer_ms);
         peer_abort_as(p, why, FAULT_UNREACHED);
+        return;
+    }
+    if (idle >= tm->answer_ms && peer_owes_relay_reply(p)) {
+        p->e->counters.relays_silent++;
+        snprintf(why, sizeof(why), "a partial holder that answered no relayed pull in %u ms",
+                 tm->answer_ms);
+        peer_abort(p, why); /* FAULT_REAL: its ranges move, and it is not asked again */
         return;
     }
     if (idle >= tm->stall_ms) {
@@ -405,6 +423,20 @@ struct peer *eng_peer_find(struct engine *e, const char *node)
     for (p = e->peers; p && strcmp(p->node.id, node) != 0; p = p->next)
         ;
     return p;
+}
+
+void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, uint64_t chunk)
+{
+    struct peer *p = eng_peer_find(e, holder);
+    struct pbuf b = {0};
+
+    if (!p || !p->authed)
+        return; /* gone: its copy is checked when another receiver catches it */
+    wire_suspect(&b, id, chunk);
+    auth_seal(&p->as, &b, 0);
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0)
+        peer_abort(p, "cannot send a suspect");
+    pbuf_free(&b);
 }
 
 /* Takes transport off the list of n's. */

@@ -107,6 +107,11 @@ static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_
     log_warn("object from %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64
              ") does not match its leaf",
              w->holder, i, i * DIGEST_CHUNK, i * DIGEST_CHUNK + DIGEST_CHUNK - 1);
+    /* A whole holder's copy may have been rewritten after its seal: it checks it. A partial
+     * holder's copy is not sealed (its relaying failed), and a split's parent checked again
+     * after a dead connection's late writes cannot tell which holder wrote what. */
+    if (!w->relayed && !w->nsplit && !w->recheck)
+        eng_peer_suspect(w->e, w->holder, &t->id, i);
 }
 
 /* Gives chunk i of w's object to the verifier: 0, or -1 without memory. */

@@ -128,6 +128,11 @@ static int decode_body(struct preader *r, struct wire_msg *m)
         return decode_leaves(r, m);
     case WIRE_REFUSE:
         return get_text(r, m->reason, WIRE_REASON_MAX, 0x20, "refusal");
+    case WIRE_SUSPECT:
+        m->n = 1;
+        m->ids = (const ferry_id *)prd_bytes(r, FERRY_ID_SIZE);
+        m->chunk = prd_u64(r);
+        return 0;
     default:
         return err_set(FERRY_EPROTO, "unknown transfer message type %u", m->type);
     }
@@ -215,6 +220,14 @@ void wire_refuse(struct pbuf *b, const char *reason)
 {
     size_t start = proto_frame_begin(b, WIRE_REFUSE, 0);
     put_text(b, reason, WIRE_REASON_MAX);
+    proto_frame_end(b, start);
+}
+
+void wire_suspect(struct pbuf *b, const ferry_id *id, uint64_t chunk)
+{
+    size_t start = proto_frame_begin(b, WIRE_SUSPECT, 0);
+    pbuf_put(b, id, FERRY_ID_SIZE);
+    pbuf_u64(b, chunk);
     proto_frame_end(b, start);
 }
 

@@ -21,6 +21,10 @@
  *              (of a ranged PULL: the range's bytes)
  *   REFUSE     acceptor -> connector, before it closes a connection it refuses: u8 length,
  *              that many bytes of printable text (why: "wrong cluster secret", ...)
+ *   SUSPECT    receiver -> holder: id, u64 chunk: chunk `chunk` of the holder's copy of id
+ *              did not match the leaf its REPLY gave; the holder checks its copy (a node that
+ *              does not know the type drops the connection, which the receiver no longer
+ *              asks for that object anyway)
  * Mutual authentication with the cluster secret (transfer/auth.h): each side proves it knows
  * the secret with HMAC-SHA256 over everything both HELLO and CHALLENGE said (node ids,
  * incarnations, the address dialled, nonces) and its role; with no secret configured the macs
@@ -64,6 +68,7 @@ enum wire_type {
     WIRE_PULL = 4,
     WIRE_REPLY = 5,
     WIRE_REFUSE = 6,
+    WIRE_SUSPECT = 7,
 };
 
 struct wire_reply_entry {
@@ -105,6 +110,7 @@ struct wire_msg {
     const uint8_t *ranges;            /* PULL with WIRE_PULL_RANGES: n ranges in the payload */
     const uint8_t *entries;           /* REPLY: n entries inside the payload */
     const uint8_t *leaves;            /* REPLY: the entries' leaves, in order */
+    uint64_t chunk;                   /* SUSPECT, its id in ids[0] */
     char reason[WIRE_REASON_MAX + 1]; /* REFUSE */
 };
 
@@ -125,6 +131,7 @@ void wire_auth(struct pbuf *b, const uint8_t mac[WIRE_MAC]);
 /* reason is cut at WIRE_REASON_MAX bytes. */
 void wire_refuse(struct pbuf *b, const char *reason);
 /* ranges: NULL, or n ranges (flags must then have WIRE_PULL_RANGES). */
+void wire_suspect(struct pbuf *b, const ferry_id *id, uint64_t chunk);
 void wire_pull(struct pbuf *b, uint64_t tag, uint8_t flags, uint64_t eager_max, const ferry_id *ids,
                const struct wire_range *ranges, uint32_t n);
 /* A reply is built in place: begin, n entries, then the leaves of each (wire_reply_leaves, in

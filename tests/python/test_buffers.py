@@ -2,12 +2,14 @@
 
 import gc
 import multiprocessing
+import os
+import signal
 
 import numpy as np
 import pytest
 
 import ferry
-from conftest import in_arena
+from conftest import in_arena, wait_child
 
 MiB = 1 << 20
 
@@ -38,39 +40,58 @@ def test_get_is_zero_copy(client):
         arr[0] = 1
 
 
-def _child_reads(socket, q, go):
+def _child_reads(socket, q):
     import numpy as np
 
     import ferry
-    from conftest import in_arena
+    from conftest import arena_mapping
 
     with ferry.Client(socket) as c:
         arr = np.frombuffer(c.get("shared", timeout_ms=10000), dtype=np.uint8)
-        q.put((in_arena(arr.__array_interface__["data"][0]), int(arr[0]), int(arr[-1])))
-        go.wait(10)
-        q.put((int(arr[0]), int(arr[-1])))
+        q.put((arena_mapping(arr.__array_interface__["data"][0]), int(arr[0]), int(arr[-1])))
 
 
 def test_two_processes_see_the_same_bytes(client, daemon):
-    """A spawned process reads the object in place: a byte changed afterwards through the
-    creator's (contract-breaking) writable view shows through the reader's existing view, which
-    only one memory shared by both can do."""
+    """A spawned process reads the object in place: its bytes lie in its own shared mapping of
+    the arena, read-only (r--s: the MMU keeps sealed bytes from being written)."""
     ctx = multiprocessing.get_context("spawn")
-    q, go = ctx.Queue(), ctx.Event()
+    q = ctx.Queue()
     buf = client.create("shared", 4 * MiB)
-    mine = np.frombuffer(buf, dtype=np.uint8)  # writable: exported before the seal
-    mine[:] = 7
+    np.frombuffer(buf, dtype=np.uint8)[:] = 7
     client.seal("shared")
-    child = ctx.Process(target=_child_reads, args=(daemon.socket, q, go))
+    child = ctx.Process(target=_child_reads, args=(daemon.socket, q))
     child.start()
     try:
-        assert q.get(timeout=30) == (True, 7, 7)
-        mine[0], mine[-1] = 1, 2
-        go.set()
-        assert q.get(timeout=30) == (1, 2)
+        mapping, first, last = q.get(timeout=30)
     finally:
         child.join(30)
     assert child.exitcode == 0
+    assert "memfd:ferry-arena" in mapping and mapping.split()[1] == "r--s"
+    assert (first, last) == (7, 7)
+
+
+def _write_after_seal(socket):
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    with ferry.Client(socket) as c:
+        buf = c.create("late", 2 * MiB)
+        mine = np.frombuffer(buf, dtype=np.uint8)  # writable: exported before the seal
+        mine[:] = 7
+        c.seal("late")
+        mine[MiB] = 1  # the seal turned the pages read-only: this faults
+
+
+def test_a_view_made_before_the_seal_cannot_write_after_it(client, daemon):
+    """The creator's writable view ends at the seal: a write through a view exported before it
+    kills the writer (SIGSEGV) and leaves the sealed bytes as they were."""
+    pid = os.fork()
+    if pid == 0:  # the child: never run pytest's code
+        try:
+            _write_after_seal(daemon.socket)
+        finally:
+            os._exit(0)
+    assert wait_child(pid) == -signal.SIGSEGV
+    arr = np.frombuffer(client.get("late", timeout_ms=5000), dtype=np.uint8)
+    assert arr.size == 2 * MiB and (arr == 7).all()
 
 
 def test_views_keep_the_object_referenced(client):
@@ -204,3 +225,26 @@ def test_dropped_create_buffer_still_seals(client):
     got = client.get("later")
     assert bytes(got) == b"wxyz"
     assert refcount(client, "later") == 1  # the get's; the creator's went with the seal
+
+
+def _seal_an_empty_object_then_write_another(socket):
+    with ferry.Client(socket) as c:
+        big = c.create("open", 8192)
+        c.create("empty", 0)
+        c.seal("empty")  # must leave the other open object writable
+        np.frombuffer(big, dtype=np.uint8)[:] = 5
+        c.seal("open")
+
+
+def test_sealing_an_empty_object_leaves_other_creates_writable(daemon):
+    """An empty object has no range to close: its seal once closed the range of another open
+    object at the same offset, and the next write to that one killed the process."""
+    pid = os.fork()
+    if pid == 0:  # the child: never run pytest's code
+        code = 1
+        try:
+            _seal_an_empty_object_then_write_another(daemon.socket)
+            code = 0
+        finally:
+            os._exit(code)
+    assert wait_child(pid) == 0

@@ -61,8 +61,8 @@ static const struct bench_ratio_def raw_over_redis_def = {
 static const char remote_help[] =
     "  --batch N        objects per fetch-batch call (" BATCH_RANGE "; fewer when\n"
     "                   N x size exceeds 512M)\n"
-    "  --verify         start every ferryd with --verify (they check a digest of every\n"
-    "                   fetched object before sealing it)\n"
+    "  --no-verify      start every ferryd with --no-verify (they take fetched bytes\n"
+    "                   unchecked; by default each chunk is checked against its digest)\n"
     "  --transport LIST tcp, fabric or both (default tcp,fabric): which pairs of nodes run\n"
     "  --provider LIST  the fabric's libfabric providers, a pair of nodes each (default\n"
     "                   \"shm,tcp;ofi_rxm\"; " PROVIDERS_MAX ")\n"
@@ -85,7 +85,10 @@ static void handle_option(void *ctx, int ch, const char *arg)
         o->batch = bench_parse_count("--batch", arg, 1, FETCH_PEER_MAX_BATCH);
         break;
     case 'v':
-        o->verify = 1;
+        o->no_verify = 1;
+        break;
+    case 'V': /* the default since 0.11 (scripts/digest-bench.sh still says it) */
+        o->no_verify = 0;
         break;
     case 'T':
         o->transports = bench_parse_choices("--transport", arg, transport_names, REMOTE_TRANSPORTS);
@@ -113,10 +116,15 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
                          struct remote_options *o)
 {
     static const struct option longopts[] = {
-        {"batch", required_argument, NULL, 'B'},     {"verify", no_argument, NULL, 'v'},
-        {"transport", required_argument, NULL, 'T'}, {"provider", required_argument, NULL, 'P'},
-        {"protocol", required_argument, NULL, 'R'},  {"hybrid-max", required_argument, NULL, 'H'},
-        {"holders", required_argument, NULL, 'K'},   {NULL, 0, NULL, 0},
+        {"batch", required_argument, NULL, 'B'},
+        {"no-verify", no_argument, NULL, 'v'},
+        {"verify", no_argument, NULL, 'V'},
+        {"transport", required_argument, NULL, 'T'},
+        {"provider", required_argument, NULL, 'P'},
+        {"protocol", required_argument, NULL, 'R'},
+        {"hybrid-max", required_argument, NULL, 'H'},
+        {"holders", required_argument, NULL, 'K'},
+        {NULL, 0, NULL, 0},
     };
     const struct bench_suite_options suite = {
         .name = "remote",
@@ -126,7 +134,7 @@ static int parse_options(int argc, char **argv, struct bench_options *common,
         .ctx = o,
         .synopsis =
             "usage: ferry-bench remote [--sizes LIST] [--seconds S] [--batch N] [--json]\n"
-            "                          [--plot DIR] [--verify] [--transport LIST]\n"
+            "                          [--plot DIR] [--no-verify] [--transport LIST]\n"
             "                          [--provider LIST] [--protocol LIST] [--hybrid-max SIZE]\n"
             "                          [--holders K]\n"
             "Starts a redis-server on loopback (the directory of every pair of nodes, a\n"
@@ -163,8 +171,8 @@ static void name_fabric_pair(struct remote_pair *rp, const char *provider)
 static void start_pairs(struct remote_run *run, void *redis)
 {
     const struct remote_options *o = run->o;
-    const char *const verify[] = {o->verify ? "--verify" : NULL, NULL};
-    const char *const split[] = {"--split-min", "1M", o->verify ? "--verify" : NULL, NULL};
+    const char *const verify[] = {o->no_verify ? "--no-verify" : NULL, NULL};
+    const char *const split[] = {"--split-min", "1M", o->no_verify ? "--no-verify" : NULL, NULL};
     const char *const *tcp_args = o->holders > 1 ? split : verify;
     run->redis_port = redis_peer_port(redis);
     if (o->transports & 1u << REMOTE_TCP) {
@@ -353,7 +361,7 @@ static void describe_setup(FILE *f, const struct remote_run *run)
             "(untimed) so that every run transfers them. fetch-batch: one ferry_fetch call per\n"
             "run; its p50/p99 are per batch, its ops/s and MiB/s count objects. Objects per\n"
             "batch:",
-            DAEMON_MEMORY, o->verify ? " --verify" : "", run->redis_port);
+            DAEMON_MEMORY, o->no_verify ? " --no-verify" : "", run->redis_port);
         for (size_t s = 0; s < run->common->nsizes; s++) {
             bench_size_label(run->common->sizes[s], label, sizeof(label));
             fprintf(f, " %s:%llu", label,
@@ -369,7 +377,7 @@ static void describe_setup(FILE *f, const struct remote_run *run)
                 "(--transport fabric --fabric-provider %s --memory %s%s; directory database %zu);\n"
                 "fetch-hybrid with eager limit %s%s.\n",
                 rp->p.system, rp->p.a_id, rp->p.b_id, rp->p.provider, FABRIC_MEMORY,
-                o->verify ? " --verify" : "", i + 1, label,
+                o->no_verify ? " --no-verify" : "", i + 1, label,
                 o->hybrid_max == FERRY_EAGER_AUTO ? " (the provider's default)" : "");
     }
     fputs("raw-tcp stream: SIZE bytes to another process over loopback TCP and an 8-byte answer.\n"

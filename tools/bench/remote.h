@@ -15,7 +15,7 @@ enum remote_transport { REMOTE_TCP, REMOTE_FABRIC, REMOTE_TRANSPORTS };
 
 struct remote_options {
     uint64_t batch;
-    int verify;
+    int no_verify;       /* start the nodes with --no-verify */
     unsigned transports; /* bits 1 << enum remote_transport */
     const char *providers[REMOTE_MAX_PROVIDERS];
     size_t nproviders;
