@@ -438,7 +438,16 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(pins_reclaimed, COUNTER,                                                                     \
       "peers dropped for reading pins past their share too slowly while other node ids waited")    \
     X(pins_broken, COUNTER,                                                                        \
-      "transfer connections closed to free their pins for a local create that found no room")
+      "transfer connections closed to free their pins for a local create that found no room")      \
+    X(conflicts_unlisted, COUNTER,                                                                 \
+      "publications not sent: the copy was refused once as a conflict and stays unlisted")         \
+    X(deletes_of_earlier_puts, COUNTER,                                                            \
+      "cluster-wide deletes heard of an earlier put of the id than the copy here: it stays")       \
+    X(replayed_entries, COUNTER,                                                                   \
+      "entries under this node's id taken over at start: no heartbeat signed since this run "      \
+      "began")                                                                                     \
+    X(partial_holders_skipped, COUNTER,                                                            \
+      "partial holder fields left out of lookups: past 64 holders, whole ones first")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -8,9 +8,15 @@
  */
 #include "harness.h"
 
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 enum { A, B, C };
 #define BIT(i) (1u << (i))
@@ -293,6 +299,41 @@ H_CLUSTER_TEST(switched_record_is_refused_then_repaired)
         ferry_disconnect(c[i]);
 }
 
+/* A ferryd started with the id of a live node (B, with the secret) still stops with status 78,
+ * naming that node: B's entry carries a heartbeat signed since the newcomer began. B keeps its
+ * entry. */
+H_CLUSTER_TEST(a_live_node_id_is_still_refused_with_signed_heartbeats)
+{
+    ferry_client *c[2];
+    start_trusted(cl, 2, c);
+    char secret[256], listen[32];
+    snprintf(secret, sizeof(secret), "%s/secret", cl->redis.dir);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", h_free_port());
+    struct ferryd dup;
+    h_daemon_init(&dup);
+    const char *const argv[] = {"--node-id", "node-b",        "--listen", listen, "--directory",
+                                cl->url,     "--secret-file", secret,     NULL};
+    pid_t pid = h_daemon_spawn(&dup, dup.log, "64M", argv);
+    int status = 0;
+    if (!h_wait_exit(pid, H_CLUSTER_MS, &status)) {
+        kill(pid, SIGKILL);
+        (void)waitpid(pid, NULL, 0);
+        h_print_file(dup.log);
+        h_daemon_cleanup(&dup);
+        fail_msg("a second node-b did not stop within %d ms", H_CLUSTER_MS);
+    }
+    int refused = WIFEXITED(status) && WEXITSTATUS(status) == 78 &&
+                  h_file_contains(dup.log, "node id node-b is in use by a live node");
+    if (!refused)
+        h_print_file(dup.log);
+    h_daemon_cleanup(&dup);
+    if (!refused)
+        fail_msg("a second node-b ended with status 0x%x, not 78 naming the live node", status);
+    h_assert_nodes(c[A], cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    for (int i = 0; i < 2; i++)
+        ferry_disconnect(c[i]);
+}
+
 /* ---- keys of the wrong type ---- */
 
 /* ferry:held:node-b made a string while B is down keeps B out no more: started again, B
@@ -360,7 +401,7 @@ H_CLUSTER_TEST(events_cursor_in_the_future_is_not_followed)
 /* A genuine delete event saved aside and put back after the id was put again with other
  * content spares that content everywhere, even on a node whose run began after the delete
  * (which has not taken the event before, and is within the clocks' skew): the event names the
- * content it deletes. */
+ * put and the content it deletes. */
 H_CLUSTER_TEST(withheld_delete_replayed_spares_other_content)
 {
     ferry_client *c[3];
@@ -381,9 +422,169 @@ H_CLUSTER_TEST(withheld_delete_replayed_spares_other_content)
     assert_held_by_all(c, &id, "a withheld delete event put back");
     for (int i = 0; i < 3; i++)
         h_assert_object(c[i], &id, 100000, 20);
-    assert_true(h_stat(c[C], "deletes_spared") >= 1);
+    /* spared as of another put (the directory's check, first), or of other content */
+    assert_true(h_stat(c[C], "deletes_of_earlier_puts") + h_stat(c[C], "deletes_spared") >= 1);
     for (int i = 0; i < 3; i++)
         ferry_disconnect(c[i]);
+}
+
+/* ---- what a writer can do with genuine signed texts, or planted fields ---- */
+
+/* The key of id's record. */
+static void record_key(const ferry_id *id, char key[64])
+{
+    snprintf(key, 64, "ferry:obj:");
+    ferry_id_format(id, key + strlen(key));
+}
+
+/* B seals an id A holds with other content (a conflict: B's copy stays unlisted); a writer
+ * then deletes the id's record and B's entry, so that B's heartbeat finds it expired and B
+ * publishes everything again. B's copy must stay unlisted (it was refused once: it is not
+ * published again), so that when A publishes again (its entry deleted too) the record is A's
+ * content and C fetches it. Before: B's republish recorded its own content, signed, and A's
+ * was then refused as the conflict. */
+H_CLUSTER_TEST(a_conflicting_copy_stays_unlisted_after_its_record_is_deleted)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("conflicted");
+    char key[64];
+    record_key(&id, key);
+    H_OK(h_put_direct(c[A], &id, 100000, 10));
+    h_assert_where(c[C], cl, &id, BIT(A), H_CLUSTER_MS);
+    H_OK(h_put_direct(c[B], &id, 100000, 20));
+    assert_true(H_WAIT_STAT_MIN(c[B], id_conflicts, 1, H_EVENT_MS) >= 1);
+
+    h_redis_cmd(&cl->redis, (const char *[]){"DEL", key, "ferry:node:node-b", NULL});
+    h_assert_nodes(c[C], cl, ALL3, H_CLUSTER_MS); /* B registered again, and republished */
+    h_sleep_ms(500);                              /* its publications are a turn behind */
+    h_redis_cmd(&cl->redis, (const char *[]){"DEL", "ferry:node:node-a", NULL});
+    h_assert_where(c[C], cl, &id, BIT(A), H_CLUSTER_MS);
+    fetch_one(c[C], &id);
+    h_assert_object(c[C], &id, 100000, 10);
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* A genuine delete event saved aside (withheld), the same content put again on C alone (a
+ * node whose run began after the delete: it never took the event) and the event put back: the
+ * event was about the put that was deleted, so C's copy of the later put stays, though its
+ * bytes are the same. Before: the event named only the content, and C's sole copy went. */
+H_CLUSTER_TEST(withheld_delete_event_spares_a_re_put_of_the_same_content)
+{
+    ferry_client *c[3];
+    start_trusted(cl, 3, c);
+    ferry_id id = h_id("deleted-then-the-same-content");
+    put_everywhere(cl, c, &id, 10);
+    delete_heard_everywhere(c, &id);
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"EVAL", copy_lua, "2", "ferry:events", "withheld", NULL});
+    ferry_disconnect(c[C]);
+    restart_plain(cl, C);
+    c[C] = h_node_connect(cl, C);
+    H_OK(h_put_direct(c[C], &id, 100000, 10));
+    h_assert_where(c[A], cl, &id, BIT(C), H_CLUSTER_MS);
+
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"EVAL", copy_lua, "2", "withheld", "ferry:events", NULL});
+    assert_true(H_WAIT_STAT_MIN(c[C], deletes_heard, 1, H_EVENT_MS) >= 1);
+    h_sync(c[C]);
+    if (!h_contains(c[C], &id))
+        fail_msg("node C dropped its re-put copy for a withheld delete event of the same content");
+    h_assert_object(c[C], &id, 100000, 10);
+    h_assert_where(c[A], cl, &id, BIT(C), H_CLUSTER_MS);
+    assert_true(h_stat(c[C], "deletes_of_earlier_puts") >= 1);
+
+    /* A delete of the re-put by a node that holds no copy (it names the put the record is)
+     * still deletes it. */
+    H_OK(ferry_delete_cluster(c[B], &id));
+    assert_true(H_WAIT_STAT_MIN(c[C], deletes_heard, 2, H_EVENT_MS) >= 2);
+    h_sync(c[C]);
+    assert_false(h_contains(c[C], &id));
+    for (int i = 0; i < 3; i++)
+        ferry_disconnect(c[i]);
+}
+
+/* Copies hash KEYS[1] into KEYS[2] (replacing it), with a TTL of ARGV[1] ms when given. */
+static const char copy_hash_lua[] = "local f = redis.call('HGETALL', KEYS[1])\n"
+                                    "if #f == 0 then return 0 end\n"
+                                    "redis.call('DEL', KEYS[2])\n"
+                                    "redis.call('HSET', KEYS[2], unpack(f))\n"
+                                    "if ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end\n"
+                                    "return #f\n";
+
+/* A socket listening on 127.0.0.1:port (connections queue, never accepted): something else
+ * that took a node's old port. */
+static int listen_on(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0)
+        fail_msg("cannot listen on port %d", port);
+    return fd;
+}
+
+/* redis-cli setting key's TTL back to 3 s every 100 ms, for 8 s at most: a writer keeping an
+ * entry alive. Its pid. */
+static pid_t keep_alive(const struct h_cluster *cl, const char *key)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%d", cl->redis.port);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, STDOUT_FILENO);
+        execlp("redis-cli", "redis-cli", "-p", port, "-r", "80", "-i", "0.1", "PEXPIRE", key,
+               "3000", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* B's signed entry saved while B runs, B stopped, then the entry put back and kept alive by a
+ * writer while something listens at B's old port: B, started again (a new port), must not take
+ * the dead run's entry for a live node using its id. It starts, is listed at its new address,
+ * and keeps running. Before: it stopped with status 78 ("node id node-b is in use by a live
+ * node"), which the service manager does not restart. */
+H_CLUSTER_TEST(a_replayed_entry_of_a_dead_run_does_not_keep_its_node_from_starting)
+{
+    ferry_client *c[2];
+    start_trusted(cl, 2, c);
+    int old_port = h_node_port(cl, B);
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL", copy_hash_lua, "2", "ferry:node:node-b",
+                                             "saved-entry", NULL});
+    ferry_disconnect(c[B]);
+    h_daemon_stop(&cl->node[B].d);
+    int squatter = listen_on(old_port);
+    h_redis_cmd(&cl->redis, (const char *[]){"EVAL", copy_hash_lua, "2", "saved-entry",
+                                             "ferry:node:node-b", "3000", NULL});
+    pid_t writer = keep_alive(cl, "ferry:node:node-b");
+
+    char secret[256];
+    snprintf(secret, sizeof(secret), "%s/secret", cl->redis.dir);
+    h_node_start(cl, B, "64M", (const char *const[]){"--secret-file", secret, NULL});
+    h_assert_nodes(c[A], cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    int status = 0;
+    pid_t gone = waitpid(cl->node[B].d.pid, &status, WNOHANG);
+    if (gone == cl->node[B].d.pid) {
+        cl->node[B].d.pid = 0;
+        fail_msg("node B exited (status %d) for a replayed entry of its dead run",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    assert_false(h_file_contains(cl->node[B].d.log, "in use by a live node"));
+    c[B] = h_node_connect(cl, B);
+    assert_true(h_stat(c[B], "replayed_entries") >= 1);
+    ferry_disconnect(c[B]);
+    kill(writer, SIGKILL);
+    (void)waitpid(writer, NULL, 0);
+    close(squatter);
+    ferry_disconnect(c[A]);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
@@ -400,6 +601,10 @@ int main(void)
         T(planted_holders_do_not_crowd_out_the_real_one),
         T(events_cursor_in_the_future_is_not_followed),
         T(withheld_delete_replayed_spares_other_content),
+        T(a_conflicting_copy_stays_unlisted_after_its_record_is_deleted),
+        T(withheld_delete_event_spares_a_re_put_of_the_same_content),
+        T(a_replayed_entry_of_a_dead_run_does_not_keep_its_node_from_starting),
+        T(a_live_node_id_is_still_refused_with_signed_heartbeats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

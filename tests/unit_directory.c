@@ -46,6 +46,7 @@ struct answer {
     int has_content;
     uint64_t size, digest, count;
     char other[DIRECTORY_NODE_ID_MAX + 1];
+    char gen[DIRECTORY_GEN_MAX + 1];
 };
 
 /* A digest whose first 8 bytes are v (little-endian), the rest zero: DG(v) in a call. */
@@ -84,6 +85,7 @@ static void on_answer(void *arg, const struct directory_answer *d)
     a->size = d->size;
     a->digest = digest_u64(d->digest);
     snprintf(a->other, sizeof(a->other), "%s", d->other ? d->other : "");
+    snprintf(a->gen, sizeof(a->gen), "%s", d->gen);
     a->count = d->count;
 }
 
@@ -138,6 +140,27 @@ static long long query_int(int db, const char *fmt, ...)
     if (c)
         redisFree(c);
     return v;
+}
+
+/* A string command's answer in database 0 into out ("" when it failed or was not a string). */
+static void query_str(char *out, size_t cap, const char *fmt, ...)
+{
+    redisContext *c = redis_fixture_connect(&redis, 0);
+    redisReply *r = NULL;
+    va_list ap;
+
+    out[0] = '\0';
+    if (c) {
+        va_start(ap, fmt);
+        r = redisvCommand(c, fmt, ap);
+        va_end(ap);
+    }
+    if (r && r->type == REDIS_REPLY_STRING)
+        snprintf(out, cap, "%s", r->str);
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
 }
 
 static void flush_redis(void)
@@ -950,7 +973,7 @@ static void test_delete(void **state)
     assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
     run_for(l, 3 * 100); /* every node has read where the events stream starts */
 
-    assert_int_equal(directory_delete(c, &x, DG(0xabc), on_answer, &ans), 0);
+    assert_int_equal(directory_delete(c, &x, DG(0xabc), NULL, on_answer, &ans), 0);
     assert_true(run_until(l, answered, &ans, WAIT_MS));
     assert_int_equal(ans.status, 0);
     assert_int_equal(ans.count, 2);
@@ -973,6 +996,45 @@ static void test_delete(void **state)
     directory_close(c);
 }
 
+/* A copy fetched by a lookup of a put and sealed just after that put was deleted (its
+ * publication makes the record again) is of the deleted put, so the delete still reaches its
+ * node's hook when read: without directory_fetched it started a put of its own, and the
+ * delete, of the earlier put, spared it. */
+static void test_a_copy_fetched_before_a_delete_is_of_the_deleted_put(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x");
+    struct republisher ra = {0}, rb = {0};
+    struct membership a_has = {&x, "a", 1}, b_has = {&x, "b", 1};
+    struct directory *a, *b;
+    struct answer ans, del = {0};
+    char u[64], key[64], gen[64], again[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, &ra);
+    b = open_node(l, "b", u, &rb);
+    obj_key(&x, key);
+    directory_publish(a, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &a_has, WAIT_MS));
+    query_str(gen, sizeof(gen), "HGET %s gen", key);
+    assert_true(gen[0] != '\0');
+    ans = lookup(l, b, &x, 1); /* b fetches by it */
+    assert_string_equal(ans.gen, gen);
+    run_for(l, 3 * 100); /* every node has read where the events stream starts */
+
+    assert_int_equal(directory_delete(a, &x, DG(0xabc), gen, on_answer, &del), 0);
+    assert_true(run_until(l, answered, &del, WAIT_MS));
+    directory_fetched(b, &x, DG(0xabc), ans.gen); /* its fetch seals now */
+    directory_publish(b, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &b_has, WAIT_MS));
+    query_str(again, sizeof(again), "HGET %s gen", key);
+    assert_string_equal(again, gen);
+    assert_true(run_until(l, heard_delete, &rb, WAIT_MS));
+    assert_int_equal(directory_counters(b)->deletes_of_earlier_puts, 0);
+    directory_close(a);
+    directory_close(b);
+}
+
 /* A delete and a claim do not overtake the publications queued before them: publish old
  * content, delete, claim new content, all in one turn, ends with the new content recorded and
  * the node its holder (a claim sent at once used to be undone by the queued publication). */
@@ -987,7 +1049,7 @@ static void test_claim_and_delete_keep_their_place(void **state)
     url(u, sizeof(u), "127.0.0.1", 0);
     a = open_node(l, "a", u, NULL);
     directory_publish(a, &x, 10, DG(0xa1));
-    assert_int_equal(directory_delete(a, &x, DG(0xa1), on_answer, &del), 0);
+    assert_int_equal(directory_delete(a, &x, DG(0xa1), NULL, on_answer, &del), 0);
     ans = claim(l, a, &x, 0xb2);
     assert_int_equal(ans.status, 0);
     assert_true(run_until(l, answered, &del, WAIT_MS));
@@ -1137,6 +1199,46 @@ static void test_large_republish(void **state)
     directory_close(rep.d);
 }
 
+/* Puts ARGV[1] partial holder fields of nodes nobody runs ahead of the fields of record
+ * KEYS[1] (small hashes keep their order). */
+static const char crowd_partial_lua[] =
+    "local r = redis.call('HGETALL', KEYS[1])\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "for j = 1, tonumber(ARGV[1]) do\n"
+    "  redis.call('HSET', KEYS[1], 'p:nobody-' .. j, '1:' .. j)\n"
+    "end\n"
+    "for i = 1, #r, 2 do redis.call('HSET', KEYS[1], r[i], r[i + 1]) end\n"
+    "return #r\n";
+
+/* A record given 64 partial holder fields of nodes nobody runs ahead of its one whole holder,
+ * looked up (with the partial holders) by a node that has no node entry cached: the whole
+ * holder comes first, and the partial ones are bounded, so a is in the answer. Before: the 64
+ * partial fields took every place of the lookup, and the answer had no holder. */
+static void test_planted_partial_holders_do_not_crowd_out_whole_ones(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("crowded");
+    struct membership added = {&x, "a", 1};
+    struct directory *a, *c;
+    struct answer ans;
+    char u[64], key[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    directory_publish(a, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    obj_key(&x, key);
+    assert_int_equal(query_int(0, "EVAL %s 1 %s 64", crowd_partial_lua, key) > 0, 1);
+    c = open_node(l, "c", u, NULL); /* its node cache is empty */
+    ans = lookup(l, c, &x, DIRECTORY_FRESH | DIRECTORY_PARTIAL);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_int_equal(ans.nodes[0].seq, 0);
+    directory_close(a);
+    directory_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1152,6 +1254,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_one_content_per_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_and_delete_keep_their_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_copy_fetched_before_a_delete_is_of_the_deleted_put,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdrawal_while_down_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_entry_republishes, setup, teardown),
@@ -1161,6 +1265,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_republish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_frozen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_planted_partial_holders_do_not_crowd_out_whole_ones,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
 }

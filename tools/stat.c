@@ -209,6 +209,11 @@ static void print_cluster(const struct stat_view *v)
            "trust", val(v, "unsigned_entries"), val(v, "unsigned_records"),
            val(v, "records_repaired"), val(v, "unsigned_events"), val(v, "stale_events"),
            val(v, "directory_bad_keys"));
+    printf("  %-13s %" PRIu64 " conflicting publications kept back, %" PRIu64
+           " deletes of earlier puts spared, %" PRIu64 " replayed entries of this id, %" PRIu64
+           " partial holders past a lookup's bound\n",
+           "", val(v, "conflicts_unlisted"), val(v, "deletes_of_earlier_puts"),
+           val(v, "replayed_entries"), val(v, "partial_holders_skipped"));
     printf("  %-13s %" PRIu64 " asked; %" PRIu64 " objects in (%s), %" PRIu64 " out (%s), %" PRIu64
            " failed from a holder\n",
            "fetches", val(v, "fetches"), val(v, "transfers_in"), sz(val(v, "bytes_in"), a),

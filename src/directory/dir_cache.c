@@ -39,6 +39,16 @@ const struct directory_node *dir_node_cached(const struct directory *d, const ch
     return &c->node;
 }
 
+int dir_node_seen(const struct directory *d, const char *node_id)
+{
+    ferry_id key;
+    const struct cached_node *c;
+
+    dir_node_cache_key(node_id, &key);
+    c = idmap_get(&d->nodes, &key);
+    return c && strcmp(c->node.id, node_id) == 0;
+}
+
 /* Caches a node's entry for ttl_ms, as long as Redis keeps a dead node's entry: a dead node
  * leaves the answers at most about 2 * ttl_ms after its last heartbeat. */
 void dir_node_remember(struct directory *d, const struct directory_node *node)
@@ -78,6 +88,7 @@ void dir_holders_remember(struct directory *d, const struct request *r)
         return;
     h->size = r->a.size;
     memcpy(h->digest, r->a.digest, DIGEST_LEN);
+    memcpy(h->gen, r->a.gen, sizeof(h->gen));
     h->n = r->a.n;
     for (size_t i = 0; i < r->a.n; i++) {
         memcpy(h->h[i].id, r->nodes[i].id, sizeof(h->h[i].id));
@@ -121,5 +132,6 @@ int dir_answer_from_cache(const struct directory *d, struct request *r)
     r->a.has_content = 1;
     r->a.size = h->size;
     memcpy(r->a.digest, h->digest, DIGEST_LEN);
+    memcpy(r->a.gen, h->gen, sizeof(r->a.gen));
     return 1;
 }

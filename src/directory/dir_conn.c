@@ -5,6 +5,8 @@
  */
 #include "directory/directory_int.h"
 
+#include "common/clock.h"
+
 /* Sends up to FLUSH_BATCH queued operations, pipelined, and leaves the rest to the next turn;
  * drops them all when the directory is not up. */
 static void flush_queue(struct directory *d)
@@ -91,7 +93,10 @@ void dir_on_turn(struct loop *l, struct loop_timer *t)
 }
 
 /* Writes the node's entry and its TTL in one transaction: an entry must never be left without
- * a TTL (by a failure between two commands), or a dead node would stay listed for ever. */
+ * a TTL (by a failure between two commands), or a dead node would stay listed for ever. Each
+ * write carries beat, the wall clock's time in ms, and (with a secret) bsig, its signature with
+ * the node's id and incarnation: what shows a node starting under the same id that this run is
+ * alive now, which a replay of an earlier entry cannot (dir_owner.c). */
 static int send_registration(struct directory *d, redisCallbackFn *done)
 {
     char key[NODE_KEY_MAX], ttl[16];
@@ -100,7 +105,7 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
     const char *hset[ARGV_MAX] = {"HSET", key,         "addr", d->self.addr,
                                   "inc",  d->inc_text, "ver",  ferry_version()};
     const char *pexpire[] = {"PEXPIRE", key, ttl};
-    char sig[DIR_SIG_HEX];
+    char sig[DIR_SIG_HEX], beat[U64_TEXT], bsig[DIR_SIG_HEX];
     int nhset = 8;
 
     dir_entry_key(key, d->self.id);
@@ -110,11 +115,17 @@ static int send_registration(struct directory *d, redisCallbackFn *done)
         hset[nhset++] = fields[i];
         hset[nhset++] = d->self.xp[i].addr;
     }
+    snprintf(beat, sizeof(beat), "%" PRIu64, clock_real_ns() / 1000000);
+    hset[nhset++] = "beat";
+    hset[nhset++] = beat;
     if (d->secret_len) {
-        if (dir_node_sign(d, &d->self, sig) < 0)
+        if (dir_node_sign(d, &d->self, sig) < 0 ||
+            dir_beat_sign(d, d->self.id, d->inc_text, beat, bsig) < 0)
             return FERRY_EDIRECTORY;
         hset[nhset++] = "sig";
         hset[nhset++] = sig;
+        hset[nhset++] = "bsig";
+        hset[nhset++] = bsig;
     }
     /* DEL first: the fields of an earlier run (a transport not open now) must not linger. */
     if (dir_send_command(d, dir_on_checked, "MULTI", 1, multi) < 0 ||

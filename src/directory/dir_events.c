@@ -80,6 +80,8 @@ static void take_entry(struct directory *d, const redisReply *e)
             (void)dir_string_copy(ev.root, sizeof(ev.root), v);
         else if (strcmp(k->str, "sig") == 0)
             (void)dir_string_copy(ev.sig, sizeof(ev.sig), v);
+        else if (strcmp(k->str, "gen") == 0 && !dir_string_copy(ev.gen, sizeof(ev.gen), v))
+            snprintf(ev.gen, sizeof(ev.gen), "?"); /* fails the signature, names no put */
     }
     if (strcmp(ev.type, "del") != 0 ||
         (strcmp(ev.node, d->self.id) == 0 && strcmp(ev.inc, d->inc_text) == 0) ||
@@ -89,6 +91,8 @@ static void take_entry(struct directory *d, const redisReply *e)
      * copy */
     (void)digest_parse(ev.root, strlen(ev.root), h->root);
     memcpy(h->node, ev.node, sizeof(h->node));
+    if (dir_gen_valid(ev.gen)) /* an event without one (an earlier version's) names no put */
+        memcpy(h->gen, ev.gen, sizeof(h->gen));
     d->nheard++;
     d->counters.deletes_heard++;
 }
@@ -242,7 +246,25 @@ void dir_events_start(struct directory *d)
     dir_arm(d, &d->events, loop_now_ms());
 }
 
-/* Gives the owner the deletes read (from the turn). */
+/* Whether a delete heard is of another put than this node's copy of its id: it names a put,
+ * and this node's copy is of a known other one (a later put, even of the same bytes). Counted
+ * and logged. */
+static int of_another_put(struct directory *d, const struct heard *h)
+{
+    char hex[HEX_ID_MAX];
+
+    if (!h->gen[0] || !dir_gen_other(d, &h->id, h->gen))
+        return 0;
+    d->counters.deletes_of_earlier_puts++;
+    ferry_id_format(&h->id, hex);
+    log_info("directory: a delete of id %s by node %s was of its put %s; the copy here is of "
+             "another, later put: it stays",
+             hex, h->node, h->gen);
+    return 1;
+}
+
+/* Gives the owner the deletes read (from the turn), but those of another put than this node's
+ * copy. */
 void dir_events_deliver(struct directory *d)
 {
     struct heard *h = d->heard;
@@ -251,6 +273,8 @@ void dir_events_deliver(struct directory *d)
     d->heard = NULL;
     d->nheard = 0;
     for (size_t i = 0; i < n; i++) {
+        if (of_another_put(d, &h[i]))
+            continue;
         free(idmap_remove(&d->holders, &h[i].id)); /* its holders and content are history */
         if (d->hooks.deleted)
             d->hooks.deleted(d->hooks.ctx, &h[i].id, h[i].root, h[i].node);

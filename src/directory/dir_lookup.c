@@ -4,8 +4,9 @@
  */
 #include "directory/directory_int.h"
 
-/* Holders considered per lookup: a fetch needs a few, and an entry written by someone else
- * must not make one lookup ask for the entries of thousands of nodes. */
+/* Holders considered per lookup, whole and partial together: a fetch needs a few, and an entry
+ * written by someone else must not make one lookup ask for the entries of thousands of nodes.
+ * Whole holders come first, partial ones take the places left. */
 #define LOOKUP_HOLDERS_MAX 64
 
 static void answer_add(struct request *r, const struct directory_node *node, uint64_t seq)
@@ -182,33 +183,34 @@ static int parse_partial(const redisReply *value, struct holder *h)
     return !errno && end != colon + 1 && !*end && h->seq > 0;
 }
 
-/* A holder field of an object's entry (or, for a lookup of partial holders, a partial
- * holder's): answered from the cache when the node's entry is trusted there for the same
- * incarnation (and the lookup is not fresh), else asked for. */
-static void consider_holder(struct directory *d, struct request *r, const redisReply *field,
-                            const redisReply *value)
+/* A holder field of an object's entry, whole or (for a lookup of partial holders) partial as
+ * whole says: 1 with it in *h, else 0 (another kind, this node's own, or malformed). */
+static int parse_holder(const struct directory *d, const struct request *r, const redisReply *field,
+                        const redisReply *value, int whole, struct holder *h)
 {
     char name[sizeof(HOLDER_FIELD) + DIRECTORY_NODE_ID_MAX];
     size_t pre = strlen(HOLDER_FIELD);
-    const struct directory_node *known;
-    struct holder h = {.seq = 0};
-    int whole;
 
     if (!dir_string_copy(name, sizeof(name), field) || strlen(name) <= pre ||
+        strncmp(name, whole ? HOLDER_FIELD : PARTIAL_FIELD, pre) != 0 ||
         strcmp(name + pre, d->self.id) == 0)
-        return;
-    whole = strncmp(name, HOLDER_FIELD, pre) == 0;
-    if (whole ? !dir_reply_u64(value, 10, &h.inc)
-              : !r->partial || strncmp(name, PARTIAL_FIELD, pre) != 0 || !parse_partial(value, &h))
-        return;
-    snprintf(h.id, sizeof(h.id), "%s", name + pre);
-    if (r->asked_len + r->a.n >= LOOKUP_HOLDERS_MAX)
-        return;
-    known = r->fresh ? NULL : dir_node_cached(d, h.id);
-    if (known && known->inc == h.inc)
-        answer_add(r, known, h.seq);
+        return 0;
+    if (whole ? !dir_reply_u64(value, 10, &h->inc) : !r->partial || !parse_partial(value, h))
+        return 0;
+    snprintf(h->id, sizeof(h->id), "%s", name + pre);
+    return 1;
+}
+
+/* A holder: answered from the cache when the node's entry is trusted there for the same
+ * incarnation (and the lookup is not fresh), else asked for. */
+static void consider_holder(struct directory *d, struct request *r, const struct holder *h)
+{
+    const struct directory_node *known = r->fresh ? NULL : dir_node_cached(d, h->id);
+
+    if (known && known->inc == h->inc)
+        answer_add(r, known, h->seq);
     else
-        ask_node(d, r, &h);
+        ask_node(d, r, h);
 }
 
 /* An object's record as stored: the texts its signature covers, and the signature. */
@@ -255,26 +257,32 @@ static void record_refused(struct directory *d, struct request *r, const redisRe
     }
 }
 
-/* Whether field is a holder field of a node whose entry this node has seen (live, and signed
- * with our secret when there is one). */
-static int holder_known(const struct directory *d, const redisReply *field)
-{
-    size_t pre = strlen(HOLDER_FIELD);
-
-    return field->type == REDIS_REPLY_STRING && field->len > pre &&
-           strncmp(field->str, HOLDER_FIELD, pre) == 0 &&
-           dir_node_cached(d, field->str + pre) != NULL;
-}
-
 /* The holders of a record's fields, answered from the cache or asked for, at most
- * LOOKUP_HOLDERS_MAX: the nodes this node knows first, so that fields a writer of the directory
- * planted for nodes nobody runs cannot crowd the real holders out. */
+ * LOOKUP_HOLDERS_MAX: whole holders first, then (with r->partial) partial ones in the places
+ * left; of each, the nodes this node has seen first (their entries live and signed with our
+ * secret when there is one, now or earlier: dir_node_seen), so that fields a writer of the
+ * directory planted for nodes nobody runs, whole or partial, cannot crowd the real holders out
+ * (a node that never saw the real holder's entry, just started, can still be crowded by 64
+ * planted whole holders). Partial fields left out are counted (partial_holders_skipped). */
 static void consider_holders(struct directory *d, struct request *r, const redisReply *rep)
 {
-    for (int known = 1; known >= 0; known--)
-        for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2)
-            if (holder_known(d, rep->element[i]) == known)
-                consider_holder(d, r, rep->element[i], rep->element[i + 1]);
+    size_t taken = 0;
+
+    for (int pass = 0; pass < 4; pass++) {
+        int whole = pass < 2, seen = pass % 2 == 0;
+        for (size_t i = 0; i + 1 < rep->elements && r->a.status == 0; i += 2) {
+            struct holder h = {.seq = 0};
+            if (!parse_holder(d, r, rep->element[i], rep->element[i + 1], whole, &h) ||
+                dir_node_seen(d, h.id) != seen)
+                continue;
+            if (taken == LOOKUP_HOLDERS_MAX) {
+                d->counters.partial_holders_skipped += !whole;
+                continue;
+            }
+            taken++;
+            consider_holder(d, r, &h);
+        }
+    }
 }
 
 /* The reply to HGETALL ferry:obj:<hex>: the content and the holders. A key of the wrong type
@@ -309,6 +317,9 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
                            dir_string_copy(rec.digest, sizeof(rec.digest), v);
             else if (strcmp(f->str, "sig") == 0)
                 (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);
+            else if (strcmp(f->str, "gen") == 0 &&
+                     (!dir_string_copy(r->a.gen, sizeof(r->a.gen), v) || !dir_gen_valid(r->a.gen)))
+                r->a.gen[0] = '\0';
         }
         r->a.has_content = sized && digested;
         if (record_believed(d, r, rep, &rec))

@@ -1,16 +1,24 @@
 /*
  * dir_owner.c - whether this node's id is free to take, at a connection before its first
- * registration. A node is taken for alive, and the id refused, when both hold: another
- * incarnation's entry under the id is refreshed (its TTL rises, as a heartbeat sets it back)
- * and a TCP connection to the transfer address the entry names is accepted. Anything else is
+ * registration. A node is taken for alive, and the id refused, when all hold: another
+ * incarnation's entry under the id is refreshed (its TTL rises, as a heartbeat sets it back),
+ * it carries a heartbeat time (beat, signed with the id and incarnation under the secret when
+ * there is one: bsig) that rose between two looks to at least this run's start, and a TCP
+ * connection to the transfer address the entry names is accepted. A writer of Redis can keep a
+ * dead run's signed entry alive and something can listen at its old address, but nobody
+ * without the secret can sign a heartbeat made after this run began: such an entry is a replay
+ * (counted in replayed_entries once it is taken over). Without a secret, an entry without beat
+ * (a node of an earlier version) is judged by its TTL and address alone. Anything else is
  * an earlier run that died, or a planted entry, and the start goes on (the registration
  * replaces the entry):
  * - an entry naming this node's own address: this run is bound there, so no other is;
  * - a connection to its address refused: nothing listens there (a crash on this host);
  * - an entry not signed with our secret, or without an incarnation;
- * - an entry that expires, or is refreshed while its address does not answer, for longer than
- *   a TTL and a heartbeat (a writer of Redis refreshing a dead node's entry cannot hold a
- *   restart back for longer; one that also answers at that address can).
+ * - an entry that expires, or is refreshed while its address does not answer or its heartbeat
+ *   time does not pass this run's start, for longer than a TTL and a heartbeat (a writer of
+ *   Redis refreshing a dead node's entry, even with something answering at its address, cannot
+ *   hold a restart back for longer). A live node whose clock is behind this one's by more than
+ *   about a TTL is not told apart either.
  * Within OWNER_EXIT_WINDOW_MS of directory_open a refusal ends the node (hooks.id_taken, from
  * the turn timer); later (Redis was down at start, the node serves already) the node stays up
  * and unregistered, says why (directory_down_why) and looks again at each reconnection. Two
@@ -61,6 +69,7 @@ void dir_owner_check(struct directory *d, void (*then)(struct directory *d))
     d->owner_inc = 0;
     d->owner_ttl = 0;
     d->owner_since_ms = 0;
+    d->owner_beat = 0;
     d->owner_listening = 0;
     d->owner_decided = 0;
     owner_ask(d);
@@ -201,6 +210,66 @@ static void owner_seen(struct directory *d, const struct directory_node *owner, 
     probe_start(d, owner->addr);
 }
 
+/* What an entry says of its node's last heartbeat. */
+enum beat { BEAT_NONE, BEAT_UNSIGNED, BEAT_OK };
+
+/* The heartbeat time of entry r (a reply to HGETALL) of owner into *beat: BEAT_OK when it has
+ * one, signed with our secret when there is one; BEAT_UNSIGNED when it has one that is not (or
+ * malformed); BEAT_NONE when it has none. */
+static enum beat entry_beat(const struct directory *d, const redisReply *r,
+                            const struct directory_node *owner, uint64_t *beat)
+{
+    char text[U64_TEXT] = "", sig[DIR_SIG_HEX] = "", inc[U64_TEXT], expect[DIR_SIG_HEX];
+    int have = 0;
+
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const redisReply *f = r->element[i], *v = r->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(f->str, "beat") == 0)
+            have = 1 + (dir_string_copy(text, sizeof(text), v) && dir_reply_u64(v, 10, beat));
+        else if (strcmp(f->str, "bsig") == 0)
+            (void)dir_string_copy(sig, sizeof(sig), v);
+    }
+    if (!have)
+        return BEAT_NONE;
+    if (have == 1)
+        return BEAT_UNSIGNED;
+    if (!d->secret_len)
+        return BEAT_OK;
+    snprintf(inc, sizeof(inc), "%" PRIu64, owner->inc);
+    return dir_beat_sign(d, owner->id, inc, text, expect) == 0 && dir_sig_matches(expect, sig)
+               ? BEAT_OK
+               : BEAT_UNSIGNED;
+}
+
+/* Whether the entry shows its node alive since this run began: a heartbeat time later than
+ * the one seen at the last look and not before this run's start; without a secret, an entry
+ * with no heartbeat time at all (an earlier version's) passes. Notes the time seen. */
+static int beat_since_start(struct directory *d, enum beat kind, uint64_t beat)
+{
+    int live = kind == BEAT_OK && beat > d->owner_beat && beat >= (d->self.inc >> 12);
+
+    if (kind == BEAT_OK && beat > d->owner_beat)
+        d->owner_beat = beat;
+    return live || (kind == BEAT_NONE && !d->secret_len);
+}
+
+/* An entry looked at for longer than a TTL and a heartbeat without showing a live node: an
+ * earlier run's kept alive, or one whose address does not answer. */
+static void take_stale(struct directory *d)
+{
+    if (!d->owner_listening) {
+        take(d, "its entry is refreshed but nothing answers at its address: not a live node's");
+        return;
+    }
+    dir_distrust(d, DISTRUST_ENTRY, &d->counters.replayed_entries,
+                 "node id %s: its entry is refreshed and its address answers, but it carries no "
+                 "heartbeat signed since this run began: an earlier run's entry replayed",
+                 d->self.id);
+    take(d, "its entry shows no heartbeat since this run began: not a live node's");
+}
+
 /* The reply to [HGETALL, PTTL] of the entry. */
 static void on_owner(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -208,8 +277,10 @@ static void on_owner(redisAsyncContext *ac, void *reply, void *priv)
     const redisReply *rep = reply;
     struct directory_node owner = {0};
     enum dir_entry kind;
+    enum beat beat_kind;
+    uint64_t beat = 0;
     long long ttl;
-    int refreshed;
+    int refreshed, beating;
 
     if (!rep || owner_over(d))
         return;
@@ -235,16 +306,19 @@ static void on_owner(redisAsyncContext *ac, void *reply, void *priv)
         return;
     }
     /* A heartbeat sets the TTL back to its whole: a TTL longer than the last one seen, or
-     * another incarnation, is a live node's, if its address answers too. */
+     * another incarnation, is a live node's, if its address answers too and it signed a
+     * heartbeat since this run began. */
+    beat_kind = entry_beat(d, rep->element[0], &owner, &beat);
     refreshed = d->owner_inc && (owner.inc != d->owner_inc || (uint64_t)ttl > d->owner_ttl);
-    if (refreshed && d->owner_listening) {
+    beating = beat_since_start(d, beat_kind, beat);
+    if (refreshed && d->owner_listening && beating && d->owner_inc) {
         refuse(d, &owner);
         return;
     }
-    if (!d->owner_inc)
+    if (!d->owner_inc) {
         owner_seen(d, &owner, ttl);
-    else if (loop_now_ms() - d->owner_since_ms > (uint64_t)d->ttl_ms + d->heartbeat_ms) {
-        take(d, "its entry is refreshed but nothing answers at its address: not a live node's");
+    } else if (loop_now_ms() - d->owner_since_ms > (uint64_t)d->ttl_ms + d->heartbeat_ms) {
+        take_stale(d);
         return;
     }
     if (owner_over(d))

@@ -40,30 +40,32 @@
     "  return true\n"                                                                              \
     "end\n"
 
-/* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig ("" without a secret), then, for a
- * replacement, the size, digest and sig of the record to replace. A record whose fields do not
- * have the shape publications give them (size: up to 20 digits, digest and sig: up to 64 hex
- * digits; size and digest present) is replaced first. Records the content at the
- * first publication, with its signature; refuses other content while a live holder (another
- * node, running the incarnation its field names) has the recorded one: {1, hex, that node,
- * its size and digest, ours, its sig}, for the node to check that signature. When none is live
- * any more, the entry starts again with ours. A replacement happens only if the record is
- * still the one named (else {3, hex}); it, and our signature written over another for the
- * same content, answer {2, hex}; a plain publication {0, hex}. */
+/* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig ("" without a secret), gen (this
+ * publication's, for a record it makes), then, for a replacement, the size, digest and sig of
+ * the record to replace. A record whose fields do not have the shape publications give them
+ * (size: up to 20 digits, digest and sig: up to 64 hex digits; size and digest present) is
+ * replaced first. Records the content at the first publication, with its signature and gen
+ * (the put); refuses other content while a live holder (another node, running the incarnation
+ * its field names) has the recorded one: {1, hex, that node, its size and digest, ours, its
+ * sig}, for the node to check that signature. When none is live any more, the entry starts
+ * again with ours (another put). A replacement happens only if the record is still the one
+ * named (else {3, hex}), and keeps its put; it, and our signature written over another for the
+ * same content, answer {2, hex, gen}; a plain publication {0, hex, gen}: gen is the put the
+ * record is (a record without a well-formed one takes ours). */
 static const char publish_lua[] = LUA_PRELUDE
     "fix(KEYS[1], 'hash')\n"
     "fix(KEYS[2], 'set')\n"
-    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest', 'sig')\n"
+    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest', 'sig', 'gen')\n"
     "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"
     "if redis.call('EXISTS', KEYS[1]) == 1 and not (shaped(cur[1], '^%d+$', 20) and\n"
     "   shaped(cur[2], '^%x+$', 64) and (not cur[3] or shaped(cur[3], '^%x+$', 64))) then\n"
     "  bad[#bad + 1] = KEYS[1] .. ' (a hash of fields of the wrong shape): replaced'\n"
     "  redis.call('DEL', KEYS[1])\n"
-    "  cur = {false, false, false}\n"
+    "  cur = {false, false, false, false}\n"
     "end\n"
     "local code = 0\n"
-    "if ARGV[7] then\n"
-    "  if cur[1] ~= ARGV[7] or cur[2] ~= ARGV[8] or (cur[3] or '') ~= ARGV[9] then\n"
+    "if ARGV[8] then\n"
+    "  if cur[1] ~= ARGV[8] or cur[2] ~= ARGV[9] or (cur[3] or '') ~= ARGV[10] then\n"
     "    return {bad, 3, ARGV[5]}\n"
     "  end\n"
     "  redis.call('DEL', KEYS[1])\n"
@@ -79,16 +81,20 @@ static const char publish_lua[] = LUA_PRELUDE
     "    end\n"
     "  end\n"
     "  redis.call('DEL', KEYS[1])\n"
+    "  cur[4] = false\n"
     "elseif cur[1] and ARGV[6] ~= '' and cur[3] ~= ARGV[6] then\n"
     "  code = 2\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'size', ARGV[3], 'digest', ARGV[4], 'h:' .. ARGV[1], ARGV[2])\n"
+    "local gen = cur[4]\n"
+    "if not shaped(gen, '^%d+%-%d+$', 47) then gen = ARGV[7] end\n"
+    "redis.call('HSET', KEYS[1], 'size', ARGV[3], 'digest', ARGV[4], 'h:' .. ARGV[1], ARGV[2],\n"
+    "           'gen', gen)\n"
     "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'sig', ARGV[6]) end\n"
     "redis.call('SADD', KEYS[2], ARGV[5])\n"
-    "return {bad, code, ARGV[5]}\n";
+    "return {bad, code, ARGV[5], gen}\n";
 
 /* KEYS: obj, held. ARGV: node, inc, hex. Removes the node's field if this incarnation wrote it,
- * and the entry with its last holder: {0}. */
+ * and the entry with its last holder: {0, hex}. */
 static const char withdraw_lua[] =
     LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
                 "fix(KEYS[2], 'set')\n"
@@ -98,7 +104,7 @@ static const char withdraw_lua[] =
                 "  if bare(KEYS[1]) then redis.call('DEL', KEYS[1]) end\n"
                 "end\n"
                 "redis.call('SREM', KEYS[2], ARGV[3])\n"
-                "return {bad, 0}\n";
+                "return {bad, 0, ARGV[3]}\n";
 
 /* KEYS: held. ARGV: node, keep, count. Takes up to count ids off the node's index and removes
  * the node's fields (holder and partial holder) from each unless incarnation keep wrote them:
@@ -123,9 +129,9 @@ static const char cleanup_lua[] =
                 "end\n"
                 "return {bad, #ids, removed}\n";
 
-/* KEYS: obj, events. ARGV: hex, node, inc, keep, t, sig ("" without a secret), root. Removes the
- * entry and the id from its holders' indexes, and tells every node (an event): {the number of
- * holders it had}. */
+/* KEYS: obj, events. ARGV: hex, node, inc, keep, t, sig ("" without a secret), root, gen ("":
+ * none named). Removes the entry and the id from its holders' indexes, and tells every node (an
+ * event): {the number of holders it had}. */
 static const char delete_lua[] = LUA_PRELUDE
     "fix(KEYS[1], 'hash')\n"
     "fix(KEYS[2], 'stream')\n"
@@ -142,6 +148,7 @@ static const char delete_lua[] = LUA_PRELUDE
     "redis.call('DEL', KEYS[1])\n"
     "local ev = {'type', 'del', 'id', ARGV[1], 'node', ARGV[2], 'inc', ARGV[3], 't', ARGV[5],\n"
     "            'root', ARGV[7]}\n"
+    "if ARGV[8] ~= '' then ev[#ev + 1] = 'gen'; ev[#ev + 1] = ARGV[8] end\n"
     "if ARGV[6] ~= '' then ev[#ev + 1] = 'sig'; ev[#ev + 1] = ARGV[6] end\n"
     "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ev))\n"
     "return {bad, n}\n";
@@ -297,6 +304,7 @@ struct published {
     node_name other;
     char hex[HEX_ID_MAX];
     struct record_text rec;
+    char gen[DIRECTORY_GEN_MAX + 1]; /* codes 0 and 2: the put the record is ("": unknown) */
 };
 
 /* The script's answer into p (and a refusal's content into a): 0, or -1 when the reply is
@@ -313,8 +321,11 @@ static int parse_published(struct directory *d, const redisReply *rep, struct pu
         ferry_id_parse(p->hex, &p->op.id) != 0)
         return -1;
     p->code = (int)r[0]->integer;
-    if (p->code != 1)
+    if (p->code != 1) {
+        if (n < 3 || !dir_string_copy(p->gen, sizeof(p->gen), r[2]) || !dir_gen_valid(p->gen))
+            p->gen[0] = '\0';
         return 0;
+    }
     /* {1, hex, node, size, digest, our size, our digest, sig} */
     if (n != 8 || !dir_string_copy(p->other, sizeof(p->other), r[2]) ||
         !dir_string_copy(p->rec.size, sizeof(p->rec.size), r[3]) ||
@@ -337,8 +348,8 @@ static void conflict_report(struct directory *d, const struct directory_answer *
     digest_hex(p->op.digest, ours);
     digest_hex(a->digest, theirs);
     log_warn("id %s: sealed here (%s) with other content (%" PRIu64 " bytes, digest %s) than node "
-             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed, other nodes "
-             "fetch %s's",
+             "%s holds (%" PRIu64 " bytes, digest %s): this copy is not listed (nor published "
+             "again while it is here), other nodes fetch %s's",
              p->hex, d->self.id, p->op.size, ours, p->other, a->size, theirs, p->other);
 }
 
@@ -354,7 +365,7 @@ static void repaired_report(struct directory *d, const char *hex)
 /* The arguments the scripts take after their keys. */
 struct publish_args {
     char key[OBJ_KEY_MAX], held[HELD_KEY_MAX], hex[HEX_ID_MAX], size[U64_TEXT];
-    char digest[DIGEST_HEX + 1], sig[DIR_SIG_HEX];
+    char digest[DIGEST_HEX + 1], sig[DIR_SIG_HEX], gen[DIRECTORY_GEN_MAX + 1];
 };
 
 static void object_args(const struct directory *d, const ferry_id *id, struct publish_args *p)
@@ -370,10 +381,12 @@ static int send_publish(struct directory *d, const struct pubop *op, redisCallba
                         void *priv, const struct record_text *replace)
 {
     struct publish_args p;
-    const char *args[11] = {p.key, p.held, d->self.id, d->inc_text, p.size, p.digest, p.hex, p.sig};
-    int nargs = 8;
+    const char *args[12] = {p.key,    p.held, d->self.id, d->inc_text, p.size,
+                            p.digest, p.hex,  p.sig,      p.gen};
+    int nargs = 9;
 
     object_args(d, &op->id, &p);
+    dir_gen_propose(d, &op->id, op->digest, p.gen);
     snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
     digest_hex(op->digest, p.digest);
     p.sig[0] = '\0';
@@ -410,16 +423,22 @@ static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 
     if (!reply)
         return;
-    if (parse_published(d, reply, &p, &a) < 0)
+    if (parse_published(d, reply, &p, &a) < 0) {
         dir_check_reply(d, reply, "publish");
-    else if (p.code == 2)
+        return;
+    }
+    if (p.code == 0 || p.code == 2)
+        dir_gen_remember(d, &p.op.id, p.gen); /* the put this node's copy is of */
+    if (p.code == 2) {
         repaired_report(d, p.hex);
-    else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL))
+    } else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL)) {
         conflict_report(d, &a, &p);
-    else if (p.code == 3)
+        dir_conflict_remember(d, &p.op.id, p.op.digest);
+    } else if (p.code == 3) {
         log_debug("directory: the record of id %s changed before it could be replaced; the "
                   "next publication looks again",
                   p.hex);
+    }
 }
 
 /* The reply to a withdrawal. */
@@ -433,9 +452,24 @@ static void checked_reply(redisAsyncContext *ac, void *reply, const char *what)
         dir_check_reply(d, reply, what);
 }
 
+/* The reply to a withdrawal, {0, hex}: this node's copy of hex is of no put any more (a
+ * publication sent before the withdrawal had named one). */
 static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
 {
-    checked_reply(ac, reply, "withdraw");
+    struct directory *d = dir_reply_begin(ac, reply);
+    redisReply **r;
+    char hex[HEX_ID_MAX];
+    ferry_id id;
+    size_t n;
+
+    if (!reply)
+        return;
+    if (!dir_script_reply(d, reply, &r, &n)) {
+        dir_check_reply(d, reply, "withdraw");
+        return;
+    }
+    if (n >= 2 && dir_string_copy(hex, sizeof(hex), r[1]) && ferry_id_parse(hex, &id) == 0)
+        dir_gen_forget(d, &id);
 }
 
 static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
@@ -507,6 +541,7 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
         conflict_report(d, &r->a, &p);
         dir_request_fail(d, r, FERRY_EEXIST);
     } else {
+        dir_gen_remember(d, &p.op.id, p.gen);
         if (p.code == 2)
             repaired_report(d, p.hex);
         d->counters.published++;
@@ -557,9 +592,10 @@ static void on_relayed(redisAsyncContext *ac, void *reply, void *priv)
 
 /* The event of a delete by this run: its time is the wall clock's, or just after this run's
  * last event (each is later than the one before: readers take an event only once); root names
- * the content deleted (readers drop only a copy of it). */
+ * the content deleted and gen the put ("": none named; readers drop only a copy of that content,
+ * and of that put). */
 static int delete_event(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
-                        struct dir_event *e)
+                        const char *gen, struct dir_event *e)
 {
     uint64_t now = clock_real_ns() / 1000000;
 
@@ -570,6 +606,7 @@ static int delete_event(struct directory *d, const ferry_id *id, const uint8_t r
     snprintf(e->inc, sizeof(e->inc), "%s", d->inc_text);
     snprintf(e->t, sizeof(e->t), "%" PRIu64, d->event_t);
     digest_hex(root, e->root);
+    snprintf(e->gen, sizeof(e->gen), "%s", gen);
     e->sig[0] = '\0';
     return d->secret_len ? dir_event_sign(d, e, e->sig) : 0;
 }
@@ -578,19 +615,22 @@ static int send_delete(struct directory *d, const struct pubop *op)
 {
     char key[OBJ_KEY_MAX];
     struct dir_event e = {.type = ""};
-    const char *args[] = {key, EVENTS_KEY, e.id, e.node, e.inc, EVENTS_KEEP, e.t, e.sig, e.root};
+    const char *args[] = {key,         EVENTS_KEY, e.id,  e.node, e.inc,
+                          EVENTS_KEEP, e.t,        e.sig, e.root, e.gen};
 
-    if (delete_event(d, &op->id, op->digest, &e) < 0)
+    if (delete_event(d, &op->id, op->digest, op->gen, &e) < 0)
         return FERRY_ESYS;
     dir_holders_key(key, &op->id);
-    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 9);
+    return evalsha(d, SCRIPT_DELETE, on_deleted, op->r, 2, args, 10);
 }
 
-void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN])
+void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN],
+                      const char *gen)
 {
     struct pubop op = {.id = r->id, .kind = OP_DELETE, .r = r};
 
     memcpy(op.digest, root, DIGEST_LEN);
+    snprintf(op.gen, sizeof(op.gen), "%s", dir_gen_valid(gen) ? gen : "");
 
     request_queue(d, r, &op);
 }

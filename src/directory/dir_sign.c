@@ -64,11 +64,21 @@ int dir_record_sign(const struct directory *d, const char *hex_id, const char *s
     return sign(d, texts, 4, hex);
 }
 
+int dir_beat_sign(const struct directory *d, const char *node_id, const char *inc, const char *beat,
+                  char hex[DIR_SIG_HEX])
+{
+    const char *texts[] = {"ferry beat 1", node_id, inc, beat};
+
+    return sign(d, texts, 4, hex);
+}
+
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX])
 {
-    const char *texts[] = {"ferry event 2", e->type, e->id, e->node, e->inc, e->t, e->root};
+    const char *texts[] = {"ferry event 3", e->type, e->id, e->node, e->inc, e->t, e->root, e->gen};
 
-    return sign(d, texts, 7, hex);
+    if (!e->gen[0]) /* no put named: as nodes before puts signed it */
+        texts[0] = "ferry event 2";
+    return sign(d, texts, e->gen[0] ? 8 : 7, hex);
 }
 
 int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig)

@@ -58,6 +58,9 @@ void directory_close(struct directory *d)
     free(d->queue);
     idmap_free(&d->owed);
     dir_cache_clear(&d->holders);
+    dir_cache_clear(&d->conflicts);
+    idmap_free(&d->gens); /* its values are not pointers */
+    dir_cache_clear(&d->fetched);
     dir_cache_clear(&d->nodes);
     dir_cache_clear(&d->emitters);
     OPENSSL_cleanse(d->secret, sizeof(d->secret));
@@ -96,7 +99,8 @@ void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
     struct pubop op = {.id = *id, .kind = OP_PUBLISH, .size = size};
 
     memcpy(op.digest, digest, DIGEST_LEN);
-
+    if (dir_conflict_kept(d, id, digest))
+        return;                   /* refused once: it stays unlisted for this run */
     (void)dir_queue_push(d, &op); /* while down: the republish after the next registration */
 }
 
@@ -104,8 +108,29 @@ void directory_withdraw(struct directory *d, const ferry_id *id)
 {
     struct pubop op = {.id = *id, .kind = OP_WITHDRAW};
 
+    /* The refused copy, if it was one, is gone; the put it was of is forgotten at the reply (a
+     * cluster-wide delete, queued next, names it). */
+    free(idmap_remove(&d->conflicts, id));
     if (dir_queue_push(d, &op) == FERRY_EDIRECTORY)
         dir_owe(d, id, OWED_WITHDRAW, "withdraw");
+}
+
+void directory_fetched(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                       const char *gen)
+{
+    struct fetched_put *f;
+
+    if (!dir_gen_valid(gen))
+        return;
+    if (d->fetched.count >= HOLDER_CACHE_MAX)
+        dir_cache_clear(&d->fetched);
+    if (!(f = malloc(sizeof(*f))))
+        return;
+    memcpy(f->digest, digest, DIGEST_LEN);
+    snprintf(f->gen, sizeof(f->gen), "%s", gen);
+    free(idmap_remove(&d->fetched, id));
+    if (idmap_put(&d->fetched, id, f) < 0)
+        free(f);
 }
 
 int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directory_answer_fn *cb,
@@ -171,7 +196,7 @@ int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
 }
 
 int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
-                     directory_answer_fn *cb, void *arg)
+                     const char *gen, directory_answer_fn *cb, void *arg)
 {
     struct request *r = dir_request_new(REQ_DELETE, cb, arg);
 
@@ -179,7 +204,7 @@ int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root
         return err_set(FERRY_ENOMEM, "directory delete");
     r->id = *id;
     free(idmap_remove(&d->holders, id));
-    dir_delete_start(d, r, root);
+    dir_delete_start(d, r, root, gen ? gen : "");
     return 0;
 }
 

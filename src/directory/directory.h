@@ -8,14 +8,14 @@
  *                         sig}, with a TTL the node refreshes by heartbeat: a node that dies
  *                         disappears when the TTL runs out (a few seconds); one that leaves
  *                         cleanly deletes it
- *   ferry:obj:<40 hex>    hash {size, digest, sig, h:<node-id> = incarnation} - the content of
+ *   ferry:obj:<40 hex>    hash {size, digest, sig, gen, h:<node-id> = incarnation} - the content of
  *                         the id's first seal (size in decimal, digest: the 64-hex SHA-256
  *                         root of common/digest.h) and its holders; gone with its last holder
  *   ferry:held:<node-id>  set of the ids (hex) the node published: what a restart or a clean
  *                         leave removes, in O(objects of that node)
  *   ferry:events          stream of cluster-wide deletes {type del, id, node, inc, t, root,
- *                         sig}, capped; t is the deleting node's clock (ms since the epoch),
- *                         rising with each event of its run; root the 64-hex digest of the
+ *                         gen (the put deleted, when known), sig}, capped; t is the deleting node's
+ * clock (ms since the epoch), rising with each event of its run; root the 64-hex digest of the
  *                         content deleted (all zeros: none recorded): a node drops only a copy
  *                         of that content (the deleted hook compares). A stream whose last
  *                         entry is below a node's read cursor (deleted, made anew) is read again
@@ -24,7 +24,8 @@
  * Trust. With a cluster secret (directory_config.secret), sig is HMAC-SHA256 under it, in hex,
  * over the entry's fields (each after its length, behind a label naming the kind): a node
  * entry's id, inc, addr and transports; an object record's id, size and digest (the texts as
- * stored); an event's type, id, node, inc, t and root. A node with a secret believes only what
+ * stored); an event's type, id, node, inc, t, root and gen (when it has one; "ferry event 3",
+ * else "ferry event 2"). A node with a secret believes only what
  * carries a valid one, so that whoever can write to Redis but does not know the secret cannot
  * invent nodes or move one (unsigned_entries), record a size or digest for an id
  * (unsigned_records: lookups then give no holder, each left out with why, and no content), or
@@ -47,6 +48,15 @@
  * connection removes what its earlier incarnations left, before it registers; first, an entry
  * under its id that another incarnation keeps refreshing means a live node uses the id, and
  * this one refuses it (hooks.id_taken) rather than take it over (dir_owner.c).
+ *
+ * Puts: a record's gen names the put it records, "<incarnation>-<n>" of the node whose
+ * publication made the record (n counts that run's publications), or the put a fetched copy was
+ * fetched by (directory_fetched); a publication of the same content joins the put (it is
+ * answered with gen, which the node keeps for its copy), and the
+ * record goes with its last holder or a cluster-wide delete, so that the next publication of
+ * the id, even of the same bytes, starts another put. A delete event names the put it deletes
+ * (gen), and a node whose copy is of another put keeps it (deletes_of_earlier_puts): a genuine
+ * event withheld and put back later cannot delete a later put of the same content.
  *
  * One content per id: a publication carries the object's size and digest. The first one
  * records them; one with other content while a live holder has the recorded content is refused
@@ -81,6 +91,8 @@
 #define DIRECTORY_XPORT_ADDR_MAX 639
 #define DIRECTORY_WHY_MAX 95 /* a gone holder's reason */
 #define DIRECTORY_SECRET_MAX 1024
+/* A put's generation as text, "<incarnation>-<n>" (see "Puts" above), at most this long. */
+#define DIRECTORY_GEN_MAX 47
 
 struct directory;
 
@@ -158,16 +170,20 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
-    uint64_t id_conflicts;     /* publications refused: the id has other content elsewhere */
-    uint64_t deletes_heard;    /* cluster-wide deletes read from the events stream */
-    uint64_t cleaned;          /* entries of earlier incarnations removed at start or leave */
-    uint64_t unsigned_entries; /* node entries ignored: not signed with our secret */
-    uint64_t unsigned_records; /* object records not believed: not signed with our secret */
-    uint64_t records_repaired; /* such records this node's publications replaced */
-    uint64_t unsigned_events;  /* delete events ignored: not signed with our secret */
-    uint64_t stale_events;     /* signed delete events refused: taken before, or older */
-    uint64_t bad_keys;         /* keys of the wrong type met (replaced when ours) */
-    uint64_t errors;           /* failed commands and lost connections */
+    uint64_t id_conflicts;       /* publications refused: the id has other content elsewhere */
+    uint64_t deletes_heard;      /* cluster-wide deletes read from the events stream */
+    uint64_t cleaned;            /* entries of earlier incarnations removed at start or leave */
+    uint64_t unsigned_entries;   /* node entries ignored: not signed with our secret */
+    uint64_t unsigned_records;   /* object records not believed: not signed with our secret */
+    uint64_t records_repaired;   /* such records this node's publications replaced */
+    uint64_t unsigned_events;    /* delete events ignored: not signed with our secret */
+    uint64_t stale_events;       /* signed delete events refused: taken before, or older */
+    uint64_t bad_keys;           /* keys of the wrong type met (replaced when ours) */
+    uint64_t conflicts_unlisted; /* publications not sent: that copy was refused as a conflict */
+    uint64_t deletes_of_earlier_puts; /* deletes heard of another put than the copy here's */
+    uint64_t replayed_entries; /* entries under our id without a heartbeat signed since start */
+    uint64_t partial_holders_skipped; /* partial holder fields past a lookup's bound */
+    uint64_t errors;                  /* failed commands and lost connections */
 };
 
 /* What a request gives its callback; valid only during the call. */
@@ -188,6 +204,8 @@ struct directory_answer {
     const char *other;
     int cached;     /* lookups: answered from this node's cache (holders since may be missing) */
     uint64_t count; /* deletes: the holders the id was removed from; relays: the seq */
+    /* Lookups: the generation of the put the record is ("": none named). */
+    char gen[DIRECTORY_GEN_MAX + 1];
 };
 
 typedef void directory_answer_fn(void *arg, const struct directory_answer *a);
@@ -221,6 +239,11 @@ uint64_t directory_incarnation(const struct directory *d);
 void directory_publish(struct directory *d, const ferry_id *id, uint64_t size,
                        const uint8_t digest[DIGEST_LEN]);
 void directory_withdraw(struct directory *d, const ferry_id *id);
+/* A copy of id with this content, fetched by a lookup whose record was put gen, is being
+ * sealed: its publication is of that put, even when the record is gone by then (a delete
+ * under way, whose event then drops it), rather than starting another. */
+void directory_fetched(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                       const char *gen);
 
 /* Every callback runs later, never from within the call that asked; each returns 0 or
  * FERRY_ENOMEM. Without a connection to Redis the answer is FERRY_EDIRECTORY. */
@@ -246,9 +269,11 @@ int directory_nodes(struct directory *d, directory_answer_fn *cb, void *arg);
 int directory_claim(struct directory *d, const ferry_id *id, uint64_t size,
                     const uint8_t digest[DIGEST_LEN], directory_answer_fn *cb, void *arg);
 /* Deletes id cluster-wide: its entry goes, and every node hears of it (the deleted hook), with
- * root, the content deleted (a node drops only a copy of that content; all zeros: none). */
+ * root, the content deleted (a node drops only a copy of that content; all zeros: none), unless
+ * its copy is of another put than gen (a lookup's a.gen: the put the record is; NULL or "": any
+ * put of that content). */
 int directory_delete(struct directory *d, const ferry_id *id, const uint8_t root[DIGEST_LEN],
-                     directory_answer_fn *cb, void *arg);
+                     const char *gen, directory_answer_fn *cb, void *arg);
 /* Leaves the cluster: the node entry goes at once (the node leaves every listing), then its
  * holdings, as far as they go before the deadline (ms from now); the rest goes at the next
  * start. cb(arg) when done or given up (at once without a connection). The directory stays

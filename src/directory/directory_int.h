@@ -107,6 +107,10 @@
 /* Withdrawals made while the directory is down are kept for the next connection, up to this
  * many (past it, a stale holder field stays until this node's next start). */
 #define OWED_MAX 65536
+/* Copies refused as conflicts kept from being published again, at most this many (past it, a
+ * further one is published again at the next republish, and refused again while the recorded
+ * content has a live holder). */
+#define CONFLICTS_MAX 65536
 #define LISTING_ROUNDS_MAX 100000
 #define NODE_PREFIX "ferry:node:"
 #define OBJ_PREFIX "ferry:obj:"
@@ -131,7 +135,7 @@
 #define MASTER_NAME_MAX 64
 #define USER_MAX 128
 /* Arguments of one command, at most: the registration's HSET is the longest. */
-#define ARGV_MAX (10 + 2 * DIRECTORY_XPORTS)
+#define ARGV_MAX (14 + 2 * DIRECTORY_XPORTS)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -151,6 +155,7 @@ struct dir_event {
     char type[8], id[HEX_ID_MAX];
     node_name node;
     char inc[U64_TEXT], t[U64_TEXT], root[DIGEST_HEX + 1], sig[DIR_SIG_HEX];
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
 };
 
 /* A publication or withdrawal waiting for the turn's flush. */
@@ -162,8 +167,9 @@ enum pubop_kind { OP_PUBLISH, OP_WITHDRAW, OP_CLAIM, OP_DELETE, OP_RELAY, OP_UNR
 struct pubop {
     ferry_id id;
     int kind;
-    uint64_t size;              /* publish, claim, relay */
-    uint8_t digest[DIGEST_LEN]; /* publish, claim, relay; delete: the content deleted */
+    uint64_t size;                   /* publish, claim, relay */
+    uint8_t digest[DIGEST_LEN];      /* publish, claim, relay; delete: the content deleted */
+    char gen[DIRECTORY_GEN_MAX + 1]; /* delete: the put deleted ("": not named) */
     struct request *r; /* claim, delete, relay: answered when Redis answers, failed if dropped */
 };
 
@@ -172,6 +178,13 @@ struct heard {
     ferry_id id;
     uint8_t root[DIGEST_LEN]; /* the content deleted (all zeros: none named) */
     node_name node;
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
+};
+
+/* The put a fetched copy is of, for its publication (directory_fetched). */
+struct fetched_put {
+    uint8_t digest[DIGEST_LEN];
+    char gen[DIRECTORY_GEN_MAX + 1];
 };
 
 /* A holder as an object's entry names it. */
@@ -185,6 +198,7 @@ struct holder {
 struct cached_holders {
     uint64_t size;
     uint8_t digest[DIGEST_LEN];
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put the record was */
     size_t n;
     struct holder h[];
 };
@@ -261,6 +275,7 @@ struct directory {
      * after; this node never registers then (down_why says why). opened_ms: directory_open's
      * time. */
     uint64_t owner_inc, owner_ttl, owner_since_ms, opened_ms;
+    uint64_t owner_beat; /* the latest heartbeat time its entry carried (0: none yet) */
     struct loop_timer owner_timer;
     struct loop_watch probe; /* fd -1: no probe of its address under way */
     int owner_listening;
@@ -297,8 +312,15 @@ struct directory {
     struct request *pending;
     struct request *done, **done_tail;
     size_t done_len;
-    idmap holders; /* id -> struct cached_holders */
-    idmap nodes;   /* node_cache_key(node id) -> struct cached_node */
+    idmap conflicts;   /* id -> the digest (DIGEST_LEN bytes) of this node's copy that a
+                        * publication found in conflict: never published again (dir_conflict_*) */
+    idmap gens;        /* id -> the put of this node's copy (a hash of its gen, in the pointer), as
+                        * the record named it in answer to its publication (dir_gen_*) */
+    uint64_t gen_next; /* publications sent by this run: the n of the gens it proposes */
+    idmap fetched;     /* id -> struct fetched_put: the put a copy being sealed was fetched by,
+                        * which its publication proposes (directory_fetched) */
+    idmap holders;     /* id -> struct cached_holders */
+    idmap nodes;       /* node_cache_key(node id) -> struct cached_node */
     struct directory_counters counters;
 };
 
@@ -343,7 +365,11 @@ int dir_node_sign(const struct directory *d, const struct directory_node *n, cha
 /* An object record's: over the id (hex), size and digest, the texts as stored. */
 int dir_record_sign(const struct directory *d, const char *hex_id, const char *size,
                     const char *digest, char hex[DIR_SIG_HEX]);
-/* A delete event's: over type, id, node, inc, t and root. */
+/* A heartbeat's: over the node's id, its inc and the time of the beat (the texts as stored). */
+int dir_beat_sign(const struct directory *d, const char *node_id, const char *inc, const char *beat,
+                  char hex[DIR_SIG_HEX]);
+/* A delete event's: over type, id, node, inc, t, root and gen ("ferry event 3"); without a gen,
+ * over the others ("ferry event 2", as before puts had one). */
 int dir_event_sign(const struct directory *d, const struct dir_event *e, char hex[DIR_SIG_HEX]);
 /* 1 when sig is expect (a signature just made), compared in constant time. */
 int dir_sig_matches(const char expect[DIR_SIG_HEX], const char *sig);
@@ -357,6 +383,9 @@ int dir_configure(struct directory *d, const struct directory_config *cfg);
 void dir_cache_clear(idmap *m);
 void dir_node_cache_key(const char *node_id, ferry_id *key);
 const struct directory_node *dir_node_cached(const struct directory *d, const char *node_id);
+/* 1 when this node has read node_id's entry (live, and signed when there is a secret) since
+ * its node cache was last emptied, whether or not the entry is still trusted: for ordering. */
+int dir_node_seen(const struct directory *d, const char *node_id);
 void dir_node_remember(struct directory *d, const struct directory_node *node);
 void dir_holders_remember(struct directory *d, const struct request *r);
 void dir_holders_drop(struct cached_holders *h, const char *node_id);
@@ -389,6 +418,29 @@ void dir_entry_refused(struct directory *d, const char *id);
 void dir_lookup_start(struct directory *d, struct request *r);
 void dir_nodes_start(struct directory *d, struct request *r);
 
+/* dir_queue.c: copies refused as conflicts. Remembers this node's copy of id (its digest) as
+ * refused: publications of it are not sent again while it stays (a writer of Redis who deletes
+ * the record and this node's entry must not have it recorded at the republish that follows). */
+void dir_conflict_remember(struct directory *d, const ferry_id *id,
+                           const uint8_t digest[DIGEST_LEN]);
+/* 1 when the copy of id with this digest was refused (counted in conflicts_unlisted); a copy
+ * of other content is forgotten (0). */
+int dir_conflict_kept(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN]);
+
+/* dir_queue.c: the puts of this node's copies. Keeps gen (a well-formed gen text; else
+ * nothing) as the put of this node's copy of id. */
+void dir_gen_remember(struct directory *d, const ferry_id *id, const char *gen);
+/* 1 when this node's copy of id is of a known put other than gen. */
+int dir_gen_other(const struct directory *d, const ferry_id *id, const char *gen);
+/* This node's copy of id is gone (or of no known put). */
+void dir_gen_forget(struct directory *d, const ferry_id *id);
+/* The gen a publication of id with this digest proposes for a record it makes, into gen: the
+ * put the copy was fetched by (taken: once), else a new one of this run. */
+void dir_gen_propose(struct directory *d, const ferry_id *id, const uint8_t digest[DIGEST_LEN],
+                     char gen[DIRECTORY_GEN_MAX + 1]);
+/* 1 when text has the shape of a gen: "<digits>-<digits>", at most DIRECTORY_GEN_MAX long. */
+int dir_gen_valid(const char *text);
+
 /* dir_script.c: the scripts and their uses */
 enum dir_script {
     SCRIPT_PUBLISH,
@@ -412,7 +464,8 @@ void dir_fix_key(struct directory *d, const char *key, const char *type);
 int dir_send_pubop(struct directory *d, const struct pubop *op);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
-void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN]);
+void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN],
+                      const char *gen);
 void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);

@@ -82,7 +82,9 @@ struct pending_dir {
     uint16_t type;
     uint64_t tag;
     ferry_id id; /* WHERE, DELETE_CLUSTER */
-    int looking; /* DELETE_CLUSTER: the lookup of the content recorded for id is out */
+    int looking; /* DELETE_CLUSTER: the lookup of the put (and content) recorded for id is out */
+    int known;   /* DELETE_CLUSTER: root is the content of the copy here */
+    uint8_t root[DIGEST_LEN];
 };
 
 struct session {

@@ -180,10 +180,13 @@ static void dir_done(void *arg, const struct directory_answer *a)
     size_t start;
     int rc;
 
-    if (ss->dir.looking && a->status == 0) { /* the delete, of the content recorded */
+    if (ss->dir.looking && a->status == 0) { /* the delete, of the put recorded */
         ss->dir.looking = 0;
-        rc = directory_delete(srv->dir, &ss->dir.id, a->has_content ? a->digest : no_root, dir_done,
-                              ss);
+        rc = directory_delete(srv->dir, &ss->dir.id,
+                              ss->dir.known    ? ss->dir.root
+                              : a->has_content ? a->digest
+                                               : no_root,
+                              a->gen, dir_done, ss);
         if (rc == 0)
             return;
         ss->dir.active = 0;
@@ -214,24 +217,26 @@ static void dir_done(void *arg, const struct directory_answer *a)
 }
 
 /* Deletes id here and cluster-wide; answers once the directory has recorded it. The event names
- * the content deleted (other nodes drop only a copy of it): the copy here, if hashed, else the
- * content the directory records for id, looked up first. */
+ * the put deleted, the one the directory records for id, looked up first, and the content (other
+ * nodes drop only a copy of both): the copy here, if hashed, else the content recorded. */
 int session_handle_delete_cluster(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
     const struct object *o = store_find(&srv->store, &q->u.one.id);
     int known = o && o->state == FERRY_STATE_SEALED && o->hashed, rc;
-    uint8_t root[DIGEST_LEN];
 
     if (!srv->dir)
         return session_reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no cluster to delete from"));
+    ss->dir = (struct pending_dir){.active = 1,
+                                   .type = q->type,
+                                   .tag = q->tag,
+                                   .id = q->u.one.id,
+                                   .looking = 1,
+                                   .known = known};
     if (known)
-        memcpy(root, o->root, DIGEST_LEN);
+        memcpy(ss->dir.root, o->root, DIGEST_LEN);
     server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
-    ss->dir = (struct pending_dir){
-        .active = 1, .type = q->type, .tag = q->tag, .id = q->u.one.id, .looking = !known};
-    rc = known ? directory_delete(srv->dir, &q->u.one.id, root, dir_done, ss)
-               : directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
+    rc = directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
     if (rc < 0) {
         ss->dir.active = 0;
         return session_reply_status(ss, q, rc);

@@ -149,6 +149,10 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->unsigned_events = dc->unsigned_events;
         out->stale_events = dc->stale_events;
         out->directory_bad_keys = dc->bad_keys;
+        out->conflicts_unlisted = dc->conflicts_unlisted;
+        out->deletes_of_earlier_puts = dc->deletes_of_earlier_puts;
+        out->replayed_entries = dc->replayed_entries;
+        out->partial_holders_skipped = dc->partial_holders_skipped;
     }
 }
 

@@ -214,12 +214,13 @@ struct want {
     struct waiter *waiters;
     struct tried tried[MAX_TRIED];
     int ntried;
-    char gone[160];           /* the holders the last lookup left out, and why */
-    int has_content;          /* the directory recorded the id's content: */
-    uint64_t size;            /* only bytes of this size */
-    uint8_t hash[DIGEST_LEN]; /* and digest are taken */
-    int deleted;              /* deleted cluster-wide: what arrives is dropped */
-    int dir_down;             /* the last lookup found the directory unreachable */
+    char gone[160];                  /* the holders the last lookup left out, and why */
+    int has_content;                 /* the directory recorded the id's content: */
+    uint64_t size;                   /* only bytes of this size */
+    uint8_t hash[DIGEST_LEN];        /* and digest are taken */
+    char gen[DIRECTORY_GEN_MAX + 1]; /* the put the record named ("": none): the copy's */
+    int deleted;                     /* deleted cluster-wide: what arrives is dropped */
+    int dir_down;                    /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
     struct loop_timer orphan; /* armed while nobody waits: ends it after ORPHAN_GRACE_MS */

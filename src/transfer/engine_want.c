@@ -260,6 +260,8 @@ void eng_want_seal(struct want *w)
      * copy whose holder's tree matched the record (or whose bytes were checked) keeps that
      * tree; otherwise it is hashed here, rather than trusting a digest nobody compared. */
     w->busy = 1;
+    if (e->dir && w->gen[0]) /* its publication names the put it was fetched by */
+        directory_fetched(e->dir, &w->id, w->hash, w->gen);
     if (eng_inherits(e, w)) {
         store_seal_digest(e->store, o, w->digest, w->leaves);
         w->leaves = NULL; /* the object's now */
@@ -339,6 +341,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
         w->has_content = 1;
         w->size = a->size;
         memcpy(w->hash, a->digest, DIGEST_LEN);
+        snprintf(w->gen, sizeof(w->gen), "%s", a->gen);
     }
     if (w->has_content && w->size > store_capacity(w->e->store)) { /* nothing is asked */
         eng_want_finish(w, err_set(FERRY_ETOOBIG,
