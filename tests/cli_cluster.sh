@@ -242,7 +242,10 @@ test_a_crashed_nodes_id_is_taken_back() {
     start_node a1 --node-id node-a --listen "127.0.0.1:${PORT[a]}" \
         --directory "redis://127.0.0.1:$REDIS_PORT" || return 1
     eventually "restarted on its port, node-a is listed again" nodes_json_ok b
-    ok "it knew its own address" grep -q "names this node's own address" "$DIR/a1.log"
+    # Unless the dead run's entry expired before it started (a loaded machine: the TTL is 3 s),
+    # in which case there was nothing to know.
+    ok "it knew its own address" bash -c "grep -q \"names this node's own address\" '$DIR/a1.log' ||
+        ! grep -q 'node id node-a has an entry' '$DIR/a1.log'"
     kill -9 "${PIDS[-1]}"
     wait "${PIDS[-1]}" 2>/dev/null
     for ((n = 0; n < 50; n++)); do
