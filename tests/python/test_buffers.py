@@ -248,3 +248,4 @@ def test_sealing_an_empty_object_leaves_other_creates_writable(daemon):
         finally:
             os._exit(code)
     assert wait_child(pid) == 0
+
