@@ -146,7 +146,9 @@ test_stat_for_people() {
         if not l.startswith(' ')][1:] == ['store', 'clients', 'metrics', 'cluster', 'transports',
                                           'peers']"
     ok "stat: b among the peers" grep -q '^  node-b ' "$OUT"
-    ok "stat: the bytes fetched, in MiB" grep -q "objects in (24.0 MiB)" "$OUT"
+    # The scrapes' objects and stat-obj, of OBJECT_BYTES each.
+    ok "stat: the bytes fetched, in MiB" \
+        grep -q "objects in ($(((OBJECTS + 1) * OBJECT_BYTES >> 20)).0 MiB)" "$OUT"
 }
 
 # --verbose --log-format json: every record one JSON object; a record per request and per

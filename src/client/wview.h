@@ -2,12 +2,11 @@
  * wview.h - the writable view of the arena: how a client writes only what it may.
  *
  * Sealed objects are immutable for every process, and the MMU, not a contract, keeps them so.
- * A client maps the arena twice: the view every get returns is read-only (a write through a
- * get's pointer, a const cast, a tensor over a sealed object, faults); this second view is
- * read-only too, except the pages of what the client may write: its staging area and the
- * objects it created and has not sealed yet. ferry_create's pointer lies in this view, and
- * its pages turn read-only again at the seal (or the abort), so a pointer kept past the seal
- * can read but no longer write.
+ * The view every get returns is read-only (a write through a get's pointer, a const cast, a
+ * tensor over a sealed object, faults); this view is read-only too, except the pages of the
+ * objects this client created with ferry_create and has not sealed yet. ferry_create's pointer
+ * lies here, and its pages turn read-only before the seal is asked (or at the abort), so a
+ * pointer kept past the seal can read but no longer write.
  *
  * Protection is by page (the arena's page size: 2 MiB on huge pages), objects are aligned to
  * 64 bytes: an open object's first and last page may hold a neighbour's bytes, writable here
@@ -40,7 +39,7 @@ struct wview {
     uint64_t size;
     uint64_t page;         /* protection's unit: the arena's page size */
     struct wrange *open;   /* the ranges writable now, in no order */
-    size_t nopen, capopen; /* at most one per unsealed object of ours, plus the staging area */
+    size_t nopen, capopen; /* at most one per unsealed object of ours */
 };
 
 /* Maps the arena of fd (size bytes) a second time, read-only; page is the mapping's page size.
