@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,38 @@ H_CLUSTER_TEST(fetch_fails_cleanly_when_its_only_sender_dies)
     assert_true(h_stats(c[B]).transfer_failures > failures);
     for (int i = 0; i < 2; i++)
         ferry_disconnect(c[i]);
+}
+
+/* The only holder freezes (SIGSTOP) before the fetch: the connection is never made, which
+ * counts as "unreached" and is forgiven at the retry, and then the holder's entry expires. The
+ * fetch fails with the reasons as soon as the holder it asked is gone, not at its timeout (a
+ * sole holder killed before it answered made a fetch of 0.11's suite wait 30 s). */
+H_CLUSTER_TEST(a_fetch_from_a_sole_holder_gone_before_it_answered_fails_with_why)
+{
+    enum { TIMEOUT = 30000 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *c[2] = {h_node_connect(cl, A), h_node_connect(cl, B)};
+    ferry_id id = h_id("frozen-holder");
+    int status = 1;
+    H_OK(h_put_direct(c[B], &id, MIB, 0));
+    h_assert_where(c[A], cl, &id, BIT(B), H_CLUSTER_MS);
+    ferry_disconnect(c[B]);
+    assert_int_equal(kill(cl->node[B].d.pid, SIGSTOP), 0);
+    int64_t t0 = h_now_ms();
+    int rc = ferry_fetch(c[A], &id, 1, TIMEOUT, &status);
+    int64_t took = h_now_ms() - t0;
+    char why[512];
+    snprintf(why, sizeof(why), "%s", ferry_errmsg());
+    h_node_kill(cl, B);
+    printf("fetch from a frozen sole holder: %s in %lld ms: %s\n", ferry_strerror(rc),
+           (long long)took, why);
+    if (rc != FERRY_ETRANSFER)
+        fail_msg("fetch from a frozen sole holder ended with %d (%s) after %lld ms, expected a "
+                 "transfer error before its %d ms timeout",
+                 rc, ferry_strerror(rc), (long long)took, TIMEOUT);
+    assert_non_null(strstr(why, cl->node[B].id));
+    assert_false(h_contains(c[A], &id));
+    ferry_disconnect(c[A]);
 }
 
 /* ---- the cluster secret ---- */
@@ -553,6 +586,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(fetch_survives_the_death_of_its_sender),
         T(fetch_fails_cleanly_when_its_only_sender_dies),
+        T(a_fetch_from_a_sole_holder_gone_before_it_answered_fails_with_why),
         T(peers_must_share_the_cluster_secret),
         T(nodes_planted_in_the_directory_are_ignored),
         T(unauthenticated_connections_get_nothing),

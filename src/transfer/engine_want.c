@@ -314,6 +314,17 @@ static int failed_for_real(const struct want *w)
     return 0;
 }
 
+/* 1 when the holder w asked last is one the lookup left out as dead or of an ended run: a sole
+ * holder killed before its connection was made fails as "unreached", which is forgotten at the
+ * retry, and would otherwise have the fetch wait for its timeout. */
+static int asked_holder_gone(const struct want *w, const struct directory_answer *a)
+{
+    for (size_t i = 0; i < a->ngone && w->holder[0]; i++)
+        if (strcmp(a->gone[i].id, w->holder) == 0)
+            return 1;
+    return 0;
+}
+
 static void on_holders(void *arg, const struct directory_answer *a)
 {
     struct want *w = arg;
@@ -354,7 +365,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
     if (!(pick = choose(w->e, w, a->nodes, a->n))) {
         /* Every live holder was tried, or the ones tried died since (a sole holder killed
          * mid-transfer): a transfer error with the reasons, not a wait for the timeout. */
-        if (failed_for_real(w))
+        if (failed_for_real(w) || asked_holder_gone(w, a))
             eng_want_fail_all(w);
         else
             eng_want_retry(w); /* sealed nowhere live (any more): a holder may still come */
