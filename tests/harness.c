@@ -414,6 +414,12 @@ ferry_stats h_stats(ferry_client *c)
     return s;
 }
 
+uint64_t h_open_create_bytes(uint64_t total)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return (total + page - 1) / page * page;
+}
+
 uint64_t h_object_bytes(ferry_client *c)
 {
     ferry_stats s = h_stats(c);

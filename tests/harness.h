@@ -137,6 +137,9 @@ ferry_stats h_stats(ferry_client *c);
 uint64_t h_stat(ferry_client *c, const char *name);
 /* Bytes of the arena held by objects: used_bytes - staging_bytes. */
 uint64_t h_object_bytes(ferry_client *c);
+/* The arena bytes an open ferry_create of total bytes holds until its seal: whole pages of its
+ * own (store_create_paged). */
+uint64_t h_open_create_bytes(uint64_t total);
 /* The list() entry of id: 1 and *out when present, 0 when not. */
 int h_list_find(ferry_client *c, const ferry_id *id, ferry_object_info *out);
 /* Makes sure the daemon has processed everything c sent before (ferry_release gets no

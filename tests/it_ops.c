@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +118,7 @@ H_TEST(abort_frees_the_object_and_its_id)
     uint64_t before = h_object_bytes(a);
     uint8_t *data;
     H_OK(ferry_create(a, &id, 4096, NULL, 0, &data));
-    assert_int_equal(h_object_bytes(a), before + 4096);
+    assert_int_equal(h_object_bytes(a), before + h_open_create_bytes(4096));
     H_OK(ferry_abort(a, &id));
     assert_int_equal(h_object_bytes(a), before);
     ferry_object_info info;
@@ -200,26 +201,76 @@ H_TEST(empty_data_and_empty_objects_round_trip)
     ferry_disconnect(b);
 }
 
-/* used_bytes counts one allocation per object, data and metadata together, rounded to 64. */
+/* used_bytes counts one allocation per sealed object, data and metadata together, rounded to
+ * 64. An open create holds pages of its own (the creator writes through them) and gives the
+ * rest of its last page back at its seal. */
 H_TEST(used_bytes_rounds_each_object_to_64)
 {
     static const struct {
         uint64_t data, meta;
     } sizes[] = {{1, 0}, {64, 0}, {65, 0}, {60, 4}, {60, 5}, {0, 0}, {0, 1}, {1000, 1000}};
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     ferry_client *a = h_connect(d);
     uint64_t base = h_object_bytes(a), expect = base;
     uint8_t meta[1000] = {0}, *data;
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         ferry_id id = h_idf("size-%zu", i);
+        uint64_t total = sizes[i].data + sizes[i].meta;
         H_OK(ferry_create(a, &id, sizes[i].data, meta, sizes[i].meta, &data));
-        expect += round64(sizes[i].data + sizes[i].meta);
+        assert_int_equal((uintptr_t)data % page, 0);
+        assert_int_equal(h_object_bytes(a) - expect, h_open_create_bytes(total));
+        H_OK(ferry_seal(a, &id));
+        expect += round64(total);
         assert_int_equal(h_object_bytes(a), expect);
     }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         ferry_id id = h_idf("size-%zu", i);
-        H_OK(ferry_abort(a, &id));
+        H_OK(ferry_release(a, &id));
+        H_OK(ferry_delete(a, &id));
     }
     assert_int_equal(h_object_bytes(a), base);
+    ferry_disconnect(a);
+}
+
+/* The pages a creator writes through hold no other object: the byte before its object faults
+ * (the page before is not writable), the rest of its last page is its padding, and every other
+ * object keeps its bytes. Creates shared pages with sealed objects, which the creator's pointer
+ * could then rewrite (64-byte placement). */
+H_TEST(a_creators_pages_hold_no_other_object)
+{
+    enum { N = 8, SIZE = 100 };
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    ferry_client *a = h_connect(d);
+    ferry_id ids[N], open = h_id("open-create");
+    uint8_t *p;
+    int st;
+    for (int i = 0; i < N; i++) { /* small sealed neighbours, put by copy */
+        ids[i] = h_idf("neighbour-%d", i);
+        uint8_t *bytes = h_pattern(SIZE, h_seed(&ids[i]));
+        H_OK(ferry_put(a, &ids[i], bytes, SIZE, NULL, 0));
+        free(bytes);
+    }
+    H_OK(ferry_create(a, &open, SIZE, NULL, 0, &p));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        uint8_t *end = (uint8_t *)(((uintptr_t)p + SIZE + page - 1) / page * page);
+        memset(p, 0x5a, (size_t)(end - p)); /* its object, then its padding */
+        p[-1] ^= 0xff;                      /* must fault */
+        _exit(0);
+    }
+    assert_true(h_wait_exit(pid, 10000, &st));
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    for (int i = 0; i < N; i++)
+        h_assert_object(a, &ids[i], SIZE, 0);
+    H_OK(ferry_seal(a, &open));
+    ferry_buffer b;
+    H_OK(ferry_get(a, &open, 1, 0, &b));
+    for (int i = 0; i < SIZE; i++)
+        assert_int_equal(b.data[i], 0x5a);
+    H_OK(ferry_release(a, &open));
+    H_OK(ferry_release(a, &open));
     ferry_disconnect(a);
 }
 
@@ -790,6 +841,7 @@ int main(void)
         T(create_larger_than_the_arena_is_etoobig),
         T(empty_data_and_empty_objects_round_trip),
         T(used_bytes_rounds_each_object_to_64),
+        T(a_creators_pages_hold_no_other_object),
         T(get_same_id_twice_holds_two_references),
         T(release_without_a_reference_is_enoent),
         T(hash_is_equal_for_equal_content_and_differs_otherwise),

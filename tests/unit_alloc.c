@@ -163,19 +163,29 @@ static void model_free(struct model *m, size_t i)
     assert_int_equal(alloc_used(m->a), m->used);
 }
 
-/* Allocates size bytes; on ENOSPACE checks that no free block was large enough. */
-static int model_alloc(struct model *m, uint64_t size)
+/* Trims the live block at index i to [from, from + size) of it. */
+static void model_trim(struct model *m, size_t i, uint64_t from, uint64_t size)
 {
-    alloc_block *b;
-    int err = alloc_alloc(m->a, size, &b);
+    alloc_block *b = m->live[i];
+    uint64_t off = alloc_block_offset(b), was = alloc_block_size(b);
 
-    if (err == FERRY_ENOSPACE) {
-        assert_true(alloc_largest_free(m->a) < round_up(size));
-        return err;
-    }
-    assert_int_equal(err, 0);
-    model_add(m, b, size);
-    return 0;
+    assert_int_equal(alloc_trim(m->a, b, from, size), 0);
+    assert_int_equal(alloc_block_offset(b), off + from);
+    assert_int_equal(alloc_block_size(b), round_up(size));
+    assert_int_equal(mark(m->bits, off / UNIT, from / UNIT, 0), from / UNIT);
+    uint64_t tail = off + from + round_up(size);
+    assert_int_equal(mark(m->bits, tail / UNIT, (off + was - tail) / UNIT, 0),
+                     (off + was - tail) / UNIT);
+    m->used -= was - round_up(size);
+    assert_int_equal(alloc_used(m->a), m->used);
+}
+
+/* Trims a random live block to a random part of it (a page-aligned create's seal). */
+static void model_trim_any(struct model *m)
+{
+    size_t i = (size_t)(rng_next() % m->nlive);
+    uint64_t units = alloc_block_size(m->live[i]) / UNIT, from = rng_range(0, units - 1);
+    model_trim(m, i, from * UNIT, rng_range(1, (units - from) * UNIT));
 }
 
 /* The first unit at or after u whose bit is set (want 1) or clear (want 0), or m->units. */
@@ -189,6 +199,46 @@ static uint64_t next_with(const struct model *m, uint64_t u, int want)
         u = (u / 64 + 1) * 64;
     }
     return m->units;
+}
+
+/* Whether a free run of the model holds size bytes from a multiple of align on. */
+static int model_fits(const struct model *m, uint64_t size, uint64_t align)
+{
+    uint64_t u = round_up(size) / UNIT, au = align / UNIT;
+
+    for (uint64_t at = next_with(m, 0, 0); at < m->units;) {
+        uint64_t end = next_with(m, at, 1), start = (at + au - 1) / au * au;
+        if (start + u <= end)
+            return 1;
+        at = next_with(m, end, 0);
+    }
+    return 0;
+}
+
+/* Allocates size bytes at a multiple of align; on ENOSPACE checks that no free run fitted. */
+static int model_alloc_aligned(struct model *m, uint64_t size, uint64_t align)
+{
+    alloc_block *b;
+    int err = alloc_alloc_aligned(m->a, size, align, &b);
+
+    if (err == FERRY_ENOSPACE) {
+        assert_false(model_fits(m, size, align));
+        return err;
+    }
+    assert_int_equal(err, 0);
+    assert_int_equal(alloc_block_offset(b) % align, 0);
+    model_add(m, b, size);
+    return 0;
+}
+
+/* Allocates size bytes; on ENOSPACE checks that no free block was large enough. */
+static int model_alloc(struct model *m, uint64_t size)
+{
+    int err = model_alloc_aligned(m, size, UNIT);
+
+    if (err == FERRY_ENOSPACE)
+        assert_true(alloc_largest_free(m->a) < round_up(size));
+    return err;
 }
 
 /* The model's free runs are the allocator's free blocks, one for one. */
@@ -245,8 +295,13 @@ static void test_random_churn(void **state)
     model_init(&m, capacity);
     for (long i = 0; i < ops; i++) {
         unsigned alloc_pct = (i / 10000) % 2 ? 65 : 35;
-        if (m.nlive == 0 || rng_next() % 100 < alloc_pct)
-            enospace += model_alloc(&m, churn_size(capacity)) == FERRY_ENOSPACE;
+        unsigned pick = (unsigned)(rng_next() % 100);
+        if (m.nlive == 0 || pick < alloc_pct)
+            enospace +=
+                model_alloc_aligned(&m, churn_size(capacity),
+                                    pick % 4 ? UNIT : UNIT << rng_range(1, 15)) == FERRY_ENOSPACE;
+        else if (pick >= 95)
+            model_trim_any(&m);
         else
             model_free(&m, (size_t)(rng_next() % m.nlive));
         if (i % 8 == 0)
@@ -294,6 +349,47 @@ static void expect_alloc_at(struct model *m, uint64_t size, uint64_t off)
 {
     assert_int_equal(model_alloc(m, size), 0);
     assert_int_equal(alloc_block_offset(m->live[m->nlive - 1]), off);
+}
+
+/* An aligned request takes a free run that holds it from an aligned unit on, found by the
+ * scan of its classes when no larger block is free: the page at 4 KiB, not the longer-looking
+ * run below it that holds no page boundary with room after it. */
+static void test_aligned_fit_is_found_inside_a_run(void **state)
+{
+    struct model m;
+    model_init(&m, 5 * 4 * KIB);
+    assert_int_equal(model_alloc(&m, UNIT), 0);               /* [0, 64) */
+    assert_int_equal(model_alloc(&m, 4 * KIB - 2 * UNIT), 0); /* [64, 4K - 64) */
+    assert_int_equal(model_alloc(&m, UNIT), 0);               /* [4K - 64, 4K) */
+    assert_int_equal(model_alloc(&m, 4 * KIB), 0);            /* [4K, 8K) */
+    assert_int_equal(model_alloc(&m, 12 * KIB), 0);           /* the rest */
+    free_at(&m, UNIT);
+    free_at(&m, 4 * KIB);
+    assert_int_equal(model_alloc_aligned(&m, 8 * KIB, 4 * KIB), FERRY_ENOSPACE);
+    assert_int_equal(model_alloc_aligned(&m, 100, 4 * KIB), 0);
+    assert_int_equal(alloc_block_offset(m.live[m.nlive - 1]), 4 * KIB);
+    assert_int_equal(model_alloc_aligned(&m, 4 * KIB, 4 * KIB), FERRY_ENOSPACE);
+    expect_free(&m, 2, 4 * KIB - 2 * UNIT); /* [64, 4K - 64) and [4K + 128, 8K) */
+    model_free_all(&m);
+    model_destroy(&m);
+}
+
+/* A trim returns its head and its tail to the free space, each merged with its free neighbour:
+ * [A][B][free] with B trimmed to its middle unit leaves [A][free][B'][free]. */
+static void test_trim_frees_head_and_tail(void **state)
+{
+    struct model m;
+    model_init(&m, 16 * UNIT);
+    assert_int_equal(model_alloc(&m, 4 * UNIT), 0);
+    assert_int_equal(model_alloc(&m, 8 * UNIT), 0);
+    expect_free(&m, 1, 4 * UNIT);
+    model_trim(&m, 1, 3 * UNIT, UNIT - 10);
+    assert_int_equal(alloc_block_offset(m.live[1]), 7 * UNIT);
+    expect_free(&m, 2, 8 * UNIT);
+    model_trim(&m, 1, 0, UNIT); /* the whole block: nothing moves */
+    expect_free(&m, 2, 8 * UNIT);
+    model_free_all(&m);
+    model_destroy(&m);
 }
 
 static void test_coalesce_left(void **state)
@@ -465,6 +561,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_trim_frees_head_and_tail),
+        cmocka_unit_test(test_aligned_fit_is_found_inside_a_run),
         cmocka_unit_test(test_coalesce_left),
         cmocka_unit_test(test_coalesce_right),
         cmocka_unit_test(test_coalesce_both),

@@ -49,6 +49,8 @@ int client_create(struct ferry_client *c, const ferry_id *id, uint64_t data_size
     pbuf_id(&c->out, id);
     pbuf_u64(&c->out, data_size);
     pbuf_u64(&c->out, metadata_size);
+    if (!private) /* written through the writable view: pages of its own (wview.h) */
+        pbuf_u8(&c->out, PROTO_CREATE_OWN_PAGES);
     if ((rc = client_call(c, PROTO_CREATE)) < 0)
         return rc;
     offset = prd_u64(&c->rd);

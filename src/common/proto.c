@@ -232,6 +232,9 @@ static int decode_body(struct preader *r, struct proto_request *q)
         prd_id(r, &q->u.create.id);
         q->u.create.data_size = prd_u64(r);
         q->u.create.metadata_size = prd_u64(r);
+        q->u.create.flags = r->left ? prd_u8(r) : 0;
+        if (q->u.create.flags & ~PROTO_CREATE_OWN_PAGES)
+            return err_set(FERRY_EPROTO, "create: flags 0x%x", q->u.create.flags);
         return 0;
     case PROTO_SEAL:
         return decode_id_flag(r, &q->u.seal.id, &q->u.seal.release, "seal: release");

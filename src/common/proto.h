@@ -25,12 +25,14 @@
 #define PROTO_MAGIC 0x31595246u /* "FRY1" */
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
  * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP; 8: HELLO's reply names the
- * shared index (common/fastidx.h) and the client's block of slots in it; 9: DELETE_UNUSED */
-#define PROTO_VERSION 9u
+ * shared index (common/fastidx.h) and the client's block of slots in it; 9: DELETE_UNUSED;
+ * 10: CREATE's flags (PROTO_CREATE_OWN_PAGES) */
+#define PROTO_VERSION 10u
 /* The first version whose HELLO reply names the shared index. */
 #define PROTO_VERSION_FAST 8u
 /* The oldest a daemon still serves: 7 and 9 only added KEEP and DELETE_UNUSED, which older
- * libraries never send, and 8's HELLO reply is longer only for clients that ask with 8. */
+ * libraries never send, 8's HELLO reply is longer only for clients that ask with 8, and 10's
+ * CREATE flags are optional. */
 #define PROTO_VERSION_MIN 6u
 #define PROTO_HEADER_SIZE 16u
 #define PROTO_MAX_REQUEST (4u << 20) /* largest request payload the daemon accepts */
@@ -40,12 +42,14 @@
 #define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
 #define PROTO_MAX_PEERS 1024u        /* peers in one PEERS reply */
 #define PROTO_REPLY_BIT 0x8000u
+/* CREATE's flag for a creator that writes through pages of its own (store_create_paged). */
+#define PROTO_CREATE_OWN_PAGES 0x1u
 
 enum proto_type {
     PROTO_HELLO = 1,      /* u32 magic, u32 version, u32 pid -> u64 arena_size, u64 client_id
                            * [8: u64 index offset, u64 index size (0: none), u32 block,
                            * u64 the block's owner generation] */
-    PROTO_CREATE = 2,     /* id, u64 data_size, u64 metadata_size -> u64 offset */
+    PROTO_CREATE = 2,     /* id, u64 data_size, u64 metadata_size[, u8 flags] -> u64 offset */
     PROTO_SEAL = 3,       /* id, u8 release -> status */
     PROTO_ABORT = 4,      /* id -> status */
     PROTO_GET = 5,        /* i64 timeout_ms, u32 n, n ids -> u32 n, n get entries */
@@ -101,6 +105,7 @@ struct proto_request {
         struct {
             ferry_id id;
             uint64_t data_size, metadata_size;
+            uint8_t flags; /* PROTO_CREATE_*; absent before version 10 */
         } create;
         struct {
             ferry_id id;

@@ -290,7 +290,7 @@ static int handle_hello(struct session *ss, const struct proto_request *q)
 }
 
 int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
-                   uint64_t metadata_size, struct object **out)
+                   uint64_t metadata_size, uint64_t page, struct object **out)
 {
     struct store *st = &ss->srv->store;
     int rc;
@@ -302,13 +302,13 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                        " (a sixteenth of --max-objects): release some first",
                        ss->held.count, st->max_held);
     }
-    rc = store_create(st, id, data_size, metadata_size, ss, out);
+    rc = store_create_paged(st, id, data_size, metadata_size, page, ss, out);
     /* Objects pinned for peers are never evicted, so their pins can leave the room of the
      * node's own creates in pieces too small (every other object pinned, within every limit):
      * the peers lose those transfers instead, and the create is tried again. */
     if (rc == FERRY_ENOSPACE && ss->srv->engine &&
         engine_break_pins(ss->srv->engine, data_size + metadata_size))
-        rc = store_create(st, id, data_size, metadata_size, ss, out);
+        rc = store_create_paged(st, id, data_size, metadata_size, page, ss, out);
     return rc;
 }
 
@@ -316,8 +316,9 @@ static int handle_create(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
     struct object *o;
-    int rc =
-        session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size, &o);
+    uint64_t page = q->u.create.flags & PROTO_CREATE_OWN_PAGES ? arena_page(&ss->srv->arena) : 0;
+    int rc = session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size,
+                            page, &o);
 
     /* With pins broken for it whose transports still hold their objects (a one-sided read in
      * flight), the create waits for them (the store's room event) rather than fail. */

@@ -31,10 +31,10 @@ int session_held_add(struct session *ss, struct object *o);
 int session_held_release(struct session *ss, const ferry_id *id);
 void session_held_forget(struct session *ss, struct object *o);
 
-/* store_create for ss, refused (FERRY_ENOSPACE, counted) while ss holds max_held objects:
- * one client cannot take the whole table. */
+/* store_create_paged for ss (page 0: placed as any object), refused (FERRY_ENOSPACE, counted)
+ * while ss holds max_held objects: one client cannot take the whole table. */
 int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
-                   uint64_t metadata_size, struct object **out);
+                   uint64_t metadata_size, uint64_t page, struct object **out);
 /* Objects (session.c): the sealed one with this id, or NULL; the session's own unsealed one
  * (or an error status with its detail); FERRY_ENOENT naming the id. */
 struct object *session_find_sealed(struct session *ss, const ferry_id *id);

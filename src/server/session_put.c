@@ -250,7 +250,7 @@ static int batch_create(struct session *ss, const struct proto_batch_entry *e, s
 {
     struct store *st = &ss->srv->store;
     uint64_t from = alloc_block_offset(ss->staging) + e->offset;
-    int rc = session_create(ss, &e->id, e->data_size, e->metadata_size, out);
+    int rc = session_create(ss, &e->id, e->data_size, e->metadata_size, 0, out);
 
     if (rc < 0)
         return rc;

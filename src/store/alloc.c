@@ -143,21 +143,35 @@ static alloc_block *find_from(const alloc *a, struct size_class c)
     return a->heads[c.fl][(unsigned)__builtin_ctz(sl_map)];
 }
 
-/* A free block of at least u units. Good fit first: any head of a list from the rounded class
- * up fits. When those are all empty, the blocks that could still fit share u's own class, and
- * that list is searched, so that ENOSPACE means that no free block holds u. */
-static alloc_block *find_free(const alloc *a, uint64_t u)
+/* The first unit of b at a multiple of au units. */
+static uint64_t aligned_start(const alloc_block *b, uint64_t au)
 {
-    alloc_block *b = find_from(a, class_of(round_to_class(u)));
+    return (b->offset + au - 1) / au * au;
+}
+
+/* A free block holding u units from a multiple of au units on. Good fit first: any head of a
+ * list from the rounded class of u + au - 1 up fits wherever it lies. When those are all
+ * empty, the blocks that could still fit lie in the classes of u to u + au - 1, and those
+ * lists are searched (for au 1, u's own class), so that ENOSPACE means that no free block
+ * holds u so placed. */
+static alloc_block *find_free(const alloc *a, uint64_t u, uint64_t au)
+{
+    alloc_block *b = find_from(a, class_of(round_to_class(u + au - 1)));
+    struct size_class c = class_of(u), last = class_of(u + au - 1);
 
     if (b)
         return b;
-    struct size_class c = class_of(u);
-    for (b = a->heads[c.fl][c.sl]; b; b = b->next_free) {
-        if (b->units >= u)
-            return b;
+    for (;;) { /* classes in size order: (fl, sl) in lexical order */
+        for (b = a->heads[c.fl][c.sl]; b; b = b->next_free)
+            if (aligned_start(b, au) + u <= b->offset + b->units)
+                return b;
+        if (c.fl == last.fl && c.sl == last.sl)
+            return NULL;
+        if (++c.sl == SL_COUNT) {
+            c.sl = 0;
+            c.fl++;
+        }
     }
-    return NULL;
 }
 
 int alloc_init(alloc **out, uint64_t capacity)
@@ -217,12 +231,31 @@ static void split(alloc *a, alloc_block *b, uint64_t u, alloc_block *rest)
 
 int alloc_alloc(alloc *a, uint64_t size, alloc_block **out)
 {
-    if (size == 0 || size > a->capacity_units << UNIT_SHIFT)
-        return err_set(FERRY_EINVAL, "allocation of %llu bytes in an arena of %llu",
-                       (unsigned long long)size,
+    return alloc_alloc_aligned(a, size, ALLOC_ALIGN, out);
+}
+
+/* Takes [start, start + u) of b, a free block, where start is past b's first unit. */
+static int take_inside(alloc *a, alloc_block *b, uint64_t start, uint64_t u)
+{
+    list_remove(a, b);
+    a->used_units += b->units;
+    if (alloc_trim(a, b, (start - b->offset) << UNIT_SHIFT, u << UNIT_SHIFT) < 0) {
+        a->used_units -= b->units;
+        list_insert(a, b);
+        return FERRY_ENOMEM;
+    }
+    return 0;
+}
+
+int alloc_alloc_aligned(alloc *a, uint64_t size, uint64_t align, alloc_block **out)
+{
+    if (size == 0 || size > a->capacity_units << UNIT_SHIFT || align < ALLOC_ALIGN ||
+        (align & (align - 1)) || align > a->capacity_units << UNIT_SHIFT)
+        return err_set(FERRY_EINVAL, "allocation of %llu bytes aligned to %llu in an arena of %llu",
+                       (unsigned long long)size, (unsigned long long)align,
                        (unsigned long long)(a->capacity_units << UNIT_SHIFT));
-    uint64_t u = (size + ALLOC_ALIGN - 1) >> UNIT_SHIFT;
-    alloc_block *b = find_free(a, u);
+    uint64_t u = (size + ALLOC_ALIGN - 1) >> UNIT_SHIFT, au = align >> UNIT_SHIFT, start;
+    alloc_block *b = find_free(a, u, au);
     if (!b)
         return err_set(FERRY_ENOSPACE,
                        "no free range of %llu bytes: %llu of %llu bytes used, %llu free ranges",
@@ -230,6 +263,12 @@ int alloc_alloc(alloc *a, uint64_t size, alloc_block **out)
                        (unsigned long long)(a->used_units << UNIT_SHIFT),
                        (unsigned long long)(a->capacity_units << UNIT_SHIFT),
                        (unsigned long long)a->free_blocks);
+    if ((start = aligned_start(b, au)) != b->offset) {
+        if (take_inside(a, b, start, u) < 0)
+            return err_set(FERRY_ENOMEM, "no memory for a block descriptor");
+        *out = b;
+        return 0;
+    }
     /* Take the descriptor for the remainder before changing anything, so ENOMEM leaves the
      * allocator as it was. */
     alloc_block *rest = NULL;
@@ -272,6 +311,56 @@ void alloc_free(alloc *a, alloc_block *b)
         absorb_next(a, b, next);
     }
     list_insert(a, b);
+}
+
+/* Links d, a spare descriptor, in as an allocated block of b's first (head) or last units. */
+static void carve(alloc *a, alloc_block *b, alloc_block *d, uint64_t units, bool head)
+{
+    d->units = units;
+    d->free = false;
+    b->units -= units;
+    if (head) {
+        d->offset = b->offset;
+        b->offset += units;
+        d->prev_phys = b->prev_phys;
+        d->next_phys = b;
+        if (b->prev_phys)
+            b->prev_phys->next_phys = d;
+        else
+            a->first_phys = d;
+        b->prev_phys = d;
+    } else {
+        d->offset = b->offset + b->units;
+        d->prev_phys = b;
+        d->next_phys = b->next_phys;
+        if (b->next_phys)
+            b->next_phys->prev_phys = d;
+        b->next_phys = d;
+    }
+}
+
+int alloc_trim(alloc *a, alloc_block *b, uint64_t from, uint64_t size)
+{
+    uint64_t hu = from >> UNIT_SHIFT, ku = (size + ALLOC_ALIGN - 1) >> UNIT_SHIFT;
+    alloc_block *head = NULL, *tail = NULL;
+
+    assert(!b->free && from % ALLOC_ALIGN == 0 && ku && hu + ku <= b->units);
+    uint64_t tu = b->units - hu - ku;
+    if ((hu && !(head = descriptor_get(a))) || (tu && !(tail = descriptor_get(a)))) {
+        if (head)
+            descriptor_put(a, head);
+        return err_set(FERRY_ENOMEM, "no memory for a block descriptor");
+    }
+    /* Carved as allocated blocks, then freed: alloc_free counts and coalesces them. */
+    if (head) {
+        carve(a, b, head, hu, true);
+        alloc_free(a, head);
+    }
+    if (tail) {
+        carve(a, b, tail, tu, false);
+        alloc_free(a, tail);
+    }
+    return 0;
 }
 
 uint64_t alloc_block_offset(const alloc_block *b)

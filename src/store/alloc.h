@@ -33,6 +33,14 @@ void alloc_destroy(alloc *a);
  * FERRY_ENOMEM when a descriptor cannot be allocated (the allocator is then unchanged). */
 int alloc_alloc(alloc *a, uint64_t size, alloc_block **out);
 
+/* Keeps only [from, from + size) of b, a live block of a (from a multiple of ALLOC_ALIGN, size
+ * > 0 rounded up to it, the range inside b), and returns the rest to the free space,
+ * coalescing. 0, or FERRY_ENOMEM when a descriptor cannot be allocated (b is then unchanged). */
+int alloc_trim(alloc *a, alloc_block *b, uint64_t from, uint64_t size);
+
+/* The same, starting at a multiple of align (a power of two, at least ALLOC_ALIGN). */
+int alloc_alloc_aligned(alloc *a, uint64_t size, uint64_t align, alloc_block **out);
+
 /* Returns b, a live block of a, to the free space, coalescing with free neighbours. */
 void alloc_free(alloc *a, alloc_block *b);
 

@@ -80,9 +80,19 @@ static int reserve(struct arena *a)
     return err_sys("fallocate(arena)");
 }
 
+static uint64_t page_of(int hugepages)
+{
+    return hugepages ? HUGE_PAGE_SIZE : (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t arena_page(const struct arena *a)
+{
+    return page_of(a->hugepages);
+}
+
 int arena_open(struct arena *a, uint64_t size, int hugepages)
 {
-    uint64_t page = hugepages ? HUGE_PAGE_SIZE : (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t page = page_of(hugepages);
     int rc;
 
     memset(a, 0, sizeof(*a));
@@ -196,7 +206,7 @@ int arena_catch_faults(struct arena *a)
     struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO};
 
     atomic_store(&fault_size, a->size);
-    atomic_store(&fault_page, a->hugepages ? HUGE_PAGE_SIZE : (uint64_t)sysconf(_SC_PAGESIZE));
+    atomic_store(&fault_page, arena_page(a));
     atomic_store(&fault_base, (uintptr_t)a->base);
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGBUS, &sa, NULL) < 0)

@@ -32,6 +32,8 @@ struct arena {
  * FERRY_ENOSPACE when the memory (or huge pages) is not available, FERRY_EINVAL for a bad
  * size, FERRY_ESYS for other failures. */
 int arena_open(struct arena *a, uint64_t size, int hugepages);
+/* The size of a's pages: what page protection (a client's writable view) goes by. */
+uint64_t arena_page(const struct arena *a);
 /* Stops the prefaulter (if any), unmaps and closes. */
 void arena_close(struct arena *a);
 

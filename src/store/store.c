@@ -454,18 +454,18 @@ static void describe_full(const struct store *s, uint64_t short_by, char *buf, s
     store_spill_describe(s, buf + n, size - (size_t)n);
 }
 
-/* Allocates size bytes, evicting LRU objects while that can help. Nothing is evicted when even
- * evicting every candidate could not make room: a create that must fail does no damage. With a
- * spill directory the candidates include the objects still to be written, and a create that
- * must wait for them gets FERRY_EAGAIN. */
-int store_alloc(struct store *s, uint64_t size, alloc_block **out)
+/* Allocates size bytes at a multiple of align, evicting LRU objects while that can help. Nothing is
+ * evicted when even evicting every candidate could not make room: a create that must fail does no
+ * damage. With a spill directory the candidates include the objects still to be written, and a
+ * create that must wait for them gets FERRY_EAGAIN. */
+int store_alloc(struct store *s, uint64_t size, uint64_t align, alloc_block **out)
 {
     /* Objects released without the daemon (it hears nothing of it) can go too: the references
      * it kept for their slots are given back first, when there may be a need to evict. */
     if (s->fast_held && size > alloc_capacity(s->alloc) - alloc_used(s->alloc))
         store_fast_sweep(s, 0);
     uint64_t cap = alloc_capacity(s->alloc), used = alloc_used(s->alloc);
-    uint64_t rounded = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    uint64_t rounded = (size + align - 1) / align * align;
     uint64_t candidates = s->evictable_bytes + s->hashing_bytes + s->dirty_bytes + s->writing_bytes;
     char f[4][SIZE_FORMAT_LEN], disk[512];
     int rc;
@@ -485,10 +485,10 @@ int store_alloc(struct store *s, uint64_t size, alloc_block **out)
                        size_format(used, f[2], SIZE_FORMAT_LEN),
                        size_format(candidates, f[3], SIZE_FORMAT_LEN), disk);
     }
-    rc = alloc_alloc(s->alloc, size, out);
+    rc = alloc_alloc_aligned(s->alloc, size, align, out);
     while (rc == FERRY_ENOSPACE && have_victim(s)) {
         evict_oldest(s, 1);
-        rc = alloc_alloc(s->alloc, size, out);
+        rc = alloc_alloc_aligned(s->alloc, size, align, out);
     }
     if (rc == FERRY_ENOSPACE && store_spill_make_room(s, rounded) == FERRY_EAGAIN)
         return FERRY_EAGAIN;
@@ -528,8 +528,8 @@ static int count_room(struct store *s)
     return 0;
 }
 
-int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
-                 void *creator, struct object **out)
+static int create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
+                  uint64_t page, void *creator, struct object **out)
 {
     uint64_t total = data_size + metadata_size;
     struct object *o;
@@ -545,7 +545,9 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
         return rc;
     if (!(o = calloc(1, sizeof(*o))))
         return err_set(FERRY_ENOMEM, "object record");
-    if (total && (rc = store_alloc(s, total, &o->block)) < 0)
+    /* A page of its own is a whole one: the block ends on a page boundary too. */
+    if (total && (rc = store_alloc(s, page ? (total + page - 1) / page * page : total,
+                                   page ? page : ALLOC_ALIGN, &o->block)) < 0)
         goto free_object;
     o->id = *id;
     o->offset = o->block ? alloc_block_offset(o->block) : 0;
@@ -567,6 +569,30 @@ free_block:
 free_object:
     free(o);
     return rc;
+}
+
+int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
+                 void *creator, struct object **out)
+{
+    return create(s, id, data_size, metadata_size, 0, creator, out);
+}
+
+int store_create_paged(struct store *s, const ferry_id *id, uint64_t data_size,
+                       uint64_t metadata_size, uint64_t page, void *creator, struct object **out)
+{
+    return create(s, id, data_size, metadata_size, page, creator, out);
+}
+
+/* Gives back the rest of the last page of a paged create (store_create_paged) at its seal:
+ * its bytes take no more room than any other object's from then on. Without memory for the
+ * allocator's records, the rest stays with the object (counted, freed with it). */
+static void fit_block(struct store *s, struct object *o)
+{
+    uint64_t total = o->data_size + o->metadata_size;
+
+    if (o->block && !o->hashing &&
+        alloc_block_size(o->block) > (total + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN)
+        (void)alloc_trim(s->alloc, o->block, 0, total);
 }
 
 /* Submits o's chunks to the hasher in jobs of HASHER_JOB_CHUNKS, which its threads share;
@@ -663,6 +689,7 @@ int store_hash(struct store *s, struct object *o)
 
 void store_seal(struct store *s, struct object *o)
 {
+    fit_block(s, o);
     if (!s->hash_on_demand)
         store_hash(s, o);
     seal_visible(s, o);
@@ -671,6 +698,7 @@ void store_seal(struct store *s, struct object *o)
 void store_seal_digest(struct store *s, struct object *o, const uint8_t root[DIGEST_LEN],
                        uint8_t *leaves)
 {
+    fit_block(s, o);
     memcpy(o->root, root, DIGEST_LEN);
     if (leaves != o->leaves) {
         free(o->leaves);
@@ -741,7 +769,7 @@ void store_touch(struct store *s, struct object *o)
 
 int store_reserve(struct store *s, uint64_t size, alloc_block **out)
 {
-    return store_alloc(s, size, out);
+    return store_alloc(s, size, ALLOC_ALIGN, out);
 }
 
 void store_unreserve(struct store *s, alloc_block *b)

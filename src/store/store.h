@@ -206,6 +206,12 @@ struct object *store_find(const struct store *s, const ferry_id *id);
  * room()). */
 int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64_t metadata_size,
                  void *creator, struct object **out);
+/* The same, for a creator that writes through pages of its own (a client's writable view:
+ * pages turn writable for it alone while the object is open): the object takes whole pages
+ * (page a power of two; 0 places it as store_create does) and no other object shares them
+ * until its seal, which gives back the rest of its last page. */
+int store_create_paged(struct store *s, const ferry_id *id, uint64_t data_size,
+                       uint64_t metadata_size, uint64_t page, void *creator, struct object **out);
 
 /* Seals an unsealed object and makes it visible; its digest is computed now, or started on
  * the hasher (o->hashed tells which), or with hash_on_demand left for store_hash. */

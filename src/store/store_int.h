@@ -15,7 +15,7 @@ void store_lru_insert_ordered(struct store *s, struct object *o);
 void store_object_free(struct store *s, struct object *o);
 void store_remove(struct store *s, struct object *o, int event);
 /* Room for size bytes (see store_create's errors). */
-int store_alloc(struct store *s, uint64_t size, alloc_block **out);
+int store_alloc(struct store *s, uint64_t size, uint64_t align, alloc_block **out);
 
 /* Starts writes while the arena's use passes spill_at or room is wanted (none without a spill
  * directory). */

@@ -179,7 +179,7 @@ static int restore_start(struct store *s, struct object *o)
         pad = align - ALLOC_ALIGN; /* room to place it as the file has it (spill.h) */
     if (!(job = calloc(1, sizeof(*job))))
         return err_set(FERRY_ENOMEM, "restore job");
-    if (len && (rc = store_alloc(s, len + pad, &o->block)) < 0) {
+    if (len && (rc = store_alloc(s, len + pad, ALLOC_ALIGN, &o->block)) < 0) {
         free(job);
         o->block = NULL;
         if (rc == FERRY_ENOSPACE && o->restore_waits)
