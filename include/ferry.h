@@ -447,7 +447,10 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "entries under this node's id taken over at start: no heartbeat signed since this run "      \
       "began")                                                                                     \
     X(partial_holders_skipped, COUNTER,                                                            \
-      "partial holder fields left out of lookups: past 64 holders, whole ones first")
+      "partial holder fields left out of lookups: past 64 holders, whole ones first")              \
+    X(loop_turns, COUNTER, "turns of the daemon's event loop (each one wait for events)")          \
+    X(loop_busy_turns, COUNTER,                                                                    \
+      "turns of the event loop that did not sleep: work was pending (a spin shows here)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

@@ -281,6 +281,37 @@ static void kill_during_spilling_leaves_nothing_half_written(void **state)
 
 /* --spill-max reached: a create that needs room fails with ENOSPACE naming memory and disk,
  * and what was spilled before still reads back. */
+/* Creates that wait for room behind a slow disk (spill-write-delay-ms) leave the loop asleep:
+ * its busy turns stay within a few per request. A parked create was scheduled again every
+ * turn and the loop never slept: six 6 MiB puts made 12,105 epoll_waits, against 30 with room
+ * to spare. */
+static void creates_waiting_for_room_leave_the_loop_asleep(void **state)
+{
+    enum { PUTS = 6, TURNS_PER_PUT = 20 };
+    struct spilld s = {0};
+
+    setenv("FERRY_FAULT", "spill-write-delay-ms=200", 1);
+    spill_start(&s, NULL);
+    unsetenv("FERRY_FAULT");
+    ferry_client *c = h_connect(&s.d);
+    ferry_stats s0 = h_stats(c);
+    put_many(c, "slow-disk-", PUTS, 6 * MIB);
+    ferry_stats s1 = h_stats(c);
+    uint64_t busy = s1.loop_busy_turns - s0.loop_busy_turns;
+    printf("%d puts of 6 MiB behind a slow disk: %llu creates waited, %llu loop turns, %llu "
+           "busy\n",
+           PUTS, (unsigned long long)(s1.creates_waited - s0.creates_waited),
+           (unsigned long long)(s1.loop_turns - s0.loop_turns), (unsigned long long)busy);
+    assert_true(s1.creates_waited > s0.creates_waited); /* they did wait */
+    if (busy > PUTS * TURNS_PER_PUT)
+        fail_msg("%llu busy loop turns for %d puts: the loop spun while creates waited",
+                 (unsigned long long)busy, PUTS);
+    check_many(c, "slow-disk-", PUTS, 6 * MIB);
+    ferry_disconnect(c);
+    spill_done(&s);
+    (void)state;
+}
+
 static void spill_max_reached_fails_creates_and_damages_nothing(void **state)
 {
     static const char *const max[] = {"--spill-max", "12M", NULL};
@@ -717,6 +748,7 @@ int main(void)
         cmocka_unit_test(concurrent_readers_share_one_restore_and_a_reference_wins),
         cmocka_unit_test(persist_on_exit_brings_every_object_back),
         cmocka_unit_test(kill_during_spilling_leaves_nothing_half_written),
+        cmocka_unit_test(creates_waiting_for_room_leave_the_loop_asleep),
         cmocka_unit_test(spill_max_reached_fails_creates_and_damages_nothing),
         cmocka_unit_test(spill_without_a_max_leaves_the_file_system_room),
         cmocka_unit_test(a_full_disk_fails_creates_and_damages_nothing),

@@ -195,8 +195,11 @@ static int wait_ms(struct loop *l)
 {
     int timeout;
 
-    if (l->before_wait && l->before_wait(l, l->before_wait_arg))
+    l->turns++;
+    if ((l->before_wait && l->before_wait(l, l->before_wait_arg)) || l->busy) {
+        l->busy_turns++;
         return 0;
+    }
     timeout = next_timeout(l);
 
     if (timeout != 0 && l->busy_poll_ns && clock_mono_ns() - l->last_event_ns < l->busy_poll_ns &&

@@ -46,6 +46,9 @@ struct loop {
     int epfd;
     int stop;
     int busy; /* work is pending: the next wait must not sleep */
+    /* Waits for events, and those that did not sleep because work was pending (busy, or the
+     * before_wait hook): a loop that spins shows as busy_turns growing with nothing to do. */
+    uint64_t turns, busy_turns;
     /* Poll instead of sleeping for this long after the last event (0: never), while the
      * machine is not oversubscribed (common/cpuload.h): a sleeping thread is slow to wake on
      * virtual machines, and requests come in bursts. */

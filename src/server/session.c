@@ -793,6 +793,16 @@ static int can_process(struct session *ss, uint16_t type)
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
 
+/* Whether the first buffered request is whole and may be processed now. */
+static int frame_ready(struct session *ss)
+{
+    struct proto_header h;
+
+    return ss->in.len >= PROTO_HEADER_SIZE &&
+           proto_decode_header(ss->in.data, PROTO_MAX_REQUEST, &h) == 0 &&
+           ss->in.len >= PROTO_HEADER_SIZE + h.length && can_process(ss, h.type);
+}
+
 static void process_input(struct session *ss)
 {
     size_t done = 0;
@@ -858,8 +868,10 @@ static void pump(struct session *ss)
         session_close(ss, NULL);
         return;
     }
-    /* Draining the output may have unblocked buffered requests. */
-    if (ss->out.len == 0 && ss->in.len >= PROTO_HEADER_SIZE)
+    /* Draining the output may have unblocked a buffered request. One that waits (for room, a
+     * get, a seal) is left until its wake: scheduled every turn, it kept the loop from sleeping
+     * (12,105 epoll_waits for six parked 6 MiB creates, against 30 with room). */
+    if (frame_ready(ss))
         server_schedule(ss->srv, ss);
     update_interest(ss);
 }

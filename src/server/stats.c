@@ -58,6 +58,8 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->objects = st->table.count;
     out->sealed_objects = st->sealed_objects;
     out->clients = srv->clients;
+    out->loop_turns = srv->loop.turns;
+    out->loop_busy_turns = srv->loop.busy_turns;
     out->evicted_objects = st->counters.evicted_objects;
     out->evicted_bytes = st->counters.evicted_bytes;
     out->created_objects = st->counters.created;

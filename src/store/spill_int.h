@@ -75,9 +75,10 @@ struct spill {
     uint64_t max_bytes; /* always set: given, or from the file system (bound) */
     struct spill_bound bound;
     int direct;
-    int keyed;            /* group headers are signed with key */
-    uint8_t key[MAC_LEN]; /* spill_open's */
-    uint32_t align;       /* of O_DIRECT's memory and offsets: 512 to SPILL_BLOCK */
+    int keyed;                     /* group headers are signed with key */
+    uint8_t key[MAC_LEN];          /* spill_open's */
+    uint32_t align;                /* of O_DIRECT's memory and offsets: 512 to SPILL_BLOCK */
+    uint32_t fault_write_delay_ms; /* test hook (spill-write-delay-ms): a slow disk */
     struct seg *segs;
     /* Two groups are written at once, each at the end of its own segment (a lane), so that a
      * failed group is always its segment's last: the chain never has a hole. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 
 static void signal_loop(struct spill *sp)
@@ -166,6 +167,8 @@ static int write_range(struct spill *sp, struct grp *gr, uint8_t *bounce, uint64
     uint32_t i = 0;
     int rc = 0;
 
+    if (sp->fault_write_delay_ms)
+        usleep(sp->fault_write_delay_ms * 1000u);
     while (c < to && rc == 0) {
         uint64_t next = to; /* where the next direct span starts, or to */
         int direct = 0;
@@ -525,6 +528,8 @@ int spill_io_start(struct spill *sp)
 {
     int rc;
 
+    if ((sp->fault_write_delay_ms = fault_value("spill-write-delay-ms", 60000)))
+        log_warn("spill: test fault on: each write waits %u ms", sp->fault_write_delay_ms);
     sp->pending_tail = &sp->pending;
     sp->done_tail = &sp->done;
     sp->jobs_done_tail = &sp->jobs_done;

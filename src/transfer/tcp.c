@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "loop/accept.h"
 #include "transfer/framer.h"
@@ -632,17 +633,8 @@ static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
 /* The test hook, from FERRY_FAULT (tcp-send-delay-ms=N). */
 static void read_faults(struct xlistener *ls)
 {
-    const char *s = getenv("FERRY_FAULT"), *at = s ? strstr(s, "tcp-send-delay-ms=") : NULL;
-    unsigned long v;
-
-    if (!at)
+    if (!(ls->fault_send_delay_ms = fault_value("tcp-send-delay-ms", 60000)))
         return;
-    v = strtoul(at + strlen("tcp-send-delay-ms="), NULL, 10);
-    if (v < 1 || v > 60000) {
-        log_warn("tcp: test fault '%s' ignored: a delay from 1 to 60000 ms", at);
-        return;
-    }
-    ls->fault_send_delay_ms = (uint32_t)v;
     log_warn("tcp: test fault on: %u KiB written per %u ms", TCP_FAULT_CHUNK >> 10,
              ls->fault_send_delay_ms);
 }

@@ -5,6 +5,8 @@
  */
 #include "transfer/fabric/fabric_int.h"
 
+#include "common/fault.h"
+
 static struct fi_info *hints_for(const char *provider)
 {
     struct fi_info *h = fi_allocinfo();
@@ -231,17 +233,13 @@ static int open_name(struct xlistener *f)
 
 static void read_faults(struct xlistener *f)
 {
-    const char *s = getenv("FERRY_FAULT");
-
     /* Test hooks: a reader that never says it is done, reads slowed to a crawl, reads that
      * fail at once. */
-    if (!s)
-        return;
-    f->fault_skip_done = strstr(s, "fabric-skip-done") != NULL;
-    f->fault_fail_reads = strstr(s, "fabric-fail-reads") != NULL;
-    if (strstr(s, "fabric-read-delay-ms="))
-        f->fault_read_delay_ms = (uint32_t)atoi(strstr(s, "fabric-read-delay-ms=") + 21);
-    log_warn("fabric: test faults on: %s", s);
+    f->fault_skip_done = fault_on("fabric-skip-done");
+    f->fault_fail_reads = fault_on("fabric-fail-reads");
+    f->fault_read_delay_ms = fault_value("fabric-read-delay-ms", 60000);
+    if (f->fault_skip_done || f->fault_fail_reads || f->fault_read_delay_ms)
+        log_warn("fabric: test faults on: %s", getenv("FERRY_FAULT"));
 }
 
 static void fab_listener_close(struct xlistener *f);
