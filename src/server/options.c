@@ -1,0 +1,662 @@
+/* options.c - ferryd's options, from one table (options.h). */
+#include "server/options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/size.h"
+#include "transfer/engine.h"
+#include "transfer/registry.h"
+#include "transfer/transport.h"
+#include "transfer/wire.h"
+
+/* The help texts state these defaults in words: each is checked against its constant here. */
+_Static_assert(FERRYD_DEFAULT_BUSY_POLL_US == 50, "--busy-poll's help says 50");
+_Static_assert(LOG_LIMIT_PER_SECOND == 50, "--verbose's help says 50");
+_Static_assert(STORE_BYTES_PER_OBJECT == 8u << 10 && STORE_OBJECTS_MIN == 65536u &&
+                   STORE_OBJECT_COST == 420u,
+               "--max-objects' help says 8 KiB, 65536 and 420 B");
+_Static_assert(FERRYD_FD_RESERVE == 576 && FERRYD_FD_RESERVE_PEERS == 1536 &&
+                   FERRYD_MAX_CLIENTS == 4096 && FERRYD_HELLO_DEADLINE_MS == 10000 &&
+                   FERRYD_UNGREETED_MAX == 64,
+               "--max-clients' help says 576, 1536, 4096, 10 s and 64");
+_Static_assert(FERRYD_DEFAULT_SPILL_AT == 80, "--spill-at's help says 80");
+_Static_assert(ENGINE_STALL_MS == 30000 && ENGINE_HANDSHAKE_MS == 10000 &&
+                   ENGINE_ANSWER_MS == 3000 && ENGINE_BREAKER_MS == 30000 && ENGINE_RATE_MS == 5000,
+               "--timers' help says 30000, 10000, 3000, 30000 and 5000");
+
+/* The names of this build's transports, preferred first: "fabric|tcp". */
+static const char *transport_names(void)
+{
+    static char names[128];
+    size_t n, at = 0;
+    const struct transport *const *t = registry_transports(&n);
+
+    for (size_t i = 0; i < n && at < sizeof(names); i++)
+        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? "|" : "", t[i]->name);
+    return names;
+}
+
+/* ---- the values ---- */
+
+/* An unsigned decimal in [lo, hi], or FERRY_EINVAL naming the option. */
+static int parse_uint(const char *opt, const char *text, unsigned long long lo,
+                      unsigned long long hi, unsigned long long *out)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+
+    if (!*text || *end || text[0] == '-' || v < lo || v > hi)
+        return err_set(FERRY_EINVAL, "--%s '%s': expected %llu to %llu", opt, text, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int set_socket(struct ferryd_args *a, char *v)
+{
+    a->cfg->socket_path = v;
+    return 0;
+}
+
+static int set_memory(struct ferryd_args *a, char *v)
+{
+    return size_parse(v, &a->cfg->memory);
+}
+
+static int set_socket_mode(struct ferryd_args *a, char *v)
+{
+    char *end;
+    unsigned long m = strtoul(v, &end, 8);
+
+    if (!*v || *end || m > 0777)
+        return err_set(FERRY_EINVAL, "socket mode '%s': expected octal permission bits", v);
+    a->cfg->socket_mode = (mode_t)m;
+    return 0;
+}
+
+static int set_hugepages(struct ferryd_args *a, char *v)
+{
+    a->cfg->hugepages = 1;
+    return 0;
+}
+
+static int set_busy_poll(struct ferryd_args *a, char *v)
+{
+    unsigned long long us = 0;
+    int rc = parse_uint("busy-poll", v, 0, 1000000, &us);
+
+    a->cfg->busy_poll_us = (uint32_t)us;
+    return rc;
+}
+
+/* Checked before the arena is reserved: the form only (the listen comes later). */
+static int set_metrics(struct ferryd_args *a, char *v)
+{
+    char host[256], port[16], why[256];
+    int rc = transport_split_addr(v, host, sizeof(host), port, sizeof(port));
+
+    if (rc < 0) {
+        snprintf(why, sizeof(why), "%s", ferry_errmsg());
+        return err_set(rc, "--metrics: %s", why);
+    }
+    a->cfg->metrics_addr = v;
+    return 0;
+}
+
+static int set_verbose(struct ferryd_args *a, char *v)
+{
+    log_set_level(LOG_DEBUG);
+    return 0;
+}
+
+static int set_log_format(struct ferryd_args *a, char *v)
+{
+    if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0)
+        return err_set(FERRY_EINVAL, "--log-format: '%s' is neither text nor json", v);
+    log_set_format(v[0] == 'j' ? LOG_JSON : LOG_TEXT);
+    return 0;
+}
+
+static int set_max_objects(struct ferryd_args *a, char *v)
+{
+    unsigned long long n = 0;
+    int rc = parse_uint("max-objects", v, 1, 1ull << 32, &n);
+
+    a->cfg->max_objects = n;
+    return rc;
+}
+
+static int set_max_kept(struct ferryd_args *a, char *v)
+{
+    return size_parse(v, &a->cfg->max_kept);
+}
+
+static int set_max_clients(struct ferryd_args *a, char *v)
+{
+    unsigned long long n = 0;
+    int rc = parse_uint("max-clients", v, 1, 1ull << 20, &n);
+
+    a->cfg->max_clients = n;
+    return rc;
+}
+
+static int set_spill_dir(struct ferryd_args *a, char *v)
+{
+    a->cfg->spill_dir = v;
+    return 0;
+}
+
+static int set_spill_max(struct ferryd_args *a, char *v)
+{
+    return size_parse(v, &a->cfg->spill_max);
+}
+
+static int set_spill_at(struct ferryd_args *a, char *v)
+{
+    char *end;
+    unsigned long p = strtoul(v, &end, 10);
+
+    if (end == v || (*end && strcmp(end, "%") != 0) || p < 1 || p > 100)
+        return err_set(FERRY_EINVAL, "--spill-at: '%s' is not a percent from 1 to 100", v);
+    a->cfg->spill_at = (unsigned)p;
+    return 0;
+}
+
+static int set_persist_on_exit(struct ferryd_args *a, char *v)
+{
+    a->cfg->persist_on_exit = 1;
+    return 0;
+}
+
+static int set_node_id(struct ferryd_args *a, char *v)
+{
+    a->cfg->node_id = v;
+    return 0;
+}
+
+static int set_listen(struct ferryd_args *a, char *v)
+{
+    a->cfg->listen_addr = v;
+    return 0;
+}
+
+/* Keeps a copy of the directory URL and blanks its credentials ([[USER]:PASSWORD@]) in v:
+ * the process's arguments are visible to every local user (ps). Warns when they held a
+ * password: blanked is not unseen (between exec and this, /proc/PID/cmdline shows it). */
+static int set_directory(struct ferryd_args *a, char *v)
+{
+    static char url[2048];
+    char *creds = strstr(v, "://"), *at;
+
+    if (strlen(v) >= sizeof(url))
+        return err_set(FERRY_EINVAL, "--directory: a URL of at most %zu bytes", sizeof(url) - 1);
+    memcpy(url, v, strlen(v) + 1);
+    a->cfg->directory_url = url;
+    if (!creds || !(at = strrchr(creds, '@')))
+        return 0;
+    if (memchr(creds + 3, ':', (size_t)(at - creds - 3)))
+        log_warn("--directory: a password in the URL can be read by every local user "
+                 "(/proc/PID/cmdline) until ferryd blanks it: give it with "
+                 "--directory-password-file or %s instead",
+                 PASSWORD_ENV);
+    for (char *p = creds + 3; p < at; p++)
+        *p = 'x';
+    return 0;
+}
+
+static int set_password_file(struct ferryd_args *a, char *v)
+{
+    a->password_file = v;
+    return 0;
+}
+
+static int set_secret_file(struct ferryd_args *a, char *v)
+{
+    a->cfg->secret_file = v;
+    return 0;
+}
+
+/* The default; the last of --verify and --no-verify wins. */
+static int set_verify(struct ferryd_args *a, char *v)
+{
+    a->cfg->verify = 1;
+    return 0;
+}
+
+static int set_no_verify(struct ferryd_args *a, char *v)
+{
+    a->cfg->verify = 0;
+    return 0;
+}
+
+static int set_strict_ids(struct ferryd_args *a, char *v)
+{
+    a->cfg->strict_ids = 1;
+    return 0;
+}
+
+static int set_transport(struct ferryd_args *a, char *v)
+{
+    if (strcmp(v, "auto") != 0 && !registry_find(v))
+        return err_set(FERRY_EINVAL, "transport '%s': expected auto|%s", v, transport_names());
+    a->cfg->transport = v;
+    return 0;
+}
+
+static int set_fabric_provider(struct ferryd_args *a, char *v)
+{
+    a->cfg->fabric_provider = v;
+    return 0;
+}
+
+/* SIZE, auto, or @FILE: the first line of a file `ferry calibrate --save` wrote. */
+static int set_eager_max(struct ferryd_args *a, char *v)
+{
+    char line[64];
+    FILE *f;
+
+    if (strcmp(v, "auto") == 0) {
+        a->cfg->eager_max = ENGINE_EAGER_AUTO;
+        return 0;
+    }
+    if (v[0] != '@')
+        return size_parse(v, &a->cfg->eager_max);
+    if (!(f = fopen(v + 1, "r")))
+        return err_set(FERRY_EINVAL, "--eager-max %s: %s", v, strerror(errno));
+    if (!fgets(line, sizeof(line), f))
+        line[0] = '\0';
+    fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (size_parse(line, &a->cfg->eager_max) < 0)
+        return err_set(FERRY_EINVAL, "--eager-max %s: '%s' is not a size", v, line);
+    return 0;
+}
+
+static int set_fabric_window(struct ferryd_args *a, char *v)
+{
+    unsigned long long n = 0;
+    int rc = parse_uint("fabric-window", v, 1, 256, &n);
+
+    a->cfg->fabric_window = (uint32_t)n;
+    return rc;
+}
+
+static int set_split_min(struct ferryd_args *a, char *v)
+{
+    return size_parse(v, &a->cfg->split_min);
+}
+
+static int set_relay_min(struct ferryd_args *a, char *v)
+{
+    return size_parse(v, &a->cfg->relay_min);
+}
+
+static int set_no_relay_check(struct ferryd_args *a, char *v)
+{
+    a->cfg->relay_unchecked = 1;
+    return 0;
+}
+
+static int set_timers(struct ferryd_args *a, char *v)
+{
+    return engine_timers_parse(v, &a->cfg->timers);
+}
+
+static int show_help(struct ferryd_args *a, char *v)
+{
+    options_usage(stdout);
+    exit(0);
+}
+
+static int show_version(struct ferryd_args *a, char *v)
+{
+    printf("ferryd %s (client protocol %u, transfer protocol %u)\n", ferry_version(), PROTO_VERSION,
+           WIRE_VERSION);
+    exit(0);
+}
+
+static int print_options(struct ferryd_args *a, char *v);
+
+/* ---- the table ---- */
+
+enum group { GENERAL, SPILLING, CLUSTER, NGROUPS };
+
+static const char *const group_titles[NGROUPS] = {
+    [GENERAL] = NULL,
+    [SPILLING] = "spilling (memory as a cache over local disk)",
+    [CLUSTER] = "cluster (--node-id, --listen and --directory, all three or none; without them "
+                "the node is standalone)",
+};
+
+struct option_def {
+    const char *name;
+    const char *arg; /* the value's name; NULL: a flag */
+    enum group group;
+    /* One paragraph; "@TRANSPORTS@" stands for this build's transports. */
+    const char *help;
+    int (*set)(struct ferryd_args *a, char *v);
+};
+
+static const struct option_def table[] = {
+    {"socket", "PATH", GENERAL,
+     "Unix socket to serve (default $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ")", set_socket},
+    {"memory", "SIZE", GENERAL, "arena size, reserved at start: 512M, 4G, ... (default 1G)",
+     set_memory},
+    {"socket-mode", "OCTAL", GENERAL, "permission bits of the socket (default 0600)",
+     set_socket_mode},
+    {"hugepages", NULL, GENERAL, "back the arena with 2 MiB huge pages (hugetlbfs)", set_hugepages},
+    {"busy-poll", "USEC", GENERAL,
+     "after a request, poll this long for the next before sleeping (default 50; 0 sleeps at "
+     "once: less CPU, more latency)",
+     set_busy_poll},
+    {"metrics", "HOST:PORT", GENERAL,
+     "serve Prometheus' /metrics there (numeric address; port 0 picks one, logged)", set_metrics},
+    {"verbose", NULL, GENERAL,
+     "log debug records: one per request and per object received (at most 50 a second of "
+     "each)",
+     set_verbose},
+    {"log-format", "FMT", GENERAL, "text (default) or json: one object per line, for collectors",
+     set_log_format},
+    {"max-objects", "N", GENERAL,
+     "objects the store holds at most, sealed or not (default: one per 8 KiB of arena, at "
+     "least 65536: about 420 B of daemon memory each); a client may hold a sixteenth of them "
+     "(at least 1): what it created or got and has not released; the objects of a put_many "
+     "batch are not held, but are refused as well while the client holds its share",
+     set_max_objects},
+    {"max-kept", "SIZE", GENERAL,
+     "bytes of objects kept until let go (ferry keep) at most (default: half the arena; none "
+     "with --spill-dir), in half of --max-objects at most",
+     set_max_kept},
+    {"max-clients", "N", GENERAL,
+     "clients connected at once at most (a hello past it is refused, FERRY_EBUSY); default: "
+     "what the descriptor limit (raised to the hard limit at start) leaves beside 576 kept for "
+     "the daemon (1536 more in a cluster, for peers), at most 4096, at least a quarter of the "
+     "limit. A connection must say hello within 10 s, and 64 at most wait for theirs: past "
+     "that the oldest is closed",
+     set_max_clients},
+    {"help", NULL, GENERAL, "print this help and exit", show_help},
+    {"version", NULL, GENERAL, "print the version and the protocol versions, and exit",
+     show_version},
+    {"print-options", "FORMAT", GENERAL,
+     "print every option as FORMAT and exit: man (the OPTIONS section of ferryd(8)), conf "
+     "(the list in ferryd.conf) or names; the build writes both files so",
+     print_options},
+    {"spill-dir", "PATH", SPILLING,
+     "write sealed objects there instead of evicting them, read them back on access; objects "
+     "found there at start are served; it must be ferryd's user's and writable by no one "
+     "else; with --secret-file its records are signed with the secret",
+     set_spill_dir},
+    {"spill-max", "SIZE", SPILLING,
+     "the most the directory may hold (default: what its file system has free at start, less "
+     "a tenth of its size)",
+     set_spill_max},
+    {"spill-at", "PERCENT", SPILLING,
+     "start writing when this much of the arena cannot be freed at once (default 80)",
+     set_spill_at},
+    {"persist-on-exit", NULL, SPILLING, "on SIGTERM, write every sealed object not yet on disk",
+     set_persist_on_exit},
+    {"node-id", "NAME", CLUSTER, "this node's name in the cluster", set_node_id},
+    {"listen", "HOST:PORT", CLUSTER, "where peers connect to pull objects (tcp)", set_listen},
+    {"directory", "URL", CLUSTER,
+     "the Redis that holds the node registry and object locations: "
+     "redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or "
+     "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to follow the "
+     "master Sentinel names (AUTH to the master; percent-encode '@', ':' and '/'; a password "
+     "there is seen in /proc until blanked: prefer --directory-password-file or "
+     "$" PASSWORD_ENV ")",
+     set_directory},
+    {"directory-password-file", "PATH", CLUSTER,
+     "the password of the directory's Redis (AUTH; with a redis://USER@... URL, that user's), "
+     "read once at start, its trailing newline cut; keep it mode 0600 (a warning if not)",
+     set_password_file},
+    {"secret-file", "PATH", CLUSTER,
+     "peers must prove they know this secret (HMAC-SHA256); it signs the spill directory's "
+     "records too",
+     set_secret_file},
+    {"verify", NULL, CLUSTER,
+     "check what is fetched (the default; the last of --verify and "
+     "--no-verify wins)",
+     set_verify},
+    {"no-verify", NULL, CLUSTER,
+     "take the bytes of nodes that hold an object whole unchecked (default: each 1 MiB chunk "
+     "fetched is checked against the SHA-256 tree recorded at its seal before this node seals "
+     "or serves it). What is lost: a copy rewritten after its seal on another node (by a "
+     "process there that maps the arena writable), or bytes changed on the way, are sealed "
+     "here and served on. For a trusted fast fabric only: checking costs a core per ~1.9 GB/s "
+     "received",
+     set_no_verify},
+    {"strict-ids", NULL, CLUSTER,
+     "a seal waits until the directory confirms that no other node holds other content under "
+     "the id, and fails (FERRY_EEXIST) if one does; without it such a copy is kept here, "
+     "unlisted",
+     set_strict_ids},
+    {"transport", "NAME", CLUSTER,
+     "auto (default): open every transport of this build that can be (@TRANSPORTS@, preferred "
+     "first), and reach each peer by the first both have; NAME: that one (refuse to start "
+     "without it) and tcp; tcp: tcp only",
+     set_transport},
+    {"fabric-provider", "P", CLUSTER,
+     "libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm (default: the first "
+     "suitable one fi_getinfo offers)",
+     set_fabric_provider},
+    {"eager-max", "SIZE", CLUSTER,
+     "fabric: objects up to SIZE go two-sided through bounce buffers, larger ones by one-sided "
+     "read (default: the provider's measured crossover; @FILE: the size saved by ferry "
+     "calibrate --save FILE)",
+     set_eager_max},
+    {"fabric-window", "N", CLUSTER, "fabric: receive buffers per peer and size class (default 8)",
+     set_fabric_window},
+    {"split-min", "SIZE", CLUSTER,
+     "objects of at least SIZE that several nodes hold are fetched in ranges from up to 4 of "
+     "them at once (default " FERRYD_DEFAULT_SPLIT_MIN_TEXT "; 0: whole, from one)",
+     set_split_min},
+    {"relay-min", "SIZE", CLUSTER,
+     "a node fetching an object of at least SIZE serves the ranges it has to other nodes "
+     "fetching it, before it has all of it (default " FERRYD_DEFAULT_RELAY_MIN_TEXT "; 0: never)",
+     set_relay_min},
+    {"no-relay-check", NULL, CLUSTER,
+     "take ranges from such nodes unchecked (--no-verify implies it; default: each chunk is "
+     "checked as it lands)",
+     set_no_relay_check},
+    {"timers", "NAME=MS,...", CLUSTER,
+     "the protocol's timers, for tests that must see them pass (the defaults suit every "
+     "network): stall (30000: a peer that owes bytes and sends none is dropped), handshake "
+     "(10000), answer (3000: a holder's answer to our hello), breaker (30000: a failing "
+     "transport is left out), lease (5000: a one-sided read's), rate (5000: a holder must send "
+     "1 MiB/s over each such window)",
+     set_timers},
+};
+
+#define NOPTIONS (sizeof(table) / sizeof(table[0]))
+
+static const char environment[] =
+    "FERRY_DIRECTORY_PASSWORD: the directory's password, as --directory-password-file would "
+    "give it; taken out of the environment at start.\n"
+    "FERRY_FABRIC_QUIRKS: switches the fabric's libfabric workarounds (recv, errno, shm_lock, "
+    "watchdog; each on only where the running release and provider need it): -NAME off, "
+    "+NAME on, none (ferryd(8)).\n";
+
+/* ---- the printers ---- */
+
+/* The help of o with "@TRANSPORTS@" replaced, into buf. */
+static const char *help_of(const struct option_def *o, char *buf, size_t len)
+{
+    const char *at = strstr(o->help, "@TRANSPORTS@");
+
+    if (!at)
+        return o->help;
+    snprintf(buf, len, "%.*s%s%s", (int)(at - o->help), o->help, transport_names(),
+             at + strlen("@TRANSPORTS@"));
+    return buf;
+}
+
+/* text, wrapped at width, each line after prefix (the first after first, when given). */
+static void wrap(FILE *f, const char *first, const char *prefix, const char *text, size_t width)
+{
+    size_t col = strlen(first ? first : prefix);
+
+    fputs(first ? first : prefix, f);
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > strlen(prefix) && col + 1 + word > width) {
+            fprintf(f, "\n%s", prefix);
+            col = strlen(prefix);
+        } else if (col > strlen(prefix)) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(text, 1, word, f);
+        col += word;
+        text += word;
+        text += strspn(text, " ");
+    }
+    fputc('\n', f);
+}
+
+void options_usage(FILE *f)
+{
+    char head[64], buf[1024];
+
+    fprintf(f, "usage: ferryd [OPTION]...\n");
+    for (int g = 0; g < NGROUPS; g++) {
+        if (group_titles[g])
+            fprintf(f, "%s:\n", group_titles[g]);
+        for (size_t i = 0; i < NOPTIONS; i++) {
+            const struct option_def *o = &table[i];
+            if (o->group != (enum group)g)
+                continue;
+            int n = snprintf(head, sizeof(head), "  --%s%s%s", o->name, o->arg ? " " : "",
+                             o->arg ? o->arg : "");
+            if (n >= 22) {
+                fprintf(f, "%s\n", head);
+                wrap(f, NULL, "                      ", help_of(o, buf, sizeof(buf)), 92);
+            } else {
+                snprintf(head + n, sizeof(head) - (size_t)n, "%*s", 22 - n, "");
+                wrap(f, head, "                      ", help_of(o, buf, sizeof(buf)), 92);
+            }
+        }
+    }
+    fprintf(f, "environment:\n");
+    for (const char *line = environment; *line;) {
+        size_t len = strcspn(line, "\n");
+        snprintf(buf, sizeof(buf), "%.*s", (int)len, line);
+        wrap(f, "  ", "      ", buf, 92);
+        line += len + (line[len] == '\n');
+    }
+}
+
+/* text for roff: hyphens as \-, backslashes doubled, no line starting with a control character. */
+static void roff(FILE *f, const char *text)
+{
+    if (*text == '.' || *text == '\'')
+        fputs("\\&", f);
+    for (; *text; text++) {
+        if (*text == '-')
+            fputs("\\-", f);
+        else if (*text == '\\')
+            fputs("\\e", f);
+        else
+            fputc(*text, f);
+    }
+}
+
+static void print_man(FILE *f)
+{
+    char buf[1024];
+
+    for (int g = 0; g < NGROUPS; g++) {
+        if (group_titles[g]) {
+            fputs(".SS ", f);
+            roff(f, group_titles[g]);
+            fputc('\n', f);
+        }
+        for (size_t i = 0; i < NOPTIONS; i++) {
+            const struct option_def *o = &table[i];
+            if (o->group != (enum group)g)
+                continue;
+            fputs(o->arg ? ".TP\n.BI \\-\\-" : ".TP\n.B \\-\\-", f);
+            roff(f, o->name);
+            if (o->arg) { /* the tag on one line: the name bold, its value italic */
+                fputs(" \" ", f);
+                roff(f, o->arg);
+                fputc('"', f);
+            }
+            fputc('\n', f);
+            roff(f, help_of(o, buf, sizeof(buf)));
+            fputs(".\n", f);
+        }
+    }
+}
+
+static void print_conf(FILE *f)
+{
+    char head[96], buf[1024];
+
+    fputs("# Every option of ferryd (ferryd --help says the same):\n", f);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const struct option_def *o = &table[i];
+        snprintf(head, sizeof(head), "#   --%s%s%s", o->name, o->arg ? " " : "",
+                 o->arg ? o->arg : "");
+        fprintf(f, "%s\n", head);
+        wrap(f, NULL, "#       ", help_of(o, buf, sizeof(buf)), 96);
+    }
+}
+
+static int print_options(struct ferryd_args *a, char *v)
+{
+    if (strcmp(v, "man") == 0)
+        print_man(stdout);
+    else if (strcmp(v, "conf") == 0)
+        print_conf(stdout);
+    else if (strcmp(v, "names") == 0)
+        for (size_t i = 0; i < NOPTIONS; i++)
+            printf("--%s\n", table[i].name);
+    else
+        return err_set(FERRY_EINVAL, "--print-options: '%s' is none of man, conf, names", v);
+    exit(0);
+}
+
+/* ---- the parse ---- */
+
+static void defaults(struct server_config *cfg)
+{
+    const char *env = getenv("FERRY_SOCKET");
+
+    cfg->socket_path = env && *env ? env : FERRY_DEFAULT_SOCKET;
+    cfg->socket_mode = 0600;
+    cfg->memory = 1ull << 30;
+    cfg->busy_poll_us = FERRYD_DEFAULT_BUSY_POLL_US;
+    cfg->eager_max = ENGINE_EAGER_AUTO;
+    cfg->spill_at = FERRYD_DEFAULT_SPILL_AT;
+    cfg->verify = 1;
+    (void)size_parse(FERRYD_DEFAULT_SPLIT_MIN_TEXT, &cfg->split_min);
+    (void)size_parse(FERRYD_DEFAULT_RELAY_MIN_TEXT, &cfg->relay_min);
+}
+
+int options_parse(int argc, char **argv, struct ferryd_args *a)
+{
+    struct option opts[NOPTIONS + 1];
+    int c, rc = 0;
+
+    for (size_t i = 0; i < NOPTIONS; i++)
+        opts[i] = (struct option){table[i].name, table[i].arg ? required_argument : no_argument,
+                                  NULL, (int)i + 1};
+    opts[NOPTIONS] = (struct option){NULL, 0, NULL, 0};
+    defaults(a->cfg);
+    opterr = 0; /* getopt's own messages would come before ours */
+    while (rc == 0 && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c == ':')
+            return err_set(FERRY_EINVAL, "option %s needs a value", argv[optind - 1]);
+        if (c < 1 || c > (int)NOPTIONS)
+            return err_set(FERRY_EINVAL, "unknown option '%s'", argv[optind - 1]);
+        rc = table[c - 1].set(a, optarg);
+    }
+    if (rc == 0 && optind < argc)
+        rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
+    return rc;
+}
