@@ -473,6 +473,8 @@ static const struct option_def table[] = {
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))
+/* getopt_long's value for table[i]: past every character, so never ':' or '?'. */
+#define OPTION_VAL 256
 
 static const char environment[] =
     "FERRY_DIRECTORY_PASSWORD: the directory's password, as --directory-password-file would "
@@ -645,16 +647,16 @@ int options_parse(int argc, char **argv, struct ferryd_args *a)
 
     for (size_t i = 0; i < NOPTIONS; i++)
         opts[i] = (struct option){table[i].name, table[i].arg ? required_argument : no_argument,
-                                  NULL, (int)i + 1};
+                                  NULL, OPTION_VAL + (int)i};
     opts[NOPTIONS] = (struct option){NULL, 0, NULL, 0};
     defaults(a->cfg);
     opterr = 0; /* getopt's own messages would come before ours */
     while (rc == 0 && (c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         if (c == ':')
             return err_set(FERRY_EINVAL, "option %s needs a value", argv[optind - 1]);
-        if (c < 1 || c > (int)NOPTIONS)
+        if (c < OPTION_VAL || c >= OPTION_VAL + (int)NOPTIONS)
             return err_set(FERRY_EINVAL, "unknown option '%s'", argv[optind - 1]);
-        rc = table[c - 1].set(a, optarg);
+        rc = table[c - OPTION_VAL].set(a, optarg);
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);

@@ -293,6 +293,7 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
                    uint64_t metadata_size, uint64_t page, struct object **out)
 {
     struct store *st = &ss->srv->store;
+    uint64_t need = data_size + metadata_size;
     int rc;
 
     if (ss->held.count >= st->max_held) {
@@ -306,17 +307,33 @@ int session_create(struct session *ss, const ferry_id *id, uint64_t data_size,
     /* Objects pinned for peers are never evicted, so their pins can leave the room of the
      * node's own creates in pieces too small (every other object pinned, within every limit):
      * the peers lose those transfers instead, and the create is tried again. */
-    if (rc == FERRY_ENOSPACE && ss->srv->engine &&
-        engine_break_pins(ss->srv->engine, data_size + metadata_size))
+    if (page && need <= UINT64_MAX - page)
+        need = (need + page - 1) / page * page;
+    if (rc == FERRY_ENOSPACE && ss->srv->engine && engine_break_pins(ss->srv->engine, need))
         rc = store_create_paged(st, id, data_size, metadata_size, page, ss, out);
     return rc;
+}
+
+/* The page a create written through its creator's own view takes whole (store_create_paged),
+ * or 0. With huge pages, only objects of a page at least: a smaller one would hold 2 MiB while
+ * open and leave the rest of it to puts and fetches only; such objects share their pages while
+ * open (the threat model says so). */
+static uint64_t own_page(const struct session *ss, const struct proto_request *q)
+{
+    uint64_t page = arena_page(&ss->srv->arena);
+
+    if (!(q->u.create.flags & PROTO_CREATE_OWN_PAGES))
+        return 0;
+    if (ss->srv->arena.hugepages && q->u.create.data_size + q->u.create.metadata_size < page)
+        return 0;
+    return page;
 }
 
 static int handle_create(struct session *ss, const struct proto_request *q)
 {
     struct store *st = &ss->srv->store;
     struct object *o;
-    uint64_t page = q->u.create.flags & PROTO_CREATE_OWN_PAGES ? arena_page(&ss->srv->arena) : 0;
+    uint64_t page = own_page(ss, q);
     int rc = session_create(ss, &q->u.create.id, q->u.create.data_size, q->u.create.metadata_size,
                             page, &o);
 

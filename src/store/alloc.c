@@ -152,19 +152,23 @@ static uint64_t aligned_start(const alloc_block *b, uint64_t au)
 /* A free block holding u units from a multiple of au units on. Good fit first: any head of a
  * list from the rounded class of u + au - 1 up fits wherever it lies. When those are all
  * empty, the blocks that could still fit lie in the classes of u to u + au - 1, and those
- * lists are searched (for au 1, u's own class), so that ENOSPACE means that no free block
- * holds u so placed. */
+ * lists are searched (for au 1, u's own class, whole: ENOSPACE means that no free block holds
+ * u; for au > 1, ALLOC_ALIGNED_SCAN_MAX blocks at most). */
 static alloc_block *find_free(const alloc *a, uint64_t u, uint64_t au)
 {
     alloc_block *b = find_from(a, class_of(round_to_class(u + au - 1)));
     struct size_class c = class_of(u), last = class_of(u + au - 1);
+    unsigned scanned = 0;
 
     if (b)
         return b;
     for (;;) { /* classes in size order: (fl, sl) in lexical order */
-        for (b = a->heads[c.fl][c.sl]; b; b = b->next_free)
+        for (b = a->heads[c.fl][c.sl]; b; b = b->next_free) {
             if (aligned_start(b, au) + u <= b->offset + b->units)
                 return b;
+            if (au > 1 && ++scanned == ALLOC_ALIGNED_SCAN_MAX)
+                return NULL; /* bounded: the store evicts, and asks again */
+        }
         if (c.fl == last.fl && c.sl == last.sl)
             return NULL;
         if (++c.sl == SL_COUNT) {

@@ -38,7 +38,11 @@ int alloc_alloc(alloc *a, uint64_t size, alloc_block **out);
  * coalescing. 0, or FERRY_ENOMEM when a descriptor cannot be allocated (b is then unchanged). */
 int alloc_trim(alloc *a, alloc_block *b, uint64_t from, uint64_t size);
 
-/* The same, starting at a multiple of align (a power of two, at least ALLOC_ALIGN). */
+/* The same, starting at a multiple of align (a power of two, at least ALLOC_ALIGN). When no
+ * free block is large enough to hold it wherever it lies, at most ALLOC_ALIGNED_SCAN_MAX of
+ * the smaller ones are looked at (the loop's work stays bounded in an arena of many small
+ * free blocks): FERRY_ENOSPACE may then come while a fit exists further on. */
+#define ALLOC_ALIGNED_SCAN_MAX 256u
 int alloc_alloc_aligned(alloc *a, uint64_t size, uint64_t align, alloc_block **out);
 
 /* Returns b, a live block of a, to the free space, coalescing with free neighbours. */

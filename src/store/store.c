@@ -545,7 +545,11 @@ static int create(struct store *s, const ferry_id *id, uint64_t data_size, uint6
         return rc;
     if (!(o = calloc(1, sizeof(*o))))
         return err_set(FERRY_ENOMEM, "object record");
-    /* A page of its own is a whole one: the block ends on a page boundary too. */
+    /* A page of its own is a whole one: the block ends on a page boundary too. A size the
+     * arena cannot hold so is placed as any other (or refused as any other: ETOOBIG). */
+    if (page && (total > alloc_capacity(s->alloc) ||
+                 alloc_capacity(s->alloc) - total < (page - total % page) % page))
+        page = 0;
     if (total && (rc = store_alloc(s, page ? (total + page - 1) / page * page : total,
                                    page ? page : ALLOC_ALIGN, &o->block)) < 0)
         goto free_object;

@@ -314,12 +314,16 @@ static int failed_for_real(const struct want *w)
     return 0;
 }
 
-/* 1 when the holder w asked last is one the lookup left out as dead or of an ended run: a sole
- * holder killed before its connection was made fails as "unreached", which is forgotten at the
- * retry, and would otherwise have the fetch wait for its timeout. */
+/* 1 when the holder w asked last could not be reached by us and the lookup now leaves it out as
+ * dead or of an ended run: a sole holder killed before its connection was made fails as
+ * "unreached", which is forgotten at the retry, and would otherwise have the fetch wait for
+ * its timeout. Both are needed: a lookup alone (a writer of the directory can make a holder
+ * look gone) fails nothing early. */
 static int asked_holder_gone(const struct want *w, const struct directory_answer *a)
 {
-    for (size_t i = 0; i < a->ngone && w->holder[0]; i++)
+    const struct want *root = w->parent ? w->parent : w;
+
+    for (size_t i = 0; i < a->ngone && w->holder[0] && root->unreached; i++)
         if (strcmp(a->gone[i].id, w->holder) == 0)
             return 1;
     return 0;
