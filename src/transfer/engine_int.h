@@ -170,6 +170,10 @@ enum fault {
  * failure counts for real: the breaker does not apply to tcp, the fallback, so without it a
  * holder whose SYNs are dropped for good (a firewall) would be asked every 3 s for ever. */
 #define UNREACHED_MAX 3
+/* How long a holder we could not reach may stay gone from lookups before a want it was the
+ * last hope of fails: a live node's heartbeat lapses for seconds on a loaded machine (under
+ * ASan beside the suite), a killed one's never comes back. */
+#define GONE_GRACE_MS 10000
 
 /* An object's content as a holder describes it in a reply. */
 struct content {
@@ -265,6 +269,7 @@ struct want {
     int split_asked;    /* a fresh lookup was made for its split */
     int abandoned;      /* nobody waits for it while its bytes come: their connections close */
     uint32_t unreached; /* FAULT_UNREACHED failures so far (a split's parent counts its parts') */
+    uint64_t gone_since_ms; /* when lookups began to list the unreached holder as gone; 0: not */
     char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
     uint64_t split_seq[ENGINE_SPLIT_MAX]; /* 0: a whole holder; else a partial one (relays) */
     /* Relaying (engine_relay.c). A want of at least split_min recorded bytes is made findable

@@ -314,19 +314,25 @@ static int failed_for_real(const struct want *w)
     return 0;
 }
 
-/* 1 when the holder w asked last could not be reached by us and the lookup now leaves it out as
- * dead or of an ended run: a sole holder killed before its connection was made fails as
- * "unreached", which is forgotten at the retry, and would otherwise have the fetch wait for
- * its timeout. Both are needed: a lookup alone (a writer of the directory can make a holder
- * look gone) fails nothing early. */
-static int asked_holder_gone(const struct want *w, const struct directory_answer *a)
+/* 1 when the holder w asked last could not be reached by us and lookups have left it out as
+ * dead or of an ended run for GONE_GRACE_MS: a sole holder killed before its connection was
+ * made fails as "unreached", which is forgotten at the retry, and would otherwise have the
+ * fetch wait for its timeout. A lookup alone (a writer of the directory can make a holder look
+ * gone) fails nothing early, nor does a live node's heartbeat late for a few seconds. */
+static int asked_holder_gone(struct want *w, const struct directory_answer *a)
 {
     const struct want *root = w->parent ? w->parent : w;
+    int gone = 0;
 
     for (size_t i = 0; i < a->ngone && w->holder[0] && root->unreached; i++)
-        if (strcmp(a->gone[i].id, w->holder) == 0)
-            return 1;
-    return 0;
+        gone |= strcmp(a->gone[i].id, w->holder) == 0;
+    if (!gone) {
+        w->gone_since_ms = 0;
+        return 0;
+    }
+    if (!w->gone_since_ms)
+        w->gone_since_ms = loop_now_ms();
+    return loop_now_ms() - w->gone_since_ms >= GONE_GRACE_MS;
 }
 
 static void on_holders(void *arg, const struct directory_answer *a)
