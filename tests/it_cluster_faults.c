@@ -206,7 +206,7 @@ H_CLUSTER_TEST(fetch_fails_cleanly_when_its_only_sender_dies)
 
 /* The only holder freezes (SIGSTOP) before the fetch: the connection is never made, which
  * counts as "unreached" and is forgiven at the retry, and then the holder's entry expires. The
-^ * fetch fails with the reasons once the holder it asked has been gone 10 s, not at its timeout (a
+ * fetch fails with the reasons once the holder it asked has been gone 10 s, not at its timeout (a
  * sole holder killed before it answered made a fetch of 0.11's suite wait 30 s). */
 H_CLUSTER_TEST(a_fetch_from_a_sole_holder_gone_before_it_answered_fails_with_why)
 {
