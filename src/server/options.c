@@ -2,6 +2,7 @@
 #include "server/options.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,17 +58,6 @@ static int parse_uint(const char *opt, const char *text, unsigned long long lo,
     return 0;
 }
 
-static int set_socket(struct ferryd_args *a, char *v)
-{
-    a->cfg->socket_path = v;
-    return 0;
-}
-
-static int set_memory(struct ferryd_args *a, char *v)
-{
-    return size_parse(v, &a->cfg->memory);
-}
-
 static int set_socket_mode(struct ferryd_args *a, char *v)
 {
     char *end;
@@ -76,12 +66,6 @@ static int set_socket_mode(struct ferryd_args *a, char *v)
     if (!*v || *end || m > 0777)
         return err_set(FERRY_EINVAL, "socket mode '%s': expected octal permission bits", v);
     a->cfg->socket_mode = (mode_t)m;
-    return 0;
-}
-
-static int set_hugepages(struct ferryd_args *a, char *v)
-{
-    a->cfg->hugepages = 1;
     return 0;
 }
 
@@ -131,11 +115,6 @@ static int set_max_objects(struct ferryd_args *a, char *v)
     return rc;
 }
 
-static int set_max_kept(struct ferryd_args *a, char *v)
-{
-    return size_parse(v, &a->cfg->max_kept);
-}
-
 static int set_max_clients(struct ferryd_args *a, char *v)
 {
     unsigned long long n = 0;
@@ -143,17 +122,6 @@ static int set_max_clients(struct ferryd_args *a, char *v)
 
     a->cfg->max_clients = n;
     return rc;
-}
-
-static int set_spill_dir(struct ferryd_args *a, char *v)
-{
-    a->cfg->spill_dir = v;
-    return 0;
-}
-
-static int set_spill_max(struct ferryd_args *a, char *v)
-{
-    return size_parse(v, &a->cfg->spill_max);
 }
 
 static int set_spill_at(struct ferryd_args *a, char *v)
@@ -164,24 +132,6 @@ static int set_spill_at(struct ferryd_args *a, char *v)
     if (end == v || (*end && strcmp(end, "%") != 0) || p < 1 || p > 100)
         return err_set(FERRY_EINVAL, "--spill-at: '%s' is not a percent from 1 to 100", v);
     a->cfg->spill_at = (unsigned)p;
-    return 0;
-}
-
-static int set_persist_on_exit(struct ferryd_args *a, char *v)
-{
-    a->cfg->persist_on_exit = 1;
-    return 0;
-}
-
-static int set_node_id(struct ferryd_args *a, char *v)
-{
-    a->cfg->node_id = v;
-    return 0;
-}
-
-static int set_listen(struct ferryd_args *a, char *v)
-{
-    a->cfg->listen_addr = v;
     return 0;
 }
 
@@ -215,42 +165,11 @@ static int set_password_file(struct ferryd_args *a, char *v)
     return 0;
 }
 
-static int set_secret_file(struct ferryd_args *a, char *v)
-{
-    a->cfg->secret_file = v;
-    return 0;
-}
-
-/* The default; the last of --verify and --no-verify wins. */
-static int set_verify(struct ferryd_args *a, char *v)
-{
-    a->cfg->verify = 1;
-    return 0;
-}
-
-static int set_no_verify(struct ferryd_args *a, char *v)
-{
-    a->cfg->verify = 0;
-    return 0;
-}
-
-static int set_strict_ids(struct ferryd_args *a, char *v)
-{
-    a->cfg->strict_ids = 1;
-    return 0;
-}
-
 static int set_transport(struct ferryd_args *a, char *v)
 {
     if (strcmp(v, "auto") != 0 && !registry_find(v))
         return err_set(FERRY_EINVAL, "transport '%s': expected auto|%s", v, transport_names());
     a->cfg->transport = v;
-    return 0;
-}
-
-static int set_fabric_provider(struct ferryd_args *a, char *v)
-{
-    a->cfg->fabric_provider = v;
     return 0;
 }
 
@@ -286,22 +205,6 @@ static int set_fabric_window(struct ferryd_args *a, char *v)
     return rc;
 }
 
-static int set_split_min(struct ferryd_args *a, char *v)
-{
-    return size_parse(v, &a->cfg->split_min);
-}
-
-static int set_relay_min(struct ferryd_args *a, char *v)
-{
-    return size_parse(v, &a->cfg->relay_min);
-}
-
-static int set_no_relay_check(struct ferryd_args *a, char *v)
-{
-    a->cfg->relay_unchecked = 1;
-    return 0;
-}
-
 static int set_timers(struct ferryd_args *a, char *v)
 {
     return engine_timers_parse(v, &a->cfg->timers);
@@ -333,75 +236,85 @@ static const char *const group_titles[NGROUPS] = {
                 "the node is standalone)",
 };
 
+/* What an option without a setter of its own does to its field of server_config. */
+enum value_kind { V_SET, V_STR, V_SIZE, V_ON, V_OFF };
+#define CFG(field) offsetof(struct server_config, field)
+
 struct option_def {
     const char *name;
     const char *arg; /* the value's name; NULL: a flag */
     enum group group;
     /* One paragraph; "@TRANSPORTS@" stands for this build's transports. */
     const char *help;
-    int (*set)(struct ferryd_args *a, char *v);
+    int (*set)(struct ferryd_args *a, char *v); /* V_SET's */
+    enum value_kind kind;                       /* the others': at offset field */
+    size_t field;
 };
 
 static const struct option_def table[] = {
     {"socket", "PATH", GENERAL,
-     "Unix socket to serve (default $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ")", set_socket},
-    {"memory", "SIZE", GENERAL, "arena size, reserved at start: 512M, 4G, ... (default 1G)",
-     set_memory},
+     "Unix socket to serve (default $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ")", NULL, V_STR,
+     CFG(socket_path)},
+    {"memory", "SIZE", GENERAL, "arena size, reserved at start: 512M, 4G, ... (default 1G)", NULL,
+     V_SIZE, CFG(memory)},
     {"socket-mode", "OCTAL", GENERAL, "permission bits of the socket (default 0600)",
-     set_socket_mode},
-    {"hugepages", NULL, GENERAL, "back the arena with 2 MiB huge pages (hugetlbfs)", set_hugepages},
+     set_socket_mode, V_SET, 0},
+    {"hugepages", NULL, GENERAL, "back the arena with 2 MiB huge pages (hugetlbfs)", NULL, V_ON,
+     CFG(hugepages)},
     {"busy-poll", "USEC", GENERAL,
      "after a request, poll this long for the next before sleeping (default 50; 0 sleeps at "
      "once: less CPU, more latency)",
-     set_busy_poll},
+     set_busy_poll, V_SET, 0},
     {"metrics", "HOST:PORT", GENERAL,
-     "serve Prometheus' /metrics there (numeric address; port 0 picks one, logged)", set_metrics},
+     "serve Prometheus' /metrics there (numeric address; port 0 picks one, logged)", set_metrics,
+     V_SET, 0},
     {"verbose", NULL, GENERAL,
      "log debug records: one per request and per object received (at most 50 a second of "
      "each)",
-     set_verbose},
+     set_verbose, V_SET, 0},
     {"log-format", "FMT", GENERAL, "text (default) or json: one object per line, for collectors",
-     set_log_format},
+     set_log_format, V_SET, 0},
     {"max-objects", "N", GENERAL,
      "objects the store holds at most, sealed or not (default: one per 8 KiB of arena, at "
      "least 65536: about 420 B of daemon memory each); a client may hold a sixteenth of them "
      "(at least 1): what it created or got and has not released; the objects of a put_many "
      "batch are not held, but are refused as well while the client holds its share",
-     set_max_objects},
+     set_max_objects, V_SET, 0},
     {"max-kept", "SIZE", GENERAL,
      "bytes of objects kept until let go (ferry keep) at most (default: half the arena; none "
      "with --spill-dir), in half of --max-objects at most",
-     set_max_kept},
+     NULL, V_SIZE, CFG(max_kept)},
     {"max-clients", "N", GENERAL,
      "clients connected at once at most (a hello past it is refused, FERRY_EBUSY); default: "
      "what the descriptor limit (raised to the hard limit at start) leaves beside 576 kept for "
      "the daemon (1536 more in a cluster, for peers), at most 4096, at least a quarter of the "
      "limit. A connection must say hello within 10 s, and 64 at most wait for theirs: past "
      "that the oldest is closed",
-     set_max_clients},
-    {"help", NULL, GENERAL, "print this help and exit", show_help},
+     set_max_clients, V_SET, 0},
+    {"help", NULL, GENERAL, "print this help and exit", show_help, V_SET, 0},
     {"version", NULL, GENERAL, "print the version and the protocol versions, and exit",
-     show_version},
+     show_version, V_SET, 0},
     {"print-options", "FORMAT", GENERAL,
      "print every option as FORMAT and exit: man (the OPTIONS section of ferryd(8)), conf "
      "(the list in ferryd.conf) or names; the build writes both files so",
-     print_options},
+     print_options, V_SET, 0},
     {"spill-dir", "PATH", SPILLING,
      "write sealed objects there instead of evicting them, read them back on access; objects "
      "found there at start are served; it must be ferryd's user's and writable by no one "
      "else; with --secret-file its records are signed with the secret",
-     set_spill_dir},
+     NULL, V_STR, CFG(spill_dir)},
     {"spill-max", "SIZE", SPILLING,
      "the most the directory may hold (default: what its file system has free at start, less "
      "a tenth of its size)",
-     set_spill_max},
+     NULL, V_SIZE, CFG(spill_max)},
     {"spill-at", "PERCENT", SPILLING,
-     "start writing when this much of the arena cannot be freed at once (default 80)",
-     set_spill_at},
+     "start writing when this much of the arena cannot be freed at once (default 80)", set_spill_at,
+     V_SET, 0},
     {"persist-on-exit", NULL, SPILLING, "on SIGTERM, write every sealed object not yet on disk",
-     set_persist_on_exit},
-    {"node-id", "NAME", CLUSTER, "this node's name in the cluster", set_node_id},
-    {"listen", "HOST:PORT", CLUSTER, "where peers connect to pull objects (tcp)", set_listen},
+     NULL, V_ON, CFG(persist_on_exit)},
+    {"node-id", "NAME", CLUSTER, "this node's name in the cluster", NULL, V_STR, CFG(node_id)},
+    {"listen", "HOST:PORT", CLUSTER, "where peers connect to pull objects (tcp)", NULL, V_STR,
+     CFG(listen_addr)},
     {"directory", "URL", CLUSTER,
      "the Redis that holds the node registry and object locations: "
      "redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or "
@@ -409,19 +322,19 @@ static const struct option_def table[] = {
      "master Sentinel names (AUTH to the master; percent-encode '@', ':' and '/'; a password "
      "there is seen in /proc until blanked: prefer --directory-password-file or "
      "$" PASSWORD_ENV ")",
-     set_directory},
+     set_directory, V_SET, 0},
     {"directory-password-file", "PATH", CLUSTER,
      "the password of the directory's Redis (AUTH; with a redis://USER@... URL, that user's), "
      "read once at start, its trailing newline cut; keep it mode 0600 (a warning if not)",
-     set_password_file},
+     set_password_file, V_SET, 0},
     {"secret-file", "PATH", CLUSTER,
      "peers must prove they know this secret (HMAC-SHA256); it signs the spill directory's "
      "records too",
-     set_secret_file},
+     NULL, V_STR, CFG(secret_file)},
     {"verify", NULL, CLUSTER,
      "check what is fetched (the default; the last of --verify and "
      "--no-verify wins)",
-     set_verify},
+     NULL, V_ON, CFG(verify)},
     {"no-verify", NULL, CLUSTER,
      "take the bytes of nodes that hold an object whole unchecked (default: each 1 MiB chunk "
      "fetched is checked against the SHA-256 tree recorded at its seal before this node seals "
@@ -429,47 +342,47 @@ static const struct option_def table[] = {
      "process there that maps the arena writable), or bytes changed on the way, are sealed "
      "here and served on. For a trusted fast fabric only: checking costs a core per ~1.9 GB/s "
      "received",
-     set_no_verify},
+     NULL, V_OFF, CFG(verify)},
     {"strict-ids", NULL, CLUSTER,
      "a seal waits until the directory confirms that no other node holds other content under "
      "the id, and fails (FERRY_EEXIST) if one does; without it such a copy is kept here, "
      "unlisted",
-     set_strict_ids},
+     NULL, V_ON, CFG(strict_ids)},
     {"transport", "NAME", CLUSTER,
      "auto (default): open every transport of this build that can be (@TRANSPORTS@, preferred "
      "first), and reach each peer by the first both have; NAME: that one (refuse to start "
      "without it) and tcp; tcp: tcp only",
-     set_transport},
+     set_transport, V_SET, 0},
     {"fabric-provider", "P", CLUSTER,
      "libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm (default: the first "
      "suitable one fi_getinfo offers)",
-     set_fabric_provider},
+     NULL, V_STR, CFG(fabric_provider)},
     {"eager-max", "SIZE", CLUSTER,
      "fabric: objects up to SIZE go two-sided through bounce buffers, larger ones by one-sided "
      "read (default: the provider's measured crossover; @FILE: the size saved by ferry "
      "calibrate --save FILE)",
-     set_eager_max},
+     set_eager_max, V_SET, 0},
     {"fabric-window", "N", CLUSTER, "fabric: receive buffers per peer and size class (default 8)",
-     set_fabric_window},
+     set_fabric_window, V_SET, 0},
     {"split-min", "SIZE", CLUSTER,
      "objects of at least SIZE that several nodes hold are fetched in ranges from up to 4 of "
      "them at once (default " FERRYD_DEFAULT_SPLIT_MIN_TEXT "; 0: whole, from one)",
-     set_split_min},
+     NULL, V_SIZE, CFG(split_min)},
     {"relay-min", "SIZE", CLUSTER,
      "a node fetching an object of at least SIZE serves the ranges it has to other nodes "
      "fetching it, before it has all of it (default " FERRYD_DEFAULT_RELAY_MIN_TEXT "; 0: never)",
-     set_relay_min},
+     NULL, V_SIZE, CFG(relay_min)},
     {"no-relay-check", NULL, CLUSTER,
      "take ranges from such nodes unchecked (--no-verify implies it; default: each chunk is "
      "checked as it lands)",
-     set_no_relay_check},
+     NULL, V_ON, CFG(relay_unchecked)},
     {"timers", "NAME=MS,...", CLUSTER,
      "the protocol's timers, for tests that must see them pass (the defaults suit every "
      "network): stall (30000: a peer that owes bytes and sends none is dropped), handshake "
      "(10000), answer (3000: a holder's answer to our hello), breaker (30000: a failing "
      "transport is left out), lease (5000: a one-sided read's), rate (5000: a holder must send "
      "1 MiB/s over each such window)",
-     set_timers},
+     set_timers, V_SET, 0},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))
@@ -625,6 +538,27 @@ static int print_options(struct ferryd_args *a, char *v)
 
 /* ---- the parse ---- */
 
+/* Applies o to a with value v. */
+static int apply(const struct option_def *o, struct ferryd_args *a, char *v)
+{
+    char *at = (char *)a->cfg + o->field;
+
+    switch (o->kind) {
+    case V_STR:
+        *(const char **)(void *)at = v;
+        return 0;
+    case V_SIZE:
+        return size_parse(v, (uint64_t *)(void *)at);
+    case V_ON:
+    case V_OFF:
+        *(int *)(void *)at = o->kind == V_ON;
+        return 0;
+    case V_SET:
+    default:
+        return o->set(a, v);
+    }
+}
+
 static void defaults(struct server_config *cfg)
 {
     const char *env = getenv("FERRY_SOCKET");
@@ -656,7 +590,7 @@ int options_parse(int argc, char **argv, struct ferryd_args *a)
             return err_set(FERRY_EINVAL, "option %s needs a value", argv[optind - 1]);
         if (c < OPTION_VAL || c >= OPTION_VAL + (int)NOPTIONS)
             return err_set(FERRY_EINVAL, "unknown option '%s'", argv[optind - 1]);
-        rc = table[c - OPTION_VAL].set(a, optarg);
+        rc = apply(&table[c - OPTION_VAL], a, optarg);
     }
     if (rc == 0 && optind < argc)
         rc = err_set(FERRY_EINVAL, "unexpected argument '%s'", argv[optind]);
