@@ -244,145 +244,116 @@ struct option_def {
     const char *name;
     const char *arg; /* the value's name; NULL: a flag */
     enum group group;
+    enum value_kind kind; /* V_SET: set() does it; the others: to the field at offset field */
+    size_t field;
+    int (*set)(struct ferryd_args *a, char *v);
     /* One paragraph; "@TRANSPORTS@" stands for this build's transports. */
     const char *help;
-    int (*set)(struct ferryd_args *a, char *v); /* V_SET's */
-    enum value_kind kind;                       /* the others': at offset field */
-    size_t field;
 };
 
 static const struct option_def table[] = {
-    {"socket", "PATH", GENERAL,
-     "Unix socket to serve (default $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ")", NULL, V_STR,
-     CFG(socket_path)},
-    {"memory", "SIZE", GENERAL, "arena size, reserved at start: 512M, 4G, ... (default 1G)", NULL,
-     V_SIZE, CFG(memory)},
-    {"socket-mode", "OCTAL", GENERAL, "permission bits of the socket (default 0600)",
-     set_socket_mode, V_SET, 0},
-    {"hugepages", NULL, GENERAL, "back the arena with 2 MiB huge pages (hugetlbfs)", NULL, V_ON,
-     CFG(hugepages)},
-    {"busy-poll", "USEC", GENERAL,
-     "after a request, poll this long for the next before sleeping (default 50; 0 sleeps at "
-     "once: less CPU, more latency)",
-     set_busy_poll, V_SET, 0},
-    {"metrics", "HOST:PORT", GENERAL,
-     "serve Prometheus' /metrics there (numeric address; port 0 picks one, logged)", set_metrics,
-     V_SET, 0},
-    {"verbose", NULL, GENERAL,
-     "log debug records: one per request and per object received (at most 50 a second of "
-     "each)",
-     set_verbose, V_SET, 0},
-    {"log-format", "FMT", GENERAL, "text (default) or json: one object per line, for collectors",
-     set_log_format, V_SET, 0},
-    {"max-objects", "N", GENERAL,
-     "objects the store holds at most, sealed or not (default: one per 8 KiB of arena, at "
-     "least 65536: about 420 B of daemon memory each); a client may hold a sixteenth of them "
-     "(at least 1): what it created or got and has not released; the objects of a put_many "
-     "batch are not held, but are refused as well while the client holds its share",
-     set_max_objects, V_SET, 0},
-    {"max-kept", "SIZE", GENERAL,
-     "bytes of objects kept until let go (ferry keep) at most (default: half the arena; none "
-     "with --spill-dir), in half of --max-objects at most",
-     NULL, V_SIZE, CFG(max_kept)},
-    {"max-clients", "N", GENERAL,
-     "clients connected at once at most (a hello past it is refused, FERRY_EBUSY); default: "
-     "what the descriptor limit (raised to the hard limit at start) leaves beside 576 kept for "
-     "the daemon (1536 more in a cluster, for peers), at most 4096, at least a quarter of the "
-     "limit. A connection must say hello within 10 s, and 64 at most wait for theirs: past "
-     "that the oldest is closed",
-     set_max_clients, V_SET, 0},
-    {"help", NULL, GENERAL, "print this help and exit", show_help, V_SET, 0},
-    {"version", NULL, GENERAL, "print the version and the protocol versions, and exit",
-     show_version, V_SET, 0},
-    {"print-options", "FORMAT", GENERAL,
-     "print every option as FORMAT and exit: man (the OPTIONS section of ferryd(8)), conf "
-     "(the list in ferryd.conf) or names; the build writes both files so",
-     print_options, V_SET, 0},
-    {"spill-dir", "PATH", SPILLING,
-     "write sealed objects there instead of evicting them, read them back on access; objects "
-     "found there at start are served; it must be ferryd's user's and writable by no one "
-     "else; with --secret-file its records are signed with the secret",
-     NULL, V_STR, CFG(spill_dir)},
-    {"spill-max", "SIZE", SPILLING,
-     "the most the directory may hold (default: what its file system has free at start, less "
-     "a tenth of its size)",
-     NULL, V_SIZE, CFG(spill_max)},
-    {"spill-at", "PERCENT", SPILLING,
-     "start writing when this much of the arena cannot be freed at once (default 80)", set_spill_at,
-     V_SET, 0},
-    {"persist-on-exit", NULL, SPILLING, "on SIGTERM, write every sealed object not yet on disk",
-     NULL, V_ON, CFG(persist_on_exit)},
-    {"node-id", "NAME", CLUSTER, "this node's name in the cluster", NULL, V_STR, CFG(node_id)},
-    {"listen", "HOST:PORT", CLUSTER, "where peers connect to pull objects (tcp)", NULL, V_STR,
-     CFG(listen_addr)},
-    {"directory", "URL", CLUSTER,
+    {"socket", "PATH", GENERAL, V_STR, CFG(socket_path), NULL,
+     "Unix socket to serve (default $FERRY_SOCKET, else " FERRY_DEFAULT_SOCKET ")"},
+    {"memory", "SIZE", GENERAL, V_SIZE, CFG(memory), NULL,
+     "arena size, reserved at start: 512M, 4G, ... (default 1G)"},
+    {"socket-mode", "OCTAL", GENERAL, V_SET, 0, set_socket_mode,
+     "permission bits of the socket (default 0600)"},
+    {"hugepages", NULL, GENERAL, V_ON, CFG(hugepages), NULL,
+     "back the arena with 2 MiB huge pages (hugetlbfs)"},
+    {"busy-poll", "USEC", GENERAL, V_SET, 0, set_busy_poll,
+     "after a request, poll this long for the next before sleeping (default 50; 0 sleeps at once: "
+     "less CPU, more latency)"},
+    {"metrics", "HOST:PORT", GENERAL, V_SET, 0, set_metrics,
+     "serve Prometheus' /metrics there (numeric address; port 0 picks one, logged)"},
+    {"verbose", NULL, GENERAL, V_SET, 0, set_verbose,
+     "log debug records: one per request and per object received (at most 50 a second of each)"},
+    {"log-format", "FMT", GENERAL, V_SET, 0, set_log_format,
+     "text (default) or json: one object per line, for collectors"},
+    {"max-objects", "N", GENERAL, V_SET, 0, set_max_objects,
+     "objects the store holds at most, sealed or not (default: one per 8 KiB of arena, at least "
+     "65536: about 420 B of daemon memory each); a client may hold a sixteenth of them (at least "
+     "1): what it created or got and has not released; the objects of a put_many batch are not "
+     "held, but are refused as well while the client holds its share"},
+    {"max-kept", "SIZE", GENERAL, V_SIZE, CFG(max_kept), NULL,
+     "bytes of objects kept until let go (ferry keep) at most (default: half the arena; none with "
+     "--spill-dir), in half of --max-objects at most"},
+    {"max-clients", "N", GENERAL, V_SET, 0, set_max_clients,
+     "clients connected at once at most (a hello past it is refused, FERRY_EBUSY); default: what "
+     "the descriptor limit (raised to the hard limit at start) leaves beside 576 kept for the "
+     "daemon (1536 more in a cluster, for peers), at most 4096, at least a quarter of the limit. A "
+     "connection must say hello within 10 s, and 64 at most wait for theirs: past that the oldest "
+     "is closed"},
+    {"help", NULL, GENERAL, V_SET, 0, show_help, "print this help and exit"},
+    {"version", NULL, GENERAL, V_SET, 0, show_version,
+     "print the version and the protocol versions, and exit"},
+    {"print-options", "FORMAT", GENERAL, V_SET, 0, print_options,
+     "print every option as FORMAT and exit: man (the OPTIONS section of ferryd(8)), conf (the "
+     "list in ferryd.conf) or names; the build writes both files so"},
+    {"spill-dir", "PATH", SPILLING, V_STR, CFG(spill_dir), NULL,
+     "write sealed objects there instead of evicting them, read them back on access; objects found "
+     "there at start are served; it must be ferryd's user's and writable by no one else; with "
+     "--secret-file its records are signed with the secret"},
+    {"spill-max", "SIZE", SPILLING, V_SIZE, CFG(spill_max), NULL,
+     "the most the directory may hold (default: what its file system has free at start, less a "
+     "tenth of its size)"},
+    {"spill-at", "PERCENT", SPILLING, V_SET, 0, set_spill_at,
+     "start writing when this much of the arena cannot be freed at once (default 80)"},
+    {"persist-on-exit", NULL, SPILLING, V_ON, CFG(persist_on_exit), NULL,
+     "on SIGTERM, write every sealed object not yet on disk"},
+    {"node-id", "NAME", CLUSTER, V_STR, CFG(node_id), NULL, "this node's name in the cluster"},
+    {"listen", "HOST:PORT", CLUSTER, V_STR, CFG(listen_addr), NULL,
+     "where peers connect to pull objects (tcp)"},
+    {"directory", "URL", CLUSTER, V_SET, 0, set_directory,
      "the Redis that holds the node registry and object locations: "
      "redis://[[USER]:PASSWORD@]HOST:PORT[/DB], or "
-     "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to follow the "
-     "master Sentinel names (AUTH to the master; percent-encode '@', ':' and '/'; a password "
-     "there is seen in /proc until blanked: prefer --directory-password-file or "
-     "$" PASSWORD_ENV ")",
-     set_directory, V_SET, 0},
-    {"directory-password-file", "PATH", CLUSTER,
-     "the password of the directory's Redis (AUTH; with a redis://USER@... URL, that user's), "
-     "read once at start, its trailing newline cut; keep it mode 0600 (a warning if not)",
-     set_password_file, V_SET, 0},
-    {"secret-file", "PATH", CLUSTER,
-     "peers must prove they know this secret (HMAC-SHA256); it signs the spill directory's "
-     "records too",
-     NULL, V_STR, CFG(secret_file)},
-    {"verify", NULL, CLUSTER,
-     "check what is fetched (the default; the last of --verify and "
-     "--no-verify wins)",
-     NULL, V_ON, CFG(verify)},
-    {"no-verify", NULL, CLUSTER,
+     "redis-sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] to follow the master "
+     "Sentinel names (AUTH to the master; percent-encode '@', ':' and '/'; a password there is "
+     "seen in /proc until blanked: prefer --directory-password-file or $" PASSWORD_ENV ")"},
+    {"directory-password-file", "PATH", CLUSTER, V_SET, 0, set_password_file,
+     "the password of the directory's Redis (AUTH; with a redis://USER@... URL, that user's), read "
+     "once at start, its trailing newline cut; keep it mode 0600 (a warning if not)"},
+    {"secret-file", "PATH", CLUSTER, V_STR, CFG(secret_file), NULL,
+     "peers must prove they know this secret (HMAC-SHA256); it signs the spill directory's records "
+     "too"},
+    {"verify", NULL, CLUSTER, V_ON, CFG(verify), NULL,
+     "check what is fetched (the default; the last of --verify and --no-verify wins)"},
+    {"no-verify", NULL, CLUSTER, V_OFF, CFG(verify), NULL,
      "take the bytes of nodes that hold an object whole unchecked (default: each 1 MiB chunk "
-     "fetched is checked against the SHA-256 tree recorded at its seal before this node seals "
-     "or serves it). What is lost: a copy rewritten after its seal on another node (by a "
-     "process there that maps the arena writable), or bytes changed on the way, are sealed "
-     "here and served on. For a trusted fast fabric only: checking costs a core per ~1.9 GB/s "
-     "received",
-     NULL, V_OFF, CFG(verify)},
-    {"strict-ids", NULL, CLUSTER,
-     "a seal waits until the directory confirms that no other node holds other content under "
-     "the id, and fails (FERRY_EEXIST) if one does; without it such a copy is kept here, "
-     "unlisted",
-     NULL, V_ON, CFG(strict_ids)},
-    {"transport", "NAME", CLUSTER,
+     "fetched is checked against the SHA-256 tree recorded at its seal before this node seals or "
+     "serves it). What is lost: a copy rewritten after its seal on another node (by a process "
+     "there that maps the arena writable), or bytes changed on the way, are sealed here and served "
+     "on. For a trusted fast fabric only: checking costs a core per ~1.9 GB/s received"},
+    {"strict-ids", NULL, CLUSTER, V_ON, CFG(strict_ids), NULL,
+     "a seal waits until the directory confirms that no other node holds other content under the "
+     "id, and fails (FERRY_EEXIST) if one does; without it such a copy is kept here, unlisted"},
+    {"transport", "NAME", CLUSTER, V_SET, 0, set_transport,
      "auto (default): open every transport of this build that can be (@TRANSPORTS@, preferred "
-     "first), and reach each peer by the first both have; NAME: that one (refuse to start "
-     "without it) and tcp; tcp: tcp only",
-     set_transport, V_SET, 0},
-    {"fabric-provider", "P", CLUSTER,
-     "libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm (default: the first "
-     "suitable one fi_getinfo offers)",
-     NULL, V_STR, CFG(fabric_provider)},
-    {"eager-max", "SIZE", CLUSTER,
+     "first), and reach each peer by the first both have; NAME: that one (refuse to start without "
+     "it) and tcp; tcp: tcp only"},
+    {"fabric-provider", "P", CLUSTER, V_STR, CFG(fabric_provider), NULL,
+     "libfabric provider: verbs;ofi_rxm, efa, cxi, shm, tcp;ofi_rxm (default: the first suitable "
+     "one fi_getinfo offers)"},
+    {"eager-max", "SIZE", CLUSTER, V_SET, 0, set_eager_max,
      "fabric: objects up to SIZE go two-sided through bounce buffers, larger ones by one-sided "
-     "read (default: the provider's measured crossover; @FILE: the size saved by ferry "
-     "calibrate --save FILE)",
-     set_eager_max, V_SET, 0},
-    {"fabric-window", "N", CLUSTER, "fabric: receive buffers per peer and size class (default 8)",
-     set_fabric_window, V_SET, 0},
-    {"split-min", "SIZE", CLUSTER,
-     "objects of at least SIZE that several nodes hold are fetched in ranges from up to 4 of "
-     "them at once (default " FERRYD_DEFAULT_SPLIT_MIN_TEXT "; 0: whole, from one)",
-     NULL, V_SIZE, CFG(split_min)},
-    {"relay-min", "SIZE", CLUSTER,
-     "a node fetching an object of at least SIZE serves the ranges it has to other nodes "
-     "fetching it, before it has all of it (default " FERRYD_DEFAULT_RELAY_MIN_TEXT "; 0: never)",
-     NULL, V_SIZE, CFG(relay_min)},
-    {"no-relay-check", NULL, CLUSTER,
+     "read (default: the provider's measured crossover; @FILE: the size saved by ferry calibrate "
+     "--save FILE)"},
+    {"fabric-window", "N", CLUSTER, V_SET, 0, set_fabric_window,
+     "fabric: receive buffers per peer and size class (default 8)"},
+    {"split-min", "SIZE", CLUSTER, V_SIZE, CFG(split_min), NULL,
+     "objects of at least SIZE that several nodes hold are fetched in ranges from up to 4 of them "
+     "at once (default " FERRYD_DEFAULT_SPLIT_MIN_TEXT "; 0: whole, from one)"},
+    {"relay-min", "SIZE", CLUSTER, V_SIZE, CFG(relay_min), NULL,
+     "a node fetching an object of at least SIZE serves the ranges it has to other nodes fetching "
+     "it, before it has all of it (default " FERRYD_DEFAULT_RELAY_MIN_TEXT "; 0: never)"},
+    {"no-relay-check", NULL, CLUSTER, V_ON, CFG(relay_unchecked), NULL,
      "take ranges from such nodes unchecked (--no-verify implies it; default: each chunk is "
-     "checked as it lands)",
-     NULL, V_ON, CFG(relay_unchecked)},
-    {"timers", "NAME=MS,...", CLUSTER,
-     "the protocol's timers, for tests that must see them pass (the defaults suit every "
-     "network): stall (30000: a peer that owes bytes and sends none is dropped), handshake "
-     "(10000), answer (3000: a holder's answer to our hello), breaker (30000: a failing "
-     "transport is left out), lease (5000: a one-sided read's), rate (5000: a holder must send "
-     "1 MiB/s over each such window)",
-     set_timers, V_SET, 0},
+     "checked as it lands)"},
+    {"timers", "NAME=MS,...", CLUSTER, V_SET, 0, set_timers,
+     "the protocol's timers, for tests that must see them pass (the defaults suit every network): "
+     "stall (30000: a peer that owes bytes and sends none is dropped), handshake (10000), answer "
+     "(3000: a holder's answer to our hello), breaker (30000: a failing transport is left out), "
+     "lease (5000: a one-sided read's), rate (5000: a holder must send 1 MiB/s over each such "
+     "window)"},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))
