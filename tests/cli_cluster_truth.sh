@@ -38,7 +38,7 @@ holders() {
         echo "where failed"
         return
     }
-    python3 -c 'import json, sys
+    pystd -c 'import json, sys
 print(" ".join(sorted(n["id"] for n in json.load(open(sys.argv[1])))))' "$DIR/where.json" \
         2>/dev/null || echo "where failed"
 }
@@ -54,17 +54,6 @@ stat_field() { fy "$1" stat --json >"$DIR/stat.json" && json_field "$DIR/stat.js
 stat_is() { [ "$(stat_field "$1" "$2")" = "$3" ]; }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# py_ferry ARGS...: python3 with this build's module (FERRY_PYTHONPATH); in a sanitizer build
-# with its runtimes preloaded (FERRY_PY_PRELOAD), as tests/CMakeLists.txt does for pytest.
-py_ferry() {
-    if [ -n "${FERRY_PY_PRELOAD:-}" ]; then
-        LD_PRELOAD=$FERRY_PY_PRELOAD ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-            PYTHONMALLOC=malloc PYTHONPATH=$FERRY_PYTHONPATH python3 "$@"
-    else
-        PYTHONPATH=$FERRY_PYTHONPATH python3 "$@"
-    fi
-}
 
 # within_ms NAME MS CMD...: CMD succeeds before MS milliseconds have passed (by the clock; a
 # check that began in time and succeeds counts).

@@ -364,7 +364,7 @@ test_python() {
     wait_for "installed ferryd for Python" $! "$ROOT/bin/ferry" --socket "$DIR/py.sock" stat || return
     run "import ferry from the installed tree" 0 env -u PYTHONPATH PYTHONPATH="$DEST$pydir" \
         ${FERRY_PY_PRELOAD:+LD_PRELOAD=$FERRY_PY_PRELOAD ASAN_OPTIONS=detect_leaks=0} \
-        python3 -c 'import ferry, sys
+        "$FERRY_PYTHON" -c 'import ferry, sys
 with ferry.Client(sys.argv[1]) as c:
     c.put(ferry.ObjectID.from_name("installed"), b"from the installed module")
     print(ferry.__version__, bytes(c.get(ferry.ObjectID.from_name("installed"))).decode())' "$DIR/py.sock" && pass

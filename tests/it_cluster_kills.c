@@ -14,7 +14,7 @@
 enum { A, B, C, D };
 #define BIT(i) (1u << (i))
 #define MIB (1024u * 1024u)
-#define ROUNDS 20
+#define ROUNDS 10
 #define OBJ (128 * MIB)
 /* A fetch whose holder dies ends with a reason within this. Twice in full runs of 0.11's suite
  * (rxm, plain and ASan, 2 cores busy) one round's fetch of a killed holder outlasted 15 s: the
@@ -69,7 +69,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
         struct h_fetch f;
         int status = 1;
         h_fetch_start(&f, fa, &id, 1, FETCH_TIMEOUT, &status);
-        h_sleep_ms(4 * r); /* from before the transfer starts to well into it */
+        h_sleep_ms(8 * r); /* from before the transfer starts to well into it */
         killed[r] = cl->node[B].d.pid;
         h_node_kill(cl, B);
         ferry_disconnect(b);
@@ -78,7 +78,7 @@ H_CLUSTER_TEST(holders_killed_mid_transfer_never_stop_the_fetcher)
         h_fetch_join(&f, 5000);
         ferry_disconnect(fa);
         worst_end = f.elapsed_ms > worst_end ? f.elapsed_ms : worst_end;
-        printf("round %d: killed after %d ms: fetch %s in %lld ms\n", r, 4 * r,
+        printf("round %d: killed after %d ms: fetch %s in %lld ms\n", r, 8 * r,
                f.rc == FERRY_OK ? "done" : ferry_strerror(f.rc), (long long)f.elapsed_ms);
         if (took > 1000)
             fail_msg("round %d: ferry stat on the fetching node took %lld ms", r, (long long)took);
