@@ -150,7 +150,9 @@ H_CLUSTER_TEST(get_fetch_returns_the_bytes)
     H_OK(h_put_direct(a, &ids[0], 3 * MIB + 5, 77));
     H_OK(h_put_direct(b, &ids[1], 1234, 0));
     ferry_buffer out[2];
-    H_OK(ferry_get_fetch(b, ids, 2, 10000, out));
+    /* 30 s, as the fetches above: beside two busy processes (make check-load) 10 s passed
+     * once with no answer from A yet. */
+    H_OK(ferry_get_fetch(b, ids, 2, 30000, out));
     h_assert_buffer(&out[0], &ids[0], 3 * MIB + 5, 77);
     h_assert_buffer(&out[1], &ids[1], 1234, 0);
     ferry_object_info info;
