@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transfer/fabric/fabric_msg.h"
+#include "transport/fabric/fabric_msg.h"
 
 static void check_hello(const uint8_t *body, size_t n)
 {

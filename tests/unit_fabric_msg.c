@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "ferry.h"
-#include "transfer/fabric/fabric_msg.h"
+#include "transport/fabric/fabric_msg.h"
 
 static void test_header_round_trip_and_refusals(void **state)
 {

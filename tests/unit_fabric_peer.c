@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 
 #include "skip.h"
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 static struct fi_info info;
 static struct xlistener f;

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #define RECV QUIRK_BIT(QUIRK_RECV)
 #define ERRNO QUIRK_BIT(QUIRK_ERRNO)

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "ferry.h"
-#include "transfer/framer.h"
+#include "transport/framer.h"
 
 /* Two frames back to back: type 7 with a 5-byte payload, type 8 with none. */
 static size_t two_frames(uint8_t *out)

@@ -27,7 +27,7 @@
 
 #include "common/proto.h"
 #include "loop_driver.h"
-#include "transfer/registry.h"
+#include "transport/registry.h"
 
 #define ARENA (64u << 20)
 #define WAIT_MS 20000
@@ -175,6 +175,7 @@ static int setup(void **state)
         cfg.provider = strcmp(which, "rxm") == 0 ? "tcp;ofi_rxm" : which;
     }
     cfg.window = 8;
+    cfg.max_frame = 4u << 20; /* the engine's: WIRE_MAX_FRAME */
     assert_non_null(xp);
     assert_int_equal(loop_init(&loop), 0);
     open_side(&a);

@@ -62,8 +62,8 @@ struct loop {
     void *before_wait_arg;
 };
 
-/* The thread that calls loop_init runs the loop: nothing on it may block (see
- * transfer/fabric/fabric_blocking.c). */
+/* The thread that calls loop_init runs the loop: nothing on it may block (a blocking recv that
+ * libfabric makes on it is turned non-blocking: transport/fabric/quirks/quirk_recv.c). */
 int loop_init(struct loop *l);
 /* Whether the calling thread is one that initialised a loop. */
 int loop_is_loop_thread(void);

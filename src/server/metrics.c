@@ -23,7 +23,7 @@
 #include "server/server.h"
 #include "server/stats.h"
 #include "transfer/engine.h"
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 struct mconn {
     struct metrics *m;

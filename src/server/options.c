@@ -12,8 +12,8 @@
 #include "common/proto.h"
 #include "common/size.h"
 #include "transfer/engine.h"
-#include "transfer/registry.h"
-#include "transfer/transport.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 #include "transfer/wire.h"
 
 /* The help texts state these defaults in words: each is checked against its constant here. */

@@ -24,7 +24,7 @@
 #include "server/notify.h"
 #include "server/session.h"
 #include "transfer/engine.h"
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 #define ACCEPTS_PER_TURN 64
 #define LISTEN_BACKLOG 512

@@ -8,7 +8,7 @@
 #define FERRY_SERVER_STATS_H
 
 #include "server/server.h"
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 /* The table's counters now. */
 void server_stats(struct server *srv, ferry_stats *out);

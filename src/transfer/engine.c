@@ -109,6 +109,7 @@ static int open_transports(struct engine *e)
                          .provider = e->cfg.fabric_provider,
                          .arena = e->store->base,
                          .arena_len = store_capacity(e->store),
+                         .max_frame = WIRE_MAX_FRAME,
                          .window = e->cfg.fabric_window ? e->cfg.fabric_window : 8,
                          .lease_ms = e->timers.lease_ms};
 

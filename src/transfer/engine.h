@@ -25,7 +25,7 @@
 #include "directory/directory.h"
 #include "loop/loop.h"
 #include "store/store.h"
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 struct engine;
 

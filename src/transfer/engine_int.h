@@ -44,7 +44,7 @@
 #include "common/log.h"
 #include "store/hasher.h"
 #include "transfer/auth.h"
-#include "transfer/registry.h"
+#include "transport/registry.h"
 #include "transfer/wire.h"
 
 #define MAX_TRIED 8

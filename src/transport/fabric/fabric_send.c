@@ -3,7 +3,7 @@
  * (object bytes sent from the registered arena), credits per size class, control messages
  * (RDV, DONE, CREDIT, CLOSE) and the leases of ranges lent to one-sided readers.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 static struct txop *tx_get(struct xlistener *f)
 {

@@ -2,7 +2,7 @@
  * fabric_cq.c - the fabric transport's completions and progress, on the daemon's loop: the
  * completion queue's wait fd with fi_trywait, or polling where the provider has none.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 static void send_done(struct xlistener *f, struct txop *t, int err)
 {

@@ -1,5 +1,5 @@
 /* registry.c - the transports of this build, preferred first (registry.h). */
-#include "transfer/registry.h"
+#include "transport/registry.h"
 
 #include <string.h>
 

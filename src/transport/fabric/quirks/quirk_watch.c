@@ -30,7 +30,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #define MS (1000000ull)
 /* Looks of a watchdog that may be starved of the CPU: held "at every look" needs many. */

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 /* Most transports a build has (the engine keeps an endpoint slot per registered one). */
 #define REGISTRY_MAX 4

@@ -3,7 +3,7 @@
  * we honour, fabric, domain, endpoint, completion queue and address vector, the arena and
  * bounce buffers registered once, listen and close, and the transport's table of operations.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #include "common/fault.h"
 
@@ -250,9 +250,10 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
     struct xlistener *f;
     int rc;
 
-    if (!cfg->arena || !cfg->arena_len || cfg->window == 0 ||
+    if (!cfg->arena || !cfg->arena_len || !cfg->max_frame || cfg->window == 0 ||
         cfg->window + FAB_EXTRA > FAB_LARGE_BUFS)
-        return err_set(FERRY_EINVAL, "fabric: an arena and a window of 1..%u are needed",
+        return err_set(FERRY_EINVAL,
+                       "fabric: an arena, a maximum frame length and a window of 1..%u are needed",
                        FAB_LARGE_BUFS - FAB_EXTRA);
     if (!(f = calloc(1, sizeof(*f))))
         return err_set(FERRY_ENOMEM, "fabric endpoint");
@@ -263,6 +264,7 @@ static int fab_listen(struct loop *loop, const struct xconfig *cfg, const struct
                             .arena = cfg->arena,
                             .arena_len = cfg->arena_len,
                             .window = cfg->window,
+                            .max_frame = cfg->max_frame,
                             .lease_ms = cfg->lease_ms ? cfg->lease_ms : FAB_LEASE_BASE_MS,
                             .wait_fd = -1};
     f->readq_tail = &f->readq;

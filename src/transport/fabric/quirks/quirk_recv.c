@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "loop/loop.h"
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 /* Tells quirks.c that the interposer is linked (a weak reference there). */
 const int quirks_recv_interposer = 1;

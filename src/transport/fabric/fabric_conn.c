@@ -3,7 +3,7 @@
  * life and death (shut, given up on, reaped once nothing it issued is in flight, drains), and
  * the engine's connect, pause, close and drain.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 /* A random generation for a connection slot: a connection id names slot and generation, and
  * a message naming a stale or guessed id is dropped. */
@@ -260,7 +260,7 @@ struct fconn *fab_conn_new(struct xlistener *f, fi_addr_t addr, const uint8_t *n
     c->base.type = &transport_fabric;
     c->base.local = f;
     c->base.ev = f->ev;
-    c->base.max_frame = WIRE_MAX_FRAME;
+    c->base.max_frame = f->max_frame;
     c->base.eager_max = UINT64_MAX;
     fab_printable(f, name, len, c->base.peer, sizeof(c->base.peer));
     c->f = f;

@@ -70,8 +70,9 @@ struct xconfig {
     const char *provider; /* fabric: libfabric provider name, e.g. "tcp;ofi_rxm" (NULL: any) */
     uint8_t *arena;       /* fabric: the memory registered once, where objects live */
     uint64_t arena_len;
-    uint32_t window;   /* fabric: receive buffers (credits) per connection and size class */
-    uint32_t lease_ms; /* fabric: a one-sided read's lease before its per-byte share (0: 5 s) */
+    uint32_t max_frame; /* the longest frame a new connection takes (xconn.max_frame) */
+    uint32_t window;    /* fabric: receive buffers (credits) per connection and size class */
+    uint32_t lease_ms;  /* fabric: a one-sided read's lease before its per-byte share (0: 5 s) */
 };
 
 /* What a transport does beyond moving frames and arena bytes in order. */

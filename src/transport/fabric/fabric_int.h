@@ -79,11 +79,10 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
-#include "transfer/fabric/fabric_msg.h"
-#include "transfer/fabric/quirks/quirks.h"
-#include "transfer/framer.h"
-#include "transfer/registry.h"
-#include "transfer/wire.h"
+#include "transport/fabric/fabric_msg.h"
+#include "transport/fabric/quirks/quirks.h"
+#include "transport/framer.h"
+#include "transport/registry.h"
 
 #define FAB_API FI_VERSION(1, 9)
 #define FAB_HDR FMSG_HDR
@@ -351,6 +350,7 @@ struct xlistener {
     uint64_t read_chunk;
     uint32_t window, free_bufs[CL_N];
     uint32_t lease_ms;       /* a one-sided read's lease before its per-byte share (xconfig) */
+    uint32_t max_frame;      /* the longest frame a new connection takes (xconfig) */
     uint32_t nsmall, nlarge; /* receive buffers of each class (small ones beside the reserve) */
     struct fconn *slots[FAB_SLOTS];
     uint16_t gen[FAB_SLOTS];

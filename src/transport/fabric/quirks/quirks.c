@@ -12,7 +12,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
-#include "transfer/fabric/quirks/quirks.h"
+#include "transport/fabric/quirks/quirks.h"
 
 /* The first releases without the bug (quirks.h gives the commits). */
 #define ERRNO_FIXED FI_VERSION(2, 2)

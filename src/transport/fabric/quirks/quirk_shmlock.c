@@ -19,7 +19,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #define SHM_DIR "/dev/shm"
 

@@ -2,7 +2,7 @@
  * fabric_rdv.c - the fabric transport's rendezvous reader: one-sided reads of a peer's
  * arena straight into ours, in chunks with many in flight, within the lease's deadline.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 static void deadline_arm(struct fconn *c)
 {

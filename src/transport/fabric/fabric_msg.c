@@ -1,5 +1,5 @@
 /* fabric_msg.c - the fabric transport's message codec (see fabric_msg.h). */
-#include "transfer/fabric/fabric_msg.h"
+#include "transport/fabric/fabric_msg.h"
 
 #include <string.h>
 

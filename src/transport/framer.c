@@ -1,5 +1,5 @@
 /* framer.c - transfer frames assembled from a stream (see framer.h). */
-#include "transfer/framer.h"
+#include "transport/framer.h"
 
 #include <string.h>
 

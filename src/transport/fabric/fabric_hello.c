@@ -2,7 +2,7 @@
  * fabric_hello.c - the fabric transport's connection handshake: CONNECT / ACCEPT messages
  * and the address vector entries of peers (one per node, kept).
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #include "common/text.h"
 

@@ -2,7 +2,7 @@
  * fabric_recv.c - the fabric transport's receiving side: posted bounce buffers, the stream
  * restored to its order by sequence numbers, frames and eager bytes delivered to the engine.
  */
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 void fab_rbuf_post(struct xlistener *f, struct rbuf *b)
 {

@@ -18,7 +18,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "transfer/fabric/fabric_int.h"
+#include "transport/fabric/fabric_int.h"
 
 #define NAME_PREFIX "ferry-"
 #define SHM_DIR "/dev/shm"

@@ -57,7 +57,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "transfer/transport.h"
+#include "transport/transport.h"
 
 /* X(id, name, help): the workarounds, in the order they are reported. */
 #define QUIRKS(X)                                                                                  \

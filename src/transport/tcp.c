@@ -25,9 +25,8 @@
 #include "common/fault.h"
 #include "common/log.h"
 #include "loop/accept.h"
-#include "transfer/framer.h"
-#include "transfer/registry.h"
-#include "transfer/wire.h"
+#include "transport/framer.h"
+#include "transport/registry.h"
 
 #define TCP_IOV_MAX 64
 #define TCP_ACCEPTS_PER_TURN 64
@@ -79,6 +78,7 @@ struct xlistener {
     const struct xconn_events *ev;
     xaccept_fn *fn;
     void *arg;
+    uint32_t max_frame;           /* xconfig's */
     uint32_t fault_send_delay_ms; /* the test hook (TCP_FAULT_CHUNK); 0: off */
 };
 
@@ -529,7 +529,7 @@ static struct tcp_conn *conn_new(struct xlistener *ls, int fd, const struct xcon
     c->base.type = &transport_tcp;
     c->base.local = ls;
     c->base.ev = ev;
-    c->base.max_frame = WIRE_MAX_FRAME;
+    c->base.max_frame = ls->max_frame;
     snprintf(c->base.peer, sizeof(c->base.peer), "%s", peer);
     c->loop = ls->loop;
     c->fd = fd;
@@ -646,9 +646,12 @@ static int tcp_listen(struct loop *loop, const struct xconfig *cfg, const struct
     struct xlistener *ls;
     int rc;
 
+    if (!cfg->max_frame)
+        return err_set(FERRY_EINVAL, "tcp: a maximum frame length is needed");
     if (!(ls = calloc(1, sizeof(*ls))))
         return err_set(FERRY_ENOMEM, "listener");
-    *ls = (struct xlistener){.loop = loop, .ev = ev, .fn = fn, .arg = arg};
+    *ls = (struct xlistener){
+        .loop = loop, .ev = ev, .fn = fn, .arg = arg, .max_frame = cfg->max_frame};
     snprintf(ls->addr, sizeof(ls->addr), "%s", addr);
     read_faults(ls);
     if ((rc = transport_listen_tcp(addr, 128, &ls->fd)) < 0)

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""file-calls.py BUILD_DIR [--list]: which files of a folder of src/ call each other both ways.
+
+Within a folder, files should call one way: each only those below it, as src/directory/'s do.
+From the build's objects (nm): file A calls file B when A uses a symbol B defines. A pair that
+calls both ways is a knot. scripts/file-calls.allowed lists the pairs known today, to be undone
+(issue 35); any other pair fails (make lint), and so does a listed pair that is gone (take it
+off the list: the list only shrinks). --list prints every pair with the symbols each way."""
+import glob
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLOWED = os.path.join(ROOT, "scripts", "file-calls.allowed")
+
+
+def objects(build):
+    """{folder: {file stem: object path}}, one object per source file of src/."""
+    found = {}
+    for obj in sorted(glob.glob(os.path.join(build, "CMakeFiles", "*.dir", "src", "**", "*.c.o"),
+                                recursive=True)):
+        rel = obj.split(os.sep + "src" + os.sep, 1)[1]
+        folder, name = os.path.split(rel)
+        found.setdefault("src/" + folder, {}).setdefault(name[:-4], obj)
+    return found
+
+
+def symbols(obj):
+    defined, used = set(), set()
+    out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[1] in "TDBR":
+            defined.add(p[2])
+        elif len(p) == 2 and p[0] == "U":
+            used.add(p[1])
+    return defined, used
+
+
+def two_way(files):
+    """{(a, b): (symbols a uses of b, symbols b uses of a)} for a < b calling both ways."""
+    syms = {f: symbols(o) for f, o in files.items()}
+    owner = {s: f for f, (d, _) in syms.items() for s in d}
+    calls = {}
+    for f, (_, used) in syms.items():
+        for s in used:
+            if owner.get(s, f) != f:
+                calls.setdefault((f, owner[s]), set()).add(s)
+    return {(a, b): (calls[(a, b)], calls[(b, a)])
+            for (a, b) in calls if a < b and (b, a) in calls}
+
+
+def main():
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--list"):
+        sys.exit("usage: file-calls.py BUILD_DIR [--list]")
+    pairs = set()
+    for folder, files in sorted(objects(sys.argv[1]).items()):
+        for (a, b), (ab, ba) in sorted(two_way(files).items()):
+            pairs.add(f"{folder}: {a} {b}")
+            if len(sys.argv) == 3:
+                print(f"{folder}: {a} <-> {b}: {', '.join(sorted(ab))} / {', '.join(sorted(ba))}")
+    if not pairs:
+        sys.exit("file-calls.py: no objects under " + sys.argv[1])
+    allowed = {line.strip() for line in open(ALLOWED)
+               if line.strip() and not line.startswith("#")}
+    status = 0
+    for p in sorted(pairs - allowed):
+        print(f"file-calls.py: {p} call each other both ways (not in {ALLOWED})")
+        status = 1
+    for p in sorted(allowed - pairs):
+        print(f"file-calls.py: {p} no longer call each other both ways: take it off {ALLOWED}")
+        status = 1
+    print(f"file-calls.py: {len(pairs)} pairs of files calling both ways", file=sys.stderr)
+    sys.exit(status)
+
+
+main()
