@@ -6,8 +6,9 @@ From the build's objects (nm): file A calls file B when A uses a symbol B define
 calls both ways is a knot. scripts/file-calls.allowed lists the pairs known today, to be undone
 (issue 35); any other pair fails (make lint), and so does a listed pair that is gone (take it
 off the list: the list only shrinks). --list prints every pair with the symbols each way."""
-import glob
+import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -16,13 +17,17 @@ ALLOWED = os.path.join(ROOT, "scripts", "file-calls.allowed")
 
 
 def objects(build):
-    """{folder: {file stem: object path}}, one object per source file of src/."""
+    """{folder: {file stem: object path}}, one object per source file of src/ that the build
+    compiles now (compile_commands.json: stale objects of moved files are not read)."""
     found = {}
-    for obj in sorted(glob.glob(os.path.join(build, "CMakeFiles", "*.dir", "src", "**", "*.c.o"),
-                                recursive=True)):
-        rel = obj.split(os.sep + "src" + os.sep, 1)[1]
+    for entry in json.load(open(os.path.join(build, "compile_commands.json"))):
+        rel = os.path.relpath(entry["file"], ROOT)
+        words = shlex.split(entry["command"])
+        if not rel.startswith("src" + os.sep) or "-o" not in words:
+            continue
+        obj = os.path.join(entry["directory"], words[words.index("-o") + 1])
         folder, name = os.path.split(rel)
-        found.setdefault("src/" + folder, {}).setdefault(name[:-4], obj)
+        found.setdefault(folder, {}).setdefault(name[:-2], obj)
     return found
 
 

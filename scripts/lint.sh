@@ -1,5 +1,5 @@
 #!/bin/sh
-# lint.sh BUILD_DIR - the two static checks that must run clean over src/: cppcheck, and
+# lint.sh BUILD_DIR - the static checks that must run clean over src/: cppcheck,
 # clang-tidy's analyzer checks (BUILD_DIR must hold compile_commands.json: configure it with
 # -DCMAKE_EXPORT_COMPILE_COMMANDS=ON). Exits non-zero, naming the tool, on any finding.
 #
@@ -40,4 +40,6 @@ if [ $? -ne 0 ] || printf '%s\n' "$out" | grep -q 'warning:\|error:'; then
     echo "lint.sh: clang-tidy found problems" >&2
     status=1
 fi
+# Files of one folder calling each other both ways: none beyond the known ones.
+python3 scripts/file-calls.py "$build" || status=1
 exit $status
