@@ -17,8 +17,9 @@
  * that the configuration allows, and reaches each peer by the first that reaches it
  * (engine_route.c); each connection carries its transport (c->type).
  *
- * Files: engine.c (open, close, counters, what is advertised, the release of objects a closed
- * connection was moving), engine_want.c (the receiving side's wants: the fetch API, lookups of
+ * Files: engine.c (open, close, counters, what is advertised), engine_conn.c (what both sides'
+ * connections share: stall watchdogs, the release of objects a closed connection was moving,
+ * the incarnation), engine_want.c (the receiving side's wants: the fetch API, lookups of
  * holders, the holders tried, retries, room, the seal of what arrived), engine_peer.c (the
  * receiving side's connections: peers, their handshake, stalls and liveness, their queues,
  * pulls and replies, the bytes landing), engine_verify.c (the check of received bytes against
@@ -422,8 +423,12 @@ struct engine {
     const struct transport *const *reg;      /* the registry's transports, preferred first */
     size_t nreg;
     struct xlistener *ls[REGISTRY_MAX]; /* this node's endpoint on each, NULL when not open */
-    uint64_t failures[REGISTRY_MAX];    /* connections on each that failed */
-    uint64_t fallbacks[REGISTRY_MAX];   /* times a peer was taken off each for a while */
+    /* Hooks: events a file tells those above it of without naming them, so that the engine's
+     * files call one way (scripts/file-calls.py); engine_open installs them. */
+    /* A partial copy of id grew or ended (engine_relay.c): eng_relay_wake (engine_hold.c). */
+    void (*copy_changed)(struct engine *e, const ferry_id *id);
+    uint64_t failures[REGISTRY_MAX];  /* connections on each that failed */
+    uint64_t fallbacks[REGISTRY_MAX]; /* times a peer was taken off each for a while */
     uint64_t eager_max;
     struct breaker *breakers;
     struct recent_failure recent[RECENT_FAILURES];
@@ -450,7 +455,7 @@ struct engine {
 /* engine_route.c */
 void eng_note_failure(struct engine *e, const char *node, const char *why);
 
-/* engine.c */
+/* engine_conn.c */
 /* Watchdogs: start (or keep) watching counter value now; stop. */
 void eng_watch_start(struct engine *e, struct watch_rate *w, uint64_t value);
 void eng_watch_stop(struct engine *e, struct watch_rate *w);
