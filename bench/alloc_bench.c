@@ -1,6 +1,6 @@
 /*
  * alloc_bench.c - the arena allocator (TLSF, src/store/alloc.c) under churn, and mimalloc
- * managing a region of the same size, for the allocator choice in docs/architecture.md.
+ * managing a region of the same size, for the allocator choice in docs/design/store.md.
  *
  * Every run replays one seeded trace on a fresh allocator: allocations until the requested
  * live bytes reach half the region (warm-up), then CHURN_OPS operations that allocate while

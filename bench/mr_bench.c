@@ -1,6 +1,6 @@
 /*
  * mr_bench.c - what registering memory with libfabric per transfer would cost, against
- * registering the whole arena once, for the fabric transport in docs/architecture.md.
+ * registering the whole arena once, for the fabric transport in docs/design/transports.md.
  *
  * For each provider and size, a fresh range of the arena (memfd, prefaulted) is registered and
  * closed again, as a transfer that registered its object would do: fi_mr_reg, fi_mr_bind and

@@ -68,7 +68,7 @@ extern "C" {
 /* While a call waits for the daemon's reply, the calling thread polls for this many
  * microseconds before it sleeps; $FERRY_SPIN_US (read at ferry_connect) overrides it, 0 turns
  * polling off. Waking a sleeping thread costs more than most requests take to serve, above
- * all on virtual machines (figures in docs/architecture.md); the price is the calling
+ * all on virtual machines (figures in docs/performance.md); the price is the calling
  * thread's own CPU while it waits, which it would spend blocked anyway. */
 #define FERRY_DEFAULT_SPIN_US 50
 

@@ -22,7 +22,7 @@
  *
  * Not thread-safe: the client's lock covers every call. A process holding the arena's
  * descriptor can still map it writable itself; what another node receives is checked against
- * the root recorded at the seal (docs/architecture.md, "Threat model").
+ * the root recorded at the seal (docs/design/threat-model.md).
  */
 #ifndef FERRY_CLIENT_WVIEW_H
 #define FERRY_CLIENT_WVIEW_H

@@ -25,7 +25,8 @@ struct subscriber;
 
 /* Polling 50 us after each request keeps an active client's next request from having to
  * wake the daemon: a get takes ~7 us instead of ~18 us on our 2-core VMs, at the price of at
- * most 50 us of CPU per burst of requests (docs/architecture.md has the figures). */
+ * most 50 us of CPU per burst of requests (docs/design/server.md, "Latency: polling before
+ * sleeping"). */
 #define FERRYD_DEFAULT_BUSY_POLL_US 50
 
 /* A cluster node stopped by a signal leaves the directory within this long, or stops anyway
@@ -33,7 +34,7 @@ struct subscriber;
 #define LEAVE_MS 2000
 
 /* Local clients (the socket's users), bounded so that they can never take the descriptors the
- * node needs for its peers, the directory and /metrics (docs/architecture.md, "Threat model"):
+ * node needs for its peers, the directory and /metrics (docs/design/threat-model.md):
  * - a connection must say hello within FERRYD_HELLO_DEADLINE_MS (the library does at once), and
  *   at most FERRYD_UNGREETED_MAX are open before their hello: a new one past that closes the
  *   oldest of them, so that a flood of silent connections only churns (clients_evicted);
@@ -59,7 +60,7 @@ struct subscriber;
 /* Writes to the spill directory start when this percent of the arena cannot be freed at once. */
 #define FERRYD_DEFAULT_SPILL_AT 80
 /* Objects of at least this size that several nodes hold are fetched in ranges from them all
- * (measured: docs/architecture.md, "Several holders at once"). */
+ * (docs/design/engine.md, "Several holders at once"). */
 #define FERRYD_DEFAULT_SPLIT_MIN_TEXT "64M"
 #define FERRYD_DEFAULT_RELAY_MIN_TEXT "64M"
 

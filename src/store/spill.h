@@ -10,13 +10,14 @@
  * Threads and ownership: everything here belongs to the loop's thread except the tasks, which
  * the SPILL_THREADS workers take from `pending` and put on `done` under `lock`. A job belongs to
  * the caller until spill_write/spill_read, to the spill until spill_take_done returns it.
- * One group is written at a time (its chunks in parallel); reads and forgets run beside it.
+ * Up to SPILL_LANES (2) groups are written at a time, each to a segment of its own (its chunks
+ * in parallel); reads and forgets run beside them.
  * A write's bytes (job->mem) must stay mapped and unchanged, and a read's destination unused,
  * until the job comes back. Records (struct spill_rec) belong to the spill; the caller keeps
  * the pointer until it calls spill_forget (the object is deleted) or spill_close.
  *
  * Durability: a group's header is written after its bytes (kill -9 safe, see spill_fmt.h).
- * Segments are fdatasync'd when they are full and at spill_close, not per group: after a power
+ * Segments are fdatasync'd at spill_close only, not per group nor when full: after a power
  * loss a group whose header reached the disk before its bytes is caught by the digest check
  * when it is read, and never served.
  */

@@ -33,7 +33,7 @@ struct engine;
 
 /* The protocol's timers, in milliseconds; 0 takes the default. Production keeps the defaults;
  * ferryd --timers sets them, so that tests about a timer last seconds instead of minutes
- * (docs/architecture.md lists which tests keep each at its real scale). */
+ * (docs/design/testing.md lists which tests keep each at its real scale). */
 struct engine_timers {
     uint32_t stall_ms;     /* a peer that owes bytes and sends none for this long is dropped;
                             * a receiver holding pins must read MIN_RATE over this window */

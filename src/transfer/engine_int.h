@@ -122,7 +122,7 @@
 /* A peer whose connection on a transport fails this often in a row is reached on the next one
  * (the fallback at worst) for timers.breaker_ms. */
 #define BREAKER_FAILS 3
-/* Eager limits measured with ferry calibrate on our machines (docs/architecture.md); other
+/* Eager limits measured with ferry calibrate on our machines (docs/design/transports.md); other
  * providers start from the generic one. */
 #define EAGER_DEFAULT (64u << 10)
 /* An object is fetched in ranges from at most this many holders at once, this many ranges

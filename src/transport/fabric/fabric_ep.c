@@ -406,7 +406,7 @@ static int fab_reaches(const struct xlistener *f, const char *addr, char *why, s
 }
 
 /* Where one-sided reads start to pay, per provider, from `ferry calibrate` runs on our 2-core
- * VMs (docs/architecture.md); other providers start from the engine's generic default. */
+ * VMs (docs/design/transports.md); other providers start from the engine's generic default. */
 static int fab_eager_default(const struct xlistener *f, uint64_t *out)
 {
     static const struct {

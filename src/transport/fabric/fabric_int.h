@@ -16,8 +16,8 @@
  *            is to be read one-sided (fi_read) from the sender's arena
  *   DONE     u64 cookie: the reader is done; the sender unpins
  *   CREDIT   only credits
- *   CONNECT  u32 magic, u32 version, u32 conn id, u16 window, u16 name length, u16 key
- *            length, u8 virt, u8 0, u64 arena base, u64 arena length, name, key
+ *   CONNECT  u32 magic, u32 version, u32 conn id, u16 window, u16 name length, u16 0 (no
+ *            key: it travels in RDV only), u8 virt, u8 0, u64 arena base, u64 arena length, name
  *   ACCEPT   the same fields, the acceptor's
  *   CLOSE    the sender closed the connection
  *

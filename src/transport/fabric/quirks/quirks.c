@@ -144,7 +144,7 @@ void quirks_report(xcounter_fn *fn, void *arg)
 #define QUIRK_REPORT(id, name, help)                                                               \
     fn(arg, "fabric_quirk_" #name, FERRY_STAT_COUNTER, help, quirks_count(id));                    \
     fn(arg, "fabric_quirk_" #name "_on", FERRY_STAT_GAUGE,                                         \
-       "1 while the " #name " workaround is on (docs/architecture.md)",                            \
+       "1 while the " #name " workaround is on (docs/design/transports.md)",                       \
        (uint64_t)quirks_enabled(id));
     QUIRKS(QUIRK_REPORT)
 #undef QUIRK_REPORT
