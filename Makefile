@@ -45,12 +45,15 @@ fuzz-build:
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_targets
 
 # The whole suite: the format check, the static analysers, the normal build with the inner
-# loop's tests on a busy machine (check-load), the whole suite (every transport, the heavy
-# tests) under ASan+UBSan, every fuzz target for FUZZ_SECONDS; each part timed, the times
-# printed at the end (scripts/suite.sh). The plain build's whole suite is make test-unit: the
-# sanitizers' run checks the same cases more strictly, and both together took 38 minutes here.
+# loop's tests (check), the whole suite (every transport, the heavy tests) under ASan+UBSan,
+# every fuzz target for FUZZ_SECONDS; each part timed, the times printed at the end
+# (scripts/suite.sh). The plain build's whole suite is make test-unit: the sanitizers' run
+# checks the same cases more strictly, and both together took 38 minutes here. What only the
+# plain build's whole suite runs: the fabric's and the heavy cases built with -O2, and the
+# install test (py_test_install, in make check-load). make check-load is not part of it yet:
+# its first runs found load flakes (fixed), and cases that assert a time remain (issue 35).
 test: deps
-	@bash scripts/suite.sh format-check build lint check-load asan test-asan fuzz-build test-fuzz
+	@bash scripts/suite.sh format-check build lint check asan test-asan fuzz-build test-fuzz
 
 # The inner loop: the plain build, unit tests, single-node tests, the cluster on tcp, Python;
 # not the heavy tests (tests/CMakeLists.txt, FERRY_HEAVY: kill loops, chaos, benchmarks) nor

@@ -22,10 +22,12 @@ def objects(build):
     found = {}
     for entry in json.load(open(os.path.join(build, "compile_commands.json"))):
         rel = os.path.relpath(entry["file"], ROOT)
-        words = shlex.split(entry["command"])
-        if not rel.startswith("src" + os.sep) or "-o" not in words:
+        words = entry.get("arguments") or shlex.split(entry["command"])
+        outs = [w[2:] for w in words if w.startswith("-o") and len(w) > 2]
+        outs += [b for a, b in zip(words, words[1:]) if a == "-o"]
+        if not rel.startswith("src" + os.sep) or len(outs) != 1:
             continue
-        obj = os.path.join(entry["directory"], words[words.index("-o") + 1])
+        obj = os.path.join(entry["directory"], outs[0])
         folder, name = os.path.split(rel)
         found.setdefault(folder, {}).setdefault(name[:-2], obj)
     return found
@@ -36,7 +38,7 @@ def symbols(obj):
     out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         p = line.split()
-        if len(p) == 3 and p[1] in "TDBR":
+        if len(p) == 3 and p[1] in "TDBRWVi":
             defined.add(p[2])
         elif len(p) == 2 and p[0] == "U":
             used.add(p[1])

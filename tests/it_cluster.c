@@ -400,7 +400,6 @@ H_CLUSTER_TEST(objects_several_nodes_hold_come_in_ranges_from_all_of_them)
     uint64_t out[4];
     for (int i = 0; i < 4; i++)
         out[i] = s1[i].ranges_out - s0[i].ranges_out;
-    assert_int_equal(out[B] + out[C] + out[D], 16 + 24);
     if (moved == 0) {
         /* B and C sent 8 ranges each to D, then to A; D 8 to A. */
         assert_int_equal(out[B], 16);
@@ -410,7 +409,13 @@ H_CLUSTER_TEST(objects_several_nodes_hold_come_in_ranges_from_all_of_them)
             assert_int_equal(s1[i].transfer_failures, s0[i].transfer_failures);
     } else {
         /* A holder not reached within the connect timer (a starved machine): its ranges went
-         * to the others, as they must, and the deal above could not hold. */
+         * to the others, as they must, and the deal above could not hold. The move had a
+         * counted cause, and every range was still sent (a range cut midway counts twice). */
+        uint64_t failed = s1[A].transfer_failures - s0[A].transfer_failures +
+                          s1[D].transfer_failures - s0[D].transfer_failures;
+        assert_true(failed >= 1);
+        assert_true(moved <= 16 + 24);
+        assert_true(out[B] + out[C] + out[D] >= 16 + 24);
         printf("%llu ranges moved to another holder; sent by B, C, D: %llu, %llu, %llu\n",
                (unsigned long long)moved, (unsigned long long)out[B], (unsigned long long)out[C],
                (unsigned long long)out[D]);

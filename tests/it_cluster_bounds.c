@@ -127,7 +127,8 @@ H_CLUSTER_TEST(one_pull_pins_no_more_than_the_limit)
     ferry_id ids[4];
     put_pieces(a, "piece", ids, 4);
     /* All four recorded, so all four hashed: the hasher threads finish in any order, and an
-     * object still being hashed is not served (a loaded run's reply held one object's leaves). */
+     * object not hashed yet is served without its leaves (a loaded run's reply held one
+     * object's leaves). */
     for (int i = 0; i < 4; i++)
         h_assert_where(b, cl, &ids[i], 1u << A, H_CLUSTER_MS);
     ferry_stats a0 = h_stats(a);

@@ -1,5 +1,5 @@
 /*
- * it_cluster_kills.c - holders killed with -9 in the middle of transfers, 20 times over, with
+ * it_cluster_kills.c - holders killed with -9 in the middle of transfers, 10 times over, with
  * real ferryd nodes and a real Redis: the fetching node answers `ferry stat` within 1 s
  * throughout, every fetch ends (done, or a clear error) within its timeout, and nothing is
  * left behind in its arena.

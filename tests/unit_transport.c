@@ -27,6 +27,7 @@
 
 #include "common/proto.h"
 #include "loop_driver.h"
+#include "transfer/wire.h"
 #include "transport/registry.h"
 
 #define ARENA (64u << 20)
@@ -175,7 +176,7 @@ static int setup(void **state)
         cfg.provider = strcmp(which, "rxm") == 0 ? "tcp;ofi_rxm" : which;
     }
     cfg.window = 8;
-    cfg.max_frame = 4u << 20; /* the engine's: WIRE_MAX_FRAME */
+    cfg.max_frame = WIRE_MAX_FRAME; /* the engine's */
     assert_non_null(xp);
     assert_int_equal(loop_init(&loop), 0);
     open_side(&a);
@@ -365,6 +366,19 @@ static void test_paused_connection_delivers_nothing(void **state)
     assert_true(a.ping_order_ok);
 }
 
+/* An endpoint must be told the longest frame a connection takes: without it, listen fails
+ * before it takes anything. */
+static void test_listen_without_a_frame_limit_is_refused(void **state)
+{
+    struct xconfig bad = cfg;
+    struct xlistener *l = NULL;
+
+    bad.max_frame = 0;
+    bad.addr = listen_addr();
+    assert_int_equal(xp->listen(&loop, &bad, &events, on_accept, NULL, &l), FERRY_EINVAL);
+    assert_null(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +388,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_oversized_frame_drops_the_peer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paused_connection_delivers_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_listen_without_a_frame_limit_is_refused, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
