@@ -49,9 +49,9 @@ fuzz-build:
 # every fuzz target for FUZZ_SECONDS; each part timed, the times printed at the end
 # (scripts/suite.sh). The plain build's whole suite is make test-unit: the sanitizers' run
 # checks the same cases more strictly, and both together took 38 minutes here. What only the
-# plain build's whole suite runs: the fabric's and the heavy cases built with -O2, and the
-# install test (py_test_install, in make check-load). make check-load is not part of it yet:
-# its first runs found load flakes (fixed), and cases that assert a time remain (issue 35).
+# plain build's whole suite runs: the fabric's and the heavy cases built with -O2. make
+# check-load is not part of it yet: its first runs found load flakes (fixed), and cases that
+# assert a time remain (issue 35).
 test: deps
 	@bash scripts/suite.sh format-check build lint check asan test-asan fuzz-build test-fuzz
 
