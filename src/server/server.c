@@ -777,8 +777,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     /* Signals are blocked before the hasher thread starts, so that it inherits the mask and
      * SIGTERM reaches the signalfd rather than killing the process in the worker. */
     /* The prefaulter starts last: registering the arena with a fabric provider waited behind
-     * it for the address space's lock (17 s on a busy 2-core machine, the prefaulter being at
-     * idle priority). */
+     * it for the address space's lock (17 s on a busy 2-core machine, when the prefaulter ran
+     * at idle priority; see arena.c). */
     if ((rc = open_signals(s)) < 0 ||
         (rc = hasher_start(&s->store.hasher, STORE_HASHER_THREADS)) < 0 ||
         (rc = loop_watch_add(&s->loop, &s->hasher_watch, hasher_fd(s->store.hasher), LOOP_READ,
