@@ -1564,13 +1564,13 @@ H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
     }
     usleep(50 * 1000); /* the next ranges are dealt, nobody waiting yet */
     struct h_fetch f;
-    h_fetch_start(&f, fa, &x, 1, 10000, &status); /* the next slice, within the grace */
+    h_fetch_start(&f, fa, &x, 1, 30000, &status); /* the next slice, within the grace */
     for (uint64_t k = 8; k < nranges; k++) {
         read_pull_of(cfd, &x, 0, size, &tags[0], r, &n);
         assert_int_equal(r[0].off, k * RELAY_RANGE_BYTES);
         fake_reply_ranges(cfd, tags[0], size, digest, bytes, r, n);
     }
-    h_fetch_join(&f, 15000);
+    h_fetch_join(&f, 35000);
     if (f.rc != FERRY_OK || status != FERRY_OK)
         fail_msg("the relayed object was not taken: rc %d (%s), status %d", f.rc,
                  ferry_strerror(f.rc), status);

@@ -18,6 +18,11 @@ static struct txop *tx_get(struct xlistener *f)
 
 void fab_tx_put(struct xlistener *f, struct txop *t)
 {
+    /* A free op names no range: a post that failed after push_stream set it left it there, and
+     * the listener's close, which walks every op, then released a range freed since (ASan:
+     * heap-use-after-free in fab_listener_close, make test, shm). */
+    t->range = NULL;
+    t->c = NULL;
     t->next = f->txfree;
     f->txfree = t;
     f->tx_inflight--;
