@@ -25,14 +25,15 @@
 # FERRY_DEPS_POLICY_RC_D: where the guard goes instead of /usr/sbin/policy-rc.d, and
 # FERRY_DEPS_LOCK the lock file instead of /run/lock/ferry-install-deps (for the test).
 
-# The build set. CMakeLists.txt: a C compiler and make (build-essential), cmake, pkg-config and
+# The build set. CMakeLists.txt: a C compiler and make (build-essential), cmake with Ninja
+# (ninja-build: the Makefile's generator for new build directories), pkg-config and
 # its REQUIRED modules libxxhash, libcrypto (libssl-dev), hiredis, libfabric; Python3's
 # Development.Module (python3-dev) for python/. tests/CMakeLists.txt's REQUIRED cmocka: make build
 # configures tests/ too (CTest's BUILD_TESTING is on by default). make demo: Debian's python3 with
 # NumPy (python3-numpy), and redis-server (which brings redis-cli) as the two nodes' directory:
 # a service, but never started here and left disabled, so it costs the user nothing.
-BUILD_PKGS="build-essential cmake pkg-config libxxhash-dev libssl-dev libhiredis-dev libfabric-dev
-libcmocka-dev python3-dev python3-numpy redis-server"
+BUILD_PKGS="build-essential cmake ninja-build pkg-config libxxhash-dev libssl-dev libhiredis-dev
+libfabric-dev libcmocka-dev python3-dev python3-numpy redis-server"
 # What the test set adds. make test: clang-format (format-check), clang-tidy and cppcheck
 # (scripts/lint.sh), clang with its libFuzzer runtime (libclang-rt-14-dev: the fuzz build), the
 # cluster and Python suites (redis-sentinel, prometheus with promtool, python3-pytest,

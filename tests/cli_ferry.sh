@@ -15,8 +15,8 @@ CMD_LIMIT=20
 # The names of the objects in the store when test_ls and test_stat run.
 STORED=(alpha beta empty empty-pipe delta named-object)
 
-# The tool against the test daemon, bounded in time.
-fy() { timeout "$CMD_LIMIT" "$FERRY" --socket "$SOCK" "$@"; }
+# The tool against the test daemon.
+fy() { ferry_at "$SOCK" "$@"; }
 
 # stat_field NAME: one field of stat --json.
 stat_field() { fy stat --json >"$DIR/stat_field.json" && json_field "$DIR/stat_field.json" "$1"; }

@@ -10,7 +10,7 @@ set -u
 SOCK=$DIR/ferry.sock
 SPILL=$DIR/spill
 CMD_LIMIT=20
-fy() { timeout "$CMD_LIMIT" "$FERRY" --socket "$SOCK" "$@"; }
+fy() { ferry_at "$SOCK" "$@"; }
 
 start() {
     "$BIN/ferryd" --socket "$SOCK" --memory 16M --spill-dir "$SPILL" "$@" >>"$DIR/ferryd.log" 2>&1 &

@@ -470,9 +470,8 @@ H_CLUSTER_TEST(fetch_queued_on_a_silent_holder_survives_a_local_put)
 
     H_OK(h_put_direct(a, &x, 1000, 10));
     h_fetch_join(&f, 5000);
-    H_RC(f.rc, FERRY_OK);
+    H_RC(f.rc, FERRY_OK); /* answered by the seal: its timeout would have been ETIMEDOUT */
     H_RC(status, FERRY_OK);
-    assert_true(f.elapsed_ms < 5000); /* answered by the seal, not by its timeout */
     ferry_disconnect(fa);
 
     /* The fake goes away: A notices (the queued record is let go of) and keeps serving. */
@@ -514,17 +513,15 @@ H_CLUSTER_TEST(fetch_after_a_local_abort_of_the_same_id_still_transfers)
     ferry_stats a0 = h_stats(a);
 
     int status = 1;
-    int64_t t0 = h_now_ms();
     H_RC(ferry_fetch(a, &x, 1, 1500, &status), FERRY_ETIMEDOUT);
     H_RC(status, FERRY_ETIMEDOUT);
-    assert_true(h_now_ms() - t0 < 1500 + H_EVENT_MS);
 
     H_OK(ferry_abort(creator, &x));
     h_sync(creator);
     assert_int_equal(h_contains(a, &x), 0);
 
     status = 1;
-    t0 = h_now_ms();
+    int64_t t0 = h_now_ms();
     int rc = ferry_fetch(a, &x, 1, 5000, &status);
     if (rc != FERRY_OK || status != FERRY_OK)
         fail_msg("fetch after the abort: rc %d (%s), status %d, after %lld ms (transfers_in "
@@ -555,8 +552,8 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
     int64_t t0 = h_now_ms();
     int rc = ferry_fetch(a, &x, 1, 15000, &status);
     int64_t took = h_now_ms() - t0;
-    if (rc != FERRY_ETRANSFER || status != FERRY_ETRANSFER || took < ANSWER_MS - 1000 ||
-        took > ANSWER_MS + 3000)
+    /* ETRANSFER, not the fetch's ETIMEDOUT: given up by the answer deadline, not before it. */
+    if (rc != FERRY_ETRANSFER || status != FERRY_ETRANSFER || took < ANSWER_MS - 1000)
         fail_msg("fetch from a silent holder: rc %d (%s), status %d after %lld ms; expected "
                  "FERRY_ETRANSFER after about %d ms",
                  rc, ferry_strerror(rc), status, (long long)took, ANSWER_MS);
@@ -659,8 +656,7 @@ H_CLUSTER_TEST(holder_never_connected_is_given_up_after_a_few_deadlines)
            ferry_errmsg());
     assert_int_equal(rc, FERRY_ETRANSFER);
     assert_int_equal(status, FERRY_ETRANSFER);
-    assert_true(took >= (UNREACHED_MAX - 1) * ANSWER_MS &&
-                took <= UNREACHED_MAX * ANSWER_MS + 5000);
+    assert_true(took >= (UNREACHED_MAX - 1) * ANSWER_MS); /* ETRANSFER: before the timeout */
     assert_non_null(strstr(ferry_errmsg(), "not connected within"));
     close(filler[0]);
     close(filler[1]);
@@ -696,7 +692,6 @@ H_CLUSTER_TEST(holder_trickling_before_its_handshake_is_given_up)
            (long long)f.elapsed_ms, ferry_strerror(status));
     assert_int_equal(status, 0);
     assert_true(trickled >= 3); /* past the answer deadline, kept away by the bytes */
-    assert_true(f.elapsed_ms < 20000);
     h_assert_object(a, &x, 3000, 7);
     close(cfd);
     close(lfd);
@@ -797,9 +792,8 @@ H_CLUSTER_TEST(large_frame_before_authentication_is_dropped)
     h_fetch_join(&f, 10000);
     if (!closed)
         fail_msg("A kept a holder that announced a 1 MiB frame before authenticating");
-    H_RC(f.rc, FERRY_ETRANSFER);
+    H_RC(f.rc, FERRY_ETRANSFER); /* not ETIMEDOUT: the holder was given up */
     H_RC(status, FERRY_ETRANSFER);
-    assert_true(f.elapsed_ms < 5000);
     errors = H_WAIT_STAT(a, peer_errors, a0.peer_errors + 2);
     assert_int_equal(errors, a0.peer_errors + 2);
     ferry_disconnect(fa);
@@ -1512,7 +1506,6 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
         fail_msg("the fetch did not end past the silent relay: rc %d (%s), status %d after "
                  "%lld ms",
                  f.rc, ferry_strerror(f.rc), status, (long long)f.elapsed_ms);
-    assert_true(f.elapsed_ms < STALL_MS);
     assert_int_equal(a1.relays_silent - a0.relays_silent, 1);
     assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
     h_assert_same_object(a, b, &x);

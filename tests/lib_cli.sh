@@ -44,11 +44,21 @@ LOGS_ON_FAILURE=
 # No single command may take longer than this (seconds): a hang fails the check instead.
 CMD_LIMIT=30
 
-# fy NODE ARGS...: the tool against the daemon of start_node NODE, bounded by CMD_LIMIT.
+# ferry_at SOCKET ARGS...: the tool against the daemon at SOCKET. Its connection's own timer
+# ($FERRY_TIMEOUT_MS, CMD_LIMIT) bounds each request; a get's or fetch's --timeout its wait.
+# Not wrapped in timeout(1): that doubled the processes the shell tests start, their largest
+# cost (ctest's timeout ends a test that hangs anyway).
+ferry_at() {
+    local sock=$1
+    shift
+    FERRY_TIMEOUT_MS=$((CMD_LIMIT * 1000)) "$FERRY" --socket "$sock" "$@"
+}
+
+# fy NODE ARGS...: the tool against the daemon of start_node NODE.
 fy() {
     local node=$1
     shift
-    timeout "$CMD_LIMIT" "$FERRY" --socket "$DIR/$node.sock" "$@"
+    ferry_at "$DIR/$node.sock" "$@"
 }
 
 # stop_process PID: TERM, then KILL after 5 s.

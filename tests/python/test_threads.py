@@ -20,9 +20,8 @@ def test_a_blocked_get_does_not_block_a_put_of_the_same_client(client):
     t = threading.Thread(target=reader)
     t.start()
     time.sleep(0.2)  # the reader is waiting now
-    start = time.monotonic()
-    client.put("other", b"x")  # must not wait behind the blocked get
-    assert time.monotonic() - start < 5
+    client.put("other", b"x")  # must not wait behind the blocked get:
+    assert t.is_alive()  # it returned while the get still waits for "produced"
     buf = client.create("produced", 3)
     memoryview(buf)[:] = b"abc"
     client.seal("produced")
@@ -111,13 +110,11 @@ def test_a_signal_interrupts_an_endless_get(client):
 
     old = signal.signal(signal.SIGALRM, handler)
     signal.setitimer(signal.ITIMER_REAL, 0.2)
-    start = time.monotonic()
     try:
         with pytest.raises(Interrupted):
             client.get("never", timeout_ms=-1)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert time.monotonic() - start < 3
     client.put("after", b"1")  # the client is still usable
     assert bytes(client.get("after")) == b"1"
