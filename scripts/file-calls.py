@@ -5,7 +5,9 @@ Within a folder, files should call one way: each only those below it, as src/dir
 From the build's objects (nm): file A calls file B when A uses a symbol B defines. A pair that
 calls both ways is a knot. scripts/file-calls.allowed lists the pairs known today, to be undone
 (issue 35); any other pair fails (make lint), and so does a listed pair that is gone (take it
-off the list: the list only shrinks). --list prints every pair with the symbols each way."""
+off the list: the list only shrinks). A folder with no pair listed must have no circle of any
+length either: its files then stand in an order, each calling only files below it. --list
+prints every pair with the symbols each way, and the order of each such folder, top first."""
 import json
 import os
 import shlex
@@ -45,8 +47,8 @@ def symbols(obj):
     return defined, used
 
 
-def two_way(files):
-    """{(a, b): (symbols a uses of b, symbols b uses of a)} for a < b calling both ways."""
+def file_calls(files):
+    """{(a, b): symbols a uses that b defines}, for files a != b of one folder."""
     syms = {f: symbols(o) for f, o in files.items()}
     owner = {s: f for f, (d, _) in syms.items() for s in d}
     calls = {}
@@ -54,24 +56,55 @@ def two_way(files):
         for s in used:
             if owner.get(s, f) != f:
                 calls.setdefault((f, owner[s]), set()).add(s)
+    return calls
+
+
+def two_way(calls):
+    """{(a, b): (symbols a uses of b, symbols b uses of a)} for a < b calling both ways."""
     return {(a, b): (calls[(a, b)], calls[(b, a)])
             for (a, b) in calls if a < b and (b, a) in calls}
+
+
+def layers(files, calls):
+    """The files in layers, top first: each calls only files of the layers after its own.
+    (layers, files on a circle): what is left on circles cannot be layered."""
+    left, out = set(files), []
+    while left:
+        top = sorted(f for f in left if not any((g, f) in calls for g in left))
+        if not top:
+            return out, sorted(left)
+        out.append(top)
+        left -= set(top)
+    return out, []
 
 
 def main():
     if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--list"):
         sys.exit("usage: file-calls.py BUILD_DIR [--list]")
-    pairs = set()
-    for folder, files in sorted(objects(sys.argv[1]).items()):
-        for (a, b), (ab, ba) in sorted(two_way(files).items()):
+    pairs, circles = set(), []
+    allowed = {line.strip() for line in open(ALLOWED)
+               if line.strip() and not line.startswith("#")}
+    found = objects(sys.argv[1])
+    if not found:
+        sys.exit("file-calls.py: no objects under " + sys.argv[1])
+    for folder, files in sorted(found.items()):
+        calls = file_calls(files)
+        for (a, b), (ab, ba) in sorted(two_way(calls).items()):
             pairs.add(f"{folder}: {a} {b}")
             if len(sys.argv) == 3:
                 print(f"{folder}: {a} <-> {b}: {', '.join(sorted(ab))} / {', '.join(sorted(ba))}")
-    if not pairs:
-        sys.exit("file-calls.py: no objects under " + sys.argv[1])
-    allowed = {line.strip() for line in open(ALLOWED)
-               if line.strip() and not line.startswith("#")}
+        if any(p.startswith(folder + ": ") for p in allowed):
+            continue
+        order, circle = layers(files, calls)
+        if circle:
+            circles.append(f"{folder}: {' '.join(circle)}")
+        elif len(sys.argv) == 3:
+            print(f"{folder}: order: {' > '.join(', '.join(layer) for layer in order)}")
     status = 0
+    for c in circles:
+        print(f"file-calls.py: {c}: files on a circle of calls (a folder with no listed pair "
+              "must stand in an order)")
+        status = 1
     for p in sorted(pairs - allowed):
         print(f"file-calls.py: {p} call each other both ways (not in {ALLOWED})")
         status = 1

@@ -80,6 +80,19 @@ static void timers_resolve(struct engine *e)
     e->check_ms = shortest / 4 < STALL_CHECK_MS ? shortest / 4 : STALL_CHECK_MS;
 }
 
+/* What the engine's files tell those above them of (engine_int.h, struct eng_hooks). */
+static const struct eng_hooks hooks = {
+    .copy_changed = eng_relay_wake,
+    .want_made = eng_relay_made,
+    .want_ended = eng_relay_end,
+    .holders_listed = eng_split,
+    .part_failed = eng_part_failed,
+    .part_checked = eng_part_checked,
+    .peer_events = &eng_pull_events,
+    .want_lost = eng_pull_want_lost,
+    .want_unqueued = eng_pull_want_unqueued,
+};
+
 int engine_open(struct engine **out, struct loop *l, struct store *st,
                 const struct engine_config *cfg)
 {
@@ -92,7 +105,7 @@ int engine_open(struct engine **out, struct loop *l, struct store *st,
     e->loop = l;
     e->store = st;
     e->cfg = *cfg;
-    e->copy_changed = eng_relay_wake;
+    e->hooks = &hooks;
     timers_resolve(e);
     snprintf(e->node_id, sizeof(e->node_id), "%s", cfg->node_id);
     if ((rc = auth_init(&e->auth, cfg->secret, cfg->secret_len)) < 0)

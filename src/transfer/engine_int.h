@@ -243,13 +243,14 @@ struct want {
      * parent's leaves. An object of one chunk is checked against the root after its last
      * byte, on the loop. landed counts the bytes of the want's range in place, in order;
      * handed the bytes of whole chunks given to checks; bad_chunk is the first chunk that
-     * failed (UINT64_MAX: none). Bytes told out of order (check_broken) are checked after the
+     * failed (NO_CHUNK: none). Bytes told out of order (check_broken) are checked after the
      * last one; checks_wait: every byte is in, the want waits for its checks in flight (vc). */
     uint8_t digest[DIGEST_LEN];
     uint8_t *leaves;
     uint64_t nleaves;
     struct vcheck *vc;
     uint64_t landed, handed, bad_chunk;
+#define NO_CHUNK UINT64_MAX
     int check_broken, checks_wait;
     int recheck; /* a split's parent: a dead connection may have written into checked chunks */
     char holder[DIRECTORY_NODE_ID_MAX + 1];
@@ -410,6 +411,32 @@ struct recent_failure {
     uint64_t at; /* loop_now_ms(); 0 for an empty slot */
 };
 
+/* Hooks: events a file tells the files above it of without naming them, so that no two files
+ * of the engine call each other (scripts/file-calls.py, make lint); engine_open installs
+ * them, each the one function named here. */
+struct eng_hooks {
+    /* A partial copy of id grew or ended (engine_relay.c): eng_relay_wake (engine_hold.c). */
+    void (*copy_changed)(struct engine *e, const ferry_id *id);
+    /* w's object was made, w ended (engine_want.c): eng_relay_made, eng_relay_end. */
+    void (*want_made)(struct want *w);
+    void (*want_ended)(struct want *w);
+    /* A lookup listed w's holders (engine_want.c): eng_split, 1 when it took w (in ranges,
+     * relayed, or finished), 0 to fetch it whole. */
+    int (*holders_listed)(struct want *w, const struct directory_answer *a);
+    /* A part's holder failed (engine_want.c): eng_part_failed. */
+    void (*part_failed)(struct want *part, const char *why, enum fault fault,
+                        const struct content *had);
+    /* A part's checks are back (engine_verify.c): eng_part_checked. */
+    void (*part_checked)(struct want *part);
+    /* What a peer's connection tells (engine_peer.c connects with it): eng_pull_events. */
+    const struct xconn_events *peer_events;
+    /* A peer lets w go (engine_peer.c): its holder failed as fault says, w's bytes coming on
+     * draining when not NULL (it may write into the object until drained): eng_pull_want_lost;
+     * w leaves its queue unasked, or ends there with status: eng_pull_want_unqueued. */
+    void (*want_lost)(struct want *w, struct xconn *draining, const char *why, enum fault fault);
+    void (*want_unqueued)(struct want *w, int status);
+};
+
 struct engine {
     struct loop *loop;
     struct store *store;
@@ -423,10 +450,7 @@ struct engine {
     const struct transport *const *reg;      /* the registry's transports, preferred first */
     size_t nreg;
     struct xlistener *ls[REGISTRY_MAX]; /* this node's endpoint on each, NULL when not open */
-    /* Hooks: events a file tells those above it of without naming them, so that the engine's
-     * files call one way (scripts/file-calls.py); engine_open installs them. */
-    /* A partial copy of id grew or ended (engine_relay.c): eng_relay_wake (engine_hold.c). */
-    void (*copy_changed)(struct engine *e, const ferry_id *id);
+    const struct eng_hooks *hooks;
     uint64_t failures[REGISTRY_MAX];  /* connections on each that failed */
     uint64_t fallbacks[REGISTRY_MAX]; /* times a peer was taken off each for a while */
     uint64_t eager_max;
@@ -505,6 +529,11 @@ int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size);
 /* w's bytes are in and, when checked, match: seal the object (unless deleted meanwhile). */
 void eng_want_seal(struct want *w);
 
+/* engine_pull.c: replies to pulls and the bytes they bring; the hooks named in eng_hooks */
+extern const struct xconn_events eng_pull_events;
+void eng_pull_want_lost(struct want *w, struct xconn *draining, const char *why, enum fault fault);
+void eng_pull_want_unqueued(struct want *w, int status);
+
 /* engine_peer.c: peers and their pulls */
 /* The peer for node (connected, or connecting now), NULL without one; an existing one. */
 struct peer *eng_peer_get(struct engine *e, const struct directory_node *node);
@@ -516,6 +545,14 @@ void eng_peer_enqueue(struct peer *p, struct want *w);
 int eng_peer_reserve(struct peer *p);
 void eng_peer_free(struct peer *p);
 void eng_pull_free(struct pull *pl);
+/* The holder's CHALLENGE: proves ours, and the peer starts pulling. */
+void eng_peer_on_challenge(struct peer *p, const struct wire_msg *m);
+/* Drops a peer that broke the protocol, or failed for real (its wants go to other holders). */
+void eng_peer_abort(struct peer *p, const char *reason);
+/* The connection closed (an xconn event). */
+void eng_peer_closed(struct xconn *c, int err, const char *why);
+/* The watchdog runs while the peer owes us the handshake or bytes, else the idle timer. */
+void eng_peer_stall_arm(struct peer *p);
 /* Closes the connections whose bytes go into abandoned wants (their other wants are asked
  * again, of the same holder too). */
 void eng_peers_drop_abandoned(struct engine *e);
@@ -528,18 +565,20 @@ void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, 
 /* A SUSPECT that ic sent: checks the chunk of our copy, drops a copy rewritten after its seal. */
 void eng_suspect_check(struct inconn *ic, const struct wire_msg *m);
 
-/* engine_verify.c: the check of received bytes */
+/* engine_check.c: a want's check state */
 /* Whether w's bytes are checked against the holder's tree before the seal (--verify, or a
  * relayed part). */
 int eng_checked(const struct want *w);
 /* Whether w seals with the holder's tree, taken from its reply (--verify, or a record). */
 int eng_inherits(const struct engine *e, const struct want *w);
-/* Takes the holder's tree from its reply into w (a whole want, or a split's parent): 0, or -1
- * when its leaves do not give its root (the holder is then one of other content). */
-int eng_check_tree(struct want *w, const struct wire_reply_entry *re);
 /* Starts w's checks again from its range's first byte (a new holder); forgets those in
  * flight. */
 void eng_check_reset(struct want *w);
+
+/* engine_verify.c: the check of received bytes */
+/* Takes the holder's tree from its reply into w (a whole want, or a split's parent): 0, or -1
+ * when its leaves do not give its root (the holder is then one of other content). */
+int eng_check_tree(struct want *w, const struct wire_reply_entry *re);
 /* n bytes of w's range landed at p (in order, or checked after the last byte). */
 void eng_check_landed(struct want *w, const uint8_t *p, size_t n);
 /* Gives the chunks of w's range not given yet to checks: 1 when some are in flight (w waits,
@@ -552,14 +591,18 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events);
  * go. */
 void eng_checks_closed(struct engine *e, struct hasher_job *jobs);
 
-/* engine_split.c: an object in ranges from several holders */
-/* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
- * why), 0 to fetch it whole. */
-int eng_split(struct want *w, const struct directory_answer *a);
+/* engine_part.c: parts, a range of an object each */
 /* w (its nsplit holders in split) starts receiving in nranges ranges. */
 void eng_split_begin(struct want *w, uint32_t nranges);
 /* A part of w for len bytes from off (range index range), not queued; NULL without memory. */
 struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len);
+/* The engine closes: the part is freed, and its parent when it is finished. */
+void eng_part_close(struct want *part);
+
+/* engine_split.c: an object in ranges from several holders */
+/* Splits w across the holders a lists when it is large enough: 1 when split (or finished with
+ * why), 0 to fetch it whole. */
+int eng_split(struct want *w, const struct directory_answer *a);
 /* A part's reply: where its range goes (*dst NULL: dropped) and how long it is. */
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
                    uint64_t *len);
@@ -573,8 +616,6 @@ void eng_part_drain(struct xconn *c, struct want *part);
  * any more. It ends, and its parent is fetched whole after its other parts (a lookup that ends
  * it at once when nobody waits). */
 void eng_part_unqueued(struct want *part);
-/* The engine closes: the part is freed, and its parent when it is finished. */
-void eng_part_close(struct want *part);
 /* A part's checks are back (its bytes were all in): it ends, or its holder failed. */
 void eng_part_checked(struct want *part);
 

@@ -1,12 +1,11 @@
 /*
  * engine_peer.c - the receiving side's connections of the transfer engine: peers (outgoing
  * connections, one per holder node), their handshake, stalls and liveness, the queue of wants
- * each one serves, pulls and their replies, and the bytes received into new objects (what the
- * wants are and do: engine_want.c).
+ * each one serves and the pulls that ask for them. What comes back, and what the wants are and
+ * do, is above (engine_pull.c, engine_want.c): a want a peer lets go is told of through the
+ * engine's hooks (want_lost, want_unqueued), never by name.
  */
 #include "transfer/engine_int.h"
-
-static const struct xconn_events peer_events;
 
 void eng_peer_free(struct peer *p)
 {
@@ -40,19 +39,17 @@ static void peer_fail_wants(struct peer *p, const char *why, enum fault fault)
             if (!w)
                 continue;
             w->entry = NULL;
-            if (w->parent && pl->entries[i].receiving)
-                eng_part_drain(p->conn, w);
             if (w->obj) {
                 eng_release_after(e, p->conn, w->obj, 1); /* the partial object is never seen */
                 w->obj = NULL;
             }
-            eng_want_failed_holder(w, why, fault, NULL);
+            e->hooks->want_lost(w, pl->entries[i].receiving ? p->conn : NULL, why, fault);
         }
         eng_pull_free(pl);
     }
     for (uint32_t i = 0; i < p->nqueue; i++) {
         p->queue[i]->queued = NULL;
-        eng_want_failed_holder(p->queue[i], why, fault, NULL);
+        e->hooks->want_lost(p->queue[i], NULL, why, fault);
     }
     p->nqueue = 0;
 }
@@ -73,7 +70,7 @@ static void peer_remove(struct peer *p, const char *why, enum fault fault)
 }
 
 /* The reason is copied first: it may be ferry_errmsg(), which the calls below overwrite. */
-static void peer_closed(struct xconn *c, int err, const char *why)
+void eng_peer_closed(struct xconn *c, int err, const char *why)
 {
     struct peer *p = c->owner;
     char reason[ERR_DETAIL_MAX];
@@ -105,14 +102,14 @@ static void peer_abort_as(struct peer *p, const char *reason, enum fault fault)
 }
 
 /* Drops a peer that broke the protocol, or failed for real. */
-static void peer_abort(struct peer *p, const char *reason)
+void eng_peer_abort(struct peer *p, const char *reason)
 {
     peer_abort_as(p, reason, FAULT_REAL);
 }
 
 /* The watchdog runs while the peer owes us something: the handshake, or bytes for a pull.
  * Our own sends do not count, only what arrives. */
-static void peer_stall_arm(struct peer *p)
+void eng_peer_stall_arm(struct peer *p)
 {
     if (!p->authed || p->pulls || p->nqueue) {
         eng_watch_start(p->e, &p->in, p->conn->bytes_in);
@@ -147,7 +144,7 @@ static void on_liveness(void *arg, const struct directory_answer *a)
     for (size_t i = 0; a->status == 0 && i < a->ngone; i++) {
         if (strcmp(a->gone[i].id, p->node.id) == 0) {
             snprintf(why, sizeof(why), "owes bytes and is %s", a->gone[i].why);
-            peer_abort(p, why);
+            eng_peer_abort(p, why);
             return;
         }
     }
@@ -196,7 +193,7 @@ static int peer_too_slow(struct peer *p)
     e->counters.holders_too_slow++;
     snprintf(why, sizeof(why), "sent %" PRIu64 " B/s for %u ms, under the minimum of %u", rate,
              e->timers.rate_ms, RECV_MIN_RATE);
-    peer_abort(p, why);
+    eng_peer_abort(p, why);
     return 1;
 }
 
@@ -222,7 +219,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         /* Our hello went out and the peer said nothing back: given up on. */
         snprintf(why, sizeof(why), "no answer to our hello within %u ms (dead or unreachable)",
                  tm->answer_ms);
-        peer_abort(p, why);
+        eng_peer_abort(p, why);
         return;
     }
     if (!p->authed && loop_now_ms() - p->born_ms >= tm->handshake_ms) {
@@ -230,7 +227,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
          * trickled bytes of no frame held its fetch, and the honest holders it had, until the
          * fetch's timeout. */
         snprintf(why, sizeof(why), "no handshake within %u ms", tm->handshake_ms);
-        peer_abort(p, why);
+        eng_peer_abort(p, why);
         return;
     }
     if (!p->authed && idle >= tm->answer_ms) {
@@ -247,12 +244,12 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         p->e->counters.relays_silent++;
         snprintf(why, sizeof(why), "a partial holder that answered no relayed pull in %u ms",
                  tm->answer_ms);
-        peer_abort(p, why); /* FAULT_REAL: its ranges move, and it is not asked again */
+        eng_peer_abort(p, why); /* FAULT_REAL: its ranges move, and it is not asked again */
         return;
     }
     if (idle >= tm->stall_ms) {
         snprintf(why, sizeof(why), "no bytes for %u ms", tm->stall_ms);
-        peer_abort(p, why);
+        eng_peer_abort(p, why);
         return;
     }
     if (peer_too_slow(p))
@@ -275,15 +272,9 @@ static void peer_prune_queue(struct peer *p)
 
     for (uint32_t i = 0; i < p->nqueue; i++) {
         struct want *w = p->queue[i], *root = w->parent ? w->parent : w;
-        if (w->done) {
+        if (w->done || root->done || (!root->waiters && !loop_timer_armed(&root->orphan))) {
             w->queued = NULL;
-            eng_want_free(w);
-        } else if (root->done || (!root->waiters && !loop_timer_armed(&root->orphan))) {
-            w->queued = NULL;
-            if (w->parent)
-                eng_part_unqueued(w);
-            else
-                eng_want_finish(w, FERRY_ETIMEDOUT);
+            p->e->hooks->want_unqueued(w, FERRY_ETIMEDOUT);
         } else {
             p->queue[k++] = w;
         }
@@ -342,7 +333,7 @@ static void peer_flush(struct peer *p)
         free(ranges);
         if (pl)
             eng_pull_free(pl);
-        peer_abort(p, "out of memory for a pull");
+        eng_peer_abort(p, "out of memory for a pull");
         return;
     }
     pl->tag = ++p->next_tag;
@@ -368,11 +359,11 @@ static void peer_flush(struct peer *p)
     p->pulls_tail = &pl->next;
     if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
-        peer_abort(p, "cannot send a pull");
+        eng_peer_abort(p, "cannot send a pull");
         return;
     }
     pbuf_free(&b);
-    peer_stall_arm(p);
+    eng_peer_stall_arm(p);
     if (p->nqueue)
         loop_timer_start(p->e->loop, &p->flush, 0);
 }
@@ -399,13 +390,10 @@ int eng_peer_reserve(struct peer *p)
 /* Queues w for the next PULL to p (sent at the end of this loop turn, with the others). */
 void eng_peer_enqueue(struct peer *p, struct want *w)
 {
-    if (eng_peer_reserve(p) < 0 && w->parent) {
-        log_error("out of memory for a pull queue: a range of an object is left out");
-        eng_part_unqueued(w);
-        return;
-    }
-    if (p->nqueue == p->capqueue) { /* not reserved */
-        eng_want_finish(w, err_set(FERRY_ENOMEM, "pull queue"));
+    if (eng_peer_reserve(p) < 0) {
+        log_error("out of memory for a pull queue: an object %s is left out",
+                  w->parent ? "in ranges" : "fetched whole");
+        p->e->hooks->want_unqueued(w, err_set(FERRY_ENOMEM, "pull queue"));
         return;
     }
     p->queue[p->nqueue++] = w;
@@ -435,7 +423,7 @@ void eng_peer_suspect(struct engine *e, const char *holder, const ferry_id *id, 
     wire_suspect(&b, id, chunk);
     auth_seal(&p->as, &b, 0);
     if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0)
-        peer_abort(p, "cannot send a suspect");
+        eng_peer_abort(p, "cannot send a suspect");
     pbuf_free(&b);
 }
 
@@ -464,7 +452,7 @@ static int peer_connect(struct peer *p)
     while ((i = eng_transport_for(e, &left, p->why, sizeof(p->why))) < e->nreg) {
         const struct transport *t = e->reg[i];
         const char *addr = directory_node_addr(&left, t->name);
-        if (t->connect(e->ls[i], addr, &peer_events, &p->conn) == 0) {
+        if (t->connect(e->ls[i], addr, e->hooks->peer_events, &p->conn) == 0) {
             if (first[0])
                 snprintf(p->why, sizeof(p->why), "%s", first);
             return 0;
@@ -537,12 +525,12 @@ struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
     pbuf_free(&b);
     p->next = e->peers;
     e->peers = p;
-    peer_stall_arm(p);
+    eng_peer_stall_arm(p);
     return p;
 }
 
 /* CHALLENGE from the holder: check its proof of the secret, give ours, start pulling. */
-static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
+void eng_peer_on_challenge(struct peer *p, const struct wire_msg *m)
 {
     struct engine *e = p->e;
     uint8_t mine[WIRE_MAC];
@@ -554,28 +542,28 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
     if (strcmp(m->node, p->node.id) != 0) {
         char who[WIRE_NODE_MAX + 64];
         snprintf(who, sizeof(who), "answered as node %s (relayed or misdirected)", m->node);
-        peer_abort(p, who);
+        eng_peer_abort(p, who);
         return;
     }
     if (p->node.inc && m->inc != p->node.inc) {
-        peer_abort(p, "answered from another run than the directory lists (restarted)");
+        eng_peer_abort(p, "answered from another run than the directory lists (restarted)");
         return;
     }
     memcpy(p->hs.node_a, m->node, sizeof(m->node));
     p->hs.inc_a = m->inc;
     memcpy(p->hs.nonce_a, m->nonce, WIRE_NONCE);
     if (auth_answer(&e->auth, &p->hs, m->keyed, m->mac, mine, &why) < 0) {
-        peer_abort(p, why);
+        eng_peer_abort(p, why);
         return;
     }
     if (auth_session_start(&e->auth, &p->hs, 1, &p->as) < 0) {
-        peer_abort(p, "cannot derive the session's keys");
+        eng_peer_abort(p, "cannot derive the session's keys");
         return;
     }
     wire_auth(&b, mine);
     if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
         pbuf_free(&b);
-        peer_abort(p, "cannot send our proof");
+        eng_peer_abort(p, "cannot send our proof");
         return;
     }
     pbuf_free(&b);
@@ -584,192 +572,6 @@ static void peer_on_challenge(struct peer *p, const struct wire_msg *m)
     eng_watch_stop(e, &p->in);
     peer_flush(p);
 }
-
-/* Retires the head pull once it is answered and all its bytes are in. */
-static void pull_maybe_pop(struct peer *p)
-{
-    struct pull *pl;
-
-    while ((pl = p->pulls) && pl->replied && !pl->pending) {
-        p->pulls = pl->next;
-        if (!p->pulls)
-            p->pulls_tail = &p->pulls;
-        eng_pull_free(pl);
-    }
-    if (!p->pulls && p->busy && p->nqueue) /* what was answered busy goes again */
-        loop_timer_start(p->e->loop, &p->flush, 0);
-}
-
-/* The bytes of w's object are all in (or w was dropped). */
-static void complete_entry(struct peer *p, struct pentry *pe)
-{
-    struct want *w = pe->w;
-
-    pe->w = NULL;
-    if (pe->receiving) {
-        pe->receiving = 0;
-        pe->pull->pending--;
-    }
-    if (w && w->parent) {
-        w->entry = NULL;
-        eng_part_in(p, pe, w);
-    } else if (w) {
-        struct object *here = store_find(p->e->store, &w->id);
-        w->entry = NULL;
-        if (w->obj)
-            eng_breaker_ok(p->e, p->node.id, p->conn->type);
-        if (pe->other) {
-            char why[96], had[DIGEST_HEX + 1], rec[DIGEST_HEX + 1];
-            digest_hex(pe->had.digest, had);
-            digest_hex(w->hash, rec);
-            snprintf(why, sizeof(why),
-                     "holds other content (digest %.16s...; the first seal's is %.16s...)", had,
-                     rec);
-            /* Not a real failure: a stale record (the id deleted and put again) shows so. Not
-             * asked again until the record is its content: a holder listed under it that
-             * serves other bytes had its whole object asked every retry (912 MiB in 3 s of 3
-             * fakes). */
-            eng_want_failed_holder(w, why, FAULT_OTHER, &pe->had);
-        } else if (w->obj)
-            eng_want_received(w);
-        else if (w->done)
-            eng_want_free(w);
-        else if (here && here->state == FERRY_STATE_SEALED)
-            eng_want_finish(w, 0);
-        else
-            eng_want_retry(w); /* it was being created here; if that is aborted, fetch again */
-    }
-    pull_maybe_pop(p);
-    peer_stall_arm(p);
-}
-
-/* One entry of a REPLY: create the object and let the bytes come into it, or move on. */
-static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_reply_entry *re)
-{
-    struct engine *e = p->e;
-    struct want *w = pe->w;
-    uint64_t len = re->data_size + re->metadata_size;
-    uint8_t *dst = NULL;
-    int rc;
-
-    if (re->status == FERRY_EBUSY) { /* past the holder's pin limit: once our pulls are done */
-        pe->w = NULL;
-        w->entry = NULL;
-        p->busy = 1;
-        eng_peer_enqueue(p, w);
-        return 0;
-    }
-    if (re->status != 0) {
-        if (re->status != FERRY_ENOENT)
-            return err_set(FERRY_EPROTO, "reply status %d", re->status);
-        pe->w = NULL;
-        w->entry = NULL;
-        if (e->dir)
-            directory_forget_holder(e->dir, &w->id, p->node.id);
-        eng_want_failed_holder(w, "listed, but no longer holds it", FAULT_LOST, NULL);
-        return 0;
-    }
-    if (w->parent) {
-        if ((rc = eng_part_reply(pe, re, &dst, &len)) < 0)
-            return rc;
-        goto receive;
-    }
-    if (len < re->data_size)
-        return err_set(FERRY_EPROTO, "reply sizes overflow");
-    /* Other bytes than the content the directory recorded for the id, or leaves that do not
-     * give the root: never taken. */
-    eng_check_reset(w);
-    pe->other = w->has_content && (memcmp(re->digest, w->hash, DIGEST_LEN) || len != w->size);
-    pe->other = pe->other || (eng_inherits(e, w) && eng_check_tree(w, re) < 0);
-    pe->other_fault = FAULT_OTHER;
-    pe->had = (struct content){.size = len};
-    memcpy(pe->had.digest, re->digest, DIGEST_LEN);
-    if (!w->done && !pe->other)
-        eng_want_create(w, re->data_size, re->metadata_size); /* without it, bytes are dropped */
-    w->state = WANT_RECEIVING;
-    dst = w->obj ? e->store->base + w->obj->offset : NULL;
-receive:
-    pe->receiving = 1;
-    pe->pull->pending++;
-    if (len == 0) {
-        complete_entry(p, pe);
-        return 0;
-    }
-    return p->conn->type->recv_into(p->conn, dst, len, pe);
-}
-
-static void peer_on_reply(struct peer *p, const struct wire_msg *m)
-{
-    struct pull *pl;
-    struct wire_reply_entry re;
-    size_t leaves_at = 0;
-
-    /* Replies come in order, each after the bytes of the one before on tcp (fabric: reads of
-     * earlier replies may still be under way). */
-    for (pl = p->pulls; pl && pl->replied; pl = pl->next)
-        ;
-    if (!pl || pl->tag != m->tag || pl->n != m->n) {
-        peer_abort(p, "a reply that answers no pull");
-        return;
-    }
-    for (uint32_t i = 0; i < m->n; i++) {
-        wire_reply_entry(m, i, &leaves_at, &re);
-        if (pl->entries[i].w && reply_entry(p, &pl->entries[i], &re) < 0) {
-            peer_abort(p, ferry_errmsg());
-            return;
-        }
-    }
-    /* Only now may the pull retire: entries of 0 bytes completed during the loop. */
-    pl->replied = 1;
-    pull_maybe_pop(p);
-    peer_stall_arm(p);
-}
-
-static void peer_frame(struct xconn *c, const struct proto_header *h, const uint8_t *payload)
-{
-    struct peer *p = c->owner;
-    struct proto_header hh = *h;
-    struct wire_msg m;
-
-    if ((p->authed && auth_open(&p->as, &hh, payload) < 0) || wire_decode(&hh, payload, &m) < 0) {
-        peer_abort(p, ferry_errmsg());
-        return;
-    }
-    if (m.type == WIRE_REFUSE) {
-        char why[sizeof(m.reason) + 16];
-        snprintf(why, sizeof(why), "refused: %s", m.reason);
-        peer_abort(p, why);
-    } else if (!p->authed && m.type == WIRE_CHALLENGE)
-        peer_on_challenge(p, &m);
-    else if (p->authed && m.type == WIRE_REPLY)
-        peer_on_reply(p, &m);
-    else
-        peer_abort(p, "unexpected message from the holder");
-}
-
-static void peer_received(struct xconn *c, void *arg)
-{
-    complete_entry(c->owner, arg);
-}
-
-/* Bytes of an entry's object in place: its whole chunks are checked. */
-static void peer_landed(struct xconn *c, void *arg, const uint8_t *p, size_t n)
-{
-    struct pentry *pe = arg;
-
-    if (pe->w && !pe->other)
-        eng_check_landed(pe->w, p, n);
-}
-
-static void peer_sent(struct xconn *c, void *arg) {}
-
-static const struct xconn_events peer_events = {
-    .frame = peer_frame,
-    .received = peer_received,
-    .landed = peer_landed,
-    .sent = peer_sent,
-    .closed = peer_closed,
-};
 
 /* Whether a want whose bytes come on p is abandoned (a part: its parent). */
 static int peer_carries_abandoned(const struct peer *p)

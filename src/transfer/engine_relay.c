@@ -43,7 +43,7 @@ void eng_relay_have(struct want *t, uint64_t off, uint64_t len, int set)
     }
     if (set) {
         t->relay_ms = loop_now_ms();
-        t->e->copy_changed(t->e, &t->id);
+        t->e->hooks->copy_changed(t->e, &t->id);
     }
 }
 
@@ -81,7 +81,7 @@ void eng_relay_end(struct want *w)
     if (w->relay_maybe) {
         if (w->e->dir) /* the script may have run though its answer never came */
             directory_unrelay(w->e->dir, &w->id);
-        w->e->copy_changed(w->e, &w->id); /* what waits for its copy: sealed, or not here */
+        w->e->hooks->copy_changed(w->e, &w->id); /* what waits for its copy: sealed, or not here */
     }
     w->relay_seq = 0;
     w->relay_maybe = w->relay_dealing = 0;
@@ -123,7 +123,7 @@ static void on_relayed(void *arg, const struct directory_answer *a)
         w->e->counters.relays++;
     } else {
         w->relay_off = 1; /* the record changed, or the directory is away: fetched as usual */
-        w->e->copy_changed(w->e, &w->id); /* what waits for its copy is not here */
+        w->e->hooks->copy_changed(w->e, &w->id); /* what waits for its copy is not here */
     }
     eng_want_lookup(w, 1);
 }

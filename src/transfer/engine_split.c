@@ -20,9 +20,6 @@
  */
 #include "transfer/engine_int.h"
 
-/* A part's retry timer is never started: it is initialised only so that freeing is safe. */
-static void part_no_retry(struct loop *l, struct loop_timer *t) {}
-
 /* The parent is done with its parts and drains: seal, refuse, fetch whole, or let go. */
 static void split_settle(struct want *w)
 {
@@ -73,38 +70,6 @@ void eng_part_unqueued(struct want *part)
     part_end(part);
 }
 
-void eng_part_close(struct want *part)
-{
-    struct want *w = part->parent;
-
-    eng_check_reset(part);
-    free(part);
-    if (--w->parts_out == 0 && w->done && !w->drains)
-        eng_want_free(w);
-}
-
-struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len)
-{
-    struct want *part = calloc(1, sizeof(*part));
-
-    if (!part)
-        return NULL;
-    part->e = w->e;
-    part->id = w->id;
-    part->parent = w;
-    part->range = range;
-    part->off = off;
-    part->size = len;
-    part->has_content = 1; /* its size counts in its pull's bytes; with --verify its chunks are
-                            * checked */
-    eng_check_reset(part);
-    part->born_ms = w->born_ms;
-    part->born_ns = w->born_ns;
-    loop_timer_init(&part->retry, part_no_retry, part);
-    loop_timer_init(&part->orphan, part_no_retry, part); /* never armed: parts have no waiters */
-    return part;
-}
-
 /* 1 when node is one of the n peers in out. */
 static int split_has(struct peer *const *out, size_t n, const char *node)
 {
@@ -133,18 +98,6 @@ static void split_peers(struct want *w, const struct directory_answer *a, struct
         if ((p = eng_peer_get(e, &a->nodes[i])))
             out[(*n)++] = p;
     }
-}
-
-void eng_split_begin(struct want *w, uint32_t nranges)
-{
-    w->state = WANT_RECEIVING;
-    w->split_made = 0;
-    w->recheck = 0;
-    eng_check_reset(w);
-    w->nranges = nranges;
-    /* For the log and a failed check: every holder of the split. */
-    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", w->split[0],
-             (unsigned)(w->nsplit - 1));
 }
 
 int eng_split(struct want *w, const struct directory_answer *a)
@@ -308,7 +261,7 @@ void eng_part_checked(struct want *part)
 {
     char why[96];
 
-    if (part->bad_chunk != UINT64_MAX) {
+    if (part->bad_chunk != NO_CHUNK) {
         /* Its holder gave the recorded root and other bytes: a liar, never asked again by this
          * fetch (FAULT_REAL; FAULT_OTHER would ask it again should the record change). */
         snprintf(why, sizeof(why), "chunk %" PRIu64 " of its range does not match its digest",

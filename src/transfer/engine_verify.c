@@ -6,27 +6,6 @@
  */
 #include "transfer/engine_int.h"
 
-#define NO_CHUNK UINT64_MAX
-
-/* Whether w's bytes are checked, chunk by chunk, against the holder's tree before the seal:
- * with --verify (SHA-256 of every byte costs a core per ~1.9 GB/s; without it a transfer is as
- * fast as before the digest), and a range from a partial holder unless --no-relay-check: a
- * copy nobody checked would otherwise be passed down a chain of relays, and a bad range is
- * named at its first hop. The holder's reply is checked either way (eng_inherits). */
-int eng_checked(const struct want *w)
-{
-    return w->e->cfg.verify || (w->relayed && !w->e->cfg.relay_unchecked);
-}
-
-/* Whether w takes the holder's tree from its reply and seals with it: with --verify (its
- * bytes are checked against it), and whenever the directory recorded the id's content (the
- * reply's root was compared with the record, its leaves with its root). Otherwise the copy is
- * hashed here after its seal, rather than trusting a root nobody compared. */
-int eng_inherits(const struct engine *e, const struct want *w)
-{
-    return e->cfg.verify || w->has_content;
-}
-
 /* The want that has the tree and the object: a part's parent, or w. */
 static struct want *tree_of(struct want *w)
 {
@@ -63,27 +42,6 @@ int eng_check_tree(struct want *w, const struct wire_reply_entry *re)
         return -1; /* taken as a failure of the holder: the next one may fit */
     memcpy(w->leaves, re->leaves, n * DIGEST_LEN);
     return 0;
-}
-
-/* Detaches w from its checks in flight: their answers are dropped. */
-static void check_detach(struct want *w)
-{
-    if (!w->vc)
-        return;
-    if (w->vc->out)
-        w->vc->w = NULL; /* the last job back frees it */
-    else
-        free(w->vc);
-    w->vc = NULL;
-}
-
-void eng_check_reset(struct want *w)
-{
-    check_detach(w);
-    w->rlanded = 0;
-    w->landed = w->handed = 0;
-    w->bad_chunk = NO_CHUNK;
-    w->check_broken = w->checks_wait = 0;
 }
 
 /* Chunk i of t's object (computed leaf) against t's tree; a bad one is named at once. */
@@ -217,7 +175,7 @@ static void check_done(struct want *w)
 {
     w->checks_wait = 0;
     if (w->parent)
-        eng_part_checked(w);
+        w->e->hooks->part_checked(w);
     else
         want_checked(w);
 }

@@ -34,7 +34,7 @@ void eng_want_finish(struct want *w, int status)
         return;
     w->done = 1;
     idmap_remove(&w->e->wants, &w->id);
-    eng_relay_end(w);
+    w->e->hooks->want_ended(w);
     while ((x = w->waiters)) {
         w->waiters = x->next;
         x->fn(x->ctx, x->index, status);
@@ -135,7 +135,7 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
     if (fault == FAULT_UNREACHED)
         fault = ++root->unreached < UNREACHED_MAX ? FAULT_LOST : FAULT_REAL;
     if (w->parent) {
-        eng_part_failed(w, why, fault, had);
+        e->hooks->part_failed(w, why, fault, had);
         return;
     }
     e->counters.transfer_failures++;
@@ -187,7 +187,7 @@ int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size)
 
     w->room = rc == FERRY_EAGAIN;
     if (rc == 0) {
-        eng_relay_made(w);
+        w->e->hooks->want_made(w);
         return 0;
     }
     w->obj = NULL;
@@ -370,7 +370,7 @@ static void on_holders(void *arg, const struct directory_answer *a)
                                    w->size, store_capacity(w->e->store)));
         return;
     }
-    if (eng_split(w, a))
+    if (w->e->hooks->holders_listed(w, a))
         return; /* in ranges from several holders, or finished */
     if (!(pick = choose(w->e, w, a->nodes, a->n))) {
         /* Every live holder was tried, or the ones tried died since (a sole holder killed
