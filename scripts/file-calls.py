@@ -67,15 +67,21 @@ def two_way(calls):
 
 def layers(files, calls):
     """The files in layers, top first: each calls only files of the layers after its own.
-    (layers, files on a circle): what is left on circles cannot be layered."""
+    (layers, files on circles): when some cannot be layered, the files left once those that
+    nothing left calls, and those that call nothing left, are peeled off (on a circle, or
+    between two)."""
     left, out = set(files), []
     while left:
         top = sorted(f for f in left if not any((g, f) in calls for g in left))
         if not top:
-            return out, sorted(left)
+            break
         out.append(top)
         left -= set(top)
-    return out, []
+    while True:
+        bottom = {f for f in left if not any((f, g) in calls for g in left)}
+        if not bottom:
+            return out, sorted(left)
+        left -= bottom
 
 
 def main():

@@ -1359,6 +1359,7 @@ int h_fetch_done(const struct h_fetch *f)
 int64_t h_stat_while_fetching(ferry_client *c, const struct h_fetch *f)
 {
     int64_t worst = 0, end = h_now_ms() + f->timeout_ms + 5000;
+    H_OK(ferry_set_timeout(c, H_STAT_TIMEOUT_MS));
     while (!h_fetch_done(f) && h_now_ms() < end) {
         int64_t t0 = h_now_ms();
         (void)h_stats(c);
@@ -1366,6 +1367,7 @@ int64_t h_stat_while_fetching(ferry_client *c, const struct h_fetch *f)
         worst = took > worst ? took : worst;
         h_sleep_ms(50);
     }
+    H_OK(ferry_set_timeout(c, FERRY_DEFAULT_TIMEOUT_MS));
     return worst;
 }
 

@@ -329,7 +329,9 @@ void h_fetch_join(struct h_fetch *f, int timeout_ms);
 /* 1 once the fetch of h_fetch_start has returned (before h_fetch_join). */
 int h_fetch_done(const struct h_fetch *f);
 /* Asks c for its stats every 50 ms until f's fetch has returned (at most its timeout and 5 s
- * more): the slowest answer, in ms. */
+ * more), each bounded by c's own timeout of H_STAT_TIMEOUT_MS (a stat not answered by then
+ * fails the test): the slowest answer, in ms, for the log. */
+#define H_STAT_TIMEOUT_MS 2000
 int64_t h_stat_while_fetching(ferry_client *c, const struct h_fetch *f);
 
 /* pthread_join bounded by timeout_ms (a thread still running is detached): 0 or ETIMEDOUT. */

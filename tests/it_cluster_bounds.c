@@ -34,7 +34,7 @@ enum { A, B, C };
 /* A stat call on c must be answered, whatever the node is going through: bounded by the
  * connection's own timer (STAT_TIMEOUT_MS, ETIMEDOUT past it), not by the test's clock, which
  * a busy machine's scheduling would decide. A loop held by the flood answers nothing. */
-#define STAT_TIMEOUT_MS 5000
+#define STAT_TIMEOUT_MS 2000
 static ferry_stats stats_answered(ferry_client *c)
 {
     H_OK(ferry_set_timeout(c, STAT_TIMEOUT_MS));
@@ -283,10 +283,12 @@ H_CLUSTER_TEST(one_node_id_holds_no_more_than_its_share_of_connections)
     int port = h_node_port(cl, A), *fds = malloc(INSIDER_CONNS * sizeof(int)), opened = 0;
     assert_non_null(fds);
     int64_t t0 = h_now_ms();
-    for (int i = 0; i < INSIDER_CONNS && h_now_ms() - t0 < 20000; i++) {
+    /* Bounded by count, and by time only against a hang: 620 took 20 s beside make test's
+     * hogs. */
+    for (int i = 0; i < INSIDER_CONNS && h_now_ms() - t0 < 180000; i++) {
         /* One at a time, each answered (so authenticated) before the next. */
         if ((fds[i] = unread_pull_as(port, "insider", &y, 1)) < 0 ||
-            granted_within(fds[i], 1, 1000) != 1)
+            granted_within(fds[i], 1, H_EVENT_MS) != 1)
             break;
         opened++;
     }

@@ -557,6 +557,9 @@ H_CLUSTER_TEST(silent_holder_is_given_up_within_the_answer_deadline)
         fail_msg("fetch from a silent holder: rc %d (%s), status %d after %lld ms; expected "
                  "FERRY_ETRANSFER after about %d ms",
                  rc, ferry_strerror(rc), status, (long long)took, ANSWER_MS);
+    /* by the answer deadline, not the handshake's (10 s, also below the fetch's timeout) */
+    if (!strstr(ferry_errmsg(), "no answer to our hello"))
+        fail_msg("the silent holder was given up for another reason: %s", ferry_errmsg());
     ferry_stats a1 = h_stats(a);
     assert_true(a1.transfer_failures > a0.transfer_failures);
     assert_int_equal(a1.transfers_in, a0.transfers_in);
@@ -1289,23 +1292,24 @@ H_CLUSTER_TEST(slow_holder_is_dropped_for_another)
     int64_t t0 = h_now_ms();
     register_fake_as(cl, "fast", port[1], NULL, &x);
     int gfd = -1;
-    while (gfd < 0 && h_now_ms() - t0 < 6000 && trickle(cfd, bytes, &sent))
+    /* Waited for up to 2 stall periods; the counter below says which rule dropped it. */
+    while (gfd < 0 && h_now_ms() - t0 < 2 * STALL_MS && trickle(cfd, bytes, &sent))
         gfd = fake_accept(lfd[1], 0);
-    if (gfd < 0 && h_now_ms() - t0 < 6000) /* the slow one closed: the other comes soon */
-        gfd = fake_accept(lfd[1], 6000 - (int)(h_now_ms() - t0));
+    if (gfd < 0 && h_now_ms() - t0 < 2 * STALL_MS) /* the slow one closed: the other comes */
+        gfd = fake_accept(lfd[1], 2 * STALL_MS - (int)(h_now_ms() - t0));
     int64_t dropped = h_now_ms() - t0;
     printf("slow holder: %llu bytes in %lld ms before the other holder was asked\n",
            (unsigned long long)sent, (long long)dropped);
     if (gfd < 0)
-        fail_msg("the slow holder was not dropped within 6 s");
+        fail_msg("the slow holder was not dropped within %d ms", 2 * STALL_MS);
     fake_handshake_as(gfd, "fast");
     read_pull_of(gfd, &x, 1, SLOW_HOLDER_SIZE, &tag, r, &n);
     fake_reply(gfd, tag, SLOW_HOLDER_SIZE, digest, bytes, SLOW_HOLDER_SIZE);
     h_fetch_join(&f, 10000);
     H_RC(f.rc, FERRY_OK);
     h_assert_object(a, &x, SLOW_HOLDER_SIZE, 0);
+    /* the rule for holders too slow, not the stall watchdog */
     assert_int_equal(h_stats(a).holders_too_slow - a0.holders_too_slow, 1);
-    assert_true(dropped < STALL_MS);
     free(bytes);
     close(cfd);
     close(gfd);
