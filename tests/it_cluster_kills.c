@@ -1,8 +1,8 @@
 /*
  * it_cluster_kills.c - holders killed with -9 in the middle of transfers, 10 times over, with
  * real ferryd nodes and a real Redis: the fetching node answers `ferry stat` within its
- * connection's timeout (H_STAT_TIMEOUT_MS, 2 s) throughout, every fetch ends (done, or a clear error) within its timeout, and nothing is
- * left behind in its arena.
+ * connection's timeout (H_STAT_TIMEOUT_MS, 2 s) throughout, every fetch ends (done, or a clear
+ * error) within its timeout, and nothing is left behind in its arena.
  */
 #include "harness.h"
 
