@@ -11,6 +11,9 @@ FUZZ_LONG_SECONDS ?= 600
 # Tests at once: most of them wait on daemons and timers, so more than the cores; the few that
 # burn CPU share a lock (tests/CMakeLists.txt, FERRY_HEAVY).
 CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 3 )))
+# The sanitizers' suite: ASan's processes burn 2-3 times the CPU, and at 3 per core their nodes
+# missed 3 s answer deadlines and 10 s read leases (28 Nov 2026); 2 per core.
+ASAN_CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PREFIX ?= /usr/local
 # Ninja for a build directory made now, when it is installed (install-deps.sh's build set has
 # it): an up-to-date build takes it 0.9 s, make's generator 6.4 s (here), which every make check
@@ -83,7 +86,7 @@ test-asan: asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    ctest --output-on-failure -j $(CTEST_JOBS) --timeout 600
+	    ctest --output-on-failure -j $(ASAN_CTEST_JOBS) --timeout 600
 
 test-fuzz: fuzz-build
 	bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
