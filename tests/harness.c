@@ -414,6 +414,14 @@ ferry_stats h_stats(ferry_client *c)
     return s;
 }
 
+ferry_stats h_stats_bounded(ferry_client *c)
+{
+    H_OK(ferry_set_timeout(c, H_STAT_TIMEOUT_MS));
+    ferry_stats s = h_stats(c);
+    H_OK(ferry_set_timeout(c, FERRY_DEFAULT_TIMEOUT_MS));
+    return s;
+}
+
 uint64_t h_open_create_bytes(uint64_t total)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -1359,15 +1367,13 @@ int h_fetch_done(const struct h_fetch *f)
 int64_t h_stat_while_fetching(ferry_client *c, const struct h_fetch *f)
 {
     int64_t worst = 0, end = h_now_ms() + f->timeout_ms + 5000;
-    H_OK(ferry_set_timeout(c, H_STAT_TIMEOUT_MS));
     while (!h_fetch_done(f) && h_now_ms() < end) {
         int64_t t0 = h_now_ms();
-        (void)h_stats(c);
+        (void)h_stats_bounded(c);
         int64_t took = h_now_ms() - t0;
         worst = took > worst ? took : worst;
         h_sleep_ms(50);
     }
-    H_OK(ferry_set_timeout(c, FERRY_DEFAULT_TIMEOUT_MS));
     return worst;
 }
 
