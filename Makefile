@@ -60,8 +60,9 @@ test: deps
 	@bash scripts/suite.sh format-check build lint check-load fuzz-build test-fuzz
 
 # CI (.ci/run) runs the gate, then the whole suite under ASan+UBSan (make test-asan): every
-# transport (tcp, tcp;ofi_rxm, shm), the heavy cases, the install tests. That takes about 16
-# minutes more here (981 s, Nov 2026): too long for the gate, never left out of CI.
+# transport (tcp, tcp;ofi_rxm, shm), the heavy cases, the install tests. That takes 17 to 18
+# minutes more here (1,001-1,043 s of tests, Nov 2026): too long for the gate, never left out
+# of CI.
 
 # The inner loop: the plain build, unit tests, single-node tests, the cluster on tcp, Python;
 # not the heavy tests (tests/CMakeLists.txt, FERRY_HEAVY: kill loops, chaos, benchmarks) nor

@@ -2,17 +2,20 @@
 # fetch-walk.sh [REV...]: how far a fetch of one 4 KiB object from another node walks on the
 # receiver, at each git revision given (default HEAD): ferryd is built with
 # -finstrument-functions (scripts/fetch-walk/trace.c records the loop thread's function
-# entries), two nodes and a Redis run on loopback, and node b fetches two objects of a: the
-# first over a new connection, the second over it once connected. For each fetch: the
+# entries), two nodes and a Redis run on loopback, and node b fetches FETCH_WALK_FETCHES (7)
+# objects of a: the first over a new connection, the others over it once connected, whose
+# medians close the report (a run varies: which timers fire, a lookup cached or not). For each
+# fetch: the
 # function entries, the source files and folders they are in, and how many times the walk
 # moves from one file to another (an entry in another file than the entry before it); with
 # FETCH_WALK_FILES=1, the entries per file too. Everything the loop's thread runs between the
 # command's start and its end counts: the client's session, the lookup, the transfer, the seal,
-# and any timer that fires meanwhile (a run varies by a few percent).
+# and any timer that fires meanwhile.
 # Needs redis-server, cmake, ninja, addr2line. Builds in a temporary directory, removed after.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TRACE=$REPO/scripts/fetch-walk/trace.c
+FETCHES=${FETCH_WALK_FETCHES:-7}
 TMP=$(mktemp -d /tmp/fetch-walk.XXXXXX)
 PIDS=()
 cleanup() {
@@ -23,7 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# The tests' port picker: below the ephemeral range, reserved in the registry they share.
+free_port() { /usr/bin/python3 -I -S "$REPO/tests/python/free_port.py"; }
 
 wait_for() { # wait_for WHAT CMD...: CMD succeeds within 10 s
     local what=$1 n
@@ -62,10 +66,11 @@ walk() {
         [ "$n" = b ] && pb=$!
     done
     wait_for "node b does not list node a" sh -c "'$bin/ferry' --socket '$TMP/b.sock' nodes | grep -q walk-a"
-    head -c 4096 /dev/urandom >"$TMP/obj"
-    "$bin/ferry" --socket "$TMP/a.sock" put walk-1 "$TMP/obj"
-    "$bin/ferry" --socket "$TMP/a.sock" put walk-2 "$TMP/obj"
-    for n in 1 2; do
+    for ((n = 1; n <= FETCHES; n++)); do
+        head -c 4096 /dev/urandom >"$TMP/obj"
+        "$bin/ferry" --socket "$TMP/a.sock" put "walk-$n" "$TMP/obj"
+    done
+    for ((n = 1; n <= FETCHES; n++)); do
         wait_for "walk-$n is not listed" "$bin/ferry" --socket "$TMP/b.sock" where "walk-$n"
         kill -USR1 "$pb"
         "$bin/ferry" --socket "$TMP/b.sock" fetch "walk-$n"
@@ -75,6 +80,12 @@ walk() {
     wait 2>/dev/null || true
     PIDS=()
     mv "$1.b" "$1"
+}
+
+# median FIELD REPORT: the median of FIELD over REPORT's lines of connected fetches
+median() {
+    grep '(connected)' "$2" | awk -v f="$1" '{ print $f }' | sort -n |
+        awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }'
 }
 
 # report REV OUT: per segment, entries, files, folders and file switches (src/ only)
@@ -103,7 +114,10 @@ report() {
             if (last != "" && file != last) moves++
             last = file
         }
-        END { flush() }'
+        END { flush() }' | tee "$2.report"
+    # the medians of the fetches over the connection made: entries (field 5), moves (15)
+    printf '%s, connected, median of %d fetches: %d entries, %d moves between files\n' "$1" \
+        "$(grep -c '(connected)' "$2.report")" "$(median 5 "$2.report")" "$(median 15 "$2.report")"
 }
 
 for rev in "${@:-HEAD}"; do
