@@ -111,6 +111,14 @@ def test_cluster_delete_with_a_reader_holding_a_reference(cluster):
             cb.get("doomed", timeout_ms=0)
 
 
+def told_of_delete(cb, a, b):
+    """What node b heard, and both nodes' logs: a fetch that outlived a cluster delete was seen
+    twice in loaded suite runs and never alone, so a failure keeps its evidence."""
+    s = cb.stats()
+    keys = ("fetches", "deletes_heard", "directory_up", "directory_reconnects")
+    return f"b: {({k: s.get(k) for k in keys})}\na's log:\n{a.log()}\nb's log:\n{b.log()}"
+
+
 def test_cluster_delete_fails_a_waiting_fetch(cluster):
     a, b = cluster
     errors = []
@@ -129,7 +137,7 @@ def test_cluster_delete_fails_a_waiting_fetch(cluster):
         assert until(lambda: cb.stats()["fetches"] > before)
         ca.delete("awaited", cluster=True)
         t.join(15)
-        assert not t.is_alive()
+        assert not t.is_alive(), told_of_delete(cb, a, b)
     assert len(errors) == 1 and isinstance(errors[0], ferry.ObjectNotFound)
     assert "deleted" in str(errors[0])
 
