@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <poll.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "store/store.h"
@@ -90,7 +92,7 @@ static void test_create_states_and_errors(void **state)
     ferry_id id = id_of(1);
 
     assert_int_equal(store_create(&f->st, &id, 100, 20, f, &o), 0);
-    assert_int_equal(o->state, FERRY_STATE_CREATED);
+    assert_int_equal(o->life, OBJECT_CREATED);
     assert_int_equal(o->refcount, 1);
     assert_int_equal(o->offset % 64, 0);
     assert_int_equal(store_used(&f->st), 128);
@@ -112,7 +114,7 @@ static void test_empty_object_takes_no_space(void **state)
 
     assert_null(o->block);
     assert_int_equal(store_used(&f->st), 0);
-    assert_int_equal(o->state, FERRY_STATE_SEALED);
+    assert_int_equal(o->life, OBJECT_SEALED);
 }
 
 /* The digest covers data and metadata and where the boundary between them lies. */
@@ -440,6 +442,76 @@ static void test_hash_on_demand_hashes_when_asked(void **state)
     assert_int_equal(store_hash(&f->st, o), 1);
 }
 
+/* Runs the spill directory's completions until o's life is want (5 s at most). */
+static void spill_wait(struct store *st, const struct object *o, enum object_life want)
+{
+    struct pollfd p = {.fd = store_spill_fd(st), .events = POLLIN};
+
+    for (int i = 0; i < 500 && o->life != want; i++) {
+        (void)poll(&p, 1, 10);
+        store_collect_spill(st);
+    }
+    assert_int_equal(o->life, want);
+}
+
+/* Removes dir and the files in it (a spill directory has no subfolders). */
+static void remove_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    assert_non_null(d);
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* With a spill directory an object lives along object.h's diagram: created, sealed, written
+ * (WRITING, then SEALED with its copy on disk), evicted for a create that needs the arena
+ * (SPILLED), read back (RESTORING, then SEALED) with its bytes intact. */
+static void test_an_object_lives_along_its_diagram(void **state)
+{
+    char dir[] = "/tmp/unit_store.XXXXXX";
+    uint64_t size = 64u << 10;
+    uint8_t *base = aligned_alloc(4096, CAP), *want = malloc(size);
+    struct object *o, *big;
+    ferry_id id = id_of(1), other = id_of(2);
+    struct store st;
+
+    (void)state;
+    assert_non_null(base);
+    assert_non_null(want);
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(store_init(&st, base, CAP, 0, NULL), 0);
+    assert_int_equal(store_spill_open(&st, dir, 64u << 20, 0, NULL), 0);
+    assert_int_equal(store_create(&st, &id, size, 0, NULL, &o), 0);
+    assert_int_equal(o->life, OBJECT_CREATED);
+    for (uint64_t i = 0; i < size; i++)
+        want[i] = (uint8_t)(i * 7 + 1);
+    memcpy(base + o->offset, want, size);
+    store_seal(&st, o);
+    assert_int_equal(o->life, OBJECT_SEALED);
+    store_unref(&st, o); /* spill_at 0: written at once */
+    assert_int_equal(o->life, OBJECT_WRITING);
+    spill_wait(&st, o, OBJECT_SEALED);
+    assert_non_null(o->rec);
+    assert_int_equal(store_create(&st, &other, CAP - 4096, 0, NULL, &big), 0);
+    assert_int_equal(o->life, OBJECT_SPILLED);
+    assert_null(o->block);
+    store_abort(&st, big);
+    assert_int_equal(store_restore(&st, o, 0), FERRY_EAGAIN);
+    assert_int_equal(o->life, OBJECT_RESTORING);
+    spill_wait(&st, o, OBJECT_SEALED);
+    assert_memory_equal(base + o->offset, want, size);
+    assert_int_equal(o->refcount, 0);
+    store_destroy(&st);
+    remove_flat_dir(dir);
+    free(want);
+    free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -464,6 +536,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_while_hashing_frees_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_create_evicts_objects_being_hashed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_on_demand_hashes_when_asked, setup, teardown),
+        cmocka_unit_test(test_an_object_lives_along_its_diagram),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

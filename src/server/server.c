@@ -203,7 +203,7 @@ void server_notify(struct server *s, int event, const struct object *o)
 /* Publishes a sealed object with its content (size and digest): once it is hashed. */
 static void publish(struct server *s, const struct object *o)
 {
-    if (s->dir && o->hashed && o->state == FERRY_STATE_SEALED && !o->deleted && o != s->claimed)
+    if (s->dir && o->hashed && object_sealed(o) && !o->deleted && o != s->claimed)
         directory_publish(s->dir, &o->id, o->data_size + o->metadata_size, o->root);
 }
 
@@ -280,12 +280,11 @@ void server_drop_deleted(struct server *s, const ferry_id *id, const uint8_t *ro
 {
     struct object *o = store_find(&s->store, id);
 
-    if (root && o && o->state == FERRY_STATE_SEALED &&
-        (!o->hashed || memcmp(o->root, root, DIGEST_LEN) != 0)) {
+    if (root && o && object_sealed(o) && (!o->hashed || memcmp(o->root, root, DIGEST_LEN) != 0)) {
         s->counters.deletes_spared++;
         return;
     }
-    if (o && o->state == FERRY_STATE_SEALED)
+    if (o && object_sealed(o))
         store_delete(&s->store, o);
     if (s->engine)
         engine_on_deleted(s->engine, id, node);

@@ -86,7 +86,7 @@ int session_held_add(struct session *ss, struct object *o)
     if (o->refcount >= REFS_MAX)
         return err_set(FERRY_EBUSY, "the object has %u references (at most %u)", o->refcount,
                        REFS_MAX);
-    if (o->state == FERRY_STATE_SEALED)
+    if (object_sealed(o))
         store_mark_read(o); /* a get: its reader came */
     for (; h; tail = h, h = h->next) {
         if (h->o == o) {
@@ -369,7 +369,7 @@ int session_own_unsealed(struct session *ss, const ferry_id *id, struct object *
 
     if (!o)
         return session_not_found(id, "object");
-    if (o->state == FERRY_STATE_SEALED)
+    if (object_sealed(o))
         return err_set(FERRY_EPERM, "the object is already sealed");
     if (o->creator != ss)
         return err_set(FERRY_EPERM, "the object belongs to another client");
@@ -403,7 +403,7 @@ static int handle_release(struct session *ss, const struct proto_request *q)
 struct object *session_find_sealed(struct session *ss, const ferry_id *id)
 {
     struct object *o = store_find(&ss->srv->store, id);
-    return o && o->state == FERRY_STATE_SEALED ? o : NULL;
+    return o && object_sealed(o) ? o : NULL;
 }
 
 static int handle_contains(struct session *ss, const struct proto_request *q)
@@ -411,7 +411,7 @@ static int handle_contains(struct session *ss, const struct proto_request *q)
     size_t start = session_reply_begin(ss, q, 0);
     struct object *o = session_find_sealed(ss, &q->u.one.id);
 
-    pbuf_u8(&ss->out, !o ? 0 : o->spilled ? FERRY_ON_DISK : FERRY_IN_MEMORY);
+    pbuf_u8(&ss->out, !o ? 0 : object_on_disk(o) ? FERRY_ON_DISK : FERRY_IN_MEMORY);
     proto_frame_end(&ss->out, start);
     return 0;
 }
@@ -420,9 +420,9 @@ static int handle_delete(struct session *ss, const struct proto_request *q)
 {
     struct object *o = store_find(&ss->srv->store, &q->u.one.id);
 
-    if (!o || (o->state != FERRY_STATE_SEALED && o->creator != ss))
+    if (!o || (!object_sealed(o) && o->creator != ss))
         return session_reply_status(ss, q, session_not_found(&q->u.one.id, "object"));
-    if (o->state != FERRY_STATE_SEALED)
+    if (!object_sealed(o))
         return session_reply_status(ss, q, err_set(FERRY_ENOTSEALED, "unsealed: abort it instead"));
     store_delete(&ss->srv->store, o);
     return session_reply_status(ss, q, 0);
@@ -479,7 +479,7 @@ void session_hash_ready(struct server *srv, struct object *o)
 {
     struct session *ss, *next;
 
-    if (o->state == FERRY_STATE_CREATED) { /* only a pending strict seal hashes one */
+    if (!object_sealed(o)) { /* only a pending strict seal hashes one */
         session_seal_hashed(o);
         return;
     }
@@ -560,7 +560,7 @@ static int handle_list(struct session *ss, const struct proto_request *q)
         pbuf_id(&ss->out, &o->id);
         pbuf_u64(&ss->out, o->data_size);
         pbuf_u64(&ss->out, o->metadata_size);
-        pbuf_u8(&ss->out, o->spilled ? FERRY_STATE_SPILLED : o->state);
+        pbuf_u8(&ss->out, object_public_state(o));
         pbuf_u32(&ss->out, refs_of(ss->srv, o, st->fast_snap, nsnap));
         pbuf_u64(&ss->out, now > o->created_ns ? (now - o->created_ns) / 1000000 : 0);
         proto_put_str(&ss->out, o->name ? o->name : "", FERRY_NAME_MAX);
@@ -973,7 +973,7 @@ static void drop_holdings(struct session *ss)
     while ((h = idmap_next(&ss->held, &pos, NULL))) {
         for (; h; h = next) {
             next = h->next;
-            if (h->o->state == FERRY_STATE_CREATED && h->o->creator == ss) {
+            if (!object_sealed(h->o) && h->o->creator == ss) {
                 store_abort(st, h->o);
             } else {
                 while (h->count--)

@@ -223,7 +223,7 @@ int session_handle_delete_cluster(struct session *ss, const struct proto_request
 {
     struct server *srv = ss->srv;
     const struct object *o = store_find(&srv->store, &q->u.one.id);
-    int known = o && o->state == FERRY_STATE_SEALED && o->hashed, rc;
+    int known = o && object_sealed(o) && o->hashed, rc;
 
     if (!srv->dir)
         return session_reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no cluster to delete from"));

@@ -207,7 +207,7 @@ static int get_start(struct session *ss, const struct proto_request *q)
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         struct object *o = session_find_sealed(ss, &q->u.ids.ids[i]);
         g->entries[i].status = FERRY_ENOENT;
-        if (o && o->spilled)
+        if (o && object_on_disk(o))
             rc = get_restore(ss, i, o);
         else if (o)
             rc = get_fill(ss, i, o);

@@ -137,7 +137,7 @@ static void seal_claimed(void *arg, const struct directory_answer *a)
 
     if (i == ss->seal.n)
         return; /* not possible: the session waits, and its close cancels the claims */
-    if (!o || o->state != FERRY_STATE_CREATED || o->creator != ss) { /* nor this: answered */
+    if (!o || object_sealed(o) || o->creator != ss) { /* nor this: answered */
         seal_settle(ss, i, FERRY_ENOENT, "the object went while its claim was out");
         return;
     }
@@ -196,7 +196,7 @@ void session_seal_abandon(struct session *ss)
         if (p->statuses[i] != SEAL_PENDING)
             continue;
         directory_withdraw(ss->srv->dir, &p->ids[i]);
-        if (p->type == PROTO_PUT_BATCH && o && o->state == FERRY_STATE_CREATED && o->creator == ss)
+        if (p->type == PROTO_PUT_BATCH && o && !object_sealed(o) && o->creator == ss)
             store_abort(&ss->srv->store, o);
     }
     seal_reset(ss);

@@ -82,8 +82,7 @@ static struct object *list_of(struct store *s, const struct object *o)
  * spill entry needs its root. */
 static int listable(const struct store *s, const struct object *o)
 {
-    return !(o->hashing && goes_dirty(s, o)) && !o->writing && !o->spilled && !o->restoring &&
-           !kept_out(s, o);
+    return !(o->hashing && goes_dirty(s, o)) && o->life == OBJECT_SEALED && !kept_out(s, o);
 }
 
 /* o was just used and is now unreferenced: it becomes the youngest (once hashed). */
@@ -157,8 +156,8 @@ int store_set_name(struct store *s, struct object *o, const char *name)
     free(o->name);
     o->name = copy;
     /* A copy on disk carries the old name: one in memory is written again. */
-    o->renamed = o->writing;
-    if (o->rec && !o->spilled) {
+    o->renamed = o->life == OBJECT_WRITING;
+    if (o->rec && !object_on_disk(o)) {
         spill_forget(s->spill, o->rec);
         o->rec = NULL;
         if (store_in_lru(o)) {
@@ -313,17 +312,17 @@ void store_remove(struct store *s, struct object *o, int event)
         spill_forget(s->spill, o->rec);
         o->rec = NULL;
     }
-    if (o->spilled) {
+    if (object_on_disk(o)) {
         s->spilled_objects--;
         s->spilled_bytes -= o->data_size + o->metadata_size;
     }
-    if (o->state == FERRY_STATE_SEALED) {
+    if (object_sealed(o)) {
         s->sealed_objects--;
         if (s->events.removed)
             s->events.removed(s->events.ctx, o, event);
     }
     o->deleted = 1;
-    if (o->refcount == 0 && !o->writing)
+    if (o->refcount == 0 && o->life != OBJECT_WRITING)
         store_object_free(s, o);
 }
 
@@ -364,8 +363,7 @@ int store_keep(struct store *s, struct object *o, int keep)
         return 0;
     }
     /* Let go, it becomes evictable as if just released (the spill lists never lost it). */
-    if (!s->spill && o->state == FERRY_STATE_SEALED && !o->deleted && o->refcount == 0 &&
-        !store_in_lru(o)) {
+    if (!s->spill && object_sealed(o) && !o->deleted && o->refcount == 0 && !store_in_lru(o)) {
         store_lru_push_young(s, o);
         s->room_freed = 1;
     }
@@ -559,7 +557,7 @@ static int create(struct store *s, const ferry_id *id, uint64_t data_size, uint6
     o->metadata_size = metadata_size;
     o->created_ns = clock_real_ns();
     o->refcount = 1;
-    o->state = FERRY_STATE_CREATED;
+    o->life = OBJECT_CREATED; /* born */
     o->creator = creator;
     if ((rc = idmap_put(&s->table, id, o)) < 0)
         goto free_block;
@@ -649,7 +647,7 @@ static int hash_later(struct store *s, struct object *o, uint64_t len)
 /* Makes o sealed and visible; its digest is set or under way. */
 static void seal_visible(struct store *s, struct object *o)
 {
-    o->state = FERRY_STATE_SEALED;
+    object_life_set(o, OBJECT_SEALED);
     o->creator = NULL;
     s->sealed_objects++;
     s->counters.sealed++;
@@ -733,11 +731,11 @@ void store_unref(struct store *s, struct object *o)
         return;
     s->room_freed = 1;
     if (o->deleted) {
-        if (!o->writing)
+        if (o->life != OBJECT_WRITING)
             store_object_free(s, o);
-    } else if (o->unused && o->state == FERRY_STATE_SEALED) {
+    } else if (o->unused && object_sealed(o)) {
         delete_now_unused(s, o);
-    } else if (o->state == FERRY_STATE_SEALED) {
+    } else if (object_sealed(o)) {
         store_lru_push_young(s, o);
         store_spill_pump(s);
     }

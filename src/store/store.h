@@ -36,10 +36,10 @@
  *   it is written (its entry holds its root): while being hashed it is in neither list and
  *   its bytes count in hashing_bytes (creates wait for them as for writes). Writes start, oldest
  *   first, when the arena's use less what can go at once passes spill_at percent, or when a
- *   create or restore needs room; while its bytes are written (`writing`) an object is in
+ *   create or restore needs room; while its bytes are written (OBJECT_WRITING) an object is in
  *   neither list and is not freed (readers may still take and use it: reading wins).
  * - The LRU then holds only objects with a copy on disk; eviction frees their memory and keeps
- *   them in the table (`spilled`). Nothing is dropped for room: without room now, a create
+ *   them in the table (OBJECT_SPILLED). Nothing is dropped for room: without room now, a create
  *   gets FERRY_EAGAIN while writes make some, and store_events.room tells when to try again.
  * - A spilled object is read back on demand (store_restore): one read for any number of
  *   accesses, holding a reference meanwhile; store_events.restored tells how it went.
@@ -54,6 +54,7 @@
 #include "common/idmap.h"
 #include "store/alloc.h"
 #include "store/hasher.h"
+#include "store/object.h"
 #include "store/spill.h"
 
 struct fastidx;
@@ -75,47 +76,6 @@ struct fastidx;
 #define STORE_BYTES_PER_OBJECT (8u << 10)
 #define STORE_OBJECTS_MIN 65536u
 #define STORE_HELD_SHARE 16u /* a client may hold 1/STORE_HELD_SHARE of max_objects */
-
-struct object {
-    ferry_id id;
-    uint64_t offset; /* of the data part; the metadata follows it */
-    uint64_t data_size;
-    uint64_t metadata_size;
-    uint8_t root[DIGEST_LEN]; /* the digest of data and metadata (common/digest.h), once hashed */
-    uint8_t *leaves;          /* its digest_leaves() leaves, or NULL for an object of one chunk */
-    uint64_t created_ns;
-    alloc_block *block; /* NULL when data and metadata are both empty */
-    uint32_t refcount;
-    uint8_t state;        /* FERRY_STATE_CREATED or FERRY_STATE_SEALED */
-    uint8_t deleted;      /* unlinked from the table, waiting for its last reference */
-    uint8_t hashed;       /* `root` (and `leaves`) are set */
-    uint8_t hashing;      /* the hasher's threads are reading the bytes */
-    uint8_t hash_counted; /* while hashing: its bytes are in hashing_bytes (to be spilled) */
-    uint8_t hash_failed;  /* while hashing: a job failed (the rest is hashed on the loop) */
-    uint32_t hash_jobs;   /* while hashing: the hasher's jobs not taken back yet */
-    uint64_t lru_seq;     /* logical time of last use (seal, release to zero, refresh) */
-    void *creator;        /* opaque owner while unsealed (the client session) */
-    char *name;           /* what people call it (store_set_name), or NULL; freed with o */
-    struct object *lru_prev, *lru_next;
-    struct spill_rec *rec; /* its copy in the spill directory, or NULL */
-    uint8_t in_dirty;      /* linked in the dirty list, not the LRU */
-    uint8_t spilled;       /* its bytes are on disk only (no block) */
-    uint8_t writing;       /* its bytes are being written to disk */
-    uint8_t restoring;     /* its bytes are being read back (or wait for room to be) */
-    uint8_t restore_waits; /* its restore waits for room rather than fail */
-    uint8_t renamed;       /* named while its bytes were written: written again after */
-    uint8_t kept;          /* store_keep: never dropped for room (spilled, with a spill dir) */
-    uint8_t read;          /* a reader took it (store_mark_read) since it was sealed */
-    uint8_t unused;        /* store_delete_unused: deleted when its last reference goes */
-    struct object *restore_next; /* in the list of restores waiting for room */
-    uint64_t restore_start_ns;
-    /* The shared index (store_fast.c): published there at fast_index; after unpublishing, a
-     * client's slot may still hold the life fast_seq: adopted (a reference of the store's),
-     * linked in fast_held until no slot does. */
-    uint32_t fast_index, fast_seq;
-    uint8_t fast_published, fast_adopted;
-    struct object *fast_next;
-};
 
 /* Called as things become visible or disappear, for subscriptions: sealed() after a seal,
  * removed() with FERRY_EVENT_DELETED or FERRY_EVENT_EVICTED when an object leaves the table,

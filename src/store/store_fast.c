@@ -13,8 +13,8 @@ void store_fast_publish(struct store *s, struct object *o)
 
     /* Not while adopted: its slot may still hold the old life, which the sweep looks for. Not
      * one deleted when unused: its references must all be counted here. */
-    if (!s->fast || o->fast_published || o->fast_adopted || o->state != FERRY_STATE_SEALED ||
-        o->deleted || o->unused || o->spilled || o->restoring)
+    if (!s->fast || o->fast_published || o->fast_adopted || !object_resident(o) || o->deleted ||
+        o->unused)
         return;
     if (fastidx_publish(s->fast, &o->id, o->offset, o->data_size, o->metadata_size, &index) < 0)
         return; /* the index is full: this object stays the daemon's way */

@@ -39,11 +39,11 @@ static int write_object(struct store *s, struct object *o)
     job->arg = o;
     if (store_in_lru(o))
         store_lru_unlink(s, o);
-    o->writing = 1;
+    object_life_set(o, OBJECT_WRITING);
     s->writing_bytes += store_block_size(o);
     if ((rc = spill_write(s->spill, job)) < 0) {
         static struct log_limit lim;
-        o->writing = 0;
+        object_life_set(o, OBJECT_SEALED);
         s->writing_bytes -= store_block_size(o);
         free(job);
         if (o->refcount == 0)
@@ -95,7 +95,7 @@ void store_spill_out(struct store *s, struct object *o)
     if (o->block)
         alloc_free(s->alloc, o->block);
     o->block = NULL;
-    o->spilled = 1;
+    object_life_set(o, OBJECT_SPILLED);
     s->spilled_objects++;
     s->spilled_bytes += object_len(o);
 }
@@ -141,7 +141,7 @@ static void write_done(struct store *s, struct spill_job *job)
     struct object *o = job->arg;
     int renamed = o->renamed;
 
-    o->writing = 0;
+    object_life_set(o, OBJECT_SEALED);
     o->renamed = 0;
     s->writing_bytes -= store_block_size(o);
     if (job->status == 0 && renamed) { /* it carries the old name: written again */
@@ -205,10 +205,11 @@ static int restore_start(struct store *s, struct object *o)
     return 0;
 }
 
-/* A restore that ended here (failed, or its object deleted meanwhile) tells and lets go. */
-static void restore_end(struct store *s, struct object *o, int status)
+/* A restore ended, its bytes back in the arena (OBJECT_SEALED: read, though its object may be
+ * deleted meanwhile) or not (OBJECT_SPILLED): it tells and lets go. */
+static void restore_end(struct store *s, struct object *o, enum object_life to, int status)
 {
-    o->restoring = 0;
+    object_life_set(o, to);
     if (s->events.restored)
         s->events.restored(s->events.ctx, o, status);
     store_unref(s, o);
@@ -218,22 +219,22 @@ int store_restore(struct store *s, struct object *o, int wait)
 {
     int rc;
 
-    if (!o->spilled)
+    if (!object_on_disk(o))
         return 0;
     if (object_len(o) == 0) { /* nothing to read: it is back at once */
-        o->spilled = 0;
+        object_life_set(o, OBJECT_SEALED);
         s->spilled_objects--;
         return 0;
     }
-    if (o->restoring)
+    if (o->life == OBJECT_RESTORING)
         return FERRY_EAGAIN;
     o->refcount++;
-    o->restoring = 1;
+    object_life_set(o, OBJECT_RESTORING);
     o->restore_waits = (uint8_t)wait;
     o->restore_start_ns = clock_mono_ns();
     rc = restore_start(s, o);
     if (rc < 0 && rc != FERRY_EAGAIN) {
-        o->restoring = 0;
+        object_life_set(o, OBJECT_SPILLED);
         store_unref(s, o);
         return rc;
     }
@@ -252,19 +253,17 @@ static void read_done(struct store *s, struct spill_job *job)
     }
     free(job->leaves);
     job->leaves = NULL;
-    if (status == 0 && o->deleted) { /* its waiters are not for this one any more */
-        o->spilled = 0;              /* a delete counted it out already */
-        err_set(FERRY_ENOENT, "deleted while it was being restored");
-        restore_end(s, o, FERRY_ENOENT);
+    if (status == 0 && o->deleted) { /* its waiters are not for this one any more (a delete */
+        err_set(FERRY_ENOENT, "deleted while it was being restored"); /* counted it out) */
+        restore_end(s, o, OBJECT_SEALED, FERRY_ENOENT);
         return;
     }
     if (status == 0) {
-        o->spilled = 0;
         s->spilled_objects--;
         s->spilled_bytes -= object_len(o);
         s->counters.restores++;
         s->counters.restore_wait_ns += clock_mono_ns() - o->restore_start_ns;
-        restore_end(s, o, 0);
+        restore_end(s, o, OBJECT_SEALED, 0);
         return;
     }
     if (o->block)
@@ -272,7 +271,7 @@ static void read_done(struct store *s, struct spill_job *job)
     o->block = NULL;
     if (o->deleted) { /* its record was forgotten, its blocks punched: nothing was damaged */
         err_set(FERRY_ENOENT, "deleted while it was being restored");
-        restore_end(s, o, FERRY_ENOENT);
+        restore_end(s, o, OBJECT_SPILLED, FERRY_ENOENT);
         return;
     }
     s->counters.restore_failures++;
@@ -281,7 +280,7 @@ static void read_done(struct store *s, struct spill_job *job)
     err_set(FERRY_EIO, "object %s: %s", hex, job->why);
     /* Its bytes are lost: it leaves the table (and its record the disk) once its waiters know. */
     o->refcount++;
-    restore_end(s, o, FERRY_EIO);
+    restore_end(s, o, OBJECT_SPILLED, FERRY_EIO);
     if (!o->deleted)
         store_remove(s, o, FERRY_EVENT_DELETED);
     store_unref(s, o);
@@ -299,9 +298,9 @@ static void retry_restores(struct store *s)
         o->restore_next = NULL;
         if (o->deleted) {
             err_set(FERRY_ENOENT, "deleted while it waited to be restored");
-            restore_end(s, o, FERRY_ENOENT);
+            restore_end(s, o, OBJECT_SPILLED, FERRY_ENOENT);
         } else if ((rc = restore_start(s, o)) < 0 && rc != FERRY_EAGAIN) {
-            restore_end(s, o, rc);
+            restore_end(s, o, OBJECT_SPILLED, rc);
         }
     }
 }
@@ -376,8 +375,7 @@ static void found(void *ctx, struct spill *sp, const struct spill_entry *e, stru
             return;
         }
         o->id = e->id;
-        o->state = FERRY_STATE_SEALED;
-        o->spilled = 1;
+        o->life = OBJECT_SPILLED; /* born on disk */
         o->hashed = 1;
         s->sealed_objects++;
         s->spilled_objects++;
@@ -420,7 +418,7 @@ static void persist_report(store_progress_fn *progress, void *arg, struct store_
 /* Sealed and with no copy on disk, nor one on its way. */
 static int persist_wants(const struct object *o)
 {
-    return o->state == FERRY_STATE_SEALED && !o->rec && !o->writing && !o->spilled;
+    return o->life == OBJECT_SEALED && !o->rec;
 }
 
 void store_persist(struct store *s, store_progress_fn *progress, void *arg)

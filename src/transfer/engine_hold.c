@@ -311,7 +311,7 @@ static void in_on_auth(struct inconn *ic, const struct wire_msg *m)
 static struct object *sealed(struct engine *e, const ferry_id *id)
 {
     struct object *o = store_find(e->store, id);
-    return o && o->state == FERRY_STATE_SEALED ? o : NULL;
+    return o && object_sealed(o) ? o : NULL;
 }
 
 static uint64_t object_bytes(const struct object *o)
@@ -476,7 +476,7 @@ static int hpull_ready(struct inconn *ic, struct hpull *hp)
         int rc = 0;
         if (!o)
             continue;
-        if (o->spilled && (first || restoring < pin_limit(e))) {
+        if (object_on_disk(o) && (first || restoring < pin_limit(e))) {
             rc = store_restore(e->store, o, 1);
             restoring += object_bytes(o);
         }
@@ -536,7 +536,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     struct object *o = entry_object(ic->e, hp, i, &from);
     uint64_t len;
 
-    if (o && o->spilled) { /* still on disk (hpull_ready): asked again later */
+    if (o && object_on_disk(o)) { /* still on disk (hpull_ready): asked again later */
         re[i] = (struct wire_reply_entry){.status = FERRY_EBUSY};
         ic->e->counters.pins_deferred++;
         return;

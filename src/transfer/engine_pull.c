@@ -56,7 +56,7 @@ static void complete_entry(struct peer *p, struct pentry *pe)
             eng_want_received(w);
         else if (w->done)
             eng_want_free(w);
-        else if (here && here->state == FERRY_STATE_SEALED)
+        else if (here && object_sealed(here))
             eng_want_finish(w, 0);
         else
             eng_want_retry(w); /* it was being created here; if that is aborted, fetch again */

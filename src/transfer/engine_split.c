@@ -46,7 +46,7 @@ static void split_settle(struct want *w)
             eng_want_lookup(w, 1);
     } else if (w->obj) {
         eng_want_received(w); /* every chunk was checked, unless recheck */
-    } else if ((here = store_find(e->store, &w->id)) && here->state == FERRY_STATE_SEALED) {
+    } else if ((here = store_find(e->store, &w->id)) && object_sealed(here)) {
         eng_want_finish(w, 0);
     } else {
         eng_want_retry(w); /* it was being created here; if that is aborted, fetch again */

@@ -45,7 +45,7 @@ void eng_suspect_check(struct inconn *ic, const struct wire_msg *m)
         return;
     }
     ic->suspects++;
-    if (!o || o->state != FERRY_STATE_SEALED || o->spilled || o->restoring || !o->hashed ||
+    if (!o || !object_resident(o) || !o->hashed ||
         m->chunk >= digest_leaves(o->data_size + o->metadata_size))
         return;
     ferry_id_format(&o->id, hex);
