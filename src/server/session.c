@@ -453,7 +453,8 @@ static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
     struct server *srv = ss->srv;
 
     store_ref(&srv->store, o);
-    ss->hash_wait = o;
+    session_wait_begin(ss, SESSION_HASH);
+    ss->hash_obj = o;
     ss->hash_tag = tag;
     ss->hash_next = srv->hash_waiters;
     if (ss->hash_next)
@@ -464,14 +465,13 @@ static void hash_wait(struct session *ss, struct object *o, uint64_t tag)
 
 static void hash_unwait(struct session *ss)
 {
-    struct object *o = ss->hash_wait;
+    struct object *o = ss->hash_obj;
 
-    if (!o)
-        return;
     *ss->hash_pprev = ss->hash_next;
     if (ss->hash_next)
         ss->hash_next->hash_pprev = ss->hash_pprev;
-    ss->hash_wait = NULL;
+    ss->hash_obj = NULL;
+    session_wait_end(ss, SESSION_HASH);
     store_unref(&ss->srv->store, o);
 }
 
@@ -485,7 +485,7 @@ void session_hash_ready(struct server *srv, struct object *o)
     }
     for (ss = srv->hash_waiters; ss; ss = next) {
         next = ss->hash_next;
-        if (ss->hash_wait != o)
+        if (ss->hash_obj != o)
             continue;
         reply_digest(ss, &(struct proto_request){.type = PROTO_HASH, .tag = ss->hash_tag}, o);
         hash_unwait(ss); /* o outlives it: the store holds it across its hashed() hook */
@@ -661,7 +661,7 @@ static void room_wait(struct session *ss)
 {
     struct server *srv = ss->srv;
 
-    ss->room_wait = 1;
+    session_wait_begin(ss, SESSION_ROOM);
     ss->room_next = srv->room_waiters;
     srv->room_waiters = ss;
 }
@@ -674,7 +674,7 @@ static void room_unwait(struct session *ss)
             break;
         }
     }
-    ss->room_wait = 0;
+    session_wait_end(ss, SESSION_ROOM);
 }
 
 void session_room_ready(struct server *srv)
@@ -684,7 +684,7 @@ void session_room_ready(struct server *srv)
     srv->room_waiters = NULL;
     while ((ss = list)) {
         list = ss->room_next;
-        ss->room_wait = 0;
+        session_wait_end(ss, SESSION_ROOM);
         server_schedule(srv, ss);
     }
 }
@@ -804,8 +804,7 @@ static int flush_out(struct session *ss)
  * processing (the protocol is request-reply); so does a queue of unread replies. */
 static int can_process(struct session *ss, uint16_t type)
 {
-    if (ss->closed || ss->refused || ss->get.active || ss->fetch.active || ss->dir.active ||
-        ss->seal.active || ss->hash_wait || ss->room_wait || ss->out.len > OUT_HIGH)
+    if (ss->closed || ss->refused || ss->wait != SESSION_IDLE || ss->out.len > OUT_HIGH)
         return 0;
     return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
 }
@@ -985,6 +984,34 @@ static void drop_holdings(struct session *ss)
     idmap_free(&ss->held);
 }
 
+/* The session closes: the wait under way ends without a reply. */
+static void wait_cancel(struct session *ss)
+{
+    switch ((enum session_wait)ss->wait) {
+    case SESSION_IDLE:
+        break;
+    case SESSION_GET:
+        session_get_cancel(ss);
+        break;
+    case SESSION_FETCH:
+        session_fetch_cancel(ss);
+        break;
+    case SESSION_DIR:
+        directory_cancel(ss->srv->dir, ss);
+        session_wait_end(ss, SESSION_DIR);
+        break;
+    case SESSION_SEAL:
+        session_seal_abandon(ss);
+        break;
+    case SESSION_HASH:
+        hash_unwait(ss);
+        break;
+    case SESSION_ROOM:
+        room_unwait(ss);
+        break;
+    }
+}
+
 void session_close(struct session *ss, const char *reason)
 {
     struct server *srv = ss->srv;
@@ -1000,16 +1027,7 @@ void session_close(struct session *ss, const char *reason)
     if (!ss->greeted)
         srv->ungreeted--;
     loop_timer_stop(&srv->loop, &ss->hello_deadline);
-    session_get_cancel(ss);
-    hash_unwait(ss);
-    if (ss->room_wait)
-        room_unwait(ss);
-    if (ss->fetch.active)
-        session_fetch_cancel(ss);
-    if (ss->dir.active)
-        directory_cancel(srv->dir, ss);
-    if (ss->seal.active)
-        session_seal_abandon(ss);
+    wait_cancel(ss);
     drop_holdings(ss);
     fast_block_give(srv, ss->fast_block);
     ss->fast_block = FASTIDX_NO_BLOCK;

@@ -26,6 +26,21 @@ struct held {
     struct held *next;
 };
 
+/* What a session waits for. The protocol is request-reply: a session waits for one thing at
+ * most, and processes no request meanwhile (can_process). Each wait keeps its state in the
+ * member named beside it; session_wait_begin and session_wait_end (session_int.h) move between
+ * them, and a close ends the one under way. */
+enum session_wait {
+    SESSION_IDLE,  /* none: it processes its requests */
+    SESSION_GET,   /* a get, for seals and restores of its ids (get) */
+    SESSION_FETCH, /* a fetch, for the engine to make its ids local (fetch) */
+    SESSION_DIR,   /* nodes, where or a cluster delete, for the directory's answer (dir) */
+    SESSION_SEAL,  /* a seal or put batch under --strict-ids, for its claims (seal) */
+    SESSION_HASH,  /* a hash, for a digest computed on demand (hash_obj) */
+    SESSION_ROOM   /* a create, for room that spilling makes (in room_waiters); the request
+                    * stays in the input, dispatched again then */
+};
+
 /* A session blocked in get, waiting for one of its ids (an entry in server.waiters). */
 struct get_wait {
     struct session *ss;
@@ -36,7 +51,6 @@ struct get_wait {
 };
 
 struct pending_get {
-    int active;
     uint64_t tag;
     uint32_t n, missing;
     uint32_t restoring; /* entries waiting for a restore: the get ends after them */
@@ -50,7 +64,6 @@ struct pending_get {
 
 /* A session blocked in FETCH until each id is local, has failed, or the timeout ends. */
 struct pending_fetch {
-    int active;
     uint64_t tag;
     uint32_t n, missing;
     int32_t *statuses; /* FETCH_PENDING until answered */
@@ -65,7 +78,6 @@ struct pending_fetch {
  * unsealed (invisible) until it is hashed and the directory has confirmed its content as the
  * id's (a claim), then is sealed, or aborted with FERRY_EEXIST. */
 struct pending_seal {
-    int active;
     uint16_t type;
     uint64_t tag;
     uint8_t release;   /* SEAL: give the creator's reference back once sealed */
@@ -78,7 +90,6 @@ struct pending_seal {
 
 /* A session blocked in NODES or WHERE until the directory answers. */
 struct pending_dir {
-    int active;
     uint16_t type;
     uint64_t tag;
     ferry_id id; /* WHERE, DELETE_CLUSTER */
@@ -99,6 +110,7 @@ struct session {
     uint32_t fast_block; /* its block of slots in the shared index, or FASTIDX_NO_BLOCK */
     int closed;
     int scheduled;
+    uint8_t wait; /* enum session_wait */
     struct pbuf in, out;
     idmap held; /* id -> struct held chain */
     alloc_block *staging;
@@ -106,13 +118,12 @@ struct session {
     struct pending_fetch fetch;
     struct pending_dir dir;
     struct pending_seal seal;
-    struct object *hash_wait; /* blocked in HASH until this object's digest is in */
+    struct object *hash_obj; /* SESSION_HASH: the object whose digest is awaited */
     uint64_t hash_tag;
     struct session *hash_next, **hash_pprev; /* in server.hash_waiters while blocked */
-    int room_wait;                           /* a create waits for room: in room_waiters */
-    struct session *room_next;
-    struct session *next, **pprev; /* in server.sessions or server.closed */
-    struct session *ready_next;    /* in server.ready when scheduled */
+    struct session *room_next;               /* SESSION_ROOM: in server.room_waiters */
+    struct session *next, **pprev;           /* in server.sessions or server.closed */
+    struct session *ready_next;              /* in server.ready when scheduled */
 };
 
 /* Accepts the connection on fd (non-blocking, close-on-exec) as a new session, which must say

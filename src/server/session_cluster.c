@@ -31,15 +31,17 @@ static int dir_failure(const struct server *srv, int status)
 #define FETCH_PENDING 1
 
 /* Frees what a fetch allocated; it is over. */
-static void fetch_free(struct pending_fetch *f)
+static void fetch_free(struct session *ss)
 {
+    struct pending_fetch *f = &ss->fetch;
+
     free(f->statuses);
     free(f->why);
     free(f->ids);
     f->statuses = NULL;
     f->why = NULL;
     f->ids = NULL;
-    f->active = 0;
+    session_wait_end(ss, SESSION_FETCH);
 }
 
 static void fetch_finish(struct session *ss)
@@ -50,7 +52,7 @@ static void fetch_finish(struct session *ss)
     session_reply_statuses(ss, &q, f->statuses, f->n, f->why);
     hist_add(&ss->srv->counters.fetch_latency, clock_mono_ns() - f->start_ns);
     loop_timer_stop(&ss->srv->loop, &f->timer);
-    fetch_free(f);
+    fetch_free(ss);
 }
 
 /* Keeps the first failure's reason (ferry_errmsg() when status came). */
@@ -65,7 +67,7 @@ static void fetch_done(void *ctx, uint32_t index, int status)
     struct session *ss = ctx;
     struct pending_fetch *f = &ss->fetch;
 
-    if (!f->active || f->statuses[index] != FETCH_PENDING)
+    if (ss->wait != SESSION_FETCH || f->statuses[index] != FETCH_PENDING)
         return;
     f->statuses[index] = status;
     fetch_note(f, status, ferry_errmsg());
@@ -124,16 +126,16 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
     uint32_t n = q->u.ids.n;
 
     ss->srv->counters.fetches++;
+    session_wait_begin(ss, SESSION_FETCH);
     f->statuses = calloc(n ? n : 1, sizeof(*f->statuses));
     f->why = calloc(1, PROTO_MAX_DETAIL + 1);
     f->ids = n ? malloc((size_t)n * sizeof(*f->ids)) : NULL;
     if (!f->statuses || !f->why || (n && !f->ids)) {
-        fetch_free(f);
+        fetch_free(ss);
         return session_reply_status(ss, q, err_set(FERRY_ENOMEM, "fetch of %u ids", n));
     }
     if (n) /* f->ids is NULL when n is 0: memcpy's pointers must be valid even then */
         memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
-    f->active = 1;
     f->tag = q->tag;
     f->n = n;
     f->missing = 0;
@@ -189,12 +191,12 @@ static void dir_done(void *arg, const struct directory_answer *a)
                               a->gen, dir_done, ss);
         if (rc == 0)
             return;
-        ss->dir.active = 0;
+        session_wait_end(ss, SESSION_DIR);
         server_schedule(srv, ss);
         session_reply_status(ss, &q, rc);
         return;
     }
-    ss->dir.active = 0;
+    session_wait_end(ss, SESSION_DIR);
     server_schedule(srv, ss);
     if (a->status < 0 || q.type == PROTO_DELETE_CLUSTER) {
         session_reply_status(ss, &q, a->status < 0 ? dir_failure(srv, a->status) : 0);
@@ -227,18 +229,15 @@ int session_handle_delete_cluster(struct session *ss, const struct proto_request
 
     if (!srv->dir)
         return session_reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no cluster to delete from"));
-    ss->dir = (struct pending_dir){.active = 1,
-                                   .type = q->type,
-                                   .tag = q->tag,
-                                   .id = q->u.one.id,
-                                   .looking = 1,
-                                   .known = known};
+    session_wait_begin(ss, SESSION_DIR);
+    ss->dir = (struct pending_dir){
+        .type = q->type, .tag = q->tag, .id = q->u.one.id, .looking = 1, .known = known};
     if (known)
         memcpy(ss->dir.root, o->root, DIGEST_LEN);
     server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
     rc = directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
     if (rc < 0) {
-        ss->dir.active = 0;
+        session_wait_end(ss, SESSION_DIR);
         return session_reply_status(ss, q, rc);
     }
     log_info("client %" PRIu64 " deleted an object cluster-wide", ss->client_id);
@@ -252,7 +251,8 @@ int session_handle_dir(struct session *ss, const struct proto_request *q)
 
     if (!srv->dir)
         return session_reply_status(ss, q, err_set(FERRY_ESTANDALONE, "no directory to ask"));
-    ss->dir = (struct pending_dir){.active = 1, .type = q->type, .tag = q->tag};
+    session_wait_begin(ss, SESSION_DIR);
+    ss->dir = (struct pending_dir){.type = q->type, .tag = q->tag};
     if (q->type == PROTO_WHERE) {
         ss->dir.id = q->u.one.id;
         rc = directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
@@ -260,7 +260,7 @@ int session_handle_dir(struct session *ss, const struct proto_request *q)
         rc = directory_nodes(srv->dir, dir_done, ss);
     }
     if (rc < 0) {
-        ss->dir.active = 0;
+        session_wait_end(ss, SESSION_DIR);
         return session_reply_status(ss, q, rc);
     }
     return 0;
@@ -329,5 +329,5 @@ void session_fetch_cancel(struct session *ss)
     if (srv->engine)
         engine_cancel(srv->engine, ss);
     loop_timer_stop(&srv->loop, &ss->fetch.timer);
-    fetch_free(&ss->fetch);
+    fetch_free(ss);
 }

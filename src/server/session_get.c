@@ -36,7 +36,7 @@ static void get_reset(struct session *ss)
     free(g->waits);
     g->entries = NULL;
     g->waits = NULL;
-    g->active = 0;
+    session_wait_end(ss, SESSION_GET);
 }
 
 /* Sends the get's reply (found entries hold references) and ends it. */
@@ -193,6 +193,7 @@ static int get_start(struct session *ss, const struct proto_request *q)
     uint32_t n = q->u.ids.n;
     int rc = 0;
 
+    session_wait_begin(ss, SESSION_GET);
     g->tag = q->tag;
     g->start_ns = clock_mono_ns();
     g->n = g->missing = n;
@@ -203,7 +204,6 @@ static int get_start(struct session *ss, const struct proto_request *q)
     g->waits = calloc(n ? n : 1, sizeof(*g->waits));
     if (!g->entries || !g->waits)
         return err_set(FERRY_ENOMEM, "get of %u ids", n);
-    g->active = 1;
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         struct object *o = session_find_sealed(ss, &q->u.ids.ids[i]);
         g->entries[i].status = FERRY_ENOENT;

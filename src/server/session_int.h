@@ -7,7 +7,23 @@
 #ifndef FERRY_SESSION_INT_H
 #define FERRY_SESSION_INT_H
 
+#include <assert.h>
+
 #include "server/session.h"
+
+/* Blocks ss in w: it waited for nothing. */
+static inline void session_wait_begin(struct session *ss, enum session_wait w)
+{
+    assert(ss->wait == SESSION_IDLE);
+    ss->wait = (uint8_t)w;
+}
+
+/* Ends ss's wait w, the one under way. */
+static inline void session_wait_end(struct session *ss, enum session_wait w)
+{
+    assert(ss->wait == w);
+    ss->wait = SESSION_IDLE;
+}
 
 /* A handler returns 0, or FERRY_EPROTO (with err_set) to close the connection. A request
  * that fails for a legitimate reason gets an error reply and returns 0. */
@@ -43,15 +59,14 @@ int session_not_found(const ferry_id *id, const char *what);
 
 /* session_get.c */
 handler_fn session_handle_get;
-/* A new session's get state; at its close, a get pending ends without a reply (its waits and
- * timer go; the references its entries took stay in the session's holdings). */
+/* A new session's get state; at its close in SESSION_GET, the get ends without a reply (its
+ * waits and timer go; the references its entries took stay in the session's holdings). */
 void session_get_init(struct session *ss);
 void session_get_cancel(struct session *ss);
 
 /* session_put.c */
 handler_fn session_handle_seal, session_handle_put_batch;
-/* The session closes with a strict seal pending: its claims are withdrawn, its batch's
- * objects aborted. */
+/* The session closes in SESSION_SEAL: its claims are withdrawn, its batch's objects aborted. */
 void session_seal_abandon(struct session *ss);
 /* o, unsealed, has its digest: its strict seal sends the claim. */
 void session_seal_hashed(struct object *o);
@@ -59,7 +74,7 @@ void session_seal_hashed(struct object *o);
 /* session_cluster.c */
 handler_fn session_handle_fetch, session_handle_dir, session_handle_delete_cluster,
     session_handle_peers, session_handle_eager_max;
-/* A new session's fetch state; at its close with a fetch pending, the engine forgets it. */
+/* A new session's fetch state; at its close in SESSION_FETCH, the engine forgets it. */
 void session_fetch_init(struct session *ss);
 void session_fetch_cancel(struct session *ss);
 

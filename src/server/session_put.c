@@ -27,6 +27,7 @@ static void seal_reset(struct session *ss)
     free(ss->seal.statuses);
     free(ss->seal.why);
     memset(&ss->seal, 0, sizeof(ss->seal));
+    session_wait_end(ss, SESSION_SEAL);
 }
 
 /* Blocks the session in q (of n objects) until each object is answered. */
@@ -34,6 +35,7 @@ static int seal_start(struct session *ss, const struct proto_request *q, uint32_
 {
     struct pending_seal *p = &ss->seal;
 
+    session_wait_begin(ss, SESSION_SEAL);
     p->ids = calloc(n ? n : 1, sizeof(*p->ids));
     p->statuses = calloc(n ? n : 1, sizeof(*p->statuses));
     p->why = calloc(1, PROTO_MAX_DETAIL + 1);
@@ -43,7 +45,6 @@ static int seal_start(struct session *ss, const struct proto_request *q, uint32_
     }
     for (uint32_t i = 0; i < n; i++)
         p->statuses[i] = SEAL_PENDING;
-    p->active = 1;
     p->type = q->type;
     p->tag = q->tag;
     p->n = p->left = n;
@@ -342,7 +343,7 @@ void session_seal_hashed(struct object *o)
     struct session *ss = o->creator; /* alive: its close aborts (deletes) its unsealed objects */
     uint32_t i;
 
-    if (o->deleted || !ss || !ss->seal.active)
+    if (o->deleted || !ss || ss->wait != SESSION_SEAL)
         return;
     i = seal_find(&ss->seal, &o->id);
     if (i < ss->seal.n)
