@@ -28,20 +28,20 @@ int eng_inherits(const struct engine *e, const struct want *w)
 /* Detaches w from its checks in flight: their answers are dropped. */
 static void check_detach(struct want *w)
 {
-    if (!w->vc)
+    if (!w->check.vc)
         return;
-    if (w->vc->out)
-        w->vc->w = NULL; /* the last job back frees it */
+    if (w->check.vc->out)
+        w->check.vc->w = NULL; /* the last job back frees it */
     else
-        free(w->vc);
-    w->vc = NULL;
+        free(w->check.vc);
+    w->check.vc = NULL;
 }
 
 void eng_check_reset(struct want *w)
 {
     check_detach(w);
-    w->rlanded = 0;
-    w->landed = w->handed = 0;
-    w->bad_chunk = NO_CHUNK;
-    w->check_broken = w->checks_wait = 0;
+    w->check.rlanded = 0;
+    w->check.landed = w->check.handed = 0;
+    w->check.bad_chunk = NO_CHUNK;
+    w->check.broken = w->check.waiting = 0;
 }

@@ -430,7 +430,7 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             break;
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
-        until = (w->relay_ms < hp->since ? w->relay_ms : hp->since) +
+        until = (w->relay->ms < hp->since ? w->relay->ms : hp->since) +
                 e->timers.answer_ms / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
@@ -558,9 +558,9 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     re[i].metadata_size = o->metadata_size;
     if (from) { /* a copy being received: the tree it took from the record and its holder */
         ic->e->counters.ranges_relayed++;
-        memcpy(re[i].digest, from->digest, DIGEST_LEN);
-        re[i].nleaves = from->nleaves > 1 ? (uint32_t)from->nleaves : 0;
-        re[i].leaves = from->leaves;
+        memcpy(re[i].digest, from->check.digest, DIGEST_LEN);
+        re[i].nleaves = from->check.nleaves > 1 ? (uint32_t)from->check.nleaves : 0;
+        re[i].leaves = from->check.leaves;
     } else if (o->hashed) { /* with its leaves, so that the receiver checks each chunk as it lands
                              */
         memcpy(re[i].digest, o->root, DIGEST_LEN);

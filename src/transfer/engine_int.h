@@ -209,6 +209,55 @@ struct tried {
     struct content had; /* FAULT_OTHER: what it said it had */
 };
 
+/* The check of a want's bytes (engine_check.c, engine_verify.c). A whole want (and a split's
+ * parent) has the holder's tree: digest, the root (with a record, the recorded one), and for
+ * more than one chunk its nleaves leaves, checked against the root at the reply. Each chunk is
+ * checked against its leaf once its bytes are in (the transport's landed events), on the
+ * verifier's threads, so that the check ends soon after the last byte and a bad chunk names its
+ * sender; a part checks the chunks of its range (whole chunks) against its parent's leaves. An
+ * object of one chunk is checked against the root after its last byte, on the loop. landed
+ * counts the bytes of the want's range in place, in order; handed the bytes of whole chunks
+ * given to checks; bad_chunk is the first chunk that failed (NO_CHUNK: none). Bytes told out of
+ * order (broken) are checked after the last one; waiting: every byte is in, the want waits for
+ * its checks in flight (vc). rlanded: a relayed part's bytes in place, in order,
+ * before they are checked (engine_relay.c). */
+struct want_check {
+    uint8_t digest[DIGEST_LEN];
+    uint8_t *leaves;
+    uint64_t nleaves;
+    struct vcheck *vc;
+    uint64_t landed, handed, bad_chunk, rlanded;
+#define NO_CHUNK UINT64_MAX
+    int broken, waiting;
+    int recheck; /* a split's parent: a dead connection may have written into checked chunks */
+};
+
+/* A fetch in ranges from several holders (engine_split.c), its parent's side: holders names
+ * the n holders (seq[i] 0: a whole one; else a partial one, relays), which the nranges ranges
+ * were dealt to in turn; the parent lives while parts_out parts are out. */
+struct want_split {
+    char holders[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1];
+    uint64_t seq[ENGINE_SPLIT_MAX];
+    uint32_t n, nranges, parts_out;
+    int failed; /* a part found no holder left: fetched whole once its parts are in */
+    int leak;   /* a dead connection may write into obj for ever: never reused */
+    int asked;  /* a fresh lookup was made for its split */
+};
+
+/* A want of at least relay_min recorded bytes, made findable as a partial holder
+ * (engine_relay.c): seq is its place among the object's receivers (0 while asking), and the
+ * chunks of its object that are in (and checked, when they came from a partial holder) are set
+ * in have, which the holding side serves ranges from. Freed with the want. */
+struct want_relay {
+    uint64_t seq;
+    int asking; /* the relay script is under way */
+    int maybe;  /* the relay script may have run: unrelay at the end */
+    uint8_t *have;
+    uint64_t ms;   /* when a chunk last came in (or the copy began): its progress */
+    uint32_t next; /* its next range to deal */
+    int dealing;   /* its ranges are dealt a window at a time (eng_relay_deal) */
+};
+
 struct want {
     struct engine *e;
     ferry_id id;
@@ -234,61 +283,29 @@ struct want {
     struct object *obj;       /* the local object being filled: made when a reply confirms its
                                * size (the record's), never before */
     int room;                 /* its create found no room yet: asked again when there is */
-    /* The check of a checked object's bytes (engine_verify.c). A whole want (and a split's
-     * parent) has the holder's tree: digest, the root (with a record, the recorded one), and
-     * for more than one chunk its nleaves leaves, checked against the root at the reply. Each
-     * chunk is checked against its leaf once its bytes are in (the transport's landed events),
-     * on the verifier's threads, so that the check ends soon after the last byte and a bad
-     * chunk names its sender; a part checks the chunks of its range (whole chunks) against its
-     * parent's leaves. An object of one chunk is checked against the root after its last
-     * byte, on the loop. landed counts the bytes of the want's range in place, in order;
-     * handed the bytes of whole chunks given to checks; bad_chunk is the first chunk that
-     * failed (NO_CHUNK: none). Bytes told out of order (check_broken) are checked after the
-     * last one; checks_wait: every byte is in, the want waits for its checks in flight (vc). */
-    uint8_t digest[DIGEST_LEN];
-    uint8_t *leaves;
-    uint64_t nleaves;
-    struct vcheck *vc;
-    uint64_t landed, handed, bad_chunk;
-#define NO_CHUNK UINT64_MAX
-    int check_broken, checks_wait;
-    int recheck; /* a split's parent: a dead connection may have written into checked chunks */
+    struct want_check check;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
-    /* A fetch in ranges from several holders (engine_split.c). A part is a want of its own,
-     * not in e->wants, that fills [off, off + size) of its parent's object; it has no
-     * waiters, timer or lookup of its own. The parent lives while parts_out parts are out and
-     * drains of dead connections that may still write into its object are pending. split names
-     * the nsplit holders, which the nranges ranges were dealt to in turn. */
+    /* A part (engine_part.c) is a want of its own, not in e->wants, that fills [off, off +
+     * size) of its parent's object; it has no waiters, timer or lookup of its own. A want lives
+     * while drains of dead connections that may still write into its object are pending. */
     struct want *parent;
     uint64_t off;
     uint32_t range; /* a part: its range's index in the parent */
-    uint32_t parts_out, drains, nsplit, nranges;
-    int split_made;     /* a part's reply created the object (or tried to) */
-    int dropped;        /* a part's bytes are dropped (no object to land in): never checked */
-    int split_failed;   /* a part found no holder left: fetched whole once its parts are in */
-    int split_leak;     /* a dead connection may write into obj for ever: never reused */
+    uint32_t drains;
+    int split_made; /* a part's reply created the object (or tried to) */
+    int dropped;    /* a part's bytes are dropped (no object to land in): never checked */
+    struct want_split split;
     int no_split;       /* fetched whole from now on */
-    int split_asked;    /* a fresh lookup was made for its split */
     int abandoned;      /* nobody waits for it while its bytes come: their connections close */
     uint32_t unreached; /* FAULT_UNREACHED failures so far (a split's parent counts its parts') */
     uint64_t gone_since_ms; /* when lookups began to list the unreached holder as gone; 0: not */
-    char split[ENGINE_SPLIT_MAX][DIRECTORY_NODE_ID_MAX + 1]; /* the holders of the parts */
-    uint64_t split_seq[ENGINE_SPLIT_MAX]; /* 0: a whole holder; else a partial one (relays) */
-    /* Relaying (engine_relay.c). A want of at least split_min recorded bytes is made findable
-     * as a partial holder (relay_seq, its place among the object's receivers; relay_off: not
-     * relayed), and the chunks of its object that are in (and checked, when they came from a
-     * partial holder) are set in have, which the holding side serves ranges from. A part
-     * whose holder is partial is relayed: checked as it lands, alone in its PULL; a parent
-     * that takes its ranges from partial holders is relayed too: its whole-object checks are
-     * made. rlanded: an unchecked part's bytes in place, in order. */
-    uint64_t relay_seq;
-    int relay_off, relay_asking, relayed;
-    int relay_maybe; /* the relay script may have run: unrelay at the end */
-    uint8_t *have;
-    uint64_t rlanded;
-    uint64_t relay_ms;   /* when a chunk last came in (or the copy began): its progress */
-    uint32_t relay_next; /* a relayed object's next range to deal */
-    int relay_dealing;   /* its ranges are dealt a window at a time (eng_relay_deal) */
+    /* Relaying (engine_relay.c): relay, allocated when the want asks to be findable as a
+     * partial holder (NULL: it never did); relay_off: it is not to be (the record changed, the
+     * directory is away). A part whose holder is partial is relayed: checked as it lands, alone
+     * in its PULL; a parent that takes its ranges from partial holders is relayed too: its
+     * whole-object checks are made. */
+    struct want_relay *relay;
+    int relay_off, relayed;
 };
 
 struct pull {
@@ -582,7 +599,7 @@ int eng_check_tree(struct want *w, const struct wire_reply_entry *re);
 /* n bytes of w's range landed at p (in order, or checked after the last byte). */
 void eng_check_landed(struct want *w, const uint8_t *p, size_t n);
 /* Gives the chunks of w's range not given yet to checks: 1 when some are in flight (w waits,
- * checks_wait, and eng_check_done follows), 0 when none are, -1 without memory. */
+ * check.waiting, and eng_check_done follows), 0 when none are, -1 without memory. */
 int eng_check_rest(struct want *w);
 /* All of w's bytes are in: check them (on the loop or the verifier), then seal or refuse. */
 void eng_want_received(struct want *w);
@@ -592,7 +609,7 @@ void eng_on_verified(struct loop *l, struct loop_watch *lw, uint32_t events);
 void eng_checks_closed(struct engine *e, struct hasher_job *jobs);
 
 /* engine_part.c: parts, a range of an object each */
-/* w (its nsplit holders in split) starts receiving in nranges ranges. */
+/* w (its split.n holders in split.holders) starts receiving in nranges ranges. */
 void eng_split_begin(struct want *w, uint32_t nranges);
 /* A part of w for len bytes from off (range index range), not queued; NULL without memory. */
 struct want *eng_part_new(struct want *w, uint32_t range, uint64_t off, uint64_t len);

@@ -15,7 +15,7 @@ void eng_part_close(struct want *part)
 
     eng_check_reset(part);
     free(part);
-    if (--w->parts_out == 0 && w->done && !w->drains)
+    if (--w->split.parts_out == 0 && w->done && !w->drains)
         eng_want_free(w);
 }
 
@@ -45,10 +45,10 @@ void eng_split_begin(struct want *w, uint32_t nranges)
 {
     w->state = WANT_RECEIVING;
     w->split_made = 0;
-    w->recheck = 0;
+    w->check.recheck = 0;
     eng_check_reset(w);
-    w->nranges = nranges;
+    w->split.nranges = nranges;
     /* For the log and a failed check: every holder of the split. */
-    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", w->split[0],
-             (unsigned)(w->nsplit - 1));
+    snprintf(w->holder, sizeof(w->holder), "%.40s and %u more", w->split.holders[0],
+             (unsigned)(w->split.n - 1));
 }

@@ -17,7 +17,7 @@
  * --verify); chunks from a whole holder are served as a holder serves its sealed copy (checked
  * with --verify). A range that comes again (its holder failed) is not served until it is in.
  *
- * Ownership: have belongs to the want (freed with it); a copy served onward is pinned
+ * Ownership: relay and its have belong to the want (freed with it); a copy served onward is pinned
  * (store_ref), and an abort of it leaves its memory to the last pin (store_abort).
  */
 #include "transfer/engine_int.h"
@@ -25,35 +25,40 @@
 /* Whether chunk i of w's copy is in. */
 static int have_chunk(const struct want *w, uint64_t i)
 {
-    return (w->have[i / 8] >> (i % 8)) & 1;
+    return (w->relay->have[i / 8] >> (i % 8)) & 1;
 }
 
 void eng_relay_have(struct want *t, uint64_t off, uint64_t len, int set)
 {
+    struct want_relay *r = t->relay;
     uint64_t end = (off + len + DIGEST_CHUNK - 1) / DIGEST_CHUNK;
 
-    if (!t->have)
+    if (!r || !r->have)
         return;
     end = end < digest_leaves(t->size) ? end : digest_leaves(t->size);
     for (uint64_t i = off / DIGEST_CHUNK; i < end; i++) {
         if (set)
-            t->have[i / 8] |= (uint8_t)(1u << (i % 8));
+            r->have[i / 8] |= (uint8_t)(1u << (i % 8));
         else
-            t->have[i / 8] &= (uint8_t) ~(1u << (i % 8));
+            r->have[i / 8] &= (uint8_t) ~(1u << (i % 8));
     }
     if (set) {
-        t->relay_ms = loop_now_ms();
+        r->ms = loop_now_ms();
         t->e->hooks->copy_changed(t->e, &t->id);
     }
 }
 
 void eng_relay_made(struct want *w)
 {
-    free(w->have);
-    w->have = NULL;
-    w->relay_ms = loop_now_ms();
-    if (w->relay_seq) /* for the recorded size, which the object's sizes equal */
-        w->have = calloc(digest_leaves(w->size) / 8 + 1, 1); /* without: nothing is served */
+    struct want_relay *r = w->relay;
+
+    if (!r)
+        return;
+    free(r->have);
+    r->have = NULL;
+    r->ms = loop_now_ms();
+    if (r->seq) /* for the recorded size, which the object's sizes equal */
+        r->have = calloc(digest_leaves(w->size) / 8 + 1, 1); /* without: nothing is served */
 }
 
 void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
@@ -61,30 +66,35 @@ void eng_relay_landed(struct want *w, const uint8_t *p, size_t n)
     struct want *t = w->parent ? w->parent : w;
     uint64_t off = w->parent ? w->off : 0, size, done, in;
 
-    if (!t->have || !t->obj || eng_checked(w))
+    if (!t->relay || !t->relay->have || !t->obj || eng_checked(w))
         return;
     size = w->parent ? w->size : t->obj->data_size + t->obj->metadata_size;
     /* In order from the range's first byte, as tcp and the fabric tell it; a part's bytes told
      * otherwise are set once its range is all in (eng_part_checked), a whole object's at its
      * seal. */
-    if (p != w->e->store->base + t->obj->offset + off + w->rlanded || n > size - w->rlanded)
+    if (p != w->e->store->base + t->obj->offset + off + w->check.rlanded ||
+        n > size - w->check.rlanded)
         return;
-    done = w->rlanded / DIGEST_CHUNK * DIGEST_CHUNK; /* whole chunks in before */
-    w->rlanded += n;
-    in = w->rlanded == size ? size : w->rlanded / DIGEST_CHUNK * DIGEST_CHUNK;
+    done = w->check.rlanded / DIGEST_CHUNK * DIGEST_CHUNK; /* whole chunks in before */
+    w->check.rlanded += n;
+    in = w->check.rlanded == size ? size : w->check.rlanded / DIGEST_CHUNK * DIGEST_CHUNK;
     if (in > done)
         eng_relay_have(t, off + done, in - done, 1);
 }
 
 void eng_relay_end(struct want *w)
 {
-    if (w->relay_maybe) {
+    struct want_relay *r = w->relay;
+
+    if (!r)
+        return;
+    if (r->maybe) {
         if (w->e->dir) /* the script may have run though its answer never came */
             directory_unrelay(w->e->dir, &w->id);
         w->e->hooks->copy_changed(w->e, &w->id); /* what waits for its copy: sealed, or not here */
     }
-    w->relay_seq = 0;
-    w->relay_maybe = w->relay_dealing = 0;
+    r->seq = 0;
+    r->maybe = r->dealing = 0;
 }
 
 struct want *eng_relay_source(struct engine *e, const ferry_id *id)
@@ -93,14 +103,14 @@ struct want *eng_relay_source(struct engine *e, const ferry_id *id)
 
     /* Asking too: the directory lists it once the script ran, and a receiver after it may ask
      * before the answer is back here. */
-    return w && (w->relay_seq || w->relay_asking) && !w->done ? w : NULL;
+    return w && w->relay && (w->relay->seq || w->relay->asking) && !w->done ? w : NULL;
 }
 
 int eng_relay_covers(const struct want *w, uint64_t off, uint64_t len)
 {
     uint64_t size;
 
-    if (!w->obj || !w->have)
+    if (!w->obj || !w->relay || !w->relay->have)
         return 0; /* not made yet: its first reply is on its way */
     size = w->obj->data_size + w->obj->metadata_size;
     if (off >= size || len == 0)
@@ -116,10 +126,10 @@ static void on_relayed(void *arg, const struct directory_answer *a)
 {
     struct want *w = arg;
 
-    w->relay_asking = 0;
+    w->relay->asking = 0;
     if (a->status == 0 && a->count) {
-        w->relay_seq = a->count;
-        w->relay_ms = loop_now_ms();
+        w->relay->seq = a->count;
+        w->relay->ms = loop_now_ms();
         w->e->counters.relays++;
     } else {
         w->relay_off = 1; /* the record changed, or the directory is away: fetched as usual */
@@ -185,13 +195,13 @@ static size_t relay_sources(struct want *w, const struct directory_answer *a, st
 
     if (!c)
         return 0;
-    nc = eng_relay_order(a->nodes, a->n, w->e->node_id, w->relay_seq, tried, w, c);
+    nc = eng_relay_order(a->nodes, a->n, w->e->node_id, w->relay->seq, tried, w, c);
     for (size_t i = 0; i < nc && n < ENGINE_SPLIT_MAX; i++) {
         struct peer *p = eng_peer_get(w->e, c[i]);
         if (!p)
             continue; /* cannot be connected to now: the next */
-        w->split_seq[n] = c[i]->seq;
-        snprintf(w->split[n], sizeof(w->split[0]), "%s", c[i]->id);
+        w->split.seq[n] = c[i]->seq;
+        snprintf(w->split.holders[n], sizeof(w->split.holders[0]), "%s", c[i]->id);
         out[n++] = p;
     }
     free(c);
@@ -202,31 +212,33 @@ static size_t relay_sources(struct want *w, const struct directory_answer *a, st
  * to): its index, or -1. */
 static int next_holder(const struct want *w, struct peer **p)
 {
-    for (uint32_t i = 0; i < w->nsplit; i++)
-        if (!eng_want_tried(w, w->split[i]) && (*p = eng_peer_find(w->e, w->split[i])))
+    for (uint32_t i = 0; i < w->split.n; i++)
+        if (!eng_want_tried(w, w->split.holders[i]) &&
+            (*p = eng_peer_find(w->e, w->split.holders[i])))
             return (int)i;
     return -1;
 }
 
 void eng_relay_deal(struct want *w)
 {
+    struct want_relay *r = w->relay;
     struct peer *p;
     int i;
 
-    while (w->relay_dealing && !w->done && !w->split_failed && w->relay_next < w->nranges &&
-           w->parts_out < RELAY_WINDOW) {
-        uint64_t off = (uint64_t)w->relay_next * RELAY_RANGE;
+    while (r && r->dealing && !w->done && !w->split.failed && r->next < w->split.nranges &&
+           w->split.parts_out < RELAY_WINDOW) {
+        uint64_t off = (uint64_t)r->next * RELAY_RANGE;
         uint64_t len = w->size - off < RELAY_RANGE ? w->size - off : RELAY_RANGE;
         struct want *part;
         if ((i = next_holder(w, &p)) < 0 || eng_peer_reserve(p) < 0 ||
-            !(part = eng_part_new(w, w->relay_next, off, len))) {
-            w->split_failed = 1; /* no holder left, or no memory: what is out comes in, then
+            !(part = eng_part_new(w, r->next, off, len))) {
+            w->split.failed = 1; /* no holder left, or no memory: what is out comes in, then
                                   * the rest whole (split_settle) */
             return;
         }
-        w->relay_next++;
-        w->parts_out++;
-        part->relayed = w->split_seq[i] != 0;
+        r->next++;
+        w->split.parts_out++;
+        part->relayed = w->split.seq[i] != 0;
         eng_peer_enqueue(p, part);
     }
 }
@@ -236,7 +248,8 @@ int eng_relay_trim(struct want *part)
     struct want *w = part->parent;
     uint64_t skip = 0;
 
-    if (!w->have || w->drains) /* a dead connection may still write into what is in */
+    /* drains: a dead connection may still write into what is in */
+    if (!w->relay || !w->relay->have || w->drains)
         return 0;
     while (skip < part->size && have_chunk(w, (part->off + skip) / DIGEST_CHUNK))
         skip += DIGEST_CHUNK;
@@ -255,32 +268,34 @@ int eng_relay(struct want *w, const struct directory_answer *a)
     if (!e->dir || w->relay_off || !e->cfg.relay_min || w->no_split || !w->has_content ||
         w->size < e->cfg.relay_min)
         return 0;
-    if (!w->relay_seq) {
-        if (w->relay_asking)
+    if (!w->relay && !(w->relay = calloc(1, sizeof(*w->relay))))
+        return 0; /* fetched as usual */
+    if (!w->relay->seq) {
+        if (w->relay->asking)
             return 1;
         if (directory_relay(e->dir, &w->id, w->size, w->hash, on_relayed, w) < 0)
             return 0;
-        w->relay_asking = w->relay_maybe = 1;
-        w->relay_ms = loop_now_ms();
+        w->relay->asking = w->relay->maybe = 1;
+        w->relay->ms = loop_now_ms();
         w->state = WANT_LOOKUP;
         return 1;
     }
     /* Without a receiver before it, from the whole holders as usual (whole, or split): its
      * copy still serves what has landed. */
-    if ((n = relay_sources(w, a, peers)) == 0 || !w->split_seq[0])
+    if ((n = relay_sources(w, a, peers)) == 0 || !w->split.seq[0])
         return 0;
-    w->nsplit = (uint32_t)n;
+    w->split.n = (uint32_t)n;
     eng_split_begin(w, (uint32_t)((w->size + RELAY_RANGE - 1) / RELAY_RANGE));
     /* Its whole-object checks (a late write's recheck, an object of one chunk) are made as for
      * --verify: its ranges come from copies nobody else checked. */
     w->relayed = 1;
-    w->relay_next = 0;
-    w->relay_dealing = 1;
+    w->relay->next = 0;
+    w->relay->dealing = 1;
     eng_relay_deal(w);
-    if (w->parts_out)
+    if (w->split.parts_out)
         return 1;
     /* Not even one range out (no memory): fetched as usual. */
-    w->relay_dealing = w->split_failed = w->relayed = 0;
-    w->nsplit = 0;
+    w->relay->dealing = w->split.failed = w->relayed = 0;
+    w->split.n = 0;
     return 0;
 }

@@ -26,20 +26,22 @@ static void split_settle(struct want *w)
     struct engine *e = w->e;
     struct object *here;
 
-    if (w->parts_out || w->drains)
+    if (w->split.parts_out || w->drains)
         return;
-    if (w->done || w->split_failed) {
-        if (w->obj && !w->split_leak)
+    if (w->done || w->split.failed) {
+        if (w->obj && !w->split.leak)
             store_abort(e->store, w->obj);
         w->obj = NULL;
     }
     if (w->done) {
         eng_want_free(w);
-    } else if (w->split_failed) {
+    } else if (w->split.failed) {
         e->counters.split_fallbacks++;
-        w->split_failed = 0;
+        w->split.failed = 0;
         w->no_split = 1;
-        w->relayed = w->relay_dealing = 0; /* whole, from a whole holder, as any other */
+        w->relayed = 0; /* whole, from a whole holder, as any other */
+        if (w->relay)
+            w->relay->dealing = 0;
         if (w->ntried >= MAX_TRIED)
             eng_want_fail_all(w);
         else
@@ -59,14 +61,14 @@ static void part_end(struct want *part)
 
     eng_check_reset(part);
     free(part);
-    w->parts_out--;
+    w->split.parts_out--;
     eng_relay_deal(w); /* a relayed object's next range, if any */
     split_settle(w);
 }
 
 void eng_part_unqueued(struct want *part)
 {
-    part->parent->split_failed = !part->parent->done;
+    part->parent->split.failed = !part->parent->done;
     part_end(part);
 }
 
@@ -115,8 +117,8 @@ int eng_split(struct want *w, const struct directory_answer *a)
         return 0;
     /* The cache may predate holders that came since: large enough to split, ask Redis (a
      * round trip against the transfer of split_min bytes). */
-    if (a->cached && a->n < ENGINE_SPLIT_MAX && !w->split_asked) {
-        w->split_asked = 1;
+    if (a->cached && a->n < ENGINE_SPLIT_MAX && !w->split.asked) {
+        w->split.asked = 1;
         eng_want_lookup(w, 1);
         return 1;
     }
@@ -140,12 +142,13 @@ int eng_split(struct want *w, const struct directory_answer *a)
             return 0;
         }
     }
-    for (w->nsplit = 0; w->nsplit < n; w->nsplit++) {
-        snprintf(w->split[w->nsplit], sizeof(w->split[0]), "%s", peers[w->nsplit]->node.id);
-        w->split_seq[w->nsplit] = 0;
+    for (w->split.n = 0; w->split.n < n; w->split.n++) {
+        snprintf(w->split.holders[w->split.n], sizeof(w->split.holders[0]), "%s",
+                 peers[w->split.n]->node.id);
+        w->split.seq[w->split.n] = 0;
     }
     eng_split_begin(w, (uint32_t)k);
-    w->parts_out += (uint32_t)k;
+    w->split.parts_out += (uint32_t)k;
     e->counters.split_fetches++;
     for (size_t i = 0; i < k; i++)
         eng_peer_enqueue(peers[i % n], parts[i]);
@@ -158,7 +161,8 @@ static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
     w->split_made = 1;
     if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
-        w->landed = w->handed = w->size; /* its chunks are checked by the parts, range by range */
+        w->check.landed = w->check.handed =
+            w->size; /* its chunks are checked by the parts, range by range */
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
@@ -184,7 +188,7 @@ int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t
     eng_check_reset(part);
     /* Its range comes (again): not served onward until it is in. */
     eng_relay_have(w, part->off, part->size, 0);
-    if (pe->other || w->done || w->split_failed)
+    if (pe->other || w->done || w->split.failed)
         return 0;
     if (!w->split_made && eng_check_tree(w, re) < 0) { /* leaves that do not give the root */
         pe->other = 1;
@@ -216,18 +220,18 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
         part_end(part);
         return;
     }
-    /* Each holder is noted once, so a range moves at most nsplit - 1 times; with the list of
+    /* Each holder is noted once, so a range moves at most split.n - 1 times; with the list of
      * those tried full, a holder noted could be forgotten: no more moves then. */
-    for (uint32_t i = 0; i < w->nsplit && !w->done && !w->split_failed && w->ntried < MAX_TRIED;
+    for (uint32_t i = 0; i < w->split.n && !w->done && !w->split.failed && w->ntried < MAX_TRIED;
          i++) {
-        if (eng_want_tried(w, w->split[i]) || !(p = eng_peer_find(e, w->split[i])))
+        if (eng_want_tried(w, w->split.holders[i]) || !(p = eng_peer_find(e, w->split.holders[i])))
             continue;
         e->counters.ranges_moved++;
-        part->relayed = w->split_seq[i] != 0;
+        part->relayed = w->split.seq[i] != 0;
         eng_peer_enqueue(p, part);
         return;
     }
-    w->split_failed = !w->done; /* no holder of the split left: fetched whole, after */
+    w->split.failed = !w->done; /* no holder of the split left: fetched whole, after */
     part_end(part);
 }
 
@@ -261,11 +265,11 @@ void eng_part_checked(struct want *part)
 {
     char why[96];
 
-    if (part->bad_chunk != NO_CHUNK) {
+    if (part->check.bad_chunk != NO_CHUNK) {
         /* Its holder gave the recorded root and other bytes: a liar, never asked again by this
          * fetch (FAULT_REAL; FAULT_OTHER would ask it again should the record change). */
         snprintf(why, sizeof(why), "chunk %" PRIu64 " of its range does not match its digest",
-                 part->bad_chunk);
+                 part->check.bad_chunk);
         eng_part_failed(part, why, FAULT_REAL, NULL);
         return;
     }
@@ -291,12 +295,12 @@ void eng_part_drain(struct xconn *c, struct want *part)
         return;
     if ((rc = c->type->drain(c, on_part_drained, w)) == 0) {
         w->drains++;
-        w->recheck = 1; /* a late write may change bytes already checked */
+        w->check.recheck = 1; /* a late write may change bytes already checked */
         return;
     }
     if (rc != FERRY_ENOSYS) { /* a one-sided read may still land: keep the object */
         log_error("out of memory: keeping an object a peer may still be writing");
-        w->split_leak = 1;
-        w->split_failed = 1;
+        w->split.leak = 1;
+        w->split.failed = 1;
     }
 }

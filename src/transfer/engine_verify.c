@@ -28,19 +28,19 @@ int eng_check_tree(struct want *w, const struct wire_reply_entry *re)
     uint64_t n = digest_leaves(re->data_size + re->metadata_size);
     uint8_t root[DIGEST_LEN];
 
-    free(w->leaves);
-    w->leaves = NULL;
-    w->nleaves = n;
-    memcpy(w->digest, re->digest, DIGEST_LEN);
+    free(w->check.leaves);
+    w->check.leaves = NULL;
+    w->check.nleaves = n;
+    memcpy(w->check.digest, re->digest, DIGEST_LEN);
     if (n == 1)
         return 0; /* the chunk is checked against the root itself */
     if (re->nleaves != n || !re->leaves ||
         digest_root(re->data_size, re->metadata_size, re->leaves, n, root) < 0 ||
         !mac_equal(root, re->digest, DIGEST_LEN))
         return -1;
-    if (!(w->leaves = malloc(n * DIGEST_LEN)))
+    if (!(w->check.leaves = malloc(n * DIGEST_LEN)))
         return -1; /* taken as a failure of the holder: the next one may fit */
-    memcpy(w->leaves, re->leaves, n * DIGEST_LEN);
+    memcpy(w->check.leaves, re->leaves, n * DIGEST_LEN);
     return 0;
 }
 
@@ -51,16 +51,16 @@ static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_
     uint8_t root[DIGEST_LEN];
     int ok;
 
-    if (t->nleaves > 1)
-        ok = i < t->nleaves && mac_equal(leaf, t->leaves + i * DIGEST_LEN, DIGEST_LEN);
+    if (t->check.nleaves > 1)
+        ok = i < t->check.nleaves && mac_equal(leaf, t->check.leaves + i * DIGEST_LEN, DIGEST_LEN);
     else
         ok = t->obj && digest_root(t->obj->data_size, t->obj->metadata_size, leaf, 1, root) == 0 &&
-             mac_equal(root, t->digest, DIGEST_LEN);
+             mac_equal(root, t->check.digest, DIGEST_LEN);
     if (ok)
         eng_relay_have(t, i * DIGEST_CHUNK, DIGEST_CHUNK, 1);
-    if (ok || w->bad_chunk != NO_CHUNK)
+    if (ok || w->check.bad_chunk != NO_CHUNK)
         return;
-    w->bad_chunk = i;
+    w->check.bad_chunk = i;
     w->e->counters.chunks_refused++;
     log_warn("object from %s: chunk %" PRIu64 " (bytes %" PRIu64 "-%" PRIu64
              ") does not match its leaf",
@@ -68,7 +68,7 @@ static void chunk_checked(struct want *w, uint64_t i, const uint8_t leaf[DIGEST_
     /* A whole holder's copy may have been rewritten after its seal: it checks it. A partial
      * holder's copy is not sealed (its relaying failed), and a split's parent checked again
      * after a dead connection's late writes cannot tell which holder wrote what. */
-    if (!w->relayed && !w->nsplit && !w->recheck)
+    if (!w->relayed && !w->split.n && !w->check.recheck)
         eng_peer_suspect(w->e, w->holder, &t->id, i);
 }
 
@@ -78,18 +78,18 @@ static int check_chunk(struct want *w, uint64_t i)
     struct want *t = tree_of(w);
     struct hasher_job *job;
 
-    if (!w->vc && !(w->vc = calloc(1, sizeof(*w->vc))))
+    if (!w->check.vc && !(w->check.vc = calloc(1, sizeof(*w->check.vc))))
         return -1;
     if (!(job = calloc(1, sizeof(*job) + DIGEST_LEN)))
         return -1;
-    w->vc->w = w;
+    w->check.vc->w = w;
     *job = (struct hasher_job){.bytes = w->e->store->base + t->obj->offset,
                                .size = t->obj->data_size + t->obj->metadata_size,
                                .first = i,
                                .n = 1,
                                .leaves = (uint8_t *)(job + 1),
-                               .arg = w->vc};
-    w->vc->out++;
+                               .arg = w->check.vc};
+    w->check.vc->out++;
     hasher_submit(w->e->verifier, job);
     return 0;
 }
@@ -99,10 +99,11 @@ static int check_hand(struct want *w, int last)
 {
     uint64_t len = range_len(w), base = range_off(w) / DIGEST_CHUNK;
 
-    while (w->handed < len && (last || w->handed + DIGEST_CHUNK <= w->landed)) {
-        if (check_chunk(w, base + w->handed / DIGEST_CHUNK) < 0)
+    while (w->check.handed < len && (last || w->check.handed + DIGEST_CHUNK <= w->check.landed)) {
+        if (check_chunk(w, base + w->check.handed / DIGEST_CHUNK) < 0)
             return -1;
-        w->handed += len - w->handed < DIGEST_CHUNK ? len - w->handed : DIGEST_CHUNK;
+        w->check.handed +=
+            len - w->check.handed < DIGEST_CHUNK ? len - w->check.handed : DIGEST_CHUNK;
     }
     return 0;
 }
@@ -111,33 +112,33 @@ void eng_check_landed(struct want *w, const uint8_t *p, size_t n)
 {
     struct want *t = tree_of(w);
 
-    if (!eng_checked(w) || !t->obj || t->nleaves < 2 || w->check_broken) {
+    if (!eng_checked(w) || !t->obj || t->check.nleaves < 2 || w->check.broken) {
         eng_relay_landed(w, p, n);
         return;
     }
     /* Exactly the range's bytes, from its first, each once: anything else (a transport that
      * tells out of order) leaves the chunks not handed yet for after the last byte. */
-    if (p != w->e->store->base + t->obj->offset + range_off(w) + w->landed ||
-        n > range_len(w) - w->landed) {
-        w->check_broken = 1;
+    if (p != w->e->store->base + t->obj->offset + range_off(w) + w->check.landed ||
+        n > range_len(w) - w->check.landed) {
+        w->check.broken = 1;
         return;
     }
-    w->landed += n;
+    w->check.landed += n;
     if (check_hand(w, 0) < 0)
-        w->check_broken = 1; /* no memory now: after the last byte */
+        w->check.broken = 1; /* no memory now: after the last byte */
 }
 
 int eng_check_rest(struct want *w)
 {
     struct want *t = tree_of(w);
 
-    if (!t->obj || !eng_checked(w) || t->nleaves < 2)
+    if (!t->obj || !eng_checked(w) || t->check.nleaves < 2)
         return 0; /* nothing landed here, or one chunk: checked whole (eng_want_received) */
     if (check_hand(w, 1) < 0)
         return -1;
-    if (!w->vc || !w->vc->out)
+    if (!w->check.vc || !w->check.vc->out)
         return 0;
-    w->checks_wait = 1;
+    w->check.waiting = 1;
     return 1;
 }
 
@@ -148,32 +149,32 @@ static void want_checked(struct want *w)
     char why[96];
 
     w->busy = 0;
-    if (w->bad_chunk == NO_CHUNK) {
+    if (w->check.bad_chunk == NO_CHUNK) {
         eng_want_seal(w);
         return;
     }
     store_abort(w->e->store, w->obj);
     w->obj = NULL;
-    if (w->nsplit) {
+    if (w->split.n) {
         /* In ranges, checked again after a dead connection's late writes: which holder wrote
          * what is not known, so none is noted. Those that only disagreed with this object may
          * be right; one holder at a time from now on, each failure its own. */
         w->e->counters.transfer_failures++;
         w->no_split = 1;
-        w->nsplit = 0;
+        w->split.n = 0;
         eng_want_forget(w, FAULT_LOST, NULL);
         eng_want_lookup(w, 1);
         return;
     }
     snprintf(why, sizeof(why), "chunk %" PRIu64 " of its bytes does not match its digest",
-             w->bad_chunk);
+             w->check.bad_chunk);
     /* It gave the recorded root and other bytes: never asked again by this fetch. */
     eng_want_failed_holder(w, why, FAULT_REAL, NULL);
 }
 
 static void check_done(struct want *w)
 {
-    w->checks_wait = 0;
+    w->check.waiting = 0;
     if (w->parent)
         w->e->hooks->part_checked(w);
     else
@@ -190,19 +191,19 @@ void eng_want_received(struct want *w)
         eng_want_seal(w);
         return;
     }
-    if (w->nleaves == 1) { /* one chunk (at most 1 MiB): on the loop, after its last byte */
-        w->bad_chunk = NO_CHUNK;
+    if (w->check.nleaves == 1) { /* one chunk (at most 1 MiB): on the loop, after its last byte */
+        w->check.bad_chunk = NO_CHUNK;
         if (digest_leaf(0, e->store->base + w->obj->offset,
                         w->obj->data_size + w->obj->metadata_size, leaf) < 0)
-            w->bad_chunk = 0;
+            w->check.bad_chunk = 0;
         else
             chunk_checked(w, 0, leaf);
         want_checked(w);
         return;
     }
-    if (w->recheck) { /* a split's parent that a dead connection may have written into */
+    if (w->check.recheck) { /* a split's parent that a dead connection may have written into */
         eng_check_reset(w);
-        w->landed = range_len(w);
+        w->check.landed = range_len(w);
     }
     if ((rc = eng_check_rest(w)) < 0) {
         /* Cannot check it: refuse the object rather than seal it unchecked. */
@@ -232,10 +233,10 @@ static void job_back(struct hasher_job *job)
         return;
     }
     if (job->status < 0)
-        w->bad_chunk = w->bad_chunk == NO_CHUNK ? job->first : w->bad_chunk;
+        w->check.bad_chunk = w->check.bad_chunk == NO_CHUNK ? job->first : w->check.bad_chunk;
     else
         chunk_checked(w, job->first, job->leaves);
-    if (!vc->out && w->checks_wait)
+    if (!vc->out && w->check.waiting)
         check_done(w);
 }
 
@@ -265,10 +266,10 @@ void eng_checks_closed(struct engine *e, struct hasher_job *jobs)
         free(vc);
         if (!w)
             continue;
-        w->vc = NULL;
-        if (!w->checks_wait)
+        w->check.vc = NULL;
+        if (!w->check.waiting)
             continue;
-        w->checks_wait = 0;
+        w->check.waiting = 0;
         if (w->parent) {
             eng_part_close(w);
         } else if ((w->busy = 0, w->done)) {

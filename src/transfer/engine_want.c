@@ -11,8 +11,10 @@ void eng_want_free(struct want *w)
     struct engine *e = w->e;
 
     eng_check_reset(w);
-    free(w->leaves);
-    free(w->have);
+    free(w->check.leaves);
+    if (w->relay)
+        free(w->relay->have);
+    free(w->relay);
     loop_timer_stop(e->loop, &w->retry);
     loop_timer_stop(e->loop, &w->orphan);
     if (e->dir)
@@ -40,7 +42,7 @@ void eng_want_finish(struct want *w, int status)
         x->fn(x->ctx, x->index, status);
         free(x);
     }
-    if (!w->entry && !w->queued && !w->busy && !w->parts_out && !w->drains)
+    if (!w->entry && !w->queued && !w->busy && !w->split.parts_out && !w->drains)
         eng_want_free(w);
 }
 
@@ -263,8 +265,8 @@ void eng_want_seal(struct want *w)
     if (e->dir && w->gen[0]) /* its publication names the put it was fetched by */
         directory_fetched(e->dir, &w->id, w->hash, w->gen);
     if (eng_inherits(e, w)) {
-        store_seal_digest(e->store, o, w->digest, w->leaves);
-        w->leaves = NULL; /* the object's now */
+        store_seal_digest(e->store, o, w->check.digest, w->check.leaves);
+        w->check.leaves = NULL; /* the object's now */
     } else
         store_seal(e->store, o);
     store_unref(e->store, o);
@@ -399,7 +401,7 @@ void eng_want_lookup(struct want *w, int fresh)
         eng_want_finish(w, FERRY_ETIMEDOUT);
         return;
     }
-    if (w->relay_seq) /* the partial holders too */
+    if (w->relay && w->relay->seq) /* the partial holders too */
         fresh = DIRECTORY_FRESH | DIRECTORY_PARTIAL;
     if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
