@@ -260,11 +260,32 @@ static uint64_t redis_used_memory(void *redis)
     return v;
 }
 
+/* The server's CPU time so far, user and system, in microseconds (INFO cpu). */
+static double redis_used_cpu_us(void *redis)
+{
+    redisReply *rep = redisCommand(redis, "INFO cpu");
+    const char *text = rep && rep->type == REDIS_REPLY_STRING ? rep->str : "";
+    const char *sys = strstr(text, "used_cpu_sys:"), *user = strstr(text, "used_cpu_user:");
+    double v = -1;
+
+    if (sys && user)
+        v = (strtod(sys + strlen("used_cpu_sys:"), NULL) +
+             strtod(user + strlen("used_cpu_user:"), NULL)) *
+            1e6;
+    freeReplyObject(rep);
+    if (v < 0)
+        bench_fail("INFO cpu gave no used_cpu_sys and used_cpu_user");
+    return v;
+}
+
 /* Runs the simulated nodes (this thread meets them at their barriers): their rates into
- * rate[], and the directory's bytes per published object into *per_object. */
-static void run_nodes(struct dir_run *r, void *redis, double rate[PHASES], double *per_object)
+ * rate[], the directory's bytes per published object into *per_object, and the server's CPU
+ * time per publication into *cpu_us. */
+static void run_nodes(struct dir_run *r, void *redis, double rate[PHASES], double *per_object,
+                      double *cpu_us)
 {
     uint64_t n = r->o->nodes, before;
+    double cpu;
 
     r->sims = calloc(n, sizeof(*r->sims));
     if (!r->sims || pthread_barrier_init(&r->barrier, NULL, (unsigned)n + 1) != 0)
@@ -285,7 +306,9 @@ static void run_nodes(struct dir_run *r, void *redis, double rate[PHASES], doubl
             bench_fail("cannot start a thread per simulated node");
     pthread_barrier_wait(&r->barrier); /* registered */
     before = redis_used_memory(redis);
+    cpu = redis_used_cpu_us(redis);
     pthread_barrier_wait(&r->barrier); /* published */
+    *cpu_us = (redis_used_cpu_us(redis) - cpu) / (double)(n * r->o->objects);
     *per_object = ((double)redis_used_memory(redis) - (double)before) / (double)(n * r->o->objects);
     pthread_barrier_wait(&r->barrier); /* looked up */
     for (uint64_t i = 0; i < n; i++)
@@ -306,11 +329,13 @@ static void run_nodes(struct dir_run *r, void *redis, double rate[PHASES], doubl
 }
 
 /* redis-benchmark of one command (__rand_int__ in it) with n connections, the pipelining and
- * the number of requests of the simulated nodes; its requests per second. */
-static double redis_benchmark(const struct dir_run *r, int port, const char *command)
+ * the number of requests of the simulated nodes; its requests per second, and the server's CPU
+ * time per request into *cpu_us. */
+static double redis_benchmark(const struct dir_run *r, void *redis, int port, const char *command,
+                              double *cpu_us)
 {
     char cmd[512], line[512];
-    double rps = 0;
+    double rps = 0, cpu = redis_used_cpu_us(redis);
     FILE *p;
 
     if (!bench_which("redis-benchmark"))
@@ -329,6 +354,7 @@ static double redis_benchmark(const struct dir_run *r, int port, const char *com
     }
     if (pclose(p) != 0 || rps <= 0)
         bench_fail("redis-benchmark %s gave no figure", command);
+    *cpu_us = (redis_used_cpu_us(redis) - cpu) / (double)(r->o->nodes * r->o->objects);
     return rps;
 }
 
@@ -495,8 +521,8 @@ int bench_directory(int argc, char **argv)
     struct bench_options common;
     struct dir_options o;
     struct dir_run run = {.o = &o, .nonce = bench_nonce()};
-    double rate[PHASES], hset, hgetall, per_object;
-    char preamble[1024], command[128], url[64];
+    double rate[PHASES], hset, hgetall, per_object, cpu_publish, cpu_hset, cpu_hgetall;
+    char preamble[1280], command[128], url[64];
     int status = parse_options(argc, argv, &common, &o), ports[MAX_OPS];
 
     if (status >= 0)
@@ -512,12 +538,12 @@ int bench_directory(int argc, char **argv)
         redis_peer_start_replica(redis);
     snprintf(run.url, sizeof(run.url), "redis://127.0.0.1:%d/%d", port, DB);
 
-    run_nodes(&run, redis, rate, &per_object);
+    run_nodes(&run, redis, rate, &per_object, &cpu_publish);
     snprintf(command, sizeof(command), "HSET ferry:bench:%" PRIx64 ":__rand_int__ h:node 1",
              run.nonce);
-    hset = redis_benchmark(&run, port, command);
+    hset = redis_benchmark(&run, redis, port, command, &cpu_hset);
     snprintf(command, sizeof(command), "HGETALL ferry:bench:%" PRIx64 ":__rand_int__", run.nonce);
-    hgetall = redis_benchmark(&run, port, command);
+    hgetall = redis_benchmark(&run, redis, port, command, &cpu_hgetall);
     drop_reference_keys(redis, run.nonce, o.nodes * o.objects);
 
     /* Strict ids: two nodes of one cluster (a database of its own), strict and not. */
@@ -544,10 +570,13 @@ int bench_directory(int argc, char **argv)
              "   ratio %.2f\n"
              "  (a publication is one script of a few commands; a lookup is two reads, the"
              " object's entry and its holder's)\n"
+             "  redis-server CPU per publication %.2f us, per HSET %.2f us (x%.2f);"
+             " per HGETALL %.2f us\n"
              "  directory memory: %.0f bytes per published object (used_memory of redis-server)\n\n"
              "ferry put on a cluster node, with --strict-ids (ferry-strict) and without:\n",
              port, o.replica ? " with a replica" : "", o.nodes, o.objects, o.window, rate[PUBLISH],
-             hset, rate[PUBLISH] / hset, rate[LOOKUP], hgetall, rate[LOOKUP] / hgetall, per_object);
+             hset, rate[PUBLISH] / hset, rate[LOOKUP], hgetall, rate[LOOKUP] / hgetall, cpu_publish,
+             cpu_hset, cpu_publish / cpu_hset, cpu_hgetall, per_object);
     bench_report(&(struct bench_report){
         .suite = "directory",
         .opts = &common,
