@@ -450,7 +450,10 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "partial holder fields left out of lookups: past 64 holders, whole ones first")              \
     X(loop_turns, COUNTER, "turns of the daemon's event loop (each one wait for events)")          \
     X(loop_busy_turns, COUNTER,                                                                    \
-      "turns of the event loop that did not sleep: work was pending (a spin shows here)")
+      "turns of the event loop that did not sleep: work was pending (a spin shows here)")          \
+    X(directory_published, COUNTER, "copies published to the directory (holder records sent)")     \
+    X(directory_publish_batches, COUNTER,                                                          \
+      "scripts that carried several publications at once (up to 64)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

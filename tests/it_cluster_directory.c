@@ -247,15 +247,52 @@ H_CLUSTER_TEST(node_started_without_redis_joins_later)
     ferry_disconnect(b);
 }
 
+/* Publications queued in one turn go to Redis in scripts of up to 64 each, and every one keeps
+ * its own outcome: A puts 200 objects in one batch, then B puts the same ids with A's content
+ * but for one: every id lists A, and B as well but for that one, refused on B as a conflict. */
+H_CLUSTER_TEST(publications_go_in_batches_each_with_its_outcome)
+{
+    enum { N = 200, ODD = 77 };
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_put_item items[N];
+    ferry_id ids[N];
+    uint64_t vals[N], odd = 1u << 20;
+    int statuses[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = h_idf("batched-%d", i);
+        vals[i] = (uint64_t)i;
+        items[i] = (ferry_put_item){.id = ids[i], .data = &vals[i], .data_size = sizeof(vals[i])};
+    }
+    H_OK(ferry_put_many(a, items, N, statuses));
+    assert_int_equal(H_WAIT_STAT_MIN(a, directory_published, N, H_CLUSTER_MS), N);
+    uint64_t batches = h_stats(a).directory_publish_batches;
+    assert_true(batches >= 1 && batches < N);
+    items[ODD].data = &odd;
+    H_OK(ferry_put_many(b, items, N, statuses));
+    assert_int_equal(H_WAIT_STAT_MIN(b, directory_published, N, H_CLUSTER_MS), N);
+    assert_true(H_WAIT_STAT_MIN(b, id_conflicts, 1, H_CLUSTER_MS) >= 1);
+    for (int i = 0; i < N; i++)
+        h_assert_where(a, cl, &ids[i], i == ODD ? BIT(A) : BIT(A) | BIT(B), H_CLUSTER_MS);
+    assert_int_equal(h_stats(b).id_conflicts, 1);
+    assert_int_equal(h_stats(a).id_conflicts, 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(fetched_copy_is_listed_as_a_holder),     T(third_node_fetches_from_either_holder),
-        T(transfer_connection_is_reused_per_peer), T(repeated_fetch_hits_the_directory_cache),
-        T(dead_node_leaves_the_directory),         T(directory_outage_and_recovery),
+        T(fetched_copy_is_listed_as_a_holder),
+        T(third_node_fetches_from_either_holder),
+        T(transfer_connection_is_reused_per_peer),
+        T(repeated_fetch_hits_the_directory_cache),
+        T(dead_node_leaves_the_directory),
+        T(directory_outage_and_recovery),
         T(node_started_without_redis_joins_later),
+        T(publications_go_in_batches_each_with_its_outcome),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

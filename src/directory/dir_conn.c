@@ -13,9 +13,11 @@ static void flush_queue(struct directory *d)
 {
     size_t end =
         d->queue_len - d->queue_head > FLUSH_BATCH ? d->queue_head + FLUSH_BATCH : d->queue_len;
+    int sent;
 
-    while (d->up && d->queue_head < end && dir_send_pubop(d, &d->queue[d->queue_head]) == 0)
-        d->queue_head++;
+    while (d->up && d->queue_head < end &&
+           (sent = dir_send_pubops(d, &d->queue[d->queue_head], end - d->queue_head)) > 0)
+        d->queue_head += (size_t)sent;
     if (d->up && d->queue_head == end && end < d->queue_len) {
         dir_turn_soon(d);
         return;

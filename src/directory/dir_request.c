@@ -123,14 +123,20 @@ void dir_deliver(struct directory *d)
 int dir_send_command(struct directory *d, redisCallbackFn *fn, void *priv, int argc,
                      const char **argv)
 {
-    size_t lens[ARGV_MAX];
+    size_t stack[ARGV_MAX], *lens = stack;
+    int rc;
 
-    if (argc < 1 || argc > ARGV_MAX)
+    if (argc < 1 || argc > DIR_ARGV_BATCH)
         return err_set(FERRY_EINVAL, "directory: a command of %d arguments (at most %d)", argc,
-                       ARGV_MAX);
+                       DIR_ARGV_BATCH);
+    if (argc > ARGV_MAX && !(lens = malloc((size_t)argc * sizeof(*lens))))
+        return err_set(FERRY_ENOMEM, "directory: a command of %d arguments", argc);
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
-    if (!d->ac || redisAsyncCommandArgv(d->ac, fn, priv, argc, argv, lens) != REDIS_OK)
+    rc = d->ac ? redisAsyncCommandArgv(d->ac, fn, priv, argc, argv, lens) : REDIS_ERR;
+    if (lens != stack)
+        free(lens);
+    if (rc != REDIS_OK)
         return err_set(FERRY_EDIRECTORY, "directory: not connected to Redis at %s", d->where);
     if (d->inflight++ == 0)
         d->progress_ms = loop_now_ms();

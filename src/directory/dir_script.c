@@ -40,58 +40,91 @@
     "  return true\n"                                                                              \
     "end\n"
 
-/* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig ("" without a secret), gen (this
- * publication's, for a record it makes), then, for a replacement, the size, digest and sig of
- * the record to replace. A record whose fields do not have the shape publications give them
- * (size: up to 20 digits, digest and sig: up to 64 hex digits; size and digest present) is
- * replaced first. Records the content at the first publication, with its signature and gen
- * (the put); refuses other content while a live holder (another node, running the incarnation
- * its field names) has the recorded one: {1, hex, that node, its size and digest, ours, its
- * sig}, for the node to check that signature. When none is live any more, the entry starts
- * again with ours (another put). A replacement happens only if the record is still the one
- * named (else {3, hex}), and keeps its put; it, and our signature written over another for the
- * same content, answer {2, hex, gen}; a plain publication {0, hex, gen}: gen is the put the
- * record is (a record without a well-formed one takes ours). */
-static const char publish_lua[] = LUA_PRELUDE
-    "fix(KEYS[1], 'hash')\n"
+/* One object's publication, publish(obj, node, inc, size, digest, hex, sig ("" without a
+ * secret), gen (this publication's, for a record it makes), then, for a replacement, the size,
+ * digest and sig of the record to replace): its answer, for the caller to add the id to the
+ * node's index (held) when it was published. A record whose fields do not have the shape
+ * publications give them (size: up to 20 digits, digest and sig: up to 64 hex digits; size and
+ * digest present) is replaced first. Records the content at the first publication, with its
+ * signature and gen (the put); refuses other content while a live holder (another node, running
+ * the incarnation its field names) has the recorded one: {1, hex, that node, its size and
+ * digest, ours, its sig}, for the node to check that signature. When none is live any more, the
+ * entry starts again with ours (another put). A replacement happens only if the record is still
+ * the one named (else {3, hex}), and keeps its put; it, and our signature written over another
+ * for the same content, answer {2, hex, gen}; a plain publication {0, hex, gen}: gen is the put
+ * the record is (a record without a well-formed one takes ours). */
+#define LUA_PUBLISH                                                                                \
+    "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"     \
+    "local fields = {size = 1, digest = 2, sig = 3, gen = 4}\n"                                    \
+    "local function publish(obj, node, inc, size, digest, hex, sig, gen, rsize, rdigest, rsig)\n"  \
+    "  local all = redis.pcall('HGETALL', obj)\n"                                                  \
+    "  if all.err then fix(obj, 'hash'); all = {} end\n"                                           \
+    "  local cur = {false, false, false, false}\n"                                                 \
+    "  for i = 1, #all, 2 do\n"                                                                    \
+    "    local j = fields[all[i]]\n"                                                               \
+    "    if j then cur[j] = all[i + 1] end\n"                                                      \
+    "  end\n"                                                                                      \
+    "  if #all > 0 and not (shaped(cur[1], '^%d+$', 20) and shaped(cur[2], '^%x+$', 64) and\n"     \
+    "     (not cur[3] or shaped(cur[3], '^%x+$', 64))) then\n"                                     \
+    "    bad[#bad + 1] = obj .. ' (a hash of fields of the wrong shape): replaced'\n"              \
+    "    redis.call('DEL', obj)\n"                                                                 \
+    "    all, cur = {}, {false, false, false, false}\n"                                            \
+    "  end\n"                                                                                      \
+    "  local code = 0\n"                                                                           \
+    "  if rsize then\n"                                                                            \
+    "    if cur[1] ~= rsize or cur[2] ~= rdigest or (cur[3] or '') ~= rsig then\n"                 \
+    "      return {3, hex}\n"                                                                      \
+    "    end\n"                                                                                    \
+    "    redis.call('DEL', obj)\n"                                                                 \
+    "    code = 2\n"                                                                               \
+    "  elseif cur[1] and (cur[1] ~= size or cur[2] ~= digest) then\n"                              \
+    "    for i = 1, #all, 2 do\n"                                                                  \
+    "      local n = string.match(all[i], '^h:(.+)$')\n"                                           \
+    "      local entry = n and 'ferry:node:' .. n\n"                                               \
+    "      if n and n ~= node and is(entry, 'hash') and\n"                                         \
+    "         redis.call('HGET', entry, 'inc') == all[i + 1] then\n"                               \
+    "        return {1, hex, n, cur[1], cur[2], size, digest, cur[3] or ''}\n"                     \
+    "      end\n"                                                                                  \
+    "    end\n"                                                                                    \
+    "    redis.call('DEL', obj)\n"                                                                 \
+    "    cur[4] = false\n"                                                                         \
+    "  elseif cur[1] and sig ~= '' and cur[3] ~= sig then\n"                                       \
+    "    code = 2\n"                                                                               \
+    "  end\n"                                                                                      \
+    "  local g = cur[4]\n"                                                                         \
+    "  if not shaped(g, '^%d+%-%d+$', 47) then g = gen end\n"                                      \
+    "  local f = {'size', size, 'digest', digest, 'h:' .. node, inc, 'gen', g}\n"                  \
+    "  if sig ~= '' then f[#f + 1] = 'sig'; f[#f + 1] = sig end\n"                                 \
+    "  redis.call('HSET', obj, unpack(f))\n"                                                       \
+    "  return {code, hex, g}\n"                                                                    \
+    "end\n"
+
+/* KEYS: obj, held. ARGV: node, inc, size, digest, hex, sig, gen, and for a replacement the
+ * record's size, digest and sig (LUA_PUBLISH): {bad, publish's answer...}. */
+static const char publish_lua[] = LUA_PRELUDE LUA_PUBLISH
     "fix(KEYS[2], 'set')\n"
-    "local cur = redis.call('HMGET', KEYS[1], 'size', 'digest', 'sig', 'gen')\n"
-    "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"
-    "if redis.call('EXISTS', KEYS[1]) == 1 and not (shaped(cur[1], '^%d+$', 20) and\n"
-    "   shaped(cur[2], '^%x+$', 64) and (not cur[3] or shaped(cur[3], '^%x+$', 64))) then\n"
-    "  bad[#bad + 1] = KEYS[1] .. ' (a hash of fields of the wrong shape): replaced'\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  cur = {false, false, false, false}\n"
+    "local r = publish(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7],\n"
+    "                  ARGV[8], ARGV[9], ARGV[10])\n"
+    "if r[1] == 0 or r[1] == 2 then redis.call('SADD', KEYS[2], ARGV[5]) end\n"
+    "table.insert(r, 1, bad)\n"
+    "return r\n";
+
+/* KEYS: held, then the records of n objects. ARGV: node, inc, then for each object its size,
+ * digest, hex, sig and gen (LUA_PUBLISH): {bad, publish's answer for each}, the ids published
+ * added to held in one command. One script for a batch of publications: Redis pays a script's
+ * start once for all of them. */
+static const char publish_batch_lua[] = LUA_PRELUDE LUA_PUBLISH
+    "fix(KEYS[1], 'set')\n"
+    "local out, held = {bad}, {}\n"
+    "for i = 2, #KEYS do\n"
+    "  local a = 3 + (i - 2) * 5\n"
+    "  local r = publish(KEYS[i], ARGV[1], ARGV[2], ARGV[a], ARGV[a + 1], ARGV[a + 2],\n"
+    "                    ARGV[a + 3], ARGV[a + 4])\n"
+    "  if r[1] == 0 or r[1] == 2 then held[#held + 1] = ARGV[a + 2] end\n"
+    "  out[#out + 1] = r\n"
     "end\n"
-    "local code = 0\n"
-    "if ARGV[8] then\n"
-    "  if cur[1] ~= ARGV[8] or cur[2] ~= ARGV[9] or (cur[3] or '') ~= ARGV[10] then\n"
-    "    return {bad, 3, ARGV[5]}\n"
-    "  end\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  code = 2\n"
-    "elseif cur[1] and (cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4]) then\n"
-    "  local f = redis.call('HGETALL', KEYS[1])\n"
-    "  for i = 1, #f, 2 do\n"
-    "    local n = string.match(f[i], '^h:(.+)$')\n"
-    "    local entry = n and 'ferry:node:' .. n\n"
-    "    if n and n ~= ARGV[1] and is(entry, 'hash') and\n"
-    "       redis.call('HGET', entry, 'inc') == f[i + 1] then\n"
-    "      return {bad, 1, ARGV[5], n, cur[1], cur[2], ARGV[3], ARGV[4], cur[3] or ''}\n"
-    "    end\n"
-    "  end\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  cur[4] = false\n"
-    "elseif cur[1] and ARGV[6] ~= '' and cur[3] ~= ARGV[6] then\n"
-    "  code = 2\n"
-    "end\n"
-    "local gen = cur[4]\n"
-    "if not shaped(gen, '^%d+%-%d+$', 47) then gen = ARGV[7] end\n"
-    "redis.call('HSET', KEYS[1], 'size', ARGV[3], 'digest', ARGV[4], 'h:' .. ARGV[1], ARGV[2],\n"
-    "           'gen', gen)\n"
-    "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'sig', ARGV[6]) end\n"
-    "redis.call('SADD', KEYS[2], ARGV[5])\n"
-    "return {bad, code, ARGV[5], gen}\n";
+    "if #held > 0 then redis.call('SADD', KEYS[1], unpack(held)) end\n"
+    "return out\n";
 
 /* KEYS: obj, held. ARGV: node, inc, hex. Removes the node's field if this incarnation wrote it,
  * and the entry with its last holder: {0, hex}. */
@@ -186,10 +219,10 @@ static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
                                           "return {bad, 0}\n";
 
 static const char *const scripts[N_SCRIPTS] = {
-    [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_WITHDRAW] = withdraw_lua,
-    [SCRIPT_CLEANUP] = cleanup_lua, [SCRIPT_DELETE] = delete_lua,
-    [SCRIPT_FIX] = fix_lua,         [SCRIPT_RELAY] = relay_lua,
-    [SCRIPT_UNRELAY] = unrelay_lua,
+    [SCRIPT_PUBLISH] = publish_lua,   [SCRIPT_PUBLISH_BATCH] = publish_batch_lua,
+    [SCRIPT_WITHDRAW] = withdraw_lua, [SCRIPT_CLEANUP] = cleanup_lua,
+    [SCRIPT_DELETE] = delete_lua,     [SCRIPT_FIX] = fix_lua,
+    [SCRIPT_RELAY] = relay_lua,       [SCRIPT_UNRELAY] = unrelay_lua,
 };
 static char shas[N_SCRIPTS][41];
 static int shas_ok;
@@ -238,19 +271,29 @@ int dir_scripts_load(struct directory *d)
     return 0;
 }
 
-/* EVALSHA of script s with nkeys keys then arguments (args[0..nargs)). */
+/* EVALSHA of script s with nkeys keys then arguments (args[0..nargs), at most
+ * DIR_ARGV_BATCH - 3). */
 static int evalsha(struct directory *d, int s, redisCallbackFn *fn, void *priv, int nkeys,
                    const char **args, int nargs)
 {
-    const char *argv[ARGV_MAX] = {"EVALSHA", shas[s]};
-    char keys[4];
+    const char *stack[ARGV_MAX], **argv = stack;
+    char keys[12];
+    int rc;
 
+    if (nargs < 0 || 3 + nargs > DIR_ARGV_BATCH)
+        return err_set(FERRY_EINVAL, "directory: %d script arguments (at most %d)", nargs,
+                       DIR_ARGV_BATCH - 3);
+    if (3 + nargs > ARGV_MAX && !(argv = malloc((size_t)(3 + nargs) * sizeof(*argv))))
+        return err_set(FERRY_ENOMEM, "directory: a script of %d arguments", nargs);
     snprintf(keys, sizeof(keys), "%d", nkeys);
+    argv[0] = "EVALSHA";
+    argv[1] = shas[s];
     argv[2] = keys;
-    if (3 + nargs > ARGV_MAX)
-        return err_set(FERRY_EINVAL, "directory: too many script arguments");
     memcpy(argv + 3, args, (size_t)nargs * sizeof(*args));
-    return dir_send_command(d, fn, priv, 3 + nargs, argv);
+    rc = dir_send_command(d, fn, priv, 3 + nargs, argv);
+    if (argv != stack)
+        free(argv);
+    return rc;
 }
 
 int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***res, size_t *n)
@@ -307,18 +350,14 @@ struct published {
     char gen[DIRECTORY_GEN_MAX + 1]; /* codes 0 and 2: the put the record is ("": unknown) */
 };
 
-/* The script's answer into p (and a refusal's content into a): 0, or -1 when the reply is
- * none of its answers. */
-static int parse_published(struct directory *d, const redisReply *rep, struct published *p,
+/* publish's answer (r[0..n), after the bad keys) into p, and a refusal's content into a: 0, or
+ * -1 when it is none of its answers. */
+static int parse_published(redisReply *const *r, size_t n, struct published *p,
                            struct directory_answer *a)
 {
-    redisReply **r;
-    size_t n;
-
     memset(p, 0, sizeof(*p));
-    if (!dir_script_reply(d, rep, &r, &n) || n < 2 || r[0]->type != REDIS_REPLY_INTEGER ||
-        r[0]->integer < 0 || r[0]->integer > 3 || !dir_string_copy(p->hex, HEX_ID_MAX, r[1]) ||
-        ferry_id_parse(p->hex, &p->op.id) != 0)
+    if (n < 2 || r[0]->type != REDIS_REPLY_INTEGER || r[0]->integer < 0 || r[0]->integer > 3 ||
+        !dir_string_copy(p->hex, HEX_ID_MAX, r[1]) || ferry_id_parse(p->hex, &p->op.id) != 0)
         return -1;
     p->code = (int)r[0]->integer;
     if (p->code != 1) {
@@ -375,6 +414,19 @@ static void object_args(const struct directory *d, const ferry_id *id, struct pu
     ferry_id_format(id, p->hex);
 }
 
+/* The arguments of op's publication: 0, or FERRY_ESYS when it cannot be signed. */
+static int publish_fill(struct directory *d, const struct pubop *op, struct publish_args *p)
+{
+    object_args(d, &op->id, p);
+    dir_gen_propose(d, &op->id, op->digest, p->gen);
+    snprintf(p->size, sizeof(p->size), "%" PRIu64, op->size);
+    digest_hex(op->digest, p->digest);
+    p->sig[0] = '\0';
+    if (d->secret_len && dir_record_sign(d, p->hex, p->size, p->digest, p->sig) < 0)
+        return FERRY_ESYS;
+    return 0;
+}
+
 /* Sends op's publication (or claim) with fn and priv; with replace, only in place of that
  * record. FERRY_ESYS, FERRY_EDIRECTORY. */
 static int send_publish(struct directory *d, const struct pubop *op, redisCallbackFn *fn,
@@ -385,12 +437,7 @@ static int send_publish(struct directory *d, const struct pubop *op, redisCallba
                             p.digest, p.hex,  p.sig,      p.gen};
     int nargs = 9;
 
-    object_args(d, &op->id, &p);
-    dir_gen_propose(d, &op->id, op->digest, p.gen);
-    snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
-    digest_hex(op->digest, p.digest);
-    p.sig[0] = '\0';
-    if (d->secret_len && dir_record_sign(d, p.hex, p.size, p.digest, p.sig) < 0)
+    if (publish_fill(d, op, &p) < 0)
         return FERRY_ESYS;
     if (replace) {
         args[nargs++] = replace->size;
@@ -414,30 +461,65 @@ static int replace_unsigned(struct directory *d, const struct published *p, redi
     return send_publish(d, &p->op, fn, priv, &p->rec) == 0;
 }
 
+static void on_published(redisAsyncContext *ac, void *reply, void *priv);
+
+/* What a queued publication's answer (p, a) does here. */
+static void published(struct directory *d, const struct published *p,
+                      const struct directory_answer *a)
+{
+    if (p->code == 0 || p->code == 2)
+        dir_gen_remember(d, &p->op.id, p->gen); /* the put this node's copy is of */
+    if (p->code == 2) {
+        repaired_report(d, p->hex);
+    } else if (p->code == 1 && !replace_unsigned(d, p, on_published, NULL)) {
+        conflict_report(d, a, p);
+        dir_conflict_remember(d, &p->op.id, p->op.digest);
+    } else if (p->code == 3) {
+        log_debug("directory: the record of id %s changed before it could be replaced; the "
+                  "next publication looks again",
+                  p->hex);
+    }
+}
+
 /* The reply to a queued publication's script (or to its replacement of a record). */
 static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     struct directory_answer a = {0};
     struct published p;
+    redisReply **r;
+    size_t n;
 
     if (!reply)
         return;
-    if (parse_published(d, reply, &p, &a) < 0) {
+    if (!dir_script_reply(d, reply, &r, &n) || parse_published(r, n, &p, &a) < 0) {
         dir_check_reply(d, reply, "publish");
         return;
     }
-    if (p.code == 0 || p.code == 2)
-        dir_gen_remember(d, &p.op.id, p.gen); /* the put this node's copy is of */
-    if (p.code == 2) {
-        repaired_report(d, p.hex);
-    } else if (p.code == 1 && !replace_unsigned(d, &p, on_published, NULL)) {
-        conflict_report(d, &a, &p);
-        dir_conflict_remember(d, &p.op.id, p.op.digest);
-    } else if (p.code == 3) {
-        log_debug("directory: the record of id %s changed before it could be replaced; the "
-                  "next publication looks again",
-                  p.hex);
+    published(d, &p, &a);
+}
+
+/* The reply to a batch of publications: an answer per publication. */
+static void on_published_batch(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    struct published p;
+    redisReply **r;
+    size_t n;
+
+    if (!reply)
+        return;
+    if (!dir_script_reply(d, reply, &r, &n)) {
+        dir_check_reply(d, reply, "publish");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct directory_answer a = {0};
+        if (r[i]->type != REDIS_REPLY_ARRAY ||
+            parse_published(r[i]->element, r[i]->elements, &p, &a) < 0)
+            dir_check_reply(d, r[i], "publish");
+        else
+            published(d, &p, &a);
     }
 }
 
@@ -480,8 +562,58 @@ static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
 static int send_delete(struct directory *d, const struct pubop *op);
 static void on_claimed(redisAsyncContext *ac, void *reply, void *priv);
 static int send_relay(struct directory *d, const struct pubop *op);
+static int send_pubop(struct directory *d, const struct pubop *op);
 
-int dir_send_pubop(struct directory *d, const struct pubop *op)
+/* Sends the publications ops[0..n) (1 < n <= PUBLISH_BATCH) as one script. FERRY_ENOMEM,
+ * FERRY_ESYS, FERRY_EDIRECTORY. */
+static int send_publish_batch(struct directory *d, const struct pubop *ops, size_t n)
+{
+    struct publish_args *p = malloc(n * sizeof(*p));
+    const char **args = malloc((3 + 6 * n) * sizeof(*args));
+    int rc = FERRY_ENOMEM, nargs = 0;
+
+    if (!p || !args)
+        goto free_all;
+    for (size_t i = 0; i < n; i++)
+        if ((rc = publish_fill(d, &ops[i], &p[i])) < 0)
+            goto free_all;
+    args[nargs++] = p[0].held;
+    for (size_t i = 0; i < n; i++)
+        args[nargs++] = p[i].key;
+    args[nargs++] = d->self.id;
+    args[nargs++] = d->inc_text;
+    for (size_t i = 0; i < n; i++) {
+        args[nargs++] = p[i].size;
+        args[nargs++] = p[i].digest;
+        args[nargs++] = p[i].hex;
+        args[nargs++] = p[i].sig;
+        args[nargs++] = p[i].gen;
+    }
+    rc = evalsha(d, SCRIPT_PUBLISH_BATCH, on_published_batch, NULL, (int)(1 + n), args, nargs);
+free_all:
+    free(args);
+    free(p);
+    return rc;
+}
+
+int dir_send_pubops(struct directory *d, const struct pubop *ops, size_t n)
+{
+    size_t k = 0;
+    int rc;
+
+    while (k < n && k < PUBLISH_BATCH && ops[k].kind == OP_PUBLISH)
+        k++;
+    if (k < 2)
+        return (rc = send_pubop(d, ops)) < 0 ? rc : 1;
+    if ((rc = send_publish_batch(d, ops, k)) < 0)
+        return rc;
+    d->counters.published += k;
+    d->counters.publish_batches++;
+    return (int)k;
+}
+
+/* Sends one queued operation. */
+static int send_pubop(struct directory *d, const struct pubop *op)
 {
     struct publish_args p;
     const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.hex};
@@ -527,10 +659,13 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
     struct directory *d = dir_reply_begin(ac, reply);
     struct request *r = priv;
     struct published p;
+    redisReply **res;
+    size_t n;
 
     if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (parse_published(d, reply, &p, &r->a) < 0 || p.code == 3) {
+    } else if (!dir_script_reply(d, reply, &res, &n) || parse_published(res, n, &p, &r->a) < 0 ||
+               p.code == 3) {
         dir_command_failed(d, "claim",
                            p.code == 3 ? "the record changed meanwhile" : dir_reply_why(reply));
         dir_request_fail(d, r, FERRY_EDIRECTORY);

@@ -170,6 +170,7 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
+    uint64_t publish_batches;    /* scripts that carried several publications (PUBLISH_BATCH) */
     uint64_t id_conflicts;       /* publications refused: the id has other content elsewhere */
     uint64_t deletes_heard;      /* cluster-wide deletes read from the events stream */
     uint64_t cleaned;            /* entries of earlier incarnations removed at start or leave */

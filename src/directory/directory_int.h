@@ -136,6 +136,10 @@
 #define USER_MAX 128
 /* Arguments of one command, at most: the registration's HSET is the longest. */
 #define ARGV_MAX (14 + 2 * DIRECTORY_XPORTS)
+/* Publications queued together go in one script of at most PUBLISH_BATCH (its keys and
+ * arguments: DIR_ARGV_BATCH words with EVALSHA's three). */
+#define PUBLISH_BATCH 64
+#define DIR_ARGV_BATCH (6 + 6 * PUBLISH_BATCH)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
 
@@ -444,6 +448,7 @@ int dir_gen_valid(const char *text);
 /* dir_script.c: the scripts and their uses */
 enum dir_script {
     SCRIPT_PUBLISH,
+    SCRIPT_PUBLISH_BATCH,
     SCRIPT_WITHDRAW,
     SCRIPT_CLEANUP,
     SCRIPT_DELETE,
@@ -461,7 +466,9 @@ int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***r
 /* Replaces key (DEL) unless it is of type (hash, set, stream) or absent: for a reply that
  * said WRONGTYPE. */
 void dir_fix_key(struct directory *d, const char *key, const char *type);
-int dir_send_pubop(struct directory *d, const struct pubop *op);
+/* Sends the first of ops[0..n), or the publications it begins with (up to PUBLISH_BATCH) as
+ * one script: how many were sent, or FERRY_ENOMEM, FERRY_ESYS, FERRY_EDIRECTORY. */
+int dir_send_pubops(struct directory *d, const struct pubop *ops, size_t n);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
 void dir_delete_start(struct directory *d, struct request *r, const uint8_t root[DIGEST_LEN],

@@ -144,6 +144,8 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->directory_reconnects = dc->reconnects;
         out->id_conflicts = dc->id_conflicts;
         out->deletes_heard = dc->deletes_heard;
+        out->directory_published = dc->published;
+        out->directory_publish_batches = dc->publish_batches;
         out->directory_cleaned = dc->cleaned;
         out->unsigned_entries = dc->unsigned_entries;
         out->unsigned_records = dc->unsigned_records;
