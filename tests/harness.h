@@ -64,8 +64,8 @@ void h_daemon_cleanup(struct ferryd *d);
 /* Prints a file (a daemon log) to stderr, framed. */
 void h_print_file(const char *path);
 
-/* The protocol timer called name (stall, handshake, answer, breaker, lease) as the daemons this
- * test starts have it: from FERRY_TEST_TIMERS (their --timers), else real_ms (the default). */
+/* The protocol timer called name (stall, handshake, answer, breaker, lease, orphan) as the daemons
+ * this test starts have it: from FERRY_TEST_TIMERS (their --timers), else real_ms (the default). */
 int h_timer_ms(const char *name, int real_ms);
 
 /* Raw transfer connections (transfer/wire.h), as a peer of a node would speak:

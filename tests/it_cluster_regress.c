@@ -1530,9 +1530,13 @@ H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
 {
     /* answer 10 s: the test itself plays the relay, and under the sanitizers on a busy
      * machine it once answered A's pulls after A's 3 s (a full make test); the deadline is not
-     * this case's subject (a_silent_relay_loses_its_ranges_within_the_answer_deadline's is). */
-    h_cluster_start(cl, 1, "96M",
-                    (const char *[]){"--relay-min", "1M", "--timers", "answer=10000", NULL});
+     * this case's subject (a_silent_relay_loses_its_ranges_within_the_answer_deadline's is).
+     * orphan 5 s: the grace between the slices must outlast the test's own replies to the
+     * first eight ranges, which took more than the default 300 ms under the sanitizers beside
+     * busy neighbours (the object was then abandoned, its ranges never answered). */
+    h_cluster_start(
+        cl, 1, "96M",
+        (const char *[]){"--relay-min", "1M", "--timers", "answer=10000,orphan=5000", NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const uint64_t nranges = 12, size = nranges * RELAY_RANGE_BYTES;
     int port, lfd, cfd, status = 1;

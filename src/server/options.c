@@ -28,8 +28,9 @@ _Static_assert(FERRYD_FD_RESERVE == 576 && FERRYD_FD_RESERVE_PEERS == 1536 &&
                "--max-clients' help says 576, 1536, 4096, 10 s and 64");
 _Static_assert(FERRYD_DEFAULT_SPILL_AT == 80, "--spill-at's help says 80");
 _Static_assert(ENGINE_STALL_MS == 30000 && ENGINE_HANDSHAKE_MS == 10000 &&
-                   ENGINE_ANSWER_MS == 3000 && ENGINE_BREAKER_MS == 30000 && ENGINE_RATE_MS == 5000,
-               "--timers' help says 30000, 10000, 3000, 30000 and 5000");
+                   ENGINE_ANSWER_MS == 3000 && ENGINE_BREAKER_MS == 30000 &&
+                   ENGINE_RATE_MS == 5000 && ENGINE_ORPHAN_MS == 300,
+               "--timers' help says 30000, 10000, 3000, 30000, 5000 and 300");
 
 /* The names of this build's transports, preferred first: "fabric|tcp". */
 static const char *transport_names(void)
@@ -353,7 +354,8 @@ static const struct option_def table[] = {
      "stall (30000: a peer that owes bytes and sends none is dropped), handshake (10000), answer "
      "(3000: a holder's answer to our hello), breaker (30000: a failing transport is left out), "
      "lease (5000: a one-sided read's), rate (5000: a holder must send 1 MiB/s over each such "
-     "window)"},
+     "window), orphan (300: a fetch nobody waits for any more goes on, for a client that waits "
+     "in slices)"},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))

@@ -44,12 +44,15 @@ struct engine_timers {
                             * (0: the transport's default, 5 s) */
     uint32_t rate_ms;      /* a holder whose reply came must send at least 1 MiB/s over each
                             * window of this, or it is dropped */
+    uint32_t orphan_ms;    /* a fetch nobody waits for any more goes on this long, for a client
+                            * that waits in slices to take it up again */
 };
 #define ENGINE_STALL_MS 30000
 #define ENGINE_HANDSHAKE_MS 10000
 #define ENGINE_ANSWER_MS 3000
 #define ENGINE_BREAKER_MS 30000
 #define ENGINE_RATE_MS 5000
+#define ENGINE_ORPHAN_MS 300
 /* Bounds of each timer: from a tenth of a second (a loop turn and a round trip must fit) to
  * an hour. */
 #define ENGINE_TIMER_MIN_MS 100
@@ -57,8 +60,8 @@ struct engine_timers {
 /* The lease's own floor: a fabric reader refuses a lease under 1 s (it gives up a second
  * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
 #define ENGINE_LEASE_MIN_MS 2000
-/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate) into t, whose
- * other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
+/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate, orphan) into
+ * t, whose other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
 int engine_timers_parse(const char *text, struct engine_timers *t);
 
 struct engine_config {

@@ -59,7 +59,6 @@
  * and a transfer longer than a slice must not restart at every slice (a 16 MiB fetch over a
  * 1 Gbit/s link never ended that way). Short enough that a trickling holder's room is freed
  * within a second of the fetch's end. */
-#define ORPHAN_GRACE_MS 300
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a
@@ -277,7 +276,7 @@ struct want {
     int dir_down;                    /* the last lookup found the directory unreachable */
     uint32_t retries;
     struct loop_timer retry;
-    struct loop_timer orphan; /* armed while nobody waits: ends it after ORPHAN_GRACE_MS */
+    struct loop_timer orphan; /* armed while nobody waits: ends it after timers.orphan_ms */
     struct pentry *entry;     /* the pull entry naming this want, if any */
     struct peer *queued;      /* the peer whose next PULL will name it, if any */
     struct object *obj;       /* the local object being filled: made when a reply confirms its

@@ -261,7 +261,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
 
 /* Drops the queued wants that finished while they waited (a local put, say), the parts of
  * objects that ended (engine_cancel ended the wants but not the parts, which go here), and
- * what nobody waits for past the grace a fetch has to take it up again (ORPHAN_GRACE_MS, the
+ * what nobody waits for past the grace a fetch has to take it up again (timers.orphan_ms, the
  * want's orphan timer: clients wait in slices, and a relayed object deals its next ranges as
  * its last ones come in; dropped at once, a Python broadcast's ranges went between slices and
  * its objects were fetched whole). A holder that answers busy has them asked again. Ending

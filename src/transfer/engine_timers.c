@@ -18,6 +18,7 @@ static uint32_t *timer_field(struct engine_timers *t, const char *name, size_t l
         {"breaker", offsetof(struct engine_timers, breaker_ms)},
         {"lease", offsetof(struct engine_timers, lease_ms)},
         {"rate", offsetof(struct engine_timers, rate_ms)},
+        {"orphan", offsetof(struct engine_timers, orphan_ms)},
     };
 
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
@@ -38,7 +39,7 @@ static int timer_parse_one(const char *item, size_t len, struct engine_timers *t
     if (!field)
         return err_set(FERRY_EINVAL,
                        "timer '%.*s': expected NAME=MS, NAME one of stall, handshake, answer, "
-                       "breaker, lease, rate",
+                       "breaker, lease, rate, orphan",
                        (int)len, item);
     v = strtoul(eq + 1, &end, 10);
     if (end != item + len || !isdigit((unsigned char)eq[1]) || v < min || v > ENGINE_TIMER_MAX_MS)

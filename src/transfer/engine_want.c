@@ -494,7 +494,7 @@ void engine_cancel(struct engine *e, void *ctx)
          * for the timer, it ends with its transfer or at its next lookup.) */
         if (!w->waiters && w->state != WANT_LOOKUP && w->state != WANT_VERIFY &&
             !loop_timer_armed(&w->orphan))
-            loop_timer_start(e->loop, &w->orphan, loop_now_ms() + ORPHAN_GRACE_MS);
+            loop_timer_start(e->loop, &w->orphan, loop_now_ms() + e->timers.orphan_ms);
     }
 }
 
