@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -468,48 +469,103 @@ static void remove_flat_dir(const char *dir)
     assert_int_equal(rmdir(dir), 0);
 }
 
-/* With a spill directory an object lives along object.h's diagram: created, sealed, written
- * (WRITING, then SEALED with its copy on disk), evicted for a create that needs the arena
- * (SPILLED), read back (RESTORING, then SEALED) with its bytes intact. */
-static void test_an_object_lives_along_its_diagram(void **state)
-{
-    char dir[] = "/tmp/unit_store.XXXXXX";
-    uint64_t size = 64u << 10;
-    uint8_t *base = aligned_alloc(4096, CAP), *want = malloc(size);
-    struct object *o, *big;
-    ferry_id id = id_of(1), other = id_of(2);
+/* A store over a page-aligned arena with a spill directory (spill_at 0: every sealed object is
+ * written at once), and the bytes of its objects. */
+struct spilling {
+    char dir[32];
+    uint8_t *base, *want;
     struct store st;
+};
 
-    (void)state;
-    assert_non_null(base);
-    assert_non_null(want);
-    assert_non_null(mkdtemp(dir));
-    assert_int_equal(store_init(&st, base, CAP, 0, NULL), 0);
-    assert_int_equal(store_spill_open(&st, dir, 64u << 20, 0, NULL), 0);
-    assert_int_equal(store_create(&st, &id, size, 0, NULL, &o), 0);
+#define SPILL_SIZE (64u << 10)
+
+static void spilling_open(struct spilling *sp)
+{
+    snprintf(sp->dir, sizeof(sp->dir), "/tmp/unit_store.XXXXXX");
+    sp->base = aligned_alloc(4096, CAP);
+    sp->want = malloc(SPILL_SIZE);
+    assert_non_null(sp->base);
+    assert_non_null(sp->want);
+    assert_non_null(mkdtemp(sp->dir));
+    for (uint64_t i = 0; i < SPILL_SIZE; i++)
+        sp->want[i] = (uint8_t)(i * 7 + 1);
+    assert_int_equal(store_init(&sp->st, sp->base, CAP, 0, NULL), 0);
+    assert_int_equal(store_spill_open(&sp->st, sp->dir, 64u << 20, 0, NULL), 0);
+}
+
+static void spilling_close(struct spilling *sp)
+{
+    store_destroy(&sp->st);
+    remove_flat_dir(sp->dir);
+    free(sp->want);
+    free(sp->base);
+}
+
+/* An object taken along the diagram to SPILLED: created, sealed, written (WRITING, then SEALED
+ * with its copy on disk), evicted for a create that needs the arena. */
+static struct object *spilled_object(struct spilling *sp)
+{
+    struct store *st = &sp->st;
+    ferry_id id = id_of(1), other = id_of(2);
+    struct object *o, *big;
+
+    assert_int_equal(store_create(st, &id, SPILL_SIZE, 0, NULL, &o), 0);
     assert_int_equal(o->life, OBJECT_CREATED);
-    for (uint64_t i = 0; i < size; i++)
-        want[i] = (uint8_t)(i * 7 + 1);
-    memcpy(base + o->offset, want, size);
-    store_seal(&st, o);
+    memcpy(sp->base + o->offset, sp->want, SPILL_SIZE);
+    store_seal(st, o);
     assert_int_equal(o->life, OBJECT_SEALED);
-    store_unref(&st, o); /* spill_at 0: written at once */
+    store_unref(st, o); /* spill_at 0: written at once */
     assert_int_equal(o->life, OBJECT_WRITING);
-    spill_wait(&st, o, OBJECT_SEALED);
+    spill_wait(st, o, OBJECT_SEALED);
     assert_non_null(o->rec);
-    assert_int_equal(store_create(&st, &other, CAP - 4096, 0, NULL, &big), 0);
+    assert_int_equal(store_create(st, &other, CAP - 4096, 0, NULL, &big), 0);
     assert_int_equal(o->life, OBJECT_SPILLED);
     assert_null(o->block);
-    store_abort(&st, big);
-    assert_int_equal(store_restore(&st, o, 0), FERRY_EAGAIN);
+    store_abort(st, big);
+    return o;
+}
+
+/* With a spill directory an object lives along object.h's diagram to SPILLED, and is read back
+ * (RESTORING, then SEALED) with its bytes intact. */
+static void test_an_object_lives_along_its_diagram(void **state)
+{
+    struct spilling sp;
+    struct object *o;
+
+    (void)state;
+    spilling_open(&sp);
+    o = spilled_object(&sp);
+    assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN);
     assert_int_equal(o->life, OBJECT_RESTORING);
-    spill_wait(&st, o, OBJECT_SEALED);
-    assert_memory_equal(base + o->offset, want, size);
+    assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN); /* one read for both */
+    spill_wait(&sp.st, o, OBJECT_SEALED);
+    assert_memory_equal(sp.base + o->offset, sp.want, SPILL_SIZE);
     assert_int_equal(o->refcount, 0);
-    store_destroy(&st);
-    remove_flat_dir(dir);
-    free(want);
-    free(base);
+    assert_int_equal(sp.st.spilled_objects, 0);
+    spilling_close(&sp);
+}
+
+/* An object deleted while its read is under way: the read still ends (SEALED: its bytes are
+ * in), the store counts no spilled object, and the object goes with its last reference. */
+static void test_deleted_while_restoring_ends_sealed(void **state)
+{
+    struct spilling sp;
+    struct object *o;
+
+    (void)state;
+    spilling_open(&sp);
+    o = spilled_object(&sp);
+    assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN);
+    store_ref(&sp.st, o); /* kept to be looked at once deleted */
+    store_delete(&sp.st, o);
+    assert_int_equal(sp.st.spilled_objects, 0);
+    spill_wait(&sp.st, o, OBJECT_SEALED);
+    assert_int_equal(o->deleted, 1);
+    assert_int_equal(o->refcount, 1);
+    store_unref(&sp.st, o);
+    assert_int_equal(sp.st.spilled_objects, 0);
+    assert_int_equal(store_used(&sp.st), 0);
+    spilling_close(&sp);
 }
 
 int main(void)
@@ -537,6 +593,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_create_evicts_objects_being_hashed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_on_demand_hashes_when_asked, setup, teardown),
         cmocka_unit_test(test_an_object_lives_along_its_diagram),
+        cmocka_unit_test(test_deleted_while_restoring_ends_sealed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

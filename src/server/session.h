@@ -88,7 +88,7 @@ struct pending_seal {
     char *why;         /* the first failure's reason (PROTO_MAX_DETAIL + 1 bytes) */
 };
 
-/* A session blocked in NODES or WHERE until the directory answers. */
+/* A session blocked in NODES, WHERE or DELETE_CLUSTER until the directory answers. */
 struct pending_dir {
     uint16_t type;
     uint64_t tag;

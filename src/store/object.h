@@ -2,8 +2,8 @@
  * object.h - one object's record, and its life: where its bytes are (enum object_life), the
  * moves allowed between those places (object_life_set checks them), and the questions the rest
  * of the daemon asks of it (object_sealed, object_resident, object_on_disk). The store (store.c,
- * store_spill.c) is the only writer of a record; the server and the engine read it through
- * these. Same rules as store.h: the loop's thread only.
+ * store_spill.c, store_fast.c) is the only writer of a record; the server and the engine read
+ * it through these. Same rules as store.h: the loop's thread only.
  *
  * Its life (store.h states the rules around each move):
  *
@@ -12,10 +12,13 @@
  *     evicted, a copy   |    | read back (an empty object at once)
  *     on disk           v    |
  *                     SPILLED --a restore starts--> RESTORING --the read ends--> SEALED
- *                        ^--- the read fails, the restore cannot start, or its object went ---'
+ *                        ^--- the read fails, the restore cannot start, or its object was ---'
+ *                             deleted while it waited for room
  *
  * It is born CREATED (store_create) or SPILLED (found on disk at start, store_spill.c). Deleted
- * is apart (`deleted`): in any life an object may leave the table while references remain.
+ * is apart (`deleted`): in any life an object may leave the table while references remain (one
+ * deleted while its read is under way still ends SEALED, and goes with its last reference).
+ * Restores still waiting when the spill directory closes stay RESTORING until store_destroy.
  */
 #ifndef FERRY_OBJECT_H
 #define FERRY_OBJECT_H
@@ -94,8 +97,8 @@ static inline int object_life_allowed(enum object_life from, enum object_life to
     return 0;
 }
 
-/* Moves o along an arrow; a move off the diagram is a bug of the store's, stopped in debug and
- * sanitizer builds. */
+/* Moves o along an arrow; a move off the diagram is a bug of the store's, stopped in Debug
+ * builds (make asan: assert). */
 static inline void object_life_set(struct object *o, enum object_life to)
 {
     assert(object_life_allowed((enum object_life)o->life, to));

@@ -5,8 +5,8 @@
  * Ownership and rules (the daemon's event loop is the only thread that calls in):
  * - An object is created (unsealed) with one reference, its creator's. It is in the table
  *   (by id) from create until abort, delete or eviction.
- * - It is in the LRU exactly when it is sealed, unreferenced, not deleted and not kept (without
- *   a spill directory); the LRU runs
+ * - It is in the LRU exactly when it is OBJECT_SEALED (resident, not being written),
+ *   unreferenced, not deleted and not kept (without a spill directory); the LRU runs
  *   from oldest (lru.next) to youngest (lru.prev), ordered by lru_seq, the logical time of
  *   last use. Only LRU members are ever evicted.
  * - Its digest is computed after its seal, on the hasher's threads (`hashing`), or only when

@@ -160,9 +160,9 @@ int eng_split(struct want *w, const struct directory_answer *a)
 static void split_create(struct want *w, const struct wire_reply_entry *re)
 {
     w->split_made = 1;
+    /* its chunks are checked by the parts, range by range */
     if (eng_want_create(w, re->data_size, re->metadata_size) == 0)
-        w->check.landed = w->check.handed =
-            w->size; /* its chunks are checked by the parts, range by range */
+        w->check.landed = w->check.handed = w->size;
 }
 
 int eng_part_reply(struct pentry *pe, const struct wire_reply_entry *re, uint8_t **dst,
