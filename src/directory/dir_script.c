@@ -658,7 +658,7 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
     struct request *r = priv;
-    struct published p;
+    struct published p = {.code = 0}; /* read below even when the reply is not the script's */
     redisReply **res;
     size_t n;
 
