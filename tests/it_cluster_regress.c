@@ -1671,12 +1671,37 @@ H_CLUSTER_TEST(forged_bytes_with_the_same_xxh3_are_refused)
     free(x);
 }
 
+/* A client that waits in slices (Python's fetch: 100 ms each) is between two of them when a
+ * cluster-wide delete of the id is heard: the delete ends the fetch nobody waited for just
+ * then, and the next slice must learn of it (FERRY_ENOENT, "deleted") rather than wait its
+ * whole timeout for an object nobody will put. Python's test_cluster_delete_fails_a_waiting_fetch
+ * waited 15 s so in two loaded suite runs, b having heard the delete after 147 slices. The
+ * orphan grace is long here: only the order of events is this case's subject. */
+H_CLUSTER_TEST(a_delete_between_fetch_slices_ends_the_next_slice)
+{
+    h_cluster_start(cl, 2, "64M", (const char *[]){"--timers", "orphan=30000", NULL});
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id x = h_id("deleted-between-slices");
+    int status = 1;
+
+    H_RC(ferry_fetch(b, &x, 1, 100, &status), FERRY_ETIMEDOUT); /* a slice ends: nobody waits */
+    H_OK(ferry_delete_cluster(a, &x));
+    assert_true(H_WAIT_STAT_MIN(b, deletes_heard, 1, H_EVENT_MS) >= 1);
+    H_RC(ferry_fetch(b, &x, 1, 20000, &status), FERRY_ENOENT);
+    H_RC(status, FERRY_ENOENT);
+    if (!strstr(ferry_errmsg(), "deleted"))
+        fail_msg("the next slice failed without saying why: %s", ferry_errmsg());
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(fetch_queued_on_a_silent_holder_survives_a_local_put),
+        T(a_delete_between_fetch_slices_ends_the_next_slice),
         T(forged_bytes_with_the_same_xxh3_are_refused),
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
         T(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves),

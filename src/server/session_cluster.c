@@ -112,12 +112,14 @@ static void fetch_timeout(struct loop *l, struct loop_timer *t)
 static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t i)
 {
     struct engine *e = ss->srv->engine;
+    int rc;
 
     if (session_find_sealed(ss, id))
         return 0;
     if (!e)
         return err_set(FERRY_ESTANDALONE, "no other node to fetch from");
-    return engine_fetch(e, id, fetch_done, ss, i) < 0 ? (int32_t)FERRY_ENOMEM : FETCH_PENDING;
+    rc = engine_fetch(e, id, fetch_done, ss, i);
+    return rc < 0 ? rc : FETCH_PENDING;
 }
 
 int session_handle_fetch(struct session *ss, const struct proto_request *q)

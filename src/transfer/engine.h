@@ -151,7 +151,9 @@ size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t
 void engine_close(struct engine *e);
 
 /* Makes id local: fn(ctx, index, status) is called once, later, unless engine_cancel(ctx)
- * comes first. Does not check whether id is local already (the caller does). FERRY_ENOMEM. */
+ * comes first. Does not check whether id is local already (the caller does). FERRY_ENOMEM;
+ * FERRY_ENOENT when a cluster-wide delete ended a fetch of id that nobody waited for within
+ * the orphan grace (the next slice of a client that waits in slices learns of it so). */
 int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
                  uint32_t index);
 /* Forgets every callback registered with ctx. A transfer already under way finishes. */

@@ -474,9 +474,20 @@ struct engine {
     struct recent_failure recent[RECENT_FAILURES];
     struct recent_delete {
         ferry_id id;
-        uint64_t at; /* loop_now_ms(); 0 for an empty slot */
+        uint64_t at;     /* loop_now_ms(); 0 for an empty slot */
+        uint64_t orphan; /* it ended a fetch nobody waited for just then (between a client's
+                          * slices): a fetch of id before this (ms) takes up its end */
+        char by[DIRECTORY_NODE_ID_MAX + 1]; /* the node that deleted it */
     } deletes[RECENT_DELETES];
     uint32_t next_delete; /* the slot the next delete takes */
+    /* Fetches that ended with nobody waiting (a client between its slices), lately: a delete
+     * of one heard within the orphan grace after is kept for its next slice (recent_delete's
+     * orphan). Same ring as the deletes'. */
+    struct recent_end {
+        ferry_id id;
+        uint64_t at; /* loop_now_ms(); 0 for an empty slot */
+    } ends[RECENT_DELETES];
+    uint32_t next_end;
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;

@@ -35,6 +35,11 @@ void eng_want_finish(struct want *w, int status)
     if (w->done)
         return;
     w->done = 1;
+    if (!w->waiters && !w->parent) { /* a client between its slices may ask again */
+        struct recent_end *r = &w->e->ends[w->e->next_end++ % RECENT_DELETES];
+        r->id = w->id;
+        r->at = loop_now_ms();
+    }
     idmap_remove(&w->e->wants, &w->id);
     w->e->hooks->want_ended(w);
     while ((x = w->waiters)) {
@@ -454,14 +459,31 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     return w;
 }
 
+/* A delete that ended a fetch of id nobody waited for within the orphan grace: a client's next
+ * slice of that fetch takes up its end as it would have taken up the fetch. NULL when none. */
+static const struct recent_delete *ended_between_slices(const struct engine *e, const ferry_id *id)
+{
+    uint64_t now = loop_now_ms();
+
+    for (size_t i = 0; i < RECENT_DELETES; i++) {
+        const struct recent_delete *r = &e->deletes[i];
+        if (r->orphan > now && memcmp(&r->id, id, sizeof(*id)) == 0)
+            return r;
+    }
+    return NULL;
+}
+
 int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
                  uint32_t index)
 {
     struct want *w = idmap_get(&e->wants, id);
+    const struct recent_delete *r;
     struct waiter *x;
 
     if (!e->dir)
         return err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)");
+    if (!w && (r = ended_between_slices(e, id)))
+        return err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", r->by);
     if (!(x = calloc(1, sizeof(*x))))
         return err_set(FERRY_ENOMEM, "fetch waiter");
     if (!w && !(w = want_new(e, id))) {
@@ -498,6 +520,17 @@ void engine_cancel(struct engine *e, void *ctx)
     }
 }
 
+/* Whether a fetch of id ended with nobody waiting within the orphan grace before now. */
+static int ended_lately(const struct engine *e, const ferry_id *id, uint64_t now)
+{
+    for (size_t i = 0; i < RECENT_DELETES; i++) {
+        const struct recent_end *r = &e->ends[i];
+        if (r->at && r->at + e->timers.orphan_ms > now && memcmp(&r->id, id, sizeof(*id)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
 {
     struct want *w = idmap_get(&e->wants, id);
@@ -505,6 +538,9 @@ void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
 
     r->id = *id;
     r->at = loop_now_ms();
+    r->orphan =
+        (w && !w->waiters) || (!w && ended_lately(e, id, r->at)) ? r->at + e->timers.orphan_ms : 0;
+    snprintf(r->by, sizeof(r->by), "%s", node);
     if (!w)
         return;
     w->deleted = 1;
