@@ -206,9 +206,11 @@ int ferry_delete_unused(ferry_client *c, const ferry_id *id);
 
 /* Deletes id on every node of the cluster: each holder drops its copy (one still referenced
  * goes when its last reference does), the directory forgets the id, and fetches waiting for it
- * fail (FERRY_ENOENT, "deleted"). Returns once the directory has recorded the delete; other
- * nodes drop their copies as they hear of it (within about 100 ms). Succeeds when no node
- * holds id. FERRY_ESTANDALONE without a directory, FERRY_EDIRECTORY when it is down. */
+ * fail (FERRY_ENOENT, "deleted"), as does a fetch of it that continues one waiting for nobody
+ * when the delete was heard (a client between two slices of its wait). Returns once the directory
+ * has recorded the delete; other nodes drop their copies as they hear of it (within about 100 ms).
+ * Succeeds when no node holds id. FERRY_ESTANDALONE without a directory, FERRY_EDIRECTORY when it
+ * is down. */
 int ferry_delete_cluster(ferry_client *c, const ferry_id *id);
 
 /* Keeps a sealed object (keep 1), or this client's unsealed one, until it is let go (keep 0) or
@@ -531,7 +533,8 @@ int ferry_notification_read(int fd, ferry_notification *out);
  * fetcher's timeout passed, or it left) ends, and frees its room. Several clients of
  * a node fetching one id cause one transfer. statuses[i] receives 0, FERRY_ETIMEDOUT,
  * FERRY_EDIRECTORY (no directory to ask), FERRY_ETRANSFER (every holder failed),
- * FERRY_ENOSPACE or FERRY_ETOOBIG. Returns 0 when all are local, else the first failure; when
+ * FERRY_ENOENT (deleted cluster-wide meanwhile: ferry_delete_cluster), FERRY_ENOSPACE,
+ * FERRY_ETOOBIG or FERRY_ENOMEM. Returns 0 when all are local, else the first failure; when
  * the handle broke (the connection's timeout included) every status is FERRY_ECONN.
  * Takes no references: follow with ferry_get, or use ferry_get_fetch. */
 int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses);

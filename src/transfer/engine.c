@@ -204,6 +204,7 @@ void engine_close(struct engine *e)
     while ((w = idmap_next(&e->wants, &pos, NULL)))
         eng_want_free(w);
     idmap_free(&e->wants);
+    eng_slices_free(e);
     while (e->breakers) {
         struct breaker *b = e->breakers;
         e->breakers = b->next;

@@ -54,11 +54,14 @@
 /* A want whose object found no room (spilling makes it) is asked again when the store says
  * there is room, or after this. */
 #define ROOM_WAIT_MS 1000
-/* A want under way that nobody waits for any more ends after this, unless a fetch takes it
- * up again: clients wait in slices (the Python module's are 100 ms) and ask again at once,
- * and a transfer longer than a slice must not restart at every slice (a 16 MiB fetch over a
- * 1 Gbit/s link never ended that way). Short enough that a trickling holder's room is freed
- * within a second of the fetch's end. */
+/* A want under way that nobody waits for any more ends after timers.orphan_ms, unless a fetch
+ * takes it up again: clients wait in slices (the Python module's are 100 ms) and ask again at
+ * once, and a transfer longer than a slice must not restart at every slice (a 16 MiB fetch
+ * over a 1 Gbit/s link never ended that way). Short enough that a trickling holder's room is
+ * freed within a second of the fetch's end. A cluster-wide delete heard between two slices
+ * is kept for the next one as long (e->slice_ends, e->slice_deletes: at most SLICE_KEPT ids
+ * each, forgotten all at once past that). */
+#define SLICE_KEPT 4096
 /* A peer that owes bytes and sends none for e->timers.stall_ms is given up on; so is a
  * connector that has not finished the handshake in handshake_ms, and a holder that has not
  * answered our hello in answer_ms: some transports (shm, rxm) never report a dead peer, and a
@@ -474,20 +477,14 @@ struct engine {
     struct recent_failure recent[RECENT_FAILURES];
     struct recent_delete {
         ferry_id id;
-        uint64_t at;     /* loop_now_ms(); 0 for an empty slot */
-        uint64_t orphan; /* it ended a fetch nobody waited for just then (between a client's
-                          * slices): a fetch of id before this (ms) takes up its end */
-        char by[DIRECTORY_NODE_ID_MAX + 1]; /* the node that deleted it */
+        uint64_t at; /* loop_now_ms(); 0 for an empty slot */
     } deletes[RECENT_DELETES];
     uint32_t next_delete; /* the slot the next delete takes */
-    /* Fetches that ended with nobody waiting (a client between its slices), lately: a delete
-     * of one heard within the orphan grace after is kept for its next slice (recent_delete's
-     * orphan). Same ring as the deletes'. */
-    struct recent_end {
-        ferry_id id;
-        uint64_t at; /* loop_now_ms(); 0 for an empty slot */
-    } ends[RECENT_DELETES];
-    uint32_t next_end;
+    /* Between a client's fetch slices (engine_want.c): ids whose fetch ended with nobody
+     * waiting, id -> uint64_t (when); cluster-wide deletes heard of such an id, or of a want
+     * nobody waited for then, id -> struct slice_delete, taken by the next fetch of the id
+     * within the orphan grace. */
+    idmap slice_ends, slice_deletes;
     idmap wants;
     struct peer *peers;
     struct inconn *inconns;
@@ -535,6 +532,8 @@ void eng_want_free(struct want *w);
 /* Answers w's waiters with status and retires it (its record lives on while a pull or a part
  * names it). */
 void eng_want_finish(struct want *w, int status);
+/* Frees what is kept between fetch slices (engine_close). */
+void eng_slices_free(struct engine *e);
 /* The holder in w->holder failed as fault says (had: with FAULT_OTHER, the content it said it
  * had; else NULL): try the next (a part: another holder of its split). */
 void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,

@@ -27,6 +27,84 @@ void eng_want_free(struct want *w)
     free(w);
 }
 
+/* ---- between a client's fetch slices ---- */
+
+/* A delete kept for the next fetch slice of its id. */
+struct slice_delete {
+    uint64_t until; /* loop_now_ms() past which it is forgotten */
+    char by[DIRECTORY_NODE_ID_MAX + 1];
+};
+
+/* Frees m's values and m. */
+static void slices_clear(idmap *m)
+{
+    void *v;
+    size_t pos = 0;
+
+    while ((v = idmap_next(m, &pos, NULL)))
+        free(v);
+    idmap_free(m);
+}
+
+void eng_slices_free(struct engine *e)
+{
+    slices_clear(&e->slice_ends);
+    slices_clear(&e->slice_deletes);
+}
+
+/* Keeps value for id in m (replacing one kept), at most SLICE_KEPT ids; value is m's or freed. */
+static void slice_keep(idmap *m, const ferry_id *id, void *value)
+{
+    free(idmap_remove(m, id));
+    if (m->count >= SLICE_KEPT)
+        slices_clear(m);
+    if (idmap_put(m, id, value) < 0)
+        free(value);
+}
+
+/* A fetch of id ended with nobody waiting: its client may be between two slices. */
+static void slice_end(struct engine *e, const ferry_id *id)
+{
+    uint64_t *at = malloc(sizeof(*at));
+
+    if (!at)
+        return;
+    *at = loop_now_ms();
+    slice_keep(&e->slice_ends, id, at);
+}
+
+/* A delete of id heard now, by node: kept for the next slice when a fetch of id is waiting for
+ * nobody (w, without waiters) or ended so within the orphan grace. */
+static void slice_deleted(struct engine *e, const ferry_id *id, const struct want *w,
+                          const char *node)
+{
+    const uint64_t *ended = w ? NULL : idmap_get(&e->slice_ends, id);
+    uint64_t now = loop_now_ms();
+    struct slice_delete *d;
+
+    if (w ? w->waiters != NULL : !ended || *ended + e->timers.orphan_ms <= now)
+        return;
+    if (!(d = malloc(sizeof(*d))))
+        return;
+    d->until = now + e->timers.orphan_ms;
+    snprintf(d->by, sizeof(d->by), "%s", node);
+    slice_keep(&e->slice_deletes, id, d);
+}
+
+/* The delete kept for id's next slice, taken (once): FERRY_ENOENT saying so, or 0. */
+static int slice_delete_take(struct engine *e, const ferry_id *id)
+{
+    struct slice_delete *d = e->slice_deletes.count ? idmap_remove(&e->slice_deletes, id) : NULL;
+    int rc = 0;
+
+    if (d && d->until > loop_now_ms())
+        rc = err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", d->by);
+    free(d);
+    return rc;
+}
+
+/* ---- wants ---- */
+
 /* Answers every waiter and retires the want; its record lives on while a pull names it. */
 void eng_want_finish(struct want *w, int status)
 {
@@ -35,11 +113,8 @@ void eng_want_finish(struct want *w, int status)
     if (w->done)
         return;
     w->done = 1;
-    if (!w->waiters && !w->parent) { /* a client between its slices may ask again */
-        struct recent_end *r = &w->e->ends[w->e->next_end++ % RECENT_DELETES];
-        r->id = w->id;
-        r->at = loop_now_ms();
-    }
+    if (!w->waiters && !w->parent)
+        slice_end(w->e, &w->id);
     idmap_remove(&w->e->wants, &w->id);
     w->e->hooks->want_ended(w);
     while ((x = w->waiters)) {
@@ -459,31 +534,17 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     return w;
 }
 
-/* A delete that ended a fetch of id nobody waited for within the orphan grace: a client's next
- * slice of that fetch takes up its end as it would have taken up the fetch. NULL when none. */
-static const struct recent_delete *ended_between_slices(const struct engine *e, const ferry_id *id)
-{
-    uint64_t now = loop_now_ms();
-
-    for (size_t i = 0; i < RECENT_DELETES; i++) {
-        const struct recent_delete *r = &e->deletes[i];
-        if (r->orphan > now && memcmp(&r->id, id, sizeof(*id)) == 0)
-            return r;
-    }
-    return NULL;
-}
-
 int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
                  uint32_t index)
 {
     struct want *w = idmap_get(&e->wants, id);
-    const struct recent_delete *r;
     struct waiter *x;
+    int rc;
 
     if (!e->dir)
         return err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)");
-    if (!w && (r = ended_between_slices(e, id)))
-        return err_set(FERRY_ENOENT, "deleted cluster-wide (by node %s)", r->by);
+    if (!w && (rc = slice_delete_take(e, id)) < 0)
+        return rc;
     if (!(x = calloc(1, sizeof(*x))))
         return err_set(FERRY_ENOMEM, "fetch waiter");
     if (!w && !(w = want_new(e, id))) {
@@ -520,17 +581,6 @@ void engine_cancel(struct engine *e, void *ctx)
     }
 }
 
-/* Whether a fetch of id ended with nobody waiting within the orphan grace before now. */
-static int ended_lately(const struct engine *e, const ferry_id *id, uint64_t now)
-{
-    for (size_t i = 0; i < RECENT_DELETES; i++) {
-        const struct recent_end *r = &e->ends[i];
-        if (r->at && r->at + e->timers.orphan_ms > now && memcmp(&r->id, id, sizeof(*id)) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
 {
     struct want *w = idmap_get(&e->wants, id);
@@ -538,9 +588,7 @@ void engine_on_deleted(struct engine *e, const ferry_id *id, const char *node)
 
     r->id = *id;
     r->at = loop_now_ms();
-    r->orphan =
-        (w && !w->waiters) || (!w && ended_lately(e, id, r->at)) ? r->at + e->timers.orphan_ms : 0;
-    snprintf(r->by, sizeof(r->by), "%s", node);
+    slice_deleted(e, id, w, node);
     if (!w)
         return;
     w->deleted = 1;
