@@ -525,18 +525,26 @@ static struct object *spilled_object(struct spilling *sp)
     return o;
 }
 
+/* The object of spilled_object(sp), its read back started: RESTORING. */
+static struct object *restoring_object(struct spilling *sp)
+{
+    struct object *o;
+
+    spilling_open(sp);
+    o = spilled_object(sp);
+    assert_int_equal(store_restore(&sp->st, o, 0), FERRY_EAGAIN);
+    assert_int_equal(o->life, OBJECT_RESTORING);
+    return o;
+}
+
 /* With a spill directory an object lives along object.h's diagram to SPILLED, and is read back
  * (RESTORING, then SEALED) with its bytes intact. */
 static void test_an_object_lives_along_its_diagram(void **state)
 {
     struct spilling sp;
-    struct object *o;
+    struct object *o = restoring_object(&sp);
 
     (void)state;
-    spilling_open(&sp);
-    o = spilled_object(&sp);
-    assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN);
-    assert_int_equal(o->life, OBJECT_RESTORING);
     assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN); /* one read for both */
     spill_wait(&sp.st, o, OBJECT_SEALED);
     assert_memory_equal(sp.base + o->offset, sp.want, SPILL_SIZE);
@@ -550,12 +558,9 @@ static void test_an_object_lives_along_its_diagram(void **state)
 static void test_deleted_while_restoring_ends_sealed(void **state)
 {
     struct spilling sp;
-    struct object *o;
+    struct object *o = restoring_object(&sp);
 
     (void)state;
-    spilling_open(&sp);
-    o = spilled_object(&sp);
-    assert_int_equal(store_restore(&sp.st, o, 0), FERRY_EAGAIN);
     store_ref(&sp.st, o); /* kept to be looked at once deleted */
     store_delete(&sp.st, o);
     assert_int_equal(sp.st.spilled_objects, 0);

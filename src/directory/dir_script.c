@@ -481,29 +481,24 @@ static void published(struct directory *d, const struct published *p,
     }
 }
 
-/* The reply to a queued publication's script (or to its replacement of a record). */
+/* One answer of publish (r[0..n)) taken here, or reported as not one. */
+static void published_answer(struct directory *d, redisReply *const *r, size_t n,
+                             const redisReply *whole)
+{
+    struct directory_answer a = {0};
+    struct published p;
+
+    if (parse_published(r, n, &p, &a) < 0)
+        dir_check_reply(d, whole, "publish");
+    else
+        published(d, &p, &a);
+}
+
+/* The reply to a queued publication's script, its replacement of a record, or a batch's
+ * script: one answer, or (a batch) an array of them. */
 static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
-    struct directory_answer a = {0};
-    struct published p;
-    redisReply **r;
-    size_t n;
-
-    if (!reply)
-        return;
-    if (!dir_script_reply(d, reply, &r, &n) || parse_published(r, n, &p, &a) < 0) {
-        dir_check_reply(d, reply, "publish");
-        return;
-    }
-    published(d, &p, &a);
-}
-
-/* The reply to a batch of publications: an answer per publication. */
-static void on_published_batch(redisAsyncContext *ac, void *reply, void *priv)
-{
-    struct directory *d = dir_reply_begin(ac, reply);
-    struct published p;
     redisReply **r;
     size_t n;
 
@@ -511,15 +506,12 @@ static void on_published_batch(redisAsyncContext *ac, void *reply, void *priv)
         return;
     if (!dir_script_reply(d, reply, &r, &n)) {
         dir_check_reply(d, reply, "publish");
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct directory_answer a = {0};
-        if (r[i]->type != REDIS_REPLY_ARRAY ||
-            parse_published(r[i]->element, r[i]->elements, &p, &a) < 0)
-            dir_check_reply(d, r[i], "publish");
-        else
-            published(d, &p, &a);
+    } else if (n && r[0]->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < n; i++)
+            published_answer(d, r[i]->element, r[i]->type == REDIS_REPLY_ARRAY ? r[i]->elements : 0,
+                             r[i]);
+    } else {
+        published_answer(d, r, n, reply);
     }
 }
 
@@ -589,7 +581,7 @@ static int send_publish_batch(struct directory *d, const struct pubop *ops, size
         args[nargs++] = p[i].sig;
         args[nargs++] = p[i].gen;
     }
-    rc = evalsha(d, SCRIPT_PUBLISH_BATCH, on_published_batch, NULL, (int)(1 + n), args, nargs);
+    rc = evalsha(d, SCRIPT_PUBLISH_BATCH, on_published, NULL, (int)(1 + n), args, nargs);
 free_all:
     free(args);
     free(p);
