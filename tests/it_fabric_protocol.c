@@ -103,6 +103,35 @@ H_CLUSTER_TEST(one_gib)
     ferry_disconnect(b);
 }
 
+/* A reader paced to 10 MiB/s spends 2.4 s on 24 MiB lent under one lease (5 s and a share
+ * per byte), past the holder's stall window of 1 s: the lease, not the stall watchdog, guards
+ * that read, and the object arrives from its only holder. The watchdog once counted a lent
+ * range as owed and dropped a reader slowed by a busy machine within its lease (one_gib under
+ * sanitizers: "read none of what it asked for in 10000 ms"). */
+H_CLUSTER_TEST(a_read_within_its_lease_outlasts_the_stall_window)
+{
+    const char *timers = getenv("FERRY_TEST_TIMERS");
+    char *saved = timers ? strdup(timers) : NULL;
+    setenv("FERRY_TEST_TIMERS", "stall=1000", 1);
+    h_node_start(cl, A, "64M", NULL);
+    start_with_fault(cl, B, "64M", "fabric-read-delay-ms=100", NULL);
+    if (saved)
+        setenv("FERRY_TEST_TIMERS", saved, 1);
+    else
+        unsetenv("FERRY_TEST_TIMERS");
+    free(saved);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
+    ferry_id id = h_id("slow-reader");
+    H_OK(h_put_direct(a, &id, 24 * MIB, 5));
+    fetch_ok(b, &id, 30000);
+    h_assert_object(b, &id, 24 * MIB, 5);
+    assert_int_equal(h_stats(a).peers_too_slow, 0);
+    assert_int_equal(h_stat(a, "fabric_leases_expired"), 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* With one receive buffer per size class and peer, hundreds of objects in one fetch wait for
  * credits again and again, and all arrive. */
 H_CLUSTER_TEST(credit_window_of_one)
@@ -253,6 +282,7 @@ int main(void)
         T(eager_limit_edges),
         T(empty_data_with_metadata),
         T(one_gib),
+        T(a_read_within_its_lease_outlasts_the_stall_window),
         T(credit_window_of_one),
         T(holder_killed_during_read),
         T(unpin_that_never_arrives_expires),

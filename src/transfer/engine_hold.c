@@ -661,9 +661,18 @@ static void on_out_check(struct loop *l, struct loop_timer *t)
 {
     struct inconn *ic = t->arg;
     uint32_t stall_ms = ic->e->timers.stall_ms;
-    uint64_t rate, idle = eng_watch_idle(ic->e, &ic->out, ic->conn->bytes_out, &rate);
+    uint64_t rate, idle;
     char why[112];
 
+    if (loop_now_ms() < ic->conn->quiet_until_ms) {
+        /* Reading what we lent it under a lease: the lease ends that read if it is too slow,
+         * and dropping the reader now would free no pin before then anyway. The stall window
+         * starts again once no lease runs. */
+        eng_watch_stop(ic->e, &ic->out);
+        eng_watch_start(ic->e, &ic->out, ic->conn->bytes_out);
+        return;
+    }
+    idle = eng_watch_idle(ic->e, &ic->out, ic->conn->bytes_out, &rate);
     if (idle >= stall_ms) {
         ic->e->counters.peers_too_slow++;
         snprintf(why, sizeof(why), "read none of what it asked for in %u ms", stall_ms);

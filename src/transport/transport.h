@@ -57,6 +57,10 @@ struct xconn {
     char peer[128];     /* printable peer address, for logs */
     uint64_t bytes_in;  /* read so far (the engine's stall watchdogs compare them) */
     uint64_t bytes_out; /* written so far */
+    /* The peer owes nothing visible before this time (loop_now_ms; 0: none): bytes it reads
+     * one-sided under a lease move no counter until it says it is done, and the lease, not
+     * the engine's stall watchdogs, bounds that read. */
+    uint64_t quiet_until_ms;
     uint32_t max_frame; /* frames longer than this break the framing; the engine lowers it
                          * for peers that have not authenticated yet */
     uint64_t eager_max; /* send_range: larger ranges go one-sided where the transport can */

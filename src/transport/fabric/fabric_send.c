@@ -204,7 +204,10 @@ static int lease_start(struct fconn *c, struct fseg *s)
     c->nleases++;
     c->lent_bytes += s->len;
     /* The holder's lease is the RDV's plus a second: the reader gives up before it. */
-    return loop_timer_start(c->f->loop, &ls->timer, loop_now_ms() + s->lease_ms + 1000);
+    uint64_t end = loop_now_ms() + s->lease_ms + 1000;
+    if (end > c->base.quiet_until_ms)
+        c->base.quiet_until_ms = end;
+    return loop_timer_start(c->f->loop, &ls->timer, end);
 }
 
 void fab_lease_end(struct lease *ls)
@@ -212,6 +215,8 @@ void fab_lease_end(struct lease *ls)
     ls->c->f->lent--;
     ls->c->nleases--;
     ls->c->lent_bytes -= ls->len;
+    if (!ls->c->nleases) /* the latest deadline of those left is past none of them */
+        ls->c->base.quiet_until_ms = 0;
     *ls->pprev = ls->next;
     if (ls->next)
         ls->next->pprev = ls->pprev;
