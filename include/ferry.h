@@ -455,7 +455,12 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "turns of the event loop that did not sleep: work was pending (a spin shows here)")          \
     X(directory_published, COUNTER, "copies published to the directory (holder records sent)")     \
     X(directory_publish_batches, COUNTER,                                                          \
-      "scripts that carried several publications at once (up to 64)")
+      "scripts that carried several publications at once (up to 64)")                              \
+    X(fetch_hints, COUNTER, "objects a fetch asked of the node its location named first")          \
+    X(fetch_hint_misses, COUNTER,                                                                  \
+      "objects the located node did not give: the directory's holders asked instead")              \
+    X(fetch_hints_refused, COUNTER,                                                                \
+      "locations a fetch was given that were malformed or not signed with our secret: ignored")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;
@@ -538,6 +543,25 @@ int ferry_notification_read(int fd, ferry_notification *out);
  * the handle broke (the connection's timeout included) every status is FERRY_ECONN.
  * Takes no references: follow with ferry_get, or use ferry_get_fetch. */
 int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses);
+
+/* A node's location as text, with its NUL, at most (ferry_location). */
+#define FERRY_LOCATION_MAX 3072
+
+/* The location of the node this handle talks to, into out: its id, transfer addresses and
+ * incarnation, signed with the cluster secret when there is one ("ferry1;node-a;..."). A
+ * reference to an object put here carries it, so that ferry_fetch_at on another node asks
+ * this node at once instead of the directory (a location is the same for every object of
+ * this node's run: ask once). FERRY_EDIRECTORY when the node has no directory. */
+int ferry_location(ferry_client *c, char out[FERRY_LOCATION_MAX]);
+
+/* ferry_fetch with a location per id (what ferry_location said on the node that put it):
+ * each object not local is asked of that node first, and of the directory's holders only if
+ * that node does not give it (it died, restarted, dropped the object, or the location is
+ * forged or malformed: never other bytes than a ferry_fetch would bring). locations may be
+ * NULL, and any of them NULL or "": that id is looked up as ferry_fetch does. Counted in
+ * the stats as fetch_hints, fetch_hint_misses and fetch_hints_refused. */
+int ferry_fetch_at(ferry_client *c, const ferry_id *ids, const char *const *locations, size_t n,
+                   int64_t timeout_ms, int *statuses);
 
 /* ferry_get that first fetches the objects that are not local, within the same timeout.
  * A missing entry's status, and the call's return, is why its fetch failed (FERRY_ETIMEDOUT,

@@ -299,6 +299,41 @@ H_CLUSTER_TEST(switched_record_is_refused_then_repaired)
         ferry_disconnect(c[i]);
 }
 
+/* A location not signed with our secret is refused (counted) and its id looked up: one that
+ * names a real node at an address of the writer's choosing, and the real one with its
+ * signature changed. The genuine one is taken, and asks no directory. */
+H_CLUSTER_TEST(a_forged_location_is_refused_and_the_directory_asked)
+{
+    ferry_client *c[2];
+    char loc[FERRY_LOCATION_MAX], forged[FERRY_LOCATION_MAX];
+    const char *lies[2] = {forged, "ferry1;node-a;1;127.0.0.1:1;tcp=127.0.0.1:1"};
+    start_trusted(cl, 2, c);
+    H_OK(ferry_location(c[A], loc));
+    char *sig = strchr(loc, '#');
+    assert_non_null(sig);
+    snprintf(forged, sizeof(forged), "%s", loc);
+    forged[strlen(forged) - 1] = forged[strlen(forged) - 1] == '0' ? '1' : '0';
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        int status = 1;
+        snprintf(name, sizeof(name), "located-%d", i);
+        ferry_id id = h_id(name);
+        H_OK(h_put_direct(c[A], &id, 20000, 2));
+        h_assert_where(c[B], cl, &id, BIT(A), H_CLUSTER_MS);
+        uint64_t lookups = h_stat(c[B], "directory_lookups");
+        const char *at[] = {i < 2 ? lies[i] : loc};
+        H_OK(ferry_fetch_at(c[B], &id, at, 1, 10000, &status));
+        H_OK(status);
+        h_assert_object(c[B], &id, 20000, 2);
+        assert_int_equal(h_stat(c[B], "fetch_hints_refused"), i < 2 ? i + 1 : 2);
+        assert_int_equal(h_stat(c[B], "fetch_hints"), i < 2 ? 0 : 1);
+        if (i == 2)
+            assert_int_equal(h_stat(c[B], "directory_lookups"), lookups);
+    }
+    for (int i = 0; i < 2; i++)
+        ferry_disconnect(c[i]);
+}
+
 /* A ferryd started with the id of a live node (B, with the secret) still stops with status 78,
  * naming that node: B's entry carries a heartbeat signed since the newcomer began. B keeps its
  * entry. */
@@ -605,6 +640,7 @@ int main(void)
         T(withheld_delete_event_spares_a_re_put_of_the_same_content),
         T(a_replayed_entry_of_a_dead_run_does_not_keep_its_node_from_starting),
         T(a_live_node_id_is_still_refused_with_signed_heartbeats),
+        T(a_forged_location_is_refused_and_the_directory_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -1239,6 +1240,114 @@ static void test_planted_partial_holders_do_not_crowd_out_whole_ones(void **stat
     directory_close(c);
 }
 
+/* ---- locations ---- */
+
+/* Node id's directory under secret (NULL: none), not waited for: a location needs no Redis. */
+static struct directory *open_signed(struct loop *l, const char *id, const char *secret)
+{
+    char u[64];
+    struct directory_config cfg = {.url = u,
+                                   .heartbeat_ms = HEARTBEAT_MS,
+                                   .ttl_ms = TTL_MS,
+                                   .timeout_ms = TIMEOUT_MS,
+                                   .secret = (const uint8_t *)secret,
+                                   .secret_len = secret ? strlen(secret) : 0};
+    struct directory *d = NULL;
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    snprintf(cfg.self.id, sizeof(cfg.self.id), "%s", id);
+    snprintf(cfg.self.addr, sizeof(cfg.self.addr), "10.0.0.%d:7000", id[0]);
+    assert_int_equal(directory_node_set(&cfg.self, "tcp", cfg.self.addr), 0);
+    assert_int_equal(directory_node_set(&cfg.self, "fabric", "tcp;ofi_rxm@0a 0b=%#"), 0);
+    assert_int_equal(directory_open(&d, l, &cfg, NULL), 0);
+    return d;
+}
+
+/* text with its first `from` replaced by `to`, into out. */
+static const char *replaced(char *out, size_t cap, const char *text, const char *from,
+                            const char *to)
+{
+    const char *at = strstr(text, from);
+
+    assert_non_null(at);
+    snprintf(out, cap, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* A location says what the node's entry says, signed as the entry is, its fields escaped (a
+ * fabric address holds ';' and more): a node of the same secret reads it back; another secret, any
+ * changed field and an unsigned one are refused (FERRY_EAUTH); an open cluster takes any
+ * well-formed one; malformed ones are FERRY_EINVAL. */
+static void test_locations(void **state)
+{
+    struct loop *l = *state;
+    struct directory *a = open_signed(l, "a", "s1"), *b = open_signed(l, "b", "s1");
+    struct directory *x = open_signed(l, "x", "s2"), *o = open_signed(l, "o", NULL);
+    char loc[DIRECTORY_LOCATION_MAX], other[DIRECTORY_LOCATION_MAX], inc[32], inc2[32];
+    char big[DIRECTORY_LOCATION_MAX + 8];
+    struct directory_node n;
+    const char *malformed[] = {"",
+                               "ferry1;",
+                               "ferry2;a;1;h;tcp=x",
+                               "ferry1;a;0;h;tcp=x",
+                               "ferry1;a;x1;h;tcp=x",
+                               "ferry1;a;1;h",
+                               "ferry1;a;1;h;tcp",
+                               "ferry1;a;1;h;=x",
+                               "ferry1;a;1;h;tcp=",
+                               "ferry1;a;1;h;;tcp=x",
+                               "ferry1;a b;1;h;tcp=x",
+                               "ferry1;a;1;h;tcp=x;tcp=y",
+                               "ferry1;a;1;h;a=1;b=2;c=3;d=4;e=5",
+                               "ferry1;a;99999999999999999999999;h;tcp=x",
+                               "ferry1;a;1;h;tcp=x\n",
+                               "ferry1;a;1;h;tcp=%0",
+                               "ferry1;a;1;h;tcp=%00",
+                               "ferry1;a;1;h;tcp=%zz",
+                               "ferry1;a;1;h;tcp=x=y"};
+
+    assert_int_equal(directory_location(a, loc, sizeof(loc)), 0);
+    assert_int_equal(strncmp(loc, "ferry1;a;", 9), 0);
+    assert_int_equal(directory_location_parse(b, loc, &n), 0);
+    assert_string_equal(n.id, "a");
+    assert_true(n.inc == directory_incarnation(a));
+    assert_string_equal(n.addr, "10.0.0.97:7000");
+    assert_int_equal(n.nxp, 2);
+    assert_string_equal(directory_node_addr(&n, "fabric"), "tcp;ofi_rxm@0a 0b=%#");
+    assert_non_null(strstr(loc, "=tcp%3bofi_rxm@0a%200b%3d%25%23"));
+    assert_int_equal(n.seq, 0);
+    assert_int_equal(directory_location_parse(x, loc, &n), FERRY_EAUTH);
+    assert_int_equal(directory_location_parse(o, loc, &n), 0);
+    /* Each field is signed: the incarnation, an address, the node. */
+    snprintf(inc, sizeof(inc), ";%" PRIu64 ";", directory_incarnation(a));
+    snprintf(inc2, sizeof(inc2), ";%" PRIu64 ";", directory_incarnation(a) + 1);
+    assert_int_equal(
+        directory_location_parse(b, replaced(other, sizeof(other), loc, inc, inc2), &n),
+        FERRY_EAUTH);
+    assert_int_equal(
+        directory_location_parse(
+            b, replaced(other, sizeof(other), loc, "tcp=10.0.0.97", "tcp=10.0.0.98"), &n),
+        FERRY_EAUTH);
+    assert_int_equal(
+        directory_location_parse(b, replaced(other, sizeof(other), loc, ";a;", ";b;"), &n),
+        FERRY_EAUTH);
+    /* Unsigned under a secret; no room for it. */
+    assert_int_equal(directory_location(o, other, sizeof(other)), 0);
+    assert_null(strchr(other, '#'));
+    assert_int_equal(directory_location_parse(b, other, &n), FERRY_EAUTH);
+    assert_int_equal(directory_location(a, other, 40), FERRY_EINVAL);
+    for (size_t i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++)
+        assert_int_equal(directory_location_parse(o, malformed[i], &n), FERRY_EINVAL);
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    memcpy(big, "ferry1;", 7);
+    assert_int_equal(directory_location_parse(o, big, &n), FERRY_EINVAL);
+    directory_close(a);
+    directory_close(b);
+    directory_close(x);
+    directory_close(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1249,6 +1358,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_hostile, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_locations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_lookup_withdraw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_incarnations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_content_per_id, setup, teardown),

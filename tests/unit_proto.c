@@ -77,6 +77,78 @@ static void test_get_round_trip(void **state)
     pbuf_free(&b);
 }
 
+/* A FETCH_AT of ids with locations of which one is empty and one the longest. */
+static size_t fetch_at(struct pbuf *b, const char *const *locs, uint32_t n)
+{
+    ferry_id id = make_id(7);
+    size_t start = proto_frame_begin(b, PROTO_FETCH_AT, 9);
+
+    pbuf_u64(b, 100);
+    pbuf_u32(b, n);
+    for (uint32_t i = 0; i < n; i++)
+        pbuf_put(b, &id, sizeof(id));
+    for (uint32_t i = 0; locs && i < n; i++)
+        proto_put_loc(b, locs[i]);
+    proto_frame_end(b, start);
+    return start;
+}
+
+/* FETCH_AT's locations come through as they went, read one after the other; a location
+ * too long, holding a NUL, cut short, or missing is a broken request. */
+static void test_fetch_at_round_trip_and_malformed(void **state)
+{
+    static char longest[FERRY_LOCATION_MAX + 1];
+    const char *locs[3] = {"ferry1;a;1;h;tcp=x", "", longest};
+    struct pbuf b = {0};
+    struct proto_request q;
+    char out[FERRY_LOCATION_MAX];
+
+    memset(longest, 'l', PROTO_MAX_LOCATION);
+    fetch_at(&b, locs, 3);
+    assert_int_equal(decode(&b, &q), 0);
+    assert_int_equal(q.u.ids.n, 3);
+    struct preader r = {q.u.ids.locs, q.u.ids.locs_len, 0};
+    for (int i = 0; i < 3; i++) {
+        proto_get_loc(&r, out);
+        assert_string_equal(out, locs[i]);
+    }
+    assert_int_equal(r.left, 0);
+    assert_int_equal(r.bad, 0);
+
+    b.len = 0; /* one byte too long: the writer cuts it, so it is written by hand */
+    size_t start = proto_frame_begin(&b, PROTO_FETCH_AT, 9);
+    pbuf_u64(&b, 100);
+    pbuf_u32(&b, 1);
+    pbuf_put(&b, &(ferry_id){{0}}, sizeof(ferry_id));
+    pbuf_u16(&b, PROTO_MAX_LOCATION + 1);
+    for (uint32_t i = 0; i <= PROTO_MAX_LOCATION; i++)
+        pbuf_u8(&b, 'l');
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+
+    b.len = 0; /* a NUL within */
+    start = proto_frame_begin(&b, PROTO_FETCH_AT, 9);
+    pbuf_u64(&b, 100);
+    pbuf_u32(&b, 1);
+    pbuf_put(&b, &(ferry_id){{0}}, sizeof(ferry_id));
+    pbuf_u16(&b, 3);
+    pbuf_put(&b, "a\0b", 3);
+    proto_frame_end(&b, start);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+
+    b.len = 0; /* no locations at all */
+    fetch_at(&b, NULL, 2);
+    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    b.len = 0; /* the last one cut short */
+    fetch_at(&b, locs, 1);
+    b.len -= 1;
+    struct proto_header h;
+    assert_int_equal(proto_decode_header(b.data, PROTO_MAX_REQUEST, &h), 0);
+    h.length -= 1;
+    assert_int_equal(proto_decode_request(&h, b.data + PROTO_HEADER_SIZE, &q), FERRY_EPROTO);
+    pbuf_free(&b);
+}
+
 static void test_batch_entries(void **state)
 {
     struct pbuf b = {0};
@@ -430,6 +502,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_round_trip),
+        cmocka_unit_test(test_fetch_at_round_trip_and_malformed),
         cmocka_unit_test(test_name_round_trip_and_check),
         cmocka_unit_test(test_batch_entries),
         cmocka_unit_test(test_count_beyond_payload_rejected),

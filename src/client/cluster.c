@@ -7,19 +7,23 @@
 #include "client/client.h"
 #include "common/err.h"
 
-/* Sends FETCH and reads the statuses; the return is the first failure, or 0. */
-static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
-                        int *statuses)
+/* Sends FETCH (FETCH_AT with locs) and reads the statuses; the return is the first failure,
+ * or 0. */
+static int fetch_locked(struct ferry_client *c, const ferry_id *ids, const char *const *locs,
+                        size_t n, int64_t timeout_ms, int *statuses)
 {
+    uint16_t type = locs ? PROTO_FETCH_AT : PROTO_FETCH;
     char text[PROTO_MAX_DETAIL + 1];
     int rc, first;
 
-    client_req_begin(c, PROTO_FETCH);
+    client_req_begin(c, type);
     pbuf_u64(&c->out, (uint64_t)timeout_ms);
     pbuf_u32(&c->out, (uint32_t)n);
     pbuf_put(&c->out, ids, n * sizeof(ferry_id));
+    for (size_t i = 0; locs && i < n; i++)
+        proto_put_loc(&c->out, locs[i] ? locs[i] : "");
     /* The first failure's reason: which holders were tried, and why each failed. */
-    if ((rc = client_call_wait(c, PROTO_FETCH, timeout_ms)) < 0 ||
+    if ((rc = client_call_wait(c, type, timeout_ms)) < 0 ||
         (rc = client_read_statuses(c, "fetch", n, NULL, statuses, &first, text)) < 0) {
         for (size_t i = 0; c->broken && i < n; i++)
             statuses[i] = FERRY_ECONN;
@@ -30,16 +34,43 @@ static int fetch_locked(struct ferry_client *c, const ferry_id *ids, size_t n, i
     return 0;
 }
 
-int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses)
+int ferry_fetch_at(ferry_client *c, const ferry_id *ids, const char *const *locations, size_t n,
+                   int64_t timeout_ms, int *statuses)
 {
     int rc;
 
     if ((n && (!ids || !statuses)) || n > PROTO_MAX_IDS || timeout_ms < -1)
         return err_set(FERRY_EINVAL, "fetch: %zu ids (at most %u), timeout %lld ms", n,
                        PROTO_MAX_IDS, (long long)timeout_ms);
+    for (size_t i = 0; locations && i < n; i++)
+        if (locations[i] && strlen(locations[i]) > PROTO_MAX_LOCATION)
+            return err_set(FERRY_EINVAL, "fetch: location %zu longer than %u bytes", i,
+                           PROTO_MAX_LOCATION);
     if ((rc = client_enter(c)) < 0)
         return rc;
-    return client_leave(c, fetch_locked(c, ids, n, timeout_ms, statuses));
+    return client_leave(c, fetch_locked(c, ids, locations, n, timeout_ms, statuses));
+}
+
+int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms, int *statuses)
+{
+    return ferry_fetch_at(c, ids, NULL, n, timeout_ms, statuses);
+}
+
+int ferry_location(ferry_client *c, char out[FERRY_LOCATION_MAX])
+{
+    int rc;
+
+    if (!out)
+        return err_set(FERRY_EINVAL, "location: NULL argument");
+    out[0] = '\0';
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    client_req_begin(c, PROTO_LOCATION);
+    if ((rc = client_call(c, PROTO_LOCATION)) == 0) {
+        proto_get_loc(&c->rd, out);
+        rc = client_reply_end(c);
+    }
+    return client_leave(c, rc);
 }
 
 int ferry_get_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,

@@ -160,6 +160,8 @@ const char *proto_type_name(uint16_t type)
         [PROTO_STAGE] = "STAGE",
         [PROTO_PUT_BATCH] = "PUT_BATCH",
         [PROTO_FETCH] = "FETCH",
+        [PROTO_LOCATION] = "LOCATION",
+        [PROTO_FETCH_AT] = "FETCH_AT",
         [PROTO_NODES] = "NODES",
         [PROTO_WHERE] = "WHERE",
         [PROTO_PEERS] = "PEERS",
@@ -210,6 +212,23 @@ static int decode_ids(struct preader *r, uint32_t max, uint32_t *n, const ferry_
     return 0;
 }
 
+/* n locs from r: each of at most PROTO_MAX_LOCATION bytes, none holding a NUL; where they
+ * start and how many bytes they take. */
+static int decode_locs(struct preader *r, uint32_t n, const uint8_t **locs, size_t *len)
+{
+    size_t before = r->left;
+
+    *locs = r->p;
+    for (uint32_t i = 0; i < n && !r->bad; i++) {
+        uint16_t k = prd_u16(r);
+        const uint8_t *p = prd_bytes(r, k);
+        if (k > PROTO_MAX_LOCATION || (p && memchr(p, '\0', k)))
+            return err_set(FERRY_EPROTO, "fetch: location %u of %u bytes, or with a NUL", i, k);
+    }
+    *len = before - r->left;
+    return 0;
+}
+
 /* An id, then a u8 that is a boolean (what names it in the error). */
 static int decode_id_flag(struct preader *r, ferry_id *id, uint8_t *flag, const char *what)
 {
@@ -256,6 +275,13 @@ static int decode_body(struct preader *r, struct proto_request *q)
         if (q->u.ids.timeout_ms < -1)
             return err_set(FERRY_EPROTO, "get: timeout %lld ms", (long long)q->u.ids.timeout_ms);
         return decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids);
+    case PROTO_FETCH_AT:
+        q->u.ids.timeout_ms = (int64_t)prd_u64(r);
+        if (q->u.ids.timeout_ms < -1)
+            return err_set(FERRY_EPROTO, "fetch: timeout %lld ms", (long long)q->u.ids.timeout_ms);
+        if (decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids) < 0)
+            return FERRY_EPROTO;
+        return decode_locs(r, q->u.ids.n, &q->u.ids.locs, &q->u.ids.locs_len);
     case PROTO_REFRESH:
         return decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids);
     case PROTO_EVICT:
@@ -275,6 +301,7 @@ static int decode_body(struct preader *r, struct proto_request *q)
         proto_get_str(r, q->u.name.text, sizeof(q->u.name.text));
         return 0; /* the handler checks it: a bad name is answered, not a broken stream */
     case PROTO_LIST:
+    case PROTO_LOCATION:
     case PROTO_NODES:
     case PROTO_STATS:
     case PROTO_SUBSCRIBE:
@@ -339,6 +366,28 @@ void proto_get_str(struct preader *r, char *out, size_t size)
     const uint8_t *p = prd_bytes(r, len);
 
     if (!p || len >= size) {
+        r->bad = 1;
+        out[0] = '\0';
+        return;
+    }
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+void proto_put_loc(struct pbuf *b, const char *s)
+{
+    size_t len = strnlen(s, PROTO_MAX_LOCATION);
+
+    pbuf_u16(b, (uint16_t)len);
+    pbuf_put(b, s, len);
+}
+
+void proto_get_loc(struct preader *r, char *out)
+{
+    uint16_t len = prd_u16(r);
+    const uint8_t *p = prd_bytes(r, len);
+
+    if (!p || len > PROTO_MAX_LOCATION || memchr(p, '\0', len)) {
         r->bad = 1;
         out[0] = '\0';
         return;

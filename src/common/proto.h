@@ -26,8 +26,9 @@
 /* 2: STATS by name; 3: reasons, DELETE_CLUSTER; 4: names; 5: spill; 6: HASH gives the 32-byte
  * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP; 8: HELLO's reply names the
  * shared index (common/fastidx.h) and the client's block of slots in it; 9: DELETE_UNUSED;
- * 10: CREATE's flags (PROTO_CREATE_OWN_PAGES) */
-#define PROTO_VERSION 10u
+ * 10: CREATE's flags (PROTO_CREATE_OWN_PAGES); 11: LOCATION and FETCH_AT (locations that travel
+ * with references) */
+#define PROTO_VERSION 11u
 /* The first version whose HELLO reply names the shared index. */
 #define PROTO_VERSION_FAST 8u
 /* The oldest a daemon still serves: 7 and 9 only added KEEP and DELETE_UNUSED, which older
@@ -41,6 +42,8 @@
 #define PROTO_MAX_BATCH 4096u        /* objects in one PUT_BATCH */
 #define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
 #define PROTO_MAX_PEERS 1024u        /* peers in one PEERS reply */
+/* A location's bytes at most; a loc on the wire is a u16 length and the bytes. */
+#define PROTO_MAX_LOCATION (FERRY_LOCATION_MAX - 1u)
 #define PROTO_REPLY_BIT 0x8000u
 /* CREATE's flag for a creator that writes through pages of its own (store_create_paged). */
 #define PROTO_CREATE_OWN_PAGES 0x1u
@@ -73,7 +76,9 @@ enum proto_type {
     PROTO_NAME = 23,           /* id, str name -> status */
     PROTO_KEEP = 24,           /* id, u8 keep (0 or 1) -> status */
     PROTO_DELETE_UNUSED = 25,  /* id -> status */
-    PROTO_TYPE_MAX = 25
+    PROTO_LOCATION = 26,       /* - -> loc: this node's location */
+    PROTO_FETCH_AT = 27,       /* i64 timeout_ms, u32 n, n ids, n locs ("": none) -> as FETCH */
+    PROTO_TYPE_MAX = 27
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -122,7 +127,9 @@ struct proto_request {
             int64_t timeout_ms;
             uint32_t n;
             const ferry_id *ids;
-        } ids; /* GET and FETCH (with timeout), REFRESH */
+            const uint8_t *locs; /* FETCH_AT: n locs, checked; read with proto_get_loc */
+            size_t locs_len;
+        } ids; /* GET, FETCH and FETCH_AT (with timeout), REFRESH */
         struct {
             uint64_t bytes;
         } evict;
@@ -215,6 +222,10 @@ const uint8_t *prd_bytes(struct preader *r, size_t n);
 void proto_put_str(struct pbuf *b, const char *s, size_t max);
 /* Reads one into out (size bytes, NUL-terminated); one that does not fit sets r->bad. */
 void proto_get_str(struct preader *r, char *out, size_t size);
+/* A location (PROTO_MAX_LOCATION bytes at most, no NUL within) as a u16 length and its bytes;
+ * proto_get_loc reads one into out (FERRY_LOCATION_MAX bytes), or marks r bad. */
+void proto_put_loc(struct pbuf *b, const char *s);
+void proto_get_loc(struct preader *r, char *out);
 
 /* A node in NODES and WHERE replies: id, address and transports as u8 length + bytes each,
  * then u8 self. */

@@ -131,6 +131,17 @@ void directory_node_names(const struct directory_node *n, char *buf, size_t len)
 /* When incarnation inc began, as "YYYY-MM-DD HH:MM:SS" (UTC), into buf. */
 void directory_inc_time(uint64_t inc, char *buf, size_t len);
 
+/* A location's text at most, with its NUL (dir_location.c; FERRY_LOCATION_MAX). */
+#define DIRECTORY_LOCATION_MAX 3072
+/* This node's location, "ferry1;ID;INC;ADDR;NAME=XADDR...[;#SIG]" (fields escaped), into buf: what
+ * a reference carries so that a fetch elsewhere asks this node first. FERRY_EINVAL when it does not
+ * fit len or a field holds a ';', a space or a control character. */
+int directory_location(const struct directory *d, char *buf, size_t len);
+/* A location into *node (seq 0): FERRY_EINVAL when malformed, FERRY_EAUTH when a cluster
+ * secret is set and it is not signed with it. Believed as far as the node's entry would be. */
+int directory_location_parse(const struct directory *d, const char *text,
+                             struct directory_node *node);
+
 /* The longest password AUTH sends. */
 #define DIRECTORY_PASSWORD_MAX 512
 

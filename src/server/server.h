@@ -102,6 +102,7 @@ struct server_counters {
     uint64_t connections_total, protocol_errors, gets, get_timeouts, notifications_dropped;
     uint64_t subscriptions_refused;
     uint64_t fetches;
+    uint64_t fetch_hints_refused; /* locations malformed or not signed: ignored */
     uint64_t deletes_spared; /* cluster-wide deletes that named other content than the copy here */
     /* Local connections: refused at hello past max_clients, closed before their hello for a
      * newer one past FERRYD_UNGREETED_MAX, closed for no hello within the deadline. */

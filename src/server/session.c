@@ -709,6 +709,8 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_STAGE] = handle_stage,
     [PROTO_PUT_BATCH] = session_handle_put_batch,
     [PROTO_FETCH] = session_handle_fetch,
+    [PROTO_FETCH_AT] = session_handle_fetch,
+    [PROTO_LOCATION] = session_handle_location,
     [PROTO_NODES] = session_handle_dir,
     [PROTO_WHERE] = session_handle_dir,
     [PROTO_PEERS] = session_handle_peers,
@@ -751,6 +753,7 @@ static void log_request(const struct session *ss, const struct proto_request *q)
         break;
     case PROTO_GET:
     case PROTO_FETCH:
+    case PROTO_FETCH_AT:
     case PROTO_REFRESH: /* REFRESH has no timeout */
         if (q->u.ids.n)
             ferry_id_format(&q->u.ids.ids[0], id);

@@ -65,6 +65,7 @@ struct pending_get {
 /* A session blocked in FETCH until each id is local, has failed, or the timeout ends. */
 struct pending_fetch {
     uint64_t tag;
+    uint16_t type; /* FETCH or FETCH_AT, which the answer names */
     uint32_t n, missing;
     int32_t *statuses; /* FETCH_PENDING until answered */
     ferry_id *ids;     /* the ids asked for */

@@ -47,7 +47,7 @@ static void fetch_free(struct session *ss)
 static void fetch_finish(struct session *ss)
 {
     struct pending_fetch *f = &ss->fetch;
-    struct proto_request q = {.type = PROTO_FETCH, .tag = f->tag};
+    struct proto_request q = {.type = f->type, .tag = f->tag};
 
     session_reply_statuses(ss, &q, f->statuses, f->n, f->why);
     hist_add(&ss->srv->counters.fetch_latency, clock_mono_ns() - f->start_ns);
@@ -109,7 +109,27 @@ static void fetch_timeout(struct loop *l, struct loop_timer *t)
     server_schedule(ss->srv, ss);
 }
 
-static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t i)
+/* The node FETCH_AT's next location names, into *at: NULL when there is none, or it is
+ * malformed or not signed with our secret (counted: the id is looked up as without one). */
+static const struct directory_node *fetch_location(struct session *ss, struct preader *locs,
+                                                   struct directory_node *at)
+{
+    char text[FERRY_LOCATION_MAX];
+
+    if (!locs)
+        return NULL;
+    proto_get_loc(locs, text); /* proto_decode_request checked them all */
+    if (!text[0] || !ss->srv->dir)
+        return NULL;
+    if (directory_location_parse(ss->srv->dir, text, at) < 0) {
+        ss->srv->counters.fetch_hints_refused++;
+        return NULL;
+    }
+    return at;
+}
+
+static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t i,
+                               const struct directory_node *at)
 {
     struct engine *e = ss->srv->engine;
     int rc;
@@ -118,7 +138,7 @@ static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t 
         return 0;
     if (!e)
         return err_set(FERRY_ESTANDALONE, "no other node to fetch from");
-    rc = engine_fetch(e, id, fetch_done, ss, i);
+    rc = engine_fetch(e, id, at, fetch_done, ss, i);
     return rc < 0 ? rc : FETCH_PENDING;
 }
 
@@ -126,6 +146,8 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
 {
     struct pending_fetch *f = &ss->fetch;
     uint32_t n = q->u.ids.n;
+    struct preader locs = {q->u.ids.locs, q->u.ids.locs_len, 0};
+    struct directory_node at;
 
     ss->srv->counters.fetches++;
     session_wait_begin(ss, SESSION_FETCH);
@@ -139,12 +161,15 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
     if (n) /* f->ids is NULL when n is 0: memcpy's pointers must be valid even then */
         memcpy(f->ids, q->u.ids.ids, (size_t)n * sizeof(*f->ids));
     f->tag = q->tag;
+    f->type = q->type;
     f->n = n;
     f->missing = 0;
     f->timeout_ms = q->u.ids.timeout_ms;
     f->start_ns = clock_mono_ns();
     for (uint32_t i = 0; i < n; i++) {
-        f->statuses[i] = fetch_start_one(ss, &q->u.ids.ids[i], i);
+        f->statuses[i] =
+            fetch_start_one(ss, &q->u.ids.ids[i], i,
+                            fetch_location(ss, q->type == PROTO_FETCH_AT ? &locs : NULL, &at));
         fetch_note(f, f->statuses[i], ferry_errmsg());
         f->missing += f->statuses[i] == FETCH_PENDING;
     }
@@ -156,6 +181,24 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
              loop_timer_start(&ss->srv->loop, &f->timer,
                               loop_now_ms() + (uint64_t)q->u.ids.timeout_ms) < 0)
         fetch_expire(ss, f->ids);
+    return 0;
+}
+
+/* LOCATION: this node's, for the references to what is put here. */
+int session_handle_location(struct session *ss, const struct proto_request *q)
+{
+    char text[FERRY_LOCATION_MAX];
+    size_t start;
+    int rc;
+
+    if (!ss->srv->dir)
+        return session_reply_status(
+            ss, q, err_set(FERRY_EDIRECTORY, "this node has no directory (--directory)"));
+    if ((rc = directory_location(ss->srv->dir, text, sizeof(text))) < 0)
+        return session_reply_status(ss, q, rc);
+    start = session_reply_begin(ss, q, 0);
+    proto_put_loc(&ss->out, text);
+    proto_frame_end(&ss->out, start);
     return 0;
 }
 

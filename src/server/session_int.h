@@ -72,8 +72,8 @@ void session_seal_abandon(struct session *ss);
 void session_seal_hashed(struct object *o);
 
 /* session_cluster.c */
-handler_fn session_handle_fetch, session_handle_dir, session_handle_delete_cluster,
-    session_handle_peers, session_handle_eager_max;
+handler_fn session_handle_fetch, session_handle_location, session_handle_dir,
+    session_handle_delete_cluster, session_handle_peers, session_handle_eager_max;
 /* A new session's fetch state; at its close in SESSION_FETCH, the engine forgets it. */
 void session_fetch_init(struct session *ss);
 void session_fetch_cancel(struct session *ss);

@@ -81,6 +81,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->notifications_dropped = srv->counters.notifications_dropped;
     out->subscriptions_refused = srv->counters.subscriptions_refused;
     out->fetches = srv->counters.fetches;
+    out->fetch_hints_refused = srv->counters.fetch_hints_refused;
     out->deletes_spared = srv->counters.deletes_spared;
     out->clients_refused = srv->counters.clients_refused;
     out->clients_evicted = srv->counters.clients_evicted;
@@ -135,6 +136,8 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->pinned_bytes = ec->pinned_bytes;
         out->holders_too_slow = ec->holders_too_slow;
         out->transfers_abandoned = ec->transfers_abandoned;
+        out->fetch_hints = ec->fetch_hints;
+        out->fetch_hint_misses = ec->fetch_hint_misses;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

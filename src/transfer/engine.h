@@ -100,6 +100,8 @@ struct engine_counters {
     uint64_t pinned_bytes;         /* a level: bytes pinned for receivers now, every node id's */
     uint64_t holders_too_slow;     /* holders dropped for sending under the minimum rate */
     uint64_t transfers_abandoned;  /* transfers under way ended: nobody waited for them */
+    uint64_t fetch_hints;          /* wants that asked a location's node first */
+    uint64_t fetch_hint_misses;    /* of those, the directory asked after all */
     uint64_t split_fetches;        /* objects fetched in ranges from several holders */
     uint64_t ranges_in;            /* ranges received (of those) */
     uint64_t ranges_moved;         /* ranges moved to another holder after theirs failed */
@@ -151,11 +153,13 @@ size_t engine_peers(const struct engine *e, struct engine_peer_info *out, size_t
 void engine_close(struct engine *e);
 
 /* Makes id local: fn(ctx, index, status) is called once, later, unless engine_cancel(ctx)
- * comes first. Does not check whether id is local already (the caller does). FERRY_ENOMEM;
- * FERRY_ENOENT when a cluster-wide delete ended a fetch of id that nobody waited for within
- * the orphan grace (the next slice of a client that waits in slices learns of it so). */
-int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
-                 uint32_t index);
+ * comes first. Does not check whether id is local already (the caller does). at (NULL:
+ * none) is a node to ask first, a location's (directory_location_parse): a new transfer of id
+ * asks it before the directory, which is asked only when it fails. FERRY_ENOMEM; FERRY_ENOENT
+ * when a cluster-wide delete ended a fetch of id that nobody waited for within the orphan
+ * grace (the next slice of a client that waits in slices learns of it so). */
+int engine_fetch(struct engine *e, const ferry_id *id, const struct directory_node *at,
+                 engine_fetch_fn *fn, void *ctx, uint32_t index);
 /* Forgets every callback registered with ctx. A transfer already under way finishes. */
 void engine_cancel(struct engine *e, void *ctx);
 

@@ -285,6 +285,10 @@ struct want {
     struct object *obj;       /* the local object being filled: made when a reply confirms its
                                * size (the record's), never before */
     int room;                 /* its create found no room yet: asked again when there is */
+    /* A location's node, asked first (engine_fetch's at): kept until the retry timer asks it,
+     * then freed; hinted while a lookup after it would be a miss (fetch_hint_misses). */
+    struct directory_node *hint;
+    int hinted;
     struct want_check check;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
     /* A part (engine_part.c) is a want of its own, not in e->wants, that fills [off, off +

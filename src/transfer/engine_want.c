@@ -15,6 +15,7 @@ void eng_want_free(struct want *w)
     if (w->relay)
         free(w->relay->have);
     free(w->relay);
+    free(w->hint);
     loop_timer_stop(e->loop, &w->retry);
     loop_timer_stop(e->loop, &w->orphan);
     if (e->dir)
@@ -235,9 +236,31 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
     eng_want_lookup(w, 1);
 }
 
+static void on_holders(void *arg, const struct directory_answer *a);
+
+/* Asks the node of w's location as if a lookup had listed it alone, content unknown: when it
+ * fails (gone, restarted, without the object, or not the node it says), or cannot be reached,
+ * eng_want_failed_holder has the directory asked. */
+static void hint_ask(struct want *w)
+{
+    struct directory_node *at = w->hint;
+    struct directory_answer a = {.n = 1, .nodes = at};
+
+    w->hint = NULL;
+    w->hinted = 1;
+    w->e->counters.fetch_hints++;
+    on_holders(w, &a); /* may free w */
+    free(at);
+}
+
 static void on_retry(struct loop *l, struct loop_timer *t)
 {
-    eng_want_lookup(t->arg, 1);
+    struct want *w = t->arg;
+
+    if (w->hint)
+        hint_ask(w);
+    else
+        eng_want_lookup(w, 1);
 }
 
 /* Nobody holds the object yet: ask again later (with backoff), until the waiters give up.
@@ -483,6 +506,10 @@ void eng_want_lookup(struct want *w, int fresh)
     }
     if (w->relay && w->relay->seq) /* the partial holders too */
         fresh = DIRECTORY_FRESH | DIRECTORY_PARTIAL;
+    if (w->hinted) { /* the location's node did not give it */
+        w->hinted = 0;
+        w->e->counters.fetch_hint_misses++;
+    }
     if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
 }
@@ -511,8 +538,25 @@ static void on_orphan(struct loop *l, struct loop_timer *t)
     want_orphaned(t->arg);
 }
 
-/* A new want for id, its lookup started. */
-static struct want *want_new(struct engine *e, const ferry_id *id)
+/* Starts w: its location's node is asked on the next loop turn (after its first waiter is
+ * in: what it calls may finish w at once), else the directory now. */
+static int want_start(struct want *w, const struct directory_node *at)
+{
+    struct engine *e = w->e;
+
+    if (at && strcmp(at->id, e->node_id) != 0) {
+        if (!(w->hint = malloc(sizeof(*w->hint))))
+            return FERRY_ENOMEM;
+        *w->hint = *at;
+        w->hint->seq = 0; /* a whole holder */
+        w->state = WANT_RETRY;
+        return loop_timer_start(e->loop, &w->retry, loop_now_ms());
+    }
+    return directory_lookup(e->dir, &w->id, 0, on_holders, w);
+}
+
+/* A new want for id, started. */
+static struct want *want_new(struct engine *e, const ferry_id *id, const struct directory_node *at)
 {
     struct want *w = calloc(1, sizeof(*w));
 
@@ -526,16 +570,17 @@ static struct want *want_new(struct engine *e, const ferry_id *id)
     w->born_ns = clock_mono_ns();
     loop_timer_init(&w->retry, on_retry, w);
     loop_timer_init(&w->orphan, on_orphan, w);
-    if (directory_lookup(e->dir, id, 0, on_holders, w) < 0) {
+    if (want_start(w, at) < 0) {
         idmap_remove(&e->wants, id);
+        free(w->hint);
         free(w);
         return NULL;
     }
     return w;
 }
 
-int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void *ctx,
-                 uint32_t index)
+int engine_fetch(struct engine *e, const ferry_id *id, const struct directory_node *at,
+                 engine_fetch_fn *fn, void *ctx, uint32_t index)
 {
     struct want *w = idmap_get(&e->wants, id);
     struct waiter *x;
@@ -547,7 +592,7 @@ int engine_fetch(struct engine *e, const ferry_id *id, engine_fetch_fn *fn, void
         return rc;
     if (!(x = calloc(1, sizeof(*x))))
         return err_set(FERRY_ENOMEM, "fetch waiter");
-    if (!w && !(w = want_new(e, id))) {
+    if (!w && !(w = want_new(e, id, at))) {
         free(x);
         return err_set(FERRY_ENOMEM, "fetch record");
     }
