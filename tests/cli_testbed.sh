@@ -213,7 +213,8 @@ test_bench_runs_every_workload() {
     # 7 s alone; beside the suite's heaviest cases (their daemons starting at once) it took
     # more than 180 s twice: the bound is for a wedge, not for a busy machine.
     if ! timeout 420 "$BIN/ferry-bench" cluster --nodes 3 --sizes 64K,4M --runs 1 \
-        --memory 64M --hot-sizes 1K --gather 8M --shuffle 8M --broadcast 8M --link-probe 8M \
+        --memory 64M --hot-sizes 1K --small-batch 50 --gather 8M --shuffle 8M --broadcast 8M \
+        --link-probe 8M \
         --json \
         >"$DIR/bench.json" 2>"$DIR/bench.err"; then
         tail -20 "$DIR/bench.err" >&2
@@ -227,6 +228,9 @@ pos = lambda *v: all(isinstance(x, float) and x > 0 and math.isfinite(x) for x i
 h, g, s, b = t["hot"][0], t["gather"], t["shuffle"], t["broadcast"]
 assert t["nodes"] == 3 and pos(t["link_mib_s"], t["rtt"]["node_us"]), t
 assert pos(h["first_us"], h["seen_us"], h["local_us"], h["first_rtts"]), h
+m = t["small"]
+assert m["size"] == 4096 and m["batch"] == 50, m
+assert pos(m["id_p50_us"], m["at_p50_us"], m["redis_p50_us"], m["at_batch_per_s"]), m
 assert [r["size"] for r in t["pair"]] == [65536, 4194304], t["pair"]
 assert all(pos(r["ferry_mib_s"], r["raw_mib_s"], r["ratio"]) for r in t["pair"]), t["pair"]
 assert g["sources"] == 2 and g["total"] == 8 << 20 and pos(g["seconds"], g["busy"]), g

@@ -297,7 +297,8 @@ enum small_call {
     CALL_SET_NAME,
     CALL_KEEP,
     CALL_UNKEEP,
-    CALL_DELETE_UNUSED
+    CALL_DELETE_UNUSED,
+    CALL_LOCATION
 };
 
 struct call {
@@ -309,6 +310,7 @@ struct call {
     void *array;                      /* list, stats, nodes, where: the result (ferry_free) */
     size_t n;
     const char *name; /* set_name: UTF-8, kept alive by the caller */
+    char *text;       /* location: FERRY_LOCATION_MAX bytes, the caller's */
 };
 
 static int run_call(ferry_client *c, struct call *x)
@@ -343,6 +345,8 @@ static int run_call(ferry_client *c, struct call *x)
     case CALL_KEEP:
     case CALL_UNKEEP:
         return ferry_keep(c, &x->id, x->op == CALL_KEEP);
+    case CALL_LOCATION:
+        return ferry_location(c, x->text);
     }
     return FERRY_EINVAL; /* not reached: every call is above */
 }
@@ -612,6 +616,16 @@ static PyObject *client_where(ClientObject *self, PyObject *id)
     return nodes_call(self, id);
 }
 
+static PyObject *client_location(ClientObject *self, PyObject *unused)
+{
+    char text[FERRY_LOCATION_MAX];
+    struct call x = {.op = CALL_LOCATION, .text = text};
+
+    if (call_main(self, &x) < 0)
+        return NULL;
+    return PyUnicode_FromString(text);
+}
+
 static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 {
     struct call x = {.op = CALL_SUBSCRIBE};
@@ -644,18 +658,19 @@ static PyMethodDef client_methods[] = {
      "abort(id)\n\nDrops an object made by create() and not sealed; BufferError while views of "
      "its Buffer are alive."},
     {"get", KW_METHOD(pyf_client_get),
-     "get(ids, timeout_ms=0, fetch=False) -> Buffer or list of Buffer\n\nZero-copy read-only "
-     "Buffers of sealed objects: one for an id, a list for an iterable of ids. Waits up to "
-     "timeout_ms (-1 or None: no end) for objects not sealed yet, with the GIL released; with "
-     "fetch, pulls what is not local from the cluster first, and timeout_ms defaults to a "
-     "fetch's (60000). ObjectNotFound (timeout_ms 0) or Timeout when some are missing; the "
-     "exception's .missing lists them."},
+     "get(ids, timeout_ms=0, fetch=False, at=None) -> Buffer or list of Buffer\n\nZero-copy "
+     "read-only Buffers of sealed objects: one for an id, a list for an iterable of ids. Waits "
+     "up to timeout_ms (-1 or None: no end) for objects not sealed yet, with the GIL released; "
+     "with fetch, pulls what is not local from the cluster first, and timeout_ms defaults to a "
+     "fetch's (60000); at is as fetch's. ObjectNotFound (timeout_ms 0) or Timeout when some are "
+     "missing; the exception's .missing lists them."},
     {"fetch", KW_METHOD(pyf_client_fetch),
-     "fetch(ids, timeout_ms=60000)\n\nMakes objects local, pulling them from nodes that hold "
-     "them and waiting up to timeout_ms (for ids no node has sealed yet, and for the transfers) "
-     "in all. Raises the first failure "
-     "(Timeout, TransferFailed, DirectoryUnavailable, StoreFull...); .missing lists the ids "
-     "that are not local."},
+     "fetch(ids, timeout_ms=60000, at=None)\n\nMakes objects local, pulling them from nodes "
+     "that hold them and waiting up to timeout_ms (for ids no node has sealed yet, and for the "
+     "transfers) in all. at: the location() of the node that put them (one str for all, or one "
+     "str or None per id): that node is asked first, the directory only if it fails. Raises the "
+     "first failure (Timeout, TransferFailed, DirectoryUnavailable, StoreFull...); .missing "
+     "lists the ids that are not local."},
     {"keep", (PyCFunction)client_keep, METH_O,
      "keep(id)\n\nKeeps an object until unkeep(id) or delete(id): it is never evicted to make "
      "room, so an object put for a reader that comes later is there when it comes. Kept is the "
@@ -700,6 +715,11 @@ static PyMethodDef client_methods[] = {
      "nodes() -> list of dict\n\nThe live nodes of the cluster: id, address, transports, self."},
     {"where", (PyCFunction)client_where, METH_O,
      "where(id) -> list of dict\n\nThe live nodes holding a sealed copy of id (as nodes())."},
+    {"location", (PyCFunction)client_location, METH_NOARGS,
+     "location() -> str\n\nThis node's location: what a reference to an object put here "
+     "carries, so that get(..., fetch=True, at=...) or fetch(..., at=...) on another node asks "
+     "this node at once instead of the directory. The same for every object of the daemon's run "
+     "(ask once); signed with the cluster secret when there is one."},
     {"subscribe", (PyCFunction)client_subscribe, METH_NOARGS,
      "subscribe() -> Subscription\n\nA notification for every seal, delete and eviction from "
      "now on."},

@@ -32,6 +32,10 @@ struct gather {
     int wait_rc;        /* why the last round of a fetch ended without them all, when it says: */
     char wait_msg[256]; /* FERRY_EDIRECTORY (the daemon waits for the directory like a holder) */
     void *heap;         /* the block of the arrays when they did not fit in small */
+    /* fetch's at: a location per id (NULL: none) and those of sub, in a block of their own
+     * (NULL without at); their UTF-8 lives in at_ref's strings. */
+    const char **locs, **sub_locs;
+    PyObject *at_ref;
     union {
         max_align_t align;
         char bytes[GATHER_SMALL * (2 * sizeof(ferry_buffer) + sizeof(struct pyf_conn *) +
@@ -94,6 +98,69 @@ static void gather_free(struct gather *g)
     if (g->ids != &g->one_id)
         PyMem_Free(g->ids);
     PyMem_Free(g->heap);
+    PyMem_Free(g->locs);
+    Py_XDECREF(g->at_ref);
+}
+
+/* The UTF-8 of location o (None: NULL in *out): 0, or -1 with an exception. */
+static int location_of(PyObject *o, const char **out)
+{
+    Py_ssize_t len;
+
+    *out = NULL;
+    if (o == Py_None)
+        return 0;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "at: a location is a str (Client.location()), not %.80s",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if (!(*out = PyUnicode_AsUTF8AndSize(o, &len)))
+        return -1;
+    if (len >= FERRY_LOCATION_MAX) {
+        PyErr_Format(PyExc_ValueError, "at: a location of %zd bytes (at most %d)", len,
+                     FERRY_LOCATION_MAX - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* fetch's at into g->locs: None (none), one str for every id, or a sequence of str or None
+ * with one per id. 0, or -1 with an exception. */
+static int parse_at(struct gather *g, PyObject *at)
+{
+    PyObject *seq = NULL;
+    const char *one = NULL;
+
+    if (!at || at == Py_None)
+        return 0;
+    if (PyBytes_Check(at) || PyByteArray_Check(at)) /* a sequence, of ints */
+        return location_of(at, &one);
+    if (PyUnicode_Check(at)) {
+        if (location_of(at, &one) < 0)
+            return -1;
+        g->at_ref = Py_NewRef(at);
+    } else {
+        if (!(seq = PySequence_Fast(at, "at: a str, or a sequence of str or None (one per id)")))
+            return -1;
+        g->at_ref = seq;
+        if ((size_t)PySequence_Fast_GET_SIZE(seq) != g->n) {
+            PyErr_Format(PyExc_ValueError, "at: %zd locations for %zu ids",
+                         PySequence_Fast_GET_SIZE(seq), g->n);
+            return -1;
+        }
+    }
+    if (!(g->locs = PyMem_Calloc(2 * (g->n ? g->n : 1), sizeof(*g->locs)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    g->sub_locs = g->locs + g->n;
+    for (size_t i = 0; i < g->n; i++) {
+        g->locs[i] = one;
+        if (seq && location_of(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), &g->locs[i]) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* Lists in g->sub the ids still wanted (status FERRY_ETIMEDOUT); returns their count. */
@@ -187,9 +254,11 @@ static int fetch_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms, in
     size_t m = gather_wanted(g), local = 0;
     int rc;
 
+    for (size_t j = 0; g->locs && j < m; j++)
+        g->sub_locs[j] = g->locs[g->sub_index[j]];
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
-        rc = ferry_fetch(k->c, g->sub, m, wait_ms, g->sub_status);
+        rc = ferry_fetch_at(k->c, g->sub, g->locs ? g->sub_locs : NULL, m, wait_ms, g->sub_status);
     Py_END_ALLOW_THREADS
     if (call_failure(rc) || (rc == FERRY_ETIMEDOUT && m && g->sub_status[0] == FERRY_ECONN))
         return pyf_call_failed(k, rc), -1;
@@ -313,8 +382,9 @@ static PyObject *gather_buffers(struct gather *g, int single)
     return single ? one : list;
 }
 
-/* Parses (ids, timeout_ms) into g and d, timeout_ms dflt when absent; -1 with an exception. */
-static int parse_ids(PyObject *ids, PyObject *timeout, int64_t dflt, struct gather *g,
+/* Parses (ids, timeout_ms, at) into g and d, timeout_ms dflt when absent; -1 with an
+ * exception. */
+static int parse_ids(PyObject *ids, PyObject *timeout, PyObject *at, int64_t dflt, struct gather *g,
                      struct pyf_deadline *d, int *single)
 {
     size_t n;
@@ -322,30 +392,32 @@ static int parse_ids(PyObject *ids, PyObject *timeout, int64_t dflt, struct gath
     g->ids = NULL;
     g->heap = NULL;
     g->from = NULL;
+    g->locs = NULL;
+    g->at_ref = NULL;
     g->fail_rc = 0;
     g->wait_rc = 0;
     if (pyf_ids_from_object(ids, &g->one_id, &g->ids, &n, single) < 0)
         return -1;
     if (pyf_deadline_from_object(timeout, dflt, d) < 0 || gather_alloc(g, n) < 0)
         return -1;
-    return 0;
+    return parse_at(g, at);
 }
 
 PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
-    static const char *const names[] = {"ids", "timeout_ms", "fetch"};
-    PyObject *a[3], *result = NULL;
+    static const char *const names[] = {"ids", "timeout_ms", "fetch", "at"};
+    PyObject *a[4], *result = NULL;
     struct pyf_deadline d;
     struct pyf_conn *k;
     struct gather g;
     int single, fetch;
 
-    if (pyf_parse_args("get", args, nargs, kwnames, names, 3, 1, a) < 0 ||
+    if (pyf_parse_args("get", args, nargs, kwnames, names, 4, 1, a) < 0 ||
         (fetch = a[2] ? PyObject_IsTrue(a[2]) : 0) < 0)
         return NULL;
     /* A get waits for nothing unless told to; one that fetches waits as a fetch does. */
-    if (parse_ids(a[0], a[1], fetch ? FERRY_FETCH_TIMEOUT_MS : 0, &g, &d, &single) < 0 ||
+    if (parse_ids(a[0], a[1], a[3], fetch ? FERRY_FETCH_TIMEOUT_MS : 0, &g, &d, &single) < 0 ||
         !(k = pyf_client_conn(self)) || get_round(&g, k, 0) < 0)
         goto done;
     if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
@@ -361,16 +433,16 @@ done:
 PyObject *pyf_client_fetch(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
-    static const char *const names[] = {"ids", "timeout_ms"};
-    PyObject *a[2], *result = NULL;
+    static const char *const names[] = {"ids", "timeout_ms", "at"};
+    PyObject *a[3], *result = NULL;
     struct pyf_deadline d;
     struct pyf_conn *k;
     struct gather g;
     int single;
 
-    if (pyf_parse_args("fetch", args, nargs, kwnames, names, 2, 1, a) < 0)
+    if (pyf_parse_args("fetch", args, nargs, kwnames, names, 3, 1, a) < 0)
         return NULL;
-    if (parse_ids(a[0], a[1], FERRY_FETCH_TIMEOUT_MS, &g, &d, &single) < 0 ||
+    if (parse_ids(a[0], a[1], a[2], FERRY_FETCH_TIMEOUT_MS, &g, &d, &single) < 0 ||
         !(k = pyf_client_conn(self)))
         goto done;
     /* A fetch that waits takes a handle of its own; one that does not uses the main one. */

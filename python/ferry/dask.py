@@ -88,7 +88,7 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 # This process's ferry Client (one per worker process), its settings, its worker and the
 # worker's FerryData; setup().
 _state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker": None,
-          "families": None, "data": None, "key": None}
+          "families": None, "data": None, "key": None, "at": None, "at_of": None}
 # The key install() gives this Dask cluster's workers (one per driving process, so that a second
 # install() keeps the references already handed out valid).
 _install_key = None
@@ -191,9 +191,31 @@ def _store(value):
         data.refuse(parts, e)
         return None
     ref = {"nonce": nonce.hex(), "stream": stream_digest.hex()}
+    at = _location(client)
+    if at:
+        ref["at"] = at  # where it is: the reader's node asks this one, not the directory
     _remember(value, oid, buf, ref=ref)  # takes a weak reference: checked above
     data.stored += 1
     return ref
+
+
+def _location(client):
+    """This node's location (Client.location()), asked once per client; None without a
+    directory (then readers look the id up)."""
+    if _state.get("at_of") is not client:
+        try:
+            _state["at"] = client.location()
+        except ferry.Error:
+            _state["at"] = None
+        _state["at_of"] = client
+    return _state["at"]
+
+
+def _at(header):
+    """The location a reference carries, or None: a peer's text is only passed on to our
+    daemon, which believes it as far as its signature (a bad one costs a lookup)."""
+    at = header.get("at") if isinstance(header, dict) else None
+    return at if isinstance(at, str) and 0 < len(at) < 3072 else None
 
 
 def _loads(header, frames):
@@ -239,7 +261,7 @@ def _get(header):
     oid, stream_digest = _reference(header)
     try:
         local = client.contains(oid)
-        buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True)
+        buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True, at=_at(header))
         if not local:
             # A copy fetched for us: deleted when unused, like every object of ferry.dask (an
             # object already here is its producer's, marked by it; never ours to mark).
@@ -248,8 +270,10 @@ def _get(header):
     except (ferry.Error, ValueError, pickle.UnpicklingError) as e:  # ValueError: format, digest
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
     # Handed on to further workers by the same reference.
-    _remember(value, oid, buf, received=True,
-              ref={"nonce": header["nonce"], "stream": header["stream"]})
+    ref = {"nonce": header["nonce"], "stream": header["stream"]}
+    if _at(header):
+        ref["at"] = _at(header)
+    _remember(value, oid, buf, received=True, ref=ref)
     return value
 
 

@@ -58,6 +58,33 @@ def test_fetch_with_default_arguments(cluster):
         assert cb.get_object(oid, fetch=True)["arr"] == data
 
 
+def test_fetch_at_a_location_asks_no_directory(cluster):
+    """A get or fetch given the location of the node that put the objects asks that node and
+    not the directory: one str for all ids, or one per id (None: looked up); a location that
+    is no location is ignored, counted, and the id looked up; a wrong type or count raises."""
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        loc = ca.location()
+        assert loc.startswith("ferry1;a;") and loc == ca.location()
+        for i in range(4):
+            ca.put(f"located-{i}", bytes([i]) * 5000)
+        lookups = cb.stats()["directory_lookups"]
+        assert bytes(cb.get("located-0", fetch=True, at=loc)) == bytes([0]) * 5000
+        cb.fetch(["located-1", "located-2"], at=[loc, loc], timeout_ms=10_000)
+        stats = cb.stats()
+        assert stats["directory_lookups"] == lookups and stats["fetch_hints"] == 3
+        wait_until(lambda: cb.where("located-3"))
+        cb.fetch(["located-3"], at="not a location")
+        assert cb.stats()["fetch_hints_refused"] == 1 and bytes(cb.get("located-3"))
+        with pytest.raises(TypeError):
+            cb.fetch("located-0", at=b"bytes")
+        with pytest.raises(ValueError):
+            cb.fetch(["located-0", "located-1"], at=[loc])
+        with pytest.raises(ValueError):
+            cb.fetch("located-0", at="x" * 5000)
+        cb.fetch(["located-0"], at=[None])
+
+
 def test_fetch_waits_for_a_later_seal_and_times_out(cluster):
     a, b = cluster
     with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:

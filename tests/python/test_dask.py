@@ -203,8 +203,12 @@ def test_two_nodes(cluster):
         held, stored, received, refused = counts(client)
         assert stored > 0 and received > 0 and refused == 0
         with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
-            fetched = ca.stats()["transfers_in"] + cb.stats()["transfers_in"]
+            sa, sb = ca.stats(), cb.stats()
+            fetched = sa["transfers_in"] + sb["transfers_in"]
             assert fetched > 0  # received across the nodes through ferry's transfer
+            # References carry their producer's location: each was asked of it first.
+            assert sa["fetch_hints"] + sb["fetch_hints"] == fetched
+            assert sa["fetch_hint_misses"] + sb["fetch_hint_misses"] == 0
             wait_drained(client, ca, cb)
 
 

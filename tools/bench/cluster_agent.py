@@ -10,7 +10,13 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "put", "names": [...], "size": S}     objects of S bytes (a pattern, seeded per name),
                                                answered once the directory lists them
   {"op": "fetch", "names": [...], "at": T}     fetch them all in one call: start and end times
-  {"op": "reads", "names": [...]}              get(fetch=True) each in turn: microseconds each
+  {"op": "reads", "names": [...], "loc": L}    get(fetch=True) each in turn: microseconds each;
+                                               with loc (a holder's location), at it
+  {"op": "location"}                           the node's location (Client.location())
+  {"op": "redis_gets", "host": H, "size": S, "count": K, "pipeline": B}
+                                               SET one value of S bytes in the Redis at H:6379,
+                                               then K GETs of it: microseconds each, or with
+                                               pipeline the seconds of one pipeline of K
   {"op": "delete", "names": [...]}             delete the local copies
   {"op": "drop_all"}                           delete every object of the node
   {"op": "echo", "addr": A, "port": P}         serve a TCP echo (for round trips) on A:P
@@ -122,14 +128,43 @@ class Agent:
                 raise RuntimeError(f"{name}: other bytes than were put")
         return {}
 
-    def reads(self, names):
+    def reads(self, names, loc=None):
         us = []
         for name in names:
             t0 = time.perf_counter()
-            buf = self.client.get(name, timeout_ms=TIMEOUT_MS, fetch=True)
+            buf = self.client.get(name, timeout_ms=TIMEOUT_MS, fetch=True, at=loc)
             us.append((time.perf_counter() - t0) * 1e6)
             buf.release()
         return {"us": us}
+
+    def fetch_many(self, names, loc=None):
+        t0 = time.perf_counter()
+        self.client.fetch(names, timeout_ms=TIMEOUT_MS, at=loc)
+        return {"s": time.perf_counter() - t0}
+
+    def location(self):
+        return {"location": self.client.location()}
+
+    def redis_gets(self, host, size, count, pipeline=False):
+        import redis  # python3-redis: the reference client, over the same link
+        r = redis.Redis(host=host, port=6379)
+        r.set("bench-value", b"v" * size)
+        if pipeline:
+            p = r.pipeline(transaction=False)
+            for _ in range(count):
+                p.get("bench-value")
+            t0 = time.perf_counter()
+            p.execute()
+            out = {"s": time.perf_counter() - t0}
+        else:
+            us = []
+            for _ in range(count):
+                t0 = time.perf_counter()
+                r.get("bench-value")
+                us.append((time.perf_counter() - t0) * 1e6)
+            out = {"us": us}
+        r.close()
+        return out
 
     def delete(self, names):
         for name in names:

@@ -9,6 +9,11 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
   hot        objects of --hot-sizes on nodes that nobody has fetched from yet, read in turn by
              the other nodes: a first read (a holder the reader has never reached), reads of
              other objects of the same holder (seen), and a read again (local)
+  small      --small-size objects on node 2, read by node 1 (already connected to it) one at a
+             time by id (the directory asked), with node 2's location (not asked), and Redis
+             GETs of such a value from node 1 to the testbed's Redis over the same link; then
+             --small-batch of them in one fetch each way, beside one Redis pipeline of as many
+             GETs; --runs rounds interleaved (medians)
   pair       node 2 fetches objects of --sizes from node 1, beside a raw TCP stream of the same
              bytes between the same namespaces, --runs times interleaved (medians)
   gather     nodes 2..N each hold an object of --gather bytes / (N-1), node 1 fetches them all
@@ -21,7 +26,7 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
   broadcast-join  the same, the receivers' starts spread over --join-spread seconds
   broadcast-kill  the same, node 3 (a receiver, relaying) killed half a lone fetch's time in:
              the others must still complete (runs last: the node stays dead)
-hot and pair run on the first N only; the others on every N. The link's payload rate (the
+hot, small and pair run on the first N only; the others on every N. The link's payload rate (the
 bound of gather, shuffle and broadcast) is a raw TCP stream of --link-probe bytes on each
 testbed. Progress on stderr; a table on stdout, or with --json the JSON document on stdout and
 the table on stderr; --plot DIR writes gnuplot charts of pair, broadcast and shuffle.
@@ -235,6 +240,44 @@ def hot(tb, sizes, round_trip_us):
             f"({row['seen_rtts']:.1f} RTT), local {row['local_us']:.0f} us "
             f"(medians over {len(readers)} readers)")
     return rows
+
+
+def small(tb, size, count, batch, rounds):
+    reader, holder, host = 1, 2, f"{tb.env['SUBNET']}.254"
+    loc = tb.agents[holder].call("location")["location"]
+    names = {(r, kind): [f"small-{kind}-{r}-{k}" for k in range(count)]
+             for r in range(rounds) for kind in ("id", "at")}
+    many = {(r, kind): [f"many-{kind}-{r}-{k}" for k in range(batch)]
+            for r in range(rounds) for kind in ("id", "at")}
+    tb.agents[holder].call("put", names=sum(names.values(), []) + sum(many.values(), []),
+                           size=size)
+    tb.agents[holder].call("put", names=["small-warm-up"], size=size)
+    tb.agents[reader].call("reads", names=["small-warm-up"])  # connected from here on
+    us = {"id": [], "at": [], "redis": []}
+    rate = {"id": [], "at": [], "redis": []}
+    for r in range(rounds):
+        us["id"] += tb.agents[reader].call("reads", names=names[r, "id"])["us"]
+        us["at"] += tb.agents[reader].call("reads", names=names[r, "at"], loc=loc)["us"]
+        us["redis"] += tb.agents[reader].call("redis_gets", host=host, size=size,
+                                              count=count)["us"]
+        rate["id"].append(batch / tb.agents[reader].call("fetch_many", names=many[r, "id"])["s"])
+        rate["at"].append(batch / tb.agents[reader].call("fetch_many", names=many[r, "at"],
+                                                         loc=loc)["s"])
+        rate["redis"].append(batch / tb.agents[reader].call(
+            "redis_gets", host=host, size=size, count=batch, pipeline=True)["s"])
+    out = {"size": size, "count": count * rounds, "batch": batch}
+    for k in us:
+        out[f"{k}_p50_us"] = median(us[k])
+        out[f"{k}_batch_per_s"] = median(rate[k])
+    for k in ("id", "at"):
+        out[f"{k}_p50_ratio"] = out[f"{k}_p50_us"] / out["redis_p50_us"]
+        out[f"{k}_batch_ratio"] = out[f"{k}_batch_per_s"] / out["redis_batch_per_s"]
+    log(f"small {size_text(size)}: p50 by id {out['id_p50_us']:.0f} us, at a location "
+        f"{out['at_p50_us']:.0f} us, Redis GET {out['redis_p50_us']:.0f} us (ratios "
+        f"{out['id_p50_ratio']:.2f}, {out['at_p50_ratio']:.2f}); {batch} in one call: by id "
+        f"{out['id_batch_per_s']:.0f}/s, at {out['at_batch_per_s']:.0f}/s, Redis pipeline "
+        f"{out['redis_batch_per_s']:.0f}/s")
+    return out
 
 
 def fetch_alone(tb, node, names):
@@ -464,6 +507,8 @@ def one_testbed(a, n, first, wire_bits):
         if first and "hot" in work:
             doc["rtt"] = rtt(tb, 200)
             doc["hot"] = hot(tb, a.hot_sizes, doc["rtt"]["node_us"])
+        if first and "small" in work:
+            doc["small"] = small(tb, a.small_size, 200, a.small_batch, a.runs)
         if first and "pair" in work:
             doc["pair"] = pair(tb, a.sizes, a.runs)
         rate = doc["link_mib_s"]
@@ -492,6 +537,15 @@ def table(doc, f):
             p(f"  hot {size_text(h['size']):>4}: first {h['first_us']:6.0f} us "
               f"({h['first_rtts']:4.1f} RTT)  seen {h['seen_us']:6.0f} us "
               f"({h['seen_rtts']:4.1f} RTT)  local {h['local_us']:4.0f} us")
+        if "small" in t:
+            s = t["small"]
+            p(f"  small {size_text(s['size'])} p50: by id {s['id_p50_us']:.0f} us "
+              f"({s['id_p50_ratio']:.2f} x Redis GET), at a location {s['at_p50_us']:.0f} us "
+              f"({s['at_p50_ratio']:.2f} x), Redis {s['redis_p50_us']:.0f} us")
+            p(f"  small {s['batch']} in one call: by id {s['id_batch_per_s']:.0f}/s "
+              f"({s['id_batch_ratio']:.2f} x a Redis pipeline), at a location "
+              f"{s['at_batch_per_s']:.0f}/s ({s['at_batch_ratio']:.2f} x), Redis "
+              f"{s['redis_batch_per_s']:.0f}/s")
         for r in t.get("pair", []):
             p(f"  pair {size_text(r['size']):>4}: ferry {r['ferry_mib_s']:7.1f} MiB/s  raw TCP "
               f"{r['raw_mib_s']:7.1f} MiB/s  ratio {r['ratio']:.3f}")
@@ -588,7 +642,7 @@ plot "cluster-pair.dat" using 1:2 with linespoints title "ferry", \\
     log(f"charts: {out_dir}/cluster-broadcast.png, cluster-shuffle.png, cluster-pair.png")
 
 
-WORKLOADS = ("hot", "pair", "gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
+WORKLOADS = ("hot", "small", "pair", "gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
 RESULTS = ("gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
 
 
@@ -605,6 +659,9 @@ def main():
     ap.add_argument("--sizes", default="64K,1M,16M,128M,1G", help="pair sizes")
     ap.add_argument("--runs", type=int, default=3, help="pair runs per size (default 3)")
     ap.add_argument("--hot-sizes", default="1K,4K,16K,64K")
+    ap.add_argument("--small-size", default="4K", help="small: the objects (default 4K)")
+    ap.add_argument("--small-batch", type=int, default=500,
+                    help="small: objects in one call (default 500)")
     ap.add_argument("--gather", default="224M", help="bytes gathered (default 224M)")
     ap.add_argument("--shuffle", default="224M", help="bytes each node receives (default 224M)")
     ap.add_argument("--broadcast", default="256M", help="the object (default 256M)")
@@ -624,6 +681,7 @@ def main():
     a = ap.parse_args()
     a.sizes = [size_bytes(s) for s in a.sizes.split(",")]
     a.hot_sizes = [size_bytes(s) for s in a.hot_sizes.split(",")]
+    a.small_size = size_bytes(a.small_size)
     for k in ("gather", "shuffle", "broadcast", "link_probe"):
         setattr(a, k, size_bytes(getattr(a, k)))
     a.workloads = a.workloads.split(",")
