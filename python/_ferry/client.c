@@ -238,6 +238,7 @@ static void client_dealloc(ClientObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     client_close_handles(self);
     Py_CLEAR(self->creating);
+    Py_CLEAR(self->here);
     Py_CLEAR(self->socket);
     PyMem_Free(self->path);
     pthread_mutex_destroy(&self->wait_lock);
@@ -624,6 +625,25 @@ static PyObject *client_location(ClientObject *self, PyObject *unused)
     if (call_main(self, &x) < 0)
         return NULL;
     return PyUnicode_FromString(text);
+}
+
+PyObject *pyf_client_here(ClientObject *self)
+{
+    PyObject *here;
+
+    if (self->here)
+        return self->here;
+    if ((here = client_location(self, NULL))) {
+        self->here = here;
+        return here;
+    }
+    /* No directory (or a location that cannot be written): none, ever; anything else (a
+     * connection lost) none this time. A put that succeeded never fails for it. */
+    if (PyErr_ExceptionMatches(pyf_error_class(FERRY_EDIRECTORY)) ||
+        PyErr_ExceptionMatches(pyf_error_class(FERRY_EINVAL)))
+        self->here = Py_NewRef(Py_None);
+    PyErr_Clear();
+    return Py_None;
 }
 
 static PyObject *client_subscribe(ClientObject *self, PyObject *unused)

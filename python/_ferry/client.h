@@ -33,6 +33,8 @@ typedef struct {
     char *path;                          /* as given (PyMem); NULL: libferry's default */
     PyObject *socket;                    /* str: the path in effect */
     PyObject *creating;                  /* ObjectID -> Buffer: our objects not sealed yet */
+    PyObject *here; /* the node's location for the ids put() returns: NULL until asked, None
+                     * when the node has no directory */
     struct pyf_conn *idle[PYF_MAX_WAITERS];
     size_t n_idle, n_out; /* waiting handles in the pool, and taken */
     uint64_t returns;     /* handles given back so far */
@@ -52,6 +54,10 @@ int pyf_client_init(PyObject *m);
  * forked child, or its connection was lost and a new one cannot be made. Borrowed: bracket the
  * call with conn_enter/conn_leave. */
 struct pyf_conn *pyf_client_conn(ClientObject *self);
+
+/* The node's location (borrowed; None without a directory), asked once: what the ids that
+ * puts return carry. Never fails: None when it cannot be had. */
+PyObject *pyf_client_here(ClientObject *self);
 
 /* A handle for waiting, owned by the caller until pyf_waiter_return; NULL with an exception. */
 struct pyf_conn *pyf_waiter_take(ClientObject *self, const struct pyf_deadline *d);

@@ -125,15 +125,47 @@ static int location_of(PyObject *o, const char **out)
     return 0;
 }
 
-/* fetch's at into g->locs: None (none), one str for every id, or a sequence of str or None
- * with one per id. 0, or -1 with an exception. */
-static int parse_at(struct gather *g, PyObject *at)
+/* The locations ids carry (ObjectIDs that put() returned, or unpickled), as an `at` would
+ * give them: one ObjectID's, or a list of one per id; NULL (borrowed, or new) when none does:
+ * a list or tuple only (an iterator of ids is spent by now). */
+static PyObject *carried_at(PyObject *ids, size_t n)
 {
-    PyObject *seq = NULL;
-    const char *one = NULL;
+    PyObject *list;
+    int any = 0;
 
-    if (!at || at == Py_None)
+    if (pyf_id_location(ids))
+        return Py_NewRef(pyf_id_location(ids));
+    if (!PyList_Check(ids) && !PyTuple_Check(ids))
+        return NULL;
+    for (size_t i = 0; i < n && !any; i++)
+        any = pyf_id_location(PySequence_Fast_GET_ITEM(ids, (Py_ssize_t)i)) != NULL;
+    if (!any || !(list = PyList_New((Py_ssize_t)n)))
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *loc = pyf_id_location(PySequence_Fast_GET_ITEM(ids, (Py_ssize_t)i));
+        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(loc ? loc : Py_None));
+    }
+    return list;
+}
+
+/* fetch's at into g->locs: None (the ids' own locations, if they carry any), one str for every
+ * id, or a sequence of str or None with one per id. 0, or -1 with an exception. */
+static int parse_at(struct gather *g, PyObject *at, PyObject *ids)
+{
+    PyObject *seq = NULL, *carried = NULL;
+    const char *one = NULL;
+    int rc;
+
+    if ((!at || at == Py_None) && !(at = carried = carried_at(ids, g->n))) {
+        if (PyErr_Occurred())
+            return -1;
         return 0;
+    }
+    if (carried) {
+        rc = parse_at(g, carried, NULL);
+        Py_DECREF(carried);
+        return rc;
+    }
     if (PyBytes_Check(at) || PyByteArray_Check(at)) /* a sequence, of ints */
         return location_of(at, &one);
     if (PyUnicode_Check(at)) {
@@ -400,7 +432,7 @@ static int parse_ids(PyObject *ids, PyObject *timeout, PyObject *at, int64_t dfl
         return -1;
     if (pyf_deadline_from_object(timeout, dflt, d) < 0 || gather_alloc(g, n) < 0)
         return -1;
-    return parse_at(g, at);
+    return parse_at(g, at, ids);
 }
 
 PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,

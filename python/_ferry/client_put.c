@@ -114,7 +114,7 @@ static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
         pyf_raise_detail(rc, fail.detail);
     if (rc < 0 || mode != PUT_HOLD) {
         conn_leave(k, rc);
-        return rc < 0 ? NULL : pyf_id_new(id);
+        return rc < 0 ? NULL : pyf_id_new_at(id, pyf_client_here(self));
     }
     conn_incref(k); /* the Buffer's */
     conn_leave(k, rc);
@@ -242,12 +242,13 @@ static PyObject *many_failed(const struct many *b, int rc, const char *detail)
     return NULL;
 }
 
-static PyObject *many_ids(const struct many *b)
+/* The ids put, each with the node's location. */
+static PyObject *many_ids(ClientObject *self, const struct many *b)
 {
-    PyObject *list = PyList_New(b->n);
+    PyObject *here = pyf_client_here(self), *list = PyList_New(b->n);
 
     for (Py_ssize_t i = 0; list && i < b->n; i++) {
-        PyObject *id = pyf_id_new(&b->items[i].id);
+        PyObject *id = pyf_id_new_at(&b->items[i].id, here);
         if (!id)
             Py_CLEAR(list);
         else
@@ -293,7 +294,7 @@ PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
     if (rc < 0)
         keep(&fail, rc);
     conn_leave(k, rc);
-    result = rc < 0 ? many_failed(&b, rc, fail.detail) : many_ids(&b);
+    result = rc < 0 ? many_failed(&b, rc, fail.detail) : many_ids(self, &b);
 done:
     for (Py_ssize_t i = 0; b.views && i < 2 * b.n; i++)
         drop_bytes(&b.views[i]);

@@ -41,13 +41,25 @@ int pyf_id_from_object(PyObject *o, ferry_id *out)
     return -1;
 }
 
-PyObject *pyf_id_new(const ferry_id *id)
+PyObject *pyf_id_new_at(const ferry_id *id, PyObject *location)
 {
     ObjectIDObject *self = PyObject_New(ObjectIDObject, &ObjectID_Type);
 
-    if (self)
+    if (self) {
         self->id = *id;
+        self->location = location && location != Py_None ? Py_NewRef(location) : NULL;
+    }
     return (PyObject *)self;
+}
+
+PyObject *pyf_id_new(const ferry_id *id)
+{
+    return pyf_id_new_at(id, NULL);
+}
+
+PyObject *pyf_id_location(PyObject *o)
+{
+    return PyObject_TypeCheck(o, &ObjectID_Type) ? ((ObjectIDObject *)o)->location : NULL;
 }
 
 static int is_single_id(PyObject *o)
@@ -100,19 +112,36 @@ drop_seq:
 
 static PyObject *objectid_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"id", NULL};
-    PyObject *value;
+    static char *kwlist[] = {"id", "location", NULL};
+    PyObject *value, *location = Py_None;
     ObjectIDObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:ObjectID", kwlist, &value))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:ObjectID", kwlist, &value, &location))
         return NULL;
+    if (location != Py_None && !PyUnicode_Check(location))
+        return PyErr_Format(PyExc_TypeError, "a location is a str (Client.location()), not %.80s",
+                            Py_TYPE(location)->tp_name);
+    if (location == Py_None) /* an ObjectID keeps its own, unless another is given */
+        location = pyf_id_location(value);
     if (!(self = (ObjectIDObject *)type->tp_alloc(type, 0)))
         return NULL;
+    self->location = location && location != Py_None ? Py_NewRef(location) : NULL;
     if (pyf_id_from_object(value, &self->id) < 0) {
         Py_DECREF(self);
         return NULL;
     }
     return (PyObject *)self;
+}
+
+static void objectid_dealloc(ObjectIDObject *self)
+{
+    Py_CLEAR(self->location);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *objectid_get_location(ObjectIDObject *self, void *unused)
+{
+    return Py_NewRef(self->location ? self->location : Py_None);
 }
 
 static PyObject *objectid_random(PyObject *cls, PyObject *unused)
@@ -196,9 +225,21 @@ static PyObject *objectid_richcompare(PyObject *a, PyObject *b, int op)
 
 static PyObject *objectid_reduce(ObjectIDObject *self, PyObject *unused)
 {
+    if (self->location) /* the reference travels with where it is */
+        return Py_BuildValue("(O(y#O))", Py_TYPE(self), (const char *)self->id.bytes,
+                             (Py_ssize_t)FERRY_ID_SIZE, self->location);
     return Py_BuildValue("(O(y#))", Py_TYPE(self), (const char *)self->id.bytes,
                          (Py_ssize_t)FERRY_ID_SIZE);
 }
+
+static PyGetSetDef objectid_getset[] = {
+    {"location", (getter)objectid_get_location, NULL,
+     "Where the object was put (the location() of its node, a str), or None. What put() returns "
+     "carries it, and so does the id pickled: get(id, fetch=True) and fetch(id) on another node "
+     "then ask that node first instead of the directory. Not part of equality or hashing.",
+     NULL},
+    {NULL},
+};
 
 static PyMethodDef objectid_methods[] = {
     {"random", objectid_random, METH_NOARGS | METH_CLASS,
@@ -217,9 +258,12 @@ PyTypeObject ObjectID_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.ObjectID",
     .tp_basicsize = sizeof(ObjectIDObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ObjectID(id)\n\nAn object's 20-byte id. id is an ObjectID, 20 raw bytes, 40 hex "
-              "digits (str or bytes), or any other str or bytes name, hashed with SHA-1 (the "
-              "rule of the ferry command line).",
+    .tp_doc = "ObjectID(id, location=None)\n\nAn object's 20-byte id. id is an ObjectID, 20 raw "
+              "bytes, 40 hex digits (str or bytes), or any other str or bytes name, hashed with "
+              "SHA-1 (the rule of the ferry command line). location: where the object was put "
+              "(see .location); an ObjectID given as id keeps its own.",
+    .tp_dealloc = (destructor)objectid_dealloc,
+    .tp_getset = objectid_getset,
     .tp_new = objectid_new,
     .tp_repr = (reprfunc)objectid_repr,
     .tp_str = (reprfunc)objectid_str,

@@ -16,8 +16,12 @@
 
 #include "ferry.h"
 
+/* location: where the object was put (a str, Client.location() of its node), or NULL: a
+ * fetch given this id asks that node first. It travels with the id (pickled with it) and takes
+ * no part in equality or hashing. */
 typedef struct {
     PyObject_HEAD ferry_id id;
+    PyObject *location;
 } ObjectIDObject;
 
 extern PyTypeObject ObjectID_Type;
@@ -28,8 +32,12 @@ int pyf_objectid_init(PyObject *m);
 /* Applies the rule to o; -1 with TypeError (not an id-like type) or ValueError (empty name). */
 int pyf_id_from_object(PyObject *o, ferry_id *out);
 
-/* A new ObjectID holding id. */
+/* A new ObjectID holding id, and location (a str, or NULL or None: none). */
 PyObject *pyf_id_new(const ferry_id *id);
+PyObject *pyf_id_new_at(const ferry_id *id, PyObject *location);
+
+/* The location o carries when it is an ObjectID with one (borrowed), else NULL. */
+PyObject *pyf_id_location(PyObject *o);
 
 /* The ids of o: a single id (ObjectID, str, bytes) gives one, stored in *one, and sets
  * *single; any other iterable gives its items, at most FERRY_MAX_IDS, in a block PyMem_Malloc'ed

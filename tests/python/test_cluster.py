@@ -85,6 +85,35 @@ def test_fetch_at_a_location_asks_no_directory(cluster):
         cb.fetch(["located-0"], at=[None])
 
 
+def test_ids_that_puts_return_carry_their_location(cluster):
+    """put, put_many and put_object return ObjectIDs that carry their node's location; pickled
+    and unpickled on the way to another node they keep it, and get or fetch there asks that
+    node and not the directory. Equality and hashing ignore it; an explicit at wins."""
+    import pickle
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        loc = ca.location()
+        one = ca.put("carried-one", b"1" * 3000)
+        many = ca.put_many([("carried-many-0", b"m0"), ("carried-many-1", b"m1")])
+        obj = ca.put_object({"k": 1})
+        assert one.location == loc and all(i.location == loc for i in many)
+        assert obj.location == loc
+        assert one == ferry.ObjectID("carried-one") and ferry.ObjectID("carried-one").location is None
+        assert hash(one) == hash(ferry.ObjectID("carried-one"))
+        assert ferry.ObjectID(one).location == loc
+        assert ferry.ObjectID(one, location="ferry1;x").location == "ferry1;x"
+        with pytest.raises(TypeError):
+            ferry.ObjectID("x", location=5)
+        travelled = pickle.loads(pickle.dumps([one, *many, obj]))
+        assert [t.location for t in travelled] == [loc] * 4
+        lookups = cb.stats()["directory_lookups"]
+        assert bytes(cb.get(travelled[0], fetch=True)) == b"1" * 3000
+        cb.fetch(travelled[1:3])
+        assert cb.get_object(travelled[3], fetch=True) == {"k": 1}
+        stats = cb.stats()
+        assert stats["directory_lookups"] == lookups and stats["fetch_hints"] == 4
+
+
 def test_fetch_waits_for_a_later_seal_and_times_out(cluster):
     a, b = cluster
     with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:

@@ -74,3 +74,12 @@ def test_the_cli_and_python_name_objects_alike(client, daemon):
                    check=True, timeout=10)
     assert bytes(client.get("from-cli")) == b"xyz"
     assert bytes(client.get(b"from-cli")) == b"xyz"
+
+
+def test_a_standalone_nodes_ids_carry_no_location(client):
+    """A node without a directory has no location: its puts return plain ids, and location()
+    says why."""
+    assert client.put("no-location", b"1").location is None
+    assert all(i.location is None for i in client.put_many([("nl-0", b"0"), ("nl-1", b"1")]))
+    with pytest.raises(ferry.DirectoryUnavailable):
+        client.location()
