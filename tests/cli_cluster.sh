@@ -119,6 +119,24 @@ test_fetch_many() {
         fy b fetch beta nope1 gamma nope2 --timeout 200
 }
 
+# location on a, and fetch --at it on b: asked of a, no lookup (fetch_hints); garbage is refused
+# and looked up.
+test_fetch_at() {
+    expect "location on a" 0 fy a location
+    local loc
+    loc=$(cat "$OUT")
+    ok "a's location names it" grep -q '^ferry1;node-a;' "$OUT"
+    expect "put epsilon and zeta on a" 0 fy a put epsilon "$DIR/beta.bin"
+    expect "put zeta on a" 0 fy a put zeta "$DIR/beta.bin"
+    expect "fetch --at a's location on b" 0 fy b fetch epsilon --at "$loc"
+    expect "stat --json on b" 0 fy b stat --json
+    ok "b asked a first (fetch_hints 1, no miss)" pyjson "$OUT" \
+        "j['fetch_hints'] == 1 and j['fetch_hint_misses'] == 0"
+    expect "fetch --at garbage on b" 0 fy b fetch zeta --at garbage
+    expect "stat --json on b" 0 fy b stat --json
+    ok "the garbage was refused, and zeta looked up" pyjson "$OUT" "j['fetch_hints_refused'] == 1"
+}
+
 test_get_fetch() {
     expect "put delta on a" 0 fy a put delta "$DIR/beta.bin"
     expect "get delta on b without --fetch" 1 fy b get delta
@@ -282,6 +300,7 @@ main() {
     test_fetch
     test_fetch_many
     test_get_fetch
+    test_fetch_at
     test_fetch_waits
     test_standalone
     test_stat

@@ -264,6 +264,8 @@ struct fetch_list {
     ferry_id *ids;
     int *statuses;
     size_t n;
+    const char *at;    /* --at: a location for every id, or NULL */
+    const char **locs; /* at, once per id, for ferry_fetch_at; NULL without --at */
 };
 
 static void fetch_list_free(struct fetch_list *f)
@@ -271,6 +273,7 @@ static void fetch_list_free(struct fetch_list *f)
     free(f->words);
     free(f->ids);
     free(f->statuses);
+    free(f->locs);
 }
 
 /* Parses the command line of fetch into f (f->words sized for argc) and *timeout_ms (left
@@ -279,7 +282,8 @@ static int fetch_parse(struct cli *cli, int argc, char **argv, struct fetch_list
                        int64_t *timeout_ms)
 {
     const char *timeout = NULL;
-    const struct opt opts[] = {{"--timeout", &timeout, NULL}, {NULL, NULL, NULL}};
+    const struct opt opts[] = {
+        {"--timeout", &timeout, NULL}, {"--at", &f->at, NULL}, {NULL, NULL, NULL}};
     struct params p = {.rest = f->words};
     int status = cli_parse_args(cli->cmd, argc, argv, opts, &p);
     if (status != STATUS_OK)
@@ -342,12 +346,31 @@ static int cmd_fetch(struct cli *cli, int argc, char **argv)
         status = fetch_parse_ids(cli, &f);
     if (status == STATUS_OK)
         status = cli_open(cli, NULL, NULL);
+    if (status == STATUS_OK && f.at && !(f.locs = calloc(f.n, sizeof(*f.locs))))
+        status = cli_report(cli, FERRY_ENOMEM, "no memory for the locations");
+    for (size_t i = 0; status == STATUS_OK && f.locs && i < f.n; i++)
+        f.locs[i] = f.at;
     if (status == STATUS_OK) {
-        int err = ferry_fetch(cli->client, f.ids, f.n, timeout_ms, f.statuses);
+        int err = ferry_fetch_at(cli->client, f.ids, f.locs, f.n, timeout_ms, f.statuses);
         status = err != FERRY_OK ? fetch_report(cli, &f, err) : STATUS_OK;
     }
     fetch_list_free(&f);
     return status;
+}
+
+/* location: this node's location, for the references to what is put here (fetch --at). */
+static int cmd_location(struct cli *cli, int argc, char **argv)
+{
+    struct params p = {.min = 0};
+    char loc[FERRY_LOCATION_MAX];
+    int status = cli_start(cli, argc, argv, NULL, &p, NULL);
+    if (status != STATUS_OK)
+        return status;
+    int err = ferry_location(cli->client, loc);
+    if (err != FERRY_OK)
+        return cli_fail(cli, err);
+    printf("%s\n", loc);
+    return STATUS_OK;
 }
 
 /* An array of nodes, one per line. */
@@ -695,10 +718,15 @@ static const struct command {
      "An ID of 40 hex digits is itself; any other NAME stands for its SHA-1.\n"},
     {"hash", "ID", "print the digest (SHA-256 root) of ID's data and metadata", cmd_hash,
      "The digest is XXH3-64 of the data, then the metadata, in 16 hex digits.\n"},
-    {"fetch", "ID... [--timeout MS]", "make the IDs local, pulling them from other nodes",
-     cmd_fetch,
+    {"fetch", "ID... [--timeout MS] [--at LOCATION]",
+     "make the IDs local, pulling them from other nodes", cmd_fetch,
      "Waits up to MS (default 60000; -1 on, 0 not at all) for an ID that no node holds yet.\n"
-     "Prints nothing on success and a line per failed ID.\n"},
+     "--at: the location of the node that put them (ferry location there): asked first, the\n"
+     "directory only if it does not give them. Prints nothing on success and a line per\n"
+     "failed ID.\n"},
+    {"location", "", "print this node's location, for fetch --at elsewhere", cmd_location,
+     "Its id, transfer addresses and run, signed with the cluster secret when there is one;\n"
+     "the same for every object put on this node until it restarts.\n"},
     {"nodes", "[--json]", "list the live nodes (* marks this one)", cmd_nodes,
      "From the cluster's directory: each live node's id, transfer address and transports.\n"},
     {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where,
