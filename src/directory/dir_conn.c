@@ -260,6 +260,7 @@ static void connection_lost(struct directory *d, const char *why)
     d->ac = NULL;
     d->up = 0;
     d->inflight = 0;
+    loop_timer_stop(d->loop, &d->flush);
     d->events_reading = 0;
     loop_timer_stop(d->loop, &d->watchdog);
     loop_timer_stop(d->loop, &d->heartbeat);
@@ -308,9 +309,28 @@ static void ev_del_read(void *privdata)
     ev_update(privdata, 0, LOOP_READ);
 }
 
+/* On a connected socket, written at the end of this turn (d->flush); a connect under way, or
+ * a write the socket did not take whole, waits for EPOLLOUT. */
 static void ev_add_write(void *privdata)
 {
-    ev_update(privdata, LOOP_WRITE, 0);
+    struct directory *d = privdata;
+
+    if (!d->flushing && d->ac && (d->ac->c.flags & REDIS_CONNECTED)) {
+        dir_arm(d, &d->flush, loop_now_ms());
+        return;
+    }
+    ev_update(d, LOOP_WRITE, 0);
+}
+
+void dir_on_flush(struct loop *l, struct loop_timer *t)
+{
+    struct directory *d = t->arg;
+
+    if (!d->ac)
+        return;
+    d->flushing = 1;
+    redisAsyncHandleWrite(d->ac); /* may free the context: connection_lost then ran */
+    d->flushing = 0;
 }
 
 static void ev_del_write(void *privdata)

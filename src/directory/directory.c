@@ -24,6 +24,7 @@ int directory_open(struct directory **out, struct loop *l, const struct director
     d->done_tail = &d->done;
     d->backoff_ms = BACKOFF_MIN_MS;
     loop_timer_init(&d->reconnect, dir_on_reconnect, d);
+    loop_timer_init(&d->flush, dir_on_flush, d);
     loop_timer_init(&d->watchdog, dir_on_watchdog, d);
     loop_timer_init(&d->heartbeat, dir_on_heartbeat, d);
     loop_timer_init(&d->turn, dir_on_turn, d);
@@ -48,6 +49,7 @@ void directory_close(struct directory *d)
     if (d->ac)
         redisAsyncFree(d->ac); /* fails the pending requests: they join the done list */
     loop_timer_stop(d->loop, &d->reconnect);
+    loop_timer_stop(d->loop, &d->flush);
     loop_timer_stop(d->loop, &d->turn);
     loop_timer_stop(d->loop, &d->leave_timer);
     dir_owner_stop(d);

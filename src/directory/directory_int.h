@@ -268,6 +268,11 @@ struct directory {
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
     struct loop_timer reconnect, watchdog, heartbeat, turn, events;
+    /* Commands are written at the end of the loop turn that made them (flush, due at once),
+     * not after an EPOLLOUT: two epoll_ctl calls and a wake-up fewer per command. flushing:
+     * inside that write, when hiredis asking to write again means the socket is full. */
+    struct loop_timer flush;
+    int flushing;
     int up;             /* registered on the current connection */
     char down_why[256]; /* why the last connection ended or could not be used ("": none yet) */
     int ever_up;        /* a connection was up before: the next one is a reconnection */
@@ -521,6 +526,7 @@ void dir_on_turn(struct loop *l, struct loop_timer *t);
 void dir_on_heartbeat(struct loop *l, struct loop_timer *t);
 void dir_connect_start(struct directory *d);
 void dir_on_reconnect(struct loop *l, struct loop_timer *t);
+void dir_on_flush(struct loop *l, struct loop_timer *t);
 void dir_on_watchdog(struct loop *l, struct loop_timer *t);
 
 #endif
