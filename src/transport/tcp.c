@@ -432,12 +432,18 @@ static int read_targets(struct tcp_conn *c, struct iovec *iov)
 }
 
 /* One read from the socket. Returns the bytes read, 0 when none are there now, -1 when the
- * connection failed or closed meanwhile. */
-static ssize_t read_some(struct tcp_conn *c)
+ * connection failed or closed meanwhile; *short_read when it filled less than it offered (the
+ * socket is empty now: the loop's level-triggered watch says when more comes). */
+static ssize_t read_some(struct tcp_conn *c, int *short_read)
 {
     struct iovec iov[TCP_IOV_MAX];
     int cnt = read_targets(c, iov);
     ssize_t n = readv(c->fd, iov, cnt);
+    size_t offered = 0;
+
+    for (int i = 0; i < cnt; i++)
+        offered += iov[i].iov_len;
+    *short_read = n >= 0 && (size_t)n < offered;
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
@@ -466,9 +472,10 @@ static void on_readable(struct tcp_conn *c)
     uint64_t budget = TCP_BYTES_PER_TURN;
 
     while (!c->closed && budget) {
-        ssize_t n = read_some(c);
-        if (n <= 0)
-            return; /* failed, or nothing more to read now */
+        int short_read;
+        ssize_t n = read_some(c, &short_read);
+        if (n <= 0 || short_read)
+            return; /* failed, or nothing more to read now: no read just to hear EAGAIN */
         budget = (uint64_t)n >= budget ? 0 : budget - (uint64_t)n;
     }
 }
