@@ -546,6 +546,11 @@ int ferry_fetch(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_
 
 /* A node's location as text, with its NUL, at most (ferry_location). */
 #define FERRY_LOCATION_MAX 3072
+/* The size (data and metadata) from which references had better carry no location: a fetch
+ * given one pulls the whole object from that node, while a lookup finds every holder, to split
+ * the object among them and relay it between receivers; beside such a transfer the lookup's
+ * round trip is noise. The Python module's ids follow it. */
+#define FERRY_LOCATED_MAX (16u << 20)
 
 /* The location of the node this handle talks to, into out: its id, transfer addresses and
  * incarnation, signed with the cluster secret when there is one ("ferry1;node-a;..."). A
@@ -556,10 +561,15 @@ int ferry_location(ferry_client *c, char out[FERRY_LOCATION_MAX]);
 
 /* ferry_fetch with a location per id (what ferry_location said on the node that put it):
  * each object not local is asked of that node first, and of the directory's holders only if
- * that node does not give it (it died, restarted, dropped the object, or the location is
- * forged or malformed: never other bytes than a ferry_fetch would bring). locations may be
- * NULL, and any of them NULL or "": that id is looked up as ferry_fetch does. Counted in
- * the stats as fetch_hints, fetch_hint_misses and fetch_hints_refused. */
+ * that node does not give it (it died, restarted or dropped the object; a host that does not
+ * answer at all costs the answer deadline, 3 s, first). A location that is malformed, too
+ * long, or not signed with the cluster secret is ignored: the id is looked up. The located
+ * node's copy is taken as what that node put under the id, unchecked against the directory's
+ * record (which may not be written yet); an id deleted cluster-wide lately is looked up
+ * instead. locations may be NULL, and any of them NULL or "". Each distinct location crosses
+ * to the daemon once (at most 256 distinct ones per call; ids of others are looked up).
+ * Counted in the stats as fetch_hints, fetch_hint_misses and fetch_hints_refused. Objects of
+ * FERRY_LOCATED_MAX and more had better be fetched without one. */
 int ferry_fetch_at(ferry_client *c, const ferry_id *ids, const char *const *locations, size_t n,
                    int64_t timeout_ms, int *statuses);
 

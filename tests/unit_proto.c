@@ -77,8 +77,9 @@ static void test_get_round_trip(void **state)
     pbuf_free(&b);
 }
 
-/* A FETCH_AT of ids with locations of which one is empty and one the longest. */
-static size_t fetch_at(struct pbuf *b, const char *const *locs, uint32_t n)
+/* A FETCH_AT of n ids with the table locs (m entries) and index (n entries). */
+static void fetch_at(struct pbuf *b, uint32_t n, const char *const *locs, uint16_t m,
+                     const uint16_t *index)
 {
     ferry_id id = make_id(7);
     size_t start = proto_frame_begin(b, PROTO_FETCH_AT, 9);
@@ -87,61 +88,65 @@ static size_t fetch_at(struct pbuf *b, const char *const *locs, uint32_t n)
     pbuf_u32(b, n);
     for (uint32_t i = 0; i < n; i++)
         pbuf_put(b, &id, sizeof(id));
-    for (uint32_t i = 0; locs && i < n; i++)
-        proto_put_loc(b, locs[i]);
+    pbuf_u16(b, m);
+    for (uint16_t k = 0; k < m; k++) {
+        size_t len = strlen(locs[k]);
+        pbuf_u16(b, (uint16_t)len);
+        pbuf_put(b, locs[k], len);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        pbuf_u16(b, index[i]);
     proto_frame_end(b, start);
-    return start;
 }
 
-/* FETCH_AT's locations come through as they went, read one after the other; a location
- * too long, holding a NUL, cut short, or missing is a broken request. */
+/* FETCH_AT's table of locations comes through as it went, each id naming its entry (0: none);
+ * a location too long, holding a NUL, an index past the table, a table over the limit, or a
+ * request cut short are broken requests. */
 static void test_fetch_at_round_trip_and_malformed(void **state)
 {
-    static char longest[FERRY_LOCATION_MAX + 1];
-    const char *locs[3] = {"ferry1;a;1;h;tcp=x", "", longest};
+    static char longest[FERRY_LOCATION_MAX], too_long[FERRY_LOCATION_MAX + 1];
+    const char *locs[2] = {"ferry1;a;1;h;tcp=x", longest};
+    const uint16_t index[4] = {1, 0, 2, 1}, past[4] = {1, 0, 3, 1};
     struct pbuf b = {0};
     struct proto_request q;
     char out[FERRY_LOCATION_MAX];
 
     memset(longest, 'l', PROTO_MAX_LOCATION);
-    fetch_at(&b, locs, 3);
+    memset(too_long, 'l', PROTO_MAX_LOCATION + 1);
+    fetch_at(&b, 4, locs, 2, index);
     assert_int_equal(decode(&b, &q), 0);
-    assert_int_equal(q.u.ids.n, 3);
+    assert_int_equal(q.u.ids.n, 4);
+    assert_int_equal(q.u.ids.nlocs, 2);
     struct preader r = {q.u.ids.locs, q.u.ids.locs_len, 0};
-    for (int i = 0; i < 3; i++) {
+    for (int k = 0; k < 2; k++) {
         proto_get_loc(&r, out);
-        assert_string_equal(out, locs[i]);
+        assert_string_equal(out, locs[k]);
     }
     assert_int_equal(r.left, 0);
-    assert_int_equal(r.bad, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(proto_loc_index(&q, i), index[i]);
 
-    b.len = 0; /* one byte too long: the writer cuts it, so it is written by hand */
-    size_t start = proto_frame_begin(&b, PROTO_FETCH_AT, 9);
-    pbuf_u64(&b, 100);
-    pbuf_u32(&b, 1);
-    pbuf_put(&b, &(ferry_id){{0}}, sizeof(ferry_id));
-    pbuf_u16(&b, PROTO_MAX_LOCATION + 1);
-    for (uint32_t i = 0; i <= PROTO_MAX_LOCATION; i++)
-        pbuf_u8(&b, 'l');
-    proto_frame_end(&b, start);
+    b.len = 0;
+    fetch_at(&b, 4, locs, 2, past);
     assert_int_equal(decode(&b, &q), FERRY_EPROTO);
-
-    b.len = 0; /* a NUL within */
-    start = proto_frame_begin(&b, PROTO_FETCH_AT, 9);
-    pbuf_u64(&b, 100);
-    pbuf_u32(&b, 1);
-    pbuf_put(&b, &(ferry_id){{0}}, sizeof(ferry_id));
-    pbuf_u16(&b, 3);
-    pbuf_put(&b, "a\0b", 3);
-    proto_frame_end(&b, start);
+    b.len = 0;
+    fetch_at(&b, 1, (const char *[]){too_long}, 1, index);
     assert_int_equal(decode(&b, &q), FERRY_EPROTO);
-
-    b.len = 0; /* no locations at all */
-    fetch_at(&b, NULL, 2);
-    assert_int_equal(decode(&b, &q), FERRY_EPROTO);
-    b.len = 0; /* the last one cut short */
-    fetch_at(&b, locs, 1);
-    b.len -= 1;
+    for (int kind = 0; kind < 2; kind++) { /* a NUL within; a table over the limit */
+        b.len = 0;
+        size_t start = proto_frame_begin(&b, PROTO_FETCH_AT, 9);
+        pbuf_u64(&b, 100);
+        pbuf_u32(&b, 1);
+        pbuf_put(&b, &(ferry_id){{0}}, sizeof(ferry_id));
+        pbuf_u16(&b, kind ? PROTO_MAX_LOCS + 1 : 1);
+        pbuf_u16(&b, 3);
+        pbuf_put(&b, "a\0b", 3);
+        pbuf_u16(&b, 1);
+        proto_frame_end(&b, start);
+        assert_int_equal(decode(&b, &q), FERRY_EPROTO);
+    }
+    b.len = 0; /* the last index cut short */
+    fetch_at(&b, 4, locs, 2, index);
     struct proto_header h;
     assert_int_equal(proto_decode_header(b.data, PROTO_MAX_REQUEST, &h), 0);
     h.length -= 1;

@@ -60,6 +60,7 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         }
         conn_decref(old);
         self->main = k;
+        Py_CLEAR(self->here); /* a restarted daemon is another run: another location */
         return k;
     }
 }
@@ -634,14 +635,17 @@ PyObject *pyf_client_here(ClientObject *self)
     if (self->here)
         return self->here;
     if ((here = client_location(self, NULL))) {
-        self->here = here;
-        return here;
+        if (self->here) /* another thread asked meanwhile (the call let the GIL go) */
+            Py_DECREF(here);
+        else
+            self->here = here;
+        return self->here;
     }
     /* No directory (or a location that cannot be written): none, ever; anything else (a
      * connection lost) none this time. A put that succeeded never fails for it. */
     if (PyErr_ExceptionMatches(pyf_error_class(FERRY_EDIRECTORY)) ||
         PyErr_ExceptionMatches(pyf_error_class(FERRY_EINVAL)))
-        self->here = Py_NewRef(Py_None);
+        Py_XSETREF(self->here, Py_NewRef(Py_None));
     PyErr_Clear();
     return Py_None;
 }

@@ -102,7 +102,9 @@ static void gather_free(struct gather *g)
     Py_XDECREF(g->at_ref);
 }
 
-/* The UTF-8 of location o (None: NULL in *out): 0, or -1 with an exception. */
+/* The UTF-8 of location o into *out: NULL for None, and for a str that cannot be a location
+ * (too long, or not encodable): ignored, as the daemon ignores a malformed one, so the id is
+ * looked up. 0, or -1 with TypeError for what is no str. */
 static int location_of(PyObject *o, const char **out)
 {
     Py_ssize_t len;
@@ -116,12 +118,9 @@ static int location_of(PyObject *o, const char **out)
         return -1;
     }
     if (!(*out = PyUnicode_AsUTF8AndSize(o, &len)))
-        return -1;
-    if (len >= FERRY_LOCATION_MAX) {
-        PyErr_Format(PyExc_ValueError, "at: a location of %zd bytes (at most %d)", len,
-                     FERRY_LOCATION_MAX - 1);
-        return -1;
-    }
+        PyErr_Clear();
+    else if (len >= FERRY_LOCATION_MAX)
+        *out = NULL;
     return 0;
 }
 
@@ -135,7 +134,9 @@ static PyObject *carried_at(PyObject *ids, size_t n)
 
     if (pyf_id_location(ids))
         return Py_NewRef(pyf_id_location(ids));
-    if (!PyList_Check(ids) && !PyTuple_Check(ids))
+    /* Exactly a list or tuple: a subclass may iterate other items than it holds. */
+    if ((!PyList_CheckExact(ids) && !PyTuple_CheckExact(ids)) ||
+        (size_t)PySequence_Fast_GET_SIZE(ids) != n)
         return NULL;
     for (size_t i = 0; i < n && !any; i++)
         any = pyf_id_location(PySequence_Fast_GET_ITEM(ids, (Py_ssize_t)i)) != NULL;
@@ -173,12 +174,14 @@ static int parse_at(struct gather *g, PyObject *at, PyObject *ids)
             return -1;
         g->at_ref = Py_NewRef(at);
     } else {
-        if (!(seq = PySequence_Fast(at, "at: a str, or a sequence of str or None (one per id)")))
+        /* A tuple of its own: its items (whose UTF-8 g->locs borrows) live while it does,
+         * whatever another thread does to the caller's list while the GIL is let go. */
+        if (!(seq = PySequence_Tuple(at)))
             return -1;
         g->at_ref = seq;
-        if ((size_t)PySequence_Fast_GET_SIZE(seq) != g->n) {
-            PyErr_Format(PyExc_ValueError, "at: %zd locations for %zu ids",
-                         PySequence_Fast_GET_SIZE(seq), g->n);
+        if ((size_t)PyTuple_GET_SIZE(seq) != g->n) {
+            PyErr_Format(PyExc_ValueError, "at: %zd locations for %zu ids", PyTuple_GET_SIZE(seq),
+                         g->n);
             return -1;
         }
     }
@@ -189,7 +192,7 @@ static int parse_at(struct gather *g, PyObject *at, PyObject *ids)
     g->sub_locs = g->locs + g->n;
     for (size_t i = 0; i < g->n; i++) {
         g->locs[i] = one;
-        if (seq && location_of(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), &g->locs[i]) < 0)
+        if (seq && location_of(PyTuple_GET_ITEM(seq, (Py_ssize_t)i), &g->locs[i]) < 0)
             return -1;
     }
     return 0;

@@ -114,7 +114,11 @@ static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
         pyf_raise_detail(rc, fail.detail);
     if (rc < 0 || mode != PUT_HOLD) {
         conn_leave(k, rc);
-        return rc < 0 ? NULL : pyf_id_new_at(id, pyf_client_here(self));
+        if (rc < 0)
+            return NULL;
+        /* Large objects are better looked up (FERRY_LOCATED_MAX): they carry no location. */
+        return pyf_id_new_at(
+            id, size + (uint64_t)meta->len < FERRY_LOCATED_MAX ? pyf_client_here(self) : NULL);
     }
     conn_incref(k); /* the Buffer's */
     conn_leave(k, rc);

@@ -191,12 +191,17 @@ def _store(value):
         data.refuse(parts, e)
         return None
     ref = {"nonce": nonce.hex(), "stream": stream_digest.hex()}
-    at = _location(client)
+    at = _location(client) if buf.size < _LOCATED_MAX else None
     if at:
         ref["at"] = at  # where it is: the reader's node asks this one, not the directory
     _remember(value, oid, buf, ref=ref)  # takes a weak reference: checked above
     data.stored += 1
     return ref
+
+
+# Results from this size on carry no location (libferry's FERRY_LOCATED_MAX): the reader's
+# lookup finds every holder, to split the transfer and relay it.
+_LOCATED_MAX = 16 << 20
 
 
 def _location(client):
@@ -215,7 +220,7 @@ def _at(header):
     """The location a reference carries, or None: a peer's text is only passed on to our
     daemon, which believes it as far as its signature (a bad one costs a lookup)."""
     at = header.get("at") if isinstance(header, dict) else None
-    return at if isinstance(at, str) and 0 < len(at) < 3072 else None
+    return at if isinstance(at, str) and 0 < len(at.encode(errors="replace")) < 3072 else None
 
 
 def _loads(header, frames):

@@ -7,21 +7,62 @@
 #include "client/client.h"
 #include "common/err.h"
 
+/* FETCH_AT's table of the distinct locations in locs (the first PROTO_MAX_LOCS; ids of
+ * others, and of none or one too long to be a location, go without: looked up) into table,
+ * and each id's index into index (0: none, else 1 + its place). The table's size. */
+static uint16_t locations_table(const char *const *locs, size_t n, const char **table,
+                                uint16_t *index)
+{
+    uint16_t m = 0, last = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *s = locs[i];
+        uint16_t k = 0;
+        index[i] = 0;
+        if (!s || !*s || strnlen(s, PROTO_MAX_LOCATION + 1) > PROTO_MAX_LOCATION)
+            continue;
+        if (last && table[last - 1] == s) { /* the same as the id before: the common case */
+            index[i] = last;
+            continue;
+        }
+        while (k < m && strcmp(table[k], s) != 0)
+            k++;
+        if (k == PROTO_MAX_LOCS)
+            continue;
+        if (k == m)
+            table[m++] = s;
+        index[i] = last = (uint16_t)(k + 1);
+    }
+    return m;
+}
+
 /* Sends FETCH (FETCH_AT with locs) and reads the statuses; the return is the first failure,
  * or 0. */
 static int fetch_locked(struct ferry_client *c, const ferry_id *ids, const char *const *locs,
                         size_t n, int64_t timeout_ms, int *statuses)
 {
-    uint16_t type = locs ? PROTO_FETCH_AT : PROTO_FETCH;
+    uint16_t type = locs ? PROTO_FETCH_AT : PROTO_FETCH, *index = NULL, m = 0;
+    const char *table[PROTO_MAX_LOCS];
     char text[PROTO_MAX_DETAIL + 1];
     int rc, first;
 
+    if (locs) {
+        if (!(index = malloc((n ? n : 1) * sizeof(*index))))
+            return err_set(FERRY_ENOMEM, "fetch: %zu location indexes", n);
+        m = locations_table(locs, n, table, index);
+    }
     client_req_begin(c, type);
     pbuf_u64(&c->out, (uint64_t)timeout_ms);
     pbuf_u32(&c->out, (uint32_t)n);
     pbuf_put(&c->out, ids, n * sizeof(ferry_id));
-    for (size_t i = 0; locs && i < n; i++)
-        proto_put_loc(&c->out, locs[i] ? locs[i] : "");
+    if (locs) {
+        pbuf_u16(&c->out, m);
+        for (uint16_t k = 0; k < m; k++)
+            proto_put_loc(&c->out, table[k]);
+        for (size_t i = 0; i < n; i++)
+            pbuf_u16(&c->out, index[i]);
+        free(index);
+    }
     /* The first failure's reason: which holders were tried, and why each failed. */
     if ((rc = client_call_wait(c, type, timeout_ms)) < 0 ||
         (rc = client_read_statuses(c, "fetch", n, NULL, statuses, &first, text)) < 0) {
@@ -42,10 +83,6 @@ int ferry_fetch_at(ferry_client *c, const ferry_id *ids, const char *const *loca
     if ((n && (!ids || !statuses)) || n > PROTO_MAX_IDS || timeout_ms < -1)
         return err_set(FERRY_EINVAL, "fetch: %zu ids (at most %u), timeout %lld ms", n,
                        PROTO_MAX_IDS, (long long)timeout_ms);
-    for (size_t i = 0; locations && i < n; i++)
-        if (locations[i] && strlen(locations[i]) > PROTO_MAX_LOCATION)
-            return err_set(FERRY_EINVAL, "fetch: location %zu longer than %u bytes", i,
-                           PROTO_MAX_LOCATION);
     if ((rc = client_enter(c)) < 0)
         return rc;
     return client_leave(c, fetch_locked(c, ids, locations, n, timeout_ms, statuses));

@@ -212,21 +212,39 @@ static int decode_ids(struct preader *r, uint32_t max, uint32_t *n, const ferry_
     return 0;
 }
 
-/* n locs from r: each of at most PROTO_MAX_LOCATION bytes, none holding a NUL; where they
- * start and how many bytes they take. */
-static int decode_locs(struct preader *r, uint32_t n, const uint8_t **locs, size_t *len)
+/* FETCH_AT's table of locations, each of at most PROTO_MAX_LOCATION bytes and no NUL, then
+ * an index per id, none past the table. */
+static int decode_locs(struct preader *r, struct proto_request *q)
 {
-    size_t before = r->left;
+    size_t before;
 
-    *locs = r->p;
-    for (uint32_t i = 0; i < n && !r->bad; i++) {
+    q->u.ids.nlocs = prd_u16(r);
+    if (q->u.ids.nlocs > PROTO_MAX_LOCS)
+        return err_set(FERRY_EPROTO, "fetch: %u locations exceed the limit of %u", q->u.ids.nlocs,
+                       PROTO_MAX_LOCS);
+    before = r->left;
+    q->u.ids.locs = r->p;
+    for (uint32_t i = 0; i < q->u.ids.nlocs && !r->bad; i++) {
         uint16_t k = prd_u16(r);
         const uint8_t *p = prd_bytes(r, k);
         if (k > PROTO_MAX_LOCATION || (p && memchr(p, '\0', k)))
             return err_set(FERRY_EPROTO, "fetch: location %u of %u bytes, or with a NUL", i, k);
     }
-    *len = before - r->left;
+    q->u.ids.locs_len = before - r->left;
+    q->u.ids.loc_index = prd_bytes(r, (size_t)q->u.ids.n * 2);
+    for (uint32_t i = 0; q->u.ids.loc_index && i < q->u.ids.n; i++)
+        if (proto_loc_index(q, i) > q->u.ids.nlocs)
+            return err_set(FERRY_EPROTO, "fetch: id %u names location %u of %u", i,
+                           proto_loc_index(q, i), q->u.ids.nlocs);
     return 0;
+}
+
+uint16_t proto_loc_index(const struct proto_request *q, uint32_t i)
+{
+    uint16_t k;
+
+    memcpy(&k, q->u.ids.loc_index + 2 * (size_t)i, 2); /* as pbuf_u16 wrote it */
+    return k;
 }
 
 /* An id, then a u8 that is a boolean (what names it in the error). */
@@ -281,7 +299,7 @@ static int decode_body(struct preader *r, struct proto_request *q)
             return err_set(FERRY_EPROTO, "fetch: timeout %lld ms", (long long)q->u.ids.timeout_ms);
         if (decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids) < 0)
             return FERRY_EPROTO;
-        return decode_locs(r, q->u.ids.n, &q->u.ids.locs, &q->u.ids.locs_len);
+        return decode_locs(r, q);
     case PROTO_REFRESH:
         return decode_ids(r, PROTO_MAX_IDS, &q->u.ids.n, &q->u.ids.ids);
     case PROTO_EVICT:

@@ -42,8 +42,10 @@
 #define PROTO_MAX_BATCH 4096u        /* objects in one PUT_BATCH */
 #define PROTO_MAX_DETAIL 400u        /* bytes of an error detail */
 #define PROTO_MAX_PEERS 1024u        /* peers in one PEERS reply */
-/* A location's bytes at most; a loc on the wire is a u16 length and the bytes. */
+/* A location's bytes at most; a loc on the wire is a u16 length and the bytes. FETCH_AT
+ * names each distinct location once, at most PROTO_MAX_LOCS of them. */
 #define PROTO_MAX_LOCATION (FERRY_LOCATION_MAX - 1u)
+#define PROTO_MAX_LOCS 256u
 #define PROTO_REPLY_BIT 0x8000u
 /* CREATE's flag for a creator that writes through pages of its own (store_create_paged). */
 #define PROTO_CREATE_OWN_PAGES 0x1u
@@ -77,7 +79,9 @@ enum proto_type {
     PROTO_KEEP = 24,           /* id, u8 keep (0 or 1) -> status */
     PROTO_DELETE_UNUSED = 25,  /* id -> status */
     PROTO_LOCATION = 26,       /* - -> loc: this node's location */
-    PROTO_FETCH_AT = 27,       /* i64 timeout_ms, u32 n, n ids, n locs ("": none) -> as FETCH */
+    /* i64 timeout_ms, u32 n, n ids, u16 m, m locs, n u16 (0: none, else the k-th loc): each
+     * distinct location once -> as FETCH */
+    PROTO_FETCH_AT = 27,
     PROTO_TYPE_MAX = 27
 };
 
@@ -127,8 +131,11 @@ struct proto_request {
             int64_t timeout_ms;
             uint32_t n;
             const ferry_id *ids;
-            const uint8_t *locs; /* FETCH_AT: n locs, checked; read with proto_get_loc */
+            /* FETCH_AT: nlocs locs (checked; read them with proto_get_loc), then n u16 indexes
+             * (checked: at most nlocs), read with proto_loc_index */
+            const uint8_t *locs, *loc_index;
             size_t locs_len;
+            uint16_t nlocs;
         } ids; /* GET, FETCH and FETCH_AT (with timeout), REFRESH */
         struct {
             uint64_t bytes;
@@ -226,6 +233,8 @@ void proto_get_str(struct preader *r, char *out, size_t size);
  * proto_get_loc reads one into out (FERRY_LOCATION_MAX bytes), or marks r bad. */
 void proto_put_loc(struct pbuf *b, const char *s);
 void proto_get_loc(struct preader *r, char *out);
+/* FETCH_AT's location index of id i: 0 for none, else 1 + its loc's place in the table. */
+uint16_t proto_loc_index(const struct proto_request *q, uint32_t i);
 
 /* A node in NODES and WHERE replies: id, address and transports as u8 length + bytes each,
  * then u8 self. */

@@ -80,36 +80,6 @@ static int parse_db(struct directory *d, const char *url, const char *s)
     return 0;
 }
 
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* [s, end) percent-decoded into out (cap bytes with its NUL); no NUL byte may result. */
-static int decode_part(const char *s, const char *end, char *out, size_t cap)
-{
-    size_t n = 0;
-
-    for (; s < end; s++) {
-        int c = (unsigned char)*s;
-        if (c == '%') {
-            int hi = end - s >= 3 ? hex_digit(s[1]) : -1;
-            int lo = hi >= 0 ? hex_digit(s[2]) : -1;
-            if (lo < 0 || (c = hi << 4 | lo) == 0)
-                return -1;
-            s += 2;
-        }
-        if (n + 1 >= cap)
-            return -1;
-        out[n++] = (char)c;
-    }
-    out[n] = '\0';
-    return 0;
-}
-
 /* [[USER]:PASSWORD@] or USER@ at *rest (before the first '/'; the last '@' ends it),
  * percent-decoded into d->user and d->password (USER@ leaves the password to
  * directory_config.password); *rest then points after it. */
@@ -124,9 +94,9 @@ static int parse_credentials(struct directory *d, const char **rest)
     if (!at)
         return 0;
     colon = memchr(*rest, ':', (size_t)(at - *rest));
-    if (decode_part(*rest, colon ? colon : at, d->user, sizeof(d->user)) < 0 ||
-        (colon &&
-         (decode_part(colon + 1, at, d->password, sizeof(d->password)) < 0 || !d->password[0])))
+    if (dir_percent_decode(*rest, colon ? colon : at, d->user, sizeof(d->user)) < 0 ||
+        (colon && (dir_percent_decode(colon + 1, at, d->password, sizeof(d->password)) < 0 ||
+                   !d->password[0])))
         return err_set(FERRY_EINVAL,
                        "directory URL: a user of at most %d and a password of 1 to %d bytes "
                        "(percent-encoded, no %%00)",

@@ -2,7 +2,7 @@
  * dir_location.c - a node's location as text: its directory entry (id, incarnation, address,
  * transports) with the entry's signature, so that a reference can carry where its object was
  * sealed and another node can ask that node without asking Redis first. It calls no other
- * file of the unit but dir_sign.c and dir_node.c.
+ * file of the unit but dir_sign.c, dir_node.c and dir_util.c.
  *
  * The text is "ferry1;ID;INC;ADDR;NAME=XADDR[;NAME=XADDR...][;#SIG]". Within a field every
  * byte that is a separator (';', '=', '#', '%'), a space, a control byte or not ASCII is
@@ -77,39 +77,14 @@ int directory_location(const struct directory *d, char *buf, size_t len)
     return 0;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Field [p, end), unescaped, into out (cap bytes with the NUL): 1, or 0 when it is empty,
  * too long, holds a byte that should have been escaped, a bad escape or a NUL. */
 static int unescape(char *out, size_t cap, const char *p, const char *end)
 {
-    size_t n = 0;
-
-    for (; p < end; p++) {
-        int c = (unsigned char)*p;
-        if (c == '%') {
-            int hi = end - p > 2 ? hex_value(p[1]) : -1, lo = hi >= 0 ? hex_value(p[2]) : -1;
-            if (lo < 0 || (c = hi << 4 | lo) == 0)
-                return 0;
-            p += 2;
-        } else if (escaped((unsigned char)c)) {
+    for (const char *q = p; q < end; q++)
+        if (*q != '%' && escaped((unsigned char)*q))
             return 0;
-        }
-        if (n + 1 >= cap)
-            return 0;
-        out[n++] = (char)c;
-    }
-    out[n] = '\0';
-    return n > 0;
+    return p < end && dir_percent_decode(p, end, out, cap) == 0;
 }
 
 /* The raw field at *p up to the next ';' (or the end): [*p, *end); *p moves past it. */

@@ -17,6 +17,35 @@ void *dir_grow(void *array, size_t *cap, size_t elem)
     return p;
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+int dir_percent_decode(const char *s, const char *end, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    for (; s < end; s++) {
+        int c = (unsigned char)*s;
+        if (c == '%') {
+            int hi = end - s >= 3 ? hex_digit(s[1]) : -1;
+            int lo = hi >= 0 ? hex_digit(s[2]) : -1;
+            if (lo < 0 || (c = hi << 4 | lo) == 0)
+                return -1;
+            s += 2;
+        }
+        if (n + 1 >= cap)
+            return -1;
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
 /* Arms t; a timer heap that cannot grow (the process is out of memory) is logged. */
 void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms)
 {

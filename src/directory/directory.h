@@ -135,7 +135,7 @@ void directory_inc_time(uint64_t inc, char *buf, size_t len);
 #define DIRECTORY_LOCATION_MAX 3072
 /* This node's location, "ferry1;ID;INC;ADDR;NAME=XADDR...[;#SIG]" (fields escaped), into buf: what
  * a reference carries so that a fetch elsewhere asks this node first. FERRY_EINVAL when it does not
- * fit len or a field holds a ';', a space or a control character. */
+ * fit len (fields are %XX-escaped: any text can be one). */
 int directory_location(const struct directory *d, char *buf, size_t len);
 /* A location into *node (seq 0): FERRY_EINVAL when malformed, FERRY_EAUTH when a cluster
  * secret is set and it is not signed with it. Believed as far as the node's entry would be. */

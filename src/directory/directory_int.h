@@ -334,6 +334,10 @@ struct directory {
 };
 
 /* dir_util.c: arrays and timers */
+/* [s, end) percent-decoded (%XX) into out (cap bytes with its NUL): 0, or -1 when an escape
+ * is malformed, it decodes to a NUL, or it does not fit (a URL's user and password, a
+ * location's fields). */
+int dir_percent_decode(const char *s, const char *end, char *out, size_t cap);
 /* Doubles an array's capacity (*cap elements of elem bytes). NULL, the array unchanged, when
  * out of memory. */
 void *dir_grow(void *array, size_t *cap, size_t elem);

@@ -109,23 +109,36 @@ static void fetch_timeout(struct loop *l, struct loop_timer *t)
     server_schedule(ss->srv, ss);
 }
 
-/* The node FETCH_AT's next location names, into *at: NULL when there is none, or it is
- * malformed or not signed with our secret (counted: the id is looked up as without one). */
-static const struct directory_node *fetch_location(struct session *ss, struct preader *locs,
-                                                   struct directory_node *at)
+/* FETCH_AT's table of locations, each parsed (and its signature checked) once, into a new
+ * array of q->u.ids.nlocs nodes: a location malformed or not signed with our secret is
+ * counted and left empty (id[0] == 0: its ids are looked up as without one). NULL for none,
+ * or when out of memory (then every id is looked up). */
+static struct directory_node *fetch_locations(struct session *ss, const struct proto_request *q)
 {
+    struct preader r = {q->u.ids.locs, q->u.ids.locs_len, 0};
+    struct directory_node *nodes;
     char text[FERRY_LOCATION_MAX];
 
-    if (!locs)
+    if (q->type != PROTO_FETCH_AT || !q->u.ids.nlocs || !ss->srv->dir ||
+        !(nodes = calloc(q->u.ids.nlocs, sizeof(*nodes))))
         return NULL;
-    proto_get_loc(locs, text); /* proto_decode_request checked them all */
-    if (!text[0] || !ss->srv->dir)
-        return NULL;
-    if (directory_location_parse(ss->srv->dir, text, at) < 0) {
-        ss->srv->counters.fetch_hints_refused++;
-        return NULL;
+    for (uint16_t k = 0; k < q->u.ids.nlocs; k++) {
+        proto_get_loc(&r, text); /* proto_decode_request checked them all */
+        if (directory_location_parse(ss->srv->dir, text, &nodes[k]) < 0) {
+            ss->srv->counters.fetch_hints_refused++;
+            nodes[k].id[0] = '\0';
+        }
     }
-    return at;
+    return nodes;
+}
+
+/* The node FETCH_AT names for id i, or NULL. */
+static const struct directory_node *fetch_location(const struct proto_request *q,
+                                                   const struct directory_node *nodes, uint32_t i)
+{
+    uint16_t k = nodes ? proto_loc_index(q, i) : 0;
+
+    return k && nodes[k - 1].id[0] ? &nodes[k - 1] : NULL;
 }
 
 static int32_t fetch_start_one(struct session *ss, const ferry_id *id, uint32_t i,
@@ -146,8 +159,7 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
 {
     struct pending_fetch *f = &ss->fetch;
     uint32_t n = q->u.ids.n;
-    struct preader locs = {q->u.ids.locs, q->u.ids.locs_len, 0};
-    struct directory_node at;
+    struct directory_node *nodes = NULL;
 
     ss->srv->counters.fetches++;
     session_wait_begin(ss, SESSION_FETCH);
@@ -166,13 +178,13 @@ int session_handle_fetch(struct session *ss, const struct proto_request *q)
     f->missing = 0;
     f->timeout_ms = q->u.ids.timeout_ms;
     f->start_ns = clock_mono_ns();
+    nodes = fetch_locations(ss, q);
     for (uint32_t i = 0; i < n; i++) {
-        f->statuses[i] =
-            fetch_start_one(ss, &q->u.ids.ids[i], i,
-                            fetch_location(ss, q->type == PROTO_FETCH_AT ? &locs : NULL, &at));
+        f->statuses[i] = fetch_start_one(ss, &q->u.ids.ids[i], i, fetch_location(q, nodes, i));
         fetch_note(f, f->statuses[i], ferry_errmsg());
         f->missing += f->statuses[i] == FETCH_PENDING;
     }
+    free(nodes); /* each want that asks a location first holds its own share of it */
     if (f->missing == 0)
         fetch_finish(ss);
     else if (q->u.ids.timeout_ms == 0)

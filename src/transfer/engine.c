@@ -205,6 +205,8 @@ void engine_close(struct engine *e)
         eng_want_free(w);
     idmap_free(&e->wants);
     eng_slices_free(e);
+    if (e->hint_last)
+        eng_hint_put(e->hint_last);
     while (e->breakers) {
         struct breaker *b = e->breakers;
         e->breakers = b->next;

@@ -285,9 +285,10 @@ struct want {
     struct object *obj;       /* the local object being filled: made when a reply confirms its
                                * size (the record's), never before */
     int room;                 /* its create found no room yet: asked again when there is */
-    /* A location's node, asked first (engine_fetch's at): kept until the retry timer asks it,
-     * then freed; hinted while a lookup after it would be a miss (fetch_hint_misses). */
-    struct directory_node *hint;
+    /* A location's node, asked first (engine_fetch's at): held until the retry timer asks it;
+     * hinted from then until a holder's reply confirms the object or the hint fails (a miss,
+     * fetch_hint_misses). */
+    struct hint *hint;
     int hinted;
     struct want_check check;
     char holder[DIRECTORY_NODE_ID_MAX + 1];
@@ -460,8 +461,20 @@ struct eng_hooks {
     void (*want_unqueued)(struct want *w, int status);
 };
 
+/* A location, shared by the wants one FETCH_AT starts for it (a node entry is 2.8 KiB), and
+ * immutable. hint_last keeps the latest for the next want of the same location. */
+struct hint {
+    unsigned refs;
+    struct directory_node node;
+};
+/* A reference to a hint of at: hint_last's when it is the same, else a new one (NULL when out
+ * of memory). eng_hint_put drops one. */
+struct hint *eng_hint_get(struct engine *e, const struct directory_node *at);
+void eng_hint_put(struct hint *h);
+
 struct engine {
     struct loop *loop;
+    struct hint *hint_last;
     struct store *store;
     struct directory *dir;
     struct engine_config cfg;

@@ -15,7 +15,8 @@ void eng_want_free(struct want *w)
     if (w->relay)
         free(w->relay->have);
     free(w->relay);
-    free(w->hint);
+    if (w->hint)
+        eng_hint_put(w->hint);
     loop_timer_stop(e->loop, &w->retry);
     loop_timer_stop(e->loop, &w->orphan);
     if (e->dir)
@@ -228,6 +229,14 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
         eng_want_free(w);
         return;
     }
+    if (w->hinted) {
+        /* The location's node did not give it: a miss, not a holder the lookup must skip (a
+         * stale location of a restarted node names its id in another run). */
+        w->hinted = 0;
+        e->counters.fetch_hint_misses++;
+        eng_want_lookup(w, 1);
+        return;
+    }
     eng_want_note_tried(w, w->holder, why, fault, had);
     if (w->ntried == MAX_TRIED) {
         eng_want_fail_all(w);
@@ -237,20 +246,65 @@ void eng_want_failed_holder(struct want *w, const char *why, enum fault fault,
 }
 
 static void on_holders(void *arg, const struct directory_answer *a);
+static int deleted_since(const struct engine *e, const ferry_id *id, uint64_t since);
+
+/* Whether a location may stand in for the directory for id: not when a delete of id was heard
+ * lately (the located node may not have heard it yet, and would give the deleted copy back),
+ * nor when this node is connected to the located node's id in another run (a stale location:
+ * its handshake would fail, and count against the live one). */
+static const struct directory_node *hint_node(struct engine *e, const ferry_id *id,
+                                              const struct directory_node *at)
+{
+    const struct peer *p = eng_peer_find(e, at->id);
+
+    if (deleted_since(e, id, 0) || (p && p->node.inc != at->inc))
+        return NULL;
+    return p ? &p->node : at; /* a connected peer as it is: its addresses are never replaced */
+}
 
 /* Asks the node of w's location as if a lookup had listed it alone, content unknown: when it
  * fails (gone, restarted, without the object, or not the node it says), or cannot be reached,
  * eng_want_failed_holder has the directory asked. */
 static void hint_ask(struct want *w)
 {
-    struct directory_node *at = w->hint;
-    struct directory_answer a = {.n = 1, .nodes = at};
+    struct hint *h = w->hint;
+    const struct directory_node *at = hint_node(w->e, &w->id, &h->node);
+    struct directory_answer a = {.n = 1, .nodes = (struct directory_node *)at};
 
     w->hint = NULL;
+    if (!at) {
+        eng_hint_put(h);
+        eng_want_lookup(w, 0);
+        return;
+    }
     w->hinted = 1;
     w->e->counters.fetch_hints++;
     on_holders(w, &a); /* may free w */
-    free(at);
+    eng_hint_put(h);
+}
+
+struct hint *eng_hint_get(struct engine *e, const struct directory_node *at)
+{
+    struct hint *h = e->hint_last;
+
+    if (h && memcmp(&h->node, at, sizeof(*at)) == 0) {
+        h->refs++;
+        return h;
+    }
+    if (!(h = malloc(sizeof(*h))))
+        return NULL;
+    h->refs = 2; /* the want's, and hint_last's */
+    h->node = *at;
+    if (e->hint_last)
+        eng_hint_put(e->hint_last);
+    e->hint_last = h;
+    return h;
+}
+
+void eng_hint_put(struct hint *h)
+{
+    if (--h->refs == 0)
+        free(h);
 }
 
 static void on_retry(struct loop *l, struct loop_timer *t)
@@ -290,6 +344,7 @@ int eng_want_create(struct want *w, uint64_t data_size, uint64_t metadata_size)
 {
     int rc = store_create(w->e->store, &w->id, data_size, metadata_size, w->e, &w->obj);
 
+    w->hinted = 0; /* a holder confirmed the object: whatever follows is no miss */
     w->room = rc == FERRY_EAGAIN;
     if (rc == 0) {
         w->e->hooks->want_made(w);
@@ -506,10 +561,6 @@ void eng_want_lookup(struct want *w, int fresh)
     }
     if (w->relay && w->relay->seq) /* the partial holders too */
         fresh = DIRECTORY_FRESH | DIRECTORY_PARTIAL;
-    if (w->hinted) { /* the location's node did not give it */
-        w->hinted = 0;
-        w->e->counters.fetch_hint_misses++;
-    }
     if (directory_lookup(w->e->dir, &w->id, fresh, on_holders, w) < 0)
         eng_want_finish(w, FERRY_ENOMEM);
 }
@@ -545,10 +596,8 @@ static int want_start(struct want *w, const struct directory_node *at)
     struct engine *e = w->e;
 
     if (at && strcmp(at->id, e->node_id) != 0) {
-        if (!(w->hint = malloc(sizeof(*w->hint))))
+        if (!(w->hint = eng_hint_get(e, at)))
             return FERRY_ENOMEM;
-        *w->hint = *at;
-        w->hint->seq = 0; /* a whole holder */
         w->state = WANT_RETRY;
         return loop_timer_start(e->loop, &w->retry, loop_now_ms());
     }
@@ -572,7 +621,8 @@ static struct want *want_new(struct engine *e, const ferry_id *id, const struct 
     loop_timer_init(&w->orphan, on_orphan, w);
     if (want_start(w, at) < 0) {
         idmap_remove(&e->wants, id);
-        free(w->hint);
+        if (w->hint)
+            eng_hint_put(w->hint);
         free(w);
         return NULL;
     }

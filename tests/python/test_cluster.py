@@ -80,8 +80,7 @@ def test_fetch_at_a_location_asks_no_directory(cluster):
             cb.fetch("located-0", at=b"bytes")
         with pytest.raises(ValueError):
             cb.fetch(["located-0", "located-1"], at=[loc])
-        with pytest.raises(ValueError):
-            cb.fetch("located-0", at="x" * 5000)
+        cb.fetch("located-0", at="x" * 5000)  # too long to be one: ignored, as garbage is
         cb.fetch(["located-0"], at=[None])
 
 

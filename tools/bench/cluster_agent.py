@@ -12,6 +12,7 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "fetch", "names": [...], "at": T}     fetch them all in one call: start and end times
   {"op": "reads", "names": [...], "loc": L}    get(fetch=True) each in turn: microseconds each;
                                                with loc (a holder's location), at it
+  {"op": "fetch_many", "names": [...], "loc": L}  fetch them in one call (at loc): seconds
   {"op": "location"}                           the node's location (Client.location())
   {"op": "redis_gets", "host": H, "size": S, "count": K, "pipeline": B}
                                                SET one value of S bytes in the Redis at H:6379,
