@@ -650,6 +650,13 @@ PyObject *pyf_client_here(ClientObject *self)
     return Py_None;
 }
 
+/* _here(): the location the ids puts return carry (None: none), asked of the daemon once per
+ * connection; for ferry.dask's references. */
+static PyObject *client_here(ClientObject *self, PyObject *unused)
+{
+    return Py_NewRef(pyf_client_here(self));
+}
+
 static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 {
     struct call x = {.op = CALL_SUBSCRIBE};
@@ -752,6 +759,7 @@ static PyMethodDef client_methods[] = {
      "go; an object created and not sealed is aborted when its Buffer goes (at once when "
      "nothing else holds it)."},
     {"_put_parts", (PyCFunction)pyf_client_put_parts, METH_VARARGS, NULL},
+    {"_here", (PyCFunction)client_here, METH_NOARGS, NULL},
     {"__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL},
     {NULL},

@@ -143,7 +143,10 @@ static PyObject *carried_at(PyObject *ids, size_t n)
     if (!any || !(list = PyList_New((Py_ssize_t)n)))
         return NULL;
     for (size_t i = 0; i < n; i++) {
-        PyObject *loc = pyf_id_location(PySequence_Fast_GET_ITEM(ids, (Py_ssize_t)i));
+        /* PyList_New may have run a finalizer that shrank ids: its missing items carry none */
+        PyObject *loc = (Py_ssize_t)i < PySequence_Fast_GET_SIZE(ids)
+                            ? pyf_id_location(PySequence_Fast_GET_ITEM(ids, (Py_ssize_t)i))
+                            : NULL;
         PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(loc ? loc : Py_None));
     }
     return list;

@@ -88,7 +88,7 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 # This process's ferry Client (one per worker process), its settings, its worker and the
 # worker's FerryData; setup().
 _state = {"client": None, "fetch_timeout_ms": DEFAULT_FETCH_TIMEOUT_MS, "worker": None,
-          "families": None, "data": None, "key": None, "at": None, "at_of": None}
+          "families": None, "data": None, "key": None}
 # The key install() gives this Dask cluster's workers (one per driving process, so that a second
 # install() keeps the references already handed out valid).
 _install_key = None
@@ -205,15 +205,12 @@ _LOCATED_MAX = 16 << 20
 
 
 def _location(client):
-    """This node's location (Client.location()), asked once per client; None without a
-    directory (then readers look the id up)."""
-    if _state.get("at_of") is not client:
-        try:
-            _state["at"] = client.location()
-        except ferry.Error:
-            _state["at"] = None
-        _state["at_of"] = client
-    return _state["at"]
+    """This node's location, or None without a directory (readers then look the id up): the
+    Client's, asked once per connection to its daemon (a restarted daemon is another run)."""
+    try:
+        return client._here()
+    except ferry.Error:
+        return None
 
 
 def _at(header):

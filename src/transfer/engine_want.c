@@ -269,7 +269,8 @@ static void hint_ask(struct want *w)
 {
     struct hint *h = w->hint;
     const struct directory_node *at = hint_node(w->e, &w->id, &h->node);
-    struct directory_answer a = {.n = 1, .nodes = (struct directory_node *)at};
+    struct directory_node node;
+    struct directory_answer a = {.n = 1, .nodes = &node};
 
     w->hint = NULL;
     if (!at) {
@@ -277,6 +278,8 @@ static void hint_ask(struct want *w)
         eng_want_lookup(w, 0);
         return;
     }
+    node = *at;
+    node.seq = 0; /* a whole holder, whatever a peer's node says (a relay source's is not) */
     w->hinted = 1;
     w->e->counters.fetch_hints++;
     on_holders(w, &a); /* may free w */
