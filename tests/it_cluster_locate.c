@@ -23,14 +23,23 @@ static void fetch_at(ferry_client *c, const ferry_id *id, const char *loc, int64
     H_OK(status);
 }
 
+/* Starts n nodes, connects *a and *b to A and B, and gives A's location into loc. */
+static void start_located(struct h_cluster *cl, int n, ferry_client **a, ferry_client **b,
+                          char loc[FERRY_LOCATION_MAX])
+{
+    h_cluster_start(cl, n, "64M", NULL);
+    *a = h_node_connect(cl, A);
+    *b = h_node_connect(cl, B);
+    H_OK(ferry_location(*a, loc));
+}
+
 /* B fetches what A put by A's location: no lookup at all, one hint and no miss; the copy is
  * intact. A location is one per run: asked twice, the same. */
 H_CLUSTER_TEST(a_located_fetch_asks_no_directory)
 {
     char loc[FERRY_LOCATION_MAX], again[FERRY_LOCATION_MAX];
-    h_cluster_start(cl, 2, "64M", NULL);
-    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
-    H_OK(ferry_location(a, loc));
+    ferry_client *a, *b;
+    start_located(cl, 2, &a, &b, loc);
     H_OK(ferry_location(a, again));
     assert_string_equal(loc, again);
     assert_non_null(strstr(loc, cl->node[A].id));
@@ -56,9 +65,8 @@ H_CLUSTER_TEST(a_located_fetch_asks_no_directory)
 H_CLUSTER_TEST(a_put_is_fetched_by_its_location_while_redis_is_frozen)
 {
     char loc[FERRY_LOCATION_MAX];
-    h_cluster_start(cl, 2, "64M", NULL);
-    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
-    H_OK(ferry_location(a, loc));
+    ferry_client *a, *b;
+    start_located(cl, 2, &a, &b, loc);
     ferry_id id = h_id("frozen-directory");
     assert_int_equal(kill(cl->redis.pid, SIGSTOP), 0);
     H_OK(h_put_direct(a, &id, 100000, 3));
@@ -119,9 +127,8 @@ H_CLUSTER_TEST(locations_that_lie_fall_back_to_the_directory)
 H_CLUSTER_TEST(a_location_of_an_earlier_run_falls_back)
 {
     char old[FERRY_LOCATION_MAX];
-    h_cluster_start(cl, 2, "64M", NULL);
-    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
-    H_OK(ferry_location(a, old));
+    ferry_client *a, *b;
+    start_located(cl, 2, &a, &b, old);
     ferry_id warm = h_id("earlier-run-warm");
     H_OK(h_put_direct(a, &warm, 1000, 0));
     fetch_at(b, &warm, old, 10000); /* B is connected to A's first run */

@@ -110,16 +110,9 @@ H_CLUSTER_TEST(one_gib)
  * sanitizers: "read none of what it asked for in 10000 ms"). */
 H_CLUSTER_TEST(a_read_within_its_lease_outlasts_the_stall_window)
 {
-    const char *timers = getenv("FERRY_TEST_TIMERS");
-    char *saved = timers ? strdup(timers) : NULL;
-    setenv("FERRY_TEST_TIMERS", "stall=1000", 1);
-    h_node_start(cl, A, "64M", NULL);
+    const char *stall[] = {"--timers", "stall=1000", NULL}; /* after the suite's: it wins */
+    h_node_start(cl, A, "64M", stall);
     start_with_fault(cl, B, "64M", "fabric-read-delay-ms=100", NULL);
-    if (saved)
-        setenv("FERRY_TEST_TIMERS", saved, 1);
-    else
-        unsetenv("FERRY_TEST_TIMERS");
-    free(saved);
     ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
     h_assert_nodes(b, cl, BIT(A) | BIT(B), H_CLUSTER_MS);
     ferry_id id = h_id("slow-reader");
