@@ -52,7 +52,9 @@ struct auth_session {
     uint64_t tx_seq, rx_seq;
 };
 
-/* Keeps a copy of secret (len bytes; NULL or 0: none). FERRY_ENOMEM. */
+/* Keeps a copy of secret (len bytes; NULL or 0: none), and makes OpenSSL's random generators
+ * (and HMAC, keyed) ready on the calling thread: call it on the one that makes the handshakes.
+ * FERRY_ENOMEM, FERRY_ESYS. */
 int auth_init(struct auth *a, const uint8_t *secret, size_t len);
 void auth_free(struct auth *a);
 
