@@ -455,7 +455,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "turns of the event loop that did not sleep: work was pending (a spin shows here)")          \
     X(directory_published, COUNTER, "copies published to the directory (holder records sent)")     \
     X(directory_publish_batches, COUNTER,                                                          \
-      "scripts that carried several publications at once (up to 64)")                              \
+      "scripts that carried publications and withdrawals (up to 64 each)")                         \
     X(fetch_hints, COUNTER, "objects a fetch asked of the node its location named first")          \
     X(fetch_hint_misses, COUNTER,                                                                  \
       "objects the located node did not give: the directory's holders asked instead")              \

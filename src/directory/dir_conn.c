@@ -15,6 +15,8 @@ static void flush_queue(struct directory *d)
         d->queue_len - d->queue_head > FLUSH_BATCH ? d->queue_head + FLUSH_BATCH : d->queue_len;
     int sent;
 
+    if (d->queue_head < end)
+        d->queue_sent_ms = loop_now_ms();
     while (d->up && d->queue_head < end &&
            (sent = dir_send_pubops(d, &d->queue[d->queue_head], end - d->queue_head)) > 0)
         d->queue_head += (size_t)sent;

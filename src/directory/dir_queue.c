@@ -25,6 +25,21 @@ void dir_queue_drop(struct directory *d)
     }
 }
 
+/* When the queue is to be written once op has joined it. A request (a claim, a delete, a
+ * relay: someone waits for its answer) or a full batch goes at once, with what is queued before
+ * it. A publication or withdrawal goes at once too unless the queue was written less than
+ * PUBLISH_GAP_MS ago: then it waits for the rest of the gap, so that a stream of puts costs
+ * Redis one script per gap (up to PUBLISH_BATCH publications each) rather than one per put,
+ * while a lone put is listed as soon as before. */
+static uint64_t queue_due(const struct directory *d, const struct pubop *op)
+{
+    uint64_t now = loop_now_ms(), gap_end = d->queue_sent_ms + PUBLISH_GAP_MS;
+
+    if (op->r || d->queue_len - d->queue_head >= PUBLISH_BATCH)
+        return now;
+    return gap_end > now ? gap_end : now;
+}
+
 /* Queues op; FERRY_EDIRECTORY when the directory is not up (publications are then left to the
  * republish hook after the next registration) or the node is leaving (nothing is published
  * once its entry is going), FERRY_ENOMEM. */
@@ -41,7 +56,7 @@ int dir_queue_push(struct directory *d, const struct pubop *op)
         d->queue = p;
     }
     d->queue[d->queue_len++] = *op;
-    dir_turn_soon(d);
+    dir_turn_by(d, queue_due(d, op));
     return 0;
 }
 

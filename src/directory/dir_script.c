@@ -52,13 +52,25 @@
  * entry starts again with ours (another put). A replacement happens only if the record is still
  * the one named (else {3, hex}), and keeps its put; it, and our signature written over another
  * for the same content, answer {2, hex, gen}; a plain publication {0, hex, gen}: gen is the put
- * the record is (a record without a well-formed one takes ours). */
+ * the record is (a record without a well-formed one takes ours). An absent record, the common
+ * case, is written at once. */
 #define LUA_PUBLISH                                                                                \
     "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"     \
     "local fields = {size = 1, digest = 2, sig = 3, gen = 4}\n"                                    \
     "local function publish(obj, node, inc, size, digest, hex, sig, gen, rsize, rdigest, rsig)\n"  \
     "  local all = redis.pcall('HGETALL', obj)\n"                                                  \
     "  if all.err then fix(obj, 'hash'); all = {} end\n"                                           \
+    "  if #all == 0 and not rsize then\n"                                                          \
+    "    if sig == '' then\n"                                                                      \
+    "      redis.call('HSET', obj, 'size', size, 'digest', digest, 'h:' .. node, inc, 'gen', "     \
+    "gen)\n"                                                                                       \
+    "    else\n"                                                                                   \
+    "      redis.call('HSET', obj, 'size', size, 'digest', digest, 'h:' .. node, inc, 'gen', "     \
+    "gen,\n"                                                                                       \
+    "                 'sig', sig)\n"                                                               \
+    "    end\n"                                                                                    \
+    "    return {0, hex, gen}\n"                                                                   \
+    "  end\n"                                                                                      \
     "  local cur = {false, false, false, false}\n"                                                 \
     "  for i = 1, #all, 2 do\n"                                                                    \
     "    local j = fields[all[i]]\n"                                                               \
@@ -109,35 +121,47 @@ static const char publish_lua[] = LUA_PRELUDE LUA_PUBLISH
     "table.insert(r, 1, bad)\n"
     "return r\n";
 
-/* KEYS: held, then the records of n objects. ARGV: node, inc, then for each object its size,
- * digest, hex, sig and gen (LUA_PUBLISH): {bad, publish's answer for each}, the ids published
- * added to held in one command. One script for a batch of publications: Redis pays a script's
- * start once for all of them. */
-static const char publish_batch_lua[] = LUA_PRELUDE LUA_PUBLISH
+/* One object's withdrawal, withdraw(obj, held, node, inc, hex): removes the node's field if
+ * this incarnation wrote it, the record with its last holder, and the id from the node's
+ * index: {4, hex}. */
+#define LUA_WITHDRAW                                                                               \
+    "local function withdraw(obj, held, node, inc, hex)\n"                                         \
+    "  fix(obj, 'hash')\n"                                                                         \
+    "  local f = 'h:' .. node\n"                                                                   \
+    "  if redis.call('HGET', obj, f) == inc then\n"                                                \
+    "    redis.call('HDEL', obj, f)\n"                                                             \
+    "    if bare(obj) then redis.call('DEL', obj) end\n"                                           \
+    "  end\n"                                                                                      \
+    "  redis.call('SREM', held, hex)\n"                                                            \
+    "  return {4, hex}\n"                                                                          \
+    "end\n"
+
+/* KEYS: held, then the records of n objects. ARGV: node, inc, then for each object five words:
+ * a publication's size, digest, hex, sig and gen (LUA_PUBLISH), or a withdrawal's "", "", hex,
+ * "", "" (LUA_WITHDRAW): {bad, the answer of each}, in order. The ids published go into held in
+ * one command, sent before any withdrawal (which may remove one of them) and at the end. One
+ * script for a batch: Redis pays a script's start, and the index's check, once for all. */
+static const char batch_lua[] = LUA_PRELUDE LUA_PUBLISH LUA_WITHDRAW
     "fix(KEYS[1], 'set')\n"
     "local out, held = {bad}, {}\n"
+    "local function add_held()\n"
+    "  if #held > 0 then redis.call('SADD', KEYS[1], unpack(held)); held = {} end\n"
+    "end\n"
     "for i = 2, #KEYS do\n"
     "  local a = 3 + (i - 2) * 5\n"
-    "  local r = publish(KEYS[i], ARGV[1], ARGV[2], ARGV[a], ARGV[a + 1], ARGV[a + 2],\n"
-    "                    ARGV[a + 3], ARGV[a + 4])\n"
-    "  if r[1] == 0 or r[1] == 2 then held[#held + 1] = ARGV[a + 2] end\n"
+    "  local r\n"
+    "  if ARGV[a] == '' then\n"
+    "    add_held()\n"
+    "    r = withdraw(KEYS[i], KEYS[1], ARGV[1], ARGV[2], ARGV[a + 2])\n"
+    "  else\n"
+    "    r = publish(KEYS[i], ARGV[1], ARGV[2], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],\n"
+    "                ARGV[a + 4])\n"
+    "    if r[1] == 0 or r[1] == 2 then held[#held + 1] = ARGV[a + 2] end\n"
+    "  end\n"
     "  out[#out + 1] = r\n"
     "end\n"
-    "if #held > 0 then redis.call('SADD', KEYS[1], unpack(held)) end\n"
+    "add_held()\n"
     "return out\n";
-
-/* KEYS: obj, held. ARGV: node, inc, hex. Removes the node's field if this incarnation wrote it,
- * and the entry with its last holder: {0, hex}. */
-static const char withdraw_lua[] =
-    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
-                "fix(KEYS[2], 'set')\n"
-                "local f = 'h:' .. ARGV[1]\n"
-                "if redis.call('HGET', KEYS[1], f) == ARGV[2] then\n"
-                "  redis.call('HDEL', KEYS[1], f)\n"
-                "  if bare(KEYS[1]) then redis.call('DEL', KEYS[1]) end\n"
-                "end\n"
-                "redis.call('SREM', KEYS[2], ARGV[3])\n"
-                "return {bad, 0, ARGV[3]}\n";
 
 /* KEYS: held. ARGV: node, keep, count. Takes up to count ids off the node's index and removes
  * the node's fields (holder and partial holder) from each unless incarnation keep wrote them:
@@ -219,10 +243,9 @@ static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
                                           "return {bad, 0}\n";
 
 static const char *const scripts[N_SCRIPTS] = {
-    [SCRIPT_PUBLISH] = publish_lua,   [SCRIPT_PUBLISH_BATCH] = publish_batch_lua,
-    [SCRIPT_WITHDRAW] = withdraw_lua, [SCRIPT_CLEANUP] = cleanup_lua,
-    [SCRIPT_DELETE] = delete_lua,     [SCRIPT_FIX] = fix_lua,
-    [SCRIPT_RELAY] = relay_lua,       [SCRIPT_UNRELAY] = unrelay_lua,
+    [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_BATCH] = batch_lua, [SCRIPT_CLEANUP] = cleanup_lua,
+    [SCRIPT_DELETE] = delete_lua,   [SCRIPT_FIX] = fix_lua,     [SCRIPT_RELAY] = relay_lua,
+    [SCRIPT_UNRELAY] = unrelay_lua,
 };
 static char shas[N_SCRIPTS][41];
 static int shas_ok;
@@ -339,8 +362,9 @@ struct record_text {
 
 /* What the publish script answered (after the bad keys): code 0 published, 1 refused, 2
  * published over a record not signed with our secret, 3 that record had changed before it
- * could be replaced; op: the publication (id, and for a refusal our size and digest, which it
- * names); other and rec: the refusal's other node and the record as stored. */
+ * could be replaced; or a batch's withdrawal, 4; op: the publication (id, and for a refusal our
+ * size and digest, which it names); other and rec: the refusal's other node and the record as
+ * stored. */
 struct published {
     int code;
     struct pubop op;
@@ -356,7 +380,7 @@ static int parse_published(redisReply *const *r, size_t n, struct published *p,
                            struct directory_answer *a)
 {
     memset(p, 0, sizeof(*p));
-    if (n < 2 || r[0]->type != REDIS_REPLY_INTEGER || r[0]->integer < 0 || r[0]->integer > 3 ||
+    if (n < 2 || r[0]->type != REDIS_REPLY_INTEGER || r[0]->integer < 0 || r[0]->integer > 4 ||
         !dir_string_copy(p->hex, HEX_ID_MAX, r[1]) || ferry_id_parse(p->hex, &p->op.id) != 0)
         return -1;
     p->code = (int)r[0]->integer;
@@ -463,11 +487,13 @@ static int replace_unsigned(struct directory *d, const struct published *p, redi
 
 static void on_published(redisAsyncContext *ac, void *reply, void *priv);
 
-/* What a queued publication's answer (p, a) does here. */
+/* What a queued publication's (or withdrawal's) answer (p, a) does here. */
 static void published(struct directory *d, const struct published *p,
                       const struct directory_answer *a)
 {
-    if (p->code == 0 || p->code == 2)
+    if (p->code == 4)
+        dir_gen_forget(d, &p->op.id); /* of no put any more (a publication sent before named one) */
+    else if (p->code == 0 || p->code == 2)
         dir_gen_remember(d, &p->op.id, p->gen); /* the put this node's copy is of */
     if (p->code == 2) {
         repaired_report(d, p->hex);
@@ -494,8 +520,8 @@ static void published_answer(struct directory *d, redisReply *const *r, size_t n
         published(d, &p, &a);
 }
 
-/* The reply to a queued publication's script, its replacement of a record, or a batch's
- * script: one answer, or (a batch) an array of them. */
+/* The reply to a replacement of a record, or a batch's script: one answer, or (a batch) an
+ * array of them. */
 static void on_published(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
@@ -526,26 +552,6 @@ static void checked_reply(redisAsyncContext *ac, void *reply, const char *what)
         dir_check_reply(d, reply, what);
 }
 
-/* The reply to a withdrawal, {0, hex}: this node's copy of hex is of no put any more (a
- * publication sent before the withdrawal had named one). */
-static void on_withdrawn(redisAsyncContext *ac, void *reply, void *priv)
-{
-    struct directory *d = dir_reply_begin(ac, reply);
-    redisReply **r;
-    char hex[HEX_ID_MAX];
-    ferry_id id;
-    size_t n;
-
-    if (!reply)
-        return;
-    if (!dir_script_reply(d, reply, &r, &n)) {
-        dir_check_reply(d, reply, "withdraw");
-        return;
-    }
-    if (n >= 2 && dir_string_copy(hex, sizeof(hex), r[1]) && ferry_id_parse(hex, &id) == 0)
-        dir_gen_forget(d, &id);
-}
-
 static void on_unrelayed(redisAsyncContext *ac, void *reply, void *priv)
 {
     checked_reply(ac, reply, "unrelay");
@@ -556,9 +562,14 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv);
 static int send_relay(struct directory *d, const struct pubop *op);
 static int send_pubop(struct directory *d, const struct pubop *op);
 
-/* Sends the publications ops[0..n) (1 < n <= PUBLISH_BATCH) as one script. FERRY_ENOMEM,
- * FERRY_ESYS, FERRY_EDIRECTORY. */
-static int send_publish_batch(struct directory *d, const struct pubop *ops, size_t n)
+static int batched(const struct pubop *op)
+{
+    return op->kind == OP_PUBLISH || op->kind == OP_WITHDRAW;
+}
+
+/* Sends the publications and withdrawals ops[0..n) (n <= PUBLISH_BATCH) as one script.
+ * FERRY_ENOMEM, FERRY_ESYS, FERRY_EDIRECTORY. */
+static int send_batch(struct directory *d, const struct pubop *ops, size_t n)
 {
     struct publish_args *p = malloc(n * sizeof(*p));
     const char **args = malloc((3 + 6 * n) * sizeof(*args));
@@ -566,22 +577,26 @@ static int send_publish_batch(struct directory *d, const struct pubop *ops, size
 
     if (!p || !args)
         goto free_all;
-    for (size_t i = 0; i < n; i++)
-        if ((rc = publish_fill(d, &ops[i], &p[i])) < 0)
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == OP_WITHDRAW)
+            object_args(d, &ops[i].id, &p[i]);
+        else if ((rc = publish_fill(d, &ops[i], &p[i])) < 0)
             goto free_all;
+    }
     args[nargs++] = p[0].held;
     for (size_t i = 0; i < n; i++)
         args[nargs++] = p[i].key;
     args[nargs++] = d->self.id;
     args[nargs++] = d->inc_text;
     for (size_t i = 0; i < n; i++) {
-        args[nargs++] = p[i].size;
-        args[nargs++] = p[i].digest;
+        int pub = ops[i].kind == OP_PUBLISH;
+        args[nargs++] = pub ? p[i].size : "";
+        args[nargs++] = pub ? p[i].digest : "";
         args[nargs++] = p[i].hex;
-        args[nargs++] = p[i].sig;
-        args[nargs++] = p[i].gen;
+        args[nargs++] = pub ? p[i].sig : "";
+        args[nargs++] = pub ? p[i].gen : "";
     }
-    rc = evalsha(d, SCRIPT_PUBLISH_BATCH, on_published, NULL, (int)(1 + n), args, nargs);
+    rc = evalsha(d, SCRIPT_BATCH, on_published, NULL, (int)(1 + n), args, nargs);
 free_all:
     free(args);
     free(p);
@@ -593,43 +608,30 @@ int dir_send_pubops(struct directory *d, const struct pubop *ops, size_t n)
     size_t k = 0;
     int rc;
 
-    while (k < n && k < PUBLISH_BATCH && ops[k].kind == OP_PUBLISH)
+    while (k < n && k < PUBLISH_BATCH && batched(&ops[k]))
         k++;
-    if (k < 2)
+    if (k == 0)
         return (rc = send_pubop(d, ops)) < 0 ? rc : 1;
-    if ((rc = send_publish_batch(d, ops, k)) < 0)
+    if ((rc = send_batch(d, ops, k)) < 0)
         return rc;
-    d->counters.published += k;
+    for (size_t i = 0; i < k; i++) {
+        if (ops[i].kind == OP_PUBLISH)
+            d->counters.published++;
+        else
+            d->counters.withdrawn++;
+    }
     d->counters.publish_batches++;
     return (int)k;
 }
 
-/* Sends one queued operation. */
+/* Sends one queued request: a claim, a cluster-wide delete, a relay or its end. */
 static int send_pubop(struct directory *d, const struct pubop *op)
 {
-    struct publish_args p;
-    const char *args[] = {p.key, p.held, d->self.id, d->inc_text, p.hex};
-    int rc;
-
     if (op->kind == OP_CLAIM)
         return send_publish(d, op, on_claimed, op->r, NULL);
     if (op->kind == OP_DELETE)
         return send_delete(d, op);
-    if (op->kind == OP_RELAY || op->kind == OP_UNRELAY)
-        return send_relay(d, op);
-    if (op->kind == OP_PUBLISH) {
-        rc = send_publish(d, op, on_published, NULL, NULL);
-    } else {
-        object_args(d, &op->id, &p);
-        rc = evalsha(d, SCRIPT_WITHDRAW, on_withdrawn, NULL, 2, args, 5);
-    }
-    if (rc < 0)
-        return rc;
-    if (op->kind == OP_PUBLISH)
-        d->counters.published++;
-    else
-        d->counters.withdrawn++;
-    return 0;
+    return send_relay(d, op);
 }
 
 /* Queues a request's operation (a claim, a delete) behind the publications already queued. */

@@ -56,6 +56,11 @@ void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms)
 /* Has the turn timer run the deferred work (hook, publications, answers) as soon as it can. */
 void dir_turn_soon(struct directory *d)
 {
-    if (d->turn.heap_index == SIZE_MAX)
-        dir_arm(d, &d->turn, loop_now_ms());
+    dir_turn_by(d, loop_now_ms());
+}
+
+void dir_turn_by(struct directory *d, uint64_t deadline_ms)
+{
+    if (!loop_timer_armed(&d->turn) || d->turn.deadline_ms > deadline_ms)
+        dir_arm(d, &d->turn, deadline_ms);
 }

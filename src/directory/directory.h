@@ -64,8 +64,11 @@
  * the recorded content, so that a fetch takes only bytes that match it. directory_claim does
  * the same check for a seal that waits for it (ferryd --strict-ids).
  *
- * Publications and withdrawals are queued and written pipelined once per loop turn (Lua
- * scripts, EVALSHA), so no Redis round trip sits on the path of a local seal. After the
+ * Publications and withdrawals are queued and written pipelined (Lua scripts, EVALSHA, up to
+ * 64 in one), so no Redis round trip sits on the path of a local seal: at the end of the loop
+ * turn, or, within a millisecond of the last write, when that millisecond ends (a stream of
+ * puts costs Redis one script per millisecond, not one per put). A record is visible to
+ * lookups at most that millisecond and a round trip to Redis after its seal. After the
  * connection drops (or Redis restarts, or a Sentinel fails over), the module reconnects with
  * backoff, re-registers and asks its owner to republish everything it holds.
  *

@@ -139,6 +139,9 @@
 /* Publications queued together go in one script of at most PUBLISH_BATCH (its keys and
  * arguments: DIR_ARGV_BATCH words with EVALSHA's three). */
 #define PUBLISH_BATCH 64
+/* A publication or withdrawal queued less than this after the queue was last written waits
+ * for the rest of it (dir_queue.c): a stream of puts goes as one script per gap, not one each. */
+#define PUBLISH_GAP_MS 1
 #define DIR_ARGV_BATCH (6 + 6 * PUBLISH_BATCH)
 
 typedef char node_name[DIRECTORY_NODE_ID_MAX + 1];
@@ -162,7 +165,6 @@ struct dir_event {
     char gen[DIRECTORY_GEN_MAX + 1]; /* the put deleted ("": not named) */
 };
 
-/* A publication or withdrawal waiting for the turn's flush. */
 /* What the queue sends, in order, on the one connection: publications and withdrawals, and
  * the claims and cluster-wide deletes that must not overtake them (a delete and a new claim of
  * an id must not be undone by a republish queued before them). */
@@ -316,6 +318,7 @@ struct directory {
 
     struct pubop *queue; /* [queue_head, queue_len) are still to be sent */
     size_t queue_head, queue_len, queue_cap;
+    uint64_t queue_sent_ms; /* when the queue was last written (loop_now_ms) */
     idmap owed; /* ids withdrawn (or unrelayed) while down (value: dir_owe's mark), sent before
                  * the next republish */
     struct request *pending;
@@ -345,6 +348,8 @@ void *dir_grow(void *array, size_t *cap, size_t elem);
 void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms);
 /* Has the turn timer run the deferred work (hook, publications, answers) as soon as it can. */
 void dir_turn_soon(struct directory *d);
+/* Has the turn run by deadline_ms, or sooner if it is due sooner already. */
+void dir_turn_by(struct directory *d, uint64_t deadline_ms);
 
 /* dir_redis.c: keys, replies, failed commands */
 void dir_entry_key(char key[NODE_KEY_MAX], const char *node_id);
@@ -457,8 +462,7 @@ int dir_gen_valid(const char *text);
 /* dir_script.c: the scripts and their uses */
 enum dir_script {
     SCRIPT_PUBLISH,
-    SCRIPT_PUBLISH_BATCH,
-    SCRIPT_WITHDRAW,
+    SCRIPT_BATCH,
     SCRIPT_CLEANUP,
     SCRIPT_DELETE,
     SCRIPT_FIX,
@@ -475,8 +479,9 @@ int dir_script_reply(struct directory *d, const redisReply *rep, redisReply ***r
 /* Replaces key (DEL) unless it is of type (hash, set, stream) or absent: for a reply that
  * said WRONGTYPE. */
 void dir_fix_key(struct directory *d, const char *key, const char *type);
-/* Sends the first of ops[0..n), or the publications it begins with (up to PUBLISH_BATCH) as
- * one script: how many were sent, or FERRY_ENOMEM, FERRY_ESYS, FERRY_EDIRECTORY. */
+/* Sends the first of ops[0..n), or the publications and withdrawals it begins with (up to
+ * PUBLISH_BATCH) as one script: how many were sent, or FERRY_ENOMEM, FERRY_ESYS,
+ * FERRY_EDIRECTORY. */
 int dir_send_pubops(struct directory *d, const struct pubop *ops, size_t n);
 void dir_claim_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);

@@ -9,8 +9,11 @@
  * connections and the same pipelining: a publication is one script (a few hash and set
  * commands), a lookup two reads (the object's entry, then its holder's).
  *
- * Strict ids: ferry put p50 on a node started with --strict-ids (each seal waits for a claim
- * round trip to Redis) and on one without, both cluster nodes on the same Redis.
+ * Puts: ferry put on a cluster node, beside a node without a directory (what the directory costs
+ * a put) and a node started with --strict-ids (each seal waits for a claim round trip to Redis),
+ * both cluster nodes on the same Redis; then the redis-server CPU time per put of the first
+ * size on the cluster node, each put deleted after it (as a full cache evicts one object per
+ * put): its publication and its withdrawal.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -30,7 +33,8 @@
 #define POLL_MS 2            /* how often a node checks that its publications are all sent */
 #define LONG_TTL_MS 3600000u /* nodes wait at barriers without heartbeats: no expiry meanwhile */
 #define MAX_NODES 256
-#define MAX_OPS 2
+#define MAX_OPS 3      /* the put systems: a cluster node, a strict one, a node alone */
+#define CPU_PUTS 20000 /* puts whose cost to Redis is measured */
 
 struct dir_options {
     uint64_t nodes, objects, window;
@@ -411,37 +415,80 @@ static void put_after(void *ctx, uint64_t size, uint64_t iter)
 static struct put_ctx put_ctx[MAX_OPS];
 static struct bench_op put_ops[MAX_OPS];
 
-/* A cluster node (strict or not) on the directory, and its put op. */
-static const struct bench_op *put_node(int i, const char *url, int port, const uint8_t *payload,
-                                       uint64_t nonce, int strict)
-{
-    static char ids[MAX_OPS][64], listen[MAX_OPS][32];
-    const char *name = strict ? "ferryd-strict" : "ferryd-plain";
+enum put_kind { PUT_CLUSTER, PUT_STRICT, PUT_ALONE };
 
-    snprintf(ids[i], sizeof(ids[i]), "bench-%s-%" PRIx64, strict ? "strict" : "plain", nonce);
-    snprintf(listen[i], sizeof(listen[i]), "127.0.0.1:%d", port);
-    const char *args[] = {"--memory",
-                          "1G",
-                          "--node-id",
-                          ids[i],
-                          "--listen",
-                          listen[i],
-                          "--directory",
-                          url,
-                          "--transport",
-                          "tcp",
-                          strict ? "--strict-ids" : NULL,
-                          NULL};
-    put_ctx[i] = (struct put_ctx){.c = ferry_peer_start(NULL, name, args, NULL),
-                                  .payload = payload,
-                                  .nonce = nonce,
-                                  .kind = strict ? 's' : 'p'};
-    put_ops[i] = (struct bench_op){.system = strict ? "ferry-strict" : "ferry",
-                                   .op = "put",
-                                   .run = put_run,
-                                   .after = put_after,
-                                   .ctx = &put_ctx[i]};
-    return &put_ops[i];
+/* A node of kind k (url: its directory, but for PUT_ALONE), and its put op. */
+static const struct bench_op *put_node(enum put_kind k, const char *url, int port,
+                                       const uint8_t *payload, uint64_t nonce)
+{
+    static const char *const names[] = {"ferryd-plain", "ferryd-strict", "ferryd-alone"};
+    static const char *const systems[] = {"ferry", "ferry-strict", "ferry-alone"};
+    static char ids[MAX_OPS][64], listen[MAX_OPS][32];
+    const char *cluster[] = {"--memory",
+                             "1G",
+                             "--node-id",
+                             ids[k],
+                             "--listen",
+                             listen[k],
+                             "--directory",
+                             url,
+                             "--transport",
+                             "tcp",
+                             k == PUT_STRICT ? "--strict-ids" : NULL,
+                             NULL};
+    const char *alone[] = {"--memory", "1G", NULL};
+
+    snprintf(ids[k], sizeof(ids[k]), "bench-%s-%" PRIx64, names[k] + 7, nonce);
+    snprintf(listen[k], sizeof(listen[k]), "127.0.0.1:%d", port);
+    put_ctx[k] = (struct put_ctx){
+        .c = ferry_peer_start(NULL, names[k], k == PUT_ALONE ? alone : cluster, NULL),
+        .payload = payload,
+        .nonce = nonce,
+        .kind = "spa"[k]};
+    put_ops[k] = (struct bench_op){
+        .system = systems[k], .op = "put", .run = put_run, .after = put_after, .ctx = &put_ctx[k]};
+    return &put_ops[k];
+}
+
+/* Waits until the record of id is in database db of the server (once there, every command the
+ * node sent before it has run: one connection, in order). */
+static void record_wait(void *redis, int db, const ferry_id *id)
+{
+    char hex[2 * FERRY_ID_SIZE + 1];
+    double deadline = bench_now() + PHASE_MS / 1000.0;
+    long long found = 0;
+
+    ferry_id_format(id, hex);
+    freeReplyObject(redisCommand(redis, "SELECT %d", db));
+    while (!found && bench_now() < deadline) {
+        redisReply *rep = redisCommand(redis, "EXISTS ferry:obj:%s", hex);
+        found = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : 0;
+        freeReplyObject(rep);
+    }
+    freeReplyObject(redisCommand(redis, "SELECT 0"));
+    if (!found)
+        bench_fail("the record of %s did not reach the directory in %d ms", hex, PHASE_MS);
+}
+
+/* The server's CPU time per put of size on the cluster node x (its directory: database db):
+ * CPU_PUTS puts, each deleted at once, then a last put kept, whose record comes after all
+ * their publications and withdrawals. */
+static double redis_cpu_per_put(void *redis, int db, struct put_ctx *x, uint64_t size)
+{
+    double cpu = redis_used_cpu_us(redis);
+    struct put_ctx last = *x;
+    ferry_id id;
+
+    x->kind = 'c';
+    for (uint64_t i = 0; i < CPU_PUTS; i++) {
+        put_run(x, size, i);
+        put_after(x, size, i);
+    }
+    last.kind = 'l';
+    put_run(&last, size, 0);
+    id = put_id(&last, 0);
+    record_wait(redis, db, &id);
+    return (redis_used_cpu_us(redis) - cpu) / CPU_PUTS;
 }
 
 /* ---- options and output ---- */
@@ -498,22 +545,35 @@ static int parse_options(int argc, char **argv, struct bench_options *common, st
     return bench_parse_options(argc, argv, &suite, common);
 }
 
-/* What a strict seal adds to a put at each size: the p50s side by side, into buf. */
-static void strict_notes(const struct bench_result *r, size_t n, const struct bench_options *c,
-                         char *buf, size_t len)
+/* What the directory, then a strict seal, add to a put at each size: the p50s and the rates
+ * side by side, into buf. */
+static void put_notes(const struct bench_result *r, size_t n, const struct bench_options *c,
+                      double cpu_put, char *buf, size_t len)
 {
-    size_t at = (size_t)snprintf(buf, len, "put p50, --strict-ids against without:\n");
+    size_t at = (size_t)snprintf(buf, len, "put, on a cluster node against a node alone:\n");
 
-    for (size_t i = 0; i < c->nsizes && at < len; i++) {
-        const struct bench_result *s = bench_find(r, n, "ferry-strict", "put", c->sizes[i]);
-        const struct bench_result *p = bench_find(r, n, "ferry", "put", c->sizes[i]);
-        char label[16];
-        bench_size_label(c->sizes[i], label, sizeof(label));
-        if (s && p)
-            at += (size_t)snprintf(
-                buf + at, len - at, "  %-6s %9.1f us against %9.1f us: +%.1f us per seal (x%.2f)\n",
-                label, s->p50_us, p->p50_us, s->p50_us - p->p50_us, s->p50_us / p->p50_us);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *base = pass ? "ferry" : "ferry-alone", *with = pass ? "ferry-strict" : "ferry";
+        if (pass && at < len)
+            at += (size_t)snprintf(buf + at, len - at, "put p50, --strict-ids against without:\n");
+        for (size_t i = 0; i < c->nsizes && at < len; i++) {
+            const struct bench_result *s = bench_find(r, n, with, "put", c->sizes[i]);
+            const struct bench_result *p = bench_find(r, n, base, "put", c->sizes[i]);
+            char label[16];
+            bench_size_label(c->sizes[i], label, sizeof(label));
+            if (s && p)
+                at += (size_t)snprintf(buf + at, len - at,
+                                       "  %-6s p50 %9.1f us against %9.1f us: +%.1f us (x%.2f);"
+                                       " ops/s x%.2f\n",
+                                       label, s->p50_us, p->p50_us, s->p50_us - p->p50_us,
+                                       s->p50_us / p->p50_us, s->ops_per_sec / p->ops_per_sec);
+        }
     }
+    if (at < len)
+        snprintf(buf + at, len - at,
+                 "redis-server CPU per put of %" PRIu64 " bytes on the cluster node, its "
+                 "publication and its withdrawal (%d puts, each deleted): %.2f us\n",
+                 c->sizes[0], CPU_PUTS, cpu_put);
 }
 
 int bench_directory(int argc, char **argv)
@@ -521,7 +581,7 @@ int bench_directory(int argc, char **argv)
     struct bench_options common;
     struct dir_options o;
     struct dir_run run = {.o = &o, .nonce = bench_nonce()};
-    double rate[PHASES], hset, hgetall, per_object, cpu_publish, cpu_hset, cpu_hgetall;
+    double rate[PHASES], hset, hgetall, per_object, cpu_publish, cpu_hset, cpu_hgetall, cpu_put;
     char preamble[1280], command[128], url[64];
     int status = parse_options(argc, argv, &common, &o), ports[MAX_OPS];
 
@@ -551,15 +611,16 @@ int bench_directory(int argc, char **argv)
     const uint8_t *payload = bench_alloc_faulted(max_size);
     const struct bench_op *ops[MAX_OPS];
     struct bench_set set;
-    char notes[1024];
+    char notes[2048];
     const struct bench_limits lim = {
         .seconds = common.seconds, .min_iters = 20, .max_iters = 100000};
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d/%d", port, DB - 1);
     bench_free_ports(ports, MAX_OPS);
-    ops[0] = put_node(0, url, ports[0], payload, run.nonce, 0);
-    ops[1] = put_node(1, url, ports[1], payload, run.nonce, 1);
+    for (int k = PUT_CLUSTER; k <= PUT_ALONE; k++)
+        ops[k] = put_node((enum put_kind)k, url, ports[k], payload, run.nonce);
     bench_measure_rounds(ops, MAX_OPS, &common, &lim, 0, &set);
-    strict_notes(set.summary, set.n, &common, notes, sizeof(notes));
+    cpu_put = redis_cpu_per_put(redis, DB - 1, &put_ctx[PUT_CLUSTER], common.sizes[0]);
+    put_notes(set.summary, set.n, &common, cpu_put, notes, sizeof(notes));
 
     snprintf(preamble, sizeof(preamble),
              "directory: redis-server 127.0.0.1:%d%s; %" PRIu64 " simulated nodes x %" PRIu64
@@ -573,7 +634,8 @@ int bench_directory(int argc, char **argv)
              "  redis-server CPU per publication %.2f us, per HSET %.2f us (x%.2f);"
              " per HGETALL %.2f us\n"
              "  directory memory: %.0f bytes per published object (used_memory of redis-server)\n\n"
-             "ferry put on a cluster node, with --strict-ids (ferry-strict) and without:\n",
+             "ferry put on a cluster node (ferry), one with --strict-ids (ferry-strict) and a "
+             "node without a directory (ferry-alone):\n",
              port, o.replica ? " with a replica" : "", o.nodes, o.objects, o.window, rate[PUBLISH],
              hset, rate[PUBLISH] / hset, rate[LOOKUP], hgetall, rate[LOOKUP] / hgetall, cpu_publish,
              cpu_hset, cpu_publish / cpu_hset, cpu_hgetall, per_object);
