@@ -354,6 +354,29 @@ static void test_large_digest_on_hasher_stays_evictable(void **state)
     assert_int_equal(store_evict(&f->st, 1), (size + 63) / 64 * 64);
 }
 
+/* A small object's digest is computed on the loop after the turn that sealed it
+ * (store_after_turn), so that the seal is answered first; one deleted before then takes its job
+ * with it (ASan: nothing reads its freed record or memory). */
+static void test_small_digest_after_the_turn(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t root[DIGEST_LEN];
+    struct object *o;
+
+    assert_int_equal(hasher_start(&f->st.hasher, STORE_HASHER_THREADS), 0);
+    o = put(f, 1, 4096);
+    store_delete(&f->st, put(f, 2, 8192));
+    assert_int_equal(o->hashed, 0);
+    assert_int_equal(o->hashing, 1);
+    assert_non_null(o->lru_next); /* evictable meanwhile */
+    store_after_turn(&f->st);
+    assert_int_equal(o->hashed + o->hashing, 1);
+    assert_int_equal(f->st.counters.hashed_bytes, 4096);
+    assert_int_equal(digest_object(f->base + o->offset, 4096, 0, root), 0);
+    assert_memory_equal(o->root, root, DIGEST_LEN);
+    assert_null(f->st.hashes_later);
+}
+
 /* Hashing must not reorder the LRU: an object sealed first but hashed last is still the
  * oldest (regression: a hashing pin once re-queued objects in hash-completion order). */
 static void test_hashing_keeps_lru_order(void **state)
@@ -595,6 +618,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hashing_keeps_lru_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_while_hashing_frees_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_digest_after_the_turn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_create_evicts_objects_being_hashed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_on_demand_hashes_when_asked, setup, teardown),
         cmocka_unit_test(test_an_object_lives_along_its_diagram),

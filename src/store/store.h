@@ -59,8 +59,9 @@
 
 struct fastidx;
 
-/* Objects up to this size are hashed at seal on the loop's thread (0.13 ms of SHA-256); larger
- * ones on the hasher's threads (see `hashing`). */
+/* Objects up to this size are hashed on the loop's thread (0.13 ms of SHA-256), after the turn
+ * that sealed them (store_after_turn: their seal is answered first); larger ones on the
+ * hasher's threads (see `hashing`). */
 #define STORE_INLINE_HASH_MAX (256u << 10)
 /* The hasher's threads: this machine's two cores (an object's chunks are spread over them). */
 #define STORE_HASHER_THREADS 2u
@@ -122,9 +123,10 @@ struct store {
     uint64_t max_held;    /* objects one client may hold (server.h) when it creates one */
     struct store_events events;
     struct store_counters counters;
-    struct hasher *hasher;          /* NULL: every digest is computed inline */
-    struct hasher_job *hashes_back; /* taken from the hasher, being finished (finish_hashes) */
-    int hash_on_demand;             /* seals do not hash: store_hash does, when asked */
+    struct hasher *hasher;           /* NULL: every digest is computed inline */
+    struct hasher_job *hashes_back;  /* taken from the hasher, being finished (finish_hashes) */
+    struct hasher_job *hashes_later; /* small objects' jobs, for the loop after the turn */
+    int hash_on_demand;              /* seals do not hash: store_hash does, when asked */
     /* Spilling (all zero without a spill directory). */
     struct spill *spill;
     struct object dirty; /* sentinel of the dirty list, oldest first */
@@ -173,8 +175,9 @@ int store_create(struct store *s, const ferry_id *id, uint64_t data_size, uint64
 int store_create_paged(struct store *s, const ferry_id *id, uint64_t data_size,
                        uint64_t metadata_size, uint64_t page, void *creator, struct object **out);
 
-/* Seals an unsealed object and makes it visible; its digest is computed now, or started on
- * the hasher (o->hashed tells which), or with hash_on_demand left for store_hash. */
+/* Seals an unsealed object and makes it visible; its digest is started (on the hasher, or for
+ * the loop after this turn), computed now if neither can take it (o->hashed tells), or with
+ * hash_on_demand left for store_hash. */
 void store_seal(struct store *s, struct object *o);
 
 /* Makes sure o's digest is computed or under way: 1 when it is in (o->hashed), 0 when the
@@ -264,8 +267,9 @@ void store_collect_spill(struct store *s);
  * way or waits for room (restored() follows), or why it cannot be (FERRY_ENOSPACE: the arena
  * is held by references and unsealed objects; with wait, the restore waits for room instead). */
 int store_restore(struct store *s, struct object *o, int wait);
-/* After the loop's turn: when memory was freed meanwhile and restores or creates wait for it,
- * they try again (room()). Deferred so that no release re-enters them where it happens. */
+/* After the loop's turn: the small objects' digests started in it are computed (hashed()
+ * follows each); when memory was freed meanwhile and restores or creates wait for it, they
+ * try again (room()). Deferred so that no release re-enters them where it happens. */
 void store_after_turn(struct store *s);
 /* How store_persist is getting on: in stage "hashed" (the digests of objects never asked for)
  * or "written" (bytes whose writes were queued and have ended: one that failed is logged),

@@ -14,6 +14,8 @@ void store_lru_push_young(struct store *s, struct object *o);
 void store_lru_insert_ordered(struct store *s, struct object *o);
 void store_object_free(struct store *s, struct object *o);
 void store_remove(struct store *s, struct object *o, int event);
+/* Computes the small objects' digests started this turn (store_after_turn). */
+void store_run_hashes_later(struct store *s);
 /* Room for size bytes (see store_create's errors). */
 int store_alloc(struct store *s, uint64_t size, uint64_t align, alloc_block **out);
 

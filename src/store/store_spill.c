@@ -335,6 +335,7 @@ void store_collect_spill(struct store *s)
 
 void store_after_turn(struct store *s)
 {
+    store_run_hashes_later(s);
     store_fast_sweep(s, 1);
     s->fast_chances = STORE_FAST_CHANCES;
     if (s->spill && s->room_freed && (s->restore_wait || s->room_wanted))
