@@ -177,6 +177,14 @@ typedef struct ferry_buffer {
 int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms,
               ferry_buffer *out);
 
+/* ferry_get without asking the daemon: FERRY_OK when all n objects are sealed in this node's
+ * shared index (every entry then holds a reference, as ferry_get's do), else FERRY_ENOENT and
+ * nothing is held. Never waits, never sends anything: a first look before a fetch, which then
+ * costs no message for an object at hand. An object here but not in the index (spilled,
+ * held back by FERRY_FASTPATH=0, the index full), or any of more than 64 ids, is not found:
+ * ferry_get finds it. */
+int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
+
 /* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_EINVAL when this
  * handle holds none for id. Does not wait for the daemon. */
 int ferry_release(ferry_client *c, const ferry_id *id);

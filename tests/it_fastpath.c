@@ -56,6 +56,34 @@ H_TEST(a_get_of_a_resident_object_sends_nothing)
     ferry_disconnect(c);
 }
 
+/* ferry_get_fast finds what the shared index has and holds it as ferry_get does; anything
+ * else (an id absent, more than 64 ids) is FERRY_ENOENT with nothing held. It never asks the
+ * daemon: only the object found counts as a get (a get sent would count, found or not). */
+H_TEST(get_fast_takes_only_what_the_index_has)
+{
+    ferry_client *c = h_connect(d);
+    ferry_id ids[65];
+    ferry_buffer b[65];
+    uint64_t gets;
+
+    ids[0] = h_id("fast-only");
+    H_OK(h_put_direct(c, &ids[0], 4096, 16));
+    gets = h_stat(c, "gets");
+    H_OK(ferry_get_fast(c, ids, 1, b));
+    h_assert_buffer(&b[0], &ids[0], 4096, 16);
+    assert_int_equal(h_stat(c, "fast_refs"), 1);
+    H_OK(ferry_release(c, &ids[0]));
+    ids[1] = h_id("fast-absent");
+    H_RC(ferry_get_fast(c, ids, 2, b), FERRY_ENOENT);
+    for (int i = 1; i < 65; i++)
+        ids[i] = ids[0];
+    H_RC(ferry_get_fast(c, ids, 65, b), FERRY_ENOENT);
+    assert_int_equal(h_stat(c, "fast_refs"), 0);
+    assert_int_equal(h_stat(c, "gets"), gets + 1);
+    H_RC(ferry_release(c, &ids[0]), FERRY_EINVAL);
+    ferry_disconnect(c);
+}
+
 H_TEST(ferry_fastpath_0_turns_it_off)
 {
     ferry_client *c;
@@ -68,6 +96,7 @@ H_TEST(ferry_fastpath_0_turns_it_off)
     unsetenv("FERRY_FASTPATH");
     fast = h_stat(c, "fast_gets");
     H_OK(h_put_direct(c, &id, 4096, 0));
+    H_RC(ferry_get_fast(c, &id, 1, &b), FERRY_ENOENT);
     H_OK(ferry_get(c, &id, 1, 0, &b));
     h_assert_buffer(&b, &id, 4096, 0);
     assert_int_equal(h_stat(c, "fast_gets"), fast);
@@ -347,6 +376,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(a_get_of_a_resident_object_sends_nothing),
+        T(get_fast_takes_only_what_the_index_has),
         T(ferry_fastpath_0_turns_it_off),
         T(what_a_slot_holds_is_neither_freed_nor_evicted),
         T(a_killed_client_leaves_nothing_held),

@@ -284,6 +284,24 @@ static int get_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms)
     return 0;
 }
 
+/* A fetching get's first look: only the shared index, so that an object at hand costs no
+ * message and one that is not goes straight to its fetch, which finds it on the daemon too
+ * (one message less per remote read than a get round first). 0, or -1 with an exception. */
+static int fast_round(struct gather *g, struct pyf_conn *k)
+{
+    size_t m = gather_wanted(g);
+    int rc;
+
+    conn_enter(k);
+    rc = ferry_get_fast(k->c, g->sub, m, g->sub_out);
+    if (rc < 0 && rc != FERRY_ENOENT)
+        return pyf_call_failed(k, rc), -1;
+    if (rc == 0)
+        gather_found(g, k, m, "");
+    conn_leave(k, rc == FERRY_ENOENT ? 0 : rc);
+    return 0;
+}
+
 /* One fetch of the wanted ids on k, waiting up to wait_ms; with get, the ones now local are
  * then taken by a get on k. 0, or -1 with an exception. */
 static int fetch_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms, int get)
@@ -456,7 +474,7 @@ PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     /* A get waits for nothing unless told to; one that fetches waits as a fetch does. */
     if (parse_ids(a[0], a[1], a[3], fetch ? FERRY_FETCH_TIMEOUT_MS : 0, &g, &d, &single) < 0 ||
-        !(k = pyf_client_conn(self)) || get_round(&g, k, 0) < 0)
+        !(k = pyf_client_conn(self)) || (fetch ? fast_round(&g, k) : get_round(&g, k, 0)) < 0)
         goto done;
     if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
         gather_wait(self, &g, &d, fetch, 1) < 0)

@@ -287,6 +287,19 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
     return client_leave(c, rc);
 }
 
+int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out)
+{
+    int rc;
+
+    if ((n && (!ids || !out)) || n > PROTO_MAX_IDS)
+        return err_set(FERRY_EINVAL, "get_fast: %zu ids (at most %u)", n, PROTO_MAX_IDS);
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    if (n && !client_fast_get(c, ids, n, out))
+        rc = err_set(FERRY_ENOENT, "%zu objects not all in this node's shared index", n);
+    return client_leave(c, rc);
+}
+
 int ferry_release(ferry_client *c, const ferry_id *id)
 {
     struct cheld *h;

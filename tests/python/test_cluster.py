@@ -84,6 +84,23 @@ def test_fetch_at_a_location_asks_no_directory(cluster):
         cb.fetch(["located-0"], at=[None])
 
 
+def test_a_fetching_get_sends_no_get_before_its_fetch(cluster):
+    """get(fetch=True) looks in the shared index, then fetches what it lacks: no get goes to
+    the daemon before the fetch (a message less per remote read), and an object at hand is
+    read with no message at all. Every get counts in gets, found or not, fast or not."""
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        oid = ca.put("remote-once", b"r" * 4096)
+        wait_until(lambda: cb.where("remote-once"))
+        before = cb.stats()
+        assert bytes(cb.get(oid, fetch=True)) == b"r" * 4096
+        assert cb.stats()["gets"] == before["gets"] + 1  # the one after the fetch
+        assert bytes(cb.get(oid, fetch=True)) == b"r" * 4096
+        after = cb.stats()
+        assert after["gets"] == before["gets"] + 2
+        assert after["fast_gets"] == before["fast_gets"] + 2
+
+
 def test_ids_that_puts_return_carry_their_location(cluster):
     """put, put_many and put_object return ObjectIDs that carry their node's location; pickled
     and unpickled on the way to another node they keep it, and get or fetch there asks that
