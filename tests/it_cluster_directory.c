@@ -280,6 +280,32 @@ H_CLUSTER_TEST(publications_go_in_batches_each_with_its_outcome)
     ferry_disconnect(b);
 }
 
+/* Publications and withdrawals queued together go in one script, in order, and end as they
+ * would one by one: a put deleted at once and put again is listed, one deleted at once is not,
+ * nor one deleted cluster-wide at once (its delete goes at once, behind its publication). A
+ * later put, once listed, shows that everything queued before it was written. */
+H_CLUSTER_TEST(queued_publications_and_withdrawals_keep_their_order)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id again = h_id("queued-again"), gone = h_id("queued-gone");
+    ferry_id everywhere = h_id("queued-everywhere"), mark = h_id("queued-mark");
+    H_OK(h_put_direct(a, &again, 100, 0));
+    H_OK(ferry_delete(a, &again));
+    H_OK(h_put_direct(a, &again, 100, 0));
+    H_OK(h_put_direct(a, &gone, 100, 0));
+    H_OK(ferry_delete(a, &gone));
+    H_OK(h_put_direct(a, &everywhere, 100, 0));
+    H_OK(ferry_delete_cluster(a, &everywhere));
+    H_OK(h_put_direct(a, &mark, 100, 0));
+    h_assert_where(b, cl, &mark, BIT(A), H_CLUSTER_MS);
+    h_assert_where(b, cl, &again, BIT(A), 0);
+    h_assert_where(b, cl, &gone, 0, 0);
+    h_assert_where(b, cl, &everywhere, 0, 0);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, h_cluster_setup, h_cluster_teardown)
 
 int main(void)
@@ -293,6 +319,7 @@ int main(void)
         T(directory_outage_and_recovery),
         T(node_started_without_redis_joins_later),
         T(publications_go_in_batches_each_with_its_outcome),
+        T(queued_publications_and_withdrawals_keep_their_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
