@@ -179,10 +179,12 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
 
 /* ferry_get without asking the daemon: FERRY_OK when all n objects are sealed in this node's
  * shared index (every entry then holds a reference, as ferry_get's do), else FERRY_ENOENT and
- * nothing is held. Never waits, never sends anything: a first look before a fetch, which then
- * costs no message for an object at hand. An object here but not in the index (spilled,
- * held back by FERRY_FASTPATH=0, the index full), or any of more than 64 ids, is not found:
- * ferry_get finds it. */
+ * nothing is held (every entry has that status); FERRY_ENOSYS when this handle reads no index
+ * (FERRY_FASTPATH=0, or none of its blocks of slots was free): use ferry_get. Sends nothing:
+ * a first look before a fetch, which then costs no message for an object at hand. An object
+ * here but not in the index (spilled, the index full), or any of more than 64 ids, is not
+ * found: ferry_get finds it. Like every call, it waits for another thread's call on the same
+ * handle to end. */
 int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
 
 /* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_EINVAL when this

@@ -280,9 +280,16 @@ H_CLUSTER_TEST(publications_go_in_batches_each_with_its_outcome)
     ferry_disconnect(b);
 }
 
+/* The last delete event names the put it deleted (a gen field): an error reply otherwise. */
+static const char last_event_names_its_put_lua[] =
+    "local e = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1][2]\n"
+    "for i = 1, #e, 2 do if e[i] == 'gen' and e[i + 1] ~= '' then return 1 end end\n"
+    "return redis.error_reply('the last delete event names no put')\n";
+
 /* Publications and withdrawals queued together go in one script, in order, and end as they
  * would one by one: a put deleted at once and put again is listed, one deleted at once is not,
- * nor one deleted cluster-wide at once (its delete goes at once, behind its publication). A
+ * nor one deleted cluster-wide at once. That delete's lookup writes the queue first, so it
+ * finds the put and its event names it (it overtook the queued publication, and named none). A
  * later put, once listed, shows that everything queued before it was written. */
 H_CLUSTER_TEST(queued_publications_and_withdrawals_keep_their_order)
 {
@@ -297,6 +304,8 @@ H_CLUSTER_TEST(queued_publications_and_withdrawals_keep_their_order)
     H_OK(ferry_delete(a, &gone));
     H_OK(h_put_direct(a, &everywhere, 100, 0));
     H_OK(ferry_delete_cluster(a, &everywhere));
+    h_redis_cmd(&cl->redis,
+                (const char *[]){"EVAL", last_event_names_its_put_lua, "1", "ferry:events", NULL});
     H_OK(h_put_direct(a, &mark, 100, 0));
     h_assert_where(b, cl, &mark, BIT(A), H_CLUSTER_MS);
     h_assert_where(b, cl, &again, BIT(A), 0);

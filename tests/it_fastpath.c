@@ -57,8 +57,9 @@ H_TEST(a_get_of_a_resident_object_sends_nothing)
 }
 
 /* ferry_get_fast finds what the shared index has and holds it as ferry_get does; anything
- * else (an id absent, more than 64 ids) is FERRY_ENOENT with nothing held. It never asks the
- * daemon: only the object found counts as a get (a get sent would count, found or not). */
+ * else (an id absent, more than 64 ids) is FERRY_ENOENT with nothing held, every entry saying
+ * so. It never asks the daemon: only the object found counts as a get (a get sent would
+ * count, found or not). */
 H_TEST(get_fast_takes_only_what_the_index_has)
 {
     ferry_client *c = h_connect(d);
@@ -75,6 +76,8 @@ H_TEST(get_fast_takes_only_what_the_index_has)
     H_OK(ferry_release(c, &ids[0]));
     ids[1] = h_id("fast-absent");
     H_RC(ferry_get_fast(c, ids, 2, b), FERRY_ENOENT);
+    assert_int_equal(b[0].status, FERRY_ENOENT); /* found, but not held: not given either */
+    assert_null(b[0].data);
     for (int i = 1; i < 65; i++)
         ids[i] = ids[0];
     H_RC(ferry_get_fast(c, ids, 65, b), FERRY_ENOENT);
@@ -96,7 +99,8 @@ H_TEST(ferry_fastpath_0_turns_it_off)
     unsetenv("FERRY_FASTPATH");
     fast = h_stat(c, "fast_gets");
     H_OK(h_put_direct(c, &id, 4096, 0));
-    H_RC(ferry_get_fast(c, &id, 1, &b), FERRY_ENOENT);
+    H_RC(ferry_get_fast(c, &id, 1, &b), FERRY_ENOSYS);
+    assert_int_equal(b.status, FERRY_ENOSYS);
     H_OK(ferry_get(c, &id, 1, 0, &b));
     h_assert_buffer(&b, &id, 4096, 0);
     assert_int_equal(h_stat(c, "fast_gets"), fast);

@@ -387,7 +387,7 @@ static void test_hashing_keeps_lru_order(void **state)
 
     assert_int_equal(hasher_start(&f->st.hasher, STORE_HASHER_THREADS), 0);
     big = put(f, 1, size); /* oldest, being hashed */
-    put(f, 2, 1000);       /* hashed inline, in the LRU at once */
+    put(f, 2, 1000);       /* hashed after the turn (collect runs it), in the LRU at once */
     for (int i = 0; i < 100 && !big->hashed; i++)
         collect(f);
     assert_int_equal(big->hashed, 1);

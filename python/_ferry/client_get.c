@@ -286,14 +286,21 @@ static int get_round(struct gather *g, struct pyf_conn *k, int64_t wait_ms)
 
 /* A fetching get's first look: only the shared index, so that an object at hand costs no
  * message and one that is not goes straight to its fetch, which finds it on the daemon too
- * (one message less per remote read than a get round first). 0, or -1 with an exception. */
+ * (one message less per remote read than a get round first); a handle without the index takes
+ * a get round. 0, or -1 with an exception. */
 static int fast_round(struct gather *g, struct pyf_conn *k)
 {
     size_t m = gather_wanted(g);
     int rc;
 
     conn_enter(k);
-    rc = ferry_get_fast(k->c, g->sub, m, g->sub_out);
+    Py_BEGIN_ALLOW_THREADS
+        rc = ferry_get_fast(k->c, g->sub, m, g->sub_out);
+    Py_END_ALLOW_THREADS
+    if (rc == FERRY_ENOSYS) {
+        conn_leave(k, 0);
+        return get_round(g, k, 0);
+    }
     if (rc < 0 && rc != FERRY_ENOENT)
         return pyf_call_failed(k, rc), -1;
     if (rc == 0)

@@ -295,8 +295,13 @@ int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer 
         return err_set(FERRY_EINVAL, "get_fast: %zu ids (at most %u)", n, PROTO_MAX_IDS);
     if ((rc = client_enter(c)) < 0)
         return rc;
-    if (n && !client_fast_get(c, ids, n, out))
+    if (!c->fast_on)
+        rc = err_set(FERRY_ENOSYS, "get_fast: this handle reads no shared index (FERRY_FASTPATH=0, "
+                                   "or no block of slots was free at its connection)");
+    else if (n && !client_fast_get(c, ids, n, out))
         rc = err_set(FERRY_ENOENT, "%zu objects not all in this node's shared index", n);
+    for (size_t i = 0; rc < 0 && i < n; i++)
+        out[i] = (ferry_buffer){.status = rc};
     return client_leave(c, rc);
 }
 

@@ -7,9 +7,7 @@
 
 #include "common/clock.h"
 
-/* Sends up to FLUSH_BATCH queued operations, pipelined, and leaves the rest to the next turn;
- * drops them all when the directory is not up. */
-static void flush_queue(struct directory *d)
+void dir_queue_flush(struct directory *d)
 {
     size_t end =
         d->queue_len - d->queue_head > FLUSH_BATCH ? d->queue_head + FLUSH_BATCH : d->queue_len;
@@ -89,7 +87,7 @@ void dir_on_turn(struct loop *l, struct loop_timer *t)
         if (d->up && d->hooks.republish)
             d->hooks.republish(d->hooks.ctx);
     }
-    flush_queue(d);
+    dir_queue_flush(d);
     dir_deliver(d);
     dir_events_deliver(d);
     dir_leave_deliver(d);

@@ -659,7 +659,7 @@ static void on_claimed(redisAsyncContext *ac, void *reply, void *priv)
     if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else if (!dir_script_reply(d, reply, &res, &n) || parse_published(res, n, &p, &r->a) < 0 ||
-               p.code == 3) {
+               p.code >= 3) { /* 4, a withdrawal's, answers no claim */
         dir_command_failed(d, "claim",
                            p.code == 3 ? "the record changed meanwhile" : dir_reply_why(reply));
         dir_request_fail(d, r, FERRY_EDIRECTORY);

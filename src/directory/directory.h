@@ -67,8 +67,8 @@
  * Publications and withdrawals are queued and written pipelined (Lua scripts, EVALSHA, up to
  * 64 in one), so no Redis round trip sits on the path of a local seal: at the end of the loop
  * turn, or, within a millisecond of the last write, when that millisecond ends (a stream of
- * puts costs Redis one script per millisecond, not one per put). A record is visible to
- * lookups at most that millisecond and a round trip to Redis after its seal. After the
+ * puts costs Redis one script per millisecond, not one per put); a lookup writes the queue
+ * before it. After the
  * connection drops (or Redis restarts, or a Sentinel fails over), the module reconnects with
  * backoff, re-registers and asks its owner to republish everything it holds.
  *
@@ -184,7 +184,7 @@ struct directory_counters {
     uint64_t cache_hits; /* holder lookups answered from the cache */
     uint64_t reconnects; /* connections re-established after a loss */
     uint64_t published, withdrawn;
-    uint64_t publish_batches;    /* scripts that carried several publications (PUBLISH_BATCH) */
+    uint64_t publish_batches;    /* scripts of publications and withdrawals (PUBLISH_BATCH each) */
     uint64_t id_conflicts;       /* publications refused: the id has other content elsewhere */
     uint64_t deletes_heard;      /* cluster-wide deletes read from the events stream */
     uint64_t cleaned;            /* entries of earlier incarnations removed at start or leave */

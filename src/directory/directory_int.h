@@ -348,6 +348,9 @@ void *dir_grow(void *array, size_t *cap, size_t elem);
 void dir_arm(struct directory *d, struct loop_timer *t, uint64_t deadline_ms);
 /* Has the turn timer run the deferred work (hook, publications, answers) as soon as it can. */
 void dir_turn_soon(struct directory *d);
+/* Sends up to FLUSH_BATCH queued operations, pipelined, and leaves the rest to the next turn;
+ * drops them all when the directory is not up (dir_conn.c). */
+void dir_queue_flush(struct directory *d);
 /* Has the turn run by deadline_ms, or sooner if it is due sooner already. */
 void dir_turn_by(struct directory *d, uint64_t deadline_ms);
 

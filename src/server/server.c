@@ -280,6 +280,9 @@ void server_drop_deleted(struct server *s, const ferry_id *id, const uint8_t *ro
 {
     struct object *o = store_find(&s->store, id);
 
+    /* A copy sealed this turn is hashed after it: its digest is taken now, to compare. */
+    if (root && o && object_sealed(o) && !o->hashed && store_hash_finish(&s->store, o))
+        o = store_find(&s->store, id);
     if (root && o && object_sealed(o) && (!o->hashed || memcmp(o->root, root, DIGEST_LEN) != 0)) {
         s->counters.deletes_spared++;
         return;
@@ -362,7 +365,7 @@ static void after_turn(struct loop *l, void *arg)
     }
     store_after_turn(&s->store);
     log_arena_faults(s);
-    l->busy = s->ready != NULL || s->closed != NULL;
+    l->busy = s->ready != NULL || s->closed != NULL || store_hashes_pending(&s->store);
 }
 
 static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)

@@ -277,7 +277,10 @@ static void dir_done(void *arg, const struct directory_answer *a)
 
 /* Deletes id here and cluster-wide; answers once the directory has recorded it. The event names
  * the put deleted, the one the directory records for id, looked up first, and the content (other
- * nodes drop only a copy of both): the copy here, if hashed, else the content recorded. */
+ * nodes drop only a copy of both): the copy here, if hashed, else the content recorded. The
+ * lookup is sent before the copy here goes: it writes what the directory queued (this put's
+ * publication, maybe) ahead of it, and the copy's withdrawal, which may take the record with
+ * it, comes after. */
 int session_handle_delete_cluster(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
@@ -291,8 +294,8 @@ int session_handle_delete_cluster(struct session *ss, const struct proto_request
         .type = q->type, .tag = q->tag, .id = q->u.one.id, .looking = 1, .known = known};
     if (known)
         memcpy(ss->dir.root, o->root, DIGEST_LEN);
-    server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
     rc = directory_lookup(srv->dir, &q->u.one.id, 1, dir_done, ss);
+    server_drop_deleted(srv, &q->u.one.id, NULL, srv->cfg.node_id);
     if (rc < 0) {
         session_wait_end(ss, SESSION_DIR);
         return session_reply_status(ss, q, rc);

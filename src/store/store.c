@@ -233,10 +233,11 @@ static void finish_hashes(struct store *s, struct hasher_job *jobs)
         s->room_freed = 1;
 }
 
-/* Frees o's jobs in the list at pp. */
-static void drop_jobs(struct hasher_job **pp, struct object *o)
+/* Frees o's jobs in the list at pp: how many. */
+static uint32_t drop_jobs(struct hasher_job **pp, struct object *o)
 {
     struct hasher_job *job;
+    uint32_t n = 0;
 
     while ((job = *pp)) {
         if (job->arg != o) {
@@ -246,7 +247,9 @@ static void drop_jobs(struct hasher_job **pp, struct object *o)
         *pp = job->next;
         free(job);
         o->hash_jobs--;
+        n++;
     }
+    return n;
 }
 
 /* Takes back o's jobs (o is going): those queued are dropped, those running finish first. */
@@ -258,7 +261,7 @@ static void drop_hashes(struct store *s, struct object *o)
     if (!o->hash_jobs)
         return;
     drop_jobs(&s->hashes_back, o);
-    drop_jobs(&s->hashes_later, o);
+    s->counters.hash_jobs_dropped += drop_jobs(&s->hashes_later, o);
     jobs = o->hash_jobs ? hasher_cancel(s->hasher, o, o->hash_jobs, &dropped) : NULL;
     while ((job = jobs)) {
         jobs = job->next;
@@ -272,7 +275,14 @@ static void drop_hashes(struct store *s, struct object *o)
     o->hash_counted = 0;
 }
 
-/* The jobs of hashes_later, computed on the loop and taken back. */
+/* Computes the jobs of a list on this thread, and takes them back. */
+static void run_here(struct store *s, struct hasher_job *jobs)
+{
+    for (struct hasher_job *job = jobs; job; job = job->next)
+        job->status = digest_leaves_of(job->bytes, job->size, job->first, job->n, job->leaves);
+    finish_hashes(s, jobs);
+}
+
 void store_run_hashes_later(struct store *s)
 {
     struct hasher_job *jobs = s->hashes_later;
@@ -280,9 +290,30 @@ void store_run_hashes_later(struct store *s)
     if (!jobs)
         return;
     s->hashes_later = NULL;
-    for (struct hasher_job *job = jobs; job; job = job->next)
-        job->status = digest_leaves_of(job->bytes, job->size, job->first, job->n, job->leaves);
-    finish_hashes(s, jobs);
+    run_here(s, jobs);
+}
+
+int store_hash_finish(struct store *s, struct object *o)
+{
+    struct hasher_job *mine = NULL, **pp = &s->hashes_later, *job;
+
+    while ((job = *pp)) {
+        if (job->arg != o) {
+            pp = &job->next;
+            continue;
+        }
+        *pp = job->next;
+        job->next = mine;
+        mine = job;
+    }
+    if (mine)
+        run_here(s, mine);
+    return o->hashed;
+}
+
+int store_hashes_pending(const struct store *s)
+{
+    return s->hashes_later != NULL;
 }
 
 void store_collect_hashes(struct store *s)
@@ -624,15 +655,17 @@ static void fit_block(struct store *s, struct object *o)
 
 /* Submits o's chunks in jobs of HASHER_JOB_CHUNKS: to the hasher, whose threads share them, or
  * up to STORE_INLINE_HASH_MAX to hashes_later, for the loop after this turn (a 64 KiB put's
- * answer no longer waits 34 us for its digest); 0 when started. o stays evictable (its jobs are
+ * answer no longer waits 34 us for its digest; without small_later, -1: hashed now); 0 when
+ * started. o stays evictable (its jobs are
  * then dropped), but for a list of objects to spill: it leaves the dirty list until hashed,
  * its bytes counted in hashing_bytes (to be written soon: creates wait for them). */
-static int hash_later(struct store *s, struct object *o, uint64_t len)
+static int hash_later(struct store *s, struct object *o, uint64_t len, int small_later)
 {
     uint64_t n = digest_leaves(len), njobs = (n + HASHER_JOB_CHUNKS - 1) / HASHER_JOB_CHUNKS;
     struct hasher_job **jobs;
 
-    if (!s->hasher || !(jobs = calloc(njobs, sizeof(*jobs))))
+    if (!s->hasher || (len <= STORE_INLINE_HASH_MAX && !small_later) ||
+        !(jobs = calloc(njobs, sizeof(*jobs))))
         return -1;
     free(o->leaves);
     o->leaves = n > 1 ? malloc(n * DIGEST_LEN) : NULL;
@@ -710,15 +743,26 @@ static void hash_now(struct store *s, struct object *o)
     }
 }
 
-int store_hash(struct store *s, struct object *o)
+/* store_hash; with small_later 0, a small object is hashed now. */
+static int hash_start(struct store *s, struct object *o, int small_later)
 {
     if (o->hashed)
         return 1;
-    if (o->hashing || hash_later(s, o, o->data_size + o->metadata_size) == 0)
+    if (o->hashing || hash_later(s, o, o->data_size + o->metadata_size, small_later) == 0)
         return 0;
     hash_now(s, o);
     o->hashed = 1;
     return 1;
+}
+
+int store_hash(struct store *s, struct object *o)
+{
+    return hash_start(s, o, 1);
+}
+
+int store_hash_here(struct store *s, struct object *o)
+{
+    return hash_start(s, o, 0);
 }
 
 void store_seal(struct store *s, struct object *o)

@@ -185,6 +185,11 @@ void store_seal(struct store *s, struct object *o);
  * it). Also for a created object whose bytes are final, ahead of its seal (a seal that waits
  * for the directory: ferryd --strict-ids); it stays unsealed and invisible. */
 int store_hash(struct store *s, struct object *o);
+/* o's digest, if it waits for the end of the turn (a small object's), computed now, its hashed()
+ * hook run: 1 when o is hashed after (a sealed object that is not deleted stays). */
+int store_hash_finish(struct store *s, struct object *o);
+/* 1 while small objects' digests wait for the next store_after_turn (the loop must not sleep). */
+int store_hashes_pending(const struct store *s);
 
 /* Seals o with a digest computed elsewhere from the same bytes (a fetched copy inherits the
  * holder's root and leaves, which its transfer checked): nothing is hashed again. leaves

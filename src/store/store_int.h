@@ -14,6 +14,9 @@ void store_lru_push_young(struct store *s, struct object *o);
 void store_lru_insert_ordered(struct store *s, struct object *o);
 void store_object_free(struct store *s, struct object *o);
 void store_remove(struct store *s, struct object *o, int event);
+/* store_hash, but a small object is hashed now, on this thread (store_persist: steps of
+ * bytes hashed, no hook run while it walks the table). */
+int store_hash_here(struct store *s, struct object *o);
 /* Computes the small objects' digests started this turn (store_after_turn). */
 void store_run_hashes_later(struct store *s);
 /* Room for size bytes (see store_create's errors). */

@@ -442,7 +442,7 @@ void store_persist(struct store *s, store_progress_fn *progress, void *arg)
     while (hashed.total && (o = idmap_next(&s->table, &pos, NULL))) {
         if (!persist_wants(o) || o->hashed)
             continue;
-        store_hash(s, o);
+        store_hash_here(s, o);
         step += object_len(o);
         if (step >= STORE_PERSIST_STEP) {
             if (s->hasher)

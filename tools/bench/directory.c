@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -444,7 +445,7 @@ static const struct bench_op *put_node(enum put_kind k, const char *url, int por
         .c = ferry_peer_start(NULL, names[k], k == PUT_ALONE ? alone : cluster, NULL),
         .payload = payload,
         .nonce = nonce,
-        .kind = "spa"[k]};
+        .kind = "psa"[k]};
     put_ops[k] = (struct bench_op){
         .system = systems[k], .op = "put", .run = put_run, .after = put_after, .ctx = &put_ctx[k]};
     return &put_ops[k];
@@ -464,6 +465,8 @@ static void record_wait(void *redis, int db, const ferry_id *id)
         redisReply *rep = redisCommand(redis, "EXISTS ferry:obj:%s", hex);
         found = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : 0;
         freeReplyObject(rep);
+        if (!found)
+            usleep(1000); /* a poll costs the server CPU too: a few, not thousands */
     }
     freeReplyObject(redisCommand(redis, "SELECT 0"));
     if (!found)
