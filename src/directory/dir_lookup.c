@@ -335,10 +335,6 @@ void dir_lookup_start(struct directory *d, struct request *r)
     char key[OBJ_KEY_MAX];
     const char *argv[] = {"HGETALL", key};
 
-    /* What this node queued goes first, so that the lookup sees it: a put's publication may
-     * wait for the rest of a millisecond, and a delete asks for the put it deletes. */
-    if (d->queue_head < d->queue_len)
-        dir_queue_flush(d);
     dir_pending_add(d, r);
     r->awaiting = 1;
     dir_holders_key(key, &r->id);

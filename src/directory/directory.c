@@ -150,6 +150,10 @@ int directory_lookup(struct directory *d, const ferry_id *id, int fresh, directo
         dir_done_push(d, r);
         return 0;
     }
+    /* What this node queued goes first, so that the lookup sees it: a put's publication may
+     * wait for the rest of a millisecond, and a delete asks for the put it deletes. */
+    if (d->queue_head < d->queue_len)
+        dir_queue_flush(d);
     dir_lookup_start(d, r);
     return 0;
 }

@@ -684,7 +684,8 @@ static int hash_later(struct store *s, struct object *o, uint64_t len, int small
                                 .first = first,
                                 .n = n - first < HASHER_JOB_CHUNKS ? n - first : HASHER_JOB_CHUNKS,
                                 .leaves = (o->leaves ? o->leaves : o->root) + first * DIGEST_LEN,
-                                .arg = o};
+                                .arg = o,
+                                .next = j ? jobs[j - 1] : s->hashes_later}; /* if kept here */
     }
     if (!jobs[0]) { /* no memory: hashed on the loop */
         free(jobs);
@@ -697,13 +698,11 @@ static int hash_later(struct store *s, struct object *o, uint64_t len, int small
     o->hash_counted = (uint8_t)goes_dirty(s, o);
     if (o->hash_counted)
         s->hashing_bytes += store_block_size(o);
-    for (uint64_t j = 0; j < njobs; j++) {
-        if (len > STORE_INLINE_HASH_MAX) {
+    if (len > STORE_INLINE_HASH_MAX) {
+        for (uint64_t j = 0; j < njobs; j++)
             hasher_submit(s->hasher, jobs[j]);
-        } else {
-            jobs[j]->next = s->hashes_later;
-            s->hashes_later = jobs[j];
-        }
+    } else {
+        s->hashes_later = jobs[njobs - 1]; /* each links the one before */
     }
     free(jobs);
     return 0;
