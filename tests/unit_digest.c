@@ -117,6 +117,43 @@ static void test_sizes_bytes_and_places_are_bound(void **state)
     free(b);
 }
 
+/* A leaf taken in pieces as bytes come (the receiver's stream) is the leaf taken at once, for
+ * any cut, an empty chunk and another index included; a stream freed unended leaks nothing. */
+static void test_a_streamed_leaf_is_the_leaf(void **state)
+{
+    static uint8_t chunk[65536 + 7];
+    const size_t cuts[] = {1, 1448, 4096, 65536, sizeof(chunk)};
+    uint8_t whole[DIGEST_LEN], streamed[DIGEST_LEN];
+    struct digest_stream *s;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(chunk); i++)
+        chunk[i] = (uint8_t)(i * 131 + 7);
+    for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+        assert_int_equal(digest_leaf(3, chunk, sizeof(chunk), whole), 0);
+        assert_int_equal(digest_stream_start(&s, 3), 0);
+        for (size_t at = 0; at < sizeof(chunk); at += cuts[c])
+            assert_int_equal(
+                digest_stream_add(s, chunk + at,
+                                  sizeof(chunk) - at < cuts[c] ? sizeof(chunk) - at : cuts[c]),
+                0);
+        assert_int_equal(digest_stream_end(s, streamed), 0);
+        assert_memory_equal(whole, streamed, DIGEST_LEN);
+    }
+    assert_int_equal(digest_leaf(0, chunk, 0, whole), 0);
+    assert_int_equal(digest_stream_start(&s, 0), 0);
+    assert_int_equal(digest_stream_end(s, streamed), 0);
+    assert_memory_equal(whole, streamed, DIGEST_LEN);
+    assert_int_equal(digest_stream_start(&s, 1), 0);
+    assert_int_equal(digest_stream_add(s, chunk, 10), 0);
+    assert_int_equal(digest_stream_end(s, streamed), 0);
+    assert_int_equal(digest_leaf(0, chunk, 10, whole), 0);
+    assert_memory_not_equal(whole, streamed, DIGEST_LEN); /* the index is bound */
+    assert_int_equal(digest_stream_start(&s, 0), 0);
+    digest_stream_free(s);
+    digest_stream_free(NULL);
+}
+
 static void test_hex_round_trips_and_refuses(void **state)
 {
     uint8_t d[DIGEST_LEN], back[DIGEST_LEN];
@@ -138,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_leaves_match_independent_vectors),
         cmocka_unit_test(test_chunk_boundaries),
         cmocka_unit_test(test_sizes_bytes_and_places_are_bound),
+        cmocka_unit_test(test_a_streamed_leaf_is_the_leaf),
         cmocka_unit_test(test_hex_round_trips_and_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

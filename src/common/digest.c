@@ -18,16 +18,69 @@ static void le64(uint8_t out[8], uint64_t v)
 }
 
 /* One hash: a one-byte tag, a header of hlen bytes, then len bytes; 0 or FERRY_ESYS. */
-static int sha256_tagged(EVP_MD_CTX *ctx, uint8_t tag, const uint8_t *head, size_t hlen,
-                         const uint8_t *p, size_t len, uint8_t out[DIGEST_LEN])
+/* SHA-256 begun over tag || head: 1, or 0 when OpenSSL failed. */
+static int tagged_begin(EVP_MD_CTX *ctx, uint8_t tag, const uint8_t *head, size_t hlen)
+{
+    return EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 && EVP_DigestUpdate(ctx, &tag, 1) == 1 &&
+           EVP_DigestUpdate(ctx, head, hlen) == 1;
+}
+
+static int tagged_end(EVP_MD_CTX *ctx, uint8_t out[DIGEST_LEN])
 {
     unsigned outlen = 0;
 
-    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 || EVP_DigestUpdate(ctx, &tag, 1) != 1 ||
-        EVP_DigestUpdate(ctx, head, hlen) != 1 || (len && EVP_DigestUpdate(ctx, p, len) != 1) ||
-        EVP_DigestFinal_ex(ctx, out, &outlen) != 1 || outlen != DIGEST_LEN)
+    return EVP_DigestFinal_ex(ctx, out, &outlen) == 1 && outlen == DIGEST_LEN;
+}
+
+static int sha256_tagged(EVP_MD_CTX *ctx, uint8_t tag, const uint8_t *head, size_t hlen,
+                         const uint8_t *p, size_t len, uint8_t out[DIGEST_LEN])
+{
+    if (!tagged_begin(ctx, tag, head, hlen) || (len && EVP_DigestUpdate(ctx, p, len) != 1) ||
+        !tagged_end(ctx, out))
         return err_set(FERRY_ESYS, "SHA-256 failed");
     return 0;
+}
+
+struct digest_stream {
+    EVP_MD_CTX *ctx;
+};
+
+void digest_stream_free(struct digest_stream *s)
+{
+    if (!s)
+        return;
+    EVP_MD_CTX_free(s->ctx);
+    free(s);
+}
+
+int digest_stream_start(struct digest_stream **out, uint64_t i)
+{
+    struct digest_stream *s = malloc(sizeof(*s));
+    uint8_t head[8];
+
+    if (!s)
+        return err_set(FERRY_ENOMEM, "a digest stream");
+    le64(head, i);
+    if (!(s->ctx = EVP_MD_CTX_new()) || !tagged_begin(s->ctx, LEAF_TAG, head, sizeof(head))) {
+        digest_stream_free(s);
+        return err_set(FERRY_ESYS, "SHA-256 failed");
+    }
+    *out = s;
+    return 0;
+}
+
+int digest_stream_add(struct digest_stream *s, const uint8_t *p, size_t len)
+{
+    return !len || EVP_DigestUpdate(s->ctx, p, len) == 1 ? 0
+                                                         : err_set(FERRY_ESYS, "SHA-256 failed");
+}
+
+int digest_stream_end(struct digest_stream *s, uint8_t out[DIGEST_LEN])
+{
+    int ok = tagged_end(s->ctx, out);
+
+    digest_stream_free(s);
+    return ok ? 0 : err_set(FERRY_ESYS, "SHA-256 failed");
 }
 
 /* leaf_i of len bytes at p. */

@@ -44,6 +44,14 @@ static inline uint64_t digest_chunk_len(uint64_t size, uint64_t i)
 
 /* leaf_i of chunk (len bytes) into out. */
 int digest_leaf(uint64_t i, const uint8_t *chunk, size_t len, uint8_t out[DIGEST_LEN]);
+/* leaf_i of a chunk taken as its bytes come, in order (a receiver hashes them as they land):
+ * start, add the bytes in pieces, end (which frees the stream; free frees one not ended).
+ * The same value as digest_leaf. FERRY_ENOMEM too. */
+struct digest_stream;
+int digest_stream_start(struct digest_stream **out, uint64_t i);
+int digest_stream_add(struct digest_stream *s, const uint8_t *p, size_t len);
+int digest_stream_end(struct digest_stream *s, uint8_t out[DIGEST_LEN]);
+void digest_stream_free(struct digest_stream *s);
 /* The root over n leaves (n * DIGEST_LEN bytes) of an object of these sizes. */
 int digest_root(uint64_t data_size, uint64_t metadata_size, const uint8_t *leaves, uint64_t n,
                 uint8_t out[DIGEST_LEN]);

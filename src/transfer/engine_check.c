@@ -40,6 +40,9 @@ static void check_detach(struct want *w)
 void eng_check_reset(struct want *w)
 {
     check_detach(w);
+    digest_stream_free(w->check.stream);
+    w->check.stream = NULL;
+    w->check.streamed = 0;
     w->check.rlanded = 0;
     w->check.landed = w->check.handed = 0;
     w->check.bad_chunk = NO_CHUNK;

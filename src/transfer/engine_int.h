@@ -222,12 +222,17 @@ struct tried {
  * given to checks; bad_chunk is the first chunk that failed (NO_CHUNK: none). Bytes told out of
  * order (broken) are checked after the last one; waiting: every byte is in, the want waits for
  * its checks in flight (vc). rlanded: a relayed part's bytes in place, in order,
- * before they are checked (engine_relay.c). */
+ * before they are checked (engine_relay.c). stream: an object of one chunk, its leaf taken as
+ * its bytes land (streamed of them, in order; STREAM_OFF once given up: out of order, or no
+ * memory), so that only the last segment is hashed after the last byte. */
 struct want_check {
     uint8_t digest[DIGEST_LEN];
     uint8_t *leaves;
     uint64_t nleaves;
     struct vcheck *vc;
+    struct digest_stream *stream;
+    uint64_t streamed;
+#define STREAM_OFF UINT64_MAX
     uint64_t landed, handed, bad_chunk, rlanded;
 #define NO_CHUNK UINT64_MAX
     int broken, waiting;

@@ -108,10 +108,31 @@ static int check_hand(struct want *w, int last)
     return 0;
 }
 
+/* The leaf of an object of one chunk, taken as its bytes land (eng_want_received ends it). */
+static void stream_landed(struct want *w, const uint8_t *p, size_t n)
+{
+    struct want_check *k = &w->check;
+    uint64_t len = w->obj->data_size + w->obj->metadata_size;
+
+    if (k->streamed == STREAM_OFF)
+        return;
+    if (p != w->e->store->base + w->obj->offset + k->streamed || n > len - k->streamed ||
+        (!k->stream && digest_stream_start(&k->stream, 0) < 0) ||
+        digest_stream_add(k->stream, p, n) < 0) {
+        digest_stream_free(k->stream);
+        k->stream = NULL;
+        k->streamed = STREAM_OFF; /* hashed whole after the last byte */
+        return;
+    }
+    k->streamed += n;
+}
+
 void eng_check_landed(struct want *w, const uint8_t *p, size_t n)
 {
     struct want *t = tree_of(w);
 
+    if (t == w && w->obj && w->check.nleaves == 1 && eng_checked(w))
+        stream_landed(w, p, n);
     if (!eng_checked(w) || !t->obj || t->check.nleaves < 2 || w->check.broken) {
         eng_relay_landed(w, p, n);
         return;
@@ -191,10 +212,17 @@ void eng_want_received(struct want *w)
         eng_want_seal(w);
         return;
     }
-    if (w->check.nleaves == 1) { /* one chunk (at most 1 MiB): on the loop, after its last byte */
+    if (w->check.nleaves == 1) { /* one chunk (at most 1 MiB): on the loop, as it landed */
+        uint64_t len = w->obj->data_size + w->obj->metadata_size;
+        struct digest_stream *s = w->check.stream;
+        w->check.stream = NULL;
+        if (s && w->check.streamed != len) { /* not every byte told: hashed whole */
+            digest_stream_free(s);
+            s = NULL;
+        }
         w->check.bad_chunk = NO_CHUNK;
-        if (digest_leaf(0, e->store->base + w->obj->offset,
-                        w->obj->data_size + w->obj->metadata_size, leaf) < 0)
+        if ((s ? digest_stream_end(s, leaf)
+               : digest_leaf(0, e->store->base + w->obj->offset, len, leaf)) < 0)
             w->check.bad_chunk = 0;
         else
             chunk_checked(w, 0, leaf);
