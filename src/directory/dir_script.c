@@ -52,25 +52,13 @@
  * entry starts again with ours (another put). A replacement happens only if the record is still
  * the one named (else {3, hex}), and keeps its put; it, and our signature written over another
  * for the same content, answer {2, hex, gen}; a plain publication {0, hex, gen}: gen is the put
- * the record is (a record without a well-formed one takes ours). An absent record, the common
- * case, is written at once. */
+ * the record is (a record without a well-formed one takes ours). */
 #define LUA_PUBLISH                                                                                \
     "local function shaped(v, pat, max) return v and #v <= max and string.match(v, pat) end\n"     \
     "local fields = {size = 1, digest = 2, sig = 3, gen = 4}\n"                                    \
     "local function publish(obj, node, inc, size, digest, hex, sig, gen, rsize, rdigest, rsig)\n"  \
     "  local all = redis.pcall('HGETALL', obj)\n"                                                  \
     "  if all.err then fix(obj, 'hash'); all = {} end\n"                                           \
-    "  if #all == 0 and not rsize then\n"                                                          \
-    "    if sig == '' then\n"                                                                      \
-    "      redis.call('HSET', obj, 'size', size, 'digest', digest, 'h:' .. node, inc, 'gen', "     \
-    "gen)\n"                                                                                       \
-    "    else\n"                                                                                   \
-    "      redis.call('HSET', obj, 'size', size, 'digest', digest, 'h:' .. node, inc, 'gen', "     \
-    "gen,\n"                                                                                       \
-    "                 'sig', sig)\n"                                                               \
-    "    end\n"                                                                                    \
-    "    return {0, hex, gen}\n"                                                                   \
-    "  end\n"                                                                                      \
     "  local cur = {false, false, false, false}\n"                                                 \
     "  for i = 1, #all, 2 do\n"                                                                    \
     "    local j = fields[all[i]]\n"                                                               \

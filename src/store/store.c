@@ -653,12 +653,12 @@ static void fit_block(struct store *s, struct object *o)
         (void)alloc_trim(s->alloc, o->block, 0, total);
 }
 
-/* Submits o's chunks in jobs of HASHER_JOB_CHUNKS: to the hasher, whose threads share them, or
- * up to STORE_INLINE_HASH_MAX to hashes_later, for the loop after this turn (a 64 KiB put's
- * answer no longer waits 34 us for its digest; without small_later, -1: hashed now); 0 when
- * started. o stays evictable (its jobs are
- * then dropped), but for a list of objects to spill: it leaves the dirty list until hashed,
- * its bytes counted in hashing_bytes (to be written soon: creates wait for them). */
+/* Submits o's chunks in jobs of HASHER_JOB_CHUNKS: to the hasher, whose threads share them, or,
+ * up to STORE_INLINE_HASH_MAX and with small_later, to hashes_later for the loop after this
+ * turn (the put is answered first); 0 when started, -1 when o is to be hashed now. o stays
+ * evictable (its jobs are then dropped), but for a list of objects to spill: it leaves the
+ * dirty list until hashed, its bytes counted in hashing_bytes (to be written soon: creates wait
+ * for them). */
 static int hash_later(struct store *s, struct object *o, uint64_t len, int small_later)
 {
     uint64_t n = digest_leaves(len), njobs = (n + HASHER_JOB_CHUNKS - 1) / HASHER_JOB_CHUNKS;

@@ -8,10 +8,11 @@
 
 #include "common/err.h"
 
-/* OpenSSL makes its random generators at their first use (3.4 ms here) and loads HMAC at its
- * first (0.3-0.6 ms): both are made at the node's start, so that neither lands on the first
- * handshake, where it cost a first read from a new holder three times the rest of it. The
- * generators are per thread: this runs on the loop's, which makes every handshake. */
+/* OpenSSL makes its random generators at their first use and loads HMAC at its first:
+ * milliseconds of CPU here, so both are made at the node's start rather than on the first
+ * handshake (ferry-bench cluster --workloads hot: a first read from a new holder took 3388 us,
+ * 1365-1801 us since). The generators are per thread: this runs on the loop's, which makes
+ * every handshake. */
 static int warm(int keyed)
 {
     uint8_t nonce[WIRE_NONCE], out[MAC_LEN];
