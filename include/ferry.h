@@ -240,6 +240,26 @@ int ferry_keep(ferry_client *c, const ferry_id *id, int keep);
 int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
               const void *metadata, uint64_t metadata_size);
 
+/* ferry_put without waiting for the daemon: a small object (up to FERRY_SMALL_PUT_MAX, data and
+ * metadata) is copied into this handle's ring of puts in the arena, and the call returns without
+ * sending a message (but one kick when the daemon sleeps). The daemon stores it within its next
+ * loop turn, and before it answers any call sent after this one returned that names the id, from
+ * any process of the node (ferry_get, ferry_contains, ferry_delete...): those find it. Only
+ * ferry_get_fast, which asks nothing of the daemon, may miss it until the daemon took it (within
+ * about a millisecond). Subscribers hear of its seal then. A put that returned is stored even if
+ * the process exits at once, unless it fails in the daemon: such failures (an id that exists
+ * already, no room) are answered by the next ferry_flush. A larger
+ * object, or one on a daemon with --strict-ids (whose puts wait for the directory), is put as
+ * ferry_put does, and its failure returned here. FERRY_EINVAL for a NULL id, or NULL data or
+ * metadata with a non-zero size. With a full ring, waits for the daemon to take it. */
+int ferry_put_nowait(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
+                     const void *metadata, uint64_t metadata_size);
+
+/* Waits until the daemon has stored every ferry_put_nowait of this handle, then answers for
+ * them: 0 when all since the last ferry_flush succeeded, else the first failure's code, with
+ * ferry_errmsg() naming its id, its reason and how many failed. */
+int ferry_flush(ferry_client *c);
+
 /* Objects up to this size (data + metadata) are put through the client's staging area in the
  * arena: one message exchange for a whole batch, at the price of one copy inside the daemon.
  * Larger ones are created, copied into by the caller's thread and sealed. */
@@ -470,7 +490,11 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fetch_hint_misses, COUNTER,                                                                  \
       "objects the located node did not give: the directory's holders asked instead")              \
     X(fetch_hints_refused, COUNTER,                                                                \
-      "locations a fetch was given that were malformed or not signed with our secret: ignored")
+      "locations a fetch was given that were malformed or not signed with our secret: ignored")    \
+    X(puts_nowait, COUNTER, "objects put through clients' rings (ferry_put_nowait) and stored")    \
+    X(puts_nowait_failed, COUNTER,                                                                 \
+      "puts through clients' rings that failed, or were dropped with their client's connection")   \
+    X(put_kicks, COUNTER, "kicks from clients whose put found the daemon asleep")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

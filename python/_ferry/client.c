@@ -300,7 +300,8 @@ enum small_call {
     CALL_KEEP,
     CALL_UNKEEP,
     CALL_DELETE_UNUSED,
-    CALL_LOCATION
+    CALL_LOCATION,
+    CALL_FLUSH
 };
 
 struct call {
@@ -349,6 +350,8 @@ static int run_call(ferry_client *c, struct call *x)
         return ferry_keep(c, &x->id, x->op == CALL_KEEP);
     case CALL_LOCATION:
         return ferry_location(c, x->text);
+    case CALL_FLUSH:
+        return ferry_flush(c);
     }
     return FERRY_EINVAL; /* not reached: every call is above */
 }
@@ -657,6 +660,15 @@ static PyObject *client_here(ClientObject *self, PyObject *unused)
     return Py_NewRef(pyf_client_here(self));
 }
 
+static PyObject *client_flush(ClientObject *self, PyObject *unused)
+{
+    struct call x = {.op = CALL_FLUSH};
+
+    if (call_main(self, &x) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 {
     struct call x = {.op = CALL_SUBSCRIBE};
@@ -672,10 +684,17 @@ static PyObject *client_subscribe(ClientObject *self, PyObject *unused)
 
 static PyMethodDef client_methods[] = {
     {"put", KW_METHOD(pyf_client_put),
-     "put(id, data, metadata=b'', keep=False) -> ObjectID\n\nStores the bytes of data (any "
-     "C-contiguous buffer: bytes, bytearray, memoryview, NumPy arrays) as a new sealed object, "
-     "copied once into shared memory with the GIL released. keep=True keeps it from the start "
-     "(see keep())."},
+     "put(id, data, metadata=b'', keep=False, wait=True) -> ObjectID\n\nStores the bytes of "
+     "data (any C-contiguous buffer: bytes, bytearray, memoryview, NumPy arrays) as a new sealed "
+     "object, copied once into shared memory with the GIL released. keep=True keeps it from the "
+     "start (see keep()). wait=False, for an object of up to 64 KiB: returns once the bytes are "
+     "in this client's ring in shared memory, without a message to the daemon, which stores it "
+     "within its next turn (and before answering any later request for the id, of any "
+     "process); a failure there (ObjectExists, StoreFull) is raised by the next flush()."},
+    {"flush", (PyCFunction)client_flush, METH_NOARGS,
+     "flush()\n\nWaits until the daemon has stored every put(..., wait=False) of this client, "
+     "then raises the first failure among them since the last flush (its message names the id "
+     "and how many failed), or returns None."},
     {"put_many", (PyCFunction)pyf_client_put_many, METH_O,
      "put_many(items) -> list of ObjectID\n\nput of many (id, data) or (id, data, metadata) "
      "items; small ones go in batches of one message exchange each. When some fail, raises the "

@@ -45,10 +45,11 @@ static void fill(uint8_t *dst, uint64_t size, const struct piece *p, size_t n)
     memset(dst + at, 0, size - at);
 }
 
-/* How put_pieces leaves its object: evictable, kept, or held by the caller (*held set to its
- * bytes) and deleted when unused (ferry_delete_unused, before its seal: a caller that dies at
- * any point leaves nothing behind). */
-enum put_mode { PUT_PLAIN, PUT_KEEP, PUT_HOLD };
+/* How put_pieces leaves its object: evictable (NOWAIT: a small one put without waiting for the
+ * daemon, ferry_put_nowait), kept, or held by the caller (*held set to its bytes) and deleted
+ * when unused (ferry_delete_unused, before its seal: a caller that dies at any point leaves
+ * nothing behind). */
+enum put_mode { PUT_PLAIN, PUT_NOWAIT, PUT_KEEP, PUT_HOLD };
 
 /* Stores a new sealed object of size data bytes made of the pieces (in order, not
  * overlapping), and gives its reference back (but PUT_HOLD). Small objects go through
@@ -64,13 +65,15 @@ static int put_pieces(ferry_client *c, const ferry_id *id, uint64_t size, const 
     uint8_t *dst;
     int rc;
 
-    if (mode == PUT_PLAIN && size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
+    if ((mode == PUT_PLAIN || mode == PUT_NOWAIT) &&
+        size + (uint64_t)meta->len <= FERRY_SMALL_PUT_MAX) {
         uint8_t *tmp = n == 1 && p[0].len == size ? NULL : PyMem_RawMalloc(size ? size : 1);
         if (tmp)
             fill(tmp, size, p, n);
         else if (n != 1 || p[0].len != size)
             return keep(fail, FERRY_ENOMEM);
-        rc = ferry_put(c, id, tmp ? tmp : p[0].src, size, meta->buf, (uint64_t)meta->len);
+        rc = (mode == PUT_NOWAIT ? ferry_put_nowait : ferry_put)(c, id, tmp ? tmp : p[0].src, size,
+                                                                 meta->buf, (uint64_t)meta->len);
         PyMem_RawFree(tmp);
         return rc < 0 ? keep(fail, rc) : 0;
     }
@@ -154,19 +157,22 @@ static void drop_bytes(Py_buffer *view)
 PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
-    static const char *const names[] = {"id", "data", "metadata", "keep"};
-    PyObject *a[4], *result = NULL;
+    static const char *const names[] = {"id", "data", "metadata", "keep", "wait"};
+    PyObject *a[5], *result = NULL;
     Py_buffer d = {0}, m = {0};
-    int keep_it = 0;
+    int keep_it = 0, wait = 1;
     ferry_id id;
 
-    if (pyf_parse_args("put", args, nargs, kwnames, names, 4, 2, a) < 0 ||
+    if (pyf_parse_args("put", args, nargs, kwnames, names, 5, 2, a) < 0 ||
         pyf_id_from_object(a[0], &id) < 0 || (a[3] && (keep_it = PyObject_IsTrue(a[3])) < 0) ||
-        get_bytes(a[1], &d, "data") < 0 || get_bytes(a[2], &m, "metadata") < 0)
+        (a[4] && (wait = PyObject_IsTrue(a[4])) < 0) || get_bytes(a[1], &d, "data") < 0 ||
+        get_bytes(a[2], &m, "metadata") < 0)
         goto done;
     result = put_call(self, &id, (uint64_t)d.len, &m,
                       &(struct piece){.src = d.buf, .off = 0, .len = (uint64_t)d.len}, 1,
-                      keep_it ? PUT_KEEP : PUT_PLAIN);
+                      keep_it ? PUT_KEEP
+                      : wait  ? PUT_PLAIN
+                              : PUT_NOWAIT);
 done:
     drop_bytes(&d);
     drop_bytes(&m);

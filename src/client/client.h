@@ -16,6 +16,7 @@
 #include "common/fastidx.h"
 #include "common/idmap.h"
 #include "common/proto.h"
+#include "common/putring.h"
 
 /* What this handle holds under one id: references, and whether it is our unsealed object. */
 /* What the handle holds of an id: refs references, nfast of them through slots of the shared
@@ -59,6 +60,12 @@ struct ferry_client {
     uint32_t fast_block;
     uint64_t fast_owner; /* the block's owner generation HELLO named */
     int fast_on;
+    /* Puts without a message (put.c): the ring in copy_base, what this handle published to it
+     * (entries, and the data area's position); ring_state 0 not asked yet, 1 set up, -1 none
+     * (a daemon under --strict-ids: ferry_put_nowait puts as ferry_put does). */
+    struct putring ring;
+    uint64_t ring_tail, ring_data_tail;
+    int ring_state;
 };
 
 /* Ids in one get that may go without the daemon (more go its way). */

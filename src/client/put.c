@@ -2,8 +2,11 @@
  * put.c - ferry_put and ferry_put_many. Small objects are copied into this client's staging
  * area in the arena and put in batches, one message exchange per batch (the daemon copies
  * each into its object and seals it); larger ones take create + copy + seal-and-release,
- * two exchanges and no copy but the caller's.
+ * two exchanges and no copy but the caller's. ferry_put_nowait copies a small object into this
+ * client's ring (common/putring.h) and sends nothing, but a kick when the daemon sleeps;
+ * ferry_flush answers for those puts.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,4 +207,99 @@ int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t da
         return err_set(FERRY_EINVAL, "put: NULL id");
     it.id = *id;
     return ferry_put_many(c, &it, 1, &status);
+}
+
+/* ---- puts without a message (common/putring.h) ---- */
+
+/* Asks for the ring once: 1 when there is one, 0 when the daemon gives none (--strict-ids: for
+ * good; no room now: asked again next time), or the failure of the exchange. */
+static int ring_ready(struct ferry_client *c)
+{
+    uint64_t offset, size;
+    int rc;
+
+    if (c->ring_state)
+        return c->ring_state > 0;
+    client_req_begin(c, PROTO_RING);
+    if ((rc = client_call(c, PROTO_RING)) == FERRY_ENOSYS) {
+        c->ring_state = -1;
+        return 0;
+    }
+    if (rc < 0)
+        return c->broken ? rc : 0;
+    offset = prd_u64(&c->rd);
+    size = prd_u64(&c->rd);
+    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0)
+        return rc;
+    if (putring_layout(&c->ring, c->copy_base + offset, size) < 0)
+        return client_broken(c, err_set(FERRY_EPROTO, "a ring of %" PRIu64 " bytes", size));
+    c->ring_tail = c->ring_data_tail = 0;
+    c->ring_state = 1;
+    return 1;
+}
+
+/* Waits until the daemon has taken every put of the ring; with report, answers the first
+ * failure since the last report. */
+static int ring_flush(struct ferry_client *c, int report)
+{
+    int rc;
+
+    client_req_begin(c, PROTO_FLUSH);
+    pbuf_u8(&c->out, (uint8_t)report);
+    if ((rc = client_call(c, PROTO_FLUSH)) < 0)
+        return rc;
+    return client_reply_end(c);
+}
+
+static int put_nowait_locked(struct ferry_client *c, const ferry_put_item *it)
+{
+    int rc = ring_ready(c), status;
+    struct batch b = {.items = it, .statuses = &status, .idx = (size_t[1]){0}, .max = 1};
+
+    if (rc == 1) {
+        rc = putring_push(&c->ring, &c->ring_tail, &c->ring_data_tail, &it->id, it->data,
+                          it->data_size, it->metadata, it->metadata_size);
+        if (rc == FERRY_EAGAIN && (rc = ring_flush(c, 0)) == 0) /* full: wait for the daemon */
+            rc = putring_push(&c->ring, &c->ring_tail, &c->ring_data_tail, &it->id, it->data,
+                              it->data_size, it->metadata, it->metadata_size);
+        if (rc == 1) { /* the daemon sleeps: a kick, which it does not answer */
+            client_req_begin(c, PROTO_KICK);
+            rc = client_req_send(c);
+        }
+        if (rc != FERRY_ETOOBIG && rc != FERRY_EAGAIN)
+            return rc;
+    } else if (rc < 0) {
+        return rc;
+    }
+    /* No ring, or too large for one: as ferry_put, its outcome known now. */
+    status = ITEM_PENDING;
+    if ((rc = put_many_locked(c, &b, 1)) < 0)
+        return rc;
+    if (status < 0 && b.why[0])
+        err_set(status, "%s", b.why);
+    return status;
+}
+
+int ferry_put_nowait(ferry_client *c, const ferry_id *id, const void *data, uint64_t data_size,
+                     const void *metadata, uint64_t metadata_size)
+{
+    ferry_put_item it = {
+        .data = data, .data_size = data_size, .metadata = metadata, .metadata_size = metadata_size};
+    int rc;
+
+    if (!id)
+        return err_set(FERRY_EINVAL, "put_nowait: NULL id");
+    it.id = *id;
+    if ((rc = item_check(&it)) < 0 || (rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, put_nowait_locked(c, &it));
+}
+
+int ferry_flush(ferry_client *c)
+{
+    int rc;
+
+    if ((rc = client_enter(c)) < 0)
+        return rc;
+    return client_leave(c, c->ring_state > 0 ? ring_flush(c, 1) : 0);
 }

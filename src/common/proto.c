@@ -170,6 +170,9 @@ const char *proto_type_name(uint16_t type)
         [PROTO_NAME] = "NAME",
         [PROTO_KEEP] = "KEEP",
         [PROTO_DELETE_UNUSED] = "DELETE_UNUSED",
+        [PROTO_RING] = "RING",
+        [PROTO_FLUSH] = "FLUSH",
+        [PROTO_KICK] = "KICK",
     };
     return type <= PROTO_TYPE_MAX && names[type] ? names[type] : "?";
 }
@@ -324,6 +327,13 @@ static int decode_body(struct preader *r, struct proto_request *q)
     case PROTO_STATS:
     case PROTO_SUBSCRIBE:
     case PROTO_STAGE:
+    case PROTO_RING:
+    case PROTO_KICK:
+        return 0;
+    case PROTO_FLUSH:
+        q->u.flush.report = prd_u8(r);
+        if (q->u.flush.report > 1)
+            return err_set(FERRY_EPROTO, "flush: report flag %u", q->u.flush.report);
         return 0;
     case PROTO_PUT_BATCH:
         q->u.batch.n = prd_u32(r);

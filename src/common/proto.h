@@ -27,8 +27,8 @@
  * SHA-256 root (common/digest.h) instead of a u64 XXH3; 7: KEEP; 8: HELLO's reply names the
  * shared index (common/fastidx.h) and the client's block of slots in it; 9: DELETE_UNUSED;
  * 10: CREATE's flags (PROTO_CREATE_OWN_PAGES); 11: LOCATION and FETCH_AT (locations that travel
- * with references) */
-#define PROTO_VERSION 11u
+ * with references); 12: RING, FLUSH and KICK (puts without a message, common/putring.h) */
+#define PROTO_VERSION 12u
 /* The first version whose HELLO reply names the shared index. */
 #define PROTO_VERSION_FAST 8u
 /* The oldest a daemon still serves: 7 and 9 only added KEEP and DELETE_UNUSED, which older
@@ -82,7 +82,11 @@ enum proto_type {
     /* i64 timeout_ms, u32 n, n ids, u16 m, m locs, n u16 (0: none, else the k-th loc): each
      * distinct location once -> as FETCH */
     PROTO_FETCH_AT = 27,
-    PROTO_TYPE_MAX = 27
+    PROTO_RING = 28,  /* - -> u64 offset, u64 size: this client's ring of puts (putring.h) */
+    PROTO_FLUSH = 29, /* u8 report -> status, once the ring's puts are taken: with report, the
+                       * first failure since the last report, and how many (then forgotten) */
+    PROTO_KICK = 30,  /* - -> no reply: the ring has entries and the daemon slept */
+    PROTO_TYPE_MAX = 30
 };
 
 /* GET: an object's place in the arena; metadata follows data at offset + data_size. */
@@ -143,6 +147,9 @@ struct proto_request {
         struct {
             uint64_t bytes;
         } eager;
+        struct {
+            uint8_t report;
+        } flush;
         struct {
             uint32_t max;
         } peers;

@@ -207,6 +207,9 @@ static int wait_ms(struct loop *l)
         sched_yield();
         return 0;
     }
+    if (timeout != 0 && l->before_sleep &&
+        (timeout = l->before_sleep(l, l->before_sleep_arg, timeout)) == 0)
+        l->busy_turns++;
     return timeout;
 }
 

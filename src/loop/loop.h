@@ -27,6 +27,10 @@ typedef void loop_turn_fn(struct loop *l, void *arg);
  * wait does not sleep). A completion queue whose wait fd is only trustworthy after a check
  * (libfabric's fi_trywait) goes here. */
 typedef int loop_poll_fn(struct loop *l, void *arg);
+/* Runs before a wait that would sleep (timeout_ms > 0, or -1: without end); returns the timeout
+ * to sleep instead (0: do not). Whoever must be told that the loop sleeps goes here (clients'
+ * rings of puts, which then kick it). */
+typedef int loop_sleep_fn(struct loop *l, void *arg, int timeout_ms);
 
 struct loop_watch {
     int fd;
@@ -60,6 +64,8 @@ struct loop {
     void *after_turn_arg;
     loop_poll_fn *before_wait; /* one, or NULL */
     void *before_wait_arg;
+    loop_sleep_fn *before_sleep; /* one, or NULL */
+    void *before_sleep_arg;
 };
 
 /* The thread that calls loop_init runs the loop: nothing on it may block (a blocking recv that

@@ -339,8 +339,10 @@ static void log_arena_faults(struct server *s)
 static void after_turn(struct loop *l, void *arg)
 {
     struct server *s = arg;
-    struct session *ss, *ready = s->ready;
     struct subscriber *sub;
+    /* Rings first: a session whose ring is bad is closed, and freed below. */
+    int rings_more = session_rings_turn(s);
+    struct session *ss, *ready = s->ready;
 
     s->ready = NULL;
     while ((ss = ready)) {
@@ -365,7 +367,8 @@ static void after_turn(struct loop *l, void *arg)
     }
     store_after_turn(&s->store);
     log_arena_faults(s);
-    l->busy = s->ready != NULL || s->closed != NULL || store_hashes_pending(&s->store);
+    l->busy =
+        rings_more || s->ready != NULL || s->closed != NULL || store_hashes_pending(&s->store);
 }
 
 static void on_accept(struct loop *l, struct loop_watch *w, uint32_t events)
@@ -750,6 +753,8 @@ int server_init(struct server *s, const struct server_config *cfg)
     s->loop.after_turn = after_turn;
     s->loop.busy_poll_ns = (uint64_t)cfg->busy_poll_us * 1000;
     s->loop.after_turn_arg = s;
+    s->loop.before_sleep = session_rings_sleep;
+    s->loop.before_sleep_arg = s;
     /* The shared index follows the store's memory in the arena, both rounded to huge pages
      * (its 8-byte slots must be aligned, whatever --memory is). */
     s->fast_offset = (cfg->memory + FAST_ROUND - 1) / FAST_ROUND * FAST_ROUND;

@@ -107,6 +107,8 @@ struct server_counters {
     /* Local connections: refused at hello past max_clients, closed before their hello for a
      * newer one past FERRYD_UNGREETED_MAX, closed for no hello within the deadline. */
     uint64_t clients_refused, clients_evicted, hello_timeouts;
+    /* Rings of puts: entries stored, entries failed (or dropped at a close), kicks received. */
+    uint64_t puts_nowait, puts_nowait_failed, put_kicks;
     /* From the request to the reply (get, fetch); from the create to the seal (put). */
     struct hist get_latency, put_latency, fetch_latency;
 };
@@ -137,6 +139,8 @@ struct server {
     struct loop_watch spill_watch;  /* the store's spill I/O finished jobs */
     int arena_fault_logged;         /* the first arena_faults was logged */
     struct session *room_waiters;   /* blocked in a create that waits for spilling */
+    struct session_ring *rings;     /* the sessions' rings of puts (session_ring.c) */
+    int rings_took;                 /* a turn took entries of a ring since the loop last slept */
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */
     int leaving;                    /* a signal came: leaving the directory, then stopping */

@@ -635,24 +635,50 @@ static int handle_subscribe(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
-static int handle_stage(struct session *ss, const struct proto_request *q)
+int session_area_reserve(struct session *ss, uint64_t size, alloc_block **area)
 {
     struct server *srv = ss->srv;
-    size_t start;
     int rc;
 
-    if (!ss->staging) {
-        if ((rc = store_reserve(&srv->store, srv->staging_size, &ss->staging)) == FERRY_EAGAIN)
-            return SESSION_RETRY;
-        if (rc < 0)
-            return session_reply_status(ss, q, rc);
-        srv->staging_bytes += alloc_block_size(ss->staging);
+    if (*area)
+        return 0;
+    if ((rc = store_reserve(&srv->store, size, area)) == FERRY_EAGAIN)
+        return SESSION_RETRY;
+    if (rc < 0) {
+        *area = NULL;
+        return rc;
     }
-    start = session_reply_begin(ss, q, 0);
-    pbuf_u64(&ss->out, alloc_block_offset(ss->staging));
-    pbuf_u64(&ss->out, alloc_block_size(ss->staging));
-    proto_frame_end(&ss->out, start);
+    srv->staging_bytes += alloc_block_size(*area);
     return 0;
+}
+
+void session_area_reply(struct session *ss, const struct proto_request *q, const alloc_block *area)
+{
+    size_t start = session_reply_begin(ss, q, 0);
+
+    pbuf_u64(&ss->out, alloc_block_offset(area));
+    pbuf_u64(&ss->out, alloc_block_size(area));
+    proto_frame_end(&ss->out, start);
+}
+
+void session_area_free(struct session *ss, alloc_block **area)
+{
+    if (!*area)
+        return;
+    ss->srv->staging_bytes -= alloc_block_size(*area);
+    store_unreserve(&ss->srv->store, *area);
+    *area = NULL;
+}
+
+static int handle_stage(struct session *ss, const struct proto_request *q)
+{
+    int rc = session_area_reserve(ss, ss->srv->staging_size, &ss->staging);
+
+    if (rc < 0)
+        return session_reply_status(ss, q, rc);
+    if (rc == 0)
+        session_area_reply(ss, q, ss->staging);
+    return rc;
 }
 
 /* ---- creates that wait for room ---- */
@@ -719,6 +745,9 @@ static handler_fn *const handlers[PROTO_TYPE_MAX + 1] = {
     [PROTO_NAME] = handle_name,
     [PROTO_KEEP] = handle_keep,
     [PROTO_DELETE_UNUSED] = handle_delete_unused,
+    [PROTO_RING] = session_handle_ring,
+    [PROTO_FLUSH] = session_handle_flush,
+    [PROTO_KICK] = session_handle_kick,
 };
 
 /* --verbose: a line per request (rate-limited per type, so that a flood of one kind hides no
@@ -772,6 +801,31 @@ static void log_request(const struct session *ss, const struct proto_request *q)
                 proto_type_name(q->type), id, more);
 }
 
+/* The ids a request names, for the rings' sake (session_rings_before_lookup). */
+static void rings_before(struct session *ss, const struct proto_request *q)
+{
+    switch (q->type) {
+    case PROTO_GET:
+    case PROTO_FETCH:
+    case PROTO_FETCH_AT:
+        session_rings_before_lookup(ss, q->u.ids.ids, q->u.ids.n);
+        break;
+    case PROTO_CONTAINS:
+    case PROTO_DELETE:
+    case PROTO_DELETE_UNUSED:
+    case PROTO_DELETE_CLUSTER:
+    case PROTO_HASH:
+    case PROTO_WHERE:
+        session_rings_before_lookup(ss, &q->u.one.id, 1);
+        break;
+    case PROTO_KEEP:
+        session_rings_before_lookup(ss, &q->u.keep.id, 1);
+        break;
+    default:
+        break;
+    }
+}
+
 static int dispatch(struct session *ss, const struct proto_header *h, const uint8_t *payload)
 {
     struct proto_request q;
@@ -785,6 +839,10 @@ static int dispatch(struct session *ss, const struct proto_header *h, const uint
         return err_set(FERRY_EPROTO, "second hello");
     if (log_enabled(LOG_DEBUG))
         log_request(ss, &q);
+    /* Its puts without a message come before it: the client's calls keep their order. */
+    if ((rc = session_ring_take(ss, PUTRING_MAX_ENTRIES)) != 0)
+        return rc;
+    rings_before(ss, &q);
     return handlers[q.type](ss, &q);
 }
 
@@ -1026,6 +1084,7 @@ void session_close(struct session *ss, const char *reason)
                  (int)ss->pid, reason);
         srv->counters.protocol_errors++;
     }
+    session_ring_close(ss, !reason);
     ss->closed = 1;
     if (!ss->greeted)
         srv->ungreeted--;
@@ -1034,11 +1093,7 @@ void session_close(struct session *ss, const char *reason)
     drop_holdings(ss);
     fast_block_give(srv, ss->fast_block);
     ss->fast_block = FASTIDX_NO_BLOCK;
-    if (ss->staging) {
-        srv->staging_bytes -= alloc_block_size(ss->staging);
-        store_unreserve(&srv->store, ss->staging);
-        ss->staging = NULL;
-    }
+    session_area_free(ss, &ss->staging);
     loop_watch_del(&srv->loop, &ss->watch);
     close(ss->fd);
     ss->fd = -1;

@@ -115,6 +115,7 @@ struct session {
     struct pbuf in, out;
     idmap held; /* id -> struct held chain */
     alloc_block *staging;
+    struct session_ring *ring; /* its ring of puts (session_ring.c), or NULL */
     struct pending_get get;
     struct pending_fetch fetch;
     struct pending_dir dir;
@@ -142,6 +143,12 @@ void session_free(struct session *ss);
 void session_wake_waiters(struct server *srv, struct object *o);
 /* A restore of o ended (status 0: it is resident): the gets that waited for it go on. */
 void session_restored(struct server *srv, struct object *o, int status);
+/* Each turn: takes a bounded share of every ring of puts (closing a session whose ring is bad);
+ * nonzero when some ring has more. */
+int session_rings_turn(struct server *srv);
+/* The loop's before_sleep (loop.h): after a turn that took entries, a short sleep without
+ * kicks; else asks every ring to kick it, and does not sleep when one has entries. */
+int session_rings_sleep(struct loop *l, void *arg, int timeout_ms);
 /* Room was freed: sessions whose create waited for it try again. */
 void session_room_ready(struct server *srv);
 /* o's digest is in: answers the HASH requests that waited for it, or, for an unsealed

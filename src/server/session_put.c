@@ -246,17 +246,30 @@ static int batch_check(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
-/* Creates and fills the object of entry e; *out is it, unsealed. */
-static int batch_create(struct session *ss, const struct proto_batch_entry *e, struct object **out)
+int session_put_copy(struct session *ss, const ferry_id *id, uint64_t from, uint64_t data_size,
+                     uint64_t metadata_size, struct object **out)
 {
     struct store *st = &ss->srv->store;
-    uint64_t from = alloc_block_offset(ss->staging) + e->offset;
-    int rc = session_create(ss, &e->id, e->data_size, e->metadata_size, 0, out);
+    int rc = session_create(ss, id, data_size, metadata_size, 0, out);
 
     if (rc < 0)
         return rc;
-    memcpy(st->base + (*out)->offset, st->base + from, e->data_size + e->metadata_size);
+    memcpy(st->base + (*out)->offset, st->base + from, data_size + metadata_size);
     return 0;
+}
+
+void session_put_seal(struct session *ss, struct object *o)
+{
+    store_seal(&ss->srv->store, o);
+    put_timed(ss->srv, o);
+    store_unref(&ss->srv->store, o);
+}
+
+/* Creates and fills the object of entry e; *out is it, unsealed. */
+static int batch_create(struct session *ss, const struct proto_batch_entry *e, struct object **out)
+{
+    return session_put_copy(ss, &e->id, alloc_block_offset(ss->staging) + e->offset, e->data_size,
+                            e->metadata_size, out);
 }
 
 /* --strict-ids: each object is sealed once its claim is answered (struct pending_seal). */
@@ -305,7 +318,6 @@ static int batch_room(struct session *ss, const struct proto_request *q)
 
 int session_handle_put_batch(struct session *ss, const struct proto_request *q)
 {
-    struct store *st = &ss->srv->store;
     char why[PROTO_MAX_DETAIL + 1] = "";
     struct proto_batch_entry e;
     struct object *o;
@@ -329,9 +341,7 @@ int session_handle_put_batch(struct session *ss, const struct proto_request *q)
                 snprintf(why, sizeof(why), "%s", ferry_errmsg());
             continue;
         }
-        store_seal(st, o);
-        put_timed(ss->srv, o);
-        store_unref(st, o);
+        session_put_seal(ss, o);
     }
     session_reply_statuses(ss, q, statuses, q->u.batch.n, why);
     free(statuses);

@@ -69,6 +69,9 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->fast_gets = srv->fast_size ? fastidx_gets(&srv->fast) : 0;
     out->gets = srv->counters.gets + out->fast_gets; /* every get, the daemon's and the clients' */
     out->get_timeouts = srv->counters.get_timeouts;
+    out->puts_nowait = srv->counters.puts_nowait;
+    out->puts_nowait_failed = srv->counters.puts_nowait_failed;
+    out->put_kicks = srv->counters.put_kicks;
     out->refused_creates = st->counters.refused;
     out->max_objects = st->max_objects;
     out->refused_objects = st->counters.refused_objects;

@@ -68,6 +68,29 @@ def test_put_many(client):
             client.put_many(bad)
 
 
+def test_put_without_waiting_and_flush(client, daemon):
+    other = ferry.Client(daemon.socket)
+    try:
+        for i in range(300):
+            assert client.put(f"nw{i}", np.full(i * 50, i % 251, dtype=np.uint8),
+                              wait=False) == ferry.ObjectID(f"nw{i}")
+        # Found at once, by this client and by another: nothing waits for the flush.
+        assert bytes(client.get("nw7")) == bytes([7]) * 350
+        assert bytes(other.get("nw299")) == bytes([299 % 251]) * 14950
+        client.flush()
+        assert client.stats()["puts_nowait"] == 300
+        client.put("nw-large", np.zeros(2 * MiB, dtype=np.uint8), wait=False)  # at once
+        assert other.contains("nw-large")
+        client.put("nw1", b"other bytes", wait=False)  # exists: known only at the flush
+        client.put("nw2", b"other bytes", wait=False)
+        with pytest.raises(ferry.ObjectExists, match=str(ferry.ObjectID("nw1"))) as e:
+            client.flush()
+        assert "2 puts" in str(e.value)
+        client.flush()  # reported once
+    finally:
+        other.close()
+
+
 def test_contains_delete_hash_list_stats(client, daemon):
     client.put("a", b"12345", metadata=b"m")
     assert client.contains("a") and "a" in client and "b" not in client

@@ -363,9 +363,20 @@ ferry_client *ferry_peer_start(const char *socket_path, const char *name,
 /* The ids of ferry-bench's objects: <nonce, counter, kind>. */
 ferry_id ferry_peer_id(uint64_t nonce, uint64_t counter, char kind);
 
-/* The ferry operations put, get and get+read on c; put stores from payload, which holds at
- * least the largest size measured. One set per process: a second call re-targets it.
- * Returns the count. */
+/* A burst of FERRY_PEER_BURST puts without a message of size bytes from payload (ids <nonce,
+ * iter * FERRY_PEER_BURST + k, kind>), then the flush that waits until the daemon stored them;
+ * and the deletes of a burst's objects. */
+#define FERRY_PEER_BURST 64u
+void ferry_peer_burst(ferry_client *c, const uint8_t *payload, uint64_t nonce, char kind,
+                      uint64_t size, uint64_t iter);
+void ferry_peer_burst_delete(ferry_client *c, uint64_t nonce, char kind, uint64_t size,
+                             uint64_t iter);
+/* FERRY_PEER_BURST: what a burst's run counts as objects (struct bench_op's objects). */
+uint64_t ferry_peer_burst_objects(void *ctx, uint64_t size);
+
+/* The ferry operations put, put_nowait, nowait+flush (a burst), get and get+read on c; puts
+ * store from payload, which holds at least the largest size measured. One set per process: a
+ * second call re-targets it. Returns the count. */
 size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct bench_op **ops);
 
 /* Two ferryd nodes of one cluster measured as one system: objects put on a are fetched to b.

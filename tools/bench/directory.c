@@ -34,8 +34,9 @@
 #define POLL_MS 2            /* how often a node checks that its publications are all sent */
 #define LONG_TTL_MS 3600000u /* nodes wait at barriers without heartbeats: no expiry meanwhile */
 #define MAX_NODES 256
-#define MAX_OPS 3      /* the put systems: a cluster node, a strict one, a node alone */
-#define CPU_PUTS 20000 /* puts whose cost to Redis is measured */
+#define MAX_NODES_PUT 3 /* the put systems: a cluster node, a strict one, a node alone */
+#define MAX_OPS 5       /* their puts, and bursts without a message on the first and the last */
+#define CPU_PUTS 20000  /* puts whose cost to Redis is measured */
 
 struct dir_options {
     uint64_t nodes, objects, window;
@@ -413,8 +414,21 @@ static void put_after(void *ctx, uint64_t size, uint64_t iter)
     bench_check_ferry(ferry_delete(x->c, &id), "delete of %" PRIu64, size);
 }
 
-static struct put_ctx put_ctx[MAX_OPS];
-static struct bench_op put_ops[MAX_OPS];
+/* A burst of puts without a message and its flush (ferry_peer_burst). */
+static void burst_run(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct put_ctx *x = ctx;
+    ferry_peer_burst(x->c, x->payload, x->nonce, (char)(x->kind - 'a' + 'A'), size, iter);
+}
+
+static void burst_after(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct put_ctx *x = ctx;
+    ferry_peer_burst_delete(x->c, x->nonce, (char)(x->kind - 'a' + 'A'), size, iter);
+}
+
+static struct put_ctx put_ctx[MAX_NODES_PUT];
+static struct bench_op put_ops[MAX_NODES_PUT], burst_ops[MAX_NODES_PUT];
 
 enum put_kind { PUT_CLUSTER, PUT_STRICT, PUT_ALONE };
 
@@ -424,7 +438,7 @@ static const struct bench_op *put_node(enum put_kind k, const char *url, int por
 {
     static const char *const names[] = {"ferryd-plain", "ferryd-strict", "ferryd-alone"};
     static const char *const systems[] = {"ferry", "ferry-strict", "ferry-alone"};
-    static char ids[MAX_OPS][64], listen[MAX_OPS][32];
+    static char ids[MAX_NODES_PUT][64], listen[MAX_NODES_PUT][32];
     const char *cluster[] = {"--memory",
                              "1G",
                              "--node-id",
@@ -448,6 +462,12 @@ static const struct bench_op *put_node(enum put_kind k, const char *url, int por
         .kind = "psa"[k]};
     put_ops[k] = (struct bench_op){
         .system = systems[k], .op = "put", .run = put_run, .after = put_after, .ctx = &put_ctx[k]};
+    burst_ops[k] = (struct bench_op){.system = systems[k],
+                                     .op = "nowait+flush",
+                                     .run = burst_run,
+                                     .after = burst_after,
+                                     .objects = ferry_peer_burst_objects,
+                                     .ctx = &put_ctx[k]};
     return &put_ops[k];
 }
 
@@ -548,20 +568,26 @@ static int parse_options(int argc, char **argv, struct bench_options *common, st
     return bench_parse_options(argc, argv, &suite, common);
 }
 
-/* What the directory, then a strict seal, add to a put at each size: the p50s and the rates
- * side by side, into buf. */
+/* What the directory, then a strict seal, add to a put at each size, and the directory to
+ * bursts of puts without a message: the p50s and the rates side by side, into buf. */
 static void put_notes(const struct bench_result *r, size_t n, const struct bench_options *c,
                       double cpu_put, char *buf, size_t len)
 {
-    size_t at = (size_t)snprintf(buf, len, "put, on a cluster node against a node alone:\n");
+    static const struct {
+        const char *title, *op, *with, *base;
+    } pass[] = {
+        {"put, on a cluster node against a node alone:\n", "put", "ferry", "ferry-alone"},
+        {"put p50, --strict-ids against without:\n", "put", "ferry-strict", "ferry"},
+        {"nowait+flush (a burst of 64), on a cluster node against a node alone:\n", "nowait+flush",
+         "ferry", "ferry-alone"},
+    };
+    size_t at = 0;
 
-    for (int pass = 0; pass < 2; pass++) {
-        const char *base = pass ? "ferry" : "ferry-alone", *with = pass ? "ferry-strict" : "ferry";
-        if (pass && at < len)
-            at += (size_t)snprintf(buf + at, len - at, "put p50, --strict-ids against without:\n");
+    for (size_t k = 0; k < sizeof(pass) / sizeof(pass[0]) && at < len; k++) {
+        at += (size_t)snprintf(buf + at, len - at, "%s", pass[k].title);
         for (size_t i = 0; i < c->nsizes && at < len; i++) {
-            const struct bench_result *s = bench_find(r, n, with, "put", c->sizes[i]);
-            const struct bench_result *p = bench_find(r, n, base, "put", c->sizes[i]);
+            const struct bench_result *s = bench_find(r, n, pass[k].with, pass[k].op, c->sizes[i]);
+            const struct bench_result *p = bench_find(r, n, pass[k].base, pass[k].op, c->sizes[i]);
             char label[16];
             bench_size_label(c->sizes[i], label, sizeof(label));
             if (s && p)
@@ -586,7 +612,7 @@ int bench_directory(int argc, char **argv)
     struct dir_run run = {.o = &o, .nonce = bench_nonce()};
     double rate[PHASES], hset, hgetall, per_object, cpu_publish, cpu_hset, cpu_hgetall, cpu_put;
     char preamble[1280], command[128], url[64];
-    int status = parse_options(argc, argv, &common, &o), ports[MAX_OPS];
+    int status = parse_options(argc, argv, &common, &o), ports[MAX_NODES_PUT];
 
     if (status >= 0)
         return status;
@@ -618,9 +644,11 @@ int bench_directory(int argc, char **argv)
     const struct bench_limits lim = {
         .seconds = common.seconds, .min_iters = 20, .max_iters = 100000};
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d/%d", port, DB - 1);
-    bench_free_ports(ports, MAX_OPS);
+    bench_free_ports(ports, MAX_NODES_PUT);
     for (int k = PUT_CLUSTER; k <= PUT_ALONE; k++)
         ops[k] = put_node((enum put_kind)k, url, ports[k], payload, run.nonce);
+    ops[MAX_NODES_PUT] = &burst_ops[PUT_CLUSTER];
+    ops[MAX_NODES_PUT + 1] = &burst_ops[PUT_ALONE];
     bench_measure_rounds(ops, MAX_OPS, &common, &lim, 0, &set);
     cpu_put = redis_cpu_per_put(redis, DB - 1, &put_ctx[PUT_CLUSTER], common.sizes[0]);
     put_notes(set.summary, set.n, &common, cpu_put, notes, sizeof(notes));

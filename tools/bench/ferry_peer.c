@@ -1,5 +1,5 @@
-/* ferry_peer.c - ferry as a measured system: its daemon, and the operations put, get and
- * get+read through libferry. */
+/* ferry_peer.c - ferry as a measured system: its daemon, and the operations put, put_nowait,
+ * nowait+flush, get and get+read through libferry. */
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
@@ -48,6 +48,66 @@ static void put_after(void *ctx, uint64_t size, uint64_t iter)
     ferry_id id = ferry_peer_id(x->nonce, iter, 'p');
     bench_check_ferry(ferry_delete(x->c, &id), "delete of a %llu-byte object",
                       (unsigned long long)size);
+}
+
+/* put_nowait: the caller's time of one put without a message; the delete after it (untimed)
+ * waits for the daemon to have taken it. */
+static void put_nowait_run(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct ferry_ctx *x = ctx;
+    ferry_id id = ferry_peer_id(x->nonce, iter, 'n');
+    bench_check_ferry(ferry_put_nowait(x->c, &id, x->payload, size, NULL, 0),
+                      "put_nowait of %llu bytes", (unsigned long long)size);
+}
+
+static void put_nowait_after(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct ferry_ctx *x = ctx;
+    ferry_id id = ferry_peer_id(x->nonce, iter, 'n');
+    bench_check_ferry(ferry_delete(x->c, &id), "delete of a %llu-byte object",
+                      (unsigned long long)size);
+}
+
+void ferry_peer_burst(ferry_client *c, const uint8_t *payload, uint64_t nonce, char kind,
+                      uint64_t size, uint64_t iter)
+{
+    for (uint64_t k = 0; k < FERRY_PEER_BURST; k++) {
+        ferry_id id = ferry_peer_id(nonce, iter * FERRY_PEER_BURST + k, kind);
+        bench_check_ferry(ferry_put_nowait(c, &id, payload, size, NULL, 0),
+                          "put_nowait of %llu bytes", (unsigned long long)size);
+    }
+    bench_check_ferry(ferry_flush(c), "flush after %u puts of %llu bytes", FERRY_PEER_BURST,
+                      (unsigned long long)size);
+}
+
+void ferry_peer_burst_delete(ferry_client *c, uint64_t nonce, char kind, uint64_t size,
+                             uint64_t iter)
+{
+    for (uint64_t k = 0; k < FERRY_PEER_BURST; k++) {
+        ferry_id id = ferry_peer_id(nonce, iter * FERRY_PEER_BURST + k, kind);
+        bench_check_ferry(ferry_delete(c, &id), "delete of a %llu-byte object",
+                          (unsigned long long)size);
+    }
+}
+
+uint64_t ferry_peer_burst_objects(void *ctx, uint64_t size)
+{
+    (void)ctx;
+    (void)size;
+    return FERRY_PEER_BURST;
+}
+
+/* nowait+flush: the rate puts are stored at, the daemon's work included. */
+static void burst_run(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct ferry_ctx *x = ctx;
+    ferry_peer_burst(x->c, x->payload, x->nonce, 'b', size, iter);
+}
+
+static void burst_after(void *ctx, uint64_t size, uint64_t iter)
+{
+    struct ferry_ctx *x = ctx;
+    ferry_peer_burst_delete(x->c, x->nonce, 'b', size, iter);
 }
 
 /* get and get+read read one object per size, stored before and deleted after. */
@@ -111,6 +171,17 @@ size_t ferry_peer_ops(ferry_client *c, const uint8_t *payload, const struct benc
 {
     static const struct bench_op list[] = {
         {.system = "ferry", .op = "put", .run = put_run, .after = put_after, .ctx = &ferry_ctx},
+        {.system = "ferry",
+         .op = "put_nowait",
+         .run = put_nowait_run,
+         .after = put_nowait_after,
+         .ctx = &ferry_ctx},
+        {.system = "ferry",
+         .op = "nowait+flush",
+         .run = burst_run,
+         .after = burst_after,
+         .objects = ferry_peer_burst_objects,
+         .ctx = &ferry_ctx},
         {.system = "ferry",
          .op = "get",
          .setup = read_setup,

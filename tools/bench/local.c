@@ -7,7 +7,7 @@
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
-#define MAX_OPS 8
+#define MAX_OPS 10
 #define DAEMON_MEMORY "2G"
 
 struct local_options {
