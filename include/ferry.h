@@ -494,7 +494,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(puts_nowait, COUNTER, "objects put through clients' rings (ferry_put_nowait) and stored")    \
     X(puts_nowait_failed, COUNTER,                                                                 \
       "puts through clients' rings that failed, or were dropped with their client's connection")   \
-    X(put_kicks, COUNTER, "kicks from clients whose put found the daemon asleep")
+    X(put_kicks, COUNTER, "kicks from clients whose put found the daemon asleep")                  \
+    X(put_ring_bytes, GAUGE,                                                                       \
+      "bytes of clients' rings of puts, outside the arena (pages taken as they are written)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

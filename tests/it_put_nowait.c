@@ -210,7 +210,9 @@ H_TEST(puts_of_a_process_that_exits_at_once_are_stored)
 }
 
 /* A client that writes a tail past its ring, or an entry outside it, is dropped with a logged
- * reason; the daemon serves the others. */
+ * reason; the daemon serves the others. The dropped client, which does not know yet, goes on
+ * writing its ring: those writes land in memory of its own, never in another client's objects
+ * (a ring in the arena would have been given to b's puts). */
 static void bad_ring(struct ferryd *d, int which)
 {
     ferry_client *a = h_connect(d), *b = h_connect(d);
@@ -234,8 +236,24 @@ static void bad_ring(struct ferryd *d, int which)
         atomic_store(&hdr->tail, in->ring_tail + 1);
     }
     H_WAIT_STAT(b, protocol_errors, errors + 1);
+    for (int i = 0; i < 100; i++) {
+        ferry_id mine = h_idf("nowait-bystander-%d-%d", which, i);
+        H_OK(h_put_direct(b, &mine, 8192, 0));
+    }
+    uint8_t *junk = malloc(8192);
+    memset(junk, 0xff, 8192);
+    for (int i = 0; i < 300; i++) { /* until the full ring's flush finds the connection gone */
+        ferry_id other = h_idf("nowait-zombie-%d", i);
+        if (ferry_put_nowait(a, &other, junk, 8192, NULL, 0) == FERRY_ECONN)
+            break;
+    }
+    free(junk);
     H_RC(ferry_flush(a), FERRY_ECONN);
     h_assert_object(b, &id, 10, 0);
+    for (int i = 0; i < 100; i++) {
+        ferry_id mine = h_idf("nowait-bystander-%d-%d", which, i);
+        h_assert_object(b, &mine, 8192, 0);
+    }
     ferry_disconnect(a);
     ferry_disconnect(b);
 }

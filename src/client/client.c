@@ -536,6 +536,8 @@ void ferry_disconnect(ferry_client *c)
         return;
     close(c->fd);
     unmap_arena(c);
+    if (c->ring_state > 0)
+        munmap(c->ring.base, (size_t)c->ring_size);
     while ((h = idmap_next(&c->held, &pos, NULL))) {
         free(h->fast); /* their slots: the daemon clears our block when it sees us go */
         free(h);

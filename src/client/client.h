@@ -60,11 +60,11 @@ struct ferry_client {
     uint32_t fast_block;
     uint64_t fast_owner; /* the block's owner generation HELLO named */
     int fast_on;
-    /* Puts without a message (put.c): the ring in copy_base, what this handle published to it
-     * (entries, and the data area's position); ring_state 0 not asked yet, 1 set up, -1 none
-     * (a daemon under --strict-ids: ferry_put_nowait puts as ferry_put does). */
+    /* Puts without a message (put.c): the ring (its own mapping of ring_size bytes, which the
+     * daemon gave), what this handle published to it (entries, and the data area's position);
+     * ring_state 0 not asked yet, 1 set up, -1 none (a daemon under --strict-ids: puts wait). */
     struct putring ring;
-    uint64_t ring_tail, ring_data_tail;
+    uint64_t ring_size, ring_tail, ring_data_tail;
     int ring_state;
 };
 

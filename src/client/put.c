@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client/client.h"
 #include "common/err.h"
@@ -215,27 +217,31 @@ int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t da
  * good; no room now: asked again next time), or the failure of the exchange. */
 static int ring_ready(struct ferry_client *c)
 {
-    uint64_t offset, size;
-    int rc;
+    uint64_t size = 0;
+    int rc, fd = -1;
+    void *map;
 
     if (c->ring_state)
         return c->ring_state > 0;
     client_req_begin(c, PROTO_RING);
-    if ((rc = client_call(c, PROTO_RING)) == FERRY_ENOSYS) {
-        c->ring_state = -1;
-        return 0;
+    if ((rc = client_req_send(c)) == 0 && (rc = client_reply_read(c, PROTO_RING, &fd)) == 0) {
+        size = prd_u64(&c->rd);
+        rc = client_reply_end(c);
     }
-    if (rc < 0)
-        return c->broken ? rc : 0;
-    offset = prd_u64(&c->rd);
-    size = prd_u64(&c->rd);
-    if ((rc = client_reply_end(c)) < 0 || (rc = client_check_range(c, offset, size, 0)) < 0)
-        return rc;
-    if (putring_layout(&c->ring, c->copy_base + offset, size) < 0)
-        return client_broken(c, err_set(FERRY_EPROTO, "a ring of %" PRIu64 " bytes", size));
-    c->ring_tail = c->ring_data_tail = 0;
-    c->ring_state = 1;
-    return 1;
+    if (rc == 0 && (fd < 0 || size > SIZE_MAX || putring_layout(&c->ring, NULL, size) < 0))
+        rc = client_broken(c, err_set(FERRY_EPROTO, "ring: %s of %" PRIu64 " bytes",
+                                      fd < 0 ? "no descriptor" : "a ring", size));
+    if (rc == 0 &&
+        (map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) {
+        putring_layout(&c->ring, map, size);
+        c->ring_size = size;
+        c->ring_state = 1;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (c->ring_state == 0 && !c->broken)
+        c->ring_state = -1; /* refused (--strict-ids), or unmappable here: puts wait */
+    return c->broken ? rc : c->ring_state > 0;
 }
 
 /* Waits until the daemon has taken every put of the ring; with report, answers the first

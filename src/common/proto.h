@@ -82,7 +82,7 @@ enum proto_type {
     /* i64 timeout_ms, u32 n, n ids, u16 m, m locs, n u16 (0: none, else the k-th loc): each
      * distinct location once -> as FETCH */
     PROTO_FETCH_AT = 27,
-    PROTO_RING = 28,  /* - -> u64 offset, u64 size: this client's ring of puts (putring.h) */
+    PROTO_RING = 28,  /* - -> u64 size, with the ring of puts' memfd as SCM_RIGHTS (putring.h) */
     PROTO_FLUSH = 29, /* u8 report -> status, once the ring's puts are taken: with report, the
                        * first failure since the last report, and how many (then forgotten) */
     PROTO_KICK = 30,  /* - -> no reply: the ring has entries and the daemon slept */

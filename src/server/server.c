@@ -341,7 +341,7 @@ static void after_turn(struct loop *l, void *arg)
     struct server *s = arg;
     struct subscriber *sub;
     /* Rings first: a session whose ring is bad is closed, and freed below. */
-    int rings_more = session_rings_turn(s);
+    int rings_more = session_rings_turn(s, session_close);
     struct session *ss, *ready = s->ready;
 
     s->ready = NULL;

@@ -21,42 +21,7 @@
 /* Replies queued beyond this stop the processing of further requests until they drain. */
 #define OUT_HIGH (4u << 20)
 
-/* ---- replies ---- */
-
-size_t session_reply_begin(struct session *ss, const struct proto_request *q, int32_t status)
-{
-    size_t start = proto_frame_begin(&ss->out, (uint16_t)(q->type | PROTO_REPLY_BIT), q->tag);
-    pbuf_u32(&ss->out, (uint32_t)status);
-    return start;
-}
-
-int session_reply_status(struct session *ss, const struct proto_request *q, int status)
-{
-    size_t start = session_reply_begin(ss, q, status);
-
-    if (status < 0) {
-        const char *detail = ferry_errmsg();
-        size_t len = strnlen(detail, PROTO_MAX_DETAIL);
-        pbuf_u16(&ss->out, (uint16_t)len);
-        pbuf_put(&ss->out, detail, len);
-    }
-    proto_frame_end(&ss->out, start);
-    return 0;
-}
-
-/* A reply of n statuses and the first failure's reason (FETCH, PUT_BATCH). */
-void session_reply_statuses(struct session *ss, const struct proto_request *q,
-                            const int32_t *statuses, uint32_t n, const char *why)
-{
-    size_t start = session_reply_begin(ss, q, 0), len = strnlen(why, PROTO_MAX_DETAIL);
-
-    pbuf_u32(&ss->out, n);
-    for (uint32_t i = 0; i < n; i++)
-        pbuf_u32(&ss->out, (uint32_t)statuses[i]);
-    pbuf_u16(&ss->out, (uint16_t)len);
-    pbuf_put(&ss->out, why, len);
-    proto_frame_end(&ss->out, start);
-}
+/* ---- replies (the others: session_reply.c) ---- */
 
 static int reply_u64(struct session *ss, const struct proto_request *q, uint64_t v)
 {
@@ -618,67 +583,31 @@ static int handle_stats(struct session *ss, const struct proto_request *q)
 static int handle_subscribe(struct session *ss, const struct proto_request *q)
 {
     int fd, rc = server_subscribe(ss->srv, ss->client_id, &fd);
-    size_t start;
-    ssize_t n;
 
     if (rc < 0)
         return session_reply_status(ss, q, rc);
-    /* The descriptor rides on the reply's first byte, so the reply must go out now and first:
-     * session_process only dispatches this request with nothing else queued. */
-    start = session_reply_begin(ss, q, 0);
-    proto_frame_end(&ss->out, start);
-    n = ss->out.oom ? -ENOMEM : usock_send_fd(ss->fd, ss->out.data, ss->out.len, fd);
-    close(fd);
-    if (n < 0)
-        return err_set(FERRY_EPROTO, "subscribe: sending the descriptor: %s", strerror((int)-n));
-    pbuf_consume(&ss->out, (size_t)n);
-    return 0;
-}
-
-int session_area_reserve(struct session *ss, uint64_t size, alloc_block **area)
-{
-    struct server *srv = ss->srv;
-    int rc;
-
-    if (*area)
-        return 0;
-    if ((rc = store_reserve(&srv->store, size, area)) == FERRY_EAGAIN)
-        return SESSION_RETRY;
-    if (rc < 0) {
-        *area = NULL;
-        return rc;
-    }
-    srv->staging_bytes += alloc_block_size(*area);
-    return 0;
-}
-
-void session_area_reply(struct session *ss, const struct proto_request *q, const alloc_block *area)
-{
-    size_t start = session_reply_begin(ss, q, 0);
-
-    pbuf_u64(&ss->out, alloc_block_offset(area));
-    pbuf_u64(&ss->out, alloc_block_size(area));
-    proto_frame_end(&ss->out, start);
-}
-
-void session_area_free(struct session *ss, alloc_block **area)
-{
-    if (!*area)
-        return;
-    ss->srv->staging_bytes -= alloc_block_size(*area);
-    store_unreserve(&ss->srv->store, *area);
-    *area = NULL;
+    proto_frame_end(&ss->out, session_reply_begin(ss, q, 0));
+    return session_send_fd(ss, q, fd);
 }
 
 static int handle_stage(struct session *ss, const struct proto_request *q)
 {
-    int rc = session_area_reserve(ss, ss->srv->staging_size, &ss->staging);
+    struct server *srv = ss->srv;
+    size_t start;
+    int rc;
 
-    if (rc < 0)
-        return session_reply_status(ss, q, rc);
-    if (rc == 0)
-        session_area_reply(ss, q, ss->staging);
-    return rc;
+    if (!ss->staging) {
+        if ((rc = store_reserve(&srv->store, srv->staging_size, &ss->staging)) == FERRY_EAGAIN)
+            return SESSION_RETRY;
+        if (rc < 0)
+            return session_reply_status(ss, q, rc);
+        srv->staging_bytes += alloc_block_size(ss->staging);
+    }
+    start = session_reply_begin(ss, q, 0);
+    pbuf_u64(&ss->out, alloc_block_offset(ss->staging));
+    pbuf_u64(&ss->out, alloc_block_size(ss->staging));
+    proto_frame_end(&ss->out, start);
+    return 0;
 }
 
 /* ---- creates that wait for room ---- */
@@ -808,7 +737,7 @@ static void rings_before(struct session *ss, const struct proto_request *q)
     case PROTO_GET:
     case PROTO_FETCH:
     case PROTO_FETCH_AT:
-        session_rings_before_lookup(ss, q->u.ids.ids, q->u.ids.n);
+        session_rings_before_lookup(ss, q->u.ids.ids, q->u.ids.n, session_close);
         break;
     case PROTO_CONTAINS:
     case PROTO_DELETE:
@@ -816,10 +745,10 @@ static void rings_before(struct session *ss, const struct proto_request *q)
     case PROTO_DELETE_CLUSTER:
     case PROTO_HASH:
     case PROTO_WHERE:
-        session_rings_before_lookup(ss, &q->u.one.id, 1);
+        session_rings_before_lookup(ss, &q->u.one.id, 1, session_close);
         break;
     case PROTO_KEEP:
-        session_rings_before_lookup(ss, &q->u.keep.id, 1);
+        session_rings_before_lookup(ss, &q->u.keep.id, 1, session_close);
         break;
     default:
         break;
@@ -867,7 +796,8 @@ static int can_process(struct session *ss, uint16_t type)
 {
     if (ss->closed || ss->refused || ss->wait != SESSION_IDLE || ss->out.len > OUT_HIGH)
         return 0;
-    return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE) || ss->out.len == 0;
+    return (type != PROTO_HELLO && type != PROTO_SUBSCRIBE && type != PROTO_RING) ||
+           ss->out.len == 0;
 }
 
 /* Whether the first buffered request is whole and may be processed now. */
@@ -1093,7 +1023,11 @@ void session_close(struct session *ss, const char *reason)
     drop_holdings(ss);
     fast_block_give(srv, ss->fast_block);
     ss->fast_block = FASTIDX_NO_BLOCK;
-    session_area_free(ss, &ss->staging);
+    if (ss->staging) {
+        srv->staging_bytes -= alloc_block_size(ss->staging);
+        store_unreserve(&srv->store, ss->staging);
+        ss->staging = NULL;
+    }
     loop_watch_del(&srv->loop, &ss->watch);
     close(ss->fd);
     ss->fd = -1;

@@ -143,9 +143,12 @@ void session_free(struct session *ss);
 void session_wake_waiters(struct server *srv, struct object *o);
 /* A restore of o ended (status 0: it is resident): the gets that waited for it go on. */
 void session_restored(struct server *srv, struct object *o, int status);
-/* Each turn: takes a bounded share of every ring of puts (closing a session whose ring is bad);
+/* How the rings' code drops a client whose ring is bad (session_close, given by its callers:
+ * session_ring.c sits below session.c). */
+typedef void session_drop_fn(struct session *ss, const char *reason);
+/* Each turn: takes a bounded share of every ring of puts (dropping a client whose ring is bad);
  * nonzero when some ring has more. */
-int session_rings_turn(struct server *srv);
+int session_rings_turn(struct server *srv, session_drop_fn *drop);
 /* The loop's before_sleep (loop.h): after a turn that took entries, a short sleep without
  * kicks; else asks every ring to kick it, and does not sleep when one has entries. */
 int session_rings_sleep(struct loop *l, void *arg, int timeout_ms);

@@ -72,16 +72,13 @@ void session_seal_abandon(struct session *ss);
 /* o, unsealed, has its digest: its strict seal sends the claim. */
 void session_seal_hashed(struct object *o);
 
-/* The session's reserved areas of the arena (its staging area, its ring of puts): one of size
- * bytes reserved unless there is (0), SESSION_RETRY (room comes with spilling) or a status to
- * answer; the reply that names one (u64 offset, u64 size); freed (*area NULL after). */
-int session_area_reserve(struct session *ss, uint64_t size, alloc_block **area);
-void session_area_reply(struct session *ss, const struct proto_request *q, const alloc_block *area);
-void session_area_free(struct session *ss, alloc_block **area);
+/* Sends the reply just framed, the only one queued (can_process holds the request until the
+ * queue is empty), with fd riding on its first byte, and closes fd: 0, or FERRY_EPROTO. */
+int session_send_fd(struct session *ss, const struct proto_request *q, int fd);
 
-/* An object of the session, created and filled from the arena's bytes at from (its staging
+/* An object of the session, created and filled from the client's bytes at src (its staging
  * area, its ring); sealed, and its creator's reference given back. */
-int session_put_copy(struct session *ss, const ferry_id *id, uint64_t from, uint64_t data_size,
+int session_put_copy(struct session *ss, const ferry_id *id, const uint8_t *src, uint64_t data_size,
                      uint64_t metadata_size, struct object **out);
 void session_put_seal(struct session *ss, struct object *o);
 
@@ -95,7 +92,8 @@ void session_ring_close(struct session *ss, int orderly);
 /* Before ss's request names ids: when one is not in the store, every other ring is taken whole
  * first, so that a put that returned in any process is found by a request sent after it. Costs
  * nothing when all are here (or no other client has a ring). */
-void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n);
+void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n,
+                                 session_drop_fn *drop);
 
 /* session_cluster.c */
 handler_fn session_handle_fetch, session_handle_location, session_handle_dir,

@@ -246,7 +246,7 @@ static int batch_check(struct session *ss, const struct proto_request *q)
     return 0;
 }
 
-int session_put_copy(struct session *ss, const ferry_id *id, uint64_t from, uint64_t data_size,
+int session_put_copy(struct session *ss, const ferry_id *id, const uint8_t *src, uint64_t data_size,
                      uint64_t metadata_size, struct object **out)
 {
     struct store *st = &ss->srv->store;
@@ -254,7 +254,7 @@ int session_put_copy(struct session *ss, const ferry_id *id, uint64_t from, uint
 
     if (rc < 0)
         return rc;
-    memcpy(st->base + (*out)->offset, st->base + from, data_size + metadata_size);
+    memcpy(st->base + (*out)->offset, src, data_size + metadata_size);
     return 0;
 }
 
@@ -268,8 +268,9 @@ void session_put_seal(struct session *ss, struct object *o)
 /* Creates and fills the object of entry e; *out is it, unsealed. */
 static int batch_create(struct session *ss, const struct proto_batch_entry *e, struct object **out)
 {
-    return session_put_copy(ss, &e->id, alloc_block_offset(ss->staging) + e->offset, e->data_size,
-                            e->metadata_size, out);
+    const uint8_t *src = ss->srv->store.base + alloc_block_offset(ss->staging) + e->offset;
+
+    return session_put_copy(ss, &e->id, src, e->data_size, e->metadata_size, out);
 }
 
 /* --strict-ids: each object is sealed once its claim is answered (struct pending_seal). */

@@ -5,15 +5,25 @@
  * the last one) and when the client leaves (a put that returned is stored, even if its process
  * exits at once). The loop sleeps only after asking each ring to be kicked (session_rings_sleep).
  *
- * Bounds: RING_PER_TURN entries of one ring per turn; a request waits for its own ring whole,
- * at most PUTRING_MAX_ENTRIES entries of FERRY_SMALL_PUT_MAX bytes.
+ * A ring is memory of its own (a sealed memfd, mapped by the client and here), not a block of the
+ * arena: a client keeps writing into its ring until it notices that its connection is gone, and
+ * such writes must land nowhere another client's objects may be. The seals keep the client from
+ * shrinking it under the daemon's reads (SIGBUS).
+ *
+ * Bounds: one ring of at most the staging size per client (its pages are allocated as they are
+ * written: put_ring_bytes counts what the rings may take); RING_PER_TURN entries of one ring per
+ * turn; a request waits for its own ring whole, at most PUTRING_MAX_ENTRIES entries of
+ * FERRY_SMALL_PUT_MAX bytes.
  */
 #include "server/session_int.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -26,7 +36,8 @@
 
 struct session_ring {
     struct session *ss;
-    alloc_block *block;
+    uint8_t *map; /* the ring's memory, size bytes */
+    uint64_t size;
     struct putring r;
     uint64_t head, data_head; /* the daemon's own: the ring's copies are only written */
     int stuck;                /* the last entry waits for room: not looked at before next turn */
@@ -41,10 +52,10 @@ struct session_ring {
 static int ring_put(struct session_ring *g, const struct putring_item *it)
 {
     struct session *ss = g->ss;
-    uint64_t from = alloc_block_offset(g->block) + it->offset;
     char hex[2 * FERRY_ID_SIZE + 1];
     struct object *o;
-    int rc = session_put_copy(ss, &it->id, from, it->data_size, it->metadata_size, &o);
+    int rc =
+        session_put_copy(ss, &it->id, g->map + it->offset, it->data_size, it->metadata_size, &o);
 
     if (rc == FERRY_EAGAIN)
         return SESSION_RETRY;
@@ -93,41 +104,74 @@ int session_ring_take(struct session *ss, uint32_t max)
     return rc;
 }
 
+/* A ring's memory: size bytes of a memfd sealed at that size, mapped at *map; its descriptor,
+ * for the client, in *fd. */
+static int ring_open(uint64_t size, uint8_t **map, int *fd)
+{
+    int rc;
+    void *p;
+
+    if ((*fd = memfd_create("ferry-put-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+        return err_sys("memfd_create of a ring of puts");
+    if (ftruncate(*fd, (off_t)size) < 0 ||
+        fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        rc = err_sys("sizing and sealing a ring of puts");
+        goto close_fd;
+    }
+    if ((p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0)) == MAP_FAILED) {
+        rc = err_sys("mmap of a ring of puts");
+        goto close_fd;
+    }
+    *map = p;
+    return 0;
+close_fd:
+    close(*fd);
+    *fd = -1;
+    return rc;
+}
+
+/* The size of a ring: the staging size, at least PUTRING_MIN_SIZE, in whole pages. */
+static uint64_t ring_size(const struct server *srv)
+{
+    uint64_t size = srv->staging_size > PUTRING_MIN_SIZE ? srv->staging_size : PUTRING_MIN_SIZE;
+
+    return (size + 4095) / 4096 * 4096;
+}
+
 int session_handle_ring(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
-    struct session_ring *g = ss->ring;
-    int rc;
+    struct session_ring *g;
+    size_t start;
+    int fd, rc;
 
     if (srv->cfg.strict_ids && srv->dir)
         return session_reply_status(
             ss, q,
             err_set(FERRY_ENOSYS, "--strict-ids: each put waits for the directory's confirmation"));
-    if (!g) {
-        if (!(g = calloc(1, sizeof(*g))))
-            return session_reply_status(ss, q, err_set(FERRY_ENOMEM, "a ring of puts"));
-        uint64_t size = srv->staging_size > PUTRING_MIN_SIZE ? srv->staging_size : PUTRING_MIN_SIZE;
-        if ((rc = session_area_reserve(ss, size, &g->block)) != 0) {
-            free(g);
-            return rc < 0 ? session_reply_status(ss, q, rc) : rc;
-        }
-        if ((rc = putring_layout(&g->r, srv->store.base + alloc_block_offset(g->block),
-                                 alloc_block_size(g->block))) < 0) {
-            session_area_free(ss, &g->block);
-            free(g);
-            return session_reply_status(ss, q, rc);
-        }
-        putring_reset(&g->r);
-        g->ss = ss;
-        g->next = srv->rings;
-        g->pprev = &srv->rings;
-        if (srv->rings)
-            srv->rings->pprev = &g->next;
-        srv->rings = g;
-        ss->ring = g;
+    if (ss->ring)
+        return session_reply_status(ss, q, err_set(FERRY_EBUSY, "this client has its ring"));
+    if (!(g = calloc(1, sizeof(*g))))
+        return session_reply_status(ss, q, err_set(FERRY_ENOMEM, "a ring of puts"));
+    g->size = ring_size(srv);
+    if ((rc = ring_open(g->size, &g->map, &fd)) < 0) {
+        free(g);
+        return session_reply_status(ss, q, rc);
     }
-    session_area_reply(ss, q, g->block);
-    return 0;
+    putring_layout(&g->r, g->map, g->size); /* cannot fail: the size is PUTRING_MIN_SIZE at least */
+    putring_reset(&g->r);
+    g->ss = ss;
+    g->next = srv->rings;
+    g->pprev = &srv->rings;
+    if (srv->rings)
+        srv->rings->pprev = &g->next;
+    srv->rings = g;
+    ss->ring = g;
+    srv->ring_bytes += g->size;
+    start = session_reply_begin(ss, q, 0);
+    pbuf_u64(&ss->out, g->size);
+    proto_frame_end(&ss->out, start);
+    return session_send_fd(ss, q, fd);
 }
 
 int session_handle_flush(struct session *ss, const struct proto_request *q)
@@ -174,28 +218,30 @@ void session_ring_close(struct session *ss, int orderly)
     *g->pprev = g->next;
     if (g->next)
         g->next->pprev = g->pprev;
-    session_area_free(ss, &g->block);
+    ss->srv->ring_bytes -= g->size;
+    munmap(g->map, g->size);
     free(g);
     ss->ring = NULL;
 }
 
 /* Takes up to max entries of every ring but skip's (the session being served, which must not
- * be closed under its handler); nonzero when one has more. */
-static int rings_take(struct server *srv, uint32_t max, const struct session *skip)
+ * be closed under its handler), dropping a client whose ring is bad; nonzero when one has
+ * more. */
+static int rings_take(struct server *srv, uint32_t max, const struct session *skip,
+                      session_drop_fn *drop)
 {
     int more = 0;
 
     for (struct session_ring *g = srv->rings, *next; g; g = next) {
         struct session *ss = g->ss;
-        int rc;
         next = g->next; /* a bad ring closes its session, which unlinks it */
         if (ss == skip)
             continue;
         putring_awake(&g->r);
-        if ((rc = session_ring_take(ss, max)) < 0) {
+        if (session_ring_take(ss, max) < 0) {
             char reason[PROTO_MAX_DETAIL + 1];
             snprintf(reason, sizeof(reason), "%s", ferry_errmsg());
-            session_close(ss, reason);
+            drop(ss, reason);
             continue;
         }
         more |= !g->stuck && putring_pending(&g->r, g->head) > 0;
@@ -203,12 +249,13 @@ static int rings_take(struct server *srv, uint32_t max, const struct session *sk
     return more;
 }
 
-int session_rings_turn(struct server *srv)
+int session_rings_turn(struct server *srv, session_drop_fn *drop)
 {
-    return rings_take(srv, RING_PER_TURN, NULL);
+    return rings_take(srv, RING_PER_TURN, NULL, drop);
 }
 
-void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n)
+void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n,
+                                 session_drop_fn *drop)
 {
     struct server *srv = ss->srv;
 
@@ -218,7 +265,7 @@ void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32
         ferry_id id;
         memcpy(&id, &ids[i], sizeof(id));
         if (!store_find(&srv->store, &id)) {
-            rings_take(srv, PUTRING_MAX_ENTRIES, ss);
+            rings_take(srv, PUTRING_MAX_ENTRIES, ss, drop);
             return;
         }
     }

@@ -72,6 +72,7 @@ void server_stats(struct server *srv, ferry_stats *out)
     out->puts_nowait = srv->counters.puts_nowait;
     out->puts_nowait_failed = srv->counters.puts_nowait_failed;
     out->put_kicks = srv->counters.put_kicks;
+    out->put_ring_bytes = srv->ring_bytes;
     out->refused_creates = st->counters.refused;
     out->max_objects = st->max_objects;
     out->refused_objects = st->counters.refused_objects;
