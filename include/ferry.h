@@ -241,14 +241,19 @@ int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t da
               const void *metadata, uint64_t metadata_size);
 
 /* ferry_put without waiting for the daemon: a small object (up to FERRY_SMALL_PUT_MAX, data and
- * metadata) is copied into this handle's ring of puts in the arena, and the call returns without
- * sending a message (but one kick when the daemon sleeps). The daemon stores it within its next
- * loop turn, and before it answers any call sent after this one returned that names the id, from
- * any process of the node (ferry_get, ferry_contains, ferry_delete...): those find it. Only
- * ferry_get_fast, which asks nothing of the daemon, may miss it until the daemon took it (within
- * about a millisecond). Subscribers hear of its seal then. A put that returned is stored even if
- * the process exits at once, unless it fails in the daemon: such failures (an id that exists
- * already, no room) are answered by the next ferry_flush. A larger
+ * metadata) is copied into this handle's ring of puts in shared memory, and the call returns
+ * without sending a message (but a kick when the daemon sleeps). The daemon stores it within a
+ * loop turn or two (about a millisecond), and before it answers any later call of this handle,
+ * or any call of another process, sent after this one returned, that reads the id (ferry_get,
+ * ferry_contains, ferry_delete, ferry_list...): those find it. Exceptions: ferry_get_fast, which
+ * asks nothing of the daemon; a client that puts more than its ring holds (about 1 MiB) per loop
+ * turn, whose later puts wait for the next turn; and a store waiting for spilling to make room,
+ * where the puts wait in order. A put takes effect when the daemon takes it: a create or put of
+ * the same id by another process before then wins, and this put fails. A put that returned is
+ * stored even if the process exits at once, unless it fails in the daemon: such failures (an id
+ * that exists already, no room) are answered by the next ferry_flush. FERRY_ECONN says the
+ * connection is gone, and whether this put and those before the last flush were stored is
+ * unknown. A larger
  * object, or one on a daemon with --strict-ids (whose puts wait for the directory), is put as
  * ferry_put does, and its failure returned here. FERRY_EINVAL for a NULL id, or NULL data or
  * metadata with a non-zero size. With a full ring, waits for the daemon to take it. */

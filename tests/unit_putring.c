@@ -80,7 +80,7 @@ static void take(struct fixture *f, uint64_t n, uint64_t size, uint64_t meta)
     ferry_id id = id_of(n);
 
     assert_true(putring_pending(&f->daemon, f->head) > 0);
-    assert_int_equal(putring_take(&f->daemon, f->head, &it), 0);
+    assert_int_equal(putring_take(&f->daemon, f->head, f->data_head, f->data_head, &it), 0);
     assert_memory_equal(&it.id, &id, sizeof(id));
     assert_int_equal(it.data_size, size);
     assert_int_equal(it.metadata_size, meta);
@@ -178,32 +178,56 @@ static void test_forged_tail_and_entries_are_refused(void **state)
     assert_int_equal(putring_pending(&f->daemon, 0), FERRY_EPROTO);
     atomic_store(&h->tail, f->daemon.nentries);
     assert_int_equal(putring_pending(&f->daemon, 0), f->daemon.nentries);
-    e->pos = f->daemon.data_size - 1;
+    e->pos = f->daemon.data_size - 1; /* would cross the area's end */
     e->data_size = 2;
     e->metadata_size = 0;
-    assert_int_equal(putring_take(&f->daemon, 0, &it), FERRY_EPROTO);
+    assert_int_equal(putring_take(&f->daemon, 0, 0, 0, &it), FERRY_EPROTO);
     e->pos = 0;
     e->data_size = FERRY_SMALL_PUT_MAX;
     e->metadata_size = 1;
-    assert_int_equal(putring_take(&f->daemon, 0, &it), FERRY_EPROTO);
+    assert_int_equal(putring_take(&f->daemon, 0, 0, 0, &it), FERRY_EPROTO);
     e->data_size = UINT32_MAX;
     e->metadata_size = UINT32_MAX;
-    assert_int_equal(putring_take(&f->daemon, 0, &it), FERRY_EPROTO);
-    e->pos = UINT64_MAX - 10; /* any position: only where it falls in the area counts */
-    e->data_size = 1;
+    assert_int_equal(putring_take(&f->daemon, 0, 0, 0, &it), FERRY_EPROTO);
+    e->data_size = 100;
     e->metadata_size = 0;
-    assert_int_equal(putring_take(&f->daemon, 0, &it), 0);
-    assert_true(it.offset + 1 <= f->daemon.data_off + f->daemon.data_size);
+    assert_int_equal(putring_take(&f->daemon, 0, 0, 0, &it), 0);
+    assert_int_equal(it.offset, f->daemon.data_off);
+    assert_int_equal(it.end, 100);
+    /* the next entry naming the same bytes again (a copy for nothing) */
+    e[1].pos = 0;
+    e[1].data_size = 100;
+    e[1].metadata_size = 0;
+    assert_int_equal(putring_take(&f->daemon, 1, it.end, 0, &it), FERRY_EPROTO);
+    e[1].pos = 100;
+    assert_int_equal(putring_take(&f->daemon, 1, 100, 0, &it), 0);
+    /* one that would cross the end starts the next turn of the area, and nowhere else */
+    e[2].data_size = 64;
+    e[2].metadata_size = 0;
+    e[2].pos = f->daemon.data_size - 10;
+    assert_int_equal(
+        putring_take(&f->daemon, 2, f->daemon.data_size - 10, f->daemon.data_size - 10, &it),
+        FERRY_EPROTO);
+    e[2].pos = f->daemon.data_size;
+    assert_int_equal(
+        putring_take(&f->daemon, 2, f->daemon.data_size - 10, f->daemon.data_size - 10, &it), 0);
+    assert_int_equal(it.offset, f->daemon.data_off);
+    /* bytes past one data area from what was given back: the client cannot have written them */
+    assert_int_equal(putring_take(&f->daemon, 2, f->daemon.data_size - 10, 0, &it), FERRY_EPROTO);
 }
 
+/* The flag's logic, on one thread (the fences are the pattern fastidx uses, which
+ * unit_fastidx_tsan checks under threads). */
 static void test_a_put_kicks_only_a_sleeping_daemon(void **state)
 {
     struct fixture *f = *state;
 
     assert_int_equal(push(f, 0, 10, 0), 0);
-    assert_int_equal(putring_sleep(&f->daemon, f->head), 1); /* entries wait: do not sleep */
+    putring_want_kick(&f->daemon);
+    putring_fence();
+    assert_int_equal(putring_waiting(&f->daemon, f->head), 1); /* entries wait: do not sleep */
     take(f, 0, 10, 0);
-    assert_int_equal(putring_sleep(&f->daemon, f->head), 0);
+    assert_int_equal(putring_waiting(&f->daemon, f->head), 0);
     assert_int_equal(push(f, 1, 10, 0), 1); /* asleep: kick */
     putring_awake(&f->daemon);
     assert_int_equal(push(f, 2, 10, 0), 0);

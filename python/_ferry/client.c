@@ -60,7 +60,9 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         }
         conn_decref(old);
         self->main = k;
-        Py_CLEAR(self->here); /* a restarted daemon is another run: another location */
+        Py_CLEAR(self->here);          /* a restarted daemon is another run: another location */
+        self->lost += self->unflushed; /* their failures, if any, went with the connection */
+        self->unflushed = 0;
         return k;
     }
 }
@@ -663,9 +665,20 @@ static PyObject *client_here(ClientObject *self, PyObject *unused)
 static PyObject *client_flush(ClientObject *self, PyObject *unused)
 {
     struct call x = {.op = CALL_FLUSH};
+    uint64_t lost;
+    char why[160];
 
     if (call_main(self, &x) < 0)
         return NULL;
+    self->unflushed = 0;
+    if ((lost = self->lost) != 0) {
+        self->lost = 0;
+        snprintf(why, sizeof(why),
+                 "the connection to ferryd was lost after %llu put(wait=False) calls: whether "
+                 "they were stored is unknown",
+                 (unsigned long long)lost);
+        return pyf_raise_detail(FERRY_ECONN, why);
+    }
     Py_RETURN_NONE;
 }
 
@@ -694,7 +707,8 @@ static PyMethodDef client_methods[] = {
     {"flush", (PyCFunction)client_flush, METH_NOARGS,
      "flush()\n\nWaits until the daemon has stored every put(..., wait=False) of this client, "
      "then raises the first failure among them since the last flush (its message names the id "
-     "and how many failed), or returns None."},
+     "and how many failed), or returns None. When the connection was lost (and made again) "
+     "after such puts, raises DaemonUnreachable: whether they were stored is unknown."},
     {"put_many", (PyCFunction)pyf_client_put_many, METH_O,
      "put_many(items) -> list of ObjectID\n\nput of many (id, data) or (id, data, metadata) "
      "items; small ones go in batches of one message exchange each. When some fail, raises the "

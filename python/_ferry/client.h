@@ -43,6 +43,9 @@ typedef struct {
     int64_t timeout_ms;       /* each handle's connection timeout; 0: libferry's default */
     pid_t pid;                /* the process that connected, for messages */
     unsigned long generation; /* its fork generation (conn.h) */
+    /* Puts without waiting (put(wait=False)) since the last flush() on the main handle, and
+     * those a reconnection left unanswered: flush() raises for them. */
+    uint64_t unflushed, lost;
     PyObject *weakreflist;
 } ClientObject;
 

@@ -119,6 +119,8 @@ static PyObject *put_call(ClientObject *self, const ferry_id *id, uint64_t size,
         conn_leave(k, rc);
         if (rc < 0)
             return NULL;
+        if (mode == PUT_NOWAIT)
+            self->unflushed++; /* under the GIL: flush() answers for it */
         /* Large objects are better looked up (FERRY_LOCATED_MAX): they carry no location. */
         return pyf_id_new_at(
             id, size + (uint64_t)meta->len < FERRY_LOCATED_MAX ? pyf_client_here(self) : NULL);

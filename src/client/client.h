@@ -66,6 +66,7 @@ struct ferry_client {
     struct putring ring;
     uint64_t ring_size, ring_tail, ring_data_tail;
     int ring_state;
+    uint32_t ring_ask_in; /* ring_state -1: puts before asking again (0: never) */
 };
 
 /* Ids in one get that may go without the daemon (more go its way). */

@@ -213,14 +213,21 @@ int ferry_put(ferry_client *c, const ferry_id *id, const void *data, uint64_t da
 
 /* ---- puts without a message (common/putring.h) ---- */
 
-/* Asks for the ring once: 1 when there is one, 0 when the daemon gives none (--strict-ids: for
- * good; no room now: asked again next time), or the failure of the exchange. */
+/* Puts without a ring before a handle refused one (for now: too many rings, no memory) asks
+ * again. */
+#define RING_ASK_AGAIN 1024u
+
+/* Asks for the ring: 1 when there is one, 0 when the daemon gives none (--strict-ids: for good;
+ * otherwise asked again after RING_ASK_AGAIN puts), or the failure of the exchange. A ring this
+ * process cannot map stays the daemon's until the handle disconnects. */
 static int ring_ready(struct ferry_client *c)
 {
     uint64_t size = 0;
     int rc, fd = -1;
     void *map;
 
+    if (c->ring_state < 0 && c->ring_ask_in && --c->ring_ask_in == 0)
+        c->ring_state = 0;
     if (c->ring_state)
         return c->ring_state > 0;
     client_req_begin(c, PROTO_RING);
@@ -239,8 +246,10 @@ static int ring_ready(struct ferry_client *c)
     }
     if (fd >= 0)
         close(fd);
-    if (c->ring_state == 0 && !c->broken)
-        c->ring_state = -1; /* refused (--strict-ids), or unmappable here: puts wait */
+    if (c->ring_state == 0 && !c->broken) { /* refused, or unmappable here: puts wait */
+        c->ring_state = -1;
+        c->ring_ask_in = rc == FERRY_ENOSYS || rc == 0 ? 0 : RING_ASK_AGAIN;
+    }
     return c->broken ? rc : c->ring_state > 0;
 }
 

@@ -95,27 +95,34 @@ int64_t putring_pending(const struct putring *r, uint64_t head)
     return (int64_t)(tail - head);
 }
 
-int putring_take(const struct putring *r, uint64_t head, struct putring_item *out)
+int putring_take(const struct putring *r, uint64_t head, uint64_t data_head, uint64_t released,
+                 struct putring_item *out)
 {
     struct putring_entry e;
-    uint64_t len, off;
+    uint64_t len, pos;
 
     memcpy(&e, entry(r, head), sizeof(e)); /* read once: the client may be writing it */
     len = (uint64_t)e.data_size + e.metadata_size;
-    off = e.pos % r->data_size;
     if (len > FERRY_SMALL_PUT_MAX)
         return err_set(FERRY_EPROTO, "put ring: entry %llu of %llu bytes exceeds %u",
                        (unsigned long long)head, (unsigned long long)len, FERRY_SMALL_PUT_MAX);
-    if (off + len > r->data_size)
+    /* Where the client's push put it: right after the last entry taken. So entries name each
+     * byte of the area once per turn of it, and a ring taken whole copies one area at most. */
+    pos = place(r, data_head, len);
+    if (e.pos != pos)
+        return err_set(FERRY_EPROTO, "put ring: entry %llu at %llu, not at %llu where it belongs",
+                       (unsigned long long)head, (unsigned long long)e.pos,
+                       (unsigned long long)pos);
+    if (pos + len - released > r->data_size)
         return err_set(FERRY_EPROTO,
-                       "put ring: entry %llu (%llu bytes at %llu) leaves the data area of %llu",
-                       (unsigned long long)head, (unsigned long long)len, (unsigned long long)off,
+                       "put ring: entry %llu ends %llu bytes past the area given back, of %llu",
+                       (unsigned long long)head, (unsigned long long)(pos + len - released),
                        (unsigned long long)r->data_size);
     out->id = e.id;
-    out->offset = r->data_off + off;
+    out->offset = r->data_off + pos % r->data_size;
     out->data_size = e.data_size;
     out->metadata_size = e.metadata_size;
-    out->end = e.pos + len;
+    out->end = pos + len;
     return 0;
 }
 
@@ -125,10 +132,18 @@ void putring_release(const struct putring *r, uint64_t head, uint64_t data_head)
     atomic_store_explicit(&hdr(r)->head, head, memory_order_release);
 }
 
-int putring_sleep(const struct putring *r, uint64_t head)
+void putring_want_kick(const struct putring *r)
 {
     atomic_store_explicit(&hdr(r)->sleeping, 1, memory_order_relaxed);
+}
+
+void putring_fence(void)
+{
     atomic_thread_fence(memory_order_seq_cst);
+}
+
+int putring_waiting(const struct putring *r, uint64_t head)
+{
     return atomic_load_explicit(&hdr(r)->tail, memory_order_relaxed) != head;
 }
 

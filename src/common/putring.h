@@ -23,8 +23,9 @@
  *
  * Trust: the client can write anything in its ring (and in the arena). The daemon keeps its own
  * head and data_head and only writes them out; it reads tail and each entry once, into its own
- * memory, and checks them there (putring_take): a tail more than nentries ahead, or an entry whose
- * bytes leave the data area or exceed FERRY_SMALL_PUT_MAX, ends the client's connection. The
+ * memory, and checks them there (putring_take): a tail more than nentries ahead, or an entry that
+ * exceeds FERRY_SMALL_PUT_MAX or is not where the push places it (after the one before, so that
+ * taking a full ring copies one data area at most), ends the client's connection. The
  * bytes of an object may change while the daemon copies them: the object is the client's, and
  * only the client's put is harmed.
  *
@@ -102,14 +103,22 @@ int putring_drained(const struct putring *r, uint64_t tail);
 /* Daemon: the entries published and not taken (tail - head), or FERRY_EPROTO when the client's
  * tail is not within nentries of head. */
 int64_t putring_pending(const struct putring *r, uint64_t head);
-/* Daemon: entry head, copied and checked; FERRY_EPROTO (with the reason) when its bytes do not
- * lie inside the data area or exceed FERRY_SMALL_PUT_MAX. */
-int putring_take(const struct putring *r, uint64_t head, struct putring_item *out);
+/* Daemon: entry head, copied and checked, data_head being where the entry before it ended and
+ * released where the data area was last given back (putring_release: the daemon's own counts);
+ * FERRY_EPROTO (with the reason) when it exceeds FERRY_SMALL_PUT_MAX, does not lie where the
+ * client's push places it (right after the one before), or ends more than one data area past
+ * released (bytes the client could not have written yet). So the entries taken between two
+ * releases copy one data area at most. */
+int putring_take(const struct putring *r, uint64_t head, uint64_t data_head, uint64_t released,
+                 struct putring_item *out);
 /* Daemon: gives back what was taken up to head, its bytes up to data_head. */
 void putring_release(const struct putring *r, uint64_t head, uint64_t data_head);
-/* Daemon: before sleeping, asks to be kicked (sleeping = 1), then says whether entries wait
- * (nonzero: do not sleep). putring_awake clears the flag when it is set. */
-int putring_sleep(const struct putring *r, uint64_t head);
+/* Daemon, before sleeping: putring_want_kick on every ring (sleeping = 1), one putring_fence,
+ * then putring_waiting on each: nonzero when entries wait (do not sleep). putring_awake clears
+ * the flag when it is set. */
+void putring_want_kick(const struct putring *r);
+void putring_fence(void);
+int putring_waiting(const struct putring *r, uint64_t head);
 void putring_awake(const struct putring *r);
 
 #endif

@@ -140,7 +140,7 @@ struct server {
     int arena_fault_logged;         /* the first arena_faults was logged */
     struct session *room_waiters;   /* blocked in a create that waits for spilling */
     struct session_ring *rings;     /* the sessions' rings of puts (session_ring.c) */
-    uint64_t ring_bytes;            /* their sizes, all together */
+    uint64_t nrings, ring_bytes;    /* how many, and their sizes all together */
     int rings_took;                 /* a turn took entries of a ring since the loop last slept */
     struct directory *dir;          /* NULL when standalone */
     const struct object *claimed;   /* being sealed after its claim published it */

@@ -730,14 +730,22 @@ static void log_request(const struct session *ss, const struct proto_request *q)
                 proto_type_name(q->type), id, more);
 }
 
-/* The ids a request names, for the rings' sake (session_rings_before_lookup). */
+/* The ids a request that reads names, for the rings' sake (session_rings_before_lookup). Creates
+ * and puts do not look: a put without a message takes effect when the daemon takes it (ferry.h). */
 static void rings_before(struct session *ss, const struct proto_request *q)
 {
     switch (q->type) {
     case PROTO_GET:
     case PROTO_FETCH:
     case PROTO_FETCH_AT:
+    case PROTO_REFRESH:
         session_rings_before_lookup(ss, q->u.ids.ids, q->u.ids.n, session_close);
+        break;
+    case PROTO_LIST:
+        session_rings_before_lookup(ss, NULL, 0, session_close);
+        break;
+    case PROTO_NAME:
+        session_rings_before_lookup(ss, &q->u.name.id, 1, session_close);
         break;
     case PROTO_CONTAINS:
     case PROTO_DELETE:
@@ -769,7 +777,7 @@ static int dispatch(struct session *ss, const struct proto_header *h, const uint
     if (log_enabled(LOG_DEBUG))
         log_request(ss, &q);
     /* Its puts without a message come before it: the client's calls keep their order. */
-    if ((rc = session_ring_take(ss, PUTRING_MAX_ENTRIES)) != 0)
+    if ((rc = session_ring_take(ss)) != 0)
         return rc;
     rings_before(ss, &q);
     return handlers[q.type](ss, &q);
@@ -828,6 +836,8 @@ static void process_input(struct session *ss)
             room_wait(ss);
             break;
         }
+        if (rc == SESSION_YIELD) /* the request stays, for the next turn (pump schedules it) */
+            break;
         if (rc < 0) {
             snprintf(reason, sizeof(reason), "%s", ferry_errmsg());
             session_close(ss, reason);
@@ -1014,7 +1024,7 @@ void session_close(struct session *ss, const char *reason)
                  (int)ss->pid, reason);
         srv->counters.protocol_errors++;
     }
-    session_ring_close(ss, !reason);
+    session_ring_close(ss);
     ss->closed = 1;
     if (!ss->greeted)
         srv->ungreeted--;

@@ -33,6 +33,9 @@ static inline void session_wait_end(struct session *ss, enum session_wait w)
  * for spilling). */
 typedef int handler_fn(struct session *ss, const struct proto_request *q);
 #define SESSION_RETRY 1
+/* Not this turn: the request stays in the input, dispatched again next turn (the client's ring
+ * has had its share of this one). */
+#define SESSION_YIELD 2
 
 /* Replies (session.c): begin one (status in its header), a bare status (a failure carries
  * ferry_errmsg()), n statuses and the first failure's reason (FETCH, PUT_BATCH). */
@@ -84,14 +87,16 @@ void session_put_seal(struct session *ss, struct object *o);
 
 /* session_ring.c */
 handler_fn session_handle_ring, session_handle_flush, session_handle_kick;
-/* Takes up to max entries of the session's ring: 0, SESSION_RETRY (an entry waits for room) or
- * FERRY_EPROTO (a bad ring: close the session). A request waits for its client's ring whole. */
-int session_ring_take(struct session *ss, uint32_t max);
-/* At the close: an orderly one takes what the ring holds first; the ring goes. */
-void session_ring_close(struct session *ss, int orderly);
-/* Before ss's request names ids: when one is not in the store, every other ring is taken whole
- * first, so that a put that returned in any process is found by a request sent after it. Costs
- * nothing when all are here (or no other client has a ring). */
+/* Takes the session's ring, up to its share of the turn: 0 (empty now), SESSION_YIELD (entries
+ * left for the next turn), SESSION_RETRY (an entry waits for room) or FERRY_EPROTO (a bad ring:
+ * close the session). A request waits for its client's ring whole. */
+int session_ring_take(struct session *ss);
+/* At the close: takes what the ring holds (one ring's worth), then the ring goes. */
+void session_ring_close(struct session *ss);
+/* Before ss's request names ids (NULL: every object, LIST): when one is not in the store, every
+ * other ring is taken first (each up to its share of the turn), so that a put that returned in
+ * any process is found by a request sent after it. Costs a lookup per id when all are here, and
+ * nothing when no other client has a ring. */
 void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n,
                                  session_drop_fn *drop);
 

@@ -1,19 +1,27 @@
 /*
  * session_ring.c - a session's ring of puts (common/putring.h, ferry_put_nowait): set up at the
- * client's RING, taken before each of its requests (so its calls keep their order), every loop
- * turn (so other clients see its puts within a turn), at FLUSH (which answers the failures since
- * the last one) and when the client leaves (a put that returned is stored, even if its process
- * exits at once). The loop sleeps only after asking each ring to be kicked (session_rings_sleep).
+ * client's RING; taken before each of its requests (so its calls keep their order), before a
+ * request of another client that names an id the store lacks (so a put that returned is found by
+ * whoever asks after it), every loop turn (so subscribers, the index and the directory hear of
+ * it), at FLUSH (which answers the failures since the last one) and when the client leaves (a
+ * put that returned is stored, even if its process exits at once). The loop sleeps only after
+ * asking each ring to be kicked (session_rings_sleep).
  *
  * A ring is memory of its own (a sealed memfd, mapped by the client and here), not a block of the
  * arena: a client keeps writing into its ring until it notices that its connection is gone, and
  * such writes must land nowhere another client's objects may be. The seals keep the client from
  * shrinking it under the daemon's reads (SIGBUS).
  *
- * Bounds: one ring of at most the staging size per client (its pages are allocated as they are
- * written: put_ring_bytes counts what the rings may take); RING_PER_TURN entries of one ring per
- * turn; a request waits for its own ring whole, at most PUTRING_MAX_ENTRIES entries of
- * FERRY_SMALL_PUT_MAX bytes.
+ * Bounds: RINGS_MAX rings (a client past them puts as ferry_put does), each of the staging size
+ * (at least PUTRING_MIN_SIZE; its pages are allocated as they are written: put_ring_bytes). A
+ * ring gives the daemon at most one ring's worth of work per loop turn, its entries and its data
+ * area (putring_take refuses an entry past what the client may have written): past that, its
+ * client's requests wait for the next turn (SESSION_YIELD), the turn's walk leaves it, and
+ * another client's request does not wait for it. Each turn walks every ring once.
+ *
+ * Lifetime: a ring's close (with its session's) unmaps it and marks it dead; the struct stays
+ * linked until the end of the turn's walk (rings_reap), since closing a session can happen
+ * inside a walk (a bad ring, or a get woken by a seal that fails its client).
  */
 #include "server/session_int.h"
 
@@ -27,20 +35,26 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "transfer/engine.h"
 
-/* Entries of one ring taken per loop turn; the rest wait for the next turn (or a request). */
-#define RING_PER_TURN 256u
+/* Clients with a ring at once: each turn looks at every ring, and each may cost a ring's worth
+ * of copying per turn. */
+#define RINGS_MAX 256u
 /* After a turn that took entries, the loop sleeps at most this long without asking for kicks:
- * puts that stream cost no message; each waits a millisecond at most to be seen by others. */
+ * puts that stream cost no message; each waits a millisecond at most to be taken. */
 #define RING_LINGER_MS 1
 
 struct session_ring {
-    struct session *ss;
-    uint8_t *map; /* the ring's memory, size bytes */
+    struct session *ss; /* NULL once closed: reaped after the walk */
+    uint8_t *map;       /* the ring's memory, size bytes */
     uint64_t size;
     struct putring r;
-    uint64_t head, data_head; /* the daemon's own: the ring's copies are only written */
-    int stuck;                /* the last entry waits for room: not looked at before next turn */
+    /* The daemon's own counts (the ring's copies are only written): entries taken, where the
+     * last ended, and where it ended at the last release (the client may write up to one data
+     * area past it). */
+    uint64_t head, data_head, released;
+    uint64_t turn_entries, turn_bytes; /* taken this turn: a ring's worth at most */
+    int stuck; /* the next entry waits for room: not looked at before the next turn */
     /* Failures since the last FLUSH that reported: how many, the first's status and reason. */
     uint64_t failed;
     int32_t first;
@@ -48,7 +62,15 @@ struct session_ring {
     struct session_ring *next, **pprev; /* in server.rings */
 };
 
-/* The entry at head, stored or failed (recorded); SESSION_RETRY when it waits for room. */
+/* Whether the store waits for room that is coming (spilling, or pins being given back): the
+ * entry waits, as a create does (handle_create). */
+static int room_coming(const struct session *ss, int rc)
+{
+    return rc == FERRY_EAGAIN ||
+           (rc == FERRY_ENOSPACE && ss->srv->engine && engine_pins_draining(ss->srv->engine));
+}
+
+/* The entry taken: stored or failed (recorded); SESSION_RETRY when it waits for room. */
 static int ring_put(struct session_ring *g, const struct putring_item *it)
 {
     struct session *ss = g->ss;
@@ -57,7 +79,7 @@ static int ring_put(struct session_ring *g, const struct putring_item *it)
     int rc =
         session_put_copy(ss, &it->id, g->map + it->offset, it->data_size, it->metadata_size, &o);
 
-    if (rc == FERRY_EAGAIN)
+    if (room_coming(ss, rc))
         return SESSION_RETRY;
     if (rc == 0) {
         session_put_seal(ss, o);
@@ -73,35 +95,51 @@ static int ring_put(struct session_ring *g, const struct putring_item *it)
     return 0;
 }
 
-int session_ring_take(struct session *ss, uint32_t max)
+/* Whether the ring has had its share of this turn. */
+static int spent(const struct session_ring *g)
 {
-    struct session_ring *g = ss->ring;
+    return g->turn_entries >= g->r.nentries || g->turn_bytes >= g->r.data_size;
+}
+
+/* Takes entries until the ring is empty or has had its share of the turn: 0, SESSION_YIELD
+ * (entries are left for the next turn), SESSION_RETRY (one waits for room), or FERRY_EPROTO. */
+static int ring_take(struct session_ring *g)
+{
     struct putring_item it;
-    int64_t n;
-    uint64_t start;
+    uint64_t start = g->head;
+    int64_t n = putring_pending(&g->r, g->head);
     int rc = 0;
 
-    if (!g)
-        return 0;
-    if ((n = putring_pending(&g->r, g->head)) < 0)
+    if (n < 0)
         return (int)n;
-    start = g->head;
     g->stuck = 0;
-    for (; n > 0 && g->head - start < max; n--) {
-        if ((rc = putring_take(&g->r, g->head, &it)) < 0)
+    for (; n > 0; n--) {
+        if (spent(g)) {
+            rc = SESSION_YIELD;
+            break;
+        }
+        if ((rc = putring_take(&g->r, g->head, g->data_head, g->released, &it)) < 0)
             break;
         if ((rc = ring_put(g, &it)) == SESSION_RETRY) {
             g->stuck = 1;
             break;
         }
+        g->turn_entries++;
+        g->turn_bytes += it.end - g->data_head;
         g->head++;
         g->data_head = it.end;
     }
     if (g->head != start) {
         putring_release(&g->r, g->head, g->data_head);
-        ss->srv->rings_took = 1;
+        g->released = g->data_head;
+        g->ss->srv->rings_took = 1;
     }
     return rc;
+}
+
+int session_ring_take(struct session *ss)
+{
+    return ss->ring ? ring_take(ss->ring) : 0;
 }
 
 /* A ring's memory: size bytes of a memfd sealed at that size, mapped at *map; its descriptor,
@@ -138,6 +176,20 @@ static uint64_t ring_size(const struct server *srv)
     return (size + 4095) / 4096 * 4096;
 }
 
+/* Why RING is refused, or 0. */
+static int ring_refused(const struct session *ss)
+{
+    const struct server *srv = ss->srv;
+
+    if (srv->cfg.strict_ids && srv->dir)
+        return err_set(FERRY_ENOSYS, "--strict-ids: each put waits for the directory's claim");
+    if (ss->ring)
+        return err_set(FERRY_EBUSY, "this client has its ring");
+    if (srv->nrings >= RINGS_MAX)
+        return err_set(FERRY_EBUSY, "%u clients have rings of puts, the most at once", RINGS_MAX);
+    return 0;
+}
+
 int session_handle_ring(struct session *ss, const struct proto_request *q)
 {
     struct server *srv = ss->srv;
@@ -145,12 +197,8 @@ int session_handle_ring(struct session *ss, const struct proto_request *q)
     size_t start;
     int fd, rc;
 
-    if (srv->cfg.strict_ids && srv->dir)
-        return session_reply_status(
-            ss, q,
-            err_set(FERRY_ENOSYS, "--strict-ids: each put waits for the directory's confirmation"));
-    if (ss->ring)
-        return session_reply_status(ss, q, err_set(FERRY_EBUSY, "this client has its ring"));
+    if ((rc = ring_refused(ss)) < 0)
+        return session_reply_status(ss, q, rc);
     if (!(g = calloc(1, sizeof(*g))))
         return session_reply_status(ss, q, err_set(FERRY_ENOMEM, "a ring of puts"));
     g->size = ring_size(srv);
@@ -166,8 +214,9 @@ int session_handle_ring(struct session *ss, const struct proto_request *q)
     if (srv->rings)
         srv->rings->pprev = &g->next;
     srv->rings = g;
-    ss->ring = g;
+    srv->nrings++;
     srv->ring_bytes += g->size;
+    ss->ring = g;
     start = session_reply_begin(ss, q, 0);
     pbuf_u64(&ss->out, g->size);
     proto_frame_end(&ss->out, start);
@@ -192,66 +241,86 @@ int session_handle_kick(struct session *ss, const struct proto_request *q)
 {
     (void)q;
     ss->srv->counters.put_kicks++; /* its ring was taken before it (dispatch) */
+    if (ss->ring)
+        putring_awake(&ss->ring->r); /* awake now: the client's next puts need not kick */
     return 0;
 }
 
-void session_ring_close(struct session *ss, int orderly)
+void session_ring_close(struct session *ss)
 {
     struct session_ring *g = ss->ring;
     int64_t left;
 
     if (!g)
         return;
-    /* A put that returned is stored, even when its process exits at once; a client dropped for a
-     * bad message, or whose puts wait for room, loses the rest (counted as failed). */
-    if (orderly)
-        session_ring_take(ss, PUTRING_MAX_ENTRIES);
+    /* A put that returned is stored, even when its process exits at once, whatever closed the
+     * connection: one ring's worth more at most. A bad ring, or entries waiting for room, lose
+     * the rest (counted as failed). */
+    g->turn_entries = g->turn_bytes = 0;
+    ring_take(g);
     if ((left = putring_pending(&g->r, g->head)) > 0) {
         ss->srv->counters.puts_nowait_failed += (uint64_t)left;
         log_warn("client %" PRIu64 " (pid %d): %" PRId64 " puts of its ring dropped at its close",
                  ss->client_id, (int)ss->pid, left);
     }
-    if (g->failed && orderly)
+    if (g->failed)
         log_info("client %" PRIu64 " (pid %d) left with %" PRIu64
                  " failed puts it never flushed; the first: %s",
                  ss->client_id, (int)ss->pid, g->failed, g->why);
-    *g->pprev = g->next;
-    if (g->next)
-        g->next->pprev = g->pprev;
+    ss->srv->nrings--;
     ss->srv->ring_bytes -= g->size;
     munmap(g->map, g->size);
-    free(g);
+    g->map = NULL;
+    g->ss = NULL; /* reaped after the walk under way, if any */
     ss->ring = NULL;
 }
 
-/* Takes up to max entries of every ring but skip's (the session being served, which must not
- * be closed under its handler), dropping a client whose ring is bad; nonzero when one has
- * more. */
-static int rings_take(struct server *srv, uint32_t max, const struct session *skip,
-                      session_drop_fn *drop)
+/* Frees the rings closed since the last reap. */
+static void rings_reap(struct server *srv)
+{
+    for (struct session_ring **pp = &srv->rings, *g; (g = *pp);) {
+        if (g->ss) {
+            pp = &g->next;
+            continue;
+        }
+        *pp = g->next;
+        if (g->next)
+            g->next->pprev = pp;
+        free(g);
+    }
+}
+
+/* Takes every live ring but skip's (the session being served, which must not be closed under
+ * its handler), each up to its share of the turn, dropping a client whose ring is bad; nonzero
+ * when one has entries left that could be taken now. */
+static int rings_take(struct server *srv, const struct session *skip, session_drop_fn *drop)
 {
     int more = 0;
 
-    for (struct session_ring *g = srv->rings, *next; g; g = next) {
-        struct session *ss = g->ss;
-        next = g->next; /* a bad ring closes its session, which unlinks it */
-        if (ss == skip)
+    for (struct session_ring *g = srv->rings; g; g = g->next) {
+        int rc;
+        if (!g->ss || g->ss == skip)
             continue;
         putring_awake(&g->r);
-        if (session_ring_take(ss, max) < 0) {
+        if ((rc = ring_take(g)) < 0) {
             char reason[PROTO_MAX_DETAIL + 1];
             snprintf(reason, sizeof(reason), "%s", ferry_errmsg());
-            drop(ss, reason);
+            drop(g->ss, reason);
             continue;
         }
-        more |= !g->stuck && putring_pending(&g->r, g->head) > 0;
+        more |= rc == SESSION_YIELD;
     }
     return more;
 }
 
 int session_rings_turn(struct server *srv, session_drop_fn *drop)
 {
-    return rings_take(srv, RING_PER_TURN, NULL, drop);
+    int more = rings_take(srv, NULL, drop);
+
+    rings_reap(srv);
+    for (struct session_ring *g = srv->rings; g; g = g->next)
+        g->turn_entries = g->turn_bytes = 0;
+    return more;
 }
 
 void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32_t n,
@@ -261,11 +330,15 @@ void session_rings_before_lookup(struct session *ss, const ferry_id *ids, uint32
 
     if (!srv->rings || (srv->rings->ss == ss && !srv->rings->next))
         return; /* no ring but the session's own, which dispatch took */
+    if (!ids) { /* a request about every object (LIST) */
+        rings_take(srv, ss, drop);
+        return;
+    }
     for (uint32_t i = 0; i < n; i++) {
         ferry_id id;
         memcpy(&id, &ids[i], sizeof(id));
         if (!store_find(&srv->store, &id)) {
-            rings_take(srv, PUTRING_MAX_ENTRIES, ss, drop);
+            rings_take(srv, ss, drop);
             return;
         }
     }
@@ -281,7 +354,11 @@ int session_rings_sleep(struct loop *l, void *arg, int timeout_ms)
         return timeout_ms < 0 || timeout_ms > RING_LINGER_MS ? RING_LINGER_MS : timeout_ms;
     }
     for (struct session_ring *g = srv->rings; g; g = g->next)
-        if (!g->stuck && putring_sleep(&g->r, g->head))
+        if (g->ss && !g->stuck)
+            putring_want_kick(&g->r);
+    putring_fence(); /* one for all: between the flags' stores and the tails' loads */
+    for (struct session_ring *g = srv->rings; g; g = g->next)
+        if (g->ss && !g->stuck && putring_waiting(&g->r, g->head))
             return 0;
     return timeout_ms;
 }

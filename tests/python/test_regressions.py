@@ -88,6 +88,19 @@ def test_put_many_reports_a_lost_connection_on_every_item(client, daemon):
         (0, ferry.ObjectID("a")), (1, ferry.ObjectID("b")), (2, ferry.ObjectID("c"))]
 
 
+def test_flush_after_a_reconnection_says_puts_without_waiting_may_be_lost(client, daemon):
+    client.put("before", b"1", wait=False)
+    daemon.kill()
+    with pytest.raises(ferry.DaemonUnreachable):
+        client.contains("x")
+    daemon.start()
+    client.put("after", b"2", wait=False)  # a new connection, and its own ring
+    with pytest.raises(ferry.DaemonUnreachable, match="1 put"):
+        client.flush()
+    client.flush()  # said once
+    assert bytes(client.get("after")) == b"2"
+
+
 def test_seal_racing_close_keeps_its_outcome(client, daemon):
     buf = client.create("s", 4)
     del buf
