@@ -16,17 +16,23 @@
 #          0), -m ARENA per node (default 512M), -t TRANSPORT of ferryd (tcp; rxm: libfabric's
 #          tcp;ofi_rxm over the veths; fabric; auto; default tcp), -b BIN_DIR (default
 #          build/bin beside this script), -a "ARGS" more arguments for every ferryd (split at
-#          spaces: "--verbose --verify"). Delay and loss need the kernel's netem (sch_netem);
-#          without it the rate is shaped by tbf, no delay is added (the default round trip is
-#          dropped, with a message), and -d or -l are refused.
+#          spaces: "--verbose --verify"), -L: the delay line even with netem (to compare them).
+#          Delay and loss come from the kernel's netem (sch_netem) when it has it; without it
+#          (this project's machine: tc has tbf and pfifo only), -d or -l (or -L) put a delay line
+#          in user space on every link (ferry-delayline, TAP devices: tools/delayline.c) and tbf
+#          shapes the rate; with neither, no delay is added (the default round trip is dropped,
+#          with a message).
 #
-# The path between two nodes crosses two shaped queues: the sender's veth (its uplink) and
-# the receiver's bridge-side veth (its downlink), each with netem's rate and a quarter of the
-# round trip, so that each node's link has RATE each way and two nodes see RTT. Names carry a
+# The path between two nodes crosses two shaped queues: the sender's link (its uplink) and
+# the receiver's bridge-side end (its downlink), each with the rate and a quarter of the round
+# trip, so that each node's link has RATE each way and two nodes see RTT. A link is a veth
+# pair, or with the delay line two TAP devices it forwards between (a quarter of the round trip
+# and the loss each way, one process for all links). Names carry a
 # run id (ftb + 5 hex digits; interfaces ftbXXXXX-b for the bridge, ftbXXXXX-N on the bridge
 # side): `down --all` finds what a crashed run left. Addresses are 10.A.B.0/24, from the run
 # id, on the bridge alone: nothing is routed out. The state directory holds the nodes' sockets,
-# logs and pids, and an env file (NODES, RATE, RTT, LOSS, SUBNET, REDIS).
+# logs and pids, and an env file (NODES, RATE, RTT_US, LOSS, NETEM, DELAYLINE, SUBNET, REDIS,
+# TRANSPORT).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,11 +65,12 @@ have_netem() {
 }
 
 # shape DEV NS: DEV's queue (in namespace NS, or the root one when NS is empty): netem with the
-# rate, a quarter of the round trip and the loss; without netem, tbf with the rate alone.
+# rate, a quarter of the round trip and the loss; without netem (or with the delay line, which
+# adds those), tbf with the rate alone.
 shape() {
     local dev=$1 ns=$2 quarter_us=$((RTT_US / 4)) loss=()
     [ "$LOSS" = 0 ] || loss=(loss "${LOSS}%")
-    if [ "$NETEM" = 1 ]; then
+    if [ "$NETEM" = 1 ] && [ "$DELAYLINE" = 0 ]; then
         ${ns:+ip netns exec "$ns"} tc qdisc replace dev "$dev" root netem delay "${quarter_us}us" \
             rate "$RATE" "${loss[@]}" limit 10000
     else
@@ -86,7 +93,12 @@ node_up() {
     local i=$1 ns="${RUN}-$1" host="${RUN}-$1" dir="$STATE/node$1"
     mkdir -p "$dir"
     ip netns add "$ns"
-    ip link add "$host" type veth peer name eth0 netns "$ns"
+    if [ "$DELAYLINE" = 1 ]; then # the delay line's two devices: host, and host-n for the node
+        ip link set "$host-n" netns "$ns"
+        ip -n "$ns" link set "$host-n" name eth0
+    else
+        ip link add "$host" type veth peer name eth0 netns "$ns"
+    fi
     ip link set "$host" master "${RUN}-b" up
     ip netns exec "$ns" ip link set lo up
     ip netns exec "$ns" ip addr add "$SUBNET.$i/24" dev eth0
@@ -105,15 +117,32 @@ subnet_of() {
     echo "10.$((16#${1:3:2} % 200 + 20)).$((16#${1:5:2}))"
 }
 
+# Starts the delay line with a device pair per node (delayline.pid, delayline.log: its counters
+# at the end) and waits until it has made them.
+delayline_up() {
+    local names=() i
+    [ -x "$BIN/ferry-delayline" ] || die "no ferry-delayline in $BIN: make build"
+    for ((i = 1; i <= NODES; i++)); do
+        names+=("${RUN}-$i")
+    done
+    "$BIN/ferry-delayline" --delay-us $((RTT_US / 4)) --loss "$LOSS" "${names[@]}" \
+        >"$STATE/delayline.out" 2>"$STATE/delayline.log" &
+    echo $! >"$STATE/delayline.pid"
+    disown
+    wait_for grep -q ready "$STATE/delayline.out" ||
+        die "the delay line did not start (see $STATE/delayline.log)"
+}
+
 up() {
     check_allowed
     NETEM=0
     if have_netem; then
         NETEM=1
     elif [ -n "$RTT_GIVEN$LOSS_GIVEN" ]; then
-        die "-d and -l need netem (sch_netem), which this kernel does not have; tbf shapes" \
-            "the rate alone"
-    else
+        DELAYLINE=1
+        echo "testbed: no netem in this kernel: a delay line in user space adds the round trip" \
+            "and the loss, tbf shapes the rate" >&2
+    elif [ "$DELAYLINE" = 0 ]; then
         RTT_US=0 # the veths' own round trip, measured by whoever needs it
         echo "testbed: no netem in this kernel: links shaped to $RATE by tbf, no added delay" >&2
     fi
@@ -133,6 +162,7 @@ up() {
     ip link add "${RUN}-b" address "02:${RUN:3:2}:${RUN:5:2}:00:00:fe" type bridge
     ip addr add "$SUBNET.254/24" dev "${RUN}-b"
     ip link set "${RUN}-b" up
+    [ "$DELAYLINE" = 0 ] || delayline_up
     redis-server --bind "$SUBNET.254" --port 6379 --save '' --appendonly no \
         --protected-mode no --daemonize no >"$STATE/redis.log" 2>&1 &
     echo $! >"$STATE/redis.pid"
@@ -148,6 +178,7 @@ RATE=$RATE
 RTT_US=$RTT_US
 LOSS=$LOSS
 NETEM=$NETEM
+DELAYLINE=$DELAYLINE
 SUBNET=$SUBNET
 REDIS=$SUBNET.254:6379
 TRANSPORT=$TRANSPORT
@@ -204,7 +235,7 @@ listed() {
 down_run() {
     local run=$1 state=${2:-} ns pidf
     if [ -n "$state" ] && [ -d "$state" ]; then
-        for pidf in "$state"/node*/pid "$state/redis.pid"; do
+        for pidf in "$state"/node*/pid "$state/redis.pid" "$state/delayline.pid"; do
             [ -f "$pidf" ] && kill -9 "$(cat "$pidf")" 2>/dev/null || true
         done
     fi
@@ -215,6 +246,7 @@ down_run() {
     ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^$run-" |
         while read -r dev; do ip link del "$dev" 2>/dev/null || true; done
     pkill -9 -f "^redis-server $(subnet_of "$run" | sed 's/\./\\./g')\.254:6379" || true
+    pkill -9 -f "ferry-delayline .* $run-1( |\$)" || true
     [ -z "$state" ] || rm -rf "$state"
 }
 
@@ -236,8 +268,8 @@ down() {
 
 options() {
     NODES=8 RATE=1gbit RTT=100us LOSS=0 MEM=512M TRANSPORT=tcp BIN="$ROOT/build/bin" EXTRA=""
-    RTT_GIVEN="" LOSS_GIVEN=""
-    while getopts "n:r:d:l:m:t:b:a:" o; do
+    RTT_GIVEN="" LOSS_GIVEN="" DELAYLINE=0
+    while getopts "n:r:d:l:m:t:b:a:L" o; do
         case $o in
         n) NODES=$OPTARG ;;
         r) RATE=$OPTARG ;;
@@ -247,6 +279,7 @@ options() {
         t) TRANSPORT=$OPTARG ;;
         b) BIN=$OPTARG ;;
         a) EXTRA=$OPTARG ;;
+        L) DELAYLINE=1 ;;
         *) die "unknown option (see the head of $0)" ;;
         esac
     done

@@ -4,7 +4,8 @@
 # large one is relayed by its receivers, and one of them killed leaves its ranges to the others; a link taken
 # down and a holder killed in the middle of transfers end every fetch within its timeout (from
 # another holder, or with an error), the fetching node answering `ferry stat` within 1 s; a
-# fetch made while the directory is cut off completes once it is back; and
+# fetch made while the directory is cut off completes once it is back; a testbed with a round
+# trip and loss (the delay line in user space) gives them and still carries a fetch; and
 # once the testbed is down, no namespace, link or process of it is left; ferry-bench cluster runs
 # every workload on a small testbed of its own. Skipped, with the reason, where namespaces
 # cannot be made.
@@ -14,6 +15,7 @@ set -u
 . "$(dirname "$0")/lib_cli.sh"
 
 TESTBED="$(dirname "$0")/../scripts/testbed.sh"
+TCP_RTT="$(cd "$(dirname "$0")" && pwd)/tcp_rtt.py"
 STATE=
 RUN=
 
@@ -205,6 +207,50 @@ test_directory_cut_off_then_back() {
     ok "directory cut: node 4's copy is bit-exact" arrived 4 cut
 }
 
+# rtt_us STATE: the median of 20 one-byte TCP round trips from node 1 to node 2 of STATE.
+rtt_us() {
+    local subnet
+    subnet=$(sed -n 's/^SUBNET=//p' "$1/env")
+    timeout 30 "$TESTBED" exec "$1" 2 python3 "$TCP_RTT" serve "$subnet.2" 5009 &
+    timeout 30 "$TESTBED" exec "$1" 1 python3 "$TCP_RTT" probe "$subnet.2" 5009 20
+    wait
+}
+
+# Without netem (this machine's kernel), -d and -l put the delay line in user space on every
+# link: two nodes see the round trip asked (at least; the wake-ups add to it), a lossy link
+# still carries a fetch bit-exact, the delay line counts what it dropped, and it goes with its
+# testbed. With netem in the kernel, -L asks for the delay line all the same.
+test_delay_line_gives_round_trip_and_loss() {
+    local lossy run us lost
+    lossy=$(timeout 60 "$TESTBED" up -n 2 -m 96M -b "$BIN" -d 2ms -l 1 -L 2>"$DIR/lossy.err" |
+        tail -1)
+    if [ ! -f "$lossy/run" ]; then
+        fail "delay line: the testbed did not come up: $(head -c 400 "$DIR/lossy.err")"
+        return
+    fi
+    run=$(cat "$lossy/run")
+    us=$(rtt_us "$lossy")
+    echo "delay line: round trip $us us for 2 ms asked"
+    ok "delay line: the round trip is 2 ms at least" test "${us:-0}" -ge 2000
+    # a bound against a wrong unit (2 s): a busy machine adds milliseconds, not a second
+    ok "delay line: and less than 1 s" test "${us:-0}" -lt 1000000
+    object lossy 4194304
+    timeout "$CMD_LIMIT" "$TESTBED" exec "$lossy" 1 "$FERRY" put lossy "$DIR/lossy" >/dev/null &&
+        timeout "$CMD_LIMIT" "$TESTBED" exec "$lossy" 2 "$FERRY" fetch lossy --timeout 20000 \
+            >/dev/null &&
+        timeout "$CMD_LIMIT" "$TESTBED" exec "$lossy" 2 "$FERRY" get lossy -o "$DIR/lossy.2" &&
+        cmp -s "$DIR/lossy" "$DIR/lossy.2" && pass ||
+        fail "delay line: 4 MiB over a link losing 1 % did not arrive bit-exact"
+    kill -USR1 "$(cat "$lossy/delayline.pid")"
+    sleep 0.2
+    lost=$(sed -n 's/.* forwarded, \([0-9]*\) lost.*/\1/p' "$lossy/delayline.log" | tail -1)
+    ok "delay line: it dropped frames (${lost:-none})" test "${lost:-0}" -gt 0
+    "$TESTBED" down "$lossy"
+    ok "delay line: no process of it is left" bash -c "! pgrep -f '[f]erry-delayline .*$run-1' >/dev/null"
+    ok "delay line: no link of it is left" bash -c "! ip -o link show | grep -q '$run-'"
+    echo "without it: round trip $(rtt_us "$STATE") us"
+}
+
 # ferry-bench cluster on a testbed of its own (3 nodes, small sizes): every workload gives its
 # figures beside its bound, the JSON document holds them, and its testbed is gone after it.
 test_bench_runs_every_workload() {
@@ -270,6 +316,7 @@ test_workloads_arrive_bit_exact
 test_broadcast_is_relayed
 test_faults_end_every_fetch_in_time
 test_directory_cut_off_then_back
+test_delay_line_gives_round_trip_and_loss
 test_a_relay_killed_leaves_its_ranges_to_the_others
 test_bench_runs_every_workload
 test_nothing_is_left

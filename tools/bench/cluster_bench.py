@@ -121,6 +121,8 @@ class Testbed:
     def __init__(self, a, nodes, memory):
         cmd = [TESTBED, "up", "-n", str(nodes), "-r", a.rate, "-m", memory, "-t",
                a.transport, "-b", a.bin] + (["-a", a.ferryd_args] if a.ferryd_args else [])
+        cmd += (["-d", a.rtt] if a.rtt else []) + (["-l", a.loss] if a.loss else [])
+        cmd += ["-L"] if a.delayline else []
         up = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         try:
             out, _ = up.communicate(timeout=300)
@@ -498,7 +500,9 @@ def one_testbed(a, n, first, wire_bits):
     if not memory:
         biggest = max(a.sizes) if first and "pair" in a.workloads else 0
         memory = f"{max(512, (biggest >> 20) + 256)}M"
-    log(f"testbed: {n} nodes, {a.rate} links, transport {a.transport}, arenas of {memory}")
+    log(f"testbed: {n} nodes, {a.rate} links, transport {a.transport}, arenas of {memory}"
+        + (f", round trip {a.rtt}" if a.rtt else "") + (f", loss {a.loss} %" if a.loss else "")
+        + (", through the delay line" if a.delayline else ""))
     tb = Testbed(a, n, memory)
     try:
         doc = {"nodes": n, "env": tb.env}
@@ -530,7 +534,11 @@ def table(doc, f):
     p = lambda *x: print(*x, file=f)
     p(f"ferry-bench cluster: {doc['rate']} links, transport {doc['transport']}")
     for t in doc["testbeds"]:
-        p(f"\nN = {t['nodes']}: link payload rate (raw TCP) {t['link_mib_s']:.1f} MiB/s")
+        env = t.get("env", {})
+        shaping = (f", round trip {int(env.get('RTT_US', 0))} us set, loss {env.get('LOSS', 0)} %"
+                   + (" (delay line in user space)" if env.get("DELAYLINE") == "1" else
+                      " (netem)" if env.get("NETEM") == "1" else ""))
+        p(f"\nN = {t['nodes']}: link payload rate (raw TCP) {t['link_mib_s']:.1f} MiB/s{shaping}")
         if "rtt" in t:
             p(f"  round trip node to node {t['rtt']['node_us']:.0f} us")
         for h in t.get("hot", []):
@@ -653,6 +661,12 @@ def main():
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--nodes", default="8", help="testbed sizes, comma-separated (default 8)")
     ap.add_argument("--rate", default="1gbit", help="each link's rate each way (default 1gbit)")
+    ap.add_argument("--rtt", help="round trip between two nodes (testbed.sh -d: 100us, 1ms); "
+                    "without netem in the kernel, a delay line in user space adds it")
+    ap.add_argument("--loss", help="loss in percent per hop, each way (testbed.sh -l)")
+    ap.add_argument("--delayline", action="store_true",
+                    help="links through the delay line even without --rtt or --loss "
+                    "(testbed.sh -L: what it costs)")
     ap.add_argument("--transport", default="tcp", help="tcp (default), rxm, fabric or auto")
     ap.add_argument("--memory", help="each node's arena (default: 512M, and on the first "
                     "testbed the largest pair size and 256M more where that is larger)")
