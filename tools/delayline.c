@@ -15,10 +15,14 @@
  * Frames cross with their virtio-net header (IFF_VNET_HDR), so that without loss the kernel hands
  * over TCP segments of up to 64 KiB (TSO) and one read and one write carry each; with loss the
  * devices take no TSO, so that each MTU-sized packet is dropped on its own, as on a wire.
- * Timing: a timerfd (CLOCK_MONOTONIC, absolute) wakes the process for the earliest frame due;
- * each wake-up of a sleeping process is late by what the scheduler takes (tens of microseconds
- * on a VM), which adds to the delay asked: measure the round trip it gives (ping) before relying
- * on it below a millisecond.
+ * Timing: a timerfd (CLOCK_MONOTONIC, absolute) wakes the process for the earliest frame due.
+ * Each wake-up of a sleeping process is late by what the scheduler takes (70-80 us on this
+ * project's VM), which would add to every hop's delay: the process keeps the mean lateness of
+ * its timer's wake-ups (wake_ns, a moving average) and arms the timer that much early; a frame
+ * due sooner than that is waited for by polling (epoll_wait without sleeping), which takes a core
+ * while frames that close to their time wait (always, on links of a round trip below about
+ * 300 us that carry a stream). A busy machine still adds its own waits: measure the round trip
+ * a testbed gives (ferry-bench cluster's rtt) before relying on it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +70,9 @@ static struct dir dirs[2 * MAX_LINKS];
 static size_t ndirs;
 static struct counters count;
 static uint64_t delay_ns, limit = 8u << 20;
+/* The mean lateness of the timer's wake-ups (1/8 of each new one), and when the timer is armed
+ * for (0: not armed). */
+static uint64_t wake_ns, armed_ns;
 static double loss; /* probability, 0 to 1 */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -149,6 +156,17 @@ static void read_dir(struct dir *d, uint64_t now)
     }
 }
 
+/* Notes how late the timer's wake-up at now was. */
+static void note_lateness(uint64_t now)
+{
+    uint64_t late = now > armed_ns ? now - armed_ns : 0;
+
+    if (!armed_ns)
+        return;
+    wake_ns = wake_ns - wake_ns / 8 + late / 8;
+    armed_ns = 0;
+}
+
 /* Writes every frame due by now; the earliest still waiting in all directions, or 0. */
 static uint64_t release_due(uint64_t now)
 {
@@ -176,14 +194,29 @@ static uint64_t release_due(uint64_t now)
     return next;
 }
 
+/* Arms the timer for due_ns. */
 static void arm(int tfd, uint64_t due_ns)
 {
     struct itimerspec it = {0};
 
+    armed_ns = due_ns;
     it.it_value.tv_sec = (time_t)(due_ns / 1000000000u);
     it.it_value.tv_nsec = (long)(due_ns % 1000000000u);
     if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &it, NULL) < 0) /* 0: disarmed */
         die("timerfd_settime");
+}
+
+/* The wait before the frame due at next (0: none waits): -1 to sleep until a frame comes, 0 to
+ * poll (it is due sooner than a wake-up would take), else the timer armed a wake-up early. */
+static int wait_for(int tfd, uint64_t next, uint64_t now)
+{
+    if (!next)
+        return -1;
+    if (next <= now + wake_ns)
+        return 0;
+    if (armed_ns != next - wake_ns)
+        arm(tfd, next - wake_ns);
+    return -1;
 }
 
 static void report(void)
@@ -281,8 +314,8 @@ int main(int argc, char **argv)
         die("epoll_ctl");
     printf("ready\n");
     fflush(stdout);
-    for (;;) {
-        int n = epoll_wait(ep, ev, 64, -1);
+    for (int timeout = -1;;) {
+        int n = epoll_wait(ep, ev, 64, timeout);
         uint64_t now, next;
         if (n < 0 && errno != EINTR)
             die("epoll_wait");
@@ -298,11 +331,13 @@ int main(int argc, char **argv)
             } else if (ev[i].data.u64 == UINT64_MAX - 1) {
                 uint64_t expirations;
                 (void)!read(tfd, &expirations, sizeof(expirations));
+                note_lateness(now);
             } else {
                 read_dir(&dirs[ev[i].data.u64], now);
             }
         }
-        if ((next = release_due(now_ns())) != 0)
-            arm(tfd, next);
+        now = now_ns();
+        next = release_due(now);
+        timeout = wait_for(tfd, next, now);
     }
 }
