@@ -11,6 +11,12 @@
 #                                            runs too: what carries the prefix "ftb")
 #   testbed.sh exec STATE_DIR NODE CMD...    run CMD in node NODE's namespace (1..N), with
 #                                            FERRY_SOCKET set to that node's daemon
+#   testbed.sh link STATE_DIR NODE up|down   take node NODE's link down (a partition of the node
+#                                            from everyone), or bring it back
+#   testbed.sh flap STATE_DIR NODE MS COUNT  COUNT times: the link down for MS ms, up for MS ms
+#   testbed.sh cut STATE_DIR NODE PEER       refuse, in NODE's namespace, what goes to PEER (a
+#   testbed.sh uncut STATE_DIR NODE PEER     node's number, or "directory"), or let it through
+#                                            again: a partition of one path
 # OPTIONS: -n NODES (default 8, at most 200), -r RATE per link each way (tc units, default
 #          1gbit), -d RTT between two nodes (default 100us), -l LOSS percent per hop (default
 #          0), -m ARENA per node (default 512M), -t TRANSPORT of ferryd (tcp; rxm: libfabric's
@@ -320,5 +326,30 @@ exec)
     [ -f "$state/run" ] || die "$state: not a testbed's state directory"
     FERRY_SOCKET="$state/node$node/ferry.sock" exec ip netns exec "$(cat "$state/run")-$node" "$@"
     ;;
-*) sed -n '2,28p' "$0" >&2 && exit 2 ;;
+link)
+    [ $# -eq 3 ] && { [ "$3" = up ] || [ "$3" = down ]; } || die "usage: link STATE_DIR NODE up|down"
+    [ -f "$1/run" ] || die "$1: not a testbed's state directory"
+    ip link set "$(cat "$1/run")-$2" "$3"
+    ;;
+flap)
+    [ $# -eq 4 ] || die "usage: flap STATE_DIR NODE MS COUNT"
+    [ -f "$1/run" ] || die "$1: not a testbed's state directory"
+    half=$(awk "BEGIN { print $3 / 1000 }")
+    for ((k = 0; k < $4; k++)); do
+        ip link set "$(cat "$1/run")-$2" down
+        sleep "$half"
+        ip link set "$(cat "$1/run")-$2" up
+        sleep "$half"
+    done
+    ;;
+cut | uncut)
+    [ $# -eq 3 ] || die "usage: $cmd STATE_DIR NODE PEER (a node's number, or directory)"
+    [ -f "$1/run" ] || die "$1: not a testbed's state directory"
+    subnet=$(sed -n 's/^SUBNET=//p' "$1/env")
+    peer=$3
+    [ "$peer" = directory ] && peer=254
+    ip -n "$(cat "$1/run")-$2" route "$([ "$cmd" = cut ] && echo add || echo del)" \
+        prohibit "$subnet.$peer/32"
+    ;;
+*) sed -n '2,30p' "$0" >&2 && exit 2 ;;
 esac

@@ -2,8 +2,8 @@
 # cli_testbed.sh - four ferryd nodes in network namespaces (scripts/testbed.sh, 1 Gbit/s links):
 # a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a broadcast of a
 # large one is relayed by its receivers, and one of them killed leaves its ranges to the others; a link taken
-# down and a holder killed in the middle of transfers end every fetch within its timeout (from
-# another holder, or with an error), the fetching node answering `ferry stat` within 1 s; a
+# down, a link that flaps and a holder killed in the middle of transfers end every fetch within
+# its timeout (bit-exact, or with an error), the fetching node answering `ferry stat` within 1 s; a
 # fetch made while the directory is cut off completes once it is back; a testbed with a round
 # trip and loss (the delay line in user space) gives them and still carries a fetch; and
 # once the testbed is down, no namespace, link or process of it is left; ferry-bench cluster runs
@@ -144,9 +144,10 @@ test_a_relay_killed_leaves_its_ranges_to_the_others() {
 }
 
 # A fetch NODE does of NAME (timeout 5 s) while FAULT runs 200 ms in: it must end within 8 s
-# (done, or failed), and NODE answers stat within 1 s after.
+# (done, or failed with its reason), a copy it made must be bit-exact, and NODE answers stat
+# within 1 s after.
 fetch_through() {
-    local node=$1 name=$2 what=$3 t0 took pid
+    local node=$1 name=$2 what=$3 t0 took pid rc
     shift 3
     t0=$(date +%s%N)
     on "$node" fetch "$name" --timeout 5000 >"$DIR/fault.out" 2>&1 &
@@ -154,32 +155,35 @@ fetch_through() {
     sleep 0.2
     "$@"
     wait "$pid"
+    rc=$?
     took=$((($(date +%s%N) - t0) / 1000000))
-    echo "$what: the fetch ended in $took ms: $(head -c 200 "$DIR/fault.out")"
+    echo "$what: the fetch ended in $took ms (status $rc): $(head -c 200 "$DIR/fault.out")"
     [ "$took" -le 8000 ] && pass || fail "$what: the fetch took $took ms (timeout 5000)"
+    if [ "$rc" = 0 ]; then
+        ok "$what: the copy fetched is bit-exact" arrived "$node" "$name"
+    else
+        ok "$what: the failed fetch says why" test -s "$DIR/fault.out"
+    fi
     expect_answer "$what: node $node answers stat" 0 timeout 1 "$TESTBED" exec "$STATE" "$node" \
         "$FERRY" stat
 }
 
 test_faults_end_every_fetch_in_time() {
-    local run
-    run=$(cat "$STATE/run")
     object big 134217728 # 1 s at 1 Gbit/s
     on 1 put big "$DIR/big" >/dev/null || fail "fault: put"
-    fetch_through 2 big "link of node 1 taken down" ip link set "$run-1" down
-    ip link set "$run-1" up
+    fetch_through 2 big "link of node 1 taken down" "$TESTBED" link "$STATE" 1 down
+    "$TESTBED" link "$STATE" 1 up
+    fetch_through 3 big "link of node 1 flapping (5 x 150 ms)" "$TESTBED" flap "$STATE" 1 150 5
     on 3 put big2 "$DIR/big" >/dev/null || fail "fault: put on node 3"
     fetch_through 4 big2 "node 3 killed" kill -9 "$(cat "$STATE/node3/pid")"
 }
 
-# directory_route VERB: adds or deletes, in every node's namespace, a route that refuses the
-# directory's address (nothing leaves the namespaces meanwhile).
+# directory_route cut|uncut: the directory cut off from every node, or back (testbed.sh cut: a
+# route in each namespace refuses its address; nothing leaves the namespaces meanwhile).
 directory_route() {
-    local run subnet n
-    run=$(cat "$STATE/run")
-    subnet=$(sed -n 's/^SUBNET=//p' "$STATE/env")
+    local n
     for n in 1 2 3 4; do
-        ip -n "$run-$n" route "$1" prohibit "$subnet.254/32" || return 1
+        "$TESTBED" "$1" "$STATE" "$n" directory || return 1
     done
 }
 
@@ -189,7 +193,7 @@ test_directory_cut_off_then_back() {
     local t0 took pid
     object cut 8388608
     on 1 put cut "$DIR/cut" >/dev/null || fail "directory cut: put"
-    directory_route add || fail "directory cut: routes not added"
+    directory_route cut || fail "directory cut: routes not added"
     t0=$(date +%s%N)
     on 4 fetch cut --timeout 20000 >"$DIR/cut.out" 2>&1 &
     pid=$!
@@ -200,7 +204,7 @@ test_directory_cut_off_then_back() {
         timeout 30 "$TESTBED" exec "$STATE" 4 "$FERRY" stat
     sleep 2
     ok "directory cut: the fetch still waits when the directory comes back" kill -0 "$pid"
-    directory_route del || fail "directory cut: routes not removed"
+    directory_route uncut || fail "directory cut: routes not removed"
     if wait "$pid"; then pass; else fail "directory cut: the fetch failed: $(head -c 300 "$DIR/cut.out")"; fi
     took=$((($(date +%s%N) - t0) / 1000000))
     echo "directory cut off for 2 s: the fetch ended after $took ms"
