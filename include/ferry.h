@@ -501,7 +501,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "puts through clients' rings that failed, or were dropped with their client's connection")   \
     X(put_kicks, COUNTER, "kicks from clients whose put found the daemon asleep")                  \
     X(put_ring_bytes, GAUGE,                                                                       \
-      "bytes of clients' rings of puts, outside the arena (pages taken as they are written)")
+      "bytes of clients' rings of puts, outside the arena (pages taken as they are written)")      \
+    X(fetch_hints_self, COUNTER,                                                                   \
+      "objects a fetch was told this very node holds (its copy had gone): looked up")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;
@@ -609,8 +611,9 @@ int ferry_location(ferry_client *c, char out[FERRY_LOCATION_MAX]);
  * record (which may not be written yet); an id deleted cluster-wide lately is looked up
  * instead. locations may be NULL, and any of them NULL or "". Each distinct location crosses
  * to the daemon once (at most 256 distinct ones per call; ids of others are looked up).
- * Counted in the stats as fetch_hints, fetch_hint_misses and fetch_hints_refused. Objects of
- * FERRY_LOCATED_MAX and more had better be fetched without one. */
+ * Counted in the stats as fetch_hints, fetch_hint_misses and fetch_hints_refused; a location of
+ * the fetching node itself (whose copy went since) is looked up, counted in fetch_hints_self.
+ * Objects of FERRY_LOCATED_MAX and more had better be fetched without one. */
 int ferry_fetch_at(ferry_client *c, const ferry_id *ids, const char *const *locations, size_t n,
                    int64_t timeout_ms, int *statuses);
 

@@ -142,6 +142,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->transfers_abandoned = ec->transfers_abandoned;
         out->fetch_hints = ec->fetch_hints;
         out->fetch_hint_misses = ec->fetch_hint_misses;
+        out->fetch_hints_self = ec->fetch_hints_self;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

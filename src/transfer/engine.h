@@ -102,6 +102,7 @@ struct engine_counters {
     uint64_t transfers_abandoned;  /* transfers under way ended: nobody waited for them */
     uint64_t fetch_hints;          /* wants that asked a location's node first */
     uint64_t fetch_hint_misses;    /* of those, the directory asked after all */
+    uint64_t fetch_hints_self;     /* wants whose location named this node: looked up */
     uint64_t split_fetches;        /* objects fetched in ranges from several holders */
     uint64_t ranges_in;            /* ranges received (of those) */
     uint64_t ranges_moved;         /* ranges moved to another holder after theirs failed */

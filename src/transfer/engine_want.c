@@ -604,6 +604,10 @@ static int want_start(struct want *w, const struct directory_node *at)
         w->state = WANT_RETRY;
         return loop_timer_start(e->loop, &w->retry, loop_now_ms());
     }
+    /* A location of this very node: its copy went (the node that put the object wants it
+     * back), and only the directory knows who else has one. */
+    if (at)
+        e->counters.fetch_hints_self++;
     return directory_lookup(e->dir, &w->id, 0, on_holders, w);
 }
 

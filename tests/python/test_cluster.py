@@ -84,6 +84,25 @@ def test_fetch_at_a_location_asks_no_directory(cluster):
         cb.fetch(["located-0"], at=[None])
 
 
+def test_a_location_of_the_fetching_node_itself_is_looked_up(cluster):
+    """The node that put an object, its copy gone, fetches it back by the reference's location
+    (its own): the directory is asked, another holder gives it, and that is counted as
+    fetch_hints_self, not as a hint (ferry.dask's workers do this when Dask drops a result
+    where it was made and wants it back)."""
+    a, b = cluster
+    with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
+        oid = ca.put("back-home", b"h" * 4096)
+        assert bytes(cb.get(oid, fetch=True, at=oid.location)) == b"h" * 4096
+        ca.delete(oid)
+        wait_until(lambda: [n["id"] for n in cb.where(oid)] == ["b"])
+        before = ca.stats()
+        assert bytes(ca.get(oid, fetch=True, at=oid.location)) == b"h" * 4096
+        after = ca.stats()
+        assert after["fetch_hints_self"] == before["fetch_hints_self"] + 1
+        assert after["fetch_hints"] == before["fetch_hints"]
+        assert after["transfers_in"] == before["transfers_in"] + 1
+
+
 def test_a_fetching_get_sends_no_get_before_its_fetch(cluster):
     """get(fetch=True) looks in the shared index, then fetches what it lacks: no get goes to
     the daemon before the fetch (a message less per remote read), and an object at hand is
