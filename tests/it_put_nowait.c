@@ -192,9 +192,11 @@ H_TEST(a_large_object_is_put_at_once)
 {
     ferry_client *a = h_connect(d), *b = h_connect(d);
     ferry_id id = h_id("nowait-large");
+    uint64_t ringed = h_stat(b, "puts_nowait");
 
     H_OK(put_nowait(a, &id, 1u << 20, 0));
     assert_int_equal(h_contains(b, &id), 1);
+    assert_int_equal(h_stat(b, "puts_nowait"), ringed);  /* not by the ring */
     H_RC(put_nowait(a, &id, 1u << 20, 0), FERRY_EEXIST); /* known at once too */
     ferry_disconnect(a);
     ferry_disconnect(b);

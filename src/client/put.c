@@ -266,17 +266,21 @@ static int ring_flush(struct ferry_client *c, int report)
     return client_reply_end(c);
 }
 
+static int ring_push(struct ferry_client *c, const ferry_put_item *it)
+{
+    return putring_push(&c->ring, &c->ring_tail, &c->ring_data_tail, &it->id, it->data,
+                        it->data_size, it->metadata, it->metadata_size);
+}
+
 static int put_nowait_locked(struct ferry_client *c, const ferry_put_item *it)
 {
     int rc = ring_ready(c), status;
     struct batch b = {.items = it, .statuses = &status, .idx = (size_t[1]){0}, .max = 1};
 
     if (rc == 1) {
-        rc = putring_push(&c->ring, &c->ring_tail, &c->ring_data_tail, &it->id, it->data,
-                          it->data_size, it->metadata, it->metadata_size);
+        rc = ring_push(c, it);
         if (rc == FERRY_EAGAIN && (rc = ring_flush(c, 0)) == 0) /* full: wait for the daemon */
-            rc = putring_push(&c->ring, &c->ring_tail, &c->ring_data_tail, &it->id, it->data,
-                              it->data_size, it->metadata, it->metadata_size);
+            rc = ring_push(c, it);
         if (rc == 1) { /* the daemon sleeps: a kick, which it does not answer */
             client_req_begin(c, PROTO_KICK);
             rc = client_req_send(c);
