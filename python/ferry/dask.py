@@ -49,7 +49,8 @@ reference can only name an object a worker of this cluster stored, never another
 The receiver unpickles a private copy of the stream, and only when it has the digest the
 producer recorded at its put (a stream rewritten in the arena since is refused: TransferFailed);
 the out-of-band buffers are data, read in place (checked against the producer's digest tree when
-they crossed nodes). It marks delete-when-unused only a copy its get fetched for it.
+they crossed nodes). It marks delete-when-unused every copy it gets, as the producer marked
+its own.
 
 Received values are read-only: tasks receive arrays they cannot write (Dask's contract: tasks do not
 mutate their inputs). Results that are builtin containers (tuple, list, dict, set) are not
@@ -262,12 +263,11 @@ def _get(header):
     client = _state["client"]
     oid, stream_digest = _reference(header)
     try:
-        local = client.contains(oid)
         buf = client.get(oid, _state["fetch_timeout_ms"], fetch=True, at=_at(header))
-        if not local:
-            # A copy fetched for us: deleted when unused, like every object of ferry.dask (an
-            # object already here is its producer's, marked by it; never ours to mark).
-            client.delete_unused(oid)
+        # Deleted when unused, like every object of ferry.dask. Marked whether or not this get
+        # fetched it: the producer's own copy is marked already, and a look before the get
+        # could see a copy that went before the get made another (which would then stay).
+        client.delete_unused(oid)
         value = _load_checked(buf, stream_digest)
     except (ferry.Error, ValueError, pickle.UnpicklingError) as e:  # ValueError: format, digest
         raise TransferFailed(f"ferry.dask: could not get {oid}: {e}") from e
