@@ -448,7 +448,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "fetches findable as partial holders, serving ranges before they are whole")                 \
     X(ranges_relayed, COUNTER, "ranges sent to peers from objects still being received here")      \
     X(relay_waits_expired, COUNTER,                                                                \
-      "ranges asked of this node while it received them, not here within the answer deadline")     \
+      "ranges asked of this node while it received them, not in within half the relay deadline")   \
     X(kept_objects, GAUGE, "objects kept until let go (ferry_keep): never evicted for room")       \
     X(kept_bytes, GAUGE, "bytes of the kept objects")                                              \
     X(evicted_unread, COUNTER, "objects evicted to make room before any reader took them")         \
@@ -471,7 +471,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "receivers' reports of a chunk unlike its digest that the copy here disproved")              \
     X(suspects_ignored, COUNTER, "receivers' reports of bad chunks past a connection's bound")     \
     X(relays_silent, COUNTER,                                                                      \
-      "partial holders given up for saying nothing to a relayed pull for the answer deadline")     \
+      "partial holders given up for saying nothing of a relayed range for the relay deadline")     \
     X(pins_reclaimed, COUNTER,                                                                     \
       "peers dropped for reading pins past their share too slowly while other node ids waited")    \
     X(pins_broken, COUNTER,                                                                        \
@@ -503,7 +503,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(put_ring_bytes, GAUGE,                                                                       \
       "bytes of clients' rings of puts, outside the arena (pages taken as they are written)")      \
     X(fetch_hints_self, COUNTER,                                                                   \
-      "objects a fetch was told this very node holds (its copy had gone): looked up")
+      "objects a fetch was told this very node holds (its copy had gone): looked up")            \
+    X(relay_asked_again, COUNTER,                                                                  \
+      "ranges asked again of a partial holder that answered not yet (its copy had stalled)")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

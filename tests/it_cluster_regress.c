@@ -52,6 +52,7 @@ enum { A, B, C, D };
  * sends none for STALL_MS, is given up on. */
 #define ANSWER_MS h_timer_ms("answer", ENGINE_ANSWER_MS)
 #define STALL_MS h_timer_ms("stall", ENGINE_STALL_MS)
+#define RELAY_MS h_timer_ms("relay", ENGINE_RELAY_MS)
 /* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
 #define MAX_FAKE_RANGES 32
 /* The ranges a relayed object comes in (engine_int.h: RELAY_RANGE). */
@@ -1477,11 +1478,11 @@ H_CLUSTER_TEST(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves
 }
 
 /* A partial holder listed before A (a fake, "mute") takes A's relayed pulls and says nothing:
- * it loses them once it has been silent for the answer deadline, and they move to B, the whole
- * holder, so the fetch ends in about one answer deadline. It was held until the stall watchdog
+ * it loses them once it has been silent for the relay deadline, and they move to B, the whole
+ * holder, so the fetch ends in about one relay deadline. It was held until the stall watchdog
  * (30 s) dropped the connection: a fetch with a 20 s timeout timed out. Runs at the real timers
  * (FERRY_REAL_TIMERS), so that the stall watchdog is the real one. */
-H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
+H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_relay_deadline)
 {
     h_cluster_start(cl, 2, "96M", (const char *[]){"--relay-min", "1M", NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A),
@@ -1504,8 +1505,8 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
     fake_handshake_as(cfd, "mute"); /* then its pulls are never answered */
     h_fetch_join(&f, timeout + H_EVENT_MS);
     ferry_stats a1 = h_stats(a);
-    printf("fetch past a silent relay: %s after %lld ms (answer deadline %d ms, stall %d ms)\n",
-           ferry_strerror(f.rc), (long long)f.elapsed_ms, ANSWER_MS, STALL_MS);
+    printf("fetch past a silent relay: %s after %lld ms (relay deadline %d ms, stall %d ms)\n",
+           ferry_strerror(f.rc), (long long)f.elapsed_ms, RELAY_MS, STALL_MS);
     if (f.rc != FERRY_OK || status != FERRY_OK)
         fail_msg("the fetch did not end past the silent relay: rc %d (%s), status %d after "
                  "%lld ms",
@@ -1520,6 +1521,115 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
     ferry_disconnect(b);
 }
 
+/* A partial holder that stops in the middle of a relayed range (its link went down: no reset,
+ * no byte more) loses its ranges within the relay deadline (relays_silent), not the rate
+ * watchdog's window (holders_too_slow, 5 s): every node of a chain behind it waits as long. The
+ * silence rule looked only at pulls not yet answered: a relay partitioned halfway through a
+ * broadcast to 7 held the chain behind it for 5 s. */
+H_CLUSTER_TEST(a_relay_gone_quiet_mid_range_loses_its_ranges)
+{
+    h_cluster_start(cl, 1, "96M", (const char *[]){"--relay-min", "1M", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"quiet", "whole", "spare"};
+    const uint64_t size = 4 * RELAY_RANGE_BYTES;
+    struct pollfd pfd[2 * FAKES];
+    struct wire_range r[MAX_FAKE_RANGES];
+    uint64_t tag, digest;
+    uint32_t n;
+    int status = 1;
+    ferry_id x = h_id("relay-gone-quiet");
+    fakes_listen(cl, pfd, names, &x);
+    make_fake_partial(cl, "quiet", &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 20000, &status);
+    int cfd = fake_accept(pfd[0].fd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd, "quiet"); /* its later pulls are never read */
+    read_pull_of(cfd, &x, 0, size, &tag, r, &n);
+    assert_int_equal(r[0].off, 0);
+    /* The reply, and half of the range's bytes: then nothing. */
+    fake_reply_ranges(cfd, tag, size, digest, bytes,
+                      &(struct wire_range){0, RELAY_RANGE_BYTES / 2}, 1);
+    fakes_serve(pfd, names, &x, bytes, size, digest, -1, &f, h_now_ms() + 20000);
+    h_fetch_join(&f, H_EVENT_MS);
+    ferry_stats a1 = h_stats(a);
+    printf("fetch past a relay gone quiet mid-range: %s after %lld ms (relay deadline %d ms)\n",
+           ferry_strerror(f.rc), (long long)f.elapsed_ms, RELAY_MS);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the fetch did not end past the quiet relay: rc %d (%s), status %d", f.rc,
+                 ferry_strerror(f.rc), status);
+    assert_int_equal(a1.relays_silent - a0.relays_silent, 1);
+    assert_int_equal(a1.holders_too_slow - a0.holders_too_slow, 0);
+    assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
+    h_assert_object(a, &x, size, 0);
+    free(bytes);
+    close(cfd);
+    fakes_close(pfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+/* A partial holder whose copy stalled (its own source partitioned) answers a relayed range "not
+ * yet" (FERRY_EAGAIN): A asks it again instead of moving the range, so that a chain holds while
+ * that holder finds another source, and the range then comes from it. Before, a holder said
+ * "not here" and the range moved for good: the receivers behind a partitioned relay all left
+ * the chain for the first nodes, and a broadcast to 7 took 3.2-4.6 x a lone fetch. */
+H_CLUSTER_TEST(a_relay_answering_not_yet_is_asked_again)
+{
+    h_cluster_start(cl, 1, "96M", (const char *[]){"--relay-min", "1M", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"stalled", "whole", "spare"};
+    const uint64_t size = 4 * RELAY_RANGE_BYTES;
+    struct pollfd pfd[2 * FAKES];
+    struct wire_range r[MAX_FAKE_RANGES];
+    uint64_t tag, digest;
+    uint32_t n, served = 0, again = 0;
+    int status = 1;
+    ferry_id x = h_id("relay-not-yet");
+    fakes_listen(cl, pfd, names, &x);
+    make_fake_partial(cl, "stalled", &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 20000, &status);
+    int cfd = fake_accept(pfd[0].fd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd, "stalled");
+    /* Each range alone in its pull; the first answered "not yet" twice. Bounded by count. */
+    for (int k = 0; k < 16 && served < size / RELAY_RANGE_BYTES; k++) {
+        read_pull_of(cfd, &x, 0, size, &tag, r, &n);
+        assert_int_equal(n, 1);
+        if (r[0].off == 0 && again < 2) {
+            again++;
+            fake_reply_failed(cfd, tag, 1, FERRY_EAGAIN);
+            continue;
+        }
+        fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
+        served++;
+    }
+    h_fetch_join(&f, 20000 + H_EVENT_MS);
+    ferry_stats a1 = h_stats(a);
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the fetch did not end: rc %d (%s), status %d", f.rc, ferry_strerror(f.rc),
+                 status);
+    assert_int_equal(again, 2);
+    assert_int_equal(served, size / RELAY_RANGE_BYTES);
+    assert_int_equal(a1.relay_asked_again - a0.relay_asked_again, 2);
+    assert_int_equal(a1.ranges_moved - a0.ranges_moved, 0);
+    h_assert_object(a, &x, size, 0);
+    free(bytes);
+    close(cfd);
+    fakes_close(pfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* Ranges of a relayed object dealt while nobody waits, within the grace a fetch has to take it
  * up again (clients wait in slices: the Python module's are 100 ms), are kept: they were
  * dropped from the queue, the object was then fetched whole (from nobody here: only a partial
@@ -1528,15 +1638,16 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_answer_deadline)
  * fetch instead of 1.06 x. */
 H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
 {
-    /* answer 10 s: the test itself plays the relay, and under the sanitizers on a busy
+    /* answer and relay 10 s: the test itself plays the relay, and under the sanitizers on a busy
      * machine it once answered A's pulls after A's 3 s (a full make test); the deadline is not
-     * this case's subject (a_silent_relay_loses_its_ranges_within_the_answer_deadline's is).
+     * this case's subject (a_silent_relay_loses_its_ranges_within_the_relay_deadline's is).
      * orphan 5 s: the grace between the slices must outlast the test's own replies to the
      * first eight ranges, which took more than the default 300 ms under the sanitizers beside
      * busy neighbours (the object was then abandoned, its ranges never answered). */
     h_cluster_start(
         cl, 1, "96M",
-        (const char *[]){"--relay-min", "1M", "--timers", "answer=10000,orphan=5000", NULL});
+        (const char *[]){"--relay-min", "1M", "--timers", "answer=10000,relay=10000,orphan=5000",
+                         NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const uint64_t nranges = 12, size = nranges * RELAY_RANGE_BYTES;
     int port, lfd, cfd, status = 1;
@@ -1706,7 +1817,9 @@ int main(void)
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),
         T(a_partial_holder_serving_other_bytes_is_named_and_its_range_moves),
         T(relayed_ranges_dealt_between_fetch_slices_are_kept),
-        T(a_silent_relay_loses_its_ranges_within_the_answer_deadline),
+        T(a_silent_relay_loses_its_ranges_within_the_relay_deadline),
+        T(a_relay_gone_quiet_mid_range_loses_its_ranges),
+        T(a_relay_answering_not_yet_is_asked_again),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),

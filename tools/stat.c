@@ -225,9 +225,10 @@ static void print_cluster(const struct stat_view *v)
            val(v, "split_fallbacks"), val(v, "ranges_out"));
     printf("  %-13s %" PRIu64 " fetches served ranges while receiving; %" PRIu64
            " ranges sent from copies being received, %" PRIu64
-           " not in within the deadline; %" PRIu64 " silent relays given up\n",
+           " not in within the deadline; %" PRIu64 " silent relays given up; %" PRIu64
+           " ranges asked again\n",
            "relay", val(v, "relays"), val(v, "ranges_relayed"), val(v, "relay_waits_expired"),
-           val(v, "relays_silent"));
+           val(v, "relays_silent"), val(v, "relay_asked_again"));
     printf("  %-13s %" PRIu64 " opened, %" PRIu64 " accepted, %" PRIu64
            " evicted; peers dropped: %" PRIu64 " bad, %" PRIu64 " too slow, %" PRIu64
            " too slow past their share of pins, %" PRIu64 " for the room of local creates; %" PRIu64

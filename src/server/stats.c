@@ -143,6 +143,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->fetch_hints = ec->fetch_hints;
         out->fetch_hint_misses = ec->fetch_hint_misses;
         out->fetch_hints_self = ec->fetch_hints_self;
+        out->relay_asked_again = ec->relay_asked_again;
         out->eager_max = engine_eager_max(srv->engine);
     }
     if (dc) {

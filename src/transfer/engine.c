@@ -76,8 +76,10 @@ static void timers_resolve(struct engine *e)
     t->breaker_ms = t->breaker_ms ? t->breaker_ms : ENGINE_BREAKER_MS;
     t->rate_ms = t->rate_ms ? t->rate_ms : ENGINE_RATE_MS;
     t->orphan_ms = t->orphan_ms ? t->orphan_ms : ENGINE_ORPHAN_MS;
+    t->relay_ms = t->relay_ms ? t->relay_ms : ENGINE_RELAY_MS;
     shortest = t->stall_ms < t->answer_ms ? t->stall_ms : t->answer_ms;
     shortest = shortest < t->rate_ms ? shortest : t->rate_ms;
+    shortest = shortest < t->relay_ms ? shortest : t->relay_ms;
     e->check_ms = shortest / 4 < STALL_CHECK_MS ? shortest / 4 : STALL_CHECK_MS;
 }
 

@@ -46,6 +46,8 @@ struct engine_timers {
                             * window of this, or it is dropped */
     uint32_t orphan_ms;    /* a fetch nobody waits for any more goes on this long, for a client
                             * that waits in slices to take it up again */
+    uint32_t relay_ms;     /* a partial holder that owes a relayed range and sends nothing for
+                            * this long is given up on; it answers within half of it */
 };
 #define ENGINE_STALL_MS 30000
 #define ENGINE_HANDSHAKE_MS 10000
@@ -53,6 +55,9 @@ struct engine_timers {
 #define ENGINE_BREAKER_MS 30000
 #define ENGINE_RATE_MS 5000
 #define ENGINE_ORPHAN_MS 300
+/* Shorter than answer_ms: a relay chain waits on each node behind a silent one, so a relay
+ * partitioned from everyone is found in a second (a false alarm only moves its ranges). */
+#define ENGINE_RELAY_MS 1000
 /* Bounds of each timer: from a tenth of a second (a loop turn and a round trip must fit) to
  * an hour. */
 #define ENGINE_TIMER_MIN_MS 100
@@ -60,7 +65,8 @@ struct engine_timers {
 /* The lease's own floor: a fabric reader refuses a lease under 1 s (it gives up a second
  * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
 #define ENGINE_LEASE_MIN_MS 2000
-/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate, orphan) into
+/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate, orphan,
+ * relay) into
  * t, whose other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
 int engine_timers_parse(const char *text, struct engine_timers *t);
 
@@ -111,11 +117,12 @@ struct engine_counters {
     uint64_t chunks_refused;       /* chunks received that did not match their holder's leaf */
     uint64_t relays;               /* fetches made findable as partial holders */
     uint64_t ranges_relayed;       /* ranges sent from objects still being received */
-    uint64_t relay_waits_expired;  /* ranges asked of a partial copy, not in within answer_ms */
+    uint64_t relay_waits_expired;  /* ranges asked of a partial copy, not in within relay_ms/2 */
     uint64_t rewritten_after_seal; /* copies here that a SUSPECT found changed: dropped */
     uint64_t suspects_unfounded;   /* SUSPECTs whose chunk matched here */
     uint64_t suspects_ignored;     /* SUSPECTs past a connection's bound */
     uint64_t relays_silent;        /* partial holders dropped: no answer to a relayed pull */
+    uint64_t relay_asked_again;    /* relayed ranges answered "not yet", asked again */
     uint64_t pins_reclaimed;       /* receivers dropped: pins past their share read too slowly
                                     * while other node ids waited for pins */
     uint64_t pins_broken;          /* receivers dropped: their pins held room a local create

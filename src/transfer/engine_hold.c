@@ -384,11 +384,17 @@ static uint64_t hpull_len(const struct hpull *hp, uint32_t i, const struct objec
 /* The want whose copy, being received here, answers entry i of hp (a range of at most
  * RELAY_RANGE bytes: what a receiver asks a partial holder for; NULL for anything else, a
  * sealed object's included). */
-static struct want *entry_relay(struct engine *e, const struct hpull *hp, uint32_t i)
+static struct want *entry_coming(struct engine *e, const struct hpull *hp, uint32_t i)
 {
-    if (!hp->ranges || hp->expired || hp->ranges[i].len > RELAY_RANGE || sealed(e, &hp->ids[i]))
+    if (!hp->ranges || hp->ranges[i].len > RELAY_RANGE || sealed(e, &hp->ids[i]))
         return NULL;
     return eng_relay_source(e, &hp->ids[i]);
+}
+
+/* The same, for a pull still waiting: none once its wait expired. */
+static struct want *entry_relay(struct engine *e, const struct hpull *hp, uint32_t i)
+{
+    return hp->expired ? NULL : entry_coming(e, hp, i);
 }
 
 /* What entry i of hp is answered from: the sealed object, or the copy being received here when
@@ -408,12 +414,13 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 }
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
- * waits (and the connection's later pulls with it) for half an answer deadline (RELAY_WAIT_DIV)
+ * waits (and the connection's later pulls with it) for half a relay deadline (RELAY_WAIT_DIV)
  * at most, however the copy progresses (its range may be coming from a slow holder while the
  * rest comes fast), and less when no chunk has come into the copy for that long: then its
- * waiting entries are answered "not here" (relay_waits_expired), and so, at once, are those of
- * the later pulls that wait for a copy that makes no progress; the receiver asks another holder.
- * The receiver gives up on a partial holder that says nothing for a whole answer deadline.
+ * waiting entries are answered "not yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once,
+ * are those of the later pulls that wait for a copy that makes no progress; the receiver asks
+ * again (its chain holds while this node finds another source) or moves on. The receiver gives
+ * up on a partial holder that says nothing for a whole relay deadline.
  * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
@@ -431,7 +438,7 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
         until = (w->relay->ms < hp->since ? w->relay->ms : hp->since) +
-                e->timers.answer_ms / RELAY_WAIT_DIV;
+                e->timers.relay_ms / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
             ic->waiting = 1;
@@ -542,7 +549,10 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
         return;
     }
     len = o ? hpull_len(hp, i, o) : 0;
-    re[i] = (struct wire_reply_entry){.status = o ? 0 : FERRY_ENOENT};
+    /* A range of a copy still coming here whose wait expired: "not yet", not "not here". */
+    re[i] = (struct wire_reply_entry){.status = o                        ? 0
+                                                : entry_coming(ic->e, hp, i) ? FERRY_EAGAIN
+                                                                             : FERRY_ENOENT};
     if (o && len && pins_over(ic, *pinning, len) != PINS_OK) {
         re[i].status = FERRY_EBUSY;
         ic->e->counters.pins_deferred++;

@@ -141,11 +141,15 @@
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
  * enough that a partial holder that stops costs one answer deadline, not one per range. */
 #define RELAY_WINDOW 8
-/* A pull waits for a partial copy's ranges at most answer_ms / RELAY_WAIT_DIV, however the rest
+/* A pull waits for a partial copy's ranges at most relay_ms / RELAY_WAIT_DIV, however the rest
  * of the copy progresses: a receiver gives up on a partial holder that owes it a reply and says
- * nothing for answer_ms (engine_peer.c), and the rest is the margin for our "not here" to reach
+ * nothing for relay_ms (engine_peer.c), and the rest is the margin for our "not yet" to reach
  * it first. */
 #define RELAY_WAIT_DIV 2
+/* A relayed range answered "not yet" (its partial holder's copy stalled) is asked of the same
+ * holder again this many times, about half a relay deadline apart, before it moves: long enough
+ * for that holder to find another source (a relay deadline), short of a fetch's patience. */
+#define RELAY_ASK_AGAIN 8
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -318,6 +322,7 @@ struct want {
      * whole-object checks are made. */
     struct want_relay *relay;
     int relay_off, relayed;
+    uint32_t asked_again; /* a relayed part: "not yet" answers taken (RELAY_ASK_AGAIN) */
 };
 
 struct pull {

@@ -197,15 +197,18 @@ static int peer_too_slow(struct peer *p)
     return 1;
 }
 
-/* Whether p owes the reply to a relayed range with nothing before it still to come: a partial
- * holder answers such a pull within half an answer deadline (the range, or "not here":
- * engine_hold.c), so one that says nothing for a whole deadline is given up on, its ranges
- * moved, rather than left to the stall watchdog (a silent relay held its fetch for 30 s). */
+/* Whether p owes the reply to a relayed range, or its bytes, with nothing before it still to
+ * come: a partial holder answers such a pull within half a relay deadline (the range, or "not
+ * yet": engine_hold.c) and then sends the range whole at the link's pace, so one that says
+ * nothing for a whole deadline is given up on, its ranges moved, rather than left to the rate
+ * and stall watchdogs (a relay partitioned mid-range held a chain for 5 s, a silent one its
+ * fetch for 30 s). */
 static int peer_owes_relay_reply(const struct peer *p)
 {
     const struct pull *pl = p->pulls;
 
-    return pl && !pl->replied && pl->n && pl->entries[0].w && pl->entries[0].w->relayed;
+    return pl && (!pl->replied || pl->pending) && pl->n && pl->entries[0].w &&
+           pl->entries[0].w->relayed;
 }
 
 static void on_stall(struct loop *l, struct loop_timer *t)
@@ -240,10 +243,10 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         peer_abort_as(p, why, FAULT_UNREACHED);
         return;
     }
-    if (idle >= tm->answer_ms && peer_owes_relay_reply(p)) {
+    if (idle >= tm->relay_ms && peer_owes_relay_reply(p)) {
         p->e->counters.relays_silent++;
-        snprintf(why, sizeof(why), "a partial holder that answered no relayed pull in %u ms",
-                 tm->answer_ms);
+        snprintf(why, sizeof(why), "a partial holder that sent nothing of a relayed range in %u ms",
+                 tm->relay_ms);
         eng_peer_abort(p, why); /* FAULT_REAL: its ranges move, and it is not asked again */
         return;
     }

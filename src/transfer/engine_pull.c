@@ -81,6 +81,20 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         eng_peer_enqueue(p, w);
         return 0;
     }
+    if (re->status == FERRY_EAGAIN && w->parent && w->relayed) {
+        /* A partial holder whose copy stalled (its own source failed, say): asked again while
+         * it finds another, so that the chain behind it holds; moved after RELAY_ASK_AGAIN. */
+        pe->w = NULL;
+        w->entry = NULL;
+        if (++w->asked_again <= RELAY_ASK_AGAIN) {
+            e->counters.relay_asked_again++;
+            eng_peer_enqueue(p, w);
+        } else {
+            eng_want_failed_holder(w, "a partial holder whose copy made no progress",
+                                   FAULT_LOST, NULL);
+        }
+        return 0;
+    }
     if (re->status != 0) {
         if (re->status != FERRY_ENOENT)
             return err_set(FERRY_EPROTO, "reply status %d", re->status);

@@ -19,6 +19,7 @@ static uint32_t *timer_field(struct engine_timers *t, const char *name, size_t l
         {"lease", offsetof(struct engine_timers, lease_ms)},
         {"rate", offsetof(struct engine_timers, rate_ms)},
         {"orphan", offsetof(struct engine_timers, orphan_ms)},
+        {"relay", offsetof(struct engine_timers, relay_ms)},
     };
 
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
@@ -39,7 +40,7 @@ static int timer_parse_one(const char *item, size_t len, struct engine_timers *t
     if (!field)
         return err_set(FERRY_EINVAL,
                        "timer '%.*s': expected NAME=MS, NAME one of stall, handshake, answer, "
-                       "breaker, lease, rate, orphan",
+                       "breaker, lease, rate, orphan, relay",
                        (int)len, item);
     v = strtoul(eq + 1, &end, 10);
     if (end != item + len || !isdigit((unsigned char)eq[1]) || v < min || v > ENGINE_TIMER_MAX_MS)

@@ -12,7 +12,10 @@
  *              with WIRE_PULL_RANGES, n ranges {u64 offset, u64 length} follow the ids: only
  *              that range of each object's bytes (data then metadata) is sent, cut to the
  *              object (wire_range_cut); a range {0, UINT64_MAX} is the whole object
- *   REPLY      holder -> receiver: u32 n, n entries {i32 status, u64 data_size,
+ *   REPLY      holder -> receiver: u32 n, n entries {i32 status (0; FERRY_ENOENT: not here;
+ *              FERRY_EBUSY: ask again once the earlier pulls are done; FERRY_EAGAIN, for a
+ *              range of at most RELAY_RANGE of a copy the holder is still receiving: not in
+ *              yet, ask again), u64 data_size,
  *              u64 metadata_size, digest (DIGEST_LEN bytes: the root), u32 nleaves}, then
  *              the leaves of every entry in order (nleaves * DIGEST_LEN bytes each; nleaves is
  *              0, or digest_leaves(size) for an object of more than one chunk whose digest
@@ -46,7 +49,8 @@
 #include "common/proto.h"
 
 #define WIRE_MAGIC 0x58595246u /* "FRYX" */
-#define WIRE_VERSION 5u        /* 5: SHA-256 roots and leaves in REPLY (4: XXH3) */
+/* 6: FERRY_EAGAIN in REPLY; 5: SHA-256 roots and leaves in REPLY (4: XXH3) */
+#define WIRE_VERSION 6u
 #define WIRE_MAX_FRAME (4u << 20)
 #define WIRE_MAX_IDS 65536u
 #define WIRE_NONCE 32u

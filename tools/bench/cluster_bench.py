@@ -24,6 +24,9 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
              each node's rate, against node 2's fetch of such an object alone; every copy
              checked bit-exact; the ranges receivers relayed to each other (ferry stat)
   broadcast-join  the same, the receivers' starts spread over --join-spread seconds
+  broadcast-cut   the same, node 3 (a receiver, relaying) partitioned half a lone fetch's time
+             in: its link down for a lone fetch's time, then up again; the others must still
+             complete, node 3 too (or say why)
   broadcast-kill  the same, node 3 (a receiver, relaying) killed half a lone fetch's time in:
              the others must still complete (runs last: the node stays dead)
 hot, small and pair run on the first N only; the others on every N. The link's payload rate (the
@@ -40,6 +43,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -407,77 +411,109 @@ def kill_node(tb, node):
         os.kill(int(f.read().strip()), signal.SIGKILL)
 
 
-def fetch_spread(tb, nodes, name, spread_s, kill=None):
-    """nodes fetch name, the k-th starting spread_s * k / (len - 1) after the first; with kill
-    = (node, seconds), that node's daemon is killed that long after the first start. {node:
-    (start, end)} of the nodes that completed, the first start, and the killed node's error."""
+def cut_node(tb, node, seconds):
+    """Takes node's link down (a partition of the node from everyone: its peers see silence, no
+    reset) for seconds, then up again, on a thread of its own."""
+    def run(state):
+        subprocess.run([TESTBED, "link", tb.state, str(node), state], check=True, timeout=60)
+
+    run("down")
+    timer = threading.Timer(seconds, run, args=("up",))
+    timer.start()
+    return timer
+
+
+def fetch_spread(tb, nodes, name, spread_s, fault=None):
+    """nodes fetch name, the k-th starting spread_s * k / (len - 1) after the first; with fault
+    = (node, seconds, act), act(tb, node) is done that long after the first start. {node:
+    (start, end)} of the nodes that completed, the first start, and the fault's node's error
+    (None when it completed too)."""
     at = time.monotonic() + START_LEAD_S
     step = spread_s / max(len(nodes) - 1, 1)
     for k, n in enumerate(nodes):
         tb.agents[n].send("fetch", names=[name], at=at + k * step)
-    killed_why = None
-    if kill:
-        time.sleep(max(0.0, at + kill[1] - time.monotonic()))
-        kill_node(tb, kill[0])
+    victim_why, undo = None, None
+    if fault:
+        time.sleep(max(0.0, at + fault[1] - time.monotonic()))
+        undo = fault[2](tb, fault[0])
     got = {}
-    for n in nodes:
-        try:
-            g = tb.agents[n].answer()
-            got[n] = (g["start"], g["end"])
-        except RuntimeError as e:
-            if not kill or n != kill[0]:
-                raise
-            killed_why = str(e)
-    return got, at, killed_why
+    try:
+        for n in nodes:
+            try:
+                g = tb.agents[n].answer()
+                got[n] = (g["start"], g["end"])
+            except RuntimeError as e:
+                if not fault or n != fault[0]:
+                    raise
+                victim_why = str(e)
+    finally:
+        if undo:
+            undo.join()
+    return got, at, victim_why
 
 
-def broadcast(tb, size, link_mib_s, spread_s=0.0, kill=False):
+def broadcast(tb, size, link_mib_s, spread_s=0.0, fault=None):
     """size bytes on node 1, nodes 2..N ask for them (at once, or their starts spread over
-    spread_s; with kill, 20 ms apart in order and node 3, the second, killed half a lone
-    fetch's time in): the time to the last
-    (from the first start, and from its own start), beside node 2's fetch of such an object
-    alone; each receiver's copy checked bit-exact."""
+    spread_s; with a fault, 20 ms apart in order and node 3, the second, hit half a lone
+    fetch's time in: "kill" kills its daemon, "cut" takes its link down for a lone fetch's
+    time): the time to the last of the others (from the first start, and from its own start),
+    beside node 2's fetch of such an object alone; each copy checked bit-exact, node 3's too
+    when a cut one completed."""
     tb.agents[1].call("put", names=["bcast-alone"], size=size)
     alone = fetch_alone(tb, 2, ["bcast-alone"])
     for node in (1, 2):
         tb.agents[node].call("delete", names=["bcast-alone"])
     receivers = list(range(2, tb.n + 1))
-    chain = raw_chain(tb, receivers, size) if not spread_s and not kill else None
+    chain = raw_chain(tb, receivers, size) if not spread_s and not fault else None
     tb.agents[1].call("put", names=["bcast"], size=size)
-    victim = 3 if kill else None
-    if kill:  # 20 ms apart, in order: node 3 is the second receiver, the third's source
+    victim = 3 if fault else None
+    if fault:  # 20 ms apart, in order: node 3 is the second receiver, the third's source
         spread_s = 0.02 * (len(receivers) - 1)
+    act = {None: None, "kill": lambda tb, n: kill_node(tb, n),
+           "cut": lambda tb, n: cut_node(tb, n, alone)}[fault]
     before = node_stats(tb, range(1, tb.n + 1))
     cpu0 = cpu_seconds(tb)
-    got, at, killed_why = fetch_spread(tb, receivers, "bcast", spread_s,
-                                       (victim, alone / 2) if kill else None)
-    cpu1 = cpu_seconds(tb, skip=victim)
-    got.pop(victim, None)  # done before it was killed, or not: its daemon is gone
-    live = [n for n in range(1, tb.n + 1) if n != victim]
+    got, at, victim_why = fetch_spread(tb, receivers, "bcast", spread_s,
+                                       (victim, alone / 2, act) if fault else None)
+    cpu1 = cpu_seconds(tb, skip=victim if fault == "kill" else None)
+    victim_got = got.pop(victim, None)  # the others' span is the figure
+    live = [n for n in range(1, tb.n + 1) if fault != "kill" or n != victim]
     after = node_stats(tb, live)
     counted = {k: sum(after[n][k] - before[n][k] for n in live) for k in BCAST_COUNTERS}
     per_node = {n: {k: after[n][k] - before[n][k] for k in BCAST_COUNTERS} for n in live}
-    tb.all({n: ("check", {"names": ["bcast"], "size": size}) for n in got})
+    checked = list(got) + ([victim] if victim_got and fault == "cut" else [])
+    tb.all({n: ("check", {"names": ["bcast"], "size": size}) for n in checked})
     span = max(e for _, e in got.values()) - at
     own = max(e - s for s, e in got.values())
-    out = {"size": size, "receivers": tb.n - 1, "spread_s": spread_s, "killed": victim,
-           "killed_error": killed_why, "completed": len(got), "last_s": span, "alone_s": alone,
+    out = {"size": size, "receivers": tb.n - 1, "spread_s": spread_s, "fault": fault,
+           "victim": victim, "victim_error": victim_why,
+           "victim_s": victim_got[1] - at if victim_got and fault == "cut" else None,
+           "completed": len(got), "last_s": span, "alone_s": alone,
            "ratio_to_alone": span / alone, "longest_own_s": own,
            "own_ratio_to_alone": own / alone, "bound_s": size / MIB / link_mib_s,
            "per_node_mib_s": {n: size / (e - s) / MIB for n, (s, e) in got.items()},
-           "bit_exact": True, "counters_per_node": per_node, "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
+           "bit_exact": True, "counters_per_node": per_node,
+           "machine_busy_cores": (cpu1[1] - cpu0[1]) / span,
            "raw_chain_s": chain, "ratio_to_raw_chain": span / chain if chain else None,
            **counted}
     rates = sorted(out["per_node_mib_s"].values())
     how = (f"starts spread over {spread_s:.1f} s" if spread_s else "at once") + \
-        (f", node {victim} killed after {alone / 2:.2f} s" if kill else "")
-    log(f"broadcast {size_text(size)} to {tb.n - 1} nodes ({how}): last after {span:.2f} s = "
+        (f", node {victim} killed after {alone / 2:.2f} s" if fault == "kill" else "") + \
+        (f", node {victim}'s link down after {alone / 2:.2f} s for {alone:.2f} s"
+         if fault == "cut" else "")
+    if fault == "cut":
+        how += (f"; it completed after {out['victim_s']:.2f} s" if victim_got else
+                f"; its fetch failed: {victim_why}")
+    log(f"broadcast {size_text(size)} to {tb.n - 1} nodes ({how}): the last "
+        + ("other " if fault else "") + f"after {span:.2f} s = "
         f"{span / alone:.2f} x one node's fetch alone ({alone:.2f} s; the link's bound "
         f"{out['bound_s']:.2f} s); the longest fetch {own:.2f} s = {own / alone:.2f} x; "
-        f"{len(got)} of {tb.n - 1} done, bit-exact; per node {rates[0]:.1f}-{rates[-1]:.1f} "
-        f"MiB/s; the machine {out['machine_busy_cores']:.2f} of its {os.cpu_count()} cores "
-        f"busy; " + (f"a raw TCP relay chain through the same nodes {chain:.2f} s "
-                     f"({span / chain:.2f} x); " if chain else "") + f"counted {counted['ranges_relayed']} ranges relayed by receivers, "
+        f"{len(got)} of {tb.n - 1 - bool(fault)} others done, bit-exact; per node "
+        f"{rates[0]:.1f}-{rates[-1]:.1f} MiB/s; the machine {out['machine_busy_cores']:.2f} of "
+        f"its {os.cpu_count()} cores busy; "
+        + (f"a raw TCP relay chain through the same nodes {chain:.2f} s "
+           f"({span / chain:.2f} x); " if chain else "")
+        + f"counted {counted['ranges_relayed']} ranges relayed by receivers, "
         f"{counted['transfer_failures']} failed transfers, {counted['relay_waits_expired']} "
         f"relay waits expired")
     tb.all({n: ("delete", {"names": ["bcast"]}) for n in live})
@@ -521,8 +557,10 @@ def one_testbed(a, n, first, wire_bits):
                           ("broadcast", lambda: broadcast(tb, a.broadcast, rate)),
                           ("broadcast-join",
                            lambda: broadcast(tb, a.broadcast, rate, spread_s=a.join_spread)),
+                          ("broadcast-cut",
+                           lambda: broadcast(tb, a.broadcast, rate, fault="cut")),
                           ("broadcast-kill",  # last: it leaves a node dead
-                           lambda: broadcast(tb, a.broadcast, rate, kill=True))):
+                           lambda: broadcast(tb, a.broadcast, rate, fault="kill"))):
             if name in work:
                 doc[name] = attempt(tb, name, run)
         return doc
@@ -570,14 +608,17 @@ def table(doc, f):
               f"{s['bound_s']:.2f} s, raw TCP {s['raw_span_s']:.2f} s, ratio "
               f"{s['ratio_to_raw']:.2f}), links {s['busy']:.1%} busy, least busy node "
               f"{s['min_node_busy']:.1%}")
-        for name in ("broadcast", "broadcast-join", "broadcast-kill"):
+        for name in ("broadcast", "broadcast-join", "broadcast-cut", "broadcast-kill"):
             if name not in t or "error" in t[name]:
                 continue
             b = t[name]
             p(f"  {name} {size_text(b['size'])} to {b['receivers']}: {b['last_s']:.2f} s = "
               f"{b['ratio_to_alone']:.2f} x alone, the longest fetch {b['longest_own_s']:.2f} s "
               f"= {b['own_ratio_to_alone']:.2f} x (bound {b['bound_s']:.2f} s); "
-              f"{b['completed']} done, {b['ranges_relayed']} ranges relayed")
+              f"{b['completed']} done, {b['ranges_relayed']} ranges relayed"
+              + ("" if b.get("fault") != "cut" else
+                 f"; node {b['victim']}, cut, done after {b['victim_s']:.2f} s"
+                 if b["victim_s"] else f"; node {b['victim']}, cut, failed: {b['victim_error']}"))
 
 
 def load_before(files):
@@ -650,8 +691,9 @@ plot "cluster-pair.dat" using 1:2 with linespoints title "ferry", \\
     log(f"charts: {out_dir}/cluster-broadcast.png, cluster-shuffle.png, cluster-pair.png")
 
 
-WORKLOADS = ("hot", "small", "pair", "gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
-RESULTS = ("gather", "shuffle", "broadcast", "broadcast-join", "broadcast-kill")
+RESULTS = ("gather", "shuffle", "broadcast", "broadcast-join", "broadcast-cut",
+           "broadcast-kill")
+WORKLOADS = ("hot", "small", "pair") + RESULTS
 
 
 def main():
