@@ -414,13 +414,15 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 }
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
- * waits (and the connection's later pulls with it) for half a relay deadline (RELAY_WAIT_DIV)
- * at most, however the copy progresses (its range may be coming from a slow holder while the
- * rest comes fast), and less when no chunk has come into the copy for that long: then its
- * waiting entries are answered "not yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once,
- * are those of the later pulls that wait for a copy that makes no progress; the receiver asks
- * again (its chain holds while this node finds another source) or moves on. The receiver gives
- * up on a partial holder that says nothing for a whole relay deadline.
+ * waits (and the connection's later pulls with it) until neither it nor the copy has moved for
+ * half a relay deadline (RELAY_WAIT_DIV: it came to the head of the connection's pulls, or a
+ * chunk came into the copy), and for half an answer deadline at most however the copy
+ * progresses (its range may be coming from a slow holder while the rest comes fast): then its
+ * waiting entries are answered "not yet" (FERRY_EAGAIN, relay_waits_expired); the receiver asks
+ * again (the chain behind this node holds while it finds another source, or while its copy's
+ * first bytes come down the chain), which comes to the head after the pulls already here, so a
+ * stalled copy costs a pull's answer every half relay deadline, never a spin, or moves on. The
+ * receiver gives up on a partial holder that says nothing for a whole relay deadline.
  * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
@@ -437,8 +439,10 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             break;
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
-        until = (w->relay->ms < hp->since ? w->relay->ms : hp->since) +
+        until = (w->relay->ms > hp->since ? w->relay->ms : hp->since) +
                 e->timers.relay_ms / RELAY_WAIT_DIV;
+        if (hp->since + e->timers.answer_ms / RELAY_WAIT_DIV < until)
+            until = hp->since + e->timers.answer_ms / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
             ic->waiting = 1;

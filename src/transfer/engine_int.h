@@ -147,9 +147,10 @@
  * it first. */
 #define RELAY_WAIT_DIV 2
 /* A relayed range answered "not yet" (its partial holder's copy stalled) is asked of the same
- * holder again this many times, about half a relay deadline apart, before it moves: long enough
- * for that holder to find another source (a relay deadline), short of a fetch's patience. */
-#define RELAY_ASK_AGAIN 8
+ * holder again this many times, about half a relay deadline apart (32 s at the defaults), before
+ * it moves: long enough for that holder to find another source, or for the first bytes to come
+ * down a chain of many nodes, each a range behind the one before. */
+#define RELAY_ASK_AGAIN 64
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 

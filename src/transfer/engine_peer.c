@@ -171,7 +171,10 @@ static int peer_receiving(const struct peer *p)
 }
 
 /* A holder whose reply came sends at least RECV_MIN_RATE over each window of timers.rate_ms,
- * or it is dropped: 1 then. */
+ * or it is dropped: 1 then. Dropped as unreached, not for real: its wants go to other holders
+ * first, and ask it again (UNREACHED_MAX times in all) where it is the only one. A link shared
+ * by many (receivers of a broadcast that lost their relay, at 100 Mbit/s) is slow for a while
+ * without anything wrong with the holder; for real, the sole holder's receiver failed its fetch. */
 static int peer_too_slow(struct peer *p)
 {
     struct engine *e = p->e;
@@ -193,7 +196,7 @@ static int peer_too_slow(struct peer *p)
     e->counters.holders_too_slow++;
     snprintf(why, sizeof(why), "sent %" PRIu64 " B/s for %u ms, under the minimum of %u", rate,
              e->timers.rate_ms, RECV_MIN_RATE);
-    eng_peer_abort(p, why);
+    peer_abort_as(p, why, FAULT_UNREACHED);
     return 1;
 }
 

@@ -399,7 +399,7 @@ def shuffle(tb, total, link_mib_s):
 
 
 BCAST_COUNTERS = ("transfer_failures", "split_fetches", "relays", "ranges_relayed",
-                  "relay_waits_expired")
+                  "relay_waits_expired", "relay_asked_again", "relays_silent")
 
 
 def node_stats(tb, nodes):
@@ -515,7 +515,8 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, fault=None):
            f"({span / chain:.2f} x); " if chain else "")
         + f"counted {counted['ranges_relayed']} ranges relayed by receivers, "
         f"{counted['transfer_failures']} failed transfers, {counted['relay_waits_expired']} "
-        f"relay waits expired")
+        f"relay waits expired, {counted['relay_asked_again']} ranges asked again, "
+        f"{counted['relays_silent']} silent relays given up")
     tb.all({n: ("delete", {"names": ["bcast"]}) for n in live})
     return out
 
