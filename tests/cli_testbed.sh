@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_testbed.sh - four ferryd nodes in network namespaces (scripts/testbed.sh, 1 Gbit/s links):
 # a pair, a broadcast, a gather and a shuffle of small objects arrive bit-exact; a broadcast of a
-# large one is relayed by its receivers, and one of them killed leaves its ranges to the others; a link taken
+# large one is relayed by its receivers, and one of them killed, or cut off, leaves its ranges to
+# the others; a link taken
 # down, a link that flaps and a holder killed in the middle of transfers end every fetch within
 # its timeout (bit-exact, or with an error), the fetching node answering `ferry stat` within 1 s; a
 # fetch made while the directory is cut off completes once it is back; a testbed with a round
@@ -141,6 +142,43 @@ test_a_relay_killed_leaves_its_ranges_to_the_others() {
     moved=$(($(counter 4 ranges_moved) - moved0))
     echo "relay kill: node 4 moved $moved ranges off the killed node"
     ok "relay kill: node 4's ranges moved off the killed relay ($moved)" test "$moved" -gt 0
+}
+
+# A relay partitioned mid-broadcast (its link down for 2 s: silence, no reset): the receiver
+# behind it gives it up within the relay deadline and completes bit-exact from the others; the
+# cut node's own fetch completes once its link is back, bit-exact, or says why it failed.
+test_a_relay_cut_off_leaves_its_ranges_to_the_others() {
+    local p2 p4 silent silent0 n
+    silent0=$(counter 4 relays_silent)
+    object relayc 100663296
+    on 1 put relayc "$DIR/relayc" >/dev/null || fail "relay cut: put"
+    on 2 fetch relayc --timeout 30000 >"$DIR/relayc2.out" 2>&1 &
+    p2=$!
+    sleep 0.3
+    on 4 fetch relayc --timeout 30000 >"$DIR/relayc.out" 2>&1 &
+    p4=$!
+    sleep 0.3
+    "$TESTBED" link "$STATE" 2 down
+    if wait "$p4"; then pass; else fail "relay cut: node 4's fetch failed: $(head -c 300 "$DIR/relayc.out")"; fi
+    sleep 2
+    "$TESTBED" link "$STATE" 2 up
+    if wait "$p2"; then
+        ok "relay cut: the cut node's copy is bit-exact, once back" arrived 2 relayc
+    else
+        ok "relay cut: the cut node's failed fetch says why" test -s "$DIR/relayc2.out"
+    fi
+    ok "relay cut: node 4's copy is bit-exact" arrived 4 relayc
+    for _ in $(seq 40); do # back in the directory (bounded: 20 s), for the cases after
+        [ "$(counter 2 directory_up)" = 1 ] && break
+        sleep 0.5
+    done
+    ok "relay cut: node 2 is back in the directory" test "$(counter 2 directory_up)" = 1
+    for n in 1 2 4; do # room for the next case's object (160 MiB arenas)
+        on "$n" delete relayc >/dev/null 2>&1
+    done
+    silent=$(($(counter 4 relays_silent) - silent0))
+    echo "relay cut: node 4 gave up $silent silent relays"
+    ok "relay cut: node 4 gave up the cut relay ($silent)" test "$silent" -ge 1
 }
 
 # A fetch NODE does of NAME (timeout 5 s) while FAULT runs 200 ms in: it must end within 8 s
@@ -321,6 +359,7 @@ test_broadcast_is_relayed
 test_faults_end_every_fetch_in_time
 test_directory_cut_off_then_back
 test_delay_line_gives_round_trip_and_loss
+test_a_relay_cut_off_leaves_its_ranges_to_the_others # before the kill: both use node 2
 test_a_relay_killed_leaves_its_ranges_to_the_others
 test_bench_runs_every_workload
 test_nothing_is_left
