@@ -448,7 +448,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
       "fetches findable as partial holders, serving ranges before they are whole")                 \
     X(ranges_relayed, COUNTER, "ranges sent to peers from objects still being received here")      \
     X(relay_waits_expired, COUNTER,                                                                \
-      "ranges asked of this node while it received them, not in within half the relay deadline")   \
+      "ranges asked of this node while it received them and answered not yet (not in in time)")    \
     X(kept_objects, GAUGE, "objects kept until let go (ferry_keep): never evicted for room")       \
     X(kept_bytes, GAUGE, "bytes of the kept objects")                                              \
     X(evicted_unread, COUNTER, "objects evicted to make room before any reader took them")         \

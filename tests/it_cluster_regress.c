@@ -881,9 +881,21 @@ static int fake_ready(struct pollfd *pfd, const char *const *names, int i)
     return *cfd >= 0 && (pfd[FAKES + i].revents & (POLLIN | POLLHUP));
 }
 
+static uint64_t fakes_serve_but(struct pollfd *pfd, const char *const *names, const ferry_id *x,
+                                const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
+                                int first_status, const struct h_fetch *f, int64_t until);
+
 static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const ferry_id *x,
                             const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
                             const struct h_fetch *f, int64_t until)
+{
+    return fakes_serve_but(pfd, names, x, bytes, size, digest, only, 0, f, until);
+}
+
+/* The same, but fake 0 answers every pull first_status when it is not 0. */
+static uint64_t fakes_serve_but(struct pollfd *pfd, const char *const *names, const ferry_id *x,
+                                const uint8_t *bytes, uint64_t size, uint64_t digest, int only,
+                                int first_status, const struct h_fetch *f, int64_t until)
 {
     uint64_t asked = 0;
     for (int i = 0; i < FAKES; i++)
@@ -899,7 +911,9 @@ static uint64_t fakes_serve(struct pollfd *pfd, const char *const *names, const 
             uint32_t n;
             uint64_t tag;
             read_pull_of(cfd, x, 1, size, &tag, r, &n);
-            if (bytes)
+            if (i == 0 && first_status)
+                fake_reply_failed(cfd, tag, n, first_status);
+            else if (bytes)
                 fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
             else
                 fake_reply_failed(cfd, tag, n, FERRY_EBUSY);
@@ -1630,6 +1644,47 @@ H_CLUSTER_TEST(a_relay_answering_not_yet_is_asked_again)
     ferry_disconnect(a);
 }
 
+/* A partial holder that answers "not yet" for ever holds each of A's ranges for
+ * RELAY_NOT_YET_DEADLINES relay deadlines at most (here 200 ms each), then loses it to the
+ * whole holders: the fetch ends, bit-exact, well within its timeout. */
+H_CLUSTER_TEST(a_relay_answering_not_yet_for_ever_loses_its_ranges)
+{
+    h_cluster_start(cl, 1, "96M",
+                    (const char *[]){"--relay-min", "1M", "--timers", "relay=200", NULL});
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    const char *const names[FAKES] = {"forever", "whole", "spare"};
+    const uint64_t size = 4 * RELAY_RANGE_BYTES;
+    struct pollfd pfd[2 * FAKES];
+    uint64_t digest;
+    int status = 1;
+    ferry_id x = h_id("relay-not-yet-for-ever");
+    fakes_listen(cl, pfd, names, &x);
+    make_fake_partial(cl, "forever", &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    ferry_stats a0 = h_stats(a);
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 30000, &status);
+    fakes_serve_but(pfd, names, &x, bytes, size, digest, -1, FERRY_EAGAIN, &f,
+                    h_now_ms() + 30000);
+    h_fetch_join(&f, H_EVENT_MS);
+    ferry_stats a1 = h_stats(a);
+    printf("fetch past a relay that says not yet for ever: %s after %lld ms, %llu ranges asked "
+           "again\n",
+           ferry_strerror(f.rc), (long long)f.elapsed_ms,
+           (unsigned long long)(a1.relay_asked_again - a0.relay_asked_again));
+    if (f.rc != FERRY_OK || status != FERRY_OK)
+        fail_msg("the fetch did not end past the relay: rc %d (%s), status %d", f.rc,
+                 ferry_strerror(f.rc), status);
+    assert_true(a1.relay_asked_again - a0.relay_asked_again >= 4);
+    assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
+    h_assert_object(a, &x, size, 0);
+    free(bytes);
+    fakes_close(pfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
 /* Ranges of a relayed object dealt while nobody waits, within the grace a fetch has to take it
  * up again (clients wait in slices: the Python module's are 100 ms), are kept: they were
  * dropped from the queue, the object was then fetched whole (from nobody here: only a partial
@@ -1820,6 +1875,7 @@ int main(void)
         T(a_silent_relay_loses_its_ranges_within_the_relay_deadline),
         T(a_relay_gone_quiet_mid_range_loses_its_ranges),
         T(a_relay_answering_not_yet_is_asked_again),
+        T(a_relay_answering_not_yet_for_ever_loses_its_ranges),
         T(fetch_after_a_local_abort_of_the_same_id_still_transfers),
         T(silent_holder_is_given_up_within_the_answer_deadline),
         T(holder_not_connected_in_time_is_asked_again),

@@ -355,8 +355,8 @@ static const struct option_def table[] = {
      "(3000: a holder's answer to our hello), breaker (30000: a failing transport is left out), "
      "lease (5000: a one-sided read's), rate (5000: a holder must send 1 MiB/s over each such "
      "window), orphan (300: a fetch nobody waits for any more goes on, for a client that waits "
-     "in slices), relay (1000: a node passing on an object it is receiving must answer within "
-     "it, or it is given up on)"},
+     "in slices), relay (1000, the same on every node: a node passing on an object it is receiving "
+     "must answer within it, or it is given up on)"},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))

@@ -415,19 +415,22 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
  * waits (and the connection's later pulls with it) until neither it nor the copy has moved for
- * half a relay deadline (RELAY_WAIT_DIV: it came to the head of the connection's pulls, or a
- * chunk came into the copy), and for half an answer deadline at most however the copy
- * progresses (its range may be coming from a slow holder while the rest comes fast): then its
- * waiting entries are answered "not yet" (FERRY_EAGAIN, relay_waits_expired); the receiver asks
- * again (the chain behind this node holds while it finds another source, or while its copy's
- * first bytes come down the chain), which comes to the head after the pulls already here, so a
- * stalled copy costs a pull's answer every half relay deadline, never a spin, or moves on. The
- * receiver gives up on a partial holder that says nothing for a whole relay deadline.
+ * half a relay deadline (RELAY_WAIT_DIV: since it came, or a chunk last came into the copy),
+ * and for half a relay deadline at most from its turn, however the copy progresses (its range
+ * may be coming from a slow holder while the rest comes fast; the receiver gives up on a holder
+ * silent for a whole one): then its waiting entries are answered "not
+ * yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once, are those of the later pulls that
+ * came with it and wait for a copy that made no progress since. The receiver asks them again
+ * in the same order (replies come in order: a range asked again behind the others held the
+ * chain behind it for their time), and they wait anew: a stalled copy costs its receivers a
+ * round of answers every half relay deadline, never a spin. So the chain behind this node
+ * holds while it finds another source, or while its copy's first bytes come down the chain.
+ * The receiver gives up on a partial holder that says nothing for a whole relay deadline.
  * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {
     struct engine *e = ic->e;
-    uint64_t now = loop_now_ms(), until, expired = 0;
+    uint64_t now = loop_now_ms(), until, cap, expired = 0;
     struct want *w = NULL;
     uint32_t i;
 
@@ -439,10 +442,11 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             break;
     if (i < hp->n) {
         hp->since = hp->since ? hp->since : now;
-        until = (w->relay->ms > hp->since ? w->relay->ms : hp->since) +
+        until = (w->relay->ms > hp->arrived ? w->relay->ms : hp->arrived) +
                 e->timers.relay_ms / RELAY_WAIT_DIV;
-        if (hp->since + e->timers.answer_ms / RELAY_WAIT_DIV < until)
-            until = hp->since + e->timers.answer_ms / RELAY_WAIT_DIV;
+        cap = e->timers.relay_ms < e->timers.answer_ms ? e->timers.relay_ms : e->timers.answer_ms;
+        if (hp->since + cap / RELAY_WAIT_DIV < until)
+            until = hp->since + cap / RELAY_WAIT_DIV;
         if (now < until) {
             ic->waits = w->id;
             ic->waiting = 1;
@@ -775,6 +779,7 @@ static void in_on_pull(struct inconn *ic, const struct wire_msg *m)
         return;
     }
     hp->tag = m->tag;
+    hp->arrived = loop_now_ms();
     hp->eager_max = m->eager_max;
     hp->flags = m->flags;
     hp->n = m->n;

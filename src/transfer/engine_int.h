@@ -147,10 +147,11 @@
  * it first. */
 #define RELAY_WAIT_DIV 2
 /* A relayed range answered "not yet" (its partial holder's copy stalled) is asked of the same
- * holder again this many times, about half a relay deadline apart (32 s at the defaults), before
- * it moves: long enough for that holder to find another source, or for the first bytes to come
- * down a chain of many nodes, each a range behind the one before. */
-#define RELAY_ASK_AGAIN 64
+ * holder again, about half a relay deadline apart, for this many relay deadlines from its first
+ * "not yet" (16 s at the defaults), then moves: long enough for that holder to find another
+ * source, or for the first bytes to come down a chain of a few dozen nodes; and the most a
+ * holder that answers "not yet" for ever holds each range of a fetch. */
+#define RELAY_NOT_YET_DEADLINES 16
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 
@@ -323,7 +324,7 @@ struct want {
      * whole-object checks are made. */
     struct want_relay *relay;
     int relay_off, relayed;
-    uint32_t asked_again; /* a relayed part: "not yet" answers taken (RELAY_ASK_AGAIN) */
+    uint64_t not_yet_ms; /* a relayed part: its holder's first "not yet" (0: none) */
 };
 
 struct pull {
@@ -392,7 +393,8 @@ struct hpull {
     uint8_t flags;
     uint32_t n;
     ferry_id *ids;             /* looked up, and what is found pinned, when the pull is answered */
-    int expired;               /* its ranges of partial copies waited past answer_ms: not here */
+    int expired;               /* its ranges of partial copies waited too long: not yet */
+    uint64_t arrived;          /* when it came */
     uint64_t since;            /* relay_ready: when it began to wait for a partial copy */
     struct wire_range *ranges; /* WIRE_PULL_RANGES: what of each object is sent; else NULL */
     struct hpull *next;

@@ -202,15 +202,18 @@ static int peer_too_slow(struct peer *p)
 
 /* Whether p owes the reply to a relayed range, or its bytes, with nothing before it still to
  * come: a partial holder answers such a pull within half a relay deadline (the range, or "not
- * yet": engine_hold.c) and then sends the range whole at the link's pace, so one that says
+ * yet": engine_hold.c) and then streams the range whole at the link's pace, so one that says
  * nothing for a whole deadline is given up on, its ranges moved, rather than left to the rate
  * and stall watchdogs (a relay partitioned mid-range held a chain for 5 s, a silent one its
  * fetch for 30 s). */
 static int peer_owes_relay_reply(const struct peer *p)
 {
     const struct pull *pl = p->pulls;
+    /* One-sided reads count their bytes as each read ends, behind other holders' reads: there,
+     * only the reply is waited for. */
+    int streams = !(p->conn->type->flags & XPORT_ONE_SIDED);
 
-    return pl && (!pl->replied || pl->pending) && pl->n && pl->entries[0].w &&
+    return pl && (!pl->replied || (streams && pl->pending)) && pl->n && pl->entries[0].w &&
            pl->entries[0].w->relayed;
 }
 

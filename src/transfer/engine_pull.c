@@ -65,6 +65,30 @@ static void complete_entry(struct peer *p, struct pentry *pe)
     eng_peer_stall_arm(p);
 }
 
+/* A relayed range answered "not yet": its partial holder's copy stalled (its own source
+ * failed, say). Asked again while that holder finds another source, so that the chain behind
+ * it holds, for RELAY_NOT_YET_DEADLINES relay deadlines at most; moved at once when the fetch
+ * no longer takes ranges (done, or fetched whole after all). */
+static int reply_not_yet(struct peer *p, struct pentry *pe)
+{
+    struct want *w = pe->w, *root = w->parent;
+    struct engine *e = p->e;
+    uint64_t now = loop_now_ms();
+
+    pe->w = NULL;
+    w->entry = NULL;
+    w->not_yet_ms = w->not_yet_ms ? w->not_yet_ms : now;
+    if (root->done || root->split.failed ||
+        now - w->not_yet_ms >= (uint64_t)RELAY_NOT_YET_DEADLINES * e->timers.relay_ms) {
+        eng_want_failed_holder(w, "a partial holder whose copy made no progress", FAULT_LOST,
+                               NULL);
+        return 0;
+    }
+    e->counters.relay_asked_again++;
+    eng_peer_enqueue(p, w);
+    return 0;
+}
+
 /* One entry of a REPLY: create the object and let the bytes come into it, or move on. */
 static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_reply_entry *re)
 {
@@ -81,22 +105,12 @@ static int reply_entry(struct peer *p, struct pentry *pe, const struct wire_repl
         eng_peer_enqueue(p, w);
         return 0;
     }
-    if (re->status == FERRY_EAGAIN && w->parent && w->relayed) {
-        /* A partial holder whose copy stalled (its own source failed, say): asked again while
-         * it finds another, so that the chain behind it holds; moved after RELAY_ASK_AGAIN. */
-        pe->w = NULL;
-        w->entry = NULL;
-        if (++w->asked_again <= RELAY_ASK_AGAIN) {
-            e->counters.relay_asked_again++;
-            eng_peer_enqueue(p, w);
-        } else {
-            eng_want_failed_holder(w, "a partial holder whose copy made no progress",
-                                   FAULT_LOST, NULL);
-        }
-        return 0;
-    }
+    if (re->status == FERRY_EAGAIN && w->parent && w->relayed)
+        return reply_not_yet(p, pe);
     if (re->status != 0) {
-        if (re->status != FERRY_ENOENT)
+        /* "Not yet" for a range that is not relayed: a node listed whole that receives the
+         * object again (a stale record): not here. */
+        if (re->status != FERRY_ENOENT && !(re->status == FERRY_EAGAIN && w->parent))
             return err_set(FERRY_EPROTO, "reply status %d", re->status);
         pe->w = NULL;
         w->entry = NULL;
