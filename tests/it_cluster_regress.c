@@ -55,8 +55,10 @@ enum { A, B, C, D };
 #define RELAY_MS h_timer_ms("relay", ENGINE_RELAY_MS)
 /* The most ranges one fake holder is asked for in a pull (engine_int.h: ENGINE_SPLIT_RANGES). */
 #define MAX_FAKE_RANGES 32
-/* The ranges a relayed object comes in (engine_int.h: RELAY_RANGE). */
-#define RELAY_RANGE_BYTES (2u << 20)
+/* The ranges a relayed object comes in, and how many are asked at once (engine_int.h:
+ * RELAY_RANGE, RELAY_WINDOW). */
+#define RELAY_RANGE_BYTES (1u << 20)
+#define RELAY_WINDOW_N 16
 /* How often a holder never connected within ANSWER_MS is asked (engine_int.h: UNREACHED_MAX). */
 #define UNREACHED_MAX 3
 
@@ -1704,9 +1706,9 @@ H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
         (const char *[]){"--relay-min", "1M", "--timers", "answer=10000,relay=10000,orphan=5000",
                          NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
-    const uint64_t nranges = 12, size = nranges * RELAY_RANGE_BYTES;
+    const uint64_t nranges = RELAY_WINDOW_N + 4, size = nranges * RELAY_RANGE_BYTES;
     int port, lfd, cfd, status = 1;
-    uint64_t tags[8], digest;
+    uint64_t tags[RELAY_WINDOW_N], digest;
     struct wire_range r[MAX_FAKE_RANGES];
     uint32_t n;
     ferry_id x = h_id("relay-in-slices");
@@ -1721,18 +1723,18 @@ H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
     if (cfd < 0)
         fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
     fake_handshake_as(cfd, "relay1");
-    for (int k = 0; k < 8; k++) { /* the window's ranges, asked before the slice ended */
+    for (int k = 0; k < RELAY_WINDOW_N; k++) { /* the window's, asked before the slice ended */
         read_pull_of(cfd, &x, 0, size, &tags[k], r, &n);
         assert_int_equal(r[0].off, (uint64_t)k * RELAY_RANGE_BYTES);
     }
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < RELAY_WINDOW_N; k++) {
         r[0] = (struct wire_range){(uint64_t)k * RELAY_RANGE_BYTES, RELAY_RANGE_BYTES};
         fake_reply_ranges(cfd, tags[k], size, digest, bytes, r, 1);
     }
     usleep(50 * 1000); /* the next ranges are dealt, nobody waiting yet */
     struct h_fetch f;
     h_fetch_start(&f, fa, &x, 1, 30000, &status); /* the next slice, within the grace */
-    for (uint64_t k = 8; k < nranges; k++) {
+    for (uint64_t k = RELAY_WINDOW_N; k < nranges; k++) {
         read_pull_of(cfd, &x, 0, size, &tags[0], r, &n);
         assert_int_equal(r[0].off, k * RELAY_RANGE_BYTES);
         fake_reply_ranges(cfd, tags[0], size, digest, bytes, r, n);

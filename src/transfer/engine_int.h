@@ -134,13 +134,14 @@
 #define ENGINE_SPLIT_PER_HOLDER 8
 #define ENGINE_SPLIT_CHUNK_MIN DIGEST_CHUNK
 #define ENGINE_SPLIT_RANGES (ENGINE_SPLIT_MAX * ENGINE_SPLIT_PER_HOLDER)
-/* A relayed object (engine_relay.c) comes in ranges of this many bytes (whole chunks of the
- * digest): what a node passes on as soon as it has it, so each node of a chain adds about one
- * range's time to the last one's. */
-#define RELAY_RANGE (2u * DIGEST_CHUNK)
+/* A relayed object (engine_relay.c) comes in ranges of this many bytes (one chunk of the
+ * digest, the least a node can check and pass on): each node of a chain adds about one range's
+ * time to the last one's (at 100 Mbit/s, 2 MiB ranges cost a 16-node broadcast 1.64 x a lone
+ * fetch; ferry-bench cluster, tools/bench/relay_model.py). */
+#define RELAY_RANGE DIGEST_CHUNK
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
- * enough that a partial holder that stops costs one answer deadline, not one per range. */
-#define RELAY_WINDOW 8
+ * enough that a partial holder that stops costs one relay deadline, not one per range. */
+#define RELAY_WINDOW 16
 /* A pull waits for a partial copy's ranges at most relay_ms / RELAY_WAIT_DIV, however the rest
  * of the copy progresses: a receiver gives up on a partial holder that owes it a reply and says
  * nothing for relay_ms (engine_peer.c), and the rest is the margin for our "not yet" to reach
