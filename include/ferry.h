@@ -503,7 +503,7 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(put_ring_bytes, GAUGE,                                                                       \
       "bytes of clients' rings of puts, outside the arena (pages taken as they are written)")      \
     X(fetch_hints_self, COUNTER,                                                                   \
-      "objects a fetch was told this very node holds (its copy had gone): looked up")            \
+      "objects a fetch was told this very node holds (its copy had gone): looked up")              \
     X(relay_asked_again, COUNTER,                                                                  \
       "ranges asked again of a partial holder that answered not yet (its copy had stalled)")
 

@@ -1537,6 +1537,68 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_relay_deadline)
     ferry_disconnect(b);
 }
 
+/* A relayed fetch on A of an object of four relayed ranges, whose record lists fake 0 of names
+ * as the partial holder before A and fakes 1 and 2 as whole holders (all listening, none
+ * connected yet): A's daemon started with more, A's fetch started. */
+struct relay_case {
+    ferry_client *a, *fa;
+    struct pollfd pfd[2 * FAKES];
+    uint8_t *bytes;
+    uint64_t size, digest;
+    ferry_id x;
+    ferry_stats a0;
+    struct h_fetch f;
+    int status;
+};
+
+static void relay_case_start(struct h_cluster *cl, struct relay_case *rc, const char *id,
+                             const char *const *more, const char *const *names)
+{
+    const char *args[8] = {"--relay-min", "1M"};
+    for (int i = 0; more && more[i]; i++)
+        args[2 + i] = more[i];
+    h_cluster_start(cl, 1, "96M", args);
+    rc->a = h_node_connect(cl, A);
+    rc->fa = h_node_connect(cl, A);
+    rc->size = 4 * RELAY_RANGE_BYTES;
+    rc->x = h_id(id);
+    fakes_listen(cl, rc->pfd, names, &rc->x);
+    make_fake_partial(cl, names[0], &rc->x);
+    rc->bytes = recorded_bytes(cl, &rc->x, rc->size, 0, &rc->digest);
+    rc->a0 = h_stats(rc->a);
+    rc->status = 1;
+    h_fetch_start(&rc->f, rc->fa, &rc->x, 1, 20000, &rc->status);
+}
+
+/* The fetch's end, which must be the object, bit-exact; A's counters then. */
+static ferry_stats relay_case_end(struct relay_case *rc, const char *what)
+{
+    h_fetch_join(&rc->f, 20000 + H_EVENT_MS);
+    ferry_stats a1 = h_stats(rc->a);
+    printf("fetch past %s: %s after %lld ms (relay deadline %d ms), %llu ranges asked again\n",
+           what, ferry_strerror(rc->f.rc), (long long)rc->f.elapsed_ms, RELAY_MS,
+           (unsigned long long)(a1.relay_asked_again - rc->a0.relay_asked_again));
+    if (rc->f.rc != FERRY_OK || rc->status != FERRY_OK)
+        fail_msg("the fetch past %s did not end: rc %d (%s), status %d", what, rc->f.rc,
+                 ferry_strerror(rc->f.rc), rc->status);
+    h_assert_object(rc->a, &rc->x, rc->size, 0);
+    free(rc->bytes);
+    fakes_close(rc->pfd);
+    ferry_disconnect(rc->fa);
+    ferry_disconnect(rc->a);
+    return a1;
+}
+
+/* Accepts A's connection to the partial holder, fake 0, and answers its handshake. */
+static int relay_case_accept(struct relay_case *rc, const char *name)
+{
+    int cfd = fake_accept(rc->pfd[0].fd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
+    fake_handshake_as(cfd, name);
+    return cfd;
+}
+
 /* A partial holder that stops in the middle of a relayed range (its link went down: no reset,
  * no byte more) loses its ranges within the relay deadline (relays_silent), not the rate
  * watchdog's window (holders_too_slow, 5 s): every node of a chain behind it waits as long. The
@@ -1544,49 +1606,24 @@ H_CLUSTER_TEST(a_silent_relay_loses_its_ranges_within_the_relay_deadline)
  * broadcast to 7 held the chain behind it for 5 s. */
 H_CLUSTER_TEST(a_relay_gone_quiet_mid_range_loses_its_ranges)
 {
-    h_cluster_start(cl, 1, "96M", (const char *[]){"--relay-min", "1M", NULL});
-    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const char *const names[FAKES] = {"quiet", "whole", "spare"};
-    const uint64_t size = 4 * RELAY_RANGE_BYTES;
-    struct pollfd pfd[2 * FAKES];
+    struct relay_case rc;
     struct wire_range r[MAX_FAKE_RANGES];
-    uint64_t tag, digest;
+    uint64_t tag;
     uint32_t n;
-    int status = 1;
-    ferry_id x = h_id("relay-gone-quiet");
-    fakes_listen(cl, pfd, names, &x);
-    make_fake_partial(cl, "quiet", &x);
-    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
-
-    ferry_stats a0 = h_stats(a);
-    struct h_fetch f;
-    h_fetch_start(&f, fa, &x, 1, 20000, &status);
-    int cfd = fake_accept(pfd[0].fd, H_EVENT_MS);
-    if (cfd < 0)
-        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
-    fake_handshake_as(cfd, "quiet"); /* its later pulls are never read */
-    read_pull_of(cfd, &x, 0, size, &tag, r, &n);
+    relay_case_start(cl, &rc, "relay-gone-quiet", NULL, names);
+    int cfd = relay_case_accept(&rc, names[0]); /* its later pulls are never read */
+    read_pull_of(cfd, &rc.x, 0, rc.size, &tag, r, &n);
     assert_int_equal(r[0].off, 0);
     /* The reply, and half of the range's bytes: then nothing. */
-    fake_reply_ranges(cfd, tag, size, digest, bytes,
+    fake_reply_ranges(cfd, tag, rc.size, rc.digest, rc.bytes,
                       &(struct wire_range){0, RELAY_RANGE_BYTES / 2}, 1);
-    fakes_serve(pfd, names, &x, bytes, size, digest, -1, &f, h_now_ms() + 20000);
-    h_fetch_join(&f, H_EVENT_MS);
-    ferry_stats a1 = h_stats(a);
-    printf("fetch past a relay gone quiet mid-range: %s after %lld ms (relay deadline %d ms)\n",
-           ferry_strerror(f.rc), (long long)f.elapsed_ms, RELAY_MS);
-    if (f.rc != FERRY_OK || status != FERRY_OK)
-        fail_msg("the fetch did not end past the quiet relay: rc %d (%s), status %d", f.rc,
-                 ferry_strerror(f.rc), status);
+    fakes_serve(rc.pfd, names, &rc.x, rc.bytes, rc.size, rc.digest, -1, &rc.f, h_now_ms() + 20000);
+    ferry_stats a0 = rc.a0, a1 = relay_case_end(&rc, "a relay gone quiet mid-range");
     assert_int_equal(a1.relays_silent - a0.relays_silent, 1);
     assert_int_equal(a1.holders_too_slow - a0.holders_too_slow, 0);
     assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
-    h_assert_object(a, &x, size, 0);
-    free(bytes);
     close(cfd);
-    fakes_close(pfd);
-    ferry_disconnect(fa);
-    ferry_disconnect(a);
 }
 
 /* A partial holder whose copy stalled (its own source partitioned) answers a relayed range "not
@@ -1596,54 +1633,31 @@ H_CLUSTER_TEST(a_relay_gone_quiet_mid_range_loses_its_ranges)
  * the chain for the first nodes, and a broadcast to 7 took 3.2-4.6 x a lone fetch. */
 H_CLUSTER_TEST(a_relay_answering_not_yet_is_asked_again)
 {
-    h_cluster_start(cl, 1, "96M", (const char *[]){"--relay-min", "1M", NULL});
-    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const char *const names[FAKES] = {"stalled", "whole", "spare"};
-    const uint64_t size = 4 * RELAY_RANGE_BYTES;
-    struct pollfd pfd[2 * FAKES];
+    struct relay_case rc;
     struct wire_range r[MAX_FAKE_RANGES];
-    uint64_t tag, digest;
+    uint64_t tag;
     uint32_t n, served = 0, again = 0;
-    int status = 1;
-    ferry_id x = h_id("relay-not-yet");
-    fakes_listen(cl, pfd, names, &x);
-    make_fake_partial(cl, "stalled", &x);
-    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
-
-    ferry_stats a0 = h_stats(a);
-    struct h_fetch f;
-    h_fetch_start(&f, fa, &x, 1, 20000, &status);
-    int cfd = fake_accept(pfd[0].fd, H_EVENT_MS);
-    if (cfd < 0)
-        fail_msg("A did not connect to the partial holder within %d ms", H_EVENT_MS);
-    fake_handshake_as(cfd, "stalled");
+    relay_case_start(cl, &rc, "relay-not-yet", NULL, names);
+    int cfd = relay_case_accept(&rc, names[0]);
     /* Each range alone in its pull; the first answered "not yet" twice. Bounded by count. */
-    for (int k = 0; k < 16 && served < size / RELAY_RANGE_BYTES; k++) {
-        read_pull_of(cfd, &x, 0, size, &tag, r, &n);
+    for (int k = 0; k < 16 && served < rc.size / RELAY_RANGE_BYTES; k++) {
+        read_pull_of(cfd, &rc.x, 0, rc.size, &tag, r, &n);
         assert_int_equal(n, 1);
         if (r[0].off == 0 && again < 2) {
             again++;
             fake_reply_failed(cfd, tag, 1, FERRY_EAGAIN);
             continue;
         }
-        fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
+        fake_reply_ranges(cfd, tag, rc.size, rc.digest, rc.bytes, r, n);
         served++;
     }
-    h_fetch_join(&f, 20000 + H_EVENT_MS);
-    ferry_stats a1 = h_stats(a);
-    if (f.rc != FERRY_OK || status != FERRY_OK)
-        fail_msg("the fetch did not end: rc %d (%s), status %d", f.rc, ferry_strerror(f.rc),
-                 status);
+    ferry_stats a0 = rc.a0, a1 = relay_case_end(&rc, "a relay that said not yet twice");
     assert_int_equal(again, 2);
-    assert_int_equal(served, size / RELAY_RANGE_BYTES);
+    assert_int_equal(served, 4);
     assert_int_equal(a1.relay_asked_again - a0.relay_asked_again, 2);
     assert_int_equal(a1.ranges_moved - a0.ranges_moved, 0);
-    h_assert_object(a, &x, size, 0);
-    free(bytes);
     close(cfd);
-    fakes_close(pfd);
-    ferry_disconnect(fa);
-    ferry_disconnect(a);
 }
 
 /* A partial holder that answers "not yet" for ever holds each of A's ranges for
@@ -1651,40 +1665,15 @@ H_CLUSTER_TEST(a_relay_answering_not_yet_is_asked_again)
  * whole holders: the fetch ends, bit-exact, well within its timeout. */
 H_CLUSTER_TEST(a_relay_answering_not_yet_for_ever_loses_its_ranges)
 {
-    h_cluster_start(cl, 1, "96M",
-                    (const char *[]){"--relay-min", "1M", "--timers", "relay=200", NULL});
-    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const char *const names[FAKES] = {"forever", "whole", "spare"};
-    const uint64_t size = 4 * RELAY_RANGE_BYTES;
-    struct pollfd pfd[2 * FAKES];
-    uint64_t digest;
-    int status = 1;
-    ferry_id x = h_id("relay-not-yet-for-ever");
-    fakes_listen(cl, pfd, names, &x);
-    make_fake_partial(cl, "forever", &x);
-    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
-
-    ferry_stats a0 = h_stats(a);
-    struct h_fetch f;
-    h_fetch_start(&f, fa, &x, 1, 30000, &status);
-    fakes_serve_but(pfd, names, &x, bytes, size, digest, -1, FERRY_EAGAIN, &f,
-                    h_now_ms() + 30000);
-    h_fetch_join(&f, H_EVENT_MS);
-    ferry_stats a1 = h_stats(a);
-    printf("fetch past a relay that says not yet for ever: %s after %lld ms, %llu ranges asked "
-           "again\n",
-           ferry_strerror(f.rc), (long long)f.elapsed_ms,
-           (unsigned long long)(a1.relay_asked_again - a0.relay_asked_again));
-    if (f.rc != FERRY_OK || status != FERRY_OK)
-        fail_msg("the fetch did not end past the relay: rc %d (%s), status %d", f.rc,
-                 ferry_strerror(f.rc), status);
+    struct relay_case rc;
+    relay_case_start(cl, &rc, "relay-not-yet-for-ever",
+                     (const char *[]){"--timers", "relay=200", NULL}, names);
+    fakes_serve_but(rc.pfd, names, &rc.x, rc.bytes, rc.size, rc.digest, -1, FERRY_EAGAIN, &rc.f,
+                    h_now_ms() + 20000);
+    ferry_stats a0 = rc.a0, a1 = relay_case_end(&rc, "a relay that says not yet for ever");
     assert_true(a1.relay_asked_again - a0.relay_asked_again >= 4);
     assert_true(a1.ranges_moved - a0.ranges_moved >= 1);
-    h_assert_object(a, &x, size, 0);
-    free(bytes);
-    fakes_close(pfd);
-    ferry_disconnect(fa);
-    ferry_disconnect(a);
 }
 
 /* Ranges of a relayed object dealt while nobody waits, within the grace a fetch has to take it
@@ -1701,10 +1690,9 @@ H_CLUSTER_TEST(relayed_ranges_dealt_between_fetch_slices_are_kept)
      * orphan 5 s: the grace between the slices must outlast the test's own replies to the
      * first eight ranges, which took more than the default 300 ms under the sanitizers beside
      * busy neighbours (the object was then abandoned, its ranges never answered). */
-    h_cluster_start(
-        cl, 1, "96M",
-        (const char *[]){"--relay-min", "1M", "--timers", "answer=10000,relay=10000,orphan=5000",
-                         NULL});
+    h_cluster_start(cl, 1, "96M",
+                    (const char *[]){"--relay-min", "1M", "--timers",
+                                     "answer=10000,relay=10000,orphan=5000", NULL});
     ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
     const uint64_t nranges = RELAY_WINDOW_N + 4, size = nranges * RELAY_RANGE_BYTES;
     int port, lfd, cfd, status = 1;

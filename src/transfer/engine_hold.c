@@ -558,7 +558,7 @@ static void hpull_pin(struct inconn *ic, const struct hpull *hp, struct object *
     }
     len = o ? hpull_len(hp, i, o) : 0;
     /* A range of a copy still coming here whose wait expired: "not yet", not "not here". */
-    re[i] = (struct wire_reply_entry){.status = o                        ? 0
+    re[i] = (struct wire_reply_entry){.status = o                            ? 0
                                                 : entry_coming(ic->e, hp, i) ? FERRY_EAGAIN
                                                                              : FERRY_ENOENT};
     if (o && len && pins_over(ic, *pinning, len) != PINS_OK) {

@@ -80,8 +80,7 @@ static int reply_not_yet(struct peer *p, struct pentry *pe)
     w->not_yet_ms = w->not_yet_ms ? w->not_yet_ms : now;
     if (root->done || root->split.failed ||
         now - w->not_yet_ms >= (uint64_t)RELAY_NOT_YET_DEADLINES * e->timers.relay_ms) {
-        eng_want_failed_holder(w, "a partial holder whose copy made no progress", FAULT_LOST,
-                               NULL);
+        eng_want_failed_holder(w, "a partial holder whose copy made no progress", FAULT_LOST, NULL);
         return 0;
     }
     e->counters.relay_asked_again++;

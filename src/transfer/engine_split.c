@@ -215,7 +215,7 @@ void eng_part_failed(struct want *part, const char *why, enum fault fault,
     log_warn("a range of an object from %s failed: %s", part->holder, why);
     eng_note_failure(e, part->holder, why);
     eng_want_note_tried(w, part->holder, why, fault, had);
-    eng_check_reset(part);      /* its range starts again from another holder */
+    eng_check_reset(part); /* its range starts again from another holder */
     part->not_yet_ms = 0;
     if (eng_relay_trim(part)) { /* every chunk of it was in (and checked) after all */
         part_end(part);

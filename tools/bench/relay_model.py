@@ -77,7 +77,7 @@ def main():
     ap.add_argument("--rate", type=float, default=11.4, help="link payload rate, MiB/s "
                     "(default 11.4: raw TCP on 100 Mbit/s links here)")
     ap.add_argument("--size", default="64M", help="the object (default 64M)")
-    ap.add_argument("--range", default="2M", help="the relayed range ferry uses (default 2M)")
+    ap.add_argument("--range", default="1M", help="the relayed range ferry uses (default 1M)")
     ap.add_argument("--receivers", default="7,15,31,63,127,255,1000")
     a = ap.parse_args()
     rate, size, rng = a.rate * MIB, size_bytes(a.size), size_bytes(a.range)
@@ -94,10 +94,11 @@ def main():
     alone = size / rate
     print(f"model: {a.size} at {a.rate:.1f} MiB/s (alone {alone:.2f} s), a hop's overhead "
           f"{over * 1e3:.0f} ms; seconds to the last receiver (x a lone fetch)")
-    layouts = [(f"chain, {a.range} ranges", lambda n: chain_s(n, size, rate, rng, over)),
-               ("chain, 1M ranges", lambda n: chain_s(n, size, rate, MIB, over)),
-               ("2 stripes, 1M", lambda n: tree_s(n, size, rate, MIB, over, 2)),
-               ("4 stripes, 1M", lambda n: tree_s(n, size, rate, MIB, over, 4))]
+    layouts = [(f"chain, {a.range} ranges", lambda n: chain_s(n, size, rate, rng, over))]
+    if rng != MIB:
+        layouts.append(("chain, 1M ranges", lambda n: chain_s(n, size, rate, MIB, over)))
+    layouts += [("2 stripes, 1M", lambda n: tree_s(n, size, rate, MIB, over, 2)),
+                ("4 stripes, 1M", lambda n: tree_s(n, size, rate, MIB, over, 4))]
     print(f"{'receivers':>10}" + "".join(f"{name:>22}" for name, _ in layouts))
     for n in (int(x) for x in a.receivers.split(",")):
         cells = "".join(f"{f(n):11.1f} s ({f(n) / alone:5.2f})" for _, f in layouts)
