@@ -29,6 +29,7 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "mesh", "addr": A, "peers": [...], "port": P, "size": S, "at": T}
                                                raw TCP all-to-all: S bytes to and from each peer
   {"op": "link"}                               eth0's rx and tx byte counters
+  {"op": "tcp"}                                the namespace's TCP loss counters
   {"op": "stats"}                              the daemon's counters
 Answers carry "ok": true, or "ok": false and "error".
 """
@@ -307,6 +308,19 @@ class Agent:
     def link(self):
         base = "/sys/class/net/eth0/statistics/"
         return {k: int(open(base + k).read()) for k in ("rx_bytes", "tx_bytes")}
+
+    def tcp(self):
+        """The namespace's TCP counters of losses (/proc/net/snmp and netstat are per network
+        namespace): segments sent again, retransmission timeouts, tail loss probes."""
+        want = {"Tcp": ("RetransSegs",), "TcpExt": ("TCPTimeouts", "TCPLossProbes")}
+        out = {}
+        for path in ("/proc/net/snmp", "/proc/net/netstat"):
+            lines = open(path).read().splitlines()
+            for names, values in zip(lines[::2], lines[1::2]):
+                kind, names = names.split(":", 1)
+                got = dict(zip(names.split(), values.split(":", 1)[1].split()))
+                out.update({k: int(got[k]) for k in want.get(kind, ()) if k in got})
+        return out
 
 def main():
     agent = Agent()

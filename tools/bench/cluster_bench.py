@@ -399,11 +399,16 @@ def shuffle(tb, total, link_mib_s):
 
 
 BCAST_COUNTERS = ("transfer_failures", "split_fetches", "relays", "ranges_relayed",
-                  "relay_waits_expired", "relay_asked_again", "relays_silent")
+                  "relay_waits_expired", "relay_asked_again", "relays_silent",
+                  "tcp_RetransSegs", "tcp_TCPTimeouts", "tcp_TCPLossProbes")
 
 
 def node_stats(tb, nodes):
-    return {n: s["stats"] for n, s in tb.all({n: ("stats", {}) for n in nodes}).items()}
+    """Each node's daemon counters, with its namespace's TCP loss counters (tcp_*) beside."""
+    stats = {n: s["stats"] for n, s in tb.all({n: ("stats", {}) for n in nodes}).items()}
+    for n, t in tb.all({n: ("tcp", {}) for n in nodes}).items():
+        stats[n].update({f"tcp_{k}": v for k, v in t.items() if k != "ok"})
+    return stats
 
 
 def kill_node(tb, node):
@@ -516,7 +521,9 @@ def broadcast(tb, size, link_mib_s, spread_s=0.0, fault=None):
         + f"counted {counted['ranges_relayed']} ranges relayed by receivers, "
         f"{counted['transfer_failures']} failed transfers, {counted['relay_waits_expired']} "
         f"relay waits expired, {counted['relay_asked_again']} ranges asked again, "
-        f"{counted['relays_silent']} silent relays given up")
+        f"{counted['relays_silent']} silent relays given up; TCP: {counted['tcp_RetransSegs']} "
+        f"segments sent again, {counted['tcp_TCPTimeouts']} timeouts, "
+        f"{counted['tcp_TCPLossProbes']} loss probes")
     tb.all({n: ("delete", {"names": ["bcast"]}) for n in live})
     return out
 
