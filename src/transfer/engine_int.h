@@ -149,13 +149,10 @@
 #define RELAY_WAIT_DIV 2
 /* A relayed range answered "not yet" (its partial holder's copy stalled) is asked of the same
  * holder again, about half a relay deadline apart, for this many relay deadlines from its first
- * "not yet" (16 s at the defaults), and half a deadline more per receiver before this one, up
- * to RELAY_NOT_YET_SEQ of them (the chain's first bytes come down to them one by one: 16 s ran
- * out for some of 63 receivers at 100 Mbit/s here), then moves: long enough for that holder to find
- * another source; and the most a holder that answers "not yet" for ever holds each range of a
- * fetch (48 s at the defaults). */
+ * "not yet" (16 s at the defaults), then moves: long enough for that holder to find another
+ * source, or for the first bytes to come down a chain of a few dozen nodes; and the most a
+ * holder that answers "not yet" for ever holds each range of a fetch. */
 #define RELAY_NOT_YET_DEADLINES 16
-#define RELAY_NOT_YET_SEQ 64
 
 enum want_state { WANT_LOOKUP, WANT_RETRY, WANT_QUEUED, WANT_PULLING, WANT_RECEIVING, WANT_VERIFY };
 

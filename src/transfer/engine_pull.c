@@ -65,22 +65,10 @@ static void complete_entry(struct peer *p, struct pentry *pe)
     eng_peer_stall_arm(p);
 }
 
-/* How long a relayed range of root is asked again of a holder that answers "not yet":
- * RELAY_NOT_YET_DEADLINES relay deadlines, and half a deadline more per receiver before this
- * one (RELAY_NOT_YET_SEQ at most), the time a chain's first bytes take to come down to it. */
-static uint64_t not_yet_patience_ms(const struct want *root)
-{
-    uint64_t seq = root->relay ? root->relay->seq : 0;
-
-    seq = seq < RELAY_NOT_YET_SEQ ? seq : RELAY_NOT_YET_SEQ;
-    return (RELAY_NOT_YET_DEADLINES + seq / 2) * (uint64_t)root->e->timers.relay_ms;
-}
-
 /* A relayed range answered "not yet": its partial holder's copy stalled (its own source
- * failed, say), or its first bytes are still coming down the chain. Asked again while that
- * holder finds another source, so that the chain behind it holds, for not_yet_patience_ms at
- * most; moved at once when the fetch no longer takes ranges (done, or fetched whole after
- * all). */
+ * failed, say). Asked again while that holder finds another source, so that the chain behind
+ * it holds, for RELAY_NOT_YET_DEADLINES relay deadlines at most; moved at once when the fetch
+ * no longer takes ranges (done, or fetched whole after all). */
 static int reply_not_yet(struct peer *p, struct pentry *pe)
 {
     struct want *w = pe->w, *root = w->parent;
@@ -90,7 +78,8 @@ static int reply_not_yet(struct peer *p, struct pentry *pe)
     pe->w = NULL;
     w->entry = NULL;
     w->not_yet_ms = w->not_yet_ms ? w->not_yet_ms : now;
-    if (root->done || root->split.failed || now - w->not_yet_ms >= not_yet_patience_ms(root)) {
+    if (root->done || root->split.failed ||
+        now - w->not_yet_ms >= (uint64_t)RELAY_NOT_YET_DEADLINES * e->timers.relay_ms) {
         eng_want_failed_holder(w, "a partial holder whose copy made no progress", FAULT_LOST, NULL);
         return 0;
     }
