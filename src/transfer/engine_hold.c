@@ -413,14 +413,34 @@ static struct object *entry_object(struct engine *e, const struct hpull *hp, uin
     return w->obj;
 }
 
+/* Marks the pulls queued behind hp that ask for ranges of the copy of id still coming here
+ * expired too, even those whose range came meanwhile: their receiver then asks them all again
+ * in the order it asked them. Answers go in order, so a range asked again behind the others
+ * waited for all of them, and the chain behind its receiver with it: the first range of a
+ * broadcast to 15 at 100 Mbit/s came to the 8th receiver 2.1 s after the 7th. Their count. */
+static uint64_t expire_behind(struct engine *e, struct hpull *hp, const ferry_id *id)
+{
+    uint64_t n = 0;
+
+    for (struct hpull *q = hp->next; q; q = q->next) {
+        for (uint32_t i = 0; !q->expired && i < q->n; i++) {
+            if (memcmp(&q->ids[i], id, sizeof(*id)) == 0 && entry_coming(e, q, i)) {
+                q->expired = 1;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
  * waits (and the connection's later pulls with it) until neither it nor the copy has moved for
  * half a relay deadline (RELAY_WAIT_DIV: since it came, or a chunk last came into the copy),
  * and for half a relay deadline at most from its turn, however the copy progresses (its range
  * may be coming from a slow holder while the rest comes fast; the receiver gives up on a holder
  * silent for a whole one): then its waiting entries are answered "not
- * yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once, are those of the later pulls that
- * came with it and wait for a copy that made no progress since. The receiver asks them again
+ * yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once, are those of the later pulls for
+ * the same copy (expire_behind), its ranges in or not. The receiver asks them again
  * in the same order (replies come in order: a range asked again behind the others held the
  * chain behind it for their time), and they wait anew: a stalled copy costs its receivers a
  * round of answers every half relay deadline, never a spin. So the chain behind this node
@@ -453,10 +473,10 @@ static int relay_ready(struct inconn *ic, struct hpull *hp)
             loop_timer_start(e->loop, &ic->relay, until);
             return 0;
         }
-        for (; i < hp->n; i++) /* not in within the deadline: not here */
+        for (; i < hp->n; i++) /* not in within the deadline: not yet */
             expired += entry_relay(e, hp, i) != NULL;
         hp->expired = 1;
-        e->counters.relay_waits_expired += expired;
+        e->counters.relay_waits_expired += expired + expire_behind(e, hp, &w->id);
     }
     ic->waiting = 0;
     loop_timer_stop(e->loop, &ic->relay);
