@@ -66,8 +66,7 @@ struct engine_timers {
  * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
 #define ENGINE_LEASE_MIN_MS 2000
 /* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate, orphan,
- * relay) into
- * t, whose other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
+ * relay) into t, whose other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
 int engine_timers_parse(const char *text, struct engine_timers *t);
 
 struct engine_config {

@@ -435,17 +435,13 @@ static uint64_t expire_behind(struct engine *e, struct hpull *hp, const ferry_id
 
 /* Whether a pull's ranges of copies being received here are all in. While they are not, it
  * waits (and the connection's later pulls with it) until neither it nor the copy has moved for
- * half a relay deadline (RELAY_WAIT_DIV: since it came, or a chunk last came into the copy),
- * and for half a relay deadline at most from its turn, however the copy progresses (its range
- * may be coming from a slow holder while the rest comes fast; the receiver gives up on a holder
- * silent for a whole one): then its waiting entries are answered "not
- * yet" (FERRY_EAGAIN, relay_waits_expired), and so, at once, are those of the later pulls for
- * the same copy (expire_behind), its ranges in or not. The receiver asks them again
- * in the same order (replies come in order: a range asked again behind the others held the
- * chain behind it for their time), and they wait anew: a stalled copy costs its receivers a
- * round of answers every half relay deadline, never a spin. So the chain behind this node
- * holds while it finds another source, or while its copy's first bytes come down the chain.
- * The receiver gives up on a partial holder that says nothing for a whole relay deadline.
+ * half a relay deadline (RELAY_WAIT_DIV: since it came, or since a chunk last came into the
+ * copy), and half a relay deadline from its turn at most, however the copy progresses (the
+ * receiver gives up on a holder silent for a whole one). Then its waiting entries, and those of
+ * the later pulls for the same copy (expire_behind), are answered "not yet" (FERRY_EAGAIN,
+ * relay_waits_expired), and the receiver asks them again in order. A stalled copy so costs its
+ * receivers a round of answers every half relay deadline, never a spin, and the chain behind
+ * this node holds while it finds another source or its first bytes come down the chain.
  * Looked at from the first entry each time: chunks may be received again. */
 static int relay_ready(struct inconn *ic, struct hpull *hp)
 {

@@ -136,8 +136,8 @@
 #define ENGINE_SPLIT_RANGES (ENGINE_SPLIT_MAX * ENGINE_SPLIT_PER_HOLDER)
 /* A relayed object (engine_relay.c) comes in ranges of this many bytes (one chunk of the
  * digest, the least a node can check and pass on): each node of a chain adds about one range's
- * time to the last one's (at 100 Mbit/s, 2 MiB ranges cost a 16-node broadcast 1.64 x a lone
- * fetch; ferry-bench cluster, tools/bench/relay_model.py). */
+ * time to the last one's (a broadcast of 64 MiB to 7 at 100 Mbit/s: 1.22-1.26 x a lone fetch
+ * at 2 MiB, 1.09 x at 1 MiB; ferry-bench cluster). */
 #define RELAY_RANGE DIGEST_CHUNK
 /* A relayed object's ranges out at once: enough to keep a chain's links busy (16 MiB), few
  * enough that a partial holder that stops costs one relay deadline, not one per range. */
