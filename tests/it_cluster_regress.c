@@ -127,13 +127,11 @@ static uint32_t read_frame(int fd, uint16_t want, uint8_t *payload, size_t cap, 
     return len;
 }
 
-/* The holder's side of the handshake, as node name (incarnation 1, as registered; at most 8
- * bytes) without a secret: reads HELLO, sends CHALLENGE, reads AUTH. */
-static void fake_handshake_as(int fd, const char *name)
+/* The holder's CHALLENGE as node name (incarnation 1, as registered; at most 8 bytes) without
+ * a secret. */
+static void fake_challenge_as(int fd, const char *name)
 {
-    uint8_t buf[1024];
     size_t n = strlen(name);
-    read_frame(fd, WIRE_HELLO, buf, sizeof(buf), NULL);
     uint8_t ch[1 + 8 + 8 + WIRE_NONCE + 1 + WIRE_MAC] = {(uint8_t)n};
     assert_true(n <= 8);
     memcpy(ch + 1, name, n);
@@ -141,6 +139,15 @@ static void fake_handshake_as(int fd, const char *name)
     memset(ch + 1 + n + 8, 0x5a, WIRE_NONCE); /* nonce; keyed 0 and a zero mac follow */
     size_t len = 1 + n + 8 + WIRE_NONCE + 1 + WIRE_MAC;
     assert_int_equal(h_raw_frame(fd, WIRE_CHALLENGE, 0, ch, len), 0);
+}
+
+/* The holder's side of the handshake, as node name without a secret: reads HELLO, sends
+ * CHALLENGE, reads AUTH. */
+static void fake_handshake_as(int fd, const char *name)
+{
+    uint8_t buf[1024];
+    read_frame(fd, WIRE_HELLO, buf, sizeof(buf), NULL);
+    fake_challenge_as(fd, name);
     read_frame(fd, WIRE_AUTH, buf, sizeof(buf), NULL);
 }
 
@@ -498,6 +505,65 @@ H_CLUSTER_TEST(fetch_queued_on_a_silent_holder_survives_a_local_put)
     assert_int_equal(h_stats(a).transfers_in - a0.transfers_in, 1);
     ferry_disconnect(a);
     ferry_disconnect(b);
+}
+
+/* Without a secret, A's (empty) proof and its first pull follow its hello at once: the holder
+ * has all three before it sends its challenge, so a first read costs the connect and one round
+ * trip. The reply is taken only after a challenge that names the node the directory did: a
+ * holder answering as another node fails the fetch, and its bytes are not sealed. */
+static void pull_before_the_challenge(struct h_cluster *cl, const char *answer_as, int taken)
+{
+    ferry_client *a = h_node_connect(cl, A), *fa = h_node_connect(cl, A);
+    int port, lfd = h_tcp_listen(&port), status = 1;
+    const uint64_t size = 3000;
+    uint8_t buf[1024];
+    uint64_t tag, digest;
+    struct wire_range r[MAX_FAKE_RANGES];
+    uint32_t n;
+    ferry_id x = h_id(answer_as);
+    register_fake(cl, port, &x);
+    uint8_t *bytes = recorded_bytes(cl, &x, size, 0, &digest);
+
+    struct h_fetch f;
+    h_fetch_start(&f, fa, &x, 1, 5000, &status);
+    int cfd = fake_accept(lfd, H_EVENT_MS);
+    if (cfd < 0)
+        fail_msg("A did not connect to the fake holder within %d ms", H_EVENT_MS);
+    read_frame(cfd, WIRE_HELLO, buf, sizeof(buf), NULL);
+    read_frame(cfd, WIRE_AUTH, buf, sizeof(buf), NULL);
+    read_pull_of(cfd, &x, 1, size, &tag, r, &n); /* all before our challenge */
+    fake_challenge_as(cfd, answer_as);
+    fake_reply_ranges(cfd, tag, size, digest, bytes, r, n);
+    h_fetch_join(&f, 5000 + H_EVENT_MS);
+    if (taken) {
+        H_RC(f.rc, FERRY_OK);
+        H_RC(status, FERRY_OK);
+        h_assert_object(a, &x, size, 0);
+    } else {
+        /* ETRANSFER at once (the holder given up), not the fetch's ETIMEDOUT */
+        if (f.rc != FERRY_ETRANSFER || status != FERRY_ETRANSFER)
+            fail_msg("a reply after a challenge from node %s: rc %d (%s), status %d; expected "
+                     "FERRY_ETRANSFER",
+                     answer_as, f.rc, ferry_strerror(f.rc), status);
+        assert_int_equal(h_contains(a, &x), 0);
+    }
+    free(bytes);
+    close(cfd);
+    close(lfd);
+    ferry_disconnect(fa);
+    ferry_disconnect(a);
+}
+
+H_CLUSTER_TEST(the_first_pull_goes_with_the_hello_without_a_secret)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    pull_before_the_challenge(cl, "fake", 1);
+}
+
+H_CLUSTER_TEST(a_pull_sent_before_the_challenge_takes_no_reply_from_another_node)
+{
+    h_cluster_start(cl, 1, "64M", NULL);
+    pull_before_the_challenge(cl, "other", 0);
 }
 
 /* B holds X; on A a client creates X and leaves it unsealed, so a fetch of X on A times
@@ -1857,6 +1923,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(fetch_queued_on_a_silent_holder_survives_a_local_put),
+        T(the_first_pull_goes_with_the_hello_without_a_secret),
+        T(a_pull_sent_before_the_challenge_takes_no_reply_from_another_node),
         T(a_delete_between_fetch_slices_ends_the_next_slice),
         T(forged_bytes_with_the_same_xxh3_are_refused),
         T(a_bad_chunk_in_a_range_names_its_holder_and_moves_the_range),

@@ -9,6 +9,11 @@
  * Whole holders come first, partial ones take the places left. */
 #define LOOKUP_HOLDERS_MAX 64
 
+/* Holders whose node entries a lookup brings with the record (the lookup script): a first read
+ * from a node never met costs one round trip to Redis, not two, and the reply stays small. The
+ * others come from the cache, or are asked for after. */
+#define LOOKUP_ENTRIES 4
+
 static void answer_add(struct request *r, const struct directory_node *node, uint64_t seq)
 {
     if (r->a.n == r->cap) {
@@ -101,22 +106,17 @@ void dir_entry_refused(struct directory *d, const char *id)
                  id);
 }
 
-/* A reply to HGETALL ferry:node:<id>, for the oldest holder (or node) r asked about: live when
- * it runs the incarnation the holder entry names (any, for a listing). */
-static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
+/* Holder (or node) h's entry, rep (an answer to HGETALL ferry:node:<id>), into r's answer:
+ * live when it runs the incarnation the holder entry names (any, for a listing). */
+static void take_entry(struct directory *d, struct request *r, const struct holder *h,
+                       const redisReply *rep)
 {
-    struct directory *d = dir_reply_begin(ac, reply);
-    const redisReply *rep = reply;
-    struct request *r = priv;
-    const struct holder *h = &r->asked[r->asked_head++];
     struct directory_node node = {0};
     enum dir_entry kind;
     char when[32], key[NODE_KEY_MAX], what[NODE_KEY_MAX + 32];
 
     memcpy(node.id, h->id, sizeof(node.id));
-    if (!rep) {
-        dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (dir_wrongtype(rep)) { /* another node's key: left to it, the node taken as gone */
+    if (dir_wrongtype(rep)) { /* another node's key: left to it, the node taken as gone */
         dir_entry_key(key, h->id);
         snprintf(what, sizeof(what), "%s (not a hash): left alone", key);
         dir_bad_key(d, what);
@@ -141,6 +141,19 @@ static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
             gone_add(r, h, "gone (its run of %s ended)", when);
         }
     }
+}
+
+/* A reply to HGETALL ferry:node:<id>, for the oldest holder (or node) r asked about. */
+static void on_node_entry(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct directory *d = dir_reply_begin(ac, reply);
+    struct request *r = priv;
+    const struct holder *h = &r->asked[r->asked_head++];
+
+    if (!reply)
+        dir_request_fail(d, r, FERRY_EDIRECTORY);
+    else
+        take_entry(d, r, h, reply);
     dir_request_settle(d, r);
 }
 
@@ -201,13 +214,29 @@ static int parse_holder(const struct directory *d, const struct request *r, cons
     return 1;
 }
 
-/* A holder: answered from the cache when the node's entry is trusted there for the same
- * incarnation (and the lookup is not fresh), else asked for. */
-static void consider_holder(struct directory *d, struct request *r, const struct holder *h)
+/* The node entry the lookup script brought for node id, or NULL (entries: {id, entry...}). */
+static const redisReply *brought_entry(const redisReply *entries, const char *id)
 {
+    char name[DIRECTORY_NODE_ID_MAX + 1];
+
+    for (size_t i = 0; i + 1 < entries->elements; i += 2)
+        if (dir_string_copy(name, sizeof(name), entries->element[i]) && strcmp(name, id) == 0)
+            return entries->element[i + 1];
+    return NULL;
+}
+
+/* A holder: taken from the entry the lookup brought, else answered from the cache when the
+ * node's entry is trusted there for the same incarnation (and the lookup is not fresh), else
+ * asked for. */
+static void consider_holder(struct directory *d, struct request *r, const struct holder *h,
+                            const redisReply *entries)
+{
+    const redisReply *brought = brought_entry(entries, h->id);
     const struct directory_node *known = r->fresh ? NULL : dir_node_cached(d, h->id);
 
-    if (known && known->inc == h->inc)
+    if (brought)
+        take_entry(d, r, h, brought);
+    else if (known && known->inc == h->inc)
         answer_add(r, known, h->seq);
     else
         ask_node(d, r, h);
@@ -264,7 +293,8 @@ static void record_refused(struct directory *d, struct request *r, const redisRe
  * directory planted for nodes nobody runs, whole or partial, cannot crowd the real holders out
  * (a node that never saw the real holder's entry, just started, can still be crowded by 64
  * planted whole holders). Partial fields left out are counted (partial_holders_skipped). */
-static void consider_holders(struct directory *d, struct request *r, const redisReply *rep)
+static void consider_holders(struct directory *d, struct request *r, const redisReply *rep,
+                             const redisReply *entries)
 {
     size_t taken = 0;
 
@@ -280,65 +310,68 @@ static void consider_holders(struct directory *d, struct request *r, const redis
                 continue;
             }
             taken++;
-            consider_holder(d, r, &h);
+            consider_holder(d, r, &h, entries);
         }
     }
 }
 
-/* The reply to HGETALL ferry:obj:<hex>: the content and the holders. A key of the wrong type
- * in its place is answered as no record and replaced. */
+/* The content and the holders of an object's record (rec: as HGETALL answers it), with the
+ * node entries the lookup brought. */
+static void take_record(struct directory *d, struct request *r, const redisReply *rep,
+                        const redisReply *entries)
+{
+    struct record rec = {.sig = ""};
+    int sized = 0, digested = 0;
+
+    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING)
+            continue;
+        if (strcmp(f->str, "size") == 0)
+            sized =
+                dir_reply_u64(v, 10, &r->a.size) && dir_string_copy(rec.size, sizeof(rec.size), v);
+        else if (strcmp(f->str, "digest") == 0)
+            digested = dir_reply_digest(v, r->a.digest) &&
+                       dir_string_copy(rec.digest, sizeof(rec.digest), v);
+        else if (strcmp(f->str, "sig") == 0)
+            (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);
+        else if (strcmp(f->str, "gen") == 0 &&
+                 (!dir_string_copy(r->a.gen, sizeof(r->a.gen), v) || !dir_gen_valid(r->a.gen)))
+            r->a.gen[0] = '\0';
+    }
+    r->a.has_content = sized && digested;
+    if (record_believed(d, r, rep, &rec))
+        consider_holders(d, r, rep, entries);
+    else
+        record_refused(d, r, rep);
+}
+
+/* The reply to the lookup script: {the record, the entries of its first holders}. A key of the
+ * wrong type in the record's place was replaced by the script (and reported as bad). */
 static void on_object(redisAsyncContext *ac, void *reply, void *priv)
 {
     struct directory *d = dir_reply_begin(ac, reply);
-    const redisReply *rep = reply;
     struct request *r = priv;
-    struct record rec = {.sig = ""};
-    char key[OBJ_KEY_MAX];
+    redisReply **res;
+    size_t n;
 
-    if (!rep) {
+    if (!reply) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-    } else if (dir_wrongtype(rep)) {
-        dir_holders_key(key, &r->id);
-        dir_fix_key(d, key, "hash");
-    } else if (rep->type != REDIS_REPLY_ARRAY) {
+    } else if (!dir_script_reply(d, reply, &res, &n) || n != 2 ||
+               res[0]->type != REDIS_REPLY_ARRAY || res[1]->type != REDIS_REPLY_ARRAY) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-        dir_command_failed(d, "HGETALL", dir_reply_why(rep));
+        dir_command_failed(d, "the lookup script", dir_reply_why(reply));
     } else {
-        int sized = 0, digested = 0;
-        for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-            const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-            if (f->type != REDIS_REPLY_STRING)
-                continue;
-            if (strcmp(f->str, "size") == 0)
-                sized = dir_reply_u64(v, 10, &r->a.size) &&
-                        dir_string_copy(rec.size, sizeof(rec.size), v);
-            else if (strcmp(f->str, "digest") == 0)
-                digested = dir_reply_digest(v, r->a.digest) &&
-                           dir_string_copy(rec.digest, sizeof(rec.digest), v);
-            else if (strcmp(f->str, "sig") == 0)
-                (void)dir_string_copy(rec.sig, sizeof(rec.sig), v);
-            else if (strcmp(f->str, "gen") == 0 &&
-                     (!dir_string_copy(r->a.gen, sizeof(r->a.gen), v) || !dir_gen_valid(r->a.gen)))
-                r->a.gen[0] = '\0';
-        }
-        r->a.has_content = sized && digested;
-        if (record_believed(d, r, rep, &rec))
-            consider_holders(d, r, rep);
-        else
-            record_refused(d, r, rep);
+        take_record(d, r, res[0], res[1]);
     }
     dir_request_settle(d, r);
 }
 
 void dir_lookup_start(struct directory *d, struct request *r)
 {
-    char key[OBJ_KEY_MAX];
-    const char *argv[] = {"HGETALL", key};
-
     dir_pending_add(d, r);
     r->awaiting = 1;
-    dir_holders_key(key, &r->id);
-    if (dir_send_command(d, on_object, r, 2, argv) < 0) {
+    if (dir_lookup_send(d, &r->id, LOOKUP_ENTRIES, on_object, r) < 0) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
     } else {
         r->awaiting++;

@@ -226,14 +226,34 @@ static const char unrelay_lua[] =
                 "end\n"
                 "return {bad, 0}\n";
 
+/* KEYS: obj. ARGV: this node's id, entries. An object's record and, in the same round trip, the
+ * node entries of its first whole holders (up to entries, not this node's): {bad, the record as
+ * HGETALL answers it, {node id, its entry as HGETALL answers it (empty: none)...}}. A first
+ * read then costs one round trip to Redis, not two. Another node's key that is not a hash is
+ * left out, for the caller to ask for and report. */
+static const char lookup_lua[] =
+    LUA_PRELUDE "fix(KEYS[1], 'hash')\n"
+                "local rec = redis.call('HGETALL', KEYS[1])\n"
+                "local entries, max = {}, 2 * tonumber(ARGV[2])\n"
+                "for i = 1, #rec, 2 do\n"
+                "  local n = #entries < max and string.match(rec[i], '^h:(.+)$')\n"
+                "  local key = n and n ~= ARGV[1] and 'ferry:node:' .. n\n"
+                "  local t = key and redis.call('TYPE', key).ok\n"
+                "  if t == 'hash' or t == 'none' then\n"
+                "    entries[#entries + 1] = n\n"
+                "    entries[#entries + 1] = redis.call('HGETALL', key)\n"
+                "  end\n"
+                "end\n"
+                "return {bad, rec, entries}\n";
+
 /* KEYS: a key of ours. ARGV: its type. Replaces it unless it has that type (or is absent). */
 static const char fix_lua[] = LUA_PRELUDE "fix(KEYS[1], ARGV[1])\n"
                                           "return {bad, 0}\n";
 
 static const char *const scripts[N_SCRIPTS] = {
-    [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_BATCH] = batch_lua, [SCRIPT_CLEANUP] = cleanup_lua,
-    [SCRIPT_DELETE] = delete_lua,   [SCRIPT_FIX] = fix_lua,     [SCRIPT_RELAY] = relay_lua,
-    [SCRIPT_UNRELAY] = unrelay_lua,
+    [SCRIPT_PUBLISH] = publish_lua, [SCRIPT_BATCH] = batch_lua,   [SCRIPT_CLEANUP] = cleanup_lua,
+    [SCRIPT_DELETE] = delete_lua,   [SCRIPT_FIX] = fix_lua,       [SCRIPT_RELAY] = relay_lua,
+    [SCRIPT_UNRELAY] = unrelay_lua, [SCRIPT_LOOKUP] = lookup_lua,
 };
 static char shas[N_SCRIPTS][41];
 static int shas_ok;
@@ -789,6 +809,17 @@ static int send_relay(struct directory *d, const struct pubop *op)
     snprintf(p.size, sizeof(p.size), "%" PRIu64, op->size);
     digest_hex(op->digest, p.digest);
     return evalsha(d, SCRIPT_RELAY, on_relayed, op->r, 2, args, 7);
+}
+
+int dir_lookup_send(struct directory *d, const ferry_id *id, unsigned entries, redisCallbackFn *fn,
+                    void *priv)
+{
+    char key[OBJ_KEY_MAX], count[12];
+    const char *args[] = {key, d->self.id, count};
+
+    dir_holders_key(key, id);
+    snprintf(count, sizeof(count), "%u", entries);
+    return evalsha(d, SCRIPT_LOOKUP, fn, priv, 1, args, 3);
 }
 
 void dir_relay_start(struct directory *d, struct request *r, uint64_t size,

@@ -471,6 +471,7 @@ enum dir_script {
     SCRIPT_FIX,
     SCRIPT_RELAY,
     SCRIPT_UNRELAY,
+    SCRIPT_LOOKUP,
     N_SCRIPTS
 };
 int dir_scripts_init(void);
@@ -492,6 +493,10 @@ void dir_delete_start(struct directory *d, struct request *r, const uint8_t root
                       const char *gen);
 void dir_relay_start(struct directory *d, struct request *r, uint64_t size,
                      const uint8_t digest[DIGEST_LEN]);
+/* Sends the lookup script for id (the record, and up to entries of its holders' node entries:
+ * lookup_lua), fn(priv) to read its reply. */
+int dir_lookup_send(struct directory *d, const ferry_id *id, unsigned entries, redisCallbackFn *fn,
+                    void *priv);
 int dir_cleanup_send(struct directory *d, const char *keep, redisCallbackFn *fn);
 /* dir_conn.c: removes what earlier incarnations left, then registers. */
 void dir_cleanup_start(struct directory *d);

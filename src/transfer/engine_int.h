@@ -351,6 +351,10 @@ struct peer {
     struct directory_node node;
     struct xconn *conn;
     int authed;
+    /* Between nodes without a secret our (empty) proof went with the hello and pulls go before
+     * the challenge comes: a first read costs the connect and one round trip. Replies are still
+     * taken only after the challenge named the node the directory did (authed). */
+    int early;
     struct auth_hs hs;      /* the handshake, ours first */
     struct auth_session as; /* the tags of frames after it */
     struct want **queue;    /* wants for the next PULL */

@@ -322,7 +322,7 @@ static void peer_flush(struct peer *p)
     uint8_t flags = WIRE_PULL_VERIFY;
     uint32_t n;
 
-    if (!p->authed || (p->busy && p->pulls))
+    if (!(p->authed || p->early) || (p->busy && p->pulls))
         return;
     p->busy = 0;
     peer_prune_queue(p);
@@ -489,6 +489,21 @@ static int same_addresses(const struct directory_node *a, const struct directory
     return 1;
 }
 
+/* Between nodes without a secret the proof is empty, so it goes right after the hello, and
+ * pulls may follow it at once (p->early). */
+static int send_empty_proof(struct peer *p)
+{
+    static const uint8_t none[WIRE_MAC];
+    struct pbuf b = {0};
+    int rc;
+
+    wire_auth(&b, none);
+    rc = b.oom ? FERRY_ENOMEM : p->conn->type->send_frame(p->conn, b.data, b.len);
+    pbuf_free(&b);
+    p->early = rc == 0;
+    return rc;
+}
+
 struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
 {
     struct peer *p = eng_peer_find(e, node->id);
@@ -525,7 +540,8 @@ struct peer *eng_peer_get(struct engine *e, const struct directory_node *node)
     snprintf(p->hs.addr, sizeof(p->hs.addr), "%s",
              directory_node_addr(&p->node, p->conn->type->name));
     wire_hello(&b, e->node_id, p->hs.inc_c, p->hs.addr, p->hs.nonce_c);
-    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0 ||
+        (!auth_keyed(&e->auth) && send_empty_proof(p) < 0)) {
         pbuf_free(&b);
         p->conn->type->close(p->conn);
         free(p);
@@ -569,17 +585,20 @@ void eng_peer_on_challenge(struct peer *p, const struct wire_msg *m)
         eng_peer_abort(p, "cannot derive the session's keys");
         return;
     }
-    wire_auth(&b, mine);
-    if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+    if (!p->early) {
+        wire_auth(&b, mine);
+        if (b.oom || p->conn->type->send_frame(p->conn, b.data, b.len) < 0) {
+            pbuf_free(&b);
+            eng_peer_abort(p, "cannot send our proof");
+            return;
+        }
         pbuf_free(&b);
-        eng_peer_abort(p, "cannot send our proof");
-        return;
     }
-    pbuf_free(&b);
     p->authed = 1;
     p->conn->max_frame = WIRE_MAX_FRAME;
     eng_watch_stop(e, &p->in);
     peer_flush(p);
+    eng_peer_stall_arm(p); /* for pulls that went before the challenge (p->early) too */
 }
 
 /* Whether a want whose bytes come on p is abandoned (a part: its parent). */

@@ -8,7 +8,8 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
              is a multiple of
   hot        objects of --hot-sizes on nodes that nobody has fetched from yet, read in turn by
              the other nodes: a first read (a holder the reader has never reached), reads of
-             other objects of the same holder (seen), and a read again (local)
+             other objects of the same holder (seen), and a read again (local); and a first
+             read at a holder's location (no lookup), each reader from another
   small      --small-size objects on node 2, read by node 1 (already connected to it) one at a
              time by id (the directory asked), with node 2's location (not asked), and Redis
              GETs of such a value from node 1 to the testbed's Redis over the same link; then
@@ -240,12 +241,30 @@ def hot(tb, sizes, round_trip_us):
                "first_us": median(first), "seen_us": median(seen), "local_us": median(local)}
         for k in ("first", "seen", "local"):
             row[k + "_rtts"] = row[k + "_us"] / round_trip_us
+        if i == 0 and len(readers) >= 2:
+            row["first_at_us"] = first_at(tb, readers, size)
+            row["first_at_rtts"] = row["first_at_us"] / round_trip_us
         rows.append(row)
         log(f"hot {size_text(size)}: first read {row['first_us']:.0f} us "
             f"({row['first_rtts']:.1f} RTT), holder seen {row['seen_us']:.0f} us "
             f"({row['seen_rtts']:.1f} RTT), local {row['local_us']:.0f} us "
-            f"(medians over {len(readers)} readers)")
+            f"(medians over {len(readers)} readers)"
+            + (f"; first read at a location {row['first_at_us']:.0f} us "
+               f"({row['first_at_rtts']:.1f} RTT)" if "first_at_us" in row else ""))
     return rows
+
+
+def first_at(tb, readers, size):
+    """Each reader reads an object of the next reader, a holder it never reached, at that
+    holder's location (no lookup): the median of the first reads."""
+    us = []
+    for k, r in enumerate(readers):
+        holder = readers[(k + 1) % len(readers)]
+        name = f"hot-at-{size}-{holder}"
+        tb.agents[holder].call("put", names=[name], size=size)
+        loc = tb.agents[holder].call("location")["location"]
+        us += tb.agents[r].call("reads", names=[name], loc=loc)["us"]
+    return median(us)
 
 
 def small(tb, size, count, batch, rounds):
@@ -590,7 +609,9 @@ def table(doc, f):
         for h in t.get("hot", []):
             p(f"  hot {size_text(h['size']):>4}: first {h['first_us']:6.0f} us "
               f"({h['first_rtts']:4.1f} RTT)  seen {h['seen_us']:6.0f} us "
-              f"({h['seen_rtts']:4.1f} RTT)  local {h['local_us']:4.0f} us")
+              f"({h['seen_rtts']:4.1f} RTT)  local {h['local_us']:4.0f} us"
+              + (f"  first at a location {h['first_at_us']:6.0f} us ({h['first_at_rtts']:4.1f} RTT)"
+                 if "first_at_us" in h else ""))
         if "small" in t:
             s = t["small"]
             p(f"  small {size_text(s['size'])} p50: by id {s['id_p50_us']:.0f} us "
