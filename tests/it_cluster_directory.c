@@ -46,6 +46,24 @@ H_CLUSTER_TEST(fetched_copy_is_listed_as_a_holder)
         ferry_disconnect(c[i]);
 }
 
+/* Lookups are a script: after a SCRIPT FLUSH (an operator, or anyone who writes Redis) their
+ * NOSCRIPT drops the connection, and the next one loads the scripts, so a fetch by id still
+ * ends with the object. B publishes nothing here, so nothing else would have noticed: every
+ * lookup failed until the fetch's timeout. */
+H_CLUSTER_TEST(lookups_recover_from_a_script_flush)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id id = h_id("looked-up-after-a-flush");
+    H_OK(h_put_direct(a, &id, 5000, 4));
+    h_assert_where(a, cl, &id, BIT(A), H_CLUSTER_MS);
+    h_redis_cmd(&cl->redis, (const char *[]){"SCRIPT", "FLUSH", NULL});
+    fetch_one(b, &id, 10000);
+    h_assert_object(b, &id, 5000, 4);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* Once A and B hold an object, a fetch on C pulls it from one of them: exactly one transfer
  * out between the two, and C's copy is intact. */
 H_CLUSTER_TEST(third_node_fetches_from_either_holder)
@@ -325,6 +343,7 @@ int main(void)
         T(transfer_connection_is_reused_per_peer),
         T(repeated_fetch_hits_the_directory_cache),
         T(dead_node_leaves_the_directory),
+        T(lookups_recover_from_a_script_flush),
         T(directory_outage_and_recovery),
         T(node_started_without_redis_joins_later),
         T(publications_go_in_batches_each_with_its_outcome),

@@ -360,7 +360,10 @@ static void on_object(redisAsyncContext *ac, void *reply, void *priv)
     } else if (!dir_script_reply(d, reply, &res, &n) || n != 2 ||
                res[0]->type != REDIS_REPLY_ARRAY || res[1]->type != REDIS_REPLY_ARRAY) {
         dir_request_fail(d, r, FERRY_EDIRECTORY);
-        dir_command_failed(d, "the lookup script", dir_reply_why(reply));
+        if (dir_reply_error(reply)) /* NOSCRIPT (a SCRIPT FLUSH): the next connection loads it */
+            dir_check_reply(d, reply, "the lookup script");
+        else
+            dir_command_failed(d, "the lookup script", dir_reply_why(reply));
     } else {
         take_record(d, r, res[0], res[1]);
     }

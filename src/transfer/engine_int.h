@@ -99,6 +99,10 @@
 #define REFUSE_LINGER_MS 1000
 /* Before authentication a peer may send only small frames (HELLO, AUTH). */
 #define UNAUTH_MAX_FRAME 1024
+/* A PULL sent before the challenge (peer->early) names this many ids at most, so that its frame
+ * stays under UNAUTH_MAX_FRAME: an acceptor that refused the hello still reads it whole, and
+ * the refusal's reason reaches us. */
+#define EARLY_PULL_IDS 16
 /* Authenticated incoming connections, in all and per node id (honest peers reuse theirs: one
  * per node and transport). A connection that authenticates past MAX_INCONNS_PER_NODE for its
  * node id closes that node's oldest; past MAX_INCONNS in all, the oldest of the node id that

@@ -249,7 +249,7 @@ static void on_stall(struct loop *l, struct loop_timer *t)
         peer_abort_as(p, why, FAULT_UNREACHED);
         return;
     }
-    if (idle >= tm->relay_ms && peer_owes_relay_reply(p)) {
+    if (p->authed && idle >= tm->relay_ms && peer_owes_relay_reply(p)) {
         p->e->counters.relays_silent++;
         snprintf(why, sizeof(why), "a partial holder that sent nothing of a relayed range in %u ms",
                  tm->relay_ms);
@@ -327,6 +327,8 @@ static void peer_flush(struct peer *p)
     p->busy = 0;
     peer_prune_queue(p);
     n = pull_size(p);
+    if (!p->authed && n > EARLY_PULL_IDS)
+        n = EARLY_PULL_IDS;
     if (n == 0)
         return;
     pl = calloc(1, sizeof(*pl));
@@ -489,6 +491,10 @@ static int same_addresses(const struct directory_node *a, const struct directory
     return 1;
 }
 
+_Static_assert(PROTO_HEADER_SIZE + 13 + EARLY_PULL_IDS * (FERRY_ID_SIZE + WIRE_RANGE_SIZE) <=
+                   UNAUTH_MAX_FRAME,
+               "a PULL before the challenge fits an unauthenticated frame");
+
 /* Between nodes without a secret the proof is empty, so it goes right after the hello, and
  * pulls may follow it at once (p->early). */
 static int send_empty_proof(struct peer *p)
@@ -597,8 +603,8 @@ void eng_peer_on_challenge(struct peer *p, const struct wire_msg *m)
     p->authed = 1;
     p->conn->max_frame = WIRE_MAX_FRAME;
     eng_watch_stop(e, &p->in);
-    peer_flush(p);
     eng_peer_stall_arm(p); /* for pulls that went before the challenge (p->early) too */
+    peer_flush(p);         /* may free p */
 }
 
 /* Whether a want whose bytes come on p is abandoned (a part: its parent). */
