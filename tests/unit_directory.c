@@ -653,6 +653,59 @@ static void test_publish_lookup_withdraw(void **state)
     directory_close(b);
 }
 
+/* A lookup is one script that brings its holders' node entries with the record: a node that
+ * never read a holder's entry answers from one Redis round trip, and has it cached after. What
+ * a writer of Redis plants there is judged as a separate read of each entry would be: a
+ * holder without an entry is gone, one whose entry is not a hash is left alone and reported,
+ * and a record of the wrong type is replaced and answers no holder. */
+static void test_lookup_brings_the_holders_entries(void **state)
+{
+    struct loop *l = *state;
+    ferry_id x = make_id("x"), w = make_id("w");
+    struct membership added = {&x, "a", 1};
+    struct directory *a, *b;
+    const struct directory_counters *bc;
+    struct answer ans;
+    char u[64], key[64], out[16];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    a = open_node(l, "a", u, NULL);
+    b = open_node(l, "b", u, NULL);
+    bc = directory_counters(b);
+    directory_publish(a, &x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+    obj_key(&x, key);
+    assert_int_equal(query_int(0, "HSET %s h:ghost 1 h:str 1", key), 2);
+    query_str(out, sizeof(out), "SET ferry:node:str junk");
+
+    ans = lookup(l, b, &x, 0);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 1);
+    assert_string_equal(ans.nodes[0].id, "a");
+    assert_string_equal(ans.nodes[0].addr, "10.0.0.97:7000");
+    assert_int_equal(ans.ngone, 2);
+    for (size_t i = 0; i < ans.ngone; i++)
+        assert_non_null(strstr(ans.gone[i].why, strcmp(ans.gone[i].id, "str") == 0
+                                                    ? "not a hash"
+                                                    : "gone (no heartbeat"));
+    assert_int_equal(bc->lookups, 1);
+    assert_true(bc->bad_keys >= 1);
+    assert_int_equal(query_int(0, "EXISTS ferry:node:str"), 1); /* another node's: left */
+
+    obj_key(&w, key);
+    query_str(out, sizeof(out), "SET %s junk", key);
+    uint64_t bad = bc->bad_keys;
+    ans = lookup(l, b, &w, 1);
+    assert_int_equal(ans.status, 0);
+    assert_int_equal(ans.n, 0);
+    assert_int_equal(ans.has_content, 0);
+    assert_true(bc->bad_keys > bad);
+    assert_int_equal(query_int(0, "EXISTS %s", key), 0); /* ours: replaced */
+    assert_int_equal(bc->errors, 0);
+    directory_close(a);
+    directory_close(b);
+}
+
 /* A dead node leaves the listings and the answers (not the holder sets) once its entry
  * expires, even when its address was cached. */
 static void test_dead_node(void **state)
@@ -1369,6 +1422,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_withdrawal_while_down_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_entry_republishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_brings_the_holders_entries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cached_address_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_close, setup, teardown),
