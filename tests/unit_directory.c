@@ -653,6 +653,20 @@ static void test_publish_lookup_withdraw(void **state)
     directory_close(b);
 }
 
+/* Nodes a and b on the test's Redis, a publishing x (waited for until Redis lists it). */
+static void two_nodes_a_holding(struct loop *l, const ferry_id *x, struct directory **a,
+                                struct directory **b)
+{
+    struct membership added = {x, "a", 1};
+    char u[64];
+
+    url(u, sizeof(u), "127.0.0.1", 0);
+    *a = open_node(l, "a", u, NULL);
+    *b = open_node(l, "b", u, NULL);
+    directory_publish(*a, x, 10, DG(0xabc));
+    assert_true(run_until(l, membership_is, &added, WAIT_MS));
+}
+
 /* A lookup is one script that brings its holders' node entries with the record: a node that
  * never read a holder's entry answers from one Redis round trip, and has it cached after. What
  * a writer of Redis plants there is judged as a separate read of each entry would be: a
@@ -662,18 +676,13 @@ static void test_lookup_brings_the_holders_entries(void **state)
 {
     struct loop *l = *state;
     ferry_id x = make_id("x"), w = make_id("w");
-    struct membership added = {&x, "a", 1};
     struct directory *a, *b;
     const struct directory_counters *bc;
     struct answer ans;
-    char u[64], key[64], out[16];
+    char key[64], out[16];
 
-    url(u, sizeof(u), "127.0.0.1", 0);
-    a = open_node(l, "a", u, NULL);
-    b = open_node(l, "b", u, NULL);
+    two_nodes_a_holding(l, &x, &a, &b);
     bc = directory_counters(b);
-    directory_publish(a, &x, 10, DG(0xabc));
-    assert_true(run_until(l, membership_is, &added, WAIT_MS));
     obj_key(&x, key);
     assert_int_equal(query_int(0, "HSET %s h:ghost 1 h:str 1", key), 2);
     query_str(out, sizeof(out), "SET ferry:node:str junk");
