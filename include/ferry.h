@@ -505,7 +505,9 @@ enum ferry_stat_kind { FERRY_STAT_COUNTER = 1, FERRY_STAT_GAUGE = 2 };
     X(fetch_hints_self, COUNTER,                                                                   \
       "objects a fetch was told this very node holds (its copy had gone): looked up")              \
     X(relay_asked_again, COUNTER,                                                                  \
-      "ranges asked again of a partial holder that answered not yet (its copy had stalled)")
+      "ranges asked again of a partial holder that answered not yet (its copy had stalled)")       \
+    X(directory_lapses, COUNTER,                                                                   \
+      "heartbeats that found this node's entry expired (no beat for the TTL): published again")
 
 typedef struct ferry_stats {
 #define FERRY_STATS_MEMBER(name, kind, help) uint64_t name;

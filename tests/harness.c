@@ -1057,9 +1057,12 @@ void h_redis_start(struct h_redis *r, int port)
 
 /* Sends one command (argv NULL-terminated) to r and reads the first line
  * of its reply; fails the test on an error reply or no reply. */
-void h_redis_cmd(const struct h_redis *redis, const char *const *argv)
+/* Sends argv to Redis and reads its reply's first line into reply (size > 2); fails the test
+ * when none comes within H_EVENT_MS or it is an error. */
+static void redis_ask(const struct h_redis *redis, const char *const *argv, char *reply,
+                      size_t size)
 {
-    char req[1024], reply[256] = "";
+    char req[1024];
     int n = 0, len = 0;
     while (argv[n])
         n++;
@@ -1072,12 +1075,13 @@ void h_redis_cmd(const struct h_redis *redis, const char *const *argv)
     assert_int_equal(h_raw_write(fd, req, (size_t)len), 0);
     size_t got = 0;
     struct h_wait w;
-    for (h_wait_begin(&w, H_EVENT_MS); !strstr(reply, "\r\n") && got + 1 < sizeof(reply);) {
+    reply[0] = '\0';
+    for (h_wait_begin(&w, H_EVENT_MS); !strstr(reply, "\r\n") && got + 1 < size;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int left = (int)(w.deadline_ms - h_now_ms());
         if (left <= 0 || ++w.tries > 100000 || poll(&pfd, 1, left) <= 0)
             break;
-        ssize_t r = recv(fd, reply + got, sizeof(reply) - 1 - got, MSG_DONTWAIT);
+        ssize_t r = recv(fd, reply + got, size - 1 - got, MSG_DONTWAIT);
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
             break;
         got += r > 0 ? (size_t)r : 0;
@@ -1086,6 +1090,23 @@ void h_redis_cmd(const struct h_redis *redis, const char *const *argv)
     close(fd);
     if (!strstr(reply, "\r\n") || reply[0] == '-')
         fail_msg("redis %s: reply \"%s\"", argv[0], reply);
+}
+
+void h_redis_cmd(const struct h_redis *redis, const char *const *argv)
+{
+    char reply[256];
+
+    redis_ask(redis, argv, reply, sizeof(reply));
+}
+
+long long h_redis_int(const struct h_redis *redis, const char *const *argv)
+{
+    char reply[256];
+
+    redis_ask(redis, argv, reply, sizeof(reply));
+    if (reply[0] != ':')
+        fail_msg("redis %s: reply \"%s\", not an integer", argv[0], reply);
+    return strtoll(reply + 1, NULL, 10);
 }
 
 void h_redis_kill(struct h_redis *r)

@@ -258,6 +258,8 @@ void h_redis_start(struct h_redis *r, int port);
 /* Sends one command (argv NULL-terminated) to r and reads the first line of its reply; fails
  * the test on an error reply or no reply (a minimal client: RESP over a plain socket). */
 void h_redis_cmd(const struct h_redis *r, const char *const *argv);
+/* The same, for a command whose reply is an integer: that integer. */
+long long h_redis_int(const struct h_redis *r, const char *const *argv);
 /* SIGKILL and reap; the directory stays (for a restart and the log). */
 void h_redis_kill(struct h_redis *r);
 /* Removes r->dir and every file in it (tests may keep files of their own there). */

@@ -8,9 +8,12 @@
  */
 #include "harness.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { A, B, C };
 #define BIT(i) (1u << (i))
@@ -182,6 +185,54 @@ H_CLUSTER_TEST(dead_node_leaves_the_directory)
     ferry_disconnect(b);
 }
 
+/* How long a_stopped_daemon_keeps_its_registration stops its node: past the TTL of 0.11
+ * (3 s), well within today's (DIRECTORY_TTL_MS, 10 s). */
+#define STOP_MS 5000
+
+/* Sends sig to node i, failing the test if it cannot. */
+static void signal_node(const struct h_cluster *cl, int i, int sig)
+{
+    if (kill(cl->node[i].d.pid, sig) != 0)
+        fail_msg("kill %s: %s", cl->node[i].id, strerror(errno));
+}
+
+/* A daemon stopped for 5 s (SIGSTOP: a host starved of CPU, a paused VM) keeps its entry in
+ * the directory all along, with the defaults (this case runs with the daemons' real timers).
+ * Once it runs again it serves a fetch, and it neither reconnects to Redis nor finds its entry
+ * lapsed (which would have made other nodes take it for dead meanwhile). */
+H_CLUSTER_TEST(a_stopped_daemon_keeps_its_registration)
+{
+    h_cluster_start(cl, 2, "64M", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_id id = h_id("held-through-a-stop");
+    char key[64];
+    long long ttl = 0;
+    H_OK(h_put_direct(a, &id, 50000, 5));
+    h_assert_where(b, cl, &id, BIT(A), H_CLUSTER_MS);
+    ferry_stats before = h_stats(a);
+    snprintf(key, sizeof(key), "ferry:node:%s", cl->node[A].id);
+    signal_node(cl, A, SIGSTOP);
+    int64_t t0 = h_now_ms(), lapsed_at = -1;
+    for (int tries = 0; h_now_ms() - t0 < STOP_MS && tries < 1000 && lapsed_at < 0; tries++) {
+        ttl = h_redis_int(&cl->redis, (const char *[]){"PTTL", key, NULL});
+        if (ttl <= 0)
+            lapsed_at = h_now_ms() - t0;
+        usleep(100 * 1000);
+    }
+    signal_node(cl, A, SIGCONT);
+    if (lapsed_at >= 0)
+        fail_msg("%s's entry lapsed %lld ms into its stop (PTTL %lld)", cl->node[A].id,
+                 (long long)lapsed_at, ttl);
+    fetch_one(b, &id, 10000);
+    h_assert_object(b, &id, 50000, 5);
+    ferry_stats after = h_stats(a);
+    assert_int_equal(after.directory_reconnects, before.directory_reconnects);
+    assert_int_equal(after.directory_lapses, before.directory_lapses);
+    assert_int_equal(after.directory_up, 1);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+}
+
 /* Each of the n clients' nodes reports directory_up == up within H_EVENT_MS. */
 static void assert_directory_up(const struct h_cluster *cl, ferry_client *const *c, int n,
                                 uint64_t up)
@@ -343,6 +394,7 @@ int main(void)
         T(transfer_connection_is_reused_per_peer),
         T(repeated_fetch_hits_the_directory_cache),
         T(dead_node_leaves_the_directory),
+        T(a_stopped_daemon_keeps_its_registration),
         T(lookups_recover_from_a_script_flush),
         T(directory_outage_and_recovery),
         T(node_started_without_redis_joins_later),

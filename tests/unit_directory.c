@@ -344,7 +344,7 @@ static void test_bad_configuration(void **state)
     assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
     cfg.self.id[0] = 'a';
     cfg.heartbeat_ms = 1000;
-    cfg.ttl_ms = 1000;
+    cfg.ttl_ms = 1999; /* a TTL must outlast two heartbeats */
     assert_int_equal(directory_open(&d, *state, &cfg, NULL), FERRY_EINVAL);
     cfg.heartbeat_ms = cfg.ttl_ms = 0;
     cfg.url = "redis-sentinel://127.0.0.1:1,127.0.0.1:2/master-1/3"; /* well formed */

@@ -211,9 +211,10 @@ static void print_cluster(const struct stat_view *v)
            val(v, "directory_bad_keys"));
     printf("  %-13s %" PRIu64 " conflicting publications kept back, %" PRIu64
            " deletes of earlier puts spared, %" PRIu64 " replayed entries of this id, %" PRIu64
-           " partial holders past a lookup's bound\n",
+           " partial holders past a lookup's bound, %" PRIu64 " lapses of this node's entry\n",
            "", val(v, "conflicts_unlisted"), val(v, "deletes_of_earlier_puts"),
-           val(v, "replayed_entries"), val(v, "partial_holders_skipped"));
+           val(v, "replayed_entries"), val(v, "partial_holders_skipped"),
+           val(v, "directory_lapses"));
     printf("  %-13s %" PRIu64 " asked; %" PRIu64 " objects in (%s), %" PRIu64 " out (%s), %" PRIu64
            " failed from a holder\n",
            "fetches", val(v, "fetches"), val(v, "transfers_in"), sz(val(v, "bytes_in"), a),

@@ -257,11 +257,13 @@ int dir_configure(struct directory *d, const struct directory_config *cfg)
         return rc;
     snprintf(d->inc_text, sizeof(d->inc_text), "%" PRIu64, d->self.inc);
     d->opened_ms = loop_now_ms();
-    d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DEFAULT_HEARTBEAT_MS;
-    d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DEFAULT_TTL_MS;
-    d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
-    if (d->ttl_ms <= d->heartbeat_ms)
-        return err_set(FERRY_EINVAL, "directory: the TTL (%u ms) must exceed the heartbeat (%u ms)",
+    d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DIRECTORY_HEARTBEAT_MS;
+    d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DIRECTORY_TTL_MS;
+    d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DIRECTORY_TIMEOUT_MS;
+    /* A TTL barely past the heartbeat would expire at the first late beat. */
+    if (d->ttl_ms < 2ull * d->heartbeat_ms)
+        return err_set(FERRY_EINVAL,
+                       "directory: the TTL (%u ms) must be at least twice the heartbeat (%u ms)",
                        (unsigned)d->ttl_ms, (unsigned)d->heartbeat_ms);
     if ((rc = parse_url(d, cfg->url)) < 0)
         return rc;

@@ -5,6 +5,8 @@
  */
 #include "directory/directory_int.h"
 
+#include <poll.h>
+
 #include "common/clock.h"
 
 void dir_queue_flush(struct directory *d)
@@ -157,6 +159,7 @@ static void on_heartbeat(redisAsyncContext *ac, void *reply, void *priv)
         log_warn("directory: this node's entry had expired (no heartbeat for %u ms): "
                  "publishing again",
                  (unsigned)d->ttl_ms);
+        d->counters.lapses++;
         d->republish_due = 1;
         dir_turn_soon(d);
     }
@@ -438,6 +441,15 @@ void dir_on_reconnect(struct loop *l, struct loop_timer *t)
     dir_connect_start(t->arg);
 }
 
+/* Whether bytes from Redis wait unread: this process, not Redis, was late (stopped, or
+ * starved of CPU, between the loop's wait and its timers). */
+static int answer_waiting(const struct directory *d)
+{
+    struct pollfd p = {.fd = d->ac ? d->ac->c.fd : -1, .events = POLLIN};
+
+    return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
 /* Liveness (see the top of the file). Re-armed lazily: replies only record their time. */
 void dir_on_watchdog(struct loop *l, struct loop_timer *t)
 {
@@ -448,6 +460,8 @@ void dir_on_watchdog(struct loop *l, struct loop_timer *t)
         return;
     if (loop_now_ms() < due)
         dir_arm(d, t, due);
+    else if (answer_waiting(d))
+        dir_arm(d, t, loop_now_ms() + WATCHDOG_LATE_MS); /* the loop reads it first */
     else
         dir_drop(d, "no answer in %u ms", (unsigned)d->timeout_ms);
 }

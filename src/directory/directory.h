@@ -6,7 +6,7 @@
  * Redis schema (DB from the URL):
  *   ferry:node:<node-id>  hash {addr, inc, t:<transport> = its address, one per transport,
  *                         sig}, with a TTL the node refreshes by heartbeat: a node that dies
- *                         disappears when the TTL runs out (a few seconds); one that leaves
+ *                         disappears when the TTL runs out (10 s by default); one that leaves
  *                         cleanly deletes it
  *   ferry:obj:<40 hex>    hash {size, digest, sig, gen, h:<node-id> = incarnation} - the content of
  *                         the id's first seal (size in decimal, digest: the 64-hex SHA-256
@@ -157,10 +157,19 @@ struct directory_config {
     const uint8_t *secret;      /* the cluster secret (copied), or NULL: entries go unsigned */
     size_t secret_len;          /* at most DIRECTORY_SECRET_MAX */
     struct directory_node self; /* its inc is made by directory_open */
-    uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (default 1000) */
-    uint32_t ttl_ms;            /* the node entry's TTL (default 3000) */
-    uint32_t timeout_ms;        /* a request unanswered this long means Redis is down (1000) */
+    uint32_t heartbeat_ms;      /* how often the node entry's TTL is refreshed (0: default) */
+    uint32_t ttl_ms;            /* the node entry's TTL (0: default); at least 2 heartbeats */
+    uint32_t timeout_ms; /* a request unanswered this long means Redis is down (0: default) */
 };
+/* The defaults ride out a busy host: a daemon starved of CPU, or a link whose queue drops a
+ * heartbeat's packets (TCP retransmits after 200 ms, then 400, 800, ...), keeps its entry for
+ * ten seconds, and Redis answering in seconds is slow, not down. The cost: a node that dies
+ * without leaving stays listed that long (its peers' connections fail at once meanwhile, and a
+ * node restarted on its host takes its id back at once: see dir_owner.c). Every node of a
+ * cluster should have the same heartbeat and TTL: a restart judges an entry by its own. */
+#define DIRECTORY_HEARTBEAT_MS 1000
+#define DIRECTORY_TTL_MS 10000
+#define DIRECTORY_TIMEOUT_MS 5000
 
 struct directory_hooks {
     /* Called after every (re)connection, once the node is registered: the owner calls
@@ -197,6 +206,7 @@ struct directory_counters {
     uint64_t conflicts_unlisted; /* publications not sent: that copy was refused as a conflict */
     uint64_t deletes_of_earlier_puts; /* deletes heard of another put than the copy here's */
     uint64_t replayed_entries; /* entries under our id without a heartbeat signed since start */
+    uint64_t lapses; /* heartbeats that found this node's entry expired: published again */
     uint64_t partial_holders_skipped; /* partial holder fields past a lookup's bound */
     uint64_t errors;                  /* failed commands and lost connections */
 };

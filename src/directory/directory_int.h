@@ -67,9 +67,8 @@
 #include "common/log.h"
 #include "common/mac.h"
 
-#define DEFAULT_HEARTBEAT_MS 1000
-#define DEFAULT_TTL_MS 3000
-#define DEFAULT_TIMEOUT_MS 1000
+/* A watchdog that finds an answer unread looks again this much later (dir_on_watchdog). */
+#define WATCHDOG_LATE_MS 100
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
 /* Past these sizes a cache is emptied: simpler than an LRU, and rare. */

@@ -1,6 +1,7 @@
 /* options.c - ferryd's options, from one table (options.h). */
 #include "server/options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <getopt.h>
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/size.h"
+#include "directory/directory.h"
 #include "transfer/engine.h"
 #include "transport/registry.h"
 #include "transport/transport.h"
@@ -31,6 +33,9 @@ _Static_assert(ENGINE_STALL_MS == 30000 && ENGINE_HANDSHAKE_MS == 10000 &&
                    ENGINE_ANSWER_MS == 3000 && ENGINE_BREAKER_MS == 30000 &&
                    ENGINE_RATE_MS == 5000 && ENGINE_ORPHAN_MS == 300,
                "--timers' help says 30000, 10000, 3000, 30000, 5000 and 300");
+_Static_assert(DIRECTORY_HEARTBEAT_MS == 1000 && DIRECTORY_TTL_MS == 10000 &&
+                   DIRECTORY_TIMEOUT_MS == 5000,
+               "--timers' help says 1000, 10000 and 5000");
 
 /* The names of this build's transports, preferred first: "fabric|tcp". */
 static const char *transport_names(void)
@@ -206,9 +211,76 @@ static int set_fabric_window(struct ferryd_args *a, char *v)
     return rc;
 }
 
+/* An option's field: its offset in server_config. */
+#define CFG(field) offsetof(struct server_config, field)
+
+/* --timers' names, each a uint32_t of server_config in milliseconds, and its least value. */
+static const struct timer_def {
+    const char *name;
+    size_t field;
+    unsigned long min_ms;
+} timer_defs[] = {
+    {"stall", CFG(timers.stall_ms), ENGINE_TIMER_MIN_MS},
+    {"handshake", CFG(timers.handshake_ms), ENGINE_TIMER_MIN_MS},
+    {"answer", CFG(timers.answer_ms), ENGINE_TIMER_MIN_MS},
+    {"breaker", CFG(timers.breaker_ms), ENGINE_TIMER_MIN_MS},
+    {"lease", CFG(timers.lease_ms), ENGINE_LEASE_MIN_MS},
+    {"rate", CFG(timers.rate_ms), ENGINE_TIMER_MIN_MS},
+    {"orphan", CFG(timers.orphan_ms), ENGINE_TIMER_MIN_MS},
+    {"relay", CFG(timers.relay_ms), ENGINE_TIMER_MIN_MS},
+    {"heartbeat", CFG(heartbeat_ms), ENGINE_TIMER_MIN_MS},
+    {"ttl", CFG(ttl_ms), ENGINE_TIMER_MIN_MS},
+    {"directory", CFG(directory_timeout_ms), ENGINE_TIMER_MIN_MS},
+};
+#define N_TIMERS (sizeof(timer_defs) / sizeof(timer_defs[0]))
+
+/* One NAME=MS of item (up to len) into parsed[] (indexed as timer_defs). */
+static int timer_parse_one(const char *item, size_t len, uint32_t *parsed, int *seen)
+{
+    const char *eq = memchr(item, '=', len);
+    size_t i = 0;
+    char *end;
+    unsigned long v;
+
+    while (eq && i < N_TIMERS &&
+           !(strlen(timer_defs[i].name) == (size_t)(eq - item) &&
+             memcmp(timer_defs[i].name, item, (size_t)(eq - item)) == 0))
+        i++;
+    if (!eq || i == N_TIMERS)
+        return err_set(FERRY_EINVAL,
+                       "timer '%.*s': expected NAME=MS, NAME one of stall, handshake, answer, "
+                       "breaker, lease, rate, orphan, relay, heartbeat, ttl, directory",
+                       (int)len, item);
+    v = strtoul(eq + 1, &end, 10);
+    if (end != item + len || !isdigit((unsigned char)eq[1]) || v < timer_defs[i].min_ms ||
+        v > ENGINE_TIMER_MAX_MS)
+        return err_set(FERRY_EINVAL, "timer '%.*s': expected milliseconds from %lu to %d", (int)len,
+                       item, timer_defs[i].min_ms, ENGINE_TIMER_MAX_MS);
+    parsed[i] = (uint32_t)v;
+    seen[i] = 1;
+    return 0;
+}
+
+/* NAME=MS[,NAME=MS...]: all or nothing, over what earlier --timers set. */
 static int set_timers(struct ferryd_args *a, char *v)
 {
-    return engine_timers_parse(v, &a->cfg->timers);
+    uint32_t parsed[N_TIMERS];
+    int seen[N_TIMERS] = {0}, rc;
+
+    if (!*v)
+        return err_set(FERRY_EINVAL, "timers: expected NAME=MS[,NAME=MS...]");
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        if ((rc = timer_parse_one(p, comma ? (size_t)(comma - p) : strlen(p), parsed, seen)) < 0)
+            return rc;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    for (size_t i = 0; i < N_TIMERS; i++)
+        if (seen[i])
+            memcpy((char *)a->cfg + timer_defs[i].field, &parsed[i], sizeof(parsed[i]));
+    return 0;
 }
 
 static int show_help(struct ferryd_args *a, char *v)
@@ -239,7 +311,6 @@ static const char *const group_titles[NGROUPS] = {
 
 /* What an option without a setter of its own does to its field of server_config. */
 enum value_kind { V_SET, V_STR, V_SIZE, V_ON, V_OFF };
-#define CFG(field) offsetof(struct server_config, field)
 
 struct option_def {
     const char *name;
@@ -350,13 +421,15 @@ static const struct option_def table[] = {
      "take ranges from such nodes unchecked (--no-verify implies it; default: each chunk is "
      "checked as it lands)"},
     {"timers", "NAME=MS,...", CLUSTER, V_SET, 0, set_timers,
-     "the protocol's timers, for tests that must see them pass (the defaults suit every network): "
+     "the protocol's timers (the defaults suit every network and ride out a busy host): "
      "stall (30000: a peer that owes bytes and sends none is dropped), handshake (10000), answer "
      "(3000: a holder's answer to our hello), breaker (30000: a failing transport is left out), "
      "lease (5000: a one-sided read's), rate (5000: a holder must send 1 MiB/s over each such "
      "window), orphan (300: a fetch nobody waits for any more goes on, for a client that waits "
      "in slices), relay (1000, the same on every node: a node passing on an object it is receiving "
-     "must answer within it, or it is given up on)"},
+     "must answer within it, or it is given up on); the directory's: heartbeat (1000: how often "
+     "this node's entry is refreshed), ttl (10000, the same on every node: a node that stops "
+     "beating is gone after it), directory (5000: Redis unanswered this long is down)"},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))

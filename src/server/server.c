@@ -515,7 +515,11 @@ int server_check_config(const struct server_config *c)
 static int open_cluster(struct server *s)
 {
     const struct server_config *c = &s->cfg;
-    struct directory_config dc = {.url = c->directory_url, .password = c->directory_password};
+    struct directory_config dc = {.url = c->directory_url,
+                                  .password = c->directory_password,
+                                  .heartbeat_ms = c->heartbeat_ms,
+                                  .ttl_ms = c->ttl_ms,
+                                  .timeout_ms = c->directory_timeout_ms};
     struct directory_hooks hooks = {
         .republish = republish, .deleted = on_deleted, .id_taken = id_taken, .ctx = s};
     struct engine_config ec = {.node_id = c->node_id,

@@ -89,12 +89,14 @@ struct server_config {
     uint64_t split_min;  /* objects of at least this size come in ranges from several holders */
     uint64_t relay_min;  /* a node receiving an object of at least this size serves its ranges */
     int relay_unchecked; /* --no-relay-check */
-    struct engine_timers timers; /* the protocol's timers (0: the defaults) */
-    int strict_ids;              /* a seal waits for the directory to confirm the id's content */
-    const char *metrics_addr;    /* HOST:PORT for Prometheus' scrapes, or NULL */
-    const char *spill_dir;       /* NULL: no spilling */
-    uint64_t spill_max;          /* 0: the file system's free space at start less a tenth */
-    unsigned spill_at;           /* percent */
+    struct engine_timers timers;   /* the protocol's timers (0: the defaults) */
+    uint32_t heartbeat_ms, ttl_ms; /* the directory's (0: directory.h's defaults) */
+    uint32_t directory_timeout_ms;
+    int strict_ids;           /* a seal waits for the directory to confirm the id's content */
+    const char *metrics_addr; /* HOST:PORT for Prometheus' scrapes, or NULL */
+    const char *spill_dir;    /* NULL: no spilling */
+    uint64_t spill_max;       /* 0: the file system's free space at start less a tenth */
+    unsigned spill_at;        /* percent */
     int persist_on_exit;
 };
 

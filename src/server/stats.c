@@ -165,6 +165,7 @@ void server_stats(struct server *srv, ferry_stats *out)
         out->conflicts_unlisted = dc->conflicts_unlisted;
         out->deletes_of_earlier_puts = dc->deletes_of_earlier_puts;
         out->replayed_entries = dc->replayed_entries;
+        out->directory_lapses = dc->lapses;
         out->partial_holders_skipped = dc->partial_holders_skipped;
     }
 }

@@ -58,16 +58,13 @@ struct engine_timers {
 /* Shorter than answer_ms: a relay chain waits on each node behind a silent one, so a relay
  * partitioned from everyone is found in a second (a false alarm only moves its ranges). */
 #define ENGINE_RELAY_MS 1000
-/* Bounds of each timer: from a tenth of a second (a loop turn and a round trip must fit) to
- * an hour. */
+/* Bounds of each timer (ferryd --timers, the directory's too): from a tenth of a second (a loop
+ * turn and a round trip must fit) to an hour. */
 #define ENGINE_TIMER_MIN_MS 100
 #define ENGINE_TIMER_MAX_MS 3600000
 /* The lease's own floor: a fabric reader refuses a lease under 1 s (it gives up a second
  * before the lease ends, fabric_msg.h's FMSG_LEASE_MIN) and a read must get time past that. */
 #define ENGINE_LEASE_MIN_MS 2000
-/* Parses NAME=MS[,NAME=MS...] (names: stall, handshake, answer, breaker, lease, rate, orphan,
- * relay) into t, whose other fields stay as they are. 0, or FERRY_EINVAL with the reason. */
-int engine_timers_parse(const char *text, struct engine_timers *t);
 
 struct engine_config {
     const char *node_id;
