@@ -129,6 +129,61 @@ H_CLUSTER_TEST(a_read_within_its_lease_outlasts_the_stall_window)
     ferry_disconnect(b);
 }
 
+/* When holder first counts its object sent (a one-sided transfer counts at the reader's
+ * DONE): its time, or keeps *at as it is (-1: not yet). */
+static void note_done(ferry_client *holder, int64_t *at)
+{
+    if (*at < 0 && h_stats(holder).transfers_out >= 1)
+        *at = h_now_ms();
+}
+
+/* C reads an object from A and one from B at once, paced to one 1 MiB chunk per 50 ms: the
+ * chunks go in turn, one of each read, so the two end together. Reads used to be issued in the
+ * order their objects were lent, every chunk of one before any of the next: a holder serving
+ * several readers then sent some of them nothing for seconds while its link was full, until
+ * they dropped it (rxm shuffle of 8 nodes at 200 Mbit/s, "sent 0 B/s for 5000 ms"). Here the
+ * first object ended halfway through the fetch. */
+H_CLUSTER_TEST(reads_from_two_holders_go_in_turn)
+{
+    h_node_start(cl, A, "64M", NULL);
+    h_node_start(cl, B, "64M", NULL);
+    start_with_fault(cl, C, "64M", "fabric-read-delay-ms=50", NULL);
+    ferry_client *a = h_node_connect(cl, A), *b = h_node_connect(cl, B);
+    ferry_client *c = h_node_connect(cl, C);
+    ferry_id ids[2] = {h_id("in-turn-a"), h_id("in-turn-b")};
+    int statuses[2];
+    int64_t done_a = -1, done_b = -1;
+    struct h_fetch f;
+    struct h_wait w;
+    H_OK(h_put_direct(a, &ids[0], 8 * MIB, 1));
+    H_OK(h_put_direct(b, &ids[1], 8 * MIB, 2));
+    h_assert_where(c, cl, &ids[0], BIT(A), H_CLUSTER_MS);
+    h_assert_where(c, cl, &ids[1], BIT(B), H_CLUSTER_MS);
+    int64_t t0 = h_now_ms();
+    h_fetch_start(&f, c, ids, 2, 60000, statuses);
+    for (h_wait_begin(&w, 30000); (done_a < 0 || done_b < 0) && h_wait_next(&w);) {
+        note_done(a, &done_a);
+        note_done(b, &done_b);
+    }
+    h_fetch_join(&f, 30000);
+    H_OK(f.rc);
+    H_OK(statuses[0]);
+    H_OK(statuses[1]);
+    h_assert_object(c, &ids[0], 8 * MIB, 1);
+    h_assert_object(c, &ids[1], 8 * MIB, 2);
+    if (done_a < 0 || done_b < 0)
+        fail_msg("a holder never counted its object sent (A at %lld, B at %lld ms)",
+                 (long long)done_a, (long long)done_b);
+    int64_t gap = llabs(done_a - done_b), span = (done_a > done_b ? done_a : done_b) - t0;
+    if (gap * 4 > span)
+        fail_msg("the reads did not go in turn: one ended %lld ms before the other, of a fetch "
+                 "of %lld ms",
+                 (long long)gap, (long long)span);
+    ferry_disconnect(a);
+    ferry_disconnect(b);
+    ferry_disconnect(c);
+}
+
 /* With one receive buffer per size class and peer, hundreds of objects in one fetch wait for
  * credits again and again, and all arrive. */
 H_CLUSTER_TEST(credit_window_of_one)
@@ -280,6 +335,7 @@ int main(void)
         T(empty_data_with_metadata),
         T(one_gib),
         T(a_read_within_its_lease_outlasts_the_stall_window),
+        T(reads_from_two_holders_go_in_turn),
         T(credit_window_of_one),
         T(holder_killed_during_read),
         T(unpin_that_never_arrives_expires),

@@ -148,6 +148,7 @@ void fab_on_zombie(struct loop *l, struct loop_timer *t)
         }
     }
     c->inflight = 0;
+    c->reading = 0;
     fab_conn_maybe_reap(c);
 }
 

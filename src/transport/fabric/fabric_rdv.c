@@ -189,60 +189,93 @@ void fab_on_read_pace(struct loop *l, struct loop_timer *t)
     fab_reads_push(t->arg);
 }
 
-/* Issues reads while the provider takes them, chunk by chunk, many in flight. */
+/* Takes the head of the endpoint's queue out. */
+static void read_dequeue_head(struct xlistener *f)
+{
+    struct rread *r = f->readq;
+
+    f->readq = r->qnext;
+    if (!f->readq)
+        f->readq_tail = &f->readq;
+    r->queued = 0;
+}
+
+/* Issues r's next chunk. 1 when issued, 0 when the provider is full (-FI_EAGAIN), -1 when r's
+ * connection failed (r is out of the queue then). */
+static int read_issue(struct xlistener *f, struct rread *r)
+{
+    uint64_t k = r->len - r->issued < f->read_chunk ? r->len - r->issued : f->read_chunk;
+    struct rdop *op;
+    ssize_t rc;
+
+    if (fab_peer_exited(r->c)) {
+        fab_conn_fail(r->c, "its process has exited");
+        return -1;
+    }
+    if (!(op = calloc(1, sizeof(*op))))
+        return 0;
+    *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .off = r->issued, .len = k};
+    errno = 0; /* posts may progress the provider: see fab_progress */
+    quirks_call_begin(f, r->c);
+    rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
+                 r->c->rkey, &op->op.ctx);
+    quirks_call_end(f);
+    if (rc < 0) {
+        free(op);
+        if (rc == -FI_EAGAIN) {
+            f->stats.retries++;
+            return 0;
+        }
+        fab_conn_fail(r->c, fi_strerror((int)-rc));
+        return -1;
+    }
+    f->read_inflight++;
+    r->c->inflight++;
+    r->c->reading++;
+    op->next = f->reading;
+    if (op->next)
+        op->next->pprev = &op->next;
+    op->pprev = &f->reading;
+    f->reading = op;
+    r->issued += k;
+    f->stats.rdv_reads++;
+    return 1;
+}
+
+/* Issues reads while the provider takes them, chunk by chunk: one chunk per queued read in
+ * turn, and at most FAB_READS_PER_CONN in flight to each peer. A holder's provider may serve
+ * the reads of all its readers in the order they came: a reader that asked for every chunk of
+ * every object at once would queue the others behind its bytes (and itself behind theirs),
+ * so that a peer sends nothing to some reader for seconds while its link is full. */
 void fab_reads_push(struct xlistener *f)
 {
-    struct rread *r;
+    for (int issued = 1; issued;) {
+        size_t n = 0;
 
-    while ((r = f->readq) && f->read_inflight < f->read_max &&
-           f->read_pace.heap_index == SIZE_MAX) {
-        uint64_t k = r->len - r->issued < f->read_chunk ? r->len - r->issued : f->read_chunk;
-        struct rdop *op = calloc(1, sizeof(*op));
-        ssize_t rc;
-
-        if (!op)
-            return;
-        if (fab_peer_exited(r->c)) {
-            free(op);
-            fab_conn_fail(r->c, "its process has exited");
-            continue;
-        }
-        if (quirks_peer_locked(r->c)) { /* the next progress tries again */
-            free(op);
-            return;
-        }
-        *op = (struct rdop){.op.kind = OP_READ, .r = r, .c = r->c, .off = r->issued, .len = k};
-        errno = 0; /* posts may progress the provider: see fab_progress */
-        quirks_call_begin(f, r->c);
-        rc = fi_read(f->ep, r->dst + r->issued, k, f->arena_desc, r->c->addr, r->raddr + r->issued,
-                     r->c->rkey, &op->op.ctx);
-        quirks_call_end(f);
-        if (rc < 0) {
-            free(op);
-            if (rc == -FI_EAGAIN) {
-                f->stats.retries++;
-                return;
+        issued = 0;
+        for (const struct rread *r = f->readq; r; r = r->qnext)
+            n++;
+        /* One pass: each read at the head in turn issues a chunk if its peer has room, then
+         * goes to the tail while it has bytes left. */
+        for (; n > 0 && f->readq && f->read_inflight < f->read_max &&
+               f->read_pace.heap_index == SIZE_MAX;
+             n--) {
+            struct rread *r = f->readq;
+            int rc = 0;
+            if (r->c->reading < FAB_READS_PER_CONN && !quirks_peer_locked(r->c)) {
+                if ((rc = read_issue(f, r)) == 0)
+                    return; /* the provider is full: r stays first */
+                issued = 1;
+                if (rc < 0)
+                    break; /* fab_conn_fail took its connection's reads out: count again */
+                if (f->fault_read_delay_ms)
+                    loop_timer_start(f->loop, &f->read_pace,
+                                     loop_now_ms() + f->fault_read_delay_ms);
             }
-            fab_conn_fail(r->c, fi_strerror((int)-rc));
-            continue;
+            read_dequeue_head(f);
+            if (r->issued < r->len)
+                read_queue(f, r);
         }
-        f->read_inflight++;
-        r->c->inflight++;
-        op->next = f->reading;
-        if (op->next)
-            op->next->pprev = &op->next;
-        op->pprev = &f->reading;
-        f->reading = op;
-        r->issued += k;
-        f->stats.rdv_reads++;
-        if (r->issued == r->len) {
-            f->readq = r->qnext;
-            if (!f->readq)
-                f->readq_tail = &f->readq;
-            r->queued = 0;
-        }
-        if (f->fault_read_delay_ms)
-            loop_timer_start(f->loop, &f->read_pace, loop_now_ms() + f->fault_read_delay_ms);
     }
 }
 
@@ -257,8 +290,10 @@ void fab_read_done(struct xlistener *f, struct rdop *op, int err)
     *op->pprev = op->next;
     if (op->next)
         op->next->pprev = op->pprev;
-    if (c)
+    if (c) {
         c->inflight--;
+        c->reading--;
+    }
     if (!r->c) { /* its connection closed: the record waited for this */
         if (r->done == r->issued && !r->queued)
             fab_read_free(r);
