@@ -69,6 +69,10 @@ test_help_and_usage() {
 }
 
 test_nodes() {
+    # Once wait --cluster returns, the directory lists the node: no polling needed after it.
+    expect "wait --cluster on b" 0 fy b wait --cluster --timeout 10000
+    expect "nodes on b right after wait --cluster" 0 fy b nodes
+    ok "nodes on b lists b right after wait --cluster" grep -Eq "^\* node-b " "$OUT"
     eventually "nodes --json on a lists a and b, a as self" nodes_json_ok a
     eventually "nodes --json on b lists a and b, b as self" nodes_json_ok b
     expect "nodes" 0 fy a nodes

@@ -78,6 +78,21 @@ test_unreachable() {
     expect "put with no daemon" 4 "$FERRY" --socket "$DIR/nothing.sock" put x "$DIR/a.bin"
 }
 
+# wait: once it returns 0 the daemon answers, so a script's next line can use it (a large
+# arena takes seconds to map); no daemon in time is status 1, saying so.
+test_wait() {
+    expect "wait for no daemon" 1 "$FERRY" --socket "$DIR/nothing.sock" wait --timeout 200
+    ok "wait says why" grep -q "no daemon answered within 200 ms" "$ERR"
+    expect "wait with a bad timeout" 2 fy wait --timeout soon
+    "$BIN/ferryd" --socket "$DIR/late.sock" --memory 64M "${TRANSPORT_ARGS[@]}" \
+        >"$DIR/late.log" 2>&1 &
+    PIDS+=($!)
+    expect "wait for a daemon starting" 0 "$FERRY" --socket "$DIR/late.sock" wait --timeout 20000
+    expect "put right after wait" 0 "$FERRY" --socket "$DIR/late.sock" put waited "$DIR/a.bin"
+    expect "wait --cluster on a standalone node" 6 \
+        "$FERRY" --socket "$DIR/late.sock" wait --cluster --timeout 1000
+}
+
 test_put_get() {
     expect "put from a file" 0 fy put alpha "$DIR/a.bin"
     ok "put prints nothing" test ! -s "$OUT"
@@ -357,6 +372,7 @@ main() {
     make_data || exit 1
     test_help_and_usage
     test_unreachable
+    test_wait
     start_node ferry || exit 1
     test_put_get
     test_get_missing

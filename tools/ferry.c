@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/proto.h"
 #include "common/size.h"
 #include "common/text.h"
@@ -370,6 +371,70 @@ static int cmd_location(struct cli *cli, int argc, char **argv)
     if (err != FERRY_OK)
         return cli_fail(cli, err);
     printf("%s\n", loc);
+    return STATUS_OK;
+}
+
+/* ferry wait polls this often. */
+#define WAIT_STEP_MS 50
+#define WAIT_DEFAULT_MS 30000
+
+static int64_t mono_ms(void)
+{
+    return (int64_t)(clock_mono_ns() / 1000000);
+}
+
+/* Whether this node is listed by the directory (registered): 1, 0 (not yet: the directory
+ * down, or the registration not made), or a negative code that waiting will not change
+ * (FERRY_ESTANDALONE). */
+static int node_listed(ferry_client *c)
+{
+    ferry_node_info *nodes = NULL;
+    size_t n = 0;
+    int err = ferry_nodes(c, &nodes, &n), listed = 0;
+
+    if (err == FERRY_ESTANDALONE)
+        return err;
+    for (size_t i = 0; err == FERRY_OK && i < n; i++)
+        listed |= nodes[i].self;
+    ferry_free(nodes);
+    return listed;
+}
+
+/* wait [--timeout MS] [--cluster]: until the daemon answers (a script's next line can use it),
+ * and with --cluster until the directory lists it. */
+static int cmd_wait(struct cli *cli, int argc, char **argv)
+{
+    const char *timeout = NULL;
+    int cluster = 0, err = FERRY_ECONN, listed = 0;
+    const struct opt opts[] = {
+        {"--timeout", &timeout, NULL}, {"--cluster", NULL, &cluster}, {NULL, NULL, NULL}};
+    struct params p = {.min = 0};
+    int64_t ms = WAIT_DEFAULT_MS, deadline;
+    int status = cli_parse_args(cli->cmd, argc, argv, opts, &p);
+
+    if (status == STATUS_OK && timeout)
+        status = cli_parse_int(cli, "--timeout", timeout, 0, &ms);
+    if (status != STATUS_OK)
+        return status;
+    deadline = mono_ms() + ms;
+    while ((err = ferry_connect(cli->socket, &cli->client)) != FERRY_OK) {
+        cli->client = NULL;
+        if (err != FERRY_ECONN && err != FERRY_EBUSY)
+            return cli_fail(cli, err);
+        if (mono_ms() >= deadline)
+            return cli_report(cli, FERRY_ETIMEDOUT, "no daemon answered within %lld ms: %s",
+                              (long long)ms, ferry_errmsg());
+        usleep(WAIT_STEP_MS * 1000);
+    }
+    while (cluster && (listed = node_listed(cli->client)) == 0 && mono_ms() < deadline)
+        usleep(WAIT_STEP_MS * 1000);
+    if (listed < 0)
+        return cli_report(cli, listed, "--cluster: this node has no directory");
+    if (cluster && !listed)
+        return cli_report(cli, FERRY_ETIMEDOUT,
+                          "the daemon answers, but the directory did not list it within %lld "
+                          "ms (ferry stat says why)",
+                          (long long)ms);
     return STATUS_OK;
 }
 
@@ -731,6 +796,10 @@ static const struct command {
      "From the cluster's directory: each live node's id, transfer address and transports.\n"},
     {"where", "ID [--json]", "list the live nodes that hold ID", cmd_where,
      "From the cluster's directory; exit status 1 when no live node holds ID.\n"},
+    {"wait", "[--timeout MS] [--cluster]", "wait until the daemon answers (for scripts)", cmd_wait,
+     "Tries every 50 ms for up to MS (default 30000): exit status 0 once the daemon answers,\n"
+     "1 if none did in time. --cluster waits too until the cluster's directory lists this\n"
+     "node (registered: other nodes can fetch from it); a standalone node fails (status 6).\n"},
     {"eager-max", "[SIZE|auto]", "set the fabric's eager limit (K, M, G); print it", cmd_eager_max,
      "Objects up to SIZE are pulled as messages, larger ones by one-sided reads; auto is the\n"
      "provider's default. A standalone node has none to set (status 6).\n"},
