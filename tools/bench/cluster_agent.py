@@ -10,8 +10,10 @@ the nodes of a broadcast or a shuffle start together.
   {"op": "put", "names": [...], "size": S}     objects of S bytes (a pattern, seeded per name),
                                                answered once the directory lists them
   {"op": "fetch", "names": [...], "at": T}     fetch them all in one call: start and end times
-  {"op": "reads", "names": [...], "loc": L}    get(fetch=True) each in turn: microseconds each;
-                                               with loc (a holder's location), at it
+  {"op": "reads", "names": [...], "loc": L, "gap": G}
+                                               get(fetch=True) each in turn: microseconds each;
+                                               with loc (a holder's location), at it; with gap,
+                                               G seconds idle before each (outside its time)
   {"op": "fetch_many", "names": [...], "loc": L}  fetch them in one call (at loc): seconds
   {"op": "location"}                           the node's location (Client.location())
   {"op": "redis_gets", "host": H, "size": S, "count": K, "pipeline": B}
@@ -130,9 +132,10 @@ class Agent:
                 raise RuntimeError(f"{name}: other bytes than were put")
         return {}
 
-    def reads(self, names, loc=None):
+    def reads(self, names, loc=None, gap=0):
         us = []
         for name in names:
+            time.sleep(gap)
             t0 = time.perf_counter()
             buf = self.client.get(name, timeout_ms=TIMEOUT_MS, fetch=True, at=loc)
             us.append((time.perf_counter() - t0) * 1e6)

@@ -9,7 +9,9 @@ agent (cluster_agent.py) in every node's namespace times each call in-process. W
   hot        objects of --hot-sizes on nodes that nobody has fetched from yet, read in turn by
              the other nodes: a first read (a holder the reader has never reached), reads of
              other objects of the same holder (seen), and a read again (local); and a first
-             read at a holder's location (no lookup), each reader from another
+             read at a holder's location (no lookup), each reader from another; and seen
+             reads back to back beside seen reads each after 0.2 s idle (what waking idle
+             processes costs)
   small      --small-size objects on node 2, read by node 1 (already connected to it) one at a
              time by id (the directory asked), with node 2's location (not asked), and Redis
              GETs of such a value from node 1 to the testbed's Redis over the same link; then
@@ -244,6 +246,8 @@ def hot(tb, sizes, round_trip_us):
         if i == 0 and len(readers) >= 2:
             row["first_at_us"] = first_at(tb, readers, size)
             row["first_at_rtts"] = row["first_at_us"] / round_trip_us
+        if i == 0:
+            row.update(idle_gap(tb, readers[0], holder, size, round_trip_us))
         rows.append(row)
         log(f"hot {size_text(size)}: first read {row['first_us']:.0f} us "
             f"({row['first_rtts']:.1f} RTT), holder seen {row['seen_us']:.0f} us "
@@ -252,6 +256,18 @@ def hot(tb, sizes, round_trip_us):
             + (f"; first read at a location {row['first_at_us']:.0f} us "
                f"({row['first_at_rtts']:.1f} RTT)" if "first_at_us" in row else ""))
     return rows
+
+
+def idle_gap(tb, reader, holder, size, round_trip_us, count=8, gap_s=0.2):
+    """Reads from a holder the reader is connected to, back to back and then each after
+    gap_s idle: what waking the idle processes on the way (reader, daemons, Redis, the delay
+    line) adds to a read, which a reader's first read of a run pays."""
+    names = [f"hot-gap-{size}-{kind}-{k}" for kind in ("warm", "idle") for k in range(count)]
+    tb.agents[holder].call("put", names=names, size=size)
+    warm = tb.agents[reader].call("reads", names=names[:count])["us"]
+    idle = tb.agents[reader].call("reads", names=names[count:], gap=gap_s)["us"]
+    return {"warm_us": median(warm), "idle_us": median(idle),
+            "warm_rtts": median(warm) / round_trip_us, "idle_rtts": median(idle) / round_trip_us}
 
 
 def first_at(tb, readers, size):
@@ -611,7 +627,10 @@ def table(doc, f):
               f"({h['first_rtts']:4.1f} RTT)  seen {h['seen_us']:6.0f} us "
               f"({h['seen_rtts']:4.1f} RTT)  local {h['local_us']:4.0f} us"
               + (f"  first at a location {h['first_at_us']:6.0f} us ({h['first_at_rtts']:4.1f} RTT)"
-                 if "first_at_us" in h else ""))
+                 if "first_at_us" in h else "")
+              + (f"\n       seen, back to back {h['warm_us']:6.0f} us ({h['warm_rtts']:4.1f} RTT), "
+                 f"each after 0.2 s idle {h['idle_us']:6.0f} us ({h['idle_rtts']:4.1f} RTT)"
+                 if "warm_us" in h else ""))
         if "small" in t:
             s = t["small"]
             p(f"  small {size_text(s['size'])} p50: by id {s['id_p50_us']:.0f} us "
