@@ -92,15 +92,19 @@ struct put_target {
     int keep;
 };
 
-/* A failed create, with the id and the next step when the id is taken. */
-static int create_failed(const struct cli *cli, const ferry_id *id, int err)
+/* A failed create, with the name typed (NULL: an id), the id and the next step when the id
+ * is taken. */
+static int create_failed(const struct cli *cli, const char *typed, const ferry_id *id, int err)
 {
     char text[2 * FERRY_ID_SIZE + 1];
 
     if (err != FERRY_EEXIST)
         return cli_fail(cli, err);
     ferry_id_format(id, text);
-    return cli_report(cli, err, "%s: %s (ferry rm it first)", text, ferry_errmsg());
+    return cli_report(cli, err,
+                      "%s%s%s%s, was put before (an id is written once): ferry rm it first, or "
+                      "put under another name",
+                      typed ? "'" : "", typed ? typed : "", typed ? "', id " : "", text);
 }
 
 /* Stores size bytes of a regular file: the object is created at that size and the file is
@@ -113,7 +117,7 @@ static int put_sized(struct cli *cli, const struct put_target *t, int fd, const 
     uint8_t *data;
     int err = ferry_create(cli->client, id, size, meta, meta_size(meta), &data);
     if (err != FERRY_OK)
-        return create_failed(cli, id, err);
+        return create_failed(cli, t->name, id, err);
     int status = fill_object(cli, fd, name, data, size);
     if (status == STATUS_OK && t->name && (err = ferry_set_name(cli->client, id, t->name)) != 0)
         status = cli_fail(cli, err);

@@ -386,9 +386,9 @@ static PyObject *missing_list(const struct gather *g)
 /* Raises what explains the missing ids: a fetch's lasting failure, else ObjectNotFound or
  * Timeout; the exception's .missing lists them. */
 static PyObject *raise_missing(const struct gather *g, const struct pyf_deadline *d, int fetch,
-                               const char *what)
+                               const char *what, PyObject *typed, const char *hint)
 {
-    char hex[2 * FERRY_ID_SIZE + 1], msg[512];
+    char hex[2 * FERRY_ID_SIZE + 1], msg[768], name[160];
     size_t missing = gather_missing(g), first = 0;
     int rc = g->fail_rc                     ? g->fail_rc
              : g->wait_rc                   ? g->wait_rc
@@ -409,11 +409,14 @@ static PyObject *raise_missing(const struct gather *g, const struct pyf_deadline
         snprintf(msg, sizeof(msg), "%s: not %s within %lld ms%s", ferry_strerror(rc), what,
                  (long long)d->timeout_ms,
                  g->wait_rc ? ", the directory unreachable at the end" : "");
+    pyf_typed_id(g->n == 1 ? typed : NULL, name, sizeof(name));
     if (missing == 1)
-        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (object %s)", hex);
+        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (object %sid %s)", name, hex);
     else
         snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), " (%zu of %zu objects, first %s)",
                  missing, g->n, hex);
+    if (rc == FERRY_ENOENT && hint)
+        snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "%s", hint);
     if (!(exc = pyf_error_new(rc, msg)))
         return NULL;
     if ((list = missing_list(g)) && PyObject_SetAttrString(exc, "missing", list) == 0)
@@ -466,6 +469,16 @@ static int parse_ids(PyObject *ids, PyObject *timeout, PyObject *at, int64_t dfl
     return parse_at(g, at, ids);
 }
 
+/* What a get that found nothing and did not fetch should say on a node of a cluster: it
+ * looked here only (NULL on a standalone node, where there is nowhere else). */
+static const char *get_hint(ClientObject *self, int fetch)
+{
+    if (fetch || pyf_client_here(self) == Py_None)
+        return NULL;
+    return "; get() looks in this node's store only: get(..., fetch=True) or fetch() pulls it "
+           "from a node that holds it";
+}
+
 PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
@@ -486,8 +499,9 @@ PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t n
     if (gather_wanted(&g) && (fetch || d.timeout_ms != 0) &&
         gather_wait(self, &g, &d, fetch, 1) < 0)
         goto done;
-    result =
-        gather_missing(&g) ? raise_missing(&g, &d, fetch, "sealed") : gather_buffers(&g, single);
+    result = gather_missing(&g)
+                 ? raise_missing(&g, &d, fetch, "sealed", a[0], get_hint(self, fetch))
+                 : gather_buffers(&g, single);
 done:
     gather_free(&g);
     return result;
@@ -511,7 +525,8 @@ PyObject *pyf_client_fetch(ClientObject *self, PyObject *const *args, Py_ssize_t
     /* A fetch that waits takes a handle of its own; one that does not uses the main one. */
     if (d.timeout_ms == 0 ? fetch_round(&g, k, 0, 0) < 0 : gather_wait(self, &g, &d, 1, 0) < 0)
         goto done;
-    result = gather_missing(&g) ? raise_missing(&g, &d, 1, "local") : Py_NewRef(Py_None);
+    result =
+        gather_missing(&g) ? raise_missing(&g, &d, 1, "local", a[0], NULL) : Py_NewRef(Py_None);
 done:
     gather_free(&g);
     return result;

@@ -156,6 +156,20 @@ static void drop_bytes(Py_buffer *view)
         PyBuffer_Release(view);
 }
 
+/* ObjectExists again, saying what the user typed and what to do: ids are write-once. */
+static void exists_again(PyObject *typed, const ferry_id *id)
+{
+    char hex[2 * FERRY_ID_SIZE + 1], name[160];
+
+    PyErr_Clear();
+    ferry_id_format(id, hex);
+    pyf_typed_id(typed, name, sizeof(name));
+    pyf_raise_msg(FERRY_EEXIST,
+                  "%s: %sid %s, was put before (an id is written once): delete() it first, or "
+                  "put under another name; put_object() makes a fresh id each time",
+                  ferry_strerror(FERRY_EEXIST), name, hex);
+}
+
 PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames)
 {
@@ -175,6 +189,8 @@ PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t n
                       keep_it ? PUT_KEEP
                       : wait  ? PUT_PLAIN
                               : PUT_NOWAIT);
+    if (!result && PyErr_ExceptionMatches(pyf_error_class(FERRY_EEXIST)))
+        exists_again(a[0], &id);
 done:
     drop_bytes(&d);
     drop_bytes(&m);

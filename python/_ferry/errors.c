@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ferry.h"
 
@@ -143,6 +144,21 @@ PyObject *pyf_raise_detail(int rc, const char *detail)
     if (*detail)
         return pyf_raise_msg(rc, "%s: %s", ferry_strerror(rc), detail);
     return pyf_raise_msg(rc, "%s", ferry_strerror(rc));
+}
+
+void pyf_typed_id(PyObject *o, char *buf, size_t size)
+{
+    const char *text = o && PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+
+    buf[0] = '\0';
+    if (!text) {
+        PyErr_Clear(); /* a str that is not UTF-8 had been refused as an id before */
+        return;
+    }
+    if (strlen(text) + 5 < size)
+        snprintf(buf, size, "'%s', ", text);
+    else
+        snprintf(buf, size, "'%.*s...', ", (int)(size - 9), text);
 }
 
 PyObject *pyf_error_new(int rc, const char *msg)

@@ -49,7 +49,8 @@ def test_fetch_with_default_arguments(cluster):
     with ferry.Client(a.socket) as ca, ferry.Client(b.socket) as cb:
         ca.put("defaults-get", data)
         ca.put("defaults-fetch", data)
-        with pytest.raises(ferry.ObjectNotFound):
+        # A get looks here only: on a node of a cluster its failure says how to pull it.
+        with pytest.raises(ferry.ObjectNotFound, match=r"'defaults-get'.*fetch=True"):
             cb.get("defaults-get")
         assert bytes(cb.get("defaults-get", fetch=True)) == data
         cb.fetch(["defaults-fetch"])
@@ -172,6 +173,9 @@ def test_fetch_on_a_standalone_node(client):
     client.put("local", b"1")
     client.fetch("local")  # already local: nothing to ask anyone
     assert bytes(client.get("local", fetch=True)) == b"1"
+    with pytest.raises(ferry.ObjectNotFound) as e:  # nowhere else to look: no fetch hint
+        client.get("x")
+    assert "fetch=True" not in str(e.value)
 
 
 def until(cond, seconds=10.0):
