@@ -277,6 +277,7 @@ int h_daemon_try_stop(struct ferryd *d, char *why, size_t why_size)
         snprintf(why, why_size, "no ferryd to stop (pid %d)", (int)d->pid);
         return -1;
     }
+    kill(d->pid, SIGCONT); /* one a failed case left stopped (SIGSTOP) hears the SIGTERM too */
     if (!h_wait_exit(d->pid, H_START_MS, &status)) {
         h_daemon_kill(d);
         snprintf(why, why_size, "ferryd did not exit within %d ms of SIGTERM", H_START_MS);
@@ -1055,8 +1056,6 @@ void h_redis_start(struct h_redis *r, int port)
     fail_msg("redis-server on port %d did not answer PING within %d ms", r->port, H_START_MS);
 }
 
-/* Sends one command (argv NULL-terminated) to r and reads the first line
- * of its reply; fails the test on an error reply or no reply. */
 /* Sends argv to Redis and reads its reply's first line into reply (size > 2); fails the test
  * when none comes within H_EVENT_MS or it is an error. */
 static void redis_ask(const struct h_redis *redis, const char *const *argv, char *reply,

@@ -381,35 +381,57 @@ static int cmd_location(struct cli *cli, int argc, char **argv)
 /* ferry wait polls this often. */
 #define WAIT_STEP_MS 50
 #define WAIT_DEFAULT_MS 30000
+#define WAIT_MAX_MS 86400000
 
 static int64_t mono_ms(void)
 {
     return (int64_t)(clock_mono_ns() / 1000000);
 }
 
-/* Whether this node is listed by the directory (registered): 1, 0 (not yet: the directory
- * down, or the registration not made), or a negative code that waiting will not change
- * (FERRY_ESTANDALONE). */
-static int node_listed(ferry_client *c)
+/* Whether this node is registered with its directory: 1, 0 (not yet: Redis down, or the
+ * registration not made), or FERRY_ESTANDALONE (a node without one: waiting changes nothing).
+ * From the daemon's own state (directory_up), not from the directory's listing, which names
+ * nodes by id alone: an earlier run's entry, or a live node with this id, would be listed. */
+static int node_registered(ferry_client *c, int *standalone_checked)
 {
+    ferry_stats st;
     ferry_node_info *nodes = NULL;
     size_t n = 0;
-    int err = ferry_nodes(c, &nodes, &n), listed = 0;
 
-    if (err == FERRY_ESTANDALONE)
-        return err;
-    for (size_t i = 0; err == FERRY_OK && i < n; i++)
-        listed |= nodes[i].self;
-    ferry_free(nodes);
-    return listed;
+    if (!*standalone_checked) {
+        *standalone_checked = 1;
+        if (ferry_nodes(c, &nodes, &n) == FERRY_ESTANDALONE)
+            return FERRY_ESTANDALONE;
+        ferry_free(nodes);
+    }
+    return ferry_stats_get(c, &st, sizeof(st)) == FERRY_OK && st.directory_up == 1;
+}
+
+/* Connects within deadline (a daemon that accepts but does not answer is waited for no longer,
+ * and tried again), every WAIT_STEP_MS: FERRY_OK, or the last failure. */
+static int connect_by(struct cli *cli, int64_t deadline)
+{
+    int err;
+
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        err = ferry_connect_timeout(cli->socket, left > 1 ? left : 1, &cli->client);
+        if (err == FERRY_OK)
+            return err;
+        cli->client = NULL;
+        if ((err != FERRY_ECONN && err != FERRY_EBUSY && err != FERRY_ETIMEDOUT) ||
+            mono_ms() >= deadline)
+            return err;
+        usleep(WAIT_STEP_MS * 1000);
+    }
 }
 
 /* wait [--timeout MS] [--cluster]: until the daemon answers (a script's next line can use it),
- * and with --cluster until the directory lists it. */
+ * and with --cluster until it is registered with the directory. */
 static int cmd_wait(struct cli *cli, int argc, char **argv)
 {
     const char *timeout = NULL;
-    int cluster = 0, err = FERRY_ECONN, listed = 0;
+    int cluster = 0, registered = 0, checked = 0, err;
     const struct opt opts[] = {
         {"--timeout", &timeout, NULL}, {"--cluster", NULL, &cluster}, {NULL, NULL, NULL}};
     struct params p = {.min = 0};
@@ -420,24 +442,25 @@ static int cmd_wait(struct cli *cli, int argc, char **argv)
         status = cli_parse_int(cli, "--timeout", timeout, 0, &ms);
     if (status != STATUS_OK)
         return status;
+    if (ms > WAIT_MAX_MS)
+        return cli_usage(cli->cmd, "--timeout %lld: at most %d ms (a day)", (long long)ms,
+                         WAIT_MAX_MS);
     deadline = mono_ms() + ms;
-    while ((err = ferry_connect(cli->socket, &cli->client)) != FERRY_OK) {
-        cli->client = NULL;
-        if (err != FERRY_ECONN && err != FERRY_EBUSY)
-            return cli_fail(cli, err);
-        if (mono_ms() >= deadline)
-            return cli_report(cli, FERRY_ETIMEDOUT, "no daemon answered within %lld ms: %s",
-                              (long long)ms, ferry_errmsg());
+    if ((err = connect_by(cli, deadline)) != FERRY_OK)
+        return err == FERRY_ECONN || err == FERRY_EBUSY || err == FERRY_ETIMEDOUT
+                   ? cli_report(cli, FERRY_ETIMEDOUT, "no daemon answered within %lld ms: %s",
+                                (long long)ms, ferry_errmsg())
+                   : cli_fail(cli, err);
+    ferry_set_timeout(cli->client, ms > 1000 ? ms : 1000);
+    while (cluster && (registered = node_registered(cli->client, &checked)) == 0 &&
+           mono_ms() < deadline)
         usleep(WAIT_STEP_MS * 1000);
-    }
-    while (cluster && (listed = node_listed(cli->client)) == 0 && mono_ms() < deadline)
-        usleep(WAIT_STEP_MS * 1000);
-    if (listed < 0)
-        return cli_report(cli, listed, "--cluster: this node has no directory");
-    if (cluster && !listed)
+    if (registered < 0)
+        return cli_report(cli, registered, "--cluster: this node has no directory");
+    if (cluster && !registered)
         return cli_report(cli, FERRY_ETIMEDOUT,
-                          "the daemon answers, but the directory did not list it within %lld "
-                          "ms (ferry stat says why)",
+                          "the daemon answers, but it is not registered with the directory "
+                          "within %lld ms (ferry stat says why)",
                           (long long)ms);
     return STATUS_OK;
 }
@@ -802,8 +825,8 @@ static const struct command {
      "From the cluster's directory; exit status 1 when no live node holds ID.\n"},
     {"wait", "[--timeout MS] [--cluster]", "wait until the daemon answers (for scripts)", cmd_wait,
      "Tries every 50 ms for up to MS (default 30000): exit status 0 once the daemon answers,\n"
-     "1 if none did in time. --cluster waits too until the cluster's directory lists this\n"
-     "node (registered: other nodes can fetch from it); a standalone node fails (status 6).\n"},
+     "1 if none did in time. --cluster waits too until this node is registered with the\n"
+     "cluster's directory (other nodes can fetch from it); a standalone node fails (status 6).\n"},
     {"eager-max", "[SIZE|auto]", "set the fabric's eager limit (K, M, G); print it", cmd_eager_max,
      "Objects up to SIZE are pulled as messages, larger ones by one-sided reads; auto is the\n"
      "provider's default. A standalone node has none to set (status 6).\n"},

@@ -260,12 +260,23 @@ int dir_configure(struct directory *d, const struct directory_config *cfg)
     d->heartbeat_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : DIRECTORY_HEARTBEAT_MS;
     d->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : DIRECTORY_TTL_MS;
     d->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : DIRECTORY_TIMEOUT_MS;
-    /* A TTL barely past the heartbeat would expire at the first late beat. */
-    if (d->ttl_ms < 2ull * d->heartbeat_ms)
-        return err_set(FERRY_EINVAL,
-                       "directory: the TTL (%u ms) must be at least twice the heartbeat (%u ms)",
-                       (unsigned)d->ttl_ms, (unsigned)d->heartbeat_ms);
+    if ((rc = directory_ttl_short(d->heartbeat_ms, d->ttl_ms)) < 0)
+        return rc;
     if ((rc = parse_url(d, cfg->url)) < 0)
         return rc;
     return take_password(d, cfg->password);
+}
+
+int directory_ttl_short(uint32_t heartbeat_ms, uint32_t ttl_ms)
+{
+    uint32_t hb = heartbeat_ms ? heartbeat_ms : DIRECTORY_HEARTBEAT_MS;
+    uint32_t ttl = ttl_ms ? ttl_ms : DIRECTORY_TTL_MS;
+
+    /* A TTL barely past the heartbeat would expire at the first late beat. */
+    if (ttl >= 2ull * hb)
+        return 0;
+    return err_set(FERRY_EINVAL,
+                   "--timers: the directory's ttl (%u ms) must be at least twice its heartbeat "
+                   "(%u ms)",
+                   (unsigned)ttl, (unsigned)hb);
 }

@@ -441,8 +441,7 @@ void dir_on_reconnect(struct loop *l, struct loop_timer *t)
     dir_connect_start(t->arg);
 }
 
-/* Whether bytes from Redis wait unread: this process, not Redis, was late (stopped, or
- * starved of CPU, between the loop's wait and its timers). */
+/* Whether bytes from Redis wait unread. */
 static int answer_waiting(const struct directory *d)
 {
     struct pollfd p = {.fd = d->ac ? d->ac->c.fd : -1, .events = POLLIN};
@@ -450,18 +449,24 @@ static int answer_waiting(const struct directory *d)
     return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
-/* Liveness (see the top of the file). Re-armed lazily: replies only record their time. */
+/* Liveness (see directory_int.h). Re-armed lazily: replies only record their time. A watchdog
+ * that fires late, or finds an answer unread, says that this process was late (stopped, or
+ * starved of CPU: a command queued before the stall may not even have been written yet), not
+ * Redis: it gives Redis one more timeout from now, once per silence. */
 void dir_on_watchdog(struct loop *l, struct loop_timer *t)
 {
     struct directory *d = t->arg;
-    uint64_t due = d->progress_ms + d->timeout_ms;
+    uint64_t now = loop_now_ms(), due = d->progress_ms + d->timeout_ms;
+    int late = now - t->deadline_ms > WATCHDOG_LATE_MS;
 
     if (!d->inflight)
         return;
-    if (loop_now_ms() < due)
+    if (now < due) {
         dir_arm(d, t, due);
-    else if (answer_waiting(d))
-        dir_arm(d, t, loop_now_ms() + WATCHDOG_LATE_MS); /* the loop reads it first */
-    else
+    } else if ((late || answer_waiting(d)) && d->watchdog_grace_of != d->progress_ms) {
+        d->watchdog_grace_of = d->progress_ms;
+        dir_arm(d, t, now + d->timeout_ms);
+    } else {
         dir_drop(d, "no answer in %u ms", (unsigned)d->timeout_ms);
+    }
 }

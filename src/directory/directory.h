@@ -170,6 +170,9 @@ struct directory_config {
 #define DIRECTORY_HEARTBEAT_MS 1000
 #define DIRECTORY_TTL_MS 10000
 #define DIRECTORY_TIMEOUT_MS 5000
+/* FERRY_EINVAL, saying why, when a TTL of ttl_ms is shorter than two heartbeats of
+ * heartbeat_ms (each 0: its default); 0 otherwise. For a check before anything is opened. */
+int directory_ttl_short(uint32_t heartbeat_ms, uint32_t ttl_ms);
 
 struct directory_hooks {
     /* Called after every (re)connection, once the node is registered: the owner calls

@@ -17,7 +17,9 @@
  *
  * Liveness: Redis answers in order, so while commands are due a reply at least every
  * timeout_ms shows it alive; a longer silence (a stopped or unreachable Redis, a connect that
- * does not complete) gives the connection up. hiredis 0.14 has no timeouts of its own.
+ * does not complete) gives the connection up, unless the silence was this process's own (its
+ * watchdog fired late, or an answer waits unread: one more timeout, once per silence).
+ * hiredis 0.14 has no timeouts of its own.
  *
  * Callback timing: the owner's code (lookup and node callbacks, the republish and id_taken
  * hooks) runs only from the directory's 0 ms "turn" timer, never from within hiredis nor from
@@ -67,7 +69,7 @@
 #include "common/log.h"
 #include "common/mac.h"
 
-/* A watchdog that finds an answer unread looks again this much later (dir_on_watchdog). */
+/* A watchdog that fires this much past its time was late itself (dir_on_watchdog). */
 #define WATCHDOG_LATE_MS 100
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
@@ -269,6 +271,7 @@ struct directory {
     redisAsyncContext *ac; /* NULL between connections */
     struct loop_watch watch;
     struct loop_timer reconnect, watchdog, heartbeat, turn, events;
+    uint64_t watchdog_grace_of; /* the progress_ms of the silence given its one grace */
     /* Commands are written at the end of the loop turn that made them (flush, due at once),
      * not after an EPOLLOUT: two epoll_ctl calls and a wake-up fewer per command. flushing:
      * inside that write, when hiredis asking to write again means the socket is full. */

@@ -428,8 +428,9 @@ static const struct option_def table[] = {
      "window), orphan (300: a fetch nobody waits for any more goes on, for a client that waits "
      "in slices), relay (1000, the same on every node: a node passing on an object it is receiving "
      "must answer within it, or it is given up on); the directory's: heartbeat (1000: how often "
-     "this node's entry is refreshed), ttl (10000, the same on every node: a node that stops "
-     "beating is gone after it), directory (5000: Redis unanswered this long is down)"},
+     "this node's entry is refreshed), ttl (10000, the same on every node, at least two "
+     "heartbeats: a node that stops beating is gone after it), directory (5000: Redis unanswered "
+     "this long is down)"},
 };
 
 #define NOPTIONS (sizeof(table) / sizeof(table[0]))

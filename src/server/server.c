@@ -509,6 +509,8 @@ int server_check_config(const struct server_config *c)
                        "--listen %s: peers connect to this address, so it must be "
                        "one they can reach, not a wildcard",
                        c->listen_addr);
+    if (directory_ttl_short(c->heartbeat_ms, c->ttl_ms))
+        return FERRY_EINVAL; /* saying why, naming the option */
     return directory_check_url(c->directory_url, c->directory_password);
 }
 

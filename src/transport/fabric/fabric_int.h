@@ -98,9 +98,11 @@
 #define FAB_CQ_BATCH 64
 #define FAB_CQ_PER_TURN 4096
 #define FAB_READ_CHUNK (4u << 20)
-/* Chunks read from one peer at once: enough to keep a link busy while one completes, few
- * enough that a holder serving several readers serves each in turn (fab_reads_push). */
-#define FAB_READS_PER_CONN 2u
+/* Bytes read from one peer at once (two whole chunks): enough to keep a link busy while one
+ * completes, few enough that a holder serving several readers serves each in turn
+ * (fab_reads_push). In bytes, so that a provider with a small max_msg_size, whose chunks are
+ * smaller, keeps as much in flight. */
+#define FAB_READ_BYTES_PER_CONN (2ull * FAB_READ_CHUNK)
 #define FAB_NAME_MAX FMSG_NAME_MAX
 #define FAB_KEY_MAX FMSG_KEY_MAX
 /* A lease covers the slowest reader we still want: 5 s (xconfig's lease_ms when set) plus the
@@ -313,7 +315,7 @@ struct fconn {
     struct rread *reads, **reads_tail;
     struct lease *leases;
     uint32_t inflight; /* sends and reads issued and not completed */
-    uint32_t reading;  /* of those, chunks of one-sided reads (FAB_READS_PER_CONN at most) */
+    uint64_t reading;  /* bytes of those that are one-sided reads (FAB_READ_BYTES_PER_CONN) */
     struct drain *drains;
     struct loop_timer reaper, deadline;
     struct fconn *dnext;          /* in the endpoint's list of connections with something to send */

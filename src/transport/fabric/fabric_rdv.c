@@ -231,7 +231,7 @@ static int read_issue(struct xlistener *f, struct rread *r)
     }
     f->read_inflight++;
     r->c->inflight++;
-    r->c->reading++;
+    r->c->reading += k;
     op->next = f->reading;
     if (op->next)
         op->next->pprev = &op->next;
@@ -242,11 +242,13 @@ static int read_issue(struct xlistener *f, struct rread *r)
     return 1;
 }
 
-/* Issues reads while the provider takes them, chunk by chunk: one chunk per queued read in
- * turn, and at most FAB_READS_PER_CONN in flight to each peer. A holder's provider may serve
- * the reads of all its readers in the order they came: a reader that asked for every chunk of
- * every object at once would queue the others behind its bytes (and itself behind theirs),
- * so that a peer sends nothing to some reader for seconds while its link is full. */
+/* Issues reads while the provider takes them, chunk by chunk: the queued reads in turn, at most
+ * FAB_READ_BYTES_PER_CONN in flight to each peer, so that the peers are read from in turn (the
+ * reads of one peer mostly one after another: the first in the queue takes the room a chunk
+ * left). A holder's provider may serve the reads of all its readers in the order they came: a
+ * reader that asked for every chunk of every object at once would queue the others behind its
+ * bytes (and itself behind theirs), so that a peer sends nothing to some reader for seconds
+ * while its link is full. Each call is O(queued reads): a few per peer. */
 void fab_reads_push(struct xlistener *f)
 {
     for (int issued = 1; issued;) {
@@ -262,7 +264,7 @@ void fab_reads_push(struct xlistener *f)
              n--) {
             struct rread *r = f->readq;
             int rc = 0;
-            if (r->c->reading < FAB_READS_PER_CONN && !quirks_peer_locked(r->c)) {
+            if (r->c->reading < FAB_READ_BYTES_PER_CONN && !quirks_peer_locked(r->c)) {
                 if ((rc = read_issue(f, r)) == 0)
                     return; /* the provider is full: r stays first */
                 issued = 1;
@@ -292,7 +294,7 @@ void fab_read_done(struct xlistener *f, struct rdop *op, int err)
         op->next->pprev = op->pprev;
     if (c) {
         c->inflight--;
-        c->reading--;
+        c->reading -= op->len;
     }
     if (!r->c) { /* its connection closed: the record waited for this */
         if (r->done == r->issued && !r->queued)
