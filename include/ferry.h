@@ -187,6 +187,15 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
  * handle to end. */
 int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
 
+/* 1 while c's connection is usable, 0 once it is not: an earlier call failed with FERRY_ECONN,
+ * or the daemon closed its end (it stopped, or was killed: c fails every call from then on).
+ * Sends nothing and never waits (one poll(2) of the socket). A caller that keeps a handle
+ * between calls (a language binding) asks before a call, and connects again when 0, so that a
+ * daemon restarted between two calls costs no failed call. ferry_get_fast, which sends
+ * nothing, does the same look itself at most once per FERRY_ALIVE_CHECK_MS. */
+int ferry_connected(ferry_client *c);
+#define FERRY_ALIVE_CHECK_MS 1
+
 /* Gives back one reference taken by ferry_create() or ferry_get(). FERRY_EINVAL when this
  * handle holds none for id. Does not wait for the daemon. */
 int ferry_release(ferry_client *c, const ferry_id *id);

@@ -87,6 +87,27 @@ H_TEST(get_fast_takes_only_what_the_index_has)
     ferry_disconnect(c);
 }
 
+/* A killed daemon's index stays mapped in its clients: get_fast went on giving what it listed,
+ * from a daemon that would never take the references back (issue 38). Now it looks at the
+ * socket (at most once per FERRY_ALIVE_CHECK_MS) and fails with FERRY_ECONN, as every call. */
+H_TEST(get_fast_fails_once_the_daemon_is_killed)
+{
+    ferry_client *c = h_connect(d);
+    ferry_id id = h_id("of-a-dead-daemon");
+    ferry_buffer b;
+
+    H_OK(h_put_direct(c, &id, 4096, 17));
+    H_OK(ferry_get_fast(c, &id, 1, &b));
+    H_OK(ferry_release(c, &id));
+    assert_int_equal(ferry_connected(c), 1);
+    h_daemon_kill(d);
+    h_sleep_ms(2 * FERRY_ALIVE_CHECK_MS + 1);
+    H_RC(ferry_get_fast(c, &id, 1, &b), FERRY_ECONN);
+    assert_int_equal(b.status, FERRY_ECONN);
+    assert_int_equal(ferry_connected(c), 0);
+    ferry_disconnect(c);
+}
+
 H_TEST(ferry_fastpath_0_turns_it_off)
 {
     ferry_client *c;
@@ -381,6 +402,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(a_get_of_a_resident_object_sends_nothing),
         T(get_fast_takes_only_what_the_index_has),
+        T(get_fast_fails_once_the_daemon_is_killed),
         T(ferry_fastpath_0_turns_it_off),
         T(what_a_slot_holds_is_neither_freed_nor_evicted),
         T(a_killed_client_leaves_nothing_held),

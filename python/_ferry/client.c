@@ -49,8 +49,21 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         }
         if (check_process(self) < 0)
             return NULL;
-        if (!old->broken)
-            return old;
+        /* A daemon restarted since the last call costs no failed call: its end is closed.
+         * The look waits for another thread's call on the handle: without the GIL. */
+        if (!old->broken) {
+            int up;
+            conn_incref(old); /* a close by another thread meanwhile frees nothing under us */
+            Py_BEGIN_ALLOW_THREADS
+                up = ferry_connected(old->c);
+            Py_END_ALLOW_THREADS
+            conn_decref(old);
+            if (self->main != old)
+                continue; /* closed, or reconnected by another thread, meanwhile */
+            if (up)
+                return old;
+            old->broken = 1;
+        }
         /* The daemon went away (or restarted): a new connection, if one answers. */
         if ((rc = conn_open(self->path, self->timeout_ms, &k)) < 0)
             return (struct pyf_conn *)pyf_raise(rc);

@@ -426,6 +426,26 @@ static void creating_forget(ClientObject *self, PyObject *key)
 
 enum seal_or_abort { DO_SEAL, DO_ABORT };
 
+/* The daemon went before seal or abort could be asked (its end of the connection found
+ * closed): an object of ours goes with it, and a seal's writes end as if it had been asked.
+ * Keeps the pending DaemonUnreachable. */
+static void gone_with_daemon(ClientObject *self, const ferry_id *id, enum seal_or_abort what)
+{
+    PyObject *type, *value, *tb, *key = NULL;
+    BufferObject *buf = NULL;
+
+    PyErr_Fetch(&type, &value, &tb);
+    if (creating_get(self, id, &key, &buf) == 0 && buf) {
+        if (what == DO_SEAL)
+            pyf_buffer_writes_ended(buf);
+        creating_forget(self, key);
+    }
+    PyErr_Clear();
+    Py_XDECREF(buf);
+    Py_XDECREF(key);
+    PyErr_Restore(type, value, tb);
+}
+
 /* seal(id) and abort(id): on the handle that created the object when it was ours. */
 static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort what)
 {
@@ -435,8 +455,14 @@ static PyObject *finish(ClientObject *self, PyObject *idobj, enum seal_or_abort 
     ferry_id id;
     int rc;
 
-    if (pyf_id_from_object(idobj, &id) < 0 || !(k = pyf_client_conn(self)) ||
-        creating_get(self, &id, &key, &buf) < 0)
+    if (pyf_id_from_object(idobj, &id) < 0)
+        return NULL;
+    if (!(k = pyf_client_conn(self))) {
+        if (PyErr_ExceptionMatches(pyf_error_class(FERRY_ECONN)))
+            gone_with_daemon(self, &id, what);
+        return NULL;
+    }
+    if (creating_get(self, &id, &key, &buf) < 0)
         return NULL;
     if (buf && what == DO_ABORT && buf->exports) {
         PyErr_Format(PyExc_BufferError,

@@ -255,6 +255,27 @@ int client_check_range(struct ferry_client *c, uint64_t offset, uint64_t a, uint
 }
 
 /* Locks c for a call; fails if the connection is gone. */
+int client_alive(struct ferry_client *c, uint64_t every_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    uint64_t now = every_ms ? clock_mono_ns() : 0;
+
+    if (every_ms && now - c->alive_ns < every_ms * 1000000ull)
+        return 0;
+    c->alive_ns = now;
+    if (poll(&p, 1, 0) < 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        return 0;
+    return client_broken(c, err_set(FERRY_ECONN, "the daemon closed the connection (it stopped, "
+                                                 "or was killed)"));
+}
+
+int ferry_connected(ferry_client *c)
+{
+    if (client_enter(c) < 0) /* NULL, or broken already: not locked */
+        return 0;
+    return client_leave(c, client_alive(c, 0)) == 0;
+}
+
 int client_enter(struct ferry_client *c)
 {
     if (!c)

@@ -67,6 +67,7 @@ struct ferry_client {
     uint64_t ring_size, ring_tail, ring_data_tail;
     int ring_state;
     uint32_t ring_ask_in; /* ring_state -1: puts before asking again (0: never) */
+    uint64_t alive_ns;    /* when client_alive last looked at the socket (CLOCK_MONOTONIC) */
 };
 
 /* Ids in one get that may go without the daemon (more go its way). */
@@ -79,6 +80,10 @@ int client_fast_get(struct ferry_client *c, const ferry_id *ids, size_t n, ferry
  * holds one too (that one goes first: see fast.c). */
 int client_fast_release(struct ferry_client *c, const ferry_id *id);
 
+/* Under the lock: 0 while the daemon's end of the socket is open, else the connection is
+ * marked broken and FERRY_ECONN returned. With every_ms, it looks at most once per every_ms
+ * (the calls that send nothing and must stay cheap). */
+int client_alive(struct ferry_client *c, uint64_t every_ms);
 /* Locks c for a call (clearing the thread's error detail); fails if the connection is gone. */
 int client_enter(struct ferry_client *c);
 /* Unlocks c and returns rc. */

@@ -298,6 +298,8 @@ int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer 
     if (!c->fast_on)
         rc = err_set(FERRY_ENOSYS, "get_fast: this handle reads no shared index (FERRY_FASTPATH=0, "
                                    "or no block of slots was free at its connection)");
+    else if ((rc = client_alive(c, FERRY_ALIVE_CHECK_MS)) < 0)
+        ; /* the index of a dead daemon: nothing it lists can be had from it any more */
     else if (n && !client_fast_get(c, ids, n, out))
         rc = err_set(FERRY_ENOENT, "%zu objects not all in this node's shared index", n);
     for (size_t i = 0; rc < 0 && i < n; i++)

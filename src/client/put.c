@@ -311,6 +311,8 @@ int ferry_put_nowait(ferry_client *c, const ferry_id *id, const void *data, uint
     it.id = *id;
     if ((rc = item_check(&it)) < 0 || (rc = client_enter(c)) < 0)
         return rc;
+    if ((rc = client_alive(c, FERRY_ALIVE_CHECK_MS)) < 0) /* a ring nobody reads any more */
+        return client_leave(c, rc);
     return client_leave(c, put_nowait_locked(c, &it));
 }
 

@@ -51,6 +51,27 @@ def test_client_reconnects_to_a_restarted_daemon(client, daemon):
     assert bytes(client.get("after")) == b"2"
 
 
+def test_a_restart_between_calls_costs_no_failed_call(client, daemon):
+    """A daemon restarted under a live client cost it one failed call ("Broken pipe"), though
+    the docs promised a reconnect (issue 38)."""
+    client.put("before", b"1")
+    daemon.kill()
+    daemon.start()
+    assert not client.contains("before")  # the first call goes to the new daemon
+    client.put("after", b"2")
+    assert bytes(client.get("after", fetch=True)) == b"2"
+
+
+def test_a_get_by_the_index_fails_once_the_daemon_is_killed(client, daemon):
+    """After kill -9, gets that look in the shared index (get with fetch=True) went on returning
+    the dead daemon's objects with no error (issue 38)."""
+    client.put("held", b"1")
+    assert bytes(client.get("held", fetch=True)) == b"1"
+    daemon.kill()
+    with pytest.raises(ferry.DaemonUnreachable):
+        client.get("held", fetch=True)
+
+
 def test_unsealed_object_of_a_dead_daemon(client, daemon):
     buf = client.create("half", 10)
     daemon.kill()
