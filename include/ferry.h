@@ -37,7 +37,7 @@ extern "C" {
  * #if FERRY_VERSION >= FERRY_MAKE_VERSION(0, 6, 0). ferry_version() is the library's own, which
  * may be a later release than the header a program was built with. */
 #define FERRY_VERSION_MAJOR 0
-#define FERRY_VERSION_MINOR 11
+#define FERRY_VERSION_MINOR 12
 #define FERRY_VERSION_PATCH 0
 #define FERRY_MAKE_VERSION(major, minor, patch) ((major)*1000000L + (minor)*1000L + (patch))
 #define FERRY_VERSION                                                                              \

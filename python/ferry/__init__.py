@@ -49,7 +49,7 @@ from ._ferry import (
     WouldBlock,
 )
 
-__version__ = "0.11.0"
+__version__ = "0.12.0"
 
 __all__ = [
     "Client",
