@@ -184,15 +184,18 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
  * a first look before a fetch, which then costs no message for an object at hand. An object
  * here but not in the index (spilled, the index full), or any of more than 64 ids, is not
  * found: ferry_get finds it. Like every call, it waits for another thread's call on the same
- * handle to end. */
+ * handle to end. FERRY_ECONN once the daemon is gone (see ferry_connected): the handle is then
+ * broken, as after any lost connection. */
 int ferry_get_fast(ferry_client *c, const ferry_id *ids, size_t n, ferry_buffer *out);
 
-/* 1 while c's connection is usable, 0 once it is not: an earlier call failed with FERRY_ECONN,
- * or the daemon closed its end (it stopped, or was killed: c fails every call from then on).
- * Sends nothing and never waits (one poll(2) of the socket). A caller that keeps a handle
- * between calls (a language binding) asks before a call, and connects again when 0, so that a
- * daemon restarted between two calls costs no failed call. ferry_get_fast, which sends
- * nothing, does the same look itself at most once per FERRY_ALIVE_CHECK_MS. */
+/* 1 while c's connection is usable, 0 once it is not: an earlier call broke it (FERRY_ECONN,
+ * a timeout, a malformed reply), or the daemon closed its end (it stopped, or was killed: c
+ * fails every call from then on). Sends nothing; it waits only for another thread's call on c
+ * (one poll(2) of the socket). A caller that keeps a handle between calls (a language binding)
+ * asks before a call, and connects again when 0, so that a daemon restarted between two calls
+ * costs no failed call. The gets that read the shared index (ferry_get, ferry_get_fast) and
+ * ferry_put_nowait, which may send nothing, do the same look themselves at most once per
+ * FERRY_ALIVE_CHECK_MS. */
 int ferry_connected(ferry_client *c);
 #define FERRY_ALIVE_CHECK_MS 1
 

@@ -352,7 +352,7 @@ test_command_line() {
     ok "id is the name's SHA-1" stdout_is a9993e364706816aba3e25717850c26c9cd0d89d
     expect "put of an existing id" 5 fy put alpha "$DIR/c.bin"
     ok "it echoes the name, names the id and says rm it first" \
-        grep -q "'alpha', id $("$FERRY" id alpha).*rm it first" "$ERR"
+        grep -q "('alpha', id $("$FERRY" id alpha)).*rm it first" "$ERR"
     expect "a socket path that is a directory" 4 "$FERRY" --socket "$DIR" stat
     ok "it says so" grep -q "$DIR: a directory, not a socket" "$ERR"
     expect "a socket in a missing directory" 4 "$FERRY" --socket "$DIR/none/f.sock" stat

@@ -96,15 +96,16 @@ struct put_target {
  * is taken. */
 static int create_failed(const struct cli *cli, const char *typed, const ferry_id *id, int err)
 {
-    char text[2 * FERRY_ID_SIZE + 1];
+    char text[2 * FERRY_ID_SIZE + 1], name[160];
 
     if (err != FERRY_EEXIST)
         return cli_fail(cli, err);
     ferry_id_format(id, text);
     return cli_report(cli, err,
-                      "%s%s%s%s, was put before (an id is written once): ferry rm it first, or "
-                      "put under another name",
-                      typed ? "'" : "", typed ? typed : "", typed ? "', id " : "", text);
+                      "%s (%s%s%sid %s). An id is written once: ferry rm it first (--cluster on "
+                      "every node), or put under another name",
+                      ferry_errmsg(), typed ? "'" : "",
+                      typed ? text_safe(typed, name, sizeof(name)) : "", typed ? "', " : "", text);
 }
 
 /* Stores size bytes of a regular file: the object is created at that size and the file is

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "common/clock.h"
 #include "client/default_socket.h" /* libferry's */
 #include "buffer.h"
 #include "errors.h"
@@ -37,6 +38,14 @@ static int check_process(ClientObject *self)
     return -1;
 }
 
+/* Lets the pool of waiting handles go (those taken go when given back: pyf_waiter_give sees
+ * them broken, or of another main). */
+static void drop_idle(ClientObject *self)
+{
+    while (self->n_idle)
+        conn_decref(self->idle[--self->n_idle]);
+}
+
 struct pyf_conn *pyf_client_conn(ClientObject *self)
 {
     for (;;) {
@@ -50,9 +59,14 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         if (check_process(self) < 0)
             return NULL;
         /* A daemon restarted since the last call costs no failed call: its end is closed.
-         * The look waits for another thread's call on the handle: without the GIL. */
+         * Looked at once per FERRY_ALIVE_CHECK_MS at most (no restart is that fast), and
+         * without the GIL: the look waits for another thread's call on the handle. */
         if (!old->broken) {
+            uint64_t now = clock_mono_ns();
             int up;
+            if (now - old->checked_ns < FERRY_ALIVE_CHECK_MS * 1000000ull)
+                return old;
+            old->checked_ns = now;
             conn_incref(old); /* a close by another thread meanwhile frees nothing under us */
             Py_BEGIN_ALLOW_THREADS
                 up = ferry_connected(old->c);
@@ -73,6 +87,8 @@ struct pyf_conn *pyf_client_conn(ClientObject *self)
         }
         conn_decref(old);
         self->main = k;
+        self->mains++;
+        drop_idle(self);               /* the waiting handles were the old daemon's too */
         Py_CLEAR(self->here);          /* a restarted daemon is another run: another location */
         self->lost += self->unflushed; /* their failures, if any, went with the connection */
         self->unflushed = 0;
@@ -136,8 +152,10 @@ struct pyf_conn *pyf_waiter_take(ClientObject *self, const struct pyf_deadline *
         }
         if (self->n_out < PYF_MAX_WAITERS) {
             self->n_out++;
-            if ((rc = conn_open(self->path, self->timeout_ms, &k)) == 0)
+            if ((rc = conn_open(self->path, self->timeout_ms, &k)) == 0) {
+                k->main_no = self->mains;
                 return k;
+            }
             self->n_out--;
             return (struct pyf_conn *)pyf_raise(rc);
         }
@@ -149,7 +167,7 @@ struct pyf_conn *pyf_waiter_take(ClientObject *self, const struct pyf_deadline *
 void pyf_waiter_return(ClientObject *self, struct pyf_conn *k)
 {
     self->n_out--;
-    if (self->main && !k->broken && self->n_idle < PYF_MAX_WAITERS)
+    if (self->main && !k->broken && k->main_no == self->mains && self->n_idle < PYF_MAX_WAITERS)
         self->idle[self->n_idle++] = k;
     else
         conn_decref(k);

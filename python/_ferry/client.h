@@ -37,6 +37,8 @@ typedef struct {
                      * when the node has no directory */
     struct pyf_conn *idle[PYF_MAX_WAITERS];
     size_t n_idle, n_out; /* waiting handles in the pool, and taken */
+    unsigned long mains;  /* main handles opened so far: a waiting handle of an older one, given
+                           * back, is let go (the daemon it spoke to was another run) */
     uint64_t returns;     /* handles given back so far */
     pthread_mutex_t wait_lock;
     pthread_cond_t wait_cond;

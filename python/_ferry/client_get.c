@@ -469,11 +469,13 @@ static int parse_ids(PyObject *ids, PyObject *timeout, PyObject *at, int64_t dfl
     return parse_at(g, at, ids);
 }
 
-/* What a get that found nothing and did not fetch should say on a node of a cluster: it
- * looked here only (NULL on a standalone node, where there is nowhere else). */
-static const char *get_hint(ClientObject *self, int fetch)
+/* What a get that found nothing here and did not wait should say on a node of a cluster (the
+ * node's location asked once per connection, on this path only): it looked here only. NULL on
+ * a standalone node, where there is nowhere else, and for any other failure. */
+static const char *get_hint(ClientObject *self, const struct gather *g,
+                            const struct pyf_deadline *d, int fetch)
 {
-    if (fetch || pyf_client_here(self) == Py_None)
+    if (fetch || d->timeout_ms != 0 || g->fail_rc || g->wait_rc || pyf_client_here(self) == Py_None)
         return NULL;
     return "; get() looks in this node's store only: get(..., fetch=True) or fetch() pulls it "
            "from a node that holds it";
@@ -500,7 +502,7 @@ PyObject *pyf_client_get(ClientObject *self, PyObject *const *args, Py_ssize_t n
         gather_wait(self, &g, &d, fetch, 1) < 0)
         goto done;
     result = gather_missing(&g)
-                 ? raise_missing(&g, &d, fetch, "sealed", a[0], get_hint(self, fetch))
+                 ? raise_missing(&g, &d, fetch, "sealed", a[0], get_hint(self, &g, &d, fetch))
                  : gather_buffers(&g, single);
 done:
     gather_free(&g);

@@ -156,18 +156,31 @@ static void drop_bytes(Py_buffer *view)
         PyBuffer_Release(view);
 }
 
-/* ObjectExists again, saying what the user typed and what to do: ids are write-once. */
+/* ObjectExists again, with the daemon's reason, what the user typed and what to do: ids are
+ * written once. */
 static void exists_again(PyObject *typed, const ferry_id *id)
 {
     char hex[2 * FERRY_ID_SIZE + 1], name[160];
+    PyObject *type, *value, *tb, *why;
+    const char *said;
 
-    PyErr_Clear();
+    PyErr_Fetch(&type, &value, &tb);
+    why = value ? PyObject_Str(value) : NULL;
+    said = why ? PyUnicode_AsUTF8(why) : NULL;
+    if (!said) {
+        PyErr_Clear();
+        said = ferry_strerror(FERRY_EEXIST);
+    }
     ferry_id_format(id, hex);
     pyf_typed_id(typed, name, sizeof(name));
     pyf_raise_msg(FERRY_EEXIST,
-                  "%s: %sid %s, was put before (an id is written once): delete() it first, or "
-                  "put under another name; put_object() makes a fresh id each time",
-                  ferry_strerror(FERRY_EEXIST), name, hex);
+                  "%s (%sid %s). An id is written once: delete() it first (cluster=True on every "
+                  "node), or put under another name; put_object() makes a fresh id each time",
+                  said, name, hex);
+    Py_XDECREF(why);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
 }
 
 PyObject *pyf_client_put(ClientObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -285,6 +298,28 @@ static PyObject *many_ids(ClientObject *self, const struct many *b)
     return list;
 }
 
+/* The daemon was found gone before the batch could be sent: every item failed with the pending
+ * DaemonUnreachable's reason, listed as a failed send lists them. */
+static PyObject *none_sent(struct many *b)
+{
+    PyObject *type, *value, *tb, *why;
+    const char *text;
+    char detail[256] = "";
+
+    PyErr_Fetch(&type, &value, &tb);
+    why = value ? PyObject_Str(value) : NULL;
+    if ((text = why ? PyUnicode_AsUTF8(why) : NULL))
+        snprintf(detail, sizeof(detail), "%s", text);
+    PyErr_Clear();
+    Py_XDECREF(why);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        b->statuses[i] = FERRY_ECONN;
+    return many_failed(b, FERRY_ECONN, detail);
+}
+
 PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
 {
     PyObject *seq, *result = NULL;
@@ -313,8 +348,11 @@ PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)
     for (Py_ssize_t i = 0; i < b.n; i++)
         if (many_item(&b, i, PyTuple_GET_ITEM(seq, i)) < 0)
             goto done;
-    if (!(k = pyf_client_conn(self)))
+    if (!(k = pyf_client_conn(self))) {
+        if (PyErr_ExceptionMatches(pyf_error_class(FERRY_ECONN)))
+            result = none_sent(&b);
         goto done;
+    }
     conn_enter(k);
     Py_BEGIN_ALLOW_THREADS
         rc = ferry_put_many(k->c, b.items, (size_t)b.n, b.statuses);

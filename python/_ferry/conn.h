@@ -39,6 +39,8 @@ struct pyf_conn {
     Py_ssize_t refs;
     int busy;
     int broken;
+    uint64_t checked_ns;   /* when pyf_client_conn last asked ferry_connected (monotonic) */
+    unsigned long main_no; /* a waiting handle: the Client's mains when it was opened */
     unsigned long generation;
     struct pyf_pending *pending;
     size_t n_pending, cap_pending;

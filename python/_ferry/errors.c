@@ -148,17 +148,27 @@ PyObject *pyf_raise_detail(int rc, const char *detail)
 
 void pyf_typed_id(PyObject *o, char *buf, size_t size)
 {
-    const char *text = o && PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+    PyObject *repr = o && PyUnicode_Check(o) ? PyObject_Repr(o) : NULL;
+    const char *text = repr ? PyUnicode_AsUTF8(repr) : NULL;
+    size_t len = text ? strlen(text) : 0;
 
     buf[0] = '\0';
     if (!text) {
-        PyErr_Clear(); /* a str that is not UTF-8 had been refused as an id before */
+        PyErr_Clear();
+        Py_XDECREF(repr);
         return;
     }
-    if (strlen(text) + 5 < size)
-        snprintf(buf, size, "'%s', ", text);
-    else
-        snprintf(buf, size, "'%.*s...', ", (int)(size - 9), text);
+    /* repr() escapes quotes, newlines and controls; a long one is cut at a character's start,
+     * so that the message stays UTF-8. */
+    if (len + 3 > size) {
+        len = size - 6;
+        while (len && ((unsigned char)text[len] & 0xc0) == 0x80)
+            len--;
+        snprintf(buf, size, "%.*s..., ", (int)len, text);
+    } else {
+        snprintf(buf, size, "%s, ", text);
+    }
+    Py_DECREF(repr);
 }
 
 PyObject *pyf_error_new(int rc, const char *msg)

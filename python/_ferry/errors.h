@@ -29,8 +29,9 @@ PyObject *pyf_raise_detail(int rc, const char *detail);
 /* Raises the exception of code rc with a message of the caller's. Returns NULL. */
 PyObject *pyf_raise_msg(int rc, const char *fmt, ...);
 
-/* What the user typed for an id, for messages: "'NAME', " for a str (name or hex), else ""
- * (an ObjectID or bytes: the id's hex says it all). Into buf (size > 8), cut to fit. */
+/* What the user typed for an id, for messages: "repr(NAME), " for a str (name or hex), else ""
+ * (an ObjectID or bytes: the id's hex says it all). Into buf (size > 8), cut to fit at a
+ * character's start. */
 void pyf_typed_id(PyObject *o, char *buf, size_t size);
 
 /* The class of code rc (borrowed), ferry.Error for an unknown one. */

@@ -254,11 +254,10 @@ int client_check_range(struct ferry_client *c, uint64_t offset, uint64_t a, uint
     return 0;
 }
 
-/* Locks c for a call; fails if the connection is gone. */
 int client_alive(struct ferry_client *c, uint64_t every_ms)
 {
     struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
-    uint64_t now = every_ms ? clock_mono_ns() : 0;
+    uint64_t now = clock_mono_ns();
 
     if (every_ms && now - c->alive_ns < every_ms * 1000000ull)
         return 0;
@@ -276,6 +275,7 @@ int ferry_connected(ferry_client *c)
     return client_leave(c, client_alive(c, 0)) == 0;
 }
 
+/* Locks c for a call; fails if the connection is gone. */
 int client_enter(struct ferry_client *c)
 {
     if (!c)

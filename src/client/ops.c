@@ -255,6 +255,9 @@ int ferry_get(ferry_client *c, const ferry_id *ids, size_t n, int64_t timeout_ms
                        (long long)timeout_ms);
     if ((rc = client_enter(c)) < 0)
         return rc;
+    /* The index of a dead daemon lists what nobody can be given any more (client_alive). */
+    if ((rc = client_alive(c, FERRY_ALIVE_CHECK_MS)) < 0)
+        return client_leave(c, rc);
     if (client_fast_get(c, ids, n, out))
         return client_leave(c, 0);
     client_req_begin(c, PROTO_GET);

@@ -62,6 +62,19 @@ def test_a_restart_between_calls_costs_no_failed_call(client, daemon):
     assert bytes(client.get("after", fetch=True)) == b"2"
 
 
+def test_waiting_handles_of_a_restarted_daemon_are_not_reused(client, daemon):
+    """A get that waits takes a handle of its own from a pool; after a restart the pool's handles
+    were the old run's, and a waiting get read the dead daemon's index through one: it gave
+    back the old run's object."""
+    client.put("old", b"1")
+    with pytest.raises(ferry.Timeout):
+        client.get("never", timeout_ms=50)  # leaves a waiting handle in the pool
+    daemon.kill()
+    daemon.start()
+    with pytest.raises(ferry.Timeout):  # the new run has no "old"
+        client.get("old", timeout_ms=300)
+
+
 def test_a_get_by_the_index_fails_once_the_daemon_is_killed(client, daemon):
     """After kill -9, gets that look in the shared index (get with fetch=True) went on returning
     the dead daemon's objects with no error (issue 38)."""

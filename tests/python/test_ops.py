@@ -199,8 +199,15 @@ def test_errors_mirror_the_c_codes(client):
     # The message echoes the name typed and its id, and says what to do (issue 38: the README's
     # example failed on its second run naming neither).
     oid = str(ferry.ObjectID("exists"))
-    with pytest.raises(ferry.ObjectExists, match=f"'exists', id {oid}, was put before.*delete"):
+    with pytest.raises(ferry.ObjectExists,
+                       match=rf"\('exists', id {oid}\)\. An id is written once: delete\(\)"):
         client.put("exists", b"y")
+    # A name is shown as repr() shows it (no raw newline), cut at a character's start.
+    odd = "é" * 80 + "\n"
+    client.put(odd, b"x")
+    with pytest.raises(ferry.ObjectExists) as e:
+        client.put(odd, b"y")
+    assert "\n" not in str(e.value) and "'éé" in str(e.value)
 
     with pytest.raises(ferry.ObjectExists):
         client.create("exists", 1)
