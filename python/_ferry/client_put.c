@@ -298,26 +298,14 @@ static PyObject *many_ids(ClientObject *self, const struct many *b)
     return list;
 }
 
-/* The daemon was found gone before the batch could be sent: every item failed with the pending
- * DaemonUnreachable's reason, listed as a failed send lists them. */
+/* The daemon was found gone before the batch could be sent: every item failed, listed as a
+ * failed send lists them (in place of the pending DaemonUnreachable). */
 static PyObject *none_sent(struct many *b)
 {
-    PyObject *type, *value, *tb, *why;
-    const char *text;
-    char detail[256] = "";
-
-    PyErr_Fetch(&type, &value, &tb);
-    why = value ? PyObject_Str(value) : NULL;
-    if ((text = why ? PyUnicode_AsUTF8(why) : NULL))
-        snprintf(detail, sizeof(detail), "%s", text);
     PyErr_Clear();
-    Py_XDECREF(why);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
     for (Py_ssize_t i = 0; i < b->n; i++)
         b->statuses[i] = FERRY_ECONN;
-    return many_failed(b, FERRY_ECONN, detail);
+    return many_failed(b, FERRY_ECONN, "");
 }
 
 PyObject *pyf_client_put_many(ClientObject *self, PyObject *arg)

@@ -234,6 +234,20 @@ static const struct timer_def {
 };
 #define N_TIMERS (sizeof(timer_defs) / sizeof(timer_defs[0]))
 
+/* The timers' names, for messages: "stall, handshake, ...". */
+static const char *timer_names(void)
+{
+    static char names[192];
+    size_t at = 0;
+
+    if (names[0])
+        return names;
+    for (size_t i = 0; i < N_TIMERS; i++)
+        at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
+                               timer_defs[i].name);
+    return names;
+}
+
 /* One NAME=MS of item (up to len) into parsed[] (indexed as timer_defs). */
 static int timer_parse_one(const char *item, size_t len, uint32_t *parsed, int *seen)
 {
@@ -247,10 +261,8 @@ static int timer_parse_one(const char *item, size_t len, uint32_t *parsed, int *
              memcmp(timer_defs[i].name, item, (size_t)(eq - item)) == 0))
         i++;
     if (!eq || i == N_TIMERS)
-        return err_set(FERRY_EINVAL,
-                       "timer '%.*s': expected NAME=MS, NAME one of stall, handshake, answer, "
-                       "breaker, lease, rate, orphan, relay, heartbeat, ttl, directory",
-                       (int)len, item);
+        return err_set(FERRY_EINVAL, "timer '%.*s': expected NAME=MS, NAME one of %s", (int)len,
+                       item, timer_names());
     v = strtoul(eq + 1, &end, 10);
     if (end != item + len || !isdigit((unsigned char)eq[1]) || v < timer_defs[i].min_ms ||
         v > ENGINE_TIMER_MAX_MS)

@@ -248,28 +248,29 @@ static int read_issue(struct xlistener *f, struct rread *r)
  * left). A holder's provider may serve the reads of all its readers in the order they came: a
  * reader that asked for every chunk of every object at once would queue the others behind its
  * bytes (and itself behind theirs), so that a peer sends nothing to some reader for seconds
- * while its link is full. Each call is O(queued reads): a few per peer. */
+ * while its link is full. */
 void fab_reads_push(struct xlistener *f)
 {
-    for (int issued = 1; issued;) {
-        size_t n = 0;
+    for (int issued = 1; issued && f->readq;) {
+        /* One pass, up to the read last in the queue when it began (readq_tail is its qnext):
+         * each read at the head in turn issues a chunk if its peer has room, then goes to the
+         * tail while it has bytes left. */
+        const struct rread *last =
+            (const struct rread *)((char *)f->readq_tail - offsetof(struct rread, qnext));
+        int more = 1;
 
         issued = 0;
-        for (const struct rread *r = f->readq; r; r = r->qnext)
-            n++;
-        /* One pass: each read at the head in turn issues a chunk if its peer has room, then
-         * goes to the tail while it has bytes left. */
-        for (; n > 0 && f->readq && f->read_inflight < f->read_max &&
-               f->read_pace.heap_index == SIZE_MAX;
-             n--) {
+        while (more && f->readq && f->read_inflight < f->read_max &&
+               f->read_pace.heap_index == SIZE_MAX) {
             struct rread *r = f->readq;
             int rc = 0;
+            more = r != last;
             if (r->c->reading < FAB_READ_BYTES_PER_CONN && !quirks_peer_locked(r->c)) {
                 if ((rc = read_issue(f, r)) == 0)
                     return; /* the provider is full: r stays first */
                 issued = 1;
                 if (rc < 0)
-                    break; /* fab_conn_fail took its connection's reads out: count again */
+                    break; /* fab_conn_fail took its connection's reads out: from the head again */
                 if (f->fault_read_delay_ms)
                     loop_timer_start(f->loop, &f->read_pace,
                                      loop_now_ms() + f->fault_read_delay_ms);
